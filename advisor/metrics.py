@@ -1,0 +1,92 @@
+"""Whole-run numbers computed from a Profile: throughput, step breakdown, utilization.
+
+Pure functions over DataFrames (Holistic Trace Analysis style), shared by the report, the
+rules and the experiments so that each number has exactly one definition.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+MIN_CLEAN_STEPS = 3  # fewer un-profiled steps than this: fall back to all measured steps
+
+
+def timed_steps(steps: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The steps to time: those outside the profiler window when there are enough of them.
+
+    The profiler inflates step time, so throughput comes from clean steps; the basis used is
+    returned so the report can say which.
+    """
+    if steps.empty or "duration_s" not in steps:
+        return steps, "none"
+    if "profiled" in steps:
+        clean = steps[~steps["profiled"].astype(bool)]
+        if len(clean) >= MIN_CLEAN_STEPS:
+            return clean, "unprofiled"
+    return steps, "all"
+
+
+def throughput(steps: pd.DataFrame) -> dict:
+    """samples/s (when every timed step knows its batch size), steps/s, median and p90 step time."""
+    timed, basis = timed_steps(steps)
+    if timed.empty:
+        return {"samples_per_s": None, "steps_per_s": None, "step_time_median_s": None, "step_time_p90_s": None,
+                "step_time_mean_s": None, "n_steps": 0, "basis": basis}
+    dur = timed["duration_s"].astype(float)
+    total = float(dur.sum())
+    samples = timed["samples"] if "samples" in timed else pd.Series(dtype=float)
+    known = samples.notna().all() and len(samples) == len(timed)
+    return {
+        "samples_per_s": float(samples.sum()) / total if known and total > 0 else None,
+        "steps_per_s": len(timed) / total if total > 0 else None,
+        "step_time_median_s": float(dur.median()),
+        "step_time_p90_s": float(dur.quantile(0.9)),
+        "step_time_mean_s": float(dur.mean()),
+        "n_steps": int(len(timed)),
+        "basis": basis,
+    }
+
+
+def breakdown(steps: pd.DataFrame) -> dict:
+    """Share of step time waiting for data, in the optimizer, and the rest (forward/backward)."""
+    timed, _ = timed_steps(steps)
+    total = float(timed["duration_s"].sum()) if not timed.empty else 0.0
+    if total <= 0:
+        return {"data_wait_frac": None, "optimizer_frac": None, "compute_frac": None}
+
+    def share(column: str) -> float:
+        return float(timed[column].fillna(0).sum()) / total if column in timed else 0.0
+
+    data, opt = share("data_wait_s"), share("optimizer_s")
+    return {"data_wait_frac": data, "optimizer_frac": opt, "compute_frac": max(0.0, 1.0 - data - opt)}
+
+
+def utilization(samples: pd.DataFrame, steps: pd.DataFrame) -> dict:
+    """Sampler means over the measured window (not start-up), e.g. GPU util and CPU %."""
+    if samples.empty or "t" not in samples:
+        return {}
+    window = samples
+    if not steps.empty and {"t_start", "t_end"} <= set(steps):
+        inside = samples[(samples["t"] >= steps["t_start"].min()) & (samples["t"] <= steps["t_end"].max())]
+        window = inside if not inside.empty else samples
+    out = {}
+    for column in ("gpu_util_percent", "gpu_mem_used_bytes", "gpu_power_w", "cpu_percent", "rss_bytes"):
+        if column in window and window[column].notna().any():
+            out[f"{column}_mean"] = float(window[column].mean())
+            out[f"{column}_max"] = float(window[column].max())
+    return out
+
+
+def clean(value):
+    """JSON-safe: NaN/inf become None, numpy scalars become Python ones, recursively."""
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -1,0 +1,114 @@
+"""The flow behind each command: probe -> Profile -> rules -> report -> output.
+
+Kept apart from cli.py so the commands stay thin and the flow is callable from tests and
+from the experiments, which re-run the same probe with a fix injected.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from . import report as report_mod
+from .cli_exit import STATUS_EXIT, fail
+from .probe import files
+from .probe.runner import ProbeConfig, rank_suffix, run_probe
+from .profile import Profile
+from .trace import TraceError
+from advisor.reports import terminal
+
+
+def _warnings(run, config: ProbeConfig) -> list[str]:
+    probe, out = run.probe, []
+    measured = probe.get("measured_steps", 0)
+    if run.status == "ok" and measured < config.steps:
+        out.append(f"the script finished after {measured} measured steps (asked for {config.steps}); numbers rest on fewer steps")
+    if probe.get("profiler_error"):
+        out.append(f"the profiler trace could not be written: {probe['profiler_error']}")
+    source = probe.get("step_source")
+    if source in ("dataloader", "backward"):
+        out.append(f"no torch.optim optimizer stepped: step boundaries come from {source} calls")
+    return out
+
+
+def _artifacts(out: Path, names: files.RunFiles) -> dict:
+    wanted = {"report_json": names.report_json, "trace": names.trace, "steps_csv": names.steps_csv,
+              "samples_csv": names.samples_csv, "log": names.log}
+    return {key: name for key, name in wanted.items() if key == "report_json" or (out / name).exists()}
+
+
+def profile_script(*, script: str, script_args: list[str], steps: int, warmup: int, profile_steps: int,
+                   out: Path, timeout_s: float, as_json: bool) -> int:
+    """`advise profile`: probe the script, write the run dir, print the summary."""
+    con = terminal.console(stderr=as_json)
+    config = ProbeConfig(script=script, args=script_args, out=out, warmup=warmup, steps=steps,
+                         profile_steps=profile_steps, timeout_s=timeout_s)
+    started_at = report_mod.now_iso()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"cannot create the run dir {out}: {exc.strerror}")
+    with terminal.ProbeProgress(con, f"profiling {script}") as progress:
+        run = run_probe(config, progress)
+        progress.phase("analysing")
+        profile = Profile.from_run_dir(out, rank_suffix())
+    report = report_mod.build_report(
+        profile,
+        status=run.status,
+        script=script,
+        argv=script_args,
+        started_at=started_at,
+        error=run.probe.get("error"),
+        traceback=run.probe.get("traceback"),
+        warnings=_warnings(run, config) + profile.meta.get("notes", []),
+        artifacts=_artifacts(out, run.files),
+        extra={"notes": run.notes, "wall_s": run.wall_s},
+    )
+    report_mod.write_report(report, out / run.files.report_json)
+    _emit(report, con, as_json, str(out))
+    if run.status == "failed":
+        _show_failure(run, out, con)
+    return STATUS_EXIT[run.status]
+
+
+def _show_failure(run, out: Path, con) -> None:
+    tb = run.probe.get("traceback")
+    if tb:
+        con.print("\nThe script raised (its own traceback, as python would print it):", style="red", highlight=False)
+        click.echo(tb.rstrip(), err=True)
+        return
+    try:
+        tail = (out / run.files.log).read_text(errors="replace").splitlines()[-15:]
+    except OSError:
+        tail = []
+    if tail:
+        con.print(f"\nLast lines of {out / run.files.log}:", style="red", highlight=False)
+        click.echo("\n".join(tail), err=True)
+
+
+def _emit(report: dict, con, as_json: bool, run_dir: str | None) -> None:
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        terminal.print_summary(report, con, run_dir)
+
+
+def analyze_trace(path: Path, *, as_json: bool, out: Path | None) -> int:
+    """`advise analyze`: the same Profile and rules from a Kineto trace a user already has."""
+    try:
+        profile = Profile.from_trace(path)
+    except TraceError as exc:
+        fail(str(exc))
+    warnings = [] if len(profile.steps) else ["the trace has no ProfilerStep#N spans: per-step numbers are unavailable"]
+    report = report_mod.build_report(
+        profile, status="ok", script=str(path), argv=[], started_at=report_mod.now_iso(), warnings=warnings,
+        artifacts={"trace": str(path)},
+    )
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        report_mod.write_report(report, out / "report.json")
+    _emit(report, terminal.console(stderr=as_json), as_json, str(out) if out else None)
+    return 0

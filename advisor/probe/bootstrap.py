@@ -1,0 +1,180 @@
+"""Child-process entry point: run the user's script as ``__main__`` under the probe.
+
+Invoked as ``python -m advisor.probe.bootstrap CONFIG.json`` by the runner. It behaves like
+``python SCRIPT ARGS`` (``sys.argv``, ``sys.path[0]``, ``__file__``, ``__name__``, cwd), in the
+manner of coverage.py's PyRunner: a fresh ``__main__`` module and a compiled code object.
+It installs the hooks, ends the script with :class:`ProbeDone` after the measured window, and
+always leaves ``probe.json`` behind, whatever the script did.
+"""
+
+from __future__ import annotations
+
+import builtins
+import gc
+import json
+import os
+import sys
+import tokenize
+import traceback
+import types
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerAction, ProfilerActivity
+
+import advisor
+
+from . import files
+from .clock import ProbeDone, StepClock
+from .env import collect_env, memory_stats
+from .hooks import Observed, install
+
+_OURS = (str(Path(advisor.__file__).resolve().parent), "runpy.py", "<frozen runpy>")
+
+
+class ProfilerWindow:
+    """torch.profiler over the last measured steps; exports a Kineto trace when it stops."""
+
+    def __init__(self, trace_path: Path):
+        self.trace_path = trace_path
+        self.prof = None
+        self.error: str | None = None
+        self.exported = False
+
+    def start(self) -> None:
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            activities.append(ProfilerActivity.CUDA)
+        self.prof = torch.profiler.profile(
+            activities=activities,
+            # Step 0 warms CUPTI up unrecorded; the rest is recorded until stop().
+            schedule=lambda step: ProfilerAction.WARMUP if step == 0 else ProfilerAction.RECORD,
+            record_shapes=True,
+            with_flops=True,
+            profile_memory=True,
+            with_stack=True,
+        )
+        self.prof.start()
+
+    def step(self) -> None:
+        if self.prof is not None:
+            self.prof.step()
+
+    def stop(self) -> None:
+        """Stop and export once; an export failure is recorded, never raised into the script."""
+        prof, self.prof = self.prof, None
+        if prof is None:
+            return
+        try:
+            prof.stop()
+            tmp = self.trace_path.with_name(".tmp-" + self.trace_path.name)
+            prof.export_chrome_trace(str(tmp))
+            os.replace(tmp, self.trace_path)
+            self.exported = True
+        except Exception as exc:  # the run's timing is still worth reporting
+            self.error = f"{type(exc).__name__}: {exc}"
+
+
+def _is_ours(filename: str) -> bool:
+    return any(part in filename for part in _OURS)
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback as plain python would print it, minus the probe's own frames."""
+    te = traceback.TracebackException.from_exception(exc)
+    seen = set()
+    node = te
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        node.stack = traceback.StackSummary.from_list([f for f in node.stack if not _is_ours(f.filename)])
+        node = node.__cause__ or node.__context__
+    return "".join(te.format())
+
+
+def run_script(script: str, args: list[str]) -> None:
+    """Execute `script` as __main__, as ``python script args`` would."""
+    path = os.path.abspath(script)
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(os.path.realpath(path))
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    main.__builtins__ = builtins
+    main.__loader__ = None
+    main.__spec__ = None
+    main.__cached__ = None
+    sys.modules["__main__"] = main
+    with tokenize.open(path) as f:
+        source = f.read()
+    code = compile(source, path, "exec")
+    exec(code, main.__dict__)
+
+
+def main(config_path: str) -> int:
+    config = json.loads(Path(config_path).read_text())
+    out = Path(config["out"])
+    names = files.names(config.get("rank_suffix", ""))
+    window = ProfilerWindow(out / names.trace)
+    sink = open(out / names.steps_jsonl, "a", buffering=1)
+    profile_steps = max(0, min(config["profile_steps"], config["steps"] - 1))
+    clock = StepClock(
+        warmup=config["warmup"],
+        steps=config["steps"],
+        profile_steps=profile_steps,
+        sink=sink,
+        on_profile_start=window.start,
+        on_profile_step=window.step,
+        on_window_end=window.stop,
+    )
+    observed = Observed()
+    install(clock, observed)
+    advisor._clock = clock
+
+    result: dict = {"status": "finished", "error": None, "traceback": None}
+    code = 0
+    try:
+        run_script(config["script"], config["args"])
+    except ProbeDone:
+        result["status"] = "done"
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            result.update(status="failed", error=f"the script exited with status {exc.code}")
+            code = 1
+    except KeyboardInterrupt:
+        result["status"] = "interrupted"
+        code = 130
+    except BaseException as exc:  # the user's error: report it as theirs
+        tb = user_traceback(exc)
+        sys.stderr.write(tb)
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        result.update(status="failed", error=last, traceback=tb)
+        code = 1
+    finally:
+        window.stop()  # a failure or Ctrl-C inside the window still leaves its trace
+        advisor._clock = None
+
+    gc.collect()
+    result.update(
+        step_source=clock.source,
+        boundaries=clock.boundaries,
+        measured_steps=len(clock.measured),
+        losses=clock.loss_values(),
+        env=collect_env(observed.device),
+        observed=observed.to_dict(),
+        memory=memory_stats(observed.device),
+        trace=names.trace if window.exported else None,
+        profiler_error=window.error,
+        profile_steps=profile_steps,
+    )
+    files.write_json_atomic(out / names.probe_json, result)
+    sink.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if result["status"] in ("done", "interrupted"):
+        # The script was cut short on purpose: its atexit hooks, non-daemon threads or
+        # DataLoader workers must not keep the child alive. The runner reaps the group.
+        os._exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,195 @@
+"""Step boundaries and per-step timing inside the probed child, with no change to the user's code.
+
+A training step is found, in order of preference, from:
+
+1. ``advisor.step()`` called by the script (explicit);
+2. the global ``torch.optim`` step post-hook: one step per ``step()`` of the *anchor* optimizer
+   (the first one that steps), so a GAN's two optimizers make one step per iteration, and
+   ``GradScaler.step`` / LBFGS closures count once;
+3. DataLoader batches, for manual loops without ``torch.optim``;
+4. ``torch.autograd.backward`` calls, for loops with neither.
+
+A higher source replaces a lower one the first time it is seen; counting restarts then, which
+only ever lands inside warm-up. Everything here runs on the training thread, so each hook does
+a few dict updates and one line of buffered JSON per step: nothing that syncs the GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+SOURCES = ("backward", "dataloader", "optimizer", "explicit")
+_RANK = {name: i for i, name in enumerate(SOURCES)}
+
+
+class ProbeDone(BaseException):
+    """Raised at the last measured boundary to end the user's script early.
+
+    A BaseException, so a user's ``except Exception`` does not swallow it.
+    """
+
+
+@dataclass
+class StepAccumulator:
+    """What happened between two boundaries."""
+
+    data_wait_s: float = 0.0
+    optimizer_s: float = 0.0
+    backward_s: float = 0.0
+    samples: int | None = None
+    loss: Any = None  # a detached tensor; read only after the window, never during it
+
+    def add_samples(self, n: int | None) -> None:
+        if n is not None:
+            self.samples = (self.samples or 0) + n
+
+
+@dataclass
+class StepClock:
+    """Counts boundaries, times steps, and drives the profiler window.
+
+    Steps: step 0 runs from start-up to the first boundary (imports, set-up, an initial eval)
+    and is never counted; then `warmup` steps; then `steps` measured steps, the last
+    `profile_steps` of which run under torch.profiler (plus one profiler warm-up step before
+    them, so CUPTI start-up cost is not recorded).
+    """
+
+    warmup: int
+    steps: int
+    profile_steps: int
+    sink: Any  # a text file: one JSON line per boundary
+    on_profile_start: Callable[[], None] = lambda: None
+    on_profile_step: Callable[[], None] = lambda: None
+    on_window_end: Callable[[], None] = lambda: None
+    pid: int = field(default_factory=os.getpid)
+    source: str | None = None
+    anchor_optimizer: int | None = None
+    boundaries: int = 0
+    done: bool = False
+    profiling: bool = False
+    measured: list = field(default_factory=list)
+    losses: list = field(default_factory=list)
+    _last_t: float = field(default_factory=time.monotonic)
+    _acc: StepAccumulator = field(default_factory=StepAccumulator)
+
+    @property
+    def profile_start(self) -> int:
+        """Boundary at which the profiler starts (one warm-up profiler step before recording)."""
+        return self.warmup + self.steps - self.profile_steps - 1 if self.profile_steps else -1
+
+    def _owns(self, source: str) -> bool:
+        """Adopt `source` if it outranks the current one; say whether it drives the clock."""
+        if os.getpid() != self.pid:  # a forked DataLoader worker
+            return False
+        switchable = not (self.profiling or self.done)
+        if self.source is None or (switchable and _RANK[source] > _RANK[self.source]):
+            self.source = source
+            self.boundaries = 0
+            self.measured.clear()
+            self.losses.clear()
+            self._acc = StepAccumulator()
+            self._last_t = time.monotonic()
+        return self.source == source
+
+    # hooks ---------------------------------------------------------------------------------
+
+    def explicit_step(self, samples: int | None = None) -> None:
+        if self._owns("explicit"):
+            self._acc.add_samples(samples)
+            self._boundary()
+
+    def optimizer_pre(self) -> float:
+        return time.monotonic()
+
+    def optimizer_post(self, optimizer: Any, started: float | None) -> None:
+        if os.getpid() != self.pid:
+            return
+        if started is not None:
+            self._acc.optimizer_s += time.monotonic() - started
+        if self.anchor_optimizer is None:
+            self.anchor_optimizer = id(optimizer)
+        if id(optimizer) == self.anchor_optimizer and self._owns("optimizer"):
+            self._boundary()
+
+    def batch_fetched(self, wait_s: float, samples: int | None) -> None:
+        if os.getpid() != self.pid:
+            return
+        if self._owns("dataloader"):
+            # A new batch *starts* a step: its wait belongs to the step it opens.
+            now = time.monotonic()
+            self._close_step(now - wait_s, carry=StepAccumulator(data_wait_s=wait_s, samples=samples))
+        else:
+            self._acc.data_wait_s += wait_s
+            self._acc.add_samples(samples)
+
+    def backward_done(self, loss: Any, elapsed_s: float) -> None:
+        if os.getpid() != self.pid:
+            return
+        self._acc.backward_s += elapsed_s
+        self._acc.loss = loss
+        if self._owns("backward"):
+            self._boundary()
+
+    # boundaries ----------------------------------------------------------------------------
+
+    def _boundary(self) -> None:
+        self._close_step(time.monotonic())
+
+    def _close_step(self, now: float, carry: StepAccumulator | None = None) -> None:
+        if self.done:
+            raise ProbeDone()
+        n = self.boundaries  # this boundary ends step n (step 0 = start-up, never counted)
+        self.boundaries += 1
+        acc = self._acc
+        measured_index = n - 1 - self.warmup
+        record = {
+            "phase": "measure" if measured_index >= 0 else ("warmup" if n > 0 else "startup"),
+            "index": measured_index,
+            "t_start": self._last_t,
+            "t_end": now,
+            "duration_s": now - self._last_t,
+            "data_wait_s": acc.data_wait_s,
+            "optimizer_s": acc.optimizer_s,
+            "backward_s": acc.backward_s,
+            "samples": acc.samples,
+            "profiled": self.profiling,
+            "source": self.source,
+        }
+        self.sink.write(json.dumps(record) + "\n")
+        self.sink.flush()
+        if measured_index >= 0:
+            self.measured.append(record)
+            self.losses.append(acc.loss)
+        self._acc = carry or StepAccumulator()
+        self._last_t = now
+
+        # `self.boundaries` now counts boundaries seen: act on the one that just happened.
+        seen = self.boundaries
+        if self.profiling:
+            if seen == self.warmup + self.steps + 1:
+                self.profiling = False
+            else:
+                self.on_profile_step()
+        elif seen == self.profile_start + 1 and self.profile_start >= 0:
+            self.profiling = True
+            self.on_profile_start()
+        if seen >= self.warmup + self.steps + 1:
+            self.done = True
+            self.on_window_end()
+            raise ProbeDone()
+        if carry is None:
+            self._last_t = time.monotonic()  # keep our own bookkeeping out of the next step
+
+    def loss_values(self) -> list[float | None]:
+        """Measured losses as floats; safe only after the window (it syncs the GPU)."""
+        out = []
+        for loss in self.losses:
+            try:
+                out.append(float(loss.float().mean().item()) if loss is not None else None)
+            except Exception:  # a loss we cannot read is just unknown
+                out.append(None)
+        return out

@@ -1,0 +1,94 @@
+"""The child's view of its environment: versions, device, and the backend flags the script set."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+
+import torch
+
+
+def rank_info() -> dict:
+    """RANK / LOCAL_RANK / WORLD_SIZE as torchrun sets them (None when not distributed)."""
+    def _int(name: str) -> int | None:
+        value = os.environ.get(name)
+        return int(value) if value and value.isdigit() else None
+
+    return {"rank": _int("RANK"), "local_rank": _int("LOCAL_RANK"), "world_size": _int("WORLD_SIZE")}
+
+
+def collect_env(device: str | None) -> dict:
+    """Describe the run; touches CUDA only if the script already initialised it."""
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": device or "cpu",
+        "device_name": platform.processor() or platform.machine(),
+        "device_capability": None,
+        "device_memory_bytes": None,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "bf16_supported": None,
+        **rank_info(),
+    }
+    if device == "cuda" and torch.cuda.is_initialized():
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        env.update(
+            device_name=props.name,
+            device_capability=f"{props.major}.{props.minor}",
+            device_memory_bytes=int(props.total_memory),
+            cudnn=torch.backends.cudnn.version(),
+            bf16_supported=bool(torch.cuda.is_bf16_supported()),
+        )
+    else:
+        env["device_memory_bytes"] = _total_ram()
+        env["bf16_supported"] = _cpu_has_fast_bf16()
+    return env
+
+
+def memory_stats(device: str | None) -> dict:
+    """Peak accelerator memory of the whole run (OOM risk is about the highest point)."""
+    if device == "cuda" and torch.cuda.is_initialized():
+        free, total = torch.cuda.mem_get_info()
+        return {
+            "peak_allocated_bytes": int(torch.cuda.max_memory_allocated()),
+            "peak_reserved_bytes": int(torch.cuda.max_memory_reserved()),
+            "device_total_bytes": int(total),
+            "device_free_bytes": int(free),
+        }
+    return {}
+
+
+def _total_ram() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:
+        return None
+
+
+def _cpu_has_fast_bf16() -> bool:
+    """True when the CPU has native bf16 matmul (AVX512-BF16 / AMX); only then can autocast pay off."""
+    try:
+        caps = torch.backends.cpu.get_cpu_capability()
+    except Exception:
+        return False
+    if sys.platform != "linux":
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return caps.startswith("AVX512") and ("avx512_bf16" in flags or "amx_bf16" in flags)

@@ -1,0 +1,221 @@
+"""Parent side of the probe: spawn the child, sample it, watch progress, enforce the timeout.
+
+The child runs in its own process group, so a crash, hang or OOM in the user's code never
+takes the advisor down, and one ``killpg`` reaps DataLoader workers along with it. Stopping
+is always polite first (SIGINT: the child still writes its trace and ``probe.json``), then
+forceful after a grace period.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from . import files
+from .env import rank_info
+from .sampler import Sampler
+
+GRACE_S = 10.0  # after SIGINT, how long the child may take to export its trace
+
+
+class Progress(Protocol):
+    def update(self, phase: str, done: int, total: int) -> None: ...
+
+
+@dataclass
+class ProbeConfig:
+    script: str
+    args: list[str] = field(default_factory=list)
+    out: Path = Path("advise-report")
+    warmup: int = 5
+    steps: int = 20
+    profile_steps: int = 5
+    timeout_s: float = 600.0
+    sample_interval_s: float = 0.1
+    overrides: dict = field(default_factory=dict)
+
+
+@dataclass
+class ProbeRun:
+    """What the parent saw: the child's own account (`probe`) plus how it ended."""
+
+    status: str  # ok | failed | timeout | no-steps | interrupted
+    exit_code: int | None
+    wall_s: float
+    probe: dict
+    files: files.RunFiles
+    notes: list[str]
+
+
+def rank_suffix() -> str:
+    info = rank_info()
+    return f".rank{info['rank']}" if (info["world_size"] or 1) > 1 else ""
+
+
+def _read_new_lines(path: Path, offset: int) -> tuple[list[dict], int]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = chunk.rfind(b"\n") + 1  # only whole lines; the rest is read next time
+    lines = [json.loads(line) for line in chunk[:end].splitlines() if line.strip()]
+    return lines, offset + end
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_probe(config: ProbeConfig, progress: Progress | None = None) -> ProbeRun:
+    """Run the script under the probe until its window ends, it exits, or time runs out."""
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = files.names(rank_suffix())
+    for name in (names.trace, names.steps_jsonl, names.steps_csv, names.samples_csv, names.probe_json, names.log):
+        (out / name).unlink(missing_ok=True)
+    cfg_path = out / f".probe-config{rank_suffix()}.json"
+    files.write_json_atomic(
+        cfg_path,
+        {
+            "script": config.script,
+            "args": list(config.args),
+            "out": str(out.resolve()),
+            "warmup": config.warmup,
+            "steps": config.steps,
+            "profile_steps": config.profile_steps,
+            "rank_suffix": rank_suffix(),
+            "overrides": config.overrides,
+        },
+    )
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    notes: list[str] = []
+    started = time.monotonic()
+    with open(out / names.log, "wb") as log:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "advisor.probe.bootstrap", str(cfg_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    sampler = Sampler(child.pid, interval_s=config.sample_interval_s)
+    sampler.start()
+    timed_out = interrupted = False
+    offset = 0
+    deadline = started + config.timeout_s
+    stop_sent_at: float | None = None
+    try:
+        while True:
+            try:
+                rc = child.poll()
+                records, offset = _read_new_lines(out / names.steps_jsonl, offset)
+                if progress is not None and records:
+                    last = records[-1]
+                    if last["phase"] == "measure":
+                        progress.update("measure", last["index"] + 1, config.steps)
+                    else:
+                        progress.update("warmup", last["index"] + config.warmup + 1, config.warmup)
+                if rc is not None:
+                    break
+                now = time.monotonic()
+                if stop_sent_at is None and now >= deadline:
+                    timed_out = True
+                    stop_sent_at = now
+                    _kill_group(child.pid, signal.SIGINT)
+                elif stop_sent_at is not None and now - stop_sent_at > GRACE_S:
+                    _kill_group(child.pid, signal.SIGKILL)
+                time.sleep(0.05)
+            except KeyboardInterrupt:
+                if interrupted:  # a second Ctrl-C: stop waiting for a clean exit
+                    _kill_group(child.pid, signal.SIGKILL)
+                else:
+                    interrupted = True
+                    stop_sent_at = time.monotonic()
+                    _kill_group(child.pid, signal.SIGINT)
+    finally:
+        if child.poll() is None:
+            _kill_group(child.pid, signal.SIGKILL)
+        child.wait()
+        _kill_group(child.pid, signal.SIGKILL)  # orphaned DataLoader workers share the group
+        sampler.stop()
+        notes.extend(sampler.notes)
+        sampler.write_csv(out / names.samples_csv)
+        cfg_path.unlink(missing_ok=True)
+    wall_s = time.monotonic() - started
+
+    probe = _load_probe(out / names.probe_json)
+    records, _ = _read_new_lines(out / names.steps_jsonl, 0)
+    measured = [r for r in records if r["phase"] == "measure"]
+    # A child killed at the deadline never wrote probe.json: its step lines still tell.
+    probe.setdefault("boundaries", len(records))
+    probe.setdefault("measured_steps", len(measured))
+    probe.setdefault("step_source", records[-1]["source"] if records else None)
+    _write_steps_csv(out / names.steps_csv, measured, probe.get("losses") or [])
+    (out / names.steps_jsonl).unlink(missing_ok=True)
+
+    status = _status(probe, child.returncode, timed_out, interrupted, config.timeout_s)
+    return ProbeRun(status=status, exit_code=child.returncode, wall_s=wall_s, probe=probe, files=names, notes=notes)
+
+
+def _load_probe(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_steps_csv(path: Path, records: list[dict], losses: list) -> None:
+    import pandas as pd
+
+    columns = ["index", "t_start", "t_end", "duration_s", "data_wait_s", "optimizer_s", "backward_s", "samples", "profiled", "source", "loss"]
+    frame = pd.DataFrame(records, columns=[c for c in columns if c != "loss"])
+    frame["loss"] = [losses[i] if i < len(losses) else None for i in range(len(frame))]
+    files.write_text_atomic(path, frame[columns].to_csv(index=False))
+
+
+def _status(probe: dict, returncode: int | None, timed_out: bool, interrupted: bool, timeout_s: float) -> str:
+    measured = probe.get("measured_steps", 0)
+    if timed_out:
+        seen = "" if probe.get("boundaries") else " with no training step seen (call advisor.step() in a loop the probe cannot see)"
+        probe["error"] = f"timed out after {timeout_s:g} s{seen}"
+        return "timeout"
+    if interrupted:
+        probe["error"] = "interrupted (Ctrl-C)"
+        return "interrupted"
+    child_status = probe.get("status")
+    if child_status is None:  # died without a word: a signal (OOM killer, segfault)
+        sig = -returncode if returncode and returncode < 0 else None
+        probe["error"] = f"the script's process was killed by signal {signal.Signals(sig).name}" if sig else f"the script's process exited with status {returncode} before writing its results"
+        return "failed"
+    if child_status == "failed":
+        return "failed"
+    if child_status == "interrupted":
+        probe["error"] = probe.get("error") or "interrupted"
+        return "interrupted"
+    if measured == 0:
+        boundaries = probe.get("boundaries", 0)
+        if boundaries:
+            probe["error"] = (
+                f"the script ended after {max(0, boundaries - 1)} steps, before the warm-up finished; "
+                "lower --warmup or let it run longer"
+            )
+        else:
+            probe["error"] = (
+                "no training steps seen: no torch.optim optimizer stepped, no DataLoader batch and no "
+                "backward() ran; call advisor.step() at the end of each iteration"
+            )
+        return "no-steps"
+    return "ok"

@@ -1,0 +1,144 @@
+"""The Profile: the one object every later stage (rules, experiments, reports) reads.
+
+Built from a probe's run dir (:meth:`Profile.from_run_dir`) or from any Kineto trace a user
+already has (:meth:`Profile.from_trace`), so GPU rules are tested on recorded GPU traces.
+
+Frames (pandas; times in seconds unless the column says ``_us``):
+
+- ``steps``: one row per measured step: ``index``, ``duration_s``, ``data_wait_s`` (time in
+  DataLoader ``__next__``), ``optimizer_s`` (host time in ``optimizer.step``), ``backward_s``
+  (host time in ``backward()``), ``samples`` (batch size; NaN when unknown), ``profiled``
+  (the step ran under torch.profiler, so its time is inflated), ``loss`` (NaN when unseen).
+  From a trace alone: one row per ``ProfilerStep#N`` with ``gpu_busy_s`` too.
+- ``ops``, ``kernels``, ``memcpy``, ``runtime``, ``annotations``, ``python``, ``memory``,
+  ``trace_steps``: the trace's frames (see :mod:`advisor.trace`); empty without a trace.
+- ``samples``: the parent's sampler ticks (see :mod:`advisor.probe.sampler`).
+
+Plain dicts: ``env`` (python, torch, cuda, device, device_name, device_capability,
+device_memory_bytes, cpu_count, backend flags, rank...), ``observed`` (optimizers and
+DataLoaders the script built), ``memory`` (peak accelerator memory), ``meta`` (step source,
+trace path, probe status).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from .probe import files
+from .trace import TraceError, TraceFrames, load_trace
+
+
+@dataclass
+class Profile:
+    steps: pd.DataFrame
+    trace: TraceFrames | None = None
+    samples: pd.DataFrame = field(default_factory=pd.DataFrame)
+    env: dict = field(default_factory=dict)
+    observed: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    # trace frames, empty when the run has no trace ---------------------------------------
+    def _frame(self, name: str) -> pd.DataFrame:
+        return getattr(self.trace if self.trace is not None else TraceFrames.empty(), name)
+
+    ops = property(lambda self: self._frame("ops"))
+    kernels = property(lambda self: self._frame("kernels"))
+    memcpy = property(lambda self: self._frame("memcpy"))
+    runtime = property(lambda self: self._frame("runtime"))
+    annotations = property(lambda self: self._frame("annotations"))
+    python = property(lambda self: self._frame("python"))
+    memory_events = property(lambda self: self._frame("memory"))
+    trace_steps = property(lambda self: self._frame("steps"))
+
+    @property
+    def device(self) -> str:
+        return self.env.get("device") or "cpu"
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.device == "cuda" or (self.trace is not None and bool(self.trace.meta.get("has_gpu")))
+
+    # constructors ------------------------------------------------------------------------
+    @classmethod
+    def from_run_dir(cls, run_dir: str | Path, rank_suffix: str = "") -> "Profile":
+        """Load what the probe left in `run_dir`; a missing or broken trace is noted, not fatal."""
+        run_dir = Path(run_dir)
+        names = files.names(rank_suffix)
+        probe = _read_json(run_dir / names.probe_json)
+        steps = _read_csv(run_dir / names.steps_csv)
+        samples = _read_csv(run_dir / names.samples_csv)
+        trace, notes = None, []
+        if (run_dir / names.trace).exists():
+            try:
+                trace = load_trace(run_dir / names.trace)
+            except TraceError as exc:
+                notes.append(f"trace not loaded: {exc}")
+        return cls(
+            steps=steps,
+            trace=trace,
+            samples=samples,
+            env=probe.get("env") or {},
+            observed=probe.get("observed") or {},
+            memory=probe.get("memory") or {},
+            meta={
+                "source": "probe",
+                "step_source": probe.get("step_source"),
+                "trace": names.trace if trace is not None else None,
+                "notes": notes,
+            },
+        )
+
+    @classmethod
+    def from_trace(cls, path: str | Path) -> "Profile":
+        """A Profile from a Kineto trace alone: steps from its ``ProfilerStep#N`` spans."""
+        trace = load_trace(path)
+        ts = trace.steps
+        steps = pd.DataFrame(
+            {
+                "index": ts["index"].astype(int),
+                "duration_s": ts["dur_us"] / 1e6,
+                "data_wait_s": ts["data_wait_us"] / 1e6,
+                "optimizer_s": ts["optimizer_us"] / 1e6,
+                "backward_s": float("nan"),
+                "samples": float("nan"),
+                "profiled": True,
+                "loss": float("nan"),
+                "gpu_busy_s": ts["gpu_busy_us"] / 1e6,
+            }
+        )
+        return cls(steps=steps, trace=trace, env=env_from_trace(trace), meta={"source": "trace", "step_source": "ProfilerStep" if len(ts) else None, "trace": str(path), "notes": []})
+
+
+def env_from_trace(trace: TraceFrames) -> dict:
+    """What a trace says about its machine: deviceProperties and distributedInfo."""
+    props = trace.meta.get("device_properties") or []
+    first = props[0] if props else {}
+    env = {
+        "device": "cuda" if trace.meta.get("has_gpu") else "cpu",
+        "device_name": first.get("name"),
+        "device_capability": f"{first['computeMajor']}.{first['computeMinor']}" if "computeMajor" in first else None,
+        "device_memory_bytes": first.get("totalGlobalMem"),
+        "device_count": len(props) or None,
+        "rank": trace.meta.get("rank"),
+        "world_size": trace.meta.get("world_size"),
+    }
+    return env
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.EmptyDataError):
+        return pd.DataFrame()

@@ -1,0 +1,1 @@
+"""Renderers of the report dict (installed as ``advisor.reports``): terminal, and more to come."""

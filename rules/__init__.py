@@ -1,0 +1,1 @@
+"""Bottleneck rules, one per module (installed as ``advisor.rules``)."""
