@@ -85,7 +85,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None) -> ProbeRun
     names = files.names(rank_suffix())
     for name in (names.trace, names.steps_jsonl, names.steps_csv, names.samples_csv, names.probe_json, names.log):
         (out / name).unlink(missing_ok=True)
-    cfg_path = out / f".probe-config{rank_suffix()}.json"
+    cfg_path = out.resolve() / f".probe-config{rank_suffix()}.json"
     files.write_json_atomic(
         cfg_path,
         {

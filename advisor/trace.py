@@ -1,0 +1,1021 @@
+"""Load a PyTorch profiler (Kineto) Chrome trace into pandas DataFrames.
+
+``load_trace(path)`` reads a ``.json`` or ``.json.gz`` file written by
+``torch.profiler`` (any Kineto version seen in the wild: the 2021 layout with
+categories ``Operator``/``Runtime``/``Kernel``/``Memcpy``/``Memset`` and the
+current one with ``cpu_op``/``cuda_runtime``/``cuda_driver``/``kernel``/
+``gpu_memcpy``/``gpu_memset``/``user_annotation``/``gpu_user_annotation``/
+``python_function``/``cpu_instant_event``; CUDA and ROCm/HIP naming) and
+returns a :class:`TraceFrames`.  The events are walked once in Python and
+bucketed by category; every frame is then built once from column arrays.
+
+All times are **microseconds** on the trace's own clock (Kineto writes ``ts``
+and ``dur`` in us whatever ``displayTimeUnit`` says; that key only affects how
+viewers print numbers), in columns suffixed ``_us``.  ``step`` columns hold the
+``N`` of the CPU ``ProfilerStep#N`` range that contains the event (-1: none).
+Every frame always has all of its columns, even when empty.  Frames are sorted
+by ``ts_us`` (``ops`` by ``ts_us`` then longest first, so parents precede
+children) with a fresh ``RangeIndex``.
+
+ops -- CPU operators (cat ``cpu_op`` / ``Operator``).  ``record_function``
+ranges are not operators: in old traces, ``Operator`` events named
+``ProfilerStep#``, ``enumerate(DataLoader)``, ``Optimizer.step#``,
+``Optimizer.zero_grad#`` or ``## ...`` are moved to ``annotations``.
+
+    name (str), ts_us, dur_us, end_us (float, us),
+    self_us (float, us): dur minus the durations of direct child ops on the
+        same pid/tid (clipped at 0),
+    depth (int): nesting level among ops on its thread, 0 = top level,
+    pid, tid (int), external_id (Int64, args "External id"; links kernels),
+    input_dims, input_types (object: list from args "Input Dims" /
+        "Input type", or None when shapes were not recorded),
+    flops (float): args "flops" when the profiler wrote it (with_flops=True),
+        else estimated for GEMMs and convolutions (see below); NaN otherwise,
+    step (int).
+
+    FLOP estimates (multiply-add = 2 FLOPs):
+      aten::mm [M,K]x[K,N] and aten::addmm (bias ignored): 2*M*N*K;
+      aten::bmm / aten::baddbmm [B,M,K]x[B,K,N]: 2*B*M*N*K;
+      aten::conv{1,2,3}d, aten::convolution, aten::_convolution,
+      aten::cudnn_convolution, aten::miopen_convolution,
+      aten::mkldnn_convolution: 2 * N * Cout * prod(out spatial) *
+      (Cin/groups) * prod(kernel) (= 2 * N * prod(out spatial) * prod(weight
+      dims)); the output size comes from stride/padding/dilation in args
+      "Concrete Inputs" (torch >= 2.0).  Older traces lack those, so the
+      output spatial size is *approximated as equal to the input's* ('same'
+      padding, stride 1): strided convs are then overestimated (4x for
+      stride 2).  Transposed convs use the input spatial size.
+      aten::convolution_backward / aten::cudnn_convolution_backward: the
+      forward cost once per requested gradient (input, weight; output_mask
+      from "Concrete Inputs", both assumed when unknown).
+    No FLOPs are attributed to aten::matmul / aten::linear: they always
+    decompose into mm/addmm/bmm children in the profile, which carry them.
+    More generally an op whose ancestor op already carries FLOPs gets NaN
+    (e.g. aten::convolution under aten::conv2d), so ``ops.flops.sum()`` counts
+    each GEMM/conv once.
+
+kernels -- GPU kernels (cat ``kernel`` / ``Kernel``).
+
+    name (str), ts_us, dur_us, end_us (float, us), device, stream (int, -1 if
+    unknown), correlation (Int64; matches the launching ``runtime`` row),
+    step (int: the step of the launching runtime call when the correlation
+    matches one, because a kernel belongs to the step that launched it even
+    if it runs later; else the step containing the kernel's start),
+    grid, block (object: [x, y, z] list or None),
+    registers_per_thread (float, NaN if absent).
+
+memcpy -- GPU copies *and* memsets (cats ``gpu_memcpy``/``Memcpy``/
+``gpu_memset``/``Memset``).
+
+    name (str), kind (str: "HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "Memset",
+    "other"), src, dst (str: "Pageable", "Pinned", "Device", "Managed", or ""
+    when unknown; "Host" in ROCm names is "" because it does not say
+    pageable/pinned), bytes (float, NaN if absent), ts_us, dur_us, end_us
+    (float, us), device, stream (int), correlation (Int64), step (int, as for
+    kernels).
+
+runtime -- CUDA/HIP runtime and driver API calls on CPU threads (cats
+``cuda_runtime`` / ``Runtime`` / ``cuda_driver``: cudaLaunchKernel,
+cudaMemcpyAsync, cudaStreamSynchronize, cuLaunchKernel, hipLaunchKernel, ...).
+
+    name (str), ts_us, dur_us, end_us (float, us), pid, tid (int),
+    correlation (Int64), step (int, by start time).
+
+annotations -- ``record_function`` ranges (cats ``user_annotation`` and
+``gpu_user_annotation``; old-layout ranges get cat ``user_annotation``):
+ProfilerStep#N, enumerate(DataLoader)#..., Optimizer.step#..., custom ranges.
+
+    name (str), cat (str), ts_us, dur_us, end_us (float, us), pid, tid (int),
+    step (int, by start time).
+
+python -- ``python_function`` events (with_stack=True); may be empty.
+
+    name (str), ts_us, dur_us, end_us (float, us), pid, tid (int), step (int).
+
+memory -- ``[memory]`` instant events (profile_memory=True); may be empty.
+
+    ts_us (float, us), bytes (float: allocation size, negative = free),
+    total_allocated, total_reserved (float bytes, NaN in old traces),
+    device_type (int: 0 = CPU, 1 = CUDA), device_id (int, -1 = CPU).
+
+steps -- one row per CPU ``ProfilerStep#N`` annotation (GPU copies ignored;
+a duplicated N keeps the longer range), sorted by index.
+
+    index (int N), ts_us, dur_us, end_us (float, us),
+    data_wait_us (float, us): union of ``enumerate(DataLoader)*`` ranges
+        (ops or annotations) inside the step,
+    optimizer_us (float, us): union of ``Optimizer.step*`` ranges inside it,
+    gpu_busy_us (float, us): union of kernel/memcpy/memset intervals of all
+        devices clipped to the step span (0 without GPU),
+    kernel_us (float, us): sum of durations of kernels assigned to the step,
+    n_kernels (int).
+
+meta -- dict: device_properties (list of dicts), distributed (dict),
+rank, world_size (int or None), display_time_unit (str or None),
+base_time_ns (int or None), trace_span_us (float: last end minus first start
+over ops/kernels/memcpy/runtime/annotations/python, 0 if none), n_events (int,
+length of traceEvents), has_gpu (bool: any kernel, memcpy or memset),
+source (str path).
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import math
+import os
+import re
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+try:  # optional speed-up; never required
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on environment
+    _orjson = None
+
+__all__ = ["TraceFrames", "TraceError", "load_trace", "interval_union_us"]
+
+
+class TraceError(ValueError):
+    """The file is missing, unreadable, or not a Kineto Chrome trace."""
+
+
+@dataclass
+class TraceFrames:
+    """All frames from one trace; times in microseconds on the trace's own clock."""
+
+    ops: pd.DataFrame
+    kernels: pd.DataFrame
+    memcpy: pd.DataFrame
+    runtime: pd.DataFrame
+    annotations: pd.DataFrame
+    python: pd.DataFrame
+    memory: pd.DataFrame
+    steps: pd.DataFrame
+    meta: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------
+# Frame schemas (column -> dtype) so that empty frames look like full ones.
+
+_STR = "str"
+_OPS_COLS = {
+    "name": _STR, "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
+    "self_us": "float64", "depth": "int64", "pid": "int64", "tid": "int64",
+    "external_id": "Int64", "input_dims": "object", "input_types": "object",
+    "flops": "float64", "step": "int64",
+}
+_KERNEL_COLS = {
+    "name": _STR, "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
+    "device": "int64", "stream": "int64", "correlation": "Int64", "step": "int64",
+    "grid": "object", "block": "object", "registers_per_thread": "float64",
+}
+_MEMCPY_COLS = {
+    "name": _STR, "kind": _STR, "src": _STR, "dst": _STR, "bytes": "float64",
+    "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
+    "device": "int64", "stream": "int64", "correlation": "Int64", "step": "int64",
+}
+_RUNTIME_COLS = {
+    "name": _STR, "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
+    "pid": "int64", "tid": "int64", "correlation": "Int64", "step": "int64",
+}
+_ANN_COLS = {
+    "name": _STR, "cat": _STR, "ts_us": "float64", "dur_us": "float64",
+    "end_us": "float64", "pid": "int64", "tid": "int64", "step": "int64",
+}
+_PY_COLS = {
+    "name": _STR, "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
+    "pid": "int64", "tid": "int64", "step": "int64",
+}
+_MEM_COLS = {
+    "ts_us": "float64", "bytes": "float64", "total_allocated": "float64",
+    "total_reserved": "float64", "device_type": "int64", "device_id": "int64",
+}
+_STEP_COLS = {
+    "index": "int64", "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
+    "data_wait_us": "float64", "optimizer_us": "float64", "gpu_busy_us": "float64",
+    "kernel_us": "float64", "n_kernels": "int64",
+}
+
+# Category -> bucket.  Unknown categories (flows, Trace, cuda_sync, ...) are dropped.
+_CAT_BUCKET = {
+    "cpu_op": "ops", "Operator": "ops",
+    "user_annotation": "ann", "gpu_user_annotation": "ann",
+    "kernel": "kernels", "Kernel": "kernels",
+    "gpu_memcpy": "memcpy", "Memcpy": "memcpy",
+    "gpu_memset": "memset", "Memset": "memset",
+    "cuda_runtime": "runtime", "Runtime": "runtime", "cuda_driver": "runtime",
+    "python_function": "python",
+    "cpu_instant_event": "instant", None: "instant",  # old traces: [memory] has no cat
+}
+
+# record_function ranges that the 2021 layout files under "Operator".
+_RECORD_FUNCTION_PREFIXES = (
+    "ProfilerStep#", "enumerate(DataLoader)", "Optimizer.step", "Optimizer.zero_grad", "##",
+)
+_DATALOADER_PREFIX = "enumerate(DataLoader)"
+_OPTIMIZER_PREFIX = "Optimizer.step"
+_STEP_PREFIX = "ProfilerStep#"
+
+_EMPTY: dict = {}
+_NAN = float("nan")
+
+
+# --------------------------------------------------------------------------
+# Public helpers
+
+
+def interval_union_us(starts, ends) -> float:
+    """Total length covered by the union of [start, end) intervals (us).
+
+    Overlapping work (several streams, nested ranges) must be counted once
+    when asking "how long was the GPU / dataloader busy".
+    """
+    ms, me = _merge_intervals(starts, ends)
+    return float((me - ms).sum()) if len(ms) else 0.0
+
+
+def load_trace(path: str | os.PathLike) -> TraceFrames:
+    """Parse a Kineto trace (``.json`` / ``.json.gz``) into :class:`TraceFrames`.
+
+    Raises :class:`TraceError` with a one-line message when the file is
+    missing, not (complete) JSON / gzip, or has no ``traceEvents`` list.
+    """
+    src = os.fspath(path)
+    # json.loads and the bucketing create ~10 containers per event; the cyclic
+    # GC would rescan them over and over (about a third of the load time on
+    # big traces).  Nothing here creates reference cycles.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _load(src)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _load(src: str) -> TraceFrames:
+    doc = _read_json(src)
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceError(f"{src}: not a Kineto trace (no 'traceEvents' list)")
+    events = doc["traceEvents"]
+
+    b = _bucket(events)
+
+    # Old layout: record_function ranges are "Operator" events; move them.
+    op_evs = b["ops"]
+    ann_evs = b["ann"]
+    rec = [e for e in op_evs if e["name"].startswith(_RECORD_FUNCTION_PREFIXES)]
+    if rec:
+        rec_ids = {id(e) for e in rec}
+        op_evs = [e for e in op_evs if id(e) not in rec_ids]
+    annotations = _build_annotations(ann_evs, rec)
+
+    steps_span = _step_spans(annotations)
+    s_ts = steps_span["ts_us"].to_numpy()
+    s_end = steps_span["end_us"].to_numpy()
+    s_idx = steps_span["index"].to_numpy()
+
+    def assign(ts):
+        return _assign_step(ts, s_ts, s_end, s_idx)
+
+    annotations["step"] = assign(annotations["ts_us"].to_numpy())
+    ops = _build_ops(op_evs, assign)
+    runtime = _build_runtime(b["runtime"], assign)
+    kernels = _build_kernels(b["kernels"], assign, runtime)
+    memcpy = _build_memcpy(b["memcpy"], b["memset"], assign, runtime)
+    python = _build_python(b["python"], assign)
+    memory = _build_memory(b["instant"])
+    steps = _build_steps(steps_span, ops, annotations, kernels, memcpy)
+
+    starts = [f["ts_us"].min() for f in (ops, kernels, memcpy, runtime, annotations, python) if len(f)]
+    ends = [f["end_us"].max() for f in (ops, kernels, memcpy, runtime, annotations, python) if len(f)]
+    dist = doc.get("distributedInfo")
+    dist = dist if isinstance(dist, dict) else {}
+    props = doc.get("deviceProperties")
+    meta = {
+        "device_properties": props if isinstance(props, list) else [],
+        "distributed": dist,
+        "rank": _opt_int(dist.get("rank")),
+        "world_size": _opt_int(dist.get("world_size")),
+        "display_time_unit": doc.get("displayTimeUnit"),
+        "base_time_ns": _opt_int(doc.get("baseTimeNanoseconds")),
+        "trace_span_us": float(max(ends) - min(starts)) if starts else 0.0,
+        "n_events": len(events),
+        "has_gpu": bool(len(kernels) or len(memcpy)),
+        "source": src,
+    }
+    return TraceFrames(ops=ops, kernels=kernels, memcpy=memcpy, runtime=runtime,
+                       annotations=annotations, python=python, memory=memory,
+                       steps=steps, meta=meta)
+
+
+# --------------------------------------------------------------------------
+# Reading
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _read_json(src: str):
+    if not os.path.exists(src):
+        raise TraceError(f"trace file not found: {src}")
+    if os.path.isdir(src):
+        raise TraceError(f"trace path is a directory, not a file: {src}")
+    try:
+        with open(src, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise TraceError(f"{src}: cannot read ({_one_line(exc)})") from None
+    if raw[:2] == b"\x1f\x8b":  # gzip magic; do not trust the extension
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise TraceError(f"{src}: truncated or corrupt gzip ({_one_line(exc)})") from None
+    if not raw[:4096].strip():
+        raise TraceError(f"{src}: empty file, not JSON")
+    if _orjson is not None:
+        try:
+            return _orjson.loads(raw)
+        except Exception:  # NaN/Infinity or odd bytes: let the stdlib decide
+            pass
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        # Stack strings occasionally hold invalid UTF-8; keep the trace.
+        try:
+            return json.loads(raw.decode("utf-8", "replace"))
+        except ValueError as exc:
+            raise TraceError(f"{src}: not valid JSON ({_one_line(exc)})") from None
+    except (ValueError, RecursionError) as exc:
+        raise TraceError(f"{src}: not valid JSON ({_one_line(exc)})") from None
+
+
+def _bucket(events: list) -> dict:
+    """The single pass over all events: route each by category."""
+    buckets = {name: [] for name in set(_CAT_BUCKET.values())}
+    appenders = {cat: buckets[name].append for cat, name in _CAT_BUCKET.items()}
+    get = appenders.get
+    try:
+        for e in events:
+            a = get(e.get("cat"))
+            if a is not None:
+                a(e)
+    except (AttributeError, TypeError):  # non-dict entries or unhashable cat
+        buckets = {name: [] for name in buckets}
+        for e in events:
+            if isinstance(e, dict):
+                cat = e.get("cat")
+                if cat is None or isinstance(cat, str):
+                    name = _CAT_BUCKET.get(cat)
+                    if name is not None:
+                        buckets[name].append(e)
+    return buckets
+
+
+def _valid_x(e) -> bool:
+    return (e.get("ph", "X") == "X" and isinstance(e.get("name"), str)
+            and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float)))
+
+
+def _x_base(evs: list):
+    """name, ts, dur, args for complete ('X') events; drops malformed ones."""
+    try:
+        names = [e["name"] for e in evs]
+        ts = np.array([e["ts"] for e in evs], dtype=np.float64)
+        dur = np.array([e["dur"] for e in evs], dtype=np.float64)
+        if names and not (isinstance(names[0], str) and all(map(str.__instancecheck__, names))):
+            raise TypeError
+    except (KeyError, TypeError, ValueError):
+        evs = [e for e in evs if _valid_x(e)]
+        names = [e["name"] for e in evs]
+        ts = np.array([e["ts"] for e in evs], dtype=np.float64)
+        dur = np.array([e["dur"] for e in evs], dtype=np.float64)
+    np.maximum(dur, 0.0, out=dur)  # a negative duration is a clock glitch
+    args = [e.get("args") or _EMPTY for e in evs]
+    if args and not all(map(dict.__instancecheck__, args)):
+        args = [a if isinstance(a, dict) else _EMPTY for a in args]
+    return evs, names, ts, dur, args
+
+
+_INT_RE = re.compile(r"-?\d+")
+
+
+def _to_int_ids(values: list, default: int = -1) -> np.ndarray:
+    """pid/tid/device/stream ids -> int64; strings like '25738' or 'stream 7' parsed."""
+    if not values:
+        return np.zeros(0, dtype=np.int64)
+    try:
+        return np.array(values, dtype=np.int64)
+    except (ValueError, TypeError, OverflowError):
+        pass
+    cache: dict = {}
+    out = np.empty(len(values), dtype=np.int64)
+    for i, v in enumerate(values):
+        if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            out[i] = v
+            continue
+        r = cache.get(v)
+        if r is None:
+            m = _INT_RE.search(v) if isinstance(v, str) else None
+            r = int(m.group()) if m else default
+            cache[v] = r
+        out[i] = r
+    return out
+
+
+def _nullable_int(values: list) -> pd.arrays.IntegerArray:
+    n = len(values)
+    if n == 0:
+        return pd.array([], dtype="Int64")
+    try:
+        if None not in values:
+            return pd.arrays.IntegerArray(np.array(values, dtype=np.int64), np.zeros(n, dtype=bool))
+        mask = np.fromiter((v is None for v in values), dtype=bool, count=n)
+        vals = np.array([0 if v is None else v for v in values], dtype=np.int64)
+        return pd.arrays.IntegerArray(vals, mask)
+    except (ValueError, TypeError, OverflowError):
+        out = []
+        for v in values:
+            try:
+                out.append(int(v))
+            except (ValueError, TypeError, OverflowError):
+                out.append(None)
+        return pd.array(out, dtype="Int64")
+
+
+def _frame(cols: dict, schema: dict, order: np.ndarray | None = None) -> pd.DataFrame:
+    """Build a frame with exactly the schema's columns, optionally reordered."""
+    data = {}
+    for c, dt in schema.items():
+        v = cols.get(c)
+        if v is None:
+            data[c] = pd.Series([], dtype=dt)
+            continue
+        if order is not None:
+            if isinstance(v, list):
+                v = [v[i] for i in order.tolist()]
+            else:
+                v = v[order]
+        if dt == "object":
+            s = pd.Series(v, dtype=object) if len(v) else pd.Series([], dtype=object)
+        elif dt == _STR:
+            s = pd.Series(v, dtype=_STR) if len(v) else pd.Series([], dtype=_STR)
+        else:
+            s = pd.Series(v, dtype=dt)
+        data[c] = s.reset_index(drop=True) if order is not None else s
+    return pd.DataFrame(data)
+
+
+def _empty(schema: dict) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([], dtype=dt) for c, dt in schema.items()})
+
+
+def _opt_int(v):
+    try:
+        return None if v is None else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------
+# Steps and intervals
+
+
+def _merge_intervals(starts, ends):
+    """Sorted, disjoint (start, end) arrays covering the union of the inputs."""
+    s = np.asarray(starts, dtype=np.float64).ravel()
+    e = np.asarray(ends, dtype=np.float64).ravel()
+    ok = ~(np.isnan(s) | np.isnan(e))
+    if not ok.all():
+        s, e = s[ok], e[ok]
+    if s.size == 0:
+        return s, e
+    e = np.maximum(e, s)
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, s.size - 1)
+    return s[first], run_end[last]
+
+
+def _window_coverage(ms, me, lo, hi) -> np.ndarray:
+    """For each window [lo, hi], the length of merged intervals inside it."""
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    if ms.size == 0 or lo.size == 0:
+        return np.zeros(lo.size, dtype=np.float64)
+    cum = np.concatenate(([0.0], np.cumsum(me - ms)))
+    i0 = np.searchsorted(me, lo, side="right")  # first interval ending after lo
+    i1 = np.searchsorted(ms, hi, side="left")  # intervals [0, i1) start before hi
+    total = cum[np.maximum(i1, i0)] - cum[i0]
+    has = i1 > i0
+    j0 = np.minimum(i0, ms.size - 1)
+    j1 = np.clip(i1 - 1, 0, ms.size - 1)
+    total -= np.where(has, np.clip(lo - ms[j0], 0.0, None), 0.0)
+    total -= np.where(has, np.clip(me[j1] - hi, 0.0, None), 0.0)
+    return np.clip(total, 0.0, None)
+
+
+def _assign_step(ts: np.ndarray, s_ts: np.ndarray, s_end: np.ndarray, s_idx: np.ndarray) -> np.ndarray:
+    """Index of the step whose [ts, end) contains each time, else -1 (s_* sorted by ts)."""
+    out = np.full(len(ts), -1, dtype=np.int64)
+    if len(s_ts) == 0 or len(ts) == 0:
+        return out
+    pos = np.searchsorted(s_ts, ts, side="right") - 1
+    ok = pos >= 0
+    p = np.where(ok, pos, 0)
+    ok &= ts < s_end[p]
+    out[ok] = s_idx[p[ok]]
+    return out
+
+
+def _step_spans(ann: pd.DataFrame) -> pd.DataFrame:
+    """CPU ProfilerStep#N ranges, one per N (longest kept), sorted by ts."""
+    cols = ["index", "ts_us", "dur_us", "end_us"]
+    if ann.empty:
+        return pd.DataFrame({c: pd.Series([], dtype=_STEP_COLS[c]) for c in cols})
+    m = (ann["cat"] == "user_annotation") & ann["name"].str.startswith(_STEP_PREFIX)
+    st = ann.loc[m, ["name", "ts_us", "dur_us", "end_us"]]
+    idx = pd.to_numeric(st["name"].str.slice(len(_STEP_PREFIX)).str.strip(), errors="coerce")
+    st = st.assign(index=idx).dropna(subset=["index"])
+    st = st.sort_values(["index", "dur_us"], ascending=[True, False]).drop_duplicates("index")
+    st = st.sort_values("ts_us", kind="stable")
+    out = pd.DataFrame({
+        "index": st["index"].to_numpy(dtype=np.int64),
+        "ts_us": st["ts_us"].to_numpy(dtype=np.float64),
+        "dur_us": st["dur_us"].to_numpy(dtype=np.float64),
+        "end_us": st["end_us"].to_numpy(dtype=np.float64),
+    })
+    return out
+
+
+def _name_prefix_mask(names: pd.Series, prefix: str) -> np.ndarray:
+    """names.str.startswith(prefix), via the few distinct names (much faster)."""
+    uniq = pd.unique(names.to_numpy(dtype=object))
+    hits = [u for u in uniq.tolist() if isinstance(u, str) and u.startswith(prefix)]
+    if not hits:
+        return np.zeros(len(names), dtype=bool)
+    return names.isin(hits).to_numpy(dtype=bool)
+
+
+def _build_steps(span, ops, ann, kernels, memcpy) -> pd.DataFrame:
+    if span.empty:
+        return _empty(_STEP_COLS)
+    lo = span["ts_us"].to_numpy()
+    hi = span["end_us"].to_numpy()
+
+    def coverage(prefix):
+        parts_s, parts_e = [], []
+        for f in (ops, ann):
+            if len(f):
+                m = _name_prefix_mask(f["name"], prefix)
+                if m.any():
+                    parts_s.append(f["ts_us"].to_numpy()[m])
+                    parts_e.append(f["end_us"].to_numpy()[m])
+        if not parts_s:
+            return np.zeros(len(lo))
+        return _window_coverage(*_merge_intervals(np.concatenate(parts_s), np.concatenate(parts_e)), lo, hi)
+
+    gs = np.concatenate([kernels["ts_us"].to_numpy(), memcpy["ts_us"].to_numpy()])
+    ge = np.concatenate([kernels["end_us"].to_numpy(), memcpy["end_us"].to_numpy()])
+    gpu = _window_coverage(*_merge_intervals(gs, ge), lo, hi)
+
+    idx = span["index"].to_numpy()
+    kstep = kernels["step"].to_numpy()
+    kdur = kernels["dur_us"].to_numpy()
+    pos = {int(v): i for i, v in enumerate(idx.tolist())}
+    kernel_us = np.zeros(len(idx))
+    n_k = np.zeros(len(idx), dtype=np.int64)
+    if len(kstep):
+        ks = pd.Series(kdur).groupby(kstep).agg(["sum", "count"])
+        for s, row_sum, row_cnt in zip(ks.index.tolist(), ks["sum"].tolist(), ks["count"].tolist()):
+            i = pos.get(int(s))
+            if i is not None:
+                kernel_us[i] = row_sum
+                n_k[i] = row_cnt
+
+    out = pd.DataFrame({
+        "index": idx.astype(np.int64),
+        "ts_us": lo, "dur_us": span["dur_us"].to_numpy(), "end_us": hi,
+        "data_wait_us": coverage(_DATALOADER_PREFIX),
+        "optimizer_us": coverage(_OPTIMIZER_PREFIX),
+        "gpu_busy_us": gpu,
+        "kernel_us": kernel_us,
+        "n_kernels": n_k,
+    })
+    return out.sort_values("index", kind="stable").reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------
+# Frame builders
+
+
+def _ts_order(ts: np.ndarray, dur: np.ndarray | None = None) -> np.ndarray:
+    if dur is None:
+        return np.argsort(ts, kind="stable")
+    return np.lexsort((-dur, ts))
+
+
+def _build_annotations(ann_evs: list, rec_evs: list) -> pd.DataFrame:
+    evs = ann_evs + rec_evs
+    if not evs:
+        return _empty(_ANN_COLS)
+    evs, names, ts, dur, _ = _x_base(evs)
+    if not evs:
+        return _empty(_ANN_COLS)
+    cats = [e.get("cat") for e in evs]
+    cats = [c if c in ("user_annotation", "gpu_user_annotation") else "user_annotation" for c in cats]
+    cols = {
+        "name": names, "cat": cats, "ts_us": ts, "dur_us": dur, "end_us": ts + dur,
+        "pid": _to_int_ids([e.get("pid") for e in evs]),
+        "tid": _to_int_ids([e.get("tid") for e in evs]),
+        "step": np.full(len(evs), -1, dtype=np.int64),
+    }
+    return _frame(cols, _ANN_COLS, _ts_order(ts))
+
+
+def _build_runtime(evs: list, assign) -> pd.DataFrame:
+    if not evs:
+        return _empty(_RUNTIME_COLS)
+    evs, names, ts, dur, args = _x_base(evs)
+    if not evs:
+        return _empty(_RUNTIME_COLS)
+    cols = {
+        "name": names, "ts_us": ts, "dur_us": dur, "end_us": ts + dur,
+        "pid": _to_int_ids([e.get("pid") for e in evs]),
+        "tid": _to_int_ids([e.get("tid") for e in evs]),
+        "correlation": _nullable_int([a.get("correlation") for a in args]),
+        "step": assign(ts),
+    }
+    return _frame(cols, _RUNTIME_COLS, _ts_order(ts))
+
+
+def _gpu_step(ts: np.ndarray, corr: pd.arrays.IntegerArray, runtime: pd.DataFrame, assign) -> np.ndarray:
+    """Step of the launching runtime call (via correlation), else by start time."""
+    by_time = assign(ts)
+    if runtime.empty or len(ts) == 0:
+        return by_time
+    rc = runtime["correlation"].array
+    rvalid = ~np.asarray(rc.isna())
+    if not rvalid.any():
+        return by_time
+    rcv = np.asarray(rc.to_numpy(dtype=np.int64, na_value=0))[rvalid]
+    rst = runtime["step"].to_numpy()[rvalid]
+    o = np.argsort(rcv, kind="stable")
+    rcv, rst = rcv[o], rst[o]
+    kvalid = ~np.asarray(corr.isna())
+    kc = np.asarray(corr.to_numpy(dtype=np.int64, na_value=0))
+    pos = np.clip(np.searchsorted(rcv, kc), 0, len(rcv) - 1)
+    found = kvalid & (rcv[pos] == kc)
+    return np.where(found, rst[pos], by_time)
+
+
+def _gpu_ids(evs: list, args: list):
+    dev = [a.get("device") for a in args]
+    if None in dev:
+        dev = [d if d is not None else e.get("pid") for d, e in zip(dev, evs)]
+    stream = [a.get("stream") for a in args]
+    if None in stream:
+        stream = [s if s is not None else e.get("tid") for s, e in zip(stream, evs)]
+    return _to_int_ids(dev), _to_int_ids(stream)
+
+
+def _build_kernels(evs: list, assign, runtime: pd.DataFrame) -> pd.DataFrame:
+    if not evs:
+        return _empty(_KERNEL_COLS)
+    evs, names, ts, dur, args = _x_base(evs)
+    if not evs:
+        return _empty(_KERNEL_COLS)
+    dev, stream = _gpu_ids(evs, args)
+    corr = _nullable_int([a.get("correlation") for a in args])
+    regs = [a.get("registers per thread") for a in args]
+    try:
+        regs_arr = np.array(regs, dtype=np.float64)  # None -> nan
+    except (TypeError, ValueError):
+        regs_arr = np.array([r if isinstance(r, (int, float)) else _NAN for r in regs], dtype=np.float64)
+    cols = {
+        "name": names, "ts_us": ts, "dur_us": dur, "end_us": ts + dur,
+        "device": dev, "stream": stream, "correlation": corr,
+        "step": _gpu_step(ts, corr, runtime, assign),
+        "grid": [a.get("grid") for a in args], "block": [a.get("block") for a in args],
+        "registers_per_thread": regs_arr,
+    }
+    return _frame(cols, _KERNEL_COLS, _ts_order(ts))
+
+
+_MEM_RE = re.compile(r"^\s*Mem(?:cpy|set)\s*([A-Za-z]+)?\s*(?:\(\s*([A-Za-z]+)\s*(?:->\s*([A-Za-z]+)\s*)?\))?")
+_COPY_KINDS = {"HtoD", "DtoH", "DtoD", "HtoH", "PtoP"}
+_MEM_SIDES = {"Pageable", "Pinned", "Device", "Managed"}
+
+
+def _parse_mem_name(name: str, is_memset: bool, args_kind):
+    """'Memcpy HtoD (Pageable -> Device)' -> ('HtoD', 'Pageable', 'Device')."""
+    m = _MEM_RE.match(name)
+    tok = a = b = None
+    if m:
+        tok, a, b = m.groups()
+    if is_memset:
+        # 'Memset (Device)': the single side is the destination.
+        dst = a if a in _MEM_SIDES else ""
+        return "Memset", "", dst
+    kind = tok if tok in _COPY_KINDS else (args_kind if args_kind in _COPY_KINDS else "other")
+    src = a if a in _MEM_SIDES else ""
+    dst = b if b in _MEM_SIDES else ""
+    return kind, src, dst
+
+
+def _build_memcpy(cp_evs: list, set_evs: list, assign, runtime: pd.DataFrame) -> pd.DataFrame:
+    evs = cp_evs + set_evs
+    if not evs:
+        return _empty(_MEMCPY_COLS)
+    n_cp = len(cp_evs)
+    is_set = [False] * n_cp + [True] * len(set_evs)
+    flagged = list(zip(evs, is_set))
+    good = [(e, s) for e, s in flagged if _valid_x(e)] if not all(_valid_x(e) for e in evs) else flagged
+    if not good:
+        return _empty(_MEMCPY_COLS)
+    evs = [e for e, _ in good]
+    is_set = [s for _, s in good]
+    evs, names, ts, dur, args = _x_base(evs)
+    cache: dict = {}
+    kinds, srcs, dsts = [], [], []
+    for name, s, a in zip(names, is_set, args):
+        key = (name, s, a.get("kind"))
+        r = cache.get(key)
+        if r is None:
+            r = cache[key] = _parse_mem_name(name, s, key[2])
+        kinds.append(r[0])
+        srcs.append(r[1])
+        dsts.append(r[2])
+    dev, stream = _gpu_ids(evs, args)
+    nbytes = [a.get("bytes") for a in args]
+    try:
+        nbytes_arr = np.array(nbytes, dtype=np.float64)
+    except (TypeError, ValueError):
+        nbytes_arr = np.array([v if isinstance(v, (int, float)) else _NAN for v in nbytes], dtype=np.float64)
+    corr = _nullable_int([a.get("correlation") for a in args])
+    cols = {
+        "name": names, "kind": kinds, "src": srcs, "dst": dsts, "bytes": nbytes_arr,
+        "ts_us": ts, "dur_us": dur, "end_us": ts + dur, "device": dev, "stream": stream,
+        "correlation": corr, "step": _gpu_step(ts, corr, runtime, assign),
+    }
+    return _frame(cols, _MEMCPY_COLS, _ts_order(ts))
+
+
+def _build_python(evs: list, assign) -> pd.DataFrame:
+    if not evs:
+        return _empty(_PY_COLS)
+    evs, names, ts, dur, _ = _x_base(evs)
+    if not evs:
+        return _empty(_PY_COLS)
+    cols = {
+        "name": names, "ts_us": ts, "dur_us": dur, "end_us": ts + dur,
+        "pid": _to_int_ids([e.get("pid") for e in evs]),
+        "tid": _to_int_ids([e.get("tid") for e in evs]),
+        "step": assign(ts),
+    }
+    return _frame(cols, _PY_COLS, _ts_order(ts))
+
+
+def _num_list(values: list) -> np.ndarray:
+    try:
+        return np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return np.array([v if isinstance(v, (int, float)) else _NAN for v in values], dtype=np.float64)
+
+
+def _build_memory(inst: list) -> pd.DataFrame:
+    evs = [e for e in inst if e.get("name") == "[memory]"]
+    try:
+        ts = np.array([e["ts"] for e in evs], dtype=np.float64)
+    except (KeyError, TypeError, ValueError):
+        evs = [e for e in evs if isinstance(e.get("ts"), (int, float))]
+        ts = np.array([e["ts"] for e in evs], dtype=np.float64)
+    if not evs:
+        return _empty(_MEM_COLS)
+    args = [e.get("args") or _EMPTY for e in evs]
+    if not all(map(dict.__instancecheck__, args)):
+        args = [a if isinstance(a, dict) else _EMPTY for a in args]
+    cols = {
+        "ts_us": ts,
+        "bytes": _num_list([a.get("Bytes") for a in args]),
+        "total_allocated": _num_list([a.get("Total Allocated") for a in args]),
+        "total_reserved": _num_list([a.get("Total Reserved") for a in args]),
+        "device_type": _to_int_ids([a.get("Device Type", -1) for a in args]),
+        "device_id": _to_int_ids([a.get("Device Id", -1) for a in args]),
+    }
+    return _frame(cols, _MEM_COLS, _ts_order(ts))
+
+
+def _build_ops(evs: list, assign) -> pd.DataFrame:
+    if not evs:
+        return _empty(_OPS_COLS)
+    evs, names, ts, dur, args = _x_base(evs)
+    n = len(evs)
+    if n == 0:
+        return _empty(_OPS_COLS)
+    pid = _to_int_ids([e.get("pid") for e in evs])
+    tid = _to_int_ids([e.get("tid") for e in evs])
+    dims = [a.get("Input Dims") for a in args]
+    types = [a.get("Input type") for a in args]
+    flops = _op_flops(names, args, dims)
+
+    order = _ts_order(ts, dur)
+    ts_o, dur_o = ts[order], dur[order]
+    end_o = ts_o + dur_o
+    pid_o, tid_o = pid[order], tid[order]
+    flops_o = flops[order]
+    self_o, depth_o, covered = _nesting(ts_o, dur_o, end_o, pid_o, tid_o, ~np.isnan(flops_o))
+    if covered is not None:
+        flops_o[covered] = np.nan
+
+    ol = order.tolist()
+    cols = {
+        "name": [names[i] for i in ol], "ts_us": ts_o, "dur_us": dur_o, "end_us": end_o,
+        "self_us": self_o, "depth": depth_o, "pid": pid_o, "tid": tid_o,
+        "external_id": _nullable_int([args[i].get("External id") for i in ol]),
+        "input_dims": [dims[i] for i in ol], "input_types": [types[i] for i in ol],
+        "flops": flops_o, "step": assign(ts_o),
+    }
+    return _frame(cols, _OPS_COLS)
+
+
+def _nesting(ts, dur, end, pid, tid, has_flops):
+    """Self time and depth per op with one stack per thread (ops sorted by ts, longest first).
+
+    Also returns which ops sit under an ancestor that carries FLOPs (None if no
+    op has FLOPs), so that FLOPs are counted only at the outermost op.
+    """
+    n = len(ts)
+    o = np.lexsort((tid, pid))
+    sp, stid = pid[o], tid[o]
+    new = np.empty(n, dtype=bool)
+    new[:1] = True
+    new[1:] = (sp[1:] != sp[:-1]) | (stid[1:] != stid[:-1])
+    thr_arr = np.empty(n, dtype=np.int64)
+    thr_arr[o] = np.cumsum(new) - 1
+    thr = thr_arr.tolist()
+    ts_l, dur_l, end_l = ts.tolist(), dur.tolist(), end.tolist()
+    child = [0.0] * n
+    depth = [0] * n
+    stacks: dict = {}
+    track = bool(has_flops.any())
+    if track:
+        hf = has_flops.tolist()
+        cov = [False] * n
+    for i in range(n):
+        st = stacks.get(thr[i])
+        if st is None:
+            st = stacks[thr[i]] = []
+        t = ts_l[i]
+        while st and end_l[st[-1]] <= t:
+            st.pop()
+        if st:
+            p = st[-1]
+            child[p] += dur_l[i]
+            depth[i] = len(st)
+            if track and (cov[p] or hf[p]):
+                cov[i] = True
+        st.append(i)
+    self_us = np.maximum(dur - np.array(child, dtype=np.float64), 0.0)
+    covered = np.array(cov, dtype=bool) if track else None
+    return self_us, np.array(depth, dtype=np.int64), covered
+
+
+# --------------------------------------------------------------------------
+# FLOP estimates
+
+# name -> (index of A, index of B, batched)
+_MM_OPS = {
+    "aten::mm": (0, 1, False), "aten::addmm": (1, 2, False),
+    "aten::bmm": (0, 1, True), "aten::baddbmm": (1, 2, True),
+}
+# name -> (stride, padding, dilation, transposed) positions in the schema
+_CONV_OPS = {
+    "aten::conv1d": (3, 4, 5, None), "aten::conv2d": (3, 4, 5, None), "aten::conv3d": (3, 4, 5, None),
+    "aten::convolution": (3, 4, 5, 6), "aten::_convolution": (3, 4, 5, 6),
+    "aten::cudnn_convolution": (3, 2, 4, None),
+    "aten::miopen_convolution": (4, 3, 5, None), "aten::mkldnn_convolution": (4, 3, 5, None),
+}
+# name -> (grad_output index, input index, weight index, transposed index, output_mask index)
+_CONV_BWD_OPS = {
+    "aten::convolution_backward": (0, 1, 2, 7, 10),
+    "aten::cudnn_convolution_backward": (1, 0, 2, None, 10),
+}
+_FLOP_OPS = set(_MM_OPS) | set(_CONV_OPS) | set(_CONV_BWD_OPS)
+
+
+def _op_flops(names: list, args: list, dims: list) -> np.ndarray:
+    n = len(names)
+    out = np.full(n, np.nan)
+    given = [a.get("flops") for a in args]
+    if any(v is not None for v in given):
+        for i, v in enumerate(given):
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[i] = v
+    for i, name in enumerate(names):
+        if name in _FLOP_OPS and not out[i] == out[i] and dims[i]:
+            try:
+                f = _estimate_flops(name, dims[i], args[i].get("Concrete Inputs"))
+            except (TypeError, ValueError, IndexError, ZeroDivisionError):
+                f = None
+            if f is not None and f >= 0:
+                out[i] = f
+    return out
+
+
+def _shape(x) -> list | None:
+    if isinstance(x, list) and all(isinstance(v, int) for v in x):
+        return x
+    return None
+
+
+def _parse_ints(concrete, idx, nsp):
+    """'[2, 2]' or '2' from "Concrete Inputs" -> list of nsp ints (None if unknown)."""
+    if not concrete or idx is None or idx >= len(concrete):
+        return None
+    s = concrete[idx]
+    if not isinstance(s, str):
+        return None
+    s = s.strip().strip("[]()")
+    if not s:
+        return None
+    vals = [int(v) for v in s.replace(" ", "").split(",") if v]
+    if len(vals) == 1:
+        vals = vals * nsp
+    return vals if len(vals) == nsp else None
+
+
+def _parse_bool(concrete, idx):
+    if not concrete or idx is None or idx >= len(concrete) or not isinstance(concrete[idx], str):
+        return None
+    s = concrete[idx].strip().lower()
+    return True if s == "true" else False if s == "false" else None
+
+
+def _estimate_flops(name: str, dims: list, concrete) -> float | None:
+    mm = _MM_OPS.get(name)
+    if mm is not None:
+        ia, ib, batched = mm
+        a, b = _shape(dims[ia]), _shape(dims[ib])
+        if a is None or b is None:
+            return None
+        if batched and len(a) == 3 and len(b) == 3:
+            return 2.0 * a[0] * a[1] * a[2] * b[2]
+        if not batched and len(a) == 2 and len(b) == 2:
+            return 2.0 * a[0] * a[1] * b[1]
+        return None
+    conv = _CONV_OPS.get(name)
+    if conv is not None:
+        x, w = _shape(dims[0]), _shape(dims[1])
+        if x is None or w is None or len(x) < 3 or len(w) != len(x):
+            return None
+        return _conv_fwd_flops(x, w, concrete, *conv)
+    bwd = _CONV_BWD_OPS.get(name)
+    if bwd is not None:
+        ig, ix, iw, it, im = bwd
+        g, x, w = _shape(dims[ig]), _shape(dims[ix]), _shape(dims[iw])
+        if g is None or x is None or w is None or len(g) < 3 or len(w) != len(g):
+            return None
+        spatial = x[2:] if _parse_bool(concrete, it) else g[2:]
+        one = 2.0 * g[0] * math.prod(spatial) * math.prod(w)
+        passes = 2
+        if concrete and im < len(concrete) and isinstance(concrete[im], str):
+            mask = [v.strip().lower() == "true" for v in concrete[im].strip("[]").split(",")]
+            if len(mask) >= 2:
+                passes = int(mask[0]) + int(mask[1])
+        return one * passes
+    return None
+
+
+def _conv_fwd_flops(x, w, concrete, i_stride, i_pad, i_dil, i_transposed) -> float:
+    nsp = len(x) - 2
+    if _parse_bool(concrete, i_transposed):
+        spatial = x[2:]
+    else:
+        stride = _parse_ints(concrete, i_stride, nsp)
+        pad_s = concrete[i_pad].strip().lower() if concrete and i_pad < len(concrete) and isinstance(concrete[i_pad], str) else ""
+        if stride is None:
+            spatial = x[2:]  # no "Concrete Inputs": assume 'same' output size
+        elif pad_s in ("same", "'same'", '"same"'):
+            spatial = [-(-x[2 + i] // stride[i]) for i in range(nsp)]
+        else:
+            pad = [0] * nsp if pad_s in ("valid", "'valid'", '"valid"') else (_parse_ints(concrete, i_pad, nsp) or [0] * nsp)
+            dil = _parse_ints(concrete, i_dil, nsp) or [1] * nsp
+            spatial = [
+                (x[2 + i] + 2 * pad[i] - dil[i] * (w[2 + i] - 1) - 1) // stride[i] + 1
+                for i in range(nsp)
+            ]
+            spatial = [max(s, 0) for s in spatial]
+    return 2.0 * x[0] * math.prod(spatial) * math.prod(w)

@@ -1,0 +1,188 @@
+"""`advise profile` end to end: real scripts in real subprocesses, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import FAST, WORKLOADS, advise_cmd
+
+pytestmark = pytest.mark.slow
+
+
+def test_normal_loop_writes_the_contract(advise):
+    r = advise("profile", str(WORKLOADS / "train_basic.py"), *FAST, "--out", "run", "--", "--epochs", "3", "--batch-size", "32")
+    assert r.returncode == 0, r.stderr
+    rep = r.report
+    assert rep["schema_version"] == 1 and rep["status"] == "ok" and rep["error"] is None
+    assert rep["step_source"] == "optimizer"
+    assert rep["argv"] == ["--epochs", "3", "--batch-size", "32"]
+    assert len(rep["steps"]) == 6
+    for i, step in enumerate(rep["steps"]):
+        assert step["index"] == i and step["samples"] == 32
+        assert step["duration_s"] > 0 and 0 <= step["data_wait_s"] < step["duration_s"]
+    assert [s["profiled"] for s in rep["steps"]] == [False] * 3 + [True] * 3  # 2 recorded + 1 profiler warm-up
+    tp = rep["throughput"]
+    assert tp["basis"] == "unprofiled" and tp["n_steps"] == 3
+    assert tp["samples_per_s"] == pytest.approx(32 / tp["step_time_mean_s"], rel=1e-6)
+    assert tp["step_time_p90_s"] >= tp["step_time_median_s"] > 0
+    assert rep["env"]["device"] == "cpu" and rep["env"]["torch"]
+    assert rep["observed"]["dataloaders"][0]["batch_size"] == 32
+    assert rep["findings"] == [] or isinstance(rep["findings"], list)
+    assert all(isinstance(x, float) for x in (s["loss"] for s in rep["steps"]))
+    for key in ("report_json", "trace", "steps_csv", "samples_csv", "log"):
+        assert (r.out / rep["artifacts"][key]).exists(), key
+    assert "samples/s" in r.stdout and "median" in r.stdout
+
+
+def test_trace_of_the_window_holds_the_profiled_steps(advise):
+    from advisor.profile import Profile
+
+    r = advise("profile", str(WORKLOADS / "train_basic.py"), *FAST, "--out", "run")
+    assert r.returncode == 0, r.stderr
+    profile = Profile.from_run_dir(r.out)
+    assert len(profile.trace_steps) == 2  # the recorded steps, not the profiler warm-up
+    assert (profile.ops["name"] == "aten::addmm").any()
+    assert len(profile.samples) >= 1 and profile.samples["cpu_percent"].notna().any()
+
+
+def test_behaves_like_plain_python(tmp_path):
+    """Same sys.argv, __name__, __file__, cwd and sys.path[0] as `python script args`."""
+    script = WORKLOADS / "train_sibling.py"
+    rel = os.path.relpath(script, tmp_path)
+    plain = subprocess.run([sys.executable, rel, "--width", "8", "--steps", "3"], cwd=tmp_path, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr
+    probed = subprocess.run(advise_cmd("profile", rel, *FAST, "--out", "run", "--", "--width", "8", "--steps", "300"),
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert probed.returncode == 0, probed.stderr
+    log = (tmp_path / "run" / "script.log").read_text()
+
+    def facts(text):
+        return [line.replace("'300'", "'3'") for line in text.splitlines() if line.split("=")[0] in ("ARGV", "NAME", "PATH0")]
+
+    assert facts(plain.stderr) and facts(log) == facts(plain.stderr)
+
+
+def test_script_exception_is_reported_as_theirs(advise):
+    r = advise("profile", str(WORKLOADS / "crash_at_step3.py"), *FAST, "--out", "run")
+    assert r.returncode == 1
+    rep = r.report
+    assert rep["status"] == "failed"
+    assert rep["error"] == "ValueError: planted failure at step 3"
+    tb = rep["traceback"]
+    assert "crash_at_step3.py" in tb and "in check" in tb
+    assert "advisor" not in tb and "runpy" not in tb
+    assert "planted failure at step 3" in r.stderr and "Traceback" in r.stderr
+    assert "advisor/" not in r.stderr  # none of our frames
+
+
+def test_hang_without_steps_times_out_and_kills_the_group(advise):
+    t0 = time.monotonic()
+    r = advise("profile", str(WORKLOADS / "never_steps.py"), "--timeout", "3", "--out", "run")
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 1
+    rep = r.report
+    assert rep["status"] == "timeout"
+    assert "timed out after 3 s" in rep["error"] and "advisor.step()" in rep["error"]
+    assert elapsed < 3 + 20
+    assert not _alive_with(str(r.out))
+
+
+def test_manual_sgd_without_torch_optim_uses_backward_steps(advise):
+    r = advise("profile", str(WORKLOADS / "manual_sgd.py"), *FAST, "--out", "run")
+    assert r.returncode == 0, r.stderr
+    rep = r.report
+    assert rep["step_source"] == "backward" and len(rep["steps"]) == 6
+    assert any("backward" in w for w in rep["warnings"])
+
+
+def test_explicit_marker_and_its_batch_size(advise):
+    r = advise("profile", str(WORKLOADS / "explicit_marker.py"), *FAST, "--out", "run")
+    assert r.returncode == 0, r.stderr
+    rep = r.report
+    assert rep["step_source"] == "explicit"
+    assert {s["samples"] for s in rep["steps"]} == {24}
+    assert rep["throughput"]["samples_per_s"] > 0
+
+
+def test_two_optimizers_make_one_step_per_iteration(advise):
+    r = advise("profile", str(WORKLOADS / "gan_two_optimizers.py"), *FAST, "--out", "run")
+    assert r.returncode == 0, r.stderr
+    iters = [int(line.split()[1]) for line in (r.out / "script.log").read_text().splitlines() if line.startswith("iter ")]
+    # startup step + 2 warm-up + 6 measured = 9 iterations end at the 9th boundary: iteration index 8.
+    assert iters[-1] == 8
+    assert len(r.report["steps"]) == 6
+
+
+def test_dataloader_workers_are_reaped(advise):
+    r = advise("profile", str(WORKLOADS / "workers_loader.py"), *FAST, "--out", "run")
+    assert r.returncode == 0, r.stderr
+    rep = r.report
+    assert rep["observed"]["dataloaders"][0]["num_workers"] == 2
+    assert not _alive_with(str(r.out))
+
+
+def test_script_that_finishes_early_reports_what_it_measured(advise):
+    r = advise("profile", str(WORKLOADS / "short_run.py"), "--steps", "20", "--warmup", "2", "--out", "run")
+    assert r.returncode == 0, r.stderr
+    rep = r.report
+    assert rep["status"] == "ok" and len(rep["steps"]) == 7  # 10 boundaries - startup - 2 warm-up
+    assert any("finished after 7 measured steps" in w for w in rep["warnings"])
+    assert "finished normally" in (r.out / "script.log").read_text()
+
+
+def test_ctrl_c_stops_the_child_and_keeps_what_was_measured(tmp_path):
+    proc = subprocess.Popen(advise_cmd("profile", str(WORKLOADS / "slow_forever.py"), "--steps", "500", "--warmup", "1", "--out", "run"),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    steps_file = tmp_path / "run" / "steps.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if steps_file.exists() and steps_file.read_text().count('"measure"') >= 3:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    rep = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert rep["status"] == "interrupted" and len(rep["steps"]) >= 3
+    assert not _alive_with(str(tmp_path / "run"))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["profile", "does_not_exist.py"], "does not exist"),
+        (["profile", "{script}", "--steps", "0"], "--steps"),
+        (["analyze", "missing.json"], "missing.json"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(advise, args, message):
+    args = [a.format(script=WORKLOADS / "train_basic.py") for a in args]
+    r = advise(*args)
+    assert r.returncode == 2
+    assert message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_json_flag_prints_the_report(advise):
+    r = advise("profile", str(WORKLOADS / "train_basic.py"), *FAST, "--out", "run", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == r.report
+
+
+def _alive_with(marker: str) -> list[int]:
+    """Processes (the probe child or its workers) whose command line names this run dir."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if any(marker in part for part in (p.info["cmdline"] or [])):
+                found.append(p.info["pid"])
+        except psutil.Error:
+            pass
+    return found
