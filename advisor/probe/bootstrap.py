@@ -28,6 +28,7 @@ from . import files
 from .clock import ProbeDone, StepClock
 from .env import collect_env, memory_stats
 from .hooks import Observed, install
+from .overrides import OverrideError, apply as apply_overrides
 
 _OURS = (str(Path(advisor.__file__).resolve().parent), "runpy.py", "<frozen runpy>")
 
@@ -126,6 +127,14 @@ def main(config_path: str) -> int:
         on_window_end=window.stop,
     )
     observed = Observed()
+    applied: dict = {}
+    # Overrides first: the hooks then wrap the patched torch (e.g. they see the unscaled loss).
+    try:
+        apply_overrides(config.get("overrides") or {}, applied)
+    except OverrideError as exc:
+        files.write_json_atomic(out / names.probe_json, {"status": "failed", "error": str(exc), "boundaries": 0})
+        print(f"advise: {exc}", file=sys.stderr)
+        return 2
     install(clock, observed)
     advisor._clock = clock
 
@@ -164,6 +173,8 @@ def main(config_path: str) -> int:
         trace=names.trace if window.exported else None,
         profiler_error=window.error,
         profile_steps=profile_steps,
+        overrides=config.get("overrides") or {},
+        applied=applied,
     )
     files.write_json_atomic(out / names.probe_json, result)
     sink.close()

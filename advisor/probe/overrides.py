@@ -1,0 +1,199 @@
+"""Apply a Fix's declarative override inside the child, before the user's script runs.
+
+An override is plain data (``{"dataloader": {"num_workers": 4}}``, ``{"autocast": "bfloat16"}``,
+...) so rules can propose it, experiments can combine and sweep it, and the report can show
+the code change that makes it permanent. Every key patches torch at the point where the
+script would have made the choice, so the script itself is never edited:
+
+- ``dataloader``: keyword defaults forced onto every ``DataLoader(...)`` construction;
+- ``batch_size_scale``: every DataLoader's ``batch_size`` multiplied;
+- ``autocast``: forward and loss run under ``torch.autocast`` (bf16; fp16 with a GradScaler);
+- ``float32_matmul_precision``, ``cudnn_benchmark``, ``torch_threads``: backend settings;
+- ``optimizer``: ``fused`` / ``foreach`` forced onto every torch.optim optimizer that has them;
+- ``compile``: each top-level module call goes through ``torch.compile``;
+- ``channels_last``: conv models and their 4-D inputs use channels_last memory format.
+
+``applied`` records what really took effect, so a test (and the report) can tell an override
+that did nothing from one that did.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from typing import Any
+
+import torch
+import torch.utils.data as tud
+
+KNOWN = {"dataloader", "batch_size_scale", "autocast", "float32_matmul_precision", "cudnn_benchmark",
+         "torch_threads", "optimizer", "compile", "channels_last"}
+DATALOADER_KEYS = {"num_workers", "pin_memory", "persistent_workers", "prefetch_factor"}
+AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class OverrideError(ValueError):
+    """An override this probe does not know how to apply."""
+
+
+def validate(overrides: dict) -> None:
+    """Reject unknown keys and values up front: a typo must not silently measure nothing."""
+    unknown = set(overrides) - KNOWN
+    if unknown:
+        raise OverrideError(f"unknown override(s): {', '.join(sorted(unknown))}")
+    bad_dl = set(overrides.get("dataloader", {})) - DATALOADER_KEYS
+    if bad_dl:
+        raise OverrideError(f"unknown dataloader override(s): {', '.join(sorted(bad_dl))}")
+    if "autocast" in overrides and overrides["autocast"] not in AUTOCAST_DTYPES:
+        raise OverrideError(f"autocast must be one of {sorted(AUTOCAST_DTYPES)}")
+
+
+def apply(overrides: dict, applied: dict) -> None:
+    """Install every override; `applied` collects what actually happened, for probe.json."""
+    validate(overrides)
+    if "float32_matmul_precision" in overrides:
+        torch.set_float32_matmul_precision(overrides["float32_matmul_precision"])
+        applied["float32_matmul_precision"] = overrides["float32_matmul_precision"]
+    if overrides.get("cudnn_benchmark"):
+        torch.backends.cudnn.benchmark = True
+        applied["cudnn_benchmark"] = True
+    if "torch_threads" in overrides:
+        torch.set_num_threads(int(overrides["torch_threads"]))
+        applied["torch_threads"] = torch.get_num_threads()
+    if "dataloader" in overrides or "batch_size_scale" in overrides:
+        _patch_dataloader(overrides.get("dataloader", {}), overrides.get("batch_size_scale"), applied)
+    if "optimizer" in overrides:
+        _patch_optimizer(overrides["optimizer"], applied)
+    if "autocast" in overrides or overrides.get("compile") or overrides.get("channels_last"):
+        _patch_module_call(overrides, applied)
+
+
+def _patch_dataloader(kwargs: dict, scale: Any, applied: dict) -> None:
+    original = tud.DataLoader.__init__
+    signature = inspect.signature(original)
+    seen = applied.setdefault("dataloaders", [])
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kw):
+        bound = signature.bind(self, *args, **kw)
+        arguments = bound.arguments
+        forced = dict(kwargs)
+        workers = forced.get("num_workers", arguments.get("num_workers", 0))
+        if not workers:  # these two are errors without workers
+            forced.pop("persistent_workers", None)
+            forced.pop("prefetch_factor", None)
+        arguments.update(forced)
+        if scale and arguments.get("batch_sampler") is None:
+            arguments["batch_size"] = int(arguments.get("batch_size", 1) or 1) * int(scale)
+        original(*bound.args, **bound.kwargs)
+        seen.append({"num_workers": self.num_workers, "pin_memory": self.pin_memory, "batch_size": self.batch_size,
+                     "persistent_workers": self.persistent_workers, "prefetch_factor": self.prefetch_factor})
+
+    tud.DataLoader.__init__ = __init__
+
+
+def _patch_optimizer(options: dict, applied: dict) -> None:
+    original = torch.optim.Optimizer.__init__
+    seen = applied.setdefault("optimizers", [])
+
+    @functools.wraps(original)
+    def __init__(self, params, defaults):
+        defaults = dict(defaults)
+        for key in ("fused", "foreach"):
+            if options.get(key) and key in defaults:
+                defaults[key] = True
+                other = "foreach" if key == "fused" else "fused"
+                if other in defaults:  # torch refuses both at once
+                    defaults[other] = False if key == "fused" else defaults[other]
+        original(self, params, defaults)
+        seen.append({"class": type(self).__name__, "fused": self.defaults.get("fused"), "foreach": self.defaults.get("foreach")})
+
+    torch.optim.Optimizer.__init__ = __init__
+
+
+class _CallState(threading.local):
+    depth = 0
+
+
+def _patch_module_call(overrides: dict, applied: dict) -> None:
+    """Wrap top-level module calls (depth 0): autocast, compile and channels_last apply there."""
+    dtype = AUTOCAST_DTYPES.get(overrides.get("autocast", ""))
+    want_compile = bool(overrides.get("compile"))
+    want_cl = bool(overrides.get("channels_last"))
+    state = _CallState()
+    compiled: dict[int, Any] = {}
+    original = torch.nn.Module.__call__
+
+    def device_type(module, args) -> str:
+        for value in list(args) + [p for p in module.parameters(recurse=True)][:1]:
+            if isinstance(value, torch.Tensor):
+                return value.device.type
+        return "cpu"
+
+    def __call__(self, *args, **kwargs):
+        if state.depth:
+            return original(self, *args, **kwargs)
+        state.depth += 1
+        try:
+            target = original.__get__(self)
+            if want_cl and _has_conv(self):
+                if not getattr(self, "_advise_cl", False):
+                    self.to(memory_format=torch.channels_last)
+                    self._advise_cl = True
+                    applied["channels_last"] = True
+                args = tuple(a.contiguous(memory_format=torch.channels_last) if isinstance(a, torch.Tensor) and a.dim() == 4 else a for a in args)
+            if want_compile and any(True for _ in self.parameters()):
+                fn = compiled.get(id(self))
+                if fn is None:
+                    fn = compiled[id(self)] = torch.compile(self)
+                    applied["compile"] = True
+                # torch.compile's wrapper calls back into Module.__call__: depth > 0 keeps it plain.
+                target = fn
+            if dtype is not None:
+                with torch.autocast(device_type(self, args), dtype=dtype):
+                    applied["autocast"] = str(dtype).replace("torch.", "")
+                    return target(*args, **kwargs)
+            return target(*args, **kwargs)
+        finally:
+            state.depth -= 1
+
+    torch.nn.Module.__call__ = __call__
+    if dtype is torch.float16:
+        _install_grad_scaler(applied)
+
+
+def _has_conv(module: torch.nn.Module) -> bool:
+    return any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in module.modules())
+
+
+def _install_grad_scaler(applied: dict) -> None:
+    """fp16 needs loss scaling: scale in backward(), unscale/skip/update around optimizer.step()."""
+    scaler = torch.amp.GradScaler("cuda" if torch.cuda.is_available() else "cpu")
+    original_backward = torch.autograd.backward
+    original_step_init = torch.optim.Optimizer.__init__
+
+    def backward(tensors, *args, **kwargs):
+        if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+            tensors = scaler.scale(tensors)
+        return original_backward(tensors, *args, **kwargs)
+
+    def __init__(self, *args, **kwargs):
+        original_step_init(self, *args, **kwargs)
+        plain_step = self.step
+
+        def step(*a, **k):
+            # GradScaler.step calls optimizer.step; hand it the unwrapped one.
+            self.step = plain_step
+            try:
+                result = scaler.step(self, *a, **k)
+                scaler.update()
+                return result
+            finally:
+                self.step = step
+
+        self.step = step
+
+    torch.autograd.backward = backward
+    torch.optim.Optimizer.__init__ = __init__
+    applied["grad_scaler"] = True

@@ -1,0 +1,61 @@
+"""Each override really takes effect inside the child (checked from the user's own loop)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from advisor.probe.runner import ProbeConfig, run_probe
+from conftest import WORKLOADS
+
+pytestmark = pytest.mark.slow
+
+
+def run_with(tmp_path, overrides: dict) -> tuple[dict, dict]:
+    run = run_probe(ProbeConfig(script=str(WORKLOADS / "report_config.py"), out=tmp_path / "run", warmup=1, steps=3,
+                                profile_steps=0, overrides=overrides))
+    log = (tmp_path / "run" / "script.log").read_text()
+    lines = [line for line in log.splitlines() if line.startswith("CONFIG=")]
+    assert run.status == "ok" and lines, log
+    return json.loads(lines[0][len("CONFIG="):]), run.probe
+
+
+def test_no_override_changes_nothing(tmp_path):
+    seen, probe = run_with(tmp_path, {})
+    assert seen["num_workers"] == 0 and seen["batch_size"] == 16 and seen["autocast"] is False
+    assert seen["matmul_precision"] == "highest" and seen["fused"] is None
+    assert probe["applied"] == {}
+
+
+def test_dataloader_batch_and_backend_overrides(tmp_path):
+    seen, probe = run_with(tmp_path, {
+        "dataloader": {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 4},
+        "batch_size_scale": 2, "float32_matmul_precision": "high", "cudnn_benchmark": True, "torch_threads": 1,
+    })
+    assert seen["num_workers"] == 2 and seen["persistent_workers"] is True
+    assert seen["batch_size"] == 32 and seen["x_batch"] == 32
+    assert seen["matmul_precision"] == "high" and seen["cudnn_benchmark"] is True and seen["threads"] == 1
+    assert probe["applied"]["dataloaders"][0]["num_workers"] == 2
+    assert probe["observed"]["dataloaders"][0]["batch_size"] == 32
+
+
+def test_optimizer_autocast_and_channels_last(tmp_path):
+    seen, probe = run_with(tmp_path, {"optimizer": {"foreach": True}, "autocast": "bfloat16", "channels_last": True})
+    assert seen["foreach"] is True
+    assert seen["autocast"] is True and seen["head_dtype"] == "torch.bfloat16"
+    assert seen["cl_input"] is True and seen["conv_weight_cl"] is True
+    assert probe["applied"]["autocast"] == "bfloat16"
+    assert all(isinstance(v, float) for v in probe["losses"])
+
+
+def test_fused_optimizer_override(tmp_path):
+    seen, _ = run_with(tmp_path, {"optimizer": {"fused": True}})
+    assert seen["fused"] is True and seen["foreach"] is False
+
+
+def test_unknown_override_fails_clearly(tmp_path):
+    run = run_probe(ProbeConfig(script=str(WORKLOADS / "report_config.py"), out=tmp_path / "run", warmup=1, steps=2,
+                                profile_steps=0, overrides={"warp_drive": True}))
+    assert run.status == "failed"
+    assert "unknown override(s): warp_drive" in (tmp_path / "run" / "script.log").read_text()
