@@ -33,13 +33,26 @@ def main() -> None:
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds before the script's whole process group is stopped.")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json to stdout instead of the summary.")
-def profile(script, script_args, steps, warmup, profile_steps, out, timeout_s, as_json):
+@click.option("--no-experiments", is_flag=True, help="Diagnose only: do not re-run the script to measure fixes.")
+@click.option("--max-experiments", default=12, show_default=True, type=click.IntRange(min=0),
+              help="At most this many fix measurements (sweep points count one each).")
+@click.option("--time-budget", "time_budget_s", default=900.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds the experiments may take in all.")
+@click.option("--safe-only", is_flag=True, help="Skip fixes that change numerics (bf16, TF32, bigger batch).")
+@click.option("--baseline", default=None, metavar="BASELINE.json",
+              help="After the run, compare with this report as `advise compare` does; exit 3 on a regression.")
+@click.option("--max-regression", default="10%", show_default=True, metavar="PCT",
+              help="With --baseline: slower than this (and significant) is a regression.")
+def profile(script, script_args, steps, warmup, profile_steps, out, timeout_s, as_json, no_experiments,
+            max_experiments, time_budget_s, safe_only, baseline, max_regression):
     """Run SCRIPT under the probe: advise profile train.py -- --lr 0.1"""
-    from .pipeline import profile_script
+    from .pipeline import ExperimentOptions, profile_script
 
     sys.exit(profile_script(
         script=script, script_args=list(script_args), steps=steps, warmup=warmup, profile_steps=profile_steps,
         out=Path(out), timeout_s=timeout_s, as_json=as_json,
+        experiments=ExperimentOptions(not no_experiments, max_experiments, time_budget_s, safe_only),
+        baseline=baseline, max_regression=_percent(max_regression, "--max-regression"),
     ))
 
 
@@ -52,3 +65,43 @@ def analyze(trace, as_json, out):
     from .pipeline import analyze_trace
 
     sys.exit(analyze_trace(Path(trace), as_json=as_json, out=Path(out) if out else None))
+
+
+def _percent(text: str, option: str) -> float:
+    from .compare import parse_percent
+
+    try:
+        return parse_percent(text)
+    except ValueError:
+        fail(f"{option}: {text!r} is not a percentage (e.g. 5%)")
+
+
+@main.command()
+@click.argument("baseline", metavar="BASELINE.json")
+@click.argument("current", metavar="CURRENT.json")
+@click.option("--max-regression", default="10%", show_default=True, metavar="PCT",
+              help="Slower than this (throughput or median step time) AND significant is a regression.")
+@click.option("--max-memory-regression", default="20%", show_default=True, metavar="PCT",
+              help="Peak memory higher than this (and by 64 MiB or more) is a regression.")
+@click.option("--alpha", default=0.01, show_default=True, type=click.FloatRange(0, 0.5, min_open=True),
+              help="Significance level of the one-sided Mann-Whitney U test over per-step times.")
+@click.option("--format", "fmt", default="terminal", show_default=True,
+              type=click.Choice(["terminal", "markdown", "json"]))
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--junit", default=None, metavar="FILE", help="Also write JUnit XML: one testcase per metric.")
+@click.option("--fail-on-new-findings", is_flag=True, help="A finding CURRENT has and BASELINE lacks fails the gate.")
+@click.option("--force", is_flag=True, help="Compare even different scripts, devices or schema versions (with a warning).")
+def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt, as_json, junit,
+            fail_on_new_findings, force):
+    """Regression gate: exit 3 when CURRENT is slower than BASELINE beyond noise.
+
+    BASELINE and CURRENT are report.json files (or run dirs). Markdown is also appended to
+    $GITHUB_STEP_SUMMARY when that is set.
+    """
+    from .compare import run_compare
+
+    sys.exit(run_compare(
+        baseline, current, max_regression=_percent(max_regression, "--max-regression"),
+        max_memory_regression=_percent(max_memory_regression, "--max-memory-regression"), alpha=alpha,
+        fmt="json" if as_json else fmt, junit=junit, fail_on_new_findings=fail_on_new_findings, force=force,
+    ))

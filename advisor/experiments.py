@@ -31,6 +31,7 @@ from .profile import Profile
 from .snippets import snippet_for
 
 MIN_GAIN = 0.05        # a sweep step must add 5% over the best so far to go on
+MIN_EFFECT = 0.03      # verified needs the interval's low end above 1 + max(3%, baseline drift)
 LOSS_REL_TOL = 0.10    # numerics: mean loss within 10% of the baseline's ...
 LOSS_SEM_K = 3.0       # ... or within 3 standard errors, whichever is wider
 N_BOOT = 2000
@@ -124,6 +125,21 @@ def speedup_ci(baseline: list[pd.DataFrame], candidate: list[pd.DataFrame], *, b
     return c_point / b_point, float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))
 
 
+def baseline_drift(baseline: list[pd.DataFrame], by_samples: bool) -> float:
+    """Relative spread of throughput between baseline runs: noise a per-step interval can't see.
+
+    Steps within one run are resampled for the interval, but a shared machine also drifts
+    from run to run; two baselines measured around a candidate show how much.
+    """
+    rates = []
+    for frame in baseline:
+        dur, work = _per_step(frame, by_samples)
+        rates.append(work.sum() / dur.sum())
+    if len(rates) < 2:
+        return 0.0
+    return float((max(rates) - min(rates)) / np.mean(rates))
+
+
 def loss_check(baseline: list[pd.DataFrame], candidate: pd.DataFrame) -> dict:
     """Finite and close: the candidate's mean loss within tolerance of the baseline's."""
     b = pd.concat([f["loss"] for f in baseline if "loss" in f]).dropna().to_numpy(float) if baseline else np.array([])
@@ -205,13 +221,14 @@ def _compare(base_runs: list[Measurement], cand: Measurement, *, by_samples: boo
         result["error"] = cand.error or "the baseline could not be re-measured"
         return result
     ratio, lo, hi = speedup_ci(ok_base, [cand.steps], by_samples=by_samples)
-    result.update(speedup=ratio, ci_low=lo, ci_high=hi)
+    drift = baseline_drift(ok_base, by_samples)
+    result.update(speedup=ratio, ci_low=lo, ci_high=hi, baseline_drift_frac=drift)
     if check_loss:
         result["loss_check"] = loss_check(ok_base, cand.steps)
     loss_ok = not check_loss or result["loss_check"]["passed"] is not False
-    if lo > 1.0 and loss_ok:
+    if lo > 1.0 + max(MIN_EFFECT, drift) and loss_ok:
         result.update(verified=True, verdict="faster")
-    elif hi < 1.0:
+    elif hi < 1.0 - max(MIN_EFFECT, drift):
         result["verdict"] = "slower"
     elif not loss_ok:
         result["verdict"] = "loss-changed"

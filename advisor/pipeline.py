@@ -10,9 +10,12 @@ import json
 import sys
 from pathlib import Path
 
+from dataclasses import dataclass
+
 import click
 
-from . import report as report_mod
+from . import metrics, report as report_mod
+from .experiments import run_experiments
 from .cli_exit import STATUS_EXIT, fail
 from .probe import files
 from .probe.runner import ProbeConfig, rank_suffix, run_probe
@@ -28,6 +31,9 @@ def _warnings(run, config: ProbeConfig) -> list[str]:
         out.append(f"the script finished after {measured} measured steps (asked for {config.steps}); numbers rest on fewer steps")
     if probe.get("profiler_error"):
         out.append(f"the profiler trace could not be written: {probe['profiler_error']}")
+    if probe.get("warmup", config.warmup) > config.warmup:
+        out.append(f"warm-up lengthened to {probe['warmup']} steps so the DataLoader workers' prefetched batches "
+                   "are used up before measuring")
     source = probe.get("step_source")
     if source in ("dataloader", "backward"):
         out.append(f"no torch.optim optimizer stepped: step boundaries come from {source} calls")
@@ -40,9 +46,34 @@ def _artifacts(out: Path, names: files.RunFiles) -> dict:
     return {key: name for key, name in wanted.items() if key == "report_json" or (out / name).exists()}
 
 
+@dataclass
+class ExperimentOptions:
+    """--no-experiments / --max-experiments / --time-budget / --safe-only."""
+
+    enabled: bool = True
+    max_experiments: int = 12
+    time_budget_s: float = 900.0
+    safe_only: bool = False
+
+
+def _io_like(report_util: dict, env: dict) -> bool:
+    """The script's process tree used under half the machine's cores: data work waits, not computes."""
+    cpu = report_util.get("cpu_percent_mean")
+    cores = env.get("cpu_count") or 1
+    return cpu is not None and cpu < 50.0 * cores
+
+
 def profile_script(*, script: str, script_args: list[str], steps: int, warmup: int, profile_steps: int,
-                   out: Path, timeout_s: float, as_json: bool) -> int:
-    """`advise profile`: probe the script, write the run dir, print the summary."""
+                   out: Path, timeout_s: float, as_json: bool,
+                   experiments: ExperimentOptions | None = None, baseline: str | None = None,
+                   max_regression: float = 0.10) -> int:
+    """`advise profile`: probe the script, write the run dir, print the summary.
+
+    With `baseline`, then compare against it (as `advise compare`): exit 3 on a regression.
+    """
+    from . import compare
+
+    baseline_report = compare.check_baseline(baseline) if baseline else None  # bad input: exit 2 before the run
     con = terminal.console(stderr=as_json)
     config = ProbeConfig(script=script, args=script_args, out=out, warmup=warmup, steps=steps,
                          profile_steps=profile_steps, timeout_s=timeout_s)
@@ -55,6 +86,16 @@ def profile_script(*, script: str, script_args: list[str], steps: int, warmup: i
         run = run_probe(config, progress)
         progress.phase("analysing")
         profile = Profile.from_run_dir(out, rank_suffix())
+        findings: list[dict] = []
+        recommended, experiment_notes = None, []
+        experiments = experiments or ExperimentOptions()
+        if run.status == "ok" and experiments.enabled and findings:
+            findings, recommended, experiment_notes = run_experiments(
+                findings, config, profile.steps, root=out / "experiments", env=profile.env,
+                io_like=_io_like(metrics.utilization(profile.samples, profile.steps), profile.env),
+                safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
+                time_budget_s=experiments.time_budget_s, progress=progress,
+            )
     report = report_mod.build_report(
         profile,
         status=run.status,
@@ -63,14 +104,18 @@ def profile_script(*, script: str, script_args: list[str], steps: int, warmup: i
         started_at=started_at,
         error=run.probe.get("error"),
         traceback=run.probe.get("traceback"),
-        warnings=_warnings(run, config) + profile.meta.get("notes", []),
+        findings=findings,
+        warnings=_warnings(run, config) + profile.meta.get("notes", []) + experiment_notes,
         artifacts=_artifacts(out, run.files),
-        extra={"notes": run.notes, "wall_s": run.wall_s},
+        extra={"notes": run.notes, "wall_s": run.wall_s, "recommended": recommended},
     )
     report_mod.write_report(report, out / run.files.report_json)
     _emit(report, con, as_json, str(out))
     if run.status == "failed":
         _show_failure(run, out, con)
+    if baseline_report is not None and run.status == "ok":
+        return compare.compare_after_profile(baseline_report, baseline, report, str(out / run.files.report_json), out,
+                                             max_regression=max_regression, as_json=as_json)
     return STATUS_EXIT[run.status]
 
 

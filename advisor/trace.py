@@ -15,7 +15,10 @@ viewers print numbers), in columns suffixed ``_us``.  ``step`` columns hold the
 ``N`` of the CPU ``ProfilerStep#N`` range that contains the event (-1: none).
 Every frame always has all of its columns, even when empty.  Frames are sorted
 by ``ts_us`` (``ops`` by ``ts_us`` then longest first, so parents precede
-children) with a fresh ``RangeIndex``.
+children) with a fresh ``RangeIndex``.  Not loaded: flow events (``ac2g``,
+``fwdbwd``, ``async``), ``cuda_sync`` (GPU-side sync spans), the ``Trace``
+span and instant events other than ``[memory]``.  ``TraceFrames.empty()``
+gives the same frames with no rows, for runs without a trace.
 
 ops -- CPU operators (cat ``cpu_op`` / ``Operator``).  ``record_function``
 ranges are not operators: in old traces, ``Operator`` events named
@@ -41,10 +44,12 @@ ranges are not operators: in old traces, ``Operator`` events named
       aten::mkldnn_convolution: 2 * N * Cout * prod(out spatial) *
       (Cin/groups) * prod(kernel) (= 2 * N * prod(out spatial) * prod(weight
       dims)); the output size comes from stride/padding/dilation in args
-      "Concrete Inputs" (torch >= 2.0).  Older traces lack those, so the
-      output spatial size is *approximated as equal to the input's* ('same'
-      padding, stride 1): strided convs are then overestimated (4x for
-      stride 2).  Transposed convs use the input spatial size.
+      "Concrete Inputs" (torch >= 2.0).  Older traces lack those: the output
+      shape is then read from the first op that starts after the conv on the
+      same thread and takes an [N, Cout, ...] tensor (normally the following
+      batch_norm/relu; the search stops at the next conv); failing that it is *approximated as equal to the
+      input's* ('same' padding, stride 1), which overestimates strided convs
+      (4x for stride 2).  Transposed convs use the input spatial size.
       aten::convolution_backward / aten::cudnn_convolution_backward: the
       forward cost once per requested gradient (input, weight; output_mask
       from "Concrete Inputs", both assumed when unknown).
@@ -158,6 +163,18 @@ class TraceFrames:
     steps: pd.DataFrame
     meta: dict = field(default_factory=dict)
 
+    @classmethod
+    def empty(cls, source: str = "") -> "TraceFrames":
+        """All frames with their full columns and no rows: stands in for a run without a trace."""
+        return cls(
+            ops=_empty(_OPS_COLS), kernels=_empty(_KERNEL_COLS), memcpy=_empty(_MEMCPY_COLS),
+            runtime=_empty(_RUNTIME_COLS), annotations=_empty(_ANN_COLS), python=_empty(_PY_COLS),
+            memory=_empty(_MEM_COLS), steps=_empty(_STEP_COLS),
+            meta={"device_properties": [], "distributed": {}, "rank": None, "world_size": None,
+                  "display_time_unit": None, "base_time_ns": None, "trace_span_us": 0.0,
+                  "n_events": 0, "has_gpu": False, "source": source},
+        )
+
 
 # --------------------------------------------------------------------------
 # Frame schemas (column -> dtype) so that empty frames look like full ones.
@@ -269,7 +286,11 @@ def _load(src: str) -> TraceFrames:
     # Old layout: record_function ranges are "Operator" events; move them.
     op_evs = b["ops"]
     ann_evs = b["ann"]
-    rec = [e for e in op_evs if e["name"].startswith(_RECORD_FUNCTION_PREFIXES)]
+    try:
+        rec = [e for e in op_evs if e["name"].startswith(_RECORD_FUNCTION_PREFIXES)]
+    except (KeyError, TypeError, AttributeError):  # malformed events; _x_base drops them
+        rec = [e for e in op_evs
+               if isinstance(e.get("name"), str) and e["name"].startswith(_RECORD_FUNCTION_PREFIXES)]
     if rec:
         rec_ids = {id(e) for e in rec}
         op_evs = [e for e in op_evs if id(e) not in rec_ids]
@@ -338,7 +359,7 @@ def _read_json(src: str):
             raw = gzip.decompress(raw)
         except (EOFError, OSError, zlib.error) as exc:
             raise TraceError(f"{src}: truncated or corrupt gzip ({_one_line(exc)})") from None
-    if not raw[:4096].strip():
+    if not raw or raw.isspace():
         raise TraceError(f"{src}: empty file, not JSON")
     if _orjson is not None:
         try:
@@ -423,14 +444,17 @@ def _to_int_ids(values: list, default: int = -1) -> np.ndarray:
     cache: dict = {}
     out = np.empty(len(values), dtype=np.int64)
     for i, v in enumerate(values):
-        if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-            out[i] = v
-            continue
-        r = cache.get(v)
-        if r is None:
-            m = _INT_RE.search(v) if isinstance(v, str) else None
-            r = int(m.group()) if m else default
-            cache[v] = r
+        if isinstance(v, (int, float, np.integer)) and not isinstance(v, bool):
+            r = int(v) if -(2**63) <= v < 2**63 else default
+        else:
+            r = cache.get(v, None) if isinstance(v, str) else None
+            if r is None:
+                m = _INT_RE.search(v) if isinstance(v, str) else None
+                r = int(m.group()) if m else default
+                if not -(2**63) <= r < 2**63:
+                    r = default
+                if isinstance(v, str):
+                    cache[v] = r
         out[i] = r
     return out
 
@@ -449,7 +473,8 @@ def _nullable_int(values: list) -> pd.arrays.IntegerArray:
         out = []
         for v in values:
             try:
-                out.append(int(v))
+                iv = int(v)
+                out.append(iv if -(2**63) <= iv < 2**63 else None)
             except (ValueError, TypeError, OverflowError):
                 out.append(None)
         return pd.array(out, dtype="Int64")
@@ -722,6 +747,7 @@ def _build_kernels(evs: list, assign, runtime: pd.DataFrame) -> pd.DataFrame:
 _MEM_RE = re.compile(r"^\s*Mem(?:cpy|set)\s*([A-Za-z]+)?\s*(?:\(\s*([A-Za-z]+)\s*(?:->\s*([A-Za-z]+)\s*)?\))?")
 _COPY_KINDS = {"HtoD", "DtoH", "DtoD", "HtoH", "PtoP"}
 _MEM_SIDES = {"Pageable", "Pinned", "Device", "Managed"}
+_MEMSET_CATS = {"gpu_memset", "Memset"}
 
 
 def _parse_mem_name(name: str, is_memset: bool, args_kind):
@@ -744,19 +770,15 @@ def _build_memcpy(cp_evs: list, set_evs: list, assign, runtime: pd.DataFrame) ->
     evs = cp_evs + set_evs
     if not evs:
         return _empty(_MEMCPY_COLS)
-    n_cp = len(cp_evs)
-    is_set = [False] * n_cp + [True] * len(set_evs)
-    flagged = list(zip(evs, is_set))
-    good = [(e, s) for e, s in flagged if _valid_x(e)] if not all(_valid_x(e) for e in evs) else flagged
-    if not good:
-        return _empty(_MEMCPY_COLS)
-    evs = [e for e, _ in good]
-    is_set = [s for _, s in good]
     evs, names, ts, dur, args = _x_base(evs)
+    if not evs:
+        return _empty(_MEMCPY_COLS)
+    is_set = [e.get("cat") in _MEMSET_CATS for e in evs]
     cache: dict = {}
     kinds, srcs, dsts = [], [], []
     for name, s, a in zip(names, is_set, args):
-        key = (name, s, a.get("kind"))
+        k = a.get("kind")
+        key = (name, s, k if isinstance(k, str) else None)
         r = cache.get(key)
         if r is None:
             r = cache[key] = _parse_mem_name(name, s, key[2])
@@ -834,43 +856,84 @@ def _build_ops(evs: list, assign) -> pd.DataFrame:
     tid = _to_int_ids([e.get("tid") for e in evs])
     dims = [a.get("Input Dims") for a in args]
     types = [a.get("Input type") for a in args]
-    flops = _op_flops(names, args, dims)
+    flops, guessed = _op_flops(names, args, dims)
 
     order = _ts_order(ts, dur)
     ts_o, dur_o = ts[order], dur[order]
     end_o = ts_o + dur_o
     pid_o, tid_o = pid[order], tid[order]
+    thr = _thread_codes(pid_o, tid_o)
+    ol = order.tolist()
+    names_o = [names[i] for i in ol]
+    dims_o = [dims[i] for i in ol]
     flops_o = flops[order]
-    self_o, depth_o, covered = _nesting(ts_o, dur_o, end_o, pid_o, tid_o, ~np.isnan(flops_o))
+    if guessed:
+        inv = np.empty(n, dtype=np.int64)
+        inv[order] = np.arange(n)
+        _refine_conv_flops(flops_o, [int(inv[i]) for i in guessed], names_o, dims_o,
+                           ts_o.tolist(), end_o.tolist(), thr.tolist())
+    self_o, depth_o, covered = _nesting(ts_o, dur_o, end_o, thr, ~np.isnan(flops_o))
     if covered is not None:
         flops_o[covered] = np.nan
 
-    ol = order.tolist()
     cols = {
-        "name": [names[i] for i in ol], "ts_us": ts_o, "dur_us": dur_o, "end_us": end_o,
+        "name": names_o, "ts_us": ts_o, "dur_us": dur_o, "end_us": end_o,
         "self_us": self_o, "depth": depth_o, "pid": pid_o, "tid": tid_o,
         "external_id": _nullable_int([args[i].get("External id") for i in ol]),
-        "input_dims": [dims[i] for i in ol], "input_types": [types[i] for i in ol],
+        "input_dims": dims_o, "input_types": [types[i] for i in ol],
         "flops": flops_o, "step": assign(ts_o),
     }
     return _frame(cols, _OPS_COLS)
 
 
-def _nesting(ts, dur, end, pid, tid, has_flops):
+def _thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """Dense 0..k-1 code per distinct (pid, tid)."""
+    n = len(pid)
+    o = np.lexsort((tid, pid))
+    sp, st = pid[o], tid[o]
+    new = np.empty(n, dtype=bool)
+    new[:1] = True
+    new[1:] = (sp[1:] != sp[:-1]) | (st[1:] != st[:-1])
+    codes = np.empty(n, dtype=np.int64)
+    codes[o] = np.cumsum(new) - 1
+    return codes
+
+
+def _refine_conv_flops(flops, positions, names, dims, ts, end, thr, look_ahead: int = 32) -> None:
+    """Old traces have no stride/padding: read the conv's output shape from its consumer.
+
+    Among the next few ops that start after the conv ends on the same thread,
+    the first one whose first input is [N, Cout, *spatial] (normally the
+    following batch_norm / relu) gives the output size; the search stops at
+    the next convolution.  When nothing matches the 'same'-size guess stays.
+    """
+    n = len(ts)
+    for j in positions:
+        x, w = dims[j][0], dims[j][1]
+        rank = len(x)
+        e = end[j]
+        t = thr[j]
+        for k in range(j + 1, min(n, j + look_ahead)):
+            if thr[k] != t or ts[k] < e:
+                continue
+            if names[k] in _CONV_OPS:
+                break
+            d = dims[k]
+            y = d[0] if isinstance(d, list) and d else None
+            if (isinstance(y, list) and len(y) == rank and y[0] == x[0] and y[1] == w[0]
+                    and all(isinstance(v, int) and 0 < v <= xi for v, xi in zip(y[2:], x[2:]))):
+                flops[j] = 2.0 * x[0] * math.prod(y[2:]) * math.prod(w)
+                break
+
+
+def _nesting(ts, dur, end, thr_codes, has_flops):
     """Self time and depth per op with one stack per thread (ops sorted by ts, longest first).
 
     Also returns which ops sit under an ancestor that carries FLOPs (None if no
     op has FLOPs), so that FLOPs are counted only at the outermost op.
     """
     n = len(ts)
-    o = np.lexsort((tid, pid))
-    sp, stid = pid[o], tid[o]
-    new = np.empty(n, dtype=bool)
-    new[:1] = True
-    new[1:] = (sp[1:] != sp[:-1]) | (stid[1:] != stid[:-1])
-    thr_arr = np.empty(n, dtype=np.int64)
-    thr_arr[o] = np.cumsum(new) - 1
-    thr = thr_arr.tolist()
+    thr = thr_codes.tolist()
     ts_l, dur_l, end_l = ts.tolist(), dur.tolist(), end.tolist()
     child = [0.0] * n
     depth = [0] * n
@@ -921,9 +984,11 @@ _CONV_BWD_OPS = {
 _FLOP_OPS = set(_MM_OPS) | set(_CONV_OPS) | set(_CONV_BWD_OPS)
 
 
-def _op_flops(names: list, args: list, dims: list) -> np.ndarray:
+def _op_flops(names: list, args: list, dims: list):
+    """FLOPs per op (NaN if unknown) and the positions of convs whose output size was guessed."""
     n = len(names)
     out = np.full(n, np.nan)
+    guessed: list = []
     given = [a.get("flops") for a in args]
     if any(v is not None for v in given):
         for i, v in enumerate(given):
@@ -931,13 +996,16 @@ def _op_flops(names: list, args: list, dims: list) -> np.ndarray:
                 out[i] = v
     for i, name in enumerate(names):
         if name in _FLOP_OPS and not out[i] == out[i] and dims[i]:
+            concrete = args[i].get("Concrete Inputs")
             try:
-                f = _estimate_flops(name, dims[i], args[i].get("Concrete Inputs"))
+                f = _estimate_flops(name, dims[i], concrete)
             except (TypeError, ValueError, IndexError, ZeroDivisionError):
                 f = None
             if f is not None and f >= 0:
                 out[i] = f
-    return out
+                if name in _CONV_OPS and not concrete:
+                    guessed.append(i)
+    return out, guessed
 
 
 def _shape(x) -> list | None:

@@ -54,6 +54,12 @@ class ProbeProgress:
         elif done in (1, total) or done % PLAIN_EVERY == 0:
             self.con.print(f"{self.label}: {text}")
 
+    def experiment(self, label: str, index: int, total: int) -> None:
+        """An experiment starts: name it and say how many remain."""
+        self.label = f"experiment {index} of {total}: {label}"
+        self._last = None
+        self.phase("starting")
+
     def __exit__(self, *exc) -> None:
         if self._status is not None:
             self._status.__exit__(*exc)

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = Path(os.environ.get("ADVISE_SHARED_TRACES", REPO.parent / "shared" / "traces"))
 
 # Fast probe settings for tests: the numbers only need to exist, not to be precise.
-FAST = ["--steps", "6", "--warmup", "2", "--profile-steps", "2"]
+FAST = ["--steps", "6", "--warmup", "2", "--profile-steps", "2", "--no-experiments"]
 
 
 @dataclass

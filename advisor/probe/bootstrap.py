@@ -165,6 +165,7 @@ def main(config_path: str) -> int:
     result.update(
         step_source=clock.source,
         boundaries=clock.boundaries,
+        warmup=clock.warmup,
         measured_steps=len(clock.measured),
         losses=clock.loss_values(),
         env=collect_env(observed.device),

@@ -95,6 +95,15 @@ class StepClock:
             self._last_t = time.monotonic()
         return self.source == source
 
+    def require_warmup(self, n: int) -> None:
+        """Lengthen warm-up before measuring starts (never after: the window must stay whole).
+
+        A DataLoader with workers fills `num_workers * prefetch_factor` batches before the
+        first step; measuring while that buffer drains would flatter the input pipeline.
+        """
+        if n > self.warmup and self.boundaries <= self.warmup:
+            self.warmup = n
+
     # hooks ---------------------------------------------------------------------------------
 
     def explicit_step(self, samples: int | None = None) -> None:
@@ -158,6 +167,7 @@ class StepClock:
             "samples": acc.samples,
             "profiled": self.profiling,
             "source": self.source,
+            "warmup": self.warmup,
         }
         self.sink.write(json.dumps(record) + "\n")
         self.sink.flush()

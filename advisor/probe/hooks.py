@@ -109,6 +109,8 @@ def install(clock: StepClock, observed: Observed) -> None:
         orig_init(self, loader, *args, **kwargs)
         if id(loader) not in observed.dataloaders:
             observed.dataloaders[id(loader)] = _describe_loader(loader)
+        if loader.num_workers:
+            clock.require_warmup(loader.num_workers * (loader.prefetch_factor or 2) + 1)
 
     def iter_next(self):
         t0 = time.monotonic()

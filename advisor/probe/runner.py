@@ -127,7 +127,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None) -> ProbeRun
                     if last["phase"] == "measure":
                         progress.update("measure", last["index"] + 1, config.steps)
                     else:
-                        progress.update("warmup", last["index"] + config.warmup + 1, config.warmup)
+                        progress.update("warmup", last["index"] + last["warmup"] + 1, last["warmup"])
                 if rc is not None:
                     break
                 now = time.monotonic()

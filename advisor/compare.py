@@ -1,0 +1,480 @@
+"""`advise compare`: a noise-aware regression gate between two report.json files.
+
+The rule (asv's): a gated metric regresses only when it is **both**
+
+1. worse than the threshold (``--max-regression``, default 10%: the current run is more than
+   10% slower per step, or per sample), **and**
+2. statistically significant over the per-step times: a one-sided Mann-Whitney U test of the
+   current run's per-step times against the baseline's gives p < alpha (default 0.01).
+
+Per-step times are the un-profiled measured steps when there are at least 3 of them (the
+same steps the report's throughput comes from, :func:`advisor.metrics.timed_steps`).
+
+A fixed percentage alone cries wolf on a noisy runner (one slow step, a neighbour's burst);
+a test alone fails on a 0.5% difference that is real but irrelevant. Requiring both keeps
+identical reruns green and a real 10% slowdown red. When the runs have too few steps for the
+test ever to reach alpha (3 against 3 cannot go below p = 0.05), the gate falls back to the
+ratio alone and says so.
+
+Which metrics gate:
+- throughput (samples/s, or steps/s when the batch size is unknown) and the median step time:
+  the threshold and the test above.
+- peak memory (GPU peak allocated; on CPU the peak RSS of the script's processes): only when
+  clearly beyond its own threshold (``--max-memory-regression``, default 20%) and by at least
+  64 MiB. One figure per run, no per-step sample to test, hence the wider margin.
+- p90 step time and data-wait share: reported, never gating (a p90 of 20 steps rests on two).
+- findings: a finding (by code) in CURRENT that BASELINE lacks is reported as a warning; it
+  fails the gate only with ``--fail-on-new-findings``.
+
+Exit codes: 0 pass, 3 regression, 2 unusable or incompatible input (missing file, not JSON,
+a run whose status is not ok, another script or device; ``--force`` compares the last two
+anyway, with a warning).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import posixpath
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import metrics, stats
+from .cli_exit import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, fail
+from .report import SCHEMA_VERSION, ReportError, load_report
+
+DEFAULT_MAX_REGRESSION = 0.10
+DEFAULT_MAX_MEMORY_REGRESSION = 0.20
+DEFAULT_ALPHA = 0.01
+MEMORY_FLOOR_BYTES = 64 * 2**20
+CI_LEVEL = 0.95
+
+# Verdicts of one metric row.
+REGRESSION, IMPROVEMENT, OK, NOT_SIGNIFICANT, REPORTED, NA = (
+    "regression", "improvement", "ok", "not-significant", "reported", "n/a")
+
+
+class CompareError(ValueError):
+    """Input that cannot be compared: one line for the CLI, exit 2."""
+
+
+@dataclass
+class Metric:
+    name: str
+    label: str
+    unit: str  # "samples/s", "steps/s", "s", "bytes", "fraction"
+    higher_is_better: bool
+    gated: bool
+    baseline: float | None
+    current: float | None
+    change: float | None = None  # current / baseline - 1; for fractions, current - baseline (points)
+    ci: list[float] | None = None  # CI of `change`, same scale
+    p_value: float | None = None  # one-sided: the current run is worse
+    verdict: str = NA
+    note: str = ""
+
+
+@dataclass
+class Comparison:
+    baseline_path: str
+    current_path: str
+    script: str
+    max_regression: float
+    max_memory_regression: float
+    alpha: float
+    n_baseline: int
+    n_current: int
+    testable: bool
+    metrics: list[Metric]
+    new_findings: list[dict] = field(default_factory=list)
+    resolved_findings: list[dict] = field(default_factory=list)
+    fail_on_new_findings: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[Metric]:
+        return [m for m in self.metrics if m.verdict == REGRESSION]
+
+    @property
+    def findings_fail(self) -> bool:
+        return self.fail_on_new_findings and bool(self.new_findings)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.regressions) or self.findings_fail
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_REGRESSION if self.failed else EXIT_OK
+
+    @property
+    def rule(self) -> str:
+        test = (f"one-sided Mann-Whitney U p < {self.alpha:g} over per-step times "
+                f"({self.n_baseline} vs {self.n_current} steps)")
+        if not self.testable:
+            test = f"ratio alone: {self.n_baseline} vs {self.n_current} steps are too few for p < {self.alpha:g}"
+        return (f"regression = more than {_pct(self.max_regression)} slower (throughput, median step time) and {test}; "
+                f"peak memory: more than {_pct(self.max_memory_regression)} and {MEMORY_FLOOR_BYTES >> 20} MiB higher")
+
+    def to_dict(self) -> dict:
+        return metrics.clean({
+            "verdict": "regression" if self.failed else "pass",
+            "exit_code": self.exit_code,
+            "rule": self.rule,
+            "baseline": self.baseline_path,
+            "current": self.current_path,
+            "script": self.script,
+            "max_regression": self.max_regression,
+            "max_memory_regression": self.max_memory_regression,
+            "memory_floor_bytes": MEMORY_FLOOR_BYTES,
+            "alpha": self.alpha,
+            "n_steps": {"baseline": self.n_baseline, "current": self.n_current},
+            "significance_testable": self.testable,
+            "metrics": [asdict(m) for m in self.metrics],
+            "regressions": [m.name for m in self.regressions],
+            "findings": {"new": self.new_findings, "resolved": self.resolved_findings,
+                         "fail_on_new": self.fail_on_new_findings},
+            "warnings": self.warnings,
+        })
+
+
+def _pct(frac: float) -> str:
+    return f"{frac * 100:g}%"
+
+
+# --- input -------------------------------------------------------------------------------------
+
+def load(path: str | Path, role: str, *, force: bool = False) -> tuple[dict, list[str]]:
+    """A report.json (or a run dir holding one) fit to compare: status ok, per-step times.
+
+    Raises CompareError (one line) otherwise. With `force`, a report of another schema version
+    is read anyway, with a warning.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "report.json"
+    warnings: list[str] = []
+    try:
+        report = load_report(path)
+    except ReportError as exc:
+        raw = _raw(path)
+        if not (force and isinstance(raw, dict) and "schema_version" in raw):
+            raise CompareError(f"{role}: {exc}") from None
+        report = raw
+        warnings.append(f"{role} has schema_version {raw['schema_version']} (this advise reads {SCHEMA_VERSION}); "
+                        "compared anyway (--force)")
+    status = report.get("status")
+    if status != "ok":
+        raise CompareError(f"{role}: {path}: the run's status is {status!r}, not 'ok'"
+                           + (f" ({report['error']})" if report.get("error") else "") + ": nothing to compare")
+    timed, _ = _timed(report)
+    if timed.empty:
+        raise CompareError(f"{role}: {path}: the report has no measured steps to compare")
+    return report, warnings
+
+
+def _raw(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _timed(report: dict) -> tuple[pd.DataFrame, str]:
+    steps = pd.DataFrame(report.get("steps") or [])
+    if "duration_s" in steps:
+        steps = steps[pd.to_numeric(steps["duration_s"], errors="coerce").notna()]
+    return metrics.timed_steps(steps)
+
+
+def _norm_parts(script: str) -> tuple[str, ...]:
+    parts = posixpath.normpath(str(script).replace("\\", "/")).split("/")
+    return tuple(p for p in parts if p not in ("", ".", ".."))
+
+
+def same_script(a: str | None, b: str | None) -> bool:
+    """Same script when one path is a suffix of the other: `train.py` matches `/ci/repo/train.py`
+    (baselines come from other checkouts), `a/train.py` does not match `b/train.py`."""
+    if not a or not b:
+        return a == b
+    pa, pb = _norm_parts(a), _norm_parts(b)
+    n = min(len(pa), len(pb))
+    return n > 0 and pa[-n:] == pb[-n:]
+
+
+def compatibility(baseline: dict, current: dict) -> tuple[list[str], list[str]]:
+    """(problems, warnings): problems make the comparison meaningless (exit 2 unless --force)."""
+    problems, warnings = [], []
+    if not same_script(baseline.get("script"), current.get("script")):
+        problems.append(f"different scripts: baseline {baseline.get('script')!r}, current {current.get('script')!r}")
+    eb, ec = baseline.get("env") or {}, current.get("env") or {}
+    if eb.get("device") != ec.get("device"):
+        problems.append(f"different devices: baseline {eb.get('device')!r}, current {ec.get('device')!r}")
+    elif eb.get("device_name") != ec.get("device_name"):
+        text = f"different {eb.get('device')} models: baseline {eb.get('device_name')!r}, current {ec.get('device_name')!r}"
+        # Hosted CI runners change CPU models under you; a different GPU is a different machine.
+        (problems if eb.get("device") not in (None, "cpu") else warnings).append(text)
+    if list(baseline.get("argv") or []) != list(current.get("argv") or []):
+        warnings.append(f"the script's arguments differ: baseline {baseline.get('argv')}, current {current.get('argv')}")
+    for key, what in (("torch", "torch versions"), ("cpu_count", "CPU counts"), ("torch_threads", "torch thread counts")):
+        if eb.get(key) is not None and ec.get(key) is not None and eb.get(key) != ec.get(key):
+            warnings.append(f"different {what}: baseline {eb.get(key)}, current {ec.get(key)}")
+    return problems, warnings
+
+
+# --- the comparison ----------------------------------------------------------------------------
+
+def compare(
+    baseline: dict,
+    current: dict,
+    *,
+    max_regression: float = DEFAULT_MAX_REGRESSION,
+    max_memory_regression: float = DEFAULT_MAX_MEMORY_REGRESSION,
+    alpha: float = DEFAULT_ALPHA,
+    fail_on_new_findings: bool = False,
+    force: bool = False,
+    baseline_path: str = "baseline",
+    current_path: str = "current",
+) -> Comparison:
+    """Compare two loaded reports. Raises CompareError when incompatible and not `force`."""
+    problems, warnings = compatibility(baseline, current)
+    if problems and not force:
+        raise CompareError("; ".join(problems) + " (--force compares anyway)")
+    warnings = [f"{p} (compared anyway: --force)" for p in problems] + warnings
+
+    tb, basis_b = _timed(baseline)
+    tc, basis_c = _timed(current)
+    if basis_b != basis_c:
+        warnings.append(f"per-step times are from {basis_b} steps in the baseline, {basis_c} steps in the current run")
+    nb, nc = len(tb), len(tc)
+    testable = stats.min_p_value(nb, nc, "greater") < alpha
+    if not testable:
+        warnings.append(f"{nb} vs {nc} timed steps are too few for a significance test at p < {alpha:g}: "
+                        "the gate uses the ratio alone (profile with --steps 20 or more)")
+
+    dur_b, dur_c = tb["duration_s"].astype(float).to_numpy(), tc["duration_s"].astype(float).to_numpy()
+    tp_b, tp_c = metrics.throughput(tb.assign(profiled=False)), metrics.throughput(tc.assign(profiled=False))
+    unit = "samples/s"
+    per_b, per_c = _per_sample(tb), _per_sample(tc)
+    if per_b is None or per_c is None:
+        unit, per_b, per_c = "steps/s", dur_b, dur_c
+        tput_b, tput_c = tp_b["steps_per_s"], tp_c["steps_per_s"]
+        if (tp_b["samples_per_s"] is None) != (tp_c["samples_per_s"] is None):
+            warnings.append("only one run knows its batch size: throughput is compared in steps/s")
+    else:
+        tput_b, tput_c = tp_b["samples_per_s"], tp_c["samples_per_s"]
+        sb, sc = _batch(tb), _batch(tc)
+        if sb != sc:
+            warnings.append(f"batch sizes differ (baseline {sb}, current {sc}): throughput is compared per sample")
+
+    gate = dict(threshold=max_regression, alpha=alpha, testable=testable)
+    rows = [
+        _timing_metric("throughput", "throughput", unit, True, tput_b, tput_c, per_b, per_c, np.mean, **gate),
+        _timing_metric("step_time_median", "step time (median)", "s", False,
+                       tp_b["step_time_median_s"], tp_c["step_time_median_s"], dur_b, dur_c, np.median, **gate),
+        _reported("step_time_p90", "step time (p90)", "s", False, tp_b["step_time_p90_s"], tp_c["step_time_p90_s"]),
+        _memory_metric(baseline, current, max_memory_regression, warnings),
+        _data_wait_metric(baseline, current),
+    ]
+    new, resolved = _findings_diff(baseline, current)
+    return Comparison(
+        baseline_path=str(baseline_path), current_path=str(current_path), script=str(current.get("script") or ""),
+        max_regression=max_regression, max_memory_regression=max_memory_regression, alpha=alpha,
+        n_baseline=nb, n_current=nc, testable=testable, metrics=[r for r in rows if r is not None],
+        new_findings=new, resolved_findings=resolved, fail_on_new_findings=fail_on_new_findings, warnings=warnings,
+    )
+
+
+def _per_sample(timed: pd.DataFrame) -> np.ndarray | None:
+    """Seconds per sample of each step, when every step knows its batch size."""
+    if "samples" not in timed:
+        return None
+    samples = pd.to_numeric(timed["samples"], errors="coerce")
+    if samples.isna().any() or (samples <= 0).any():
+        return None
+    return (timed["duration_s"].astype(float) / samples).to_numpy()
+
+
+def _batch(timed: pd.DataFrame):
+    values = sorted({int(s) for s in timed["samples"]})
+    return values[0] if len(values) == 1 else values
+
+
+def _timing_metric(name, label, unit, higher_is_better, base, cur, times_b, times_c, statistic, *,
+                   threshold, alpha, testable) -> Metric:
+    """A gated timing metric. `times_*` are per-step times (lower is better) whose `statistic`
+    ratio is the slowdown; `base`/`cur` are the values shown (throughput: the inverse)."""
+    row = Metric(name, label, unit, higher_is_better, True, base, cur)
+    if base is None or cur is None or base <= 0 or cur <= 0:
+        row.note = "missing in one of the runs"
+        return row
+    row.change = cur / base - 1
+    slowdown = (base / cur) if higher_is_better else (cur / base)  # > 1: the current run is slower
+    interval = stats.ratio_ci(times_b, times_c, statistic=statistic, confidence=CI_LEVEL)
+    if interval is not None:
+        lo, hi = interval.low, interval.high
+        row.ci = [1 / hi - 1, 1 / lo - 1] if higher_is_better else [lo - 1, hi - 1]
+    p_worse = stats.mann_whitney(times_b, times_c, "greater")
+    p_better = stats.mann_whitney(times_b, times_c, "less")
+    row.p_value = p_worse
+    if slowdown > 1 + threshold:
+        if not testable or p_worse < alpha:
+            row.verdict = REGRESSION
+            row.note = f"{slowdown - 1:.1%} slower" + ("" if testable else " (ratio alone: too few steps to test)")
+        else:
+            row.verdict = NOT_SIGNIFICANT
+            row.note = f"{slowdown - 1:.1%} slower but not significant (p = {p_worse:.2g}): noise, or too few steps"
+    elif 1 / slowdown > 1 + threshold and (not testable or p_better < alpha):
+        row.verdict = IMPROVEMENT
+        row.note = f"{1 / slowdown - 1:.1%} faster"
+    else:
+        row.verdict = OK
+    return row
+
+
+def _reported(name, label, unit, higher_is_better, base, cur) -> Metric:
+    row = Metric(name, label, unit, higher_is_better, False, base, cur, verdict=REPORTED)
+    if base and cur is not None and base > 0:
+        row.change = cur / base - 1
+    return row
+
+
+def peak_memory(report: dict) -> tuple[float | None, str]:
+    """The run's peak memory figure and what it is: GPU peak allocated, else CPU peak RSS."""
+    mem = report.get("memory") or {}
+    if mem.get("peak_allocated_bytes") is not None:
+        return float(mem["peak_allocated_bytes"]), "GPU peak allocated"
+    util = report.get("utilization") or {}
+    if util.get("rss_bytes_max") is not None:
+        return float(util["rss_bytes_max"]), "peak RSS"
+    return None, ""
+
+
+def _memory_metric(baseline: dict, current: dict, threshold: float, warnings: list[str]) -> Metric | None:
+    (base, kind_b), (cur, kind_c) = peak_memory(baseline), peak_memory(current)
+    if base is None and cur is None:
+        return None
+    row = Metric("peak_memory", f"peak memory ({kind_c or kind_b})", "bytes", False, True, base, cur)
+    if base is None or cur is None or kind_b != kind_c or base <= 0:
+        row.gated, row.verdict = False, NA
+        row.note = "not measured the same way in both runs"
+        return row
+    row.change = cur / base - 1
+    if row.change > threshold and cur - base >= MEMORY_FLOOR_BYTES:
+        row.verdict, row.note = REGRESSION, f"{row.change:.1%} higher (+{(cur - base) / 2**20:,.0f} MiB)"
+    elif -row.change > threshold / (1 + threshold) and base - cur >= MEMORY_FLOOR_BYTES:
+        row.verdict = IMPROVEMENT
+    else:
+        row.verdict = OK
+    return row
+
+
+def _data_wait_metric(baseline: dict, current: dict) -> Metric | None:
+    base = (baseline.get("breakdown") or {}).get("data_wait_frac")
+    cur = (current.get("breakdown") or {}).get("data_wait_frac")
+    if base is None and cur is None:
+        return None
+    row = Metric("data_wait_frac", "data-wait share", "fraction", False, False, base, cur, verdict=REPORTED)
+    if base is not None and cur is not None:
+        row.change = cur - base
+        if row.change >= 0.10:
+            row.note = "the step waits noticeably longer for data"
+    return row
+
+
+def _finding_key(finding: dict) -> str:
+    return str(finding.get("code") or finding.get("rule") or finding.get("title") or "")
+
+
+def _findings_diff(baseline: dict, current: dict) -> tuple[list[dict], list[dict]]:
+    def brief(f: dict) -> dict:
+        return {k: f.get(k) for k in ("code", "rule", "severity", "title")}
+
+    fb = {_finding_key(f): f for f in baseline.get("findings") or [] if isinstance(f, dict)}
+    fc = {_finding_key(f): f for f in current.get("findings") or [] if isinstance(f, dict)}
+    new = [brief(f) for k, f in fc.items() if k not in fb]
+    resolved = [brief(f) for k, f in fb.items() if k not in fc]
+    return new, resolved
+
+
+# --- the command -------------------------------------------------------------------------------
+
+def emit(result: Comparison, *, fmt: str = "terminal", junit: str | Path | None = None, stderr: bool = False) -> None:
+    """Print the comparison; write JUnit XML; append markdown to $GITHUB_STEP_SUMMARY when set."""
+    import click
+
+    from advisor.reports import compare_output, terminal
+
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2), err=stderr)
+    elif fmt == "markdown":
+        click.echo(compare_output.markdown(result), err=stderr)
+    else:
+        compare_output.print_table(result, terminal.console(stderr=stderr))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        try:
+            with open(summary, "a", encoding="utf-8") as fh:
+                fh.write(compare_output.markdown(result) + "\n")
+        except OSError as exc:
+            click.echo(f"advise: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary}): {exc.strerror}", err=True)
+    if junit:
+        try:
+            Path(junit).write_text(compare_output.junit(result), encoding="utf-8")
+        except OSError as exc:
+            fail(f"cannot write the JUnit file {junit}: {exc.strerror}")
+
+
+def run_compare(baseline: str, current: str, *, max_regression: float = DEFAULT_MAX_REGRESSION,
+                max_memory_regression: float = DEFAULT_MAX_MEMORY_REGRESSION, alpha: float = DEFAULT_ALPHA,
+                fmt: str = "terminal", junit: str | None = None, fail_on_new_findings: bool = False,
+                force: bool = False) -> int:
+    """`advise compare BASELINE CURRENT`: the exit code (0 pass, 3 regression; 2 via fail())."""
+    try:
+        base, warn_b = load(baseline, "baseline", force=force)
+        cur, warn_c = load(current, "current", force=force)
+        result = compare(base, cur, max_regression=max_regression, max_memory_regression=max_memory_regression,
+                         alpha=alpha, fail_on_new_findings=fail_on_new_findings, force=force,
+                         baseline_path=baseline, current_path=current)
+    except CompareError as exc:
+        fail(str(exc), EXIT_USAGE)
+    result.warnings[:0] = warn_b + warn_c
+    emit(result, fmt=fmt, junit=junit)
+    return result.exit_code
+
+
+def check_baseline(path: str) -> dict:
+    """For `advise profile --baseline`: load and check the baseline before spending a run on it."""
+    try:
+        report, _ = load(path, "baseline")
+    except CompareError as exc:
+        fail(str(exc), EXIT_USAGE)
+    return report
+
+
+def compare_after_profile(baseline: dict, baseline_path: str, current: dict, current_path: str, run_dir: Path, *,
+                          max_regression: float, as_json: bool) -> int:
+    """`advise profile --baseline`: compare the fresh report with the baseline; write compare.json."""
+    try:
+        result = compare(baseline, current, max_regression=max_regression,
+                         baseline_path=baseline_path, current_path=current_path)
+    except CompareError as exc:
+        fail(str(exc), EXIT_USAGE)
+    try:
+        (run_dir / "compare.json").write_text(json.dumps(result.to_dict(), indent=2))
+    except OSError:
+        pass
+    emit(result, stderr=as_json)
+    return result.exit_code
+
+
+def parse_percent(text: str) -> float:
+    """'5%', '5' or '12.5%' -> 0.05, 0.05, 0.125 (a percentage, with or without the sign)."""
+    value = float(str(text).strip().rstrip("%").strip())
+    if not math.isfinite(value) or value <= 0 or value >= 1000:
+        raise ValueError(f"{text!r} is not a percentage between 0 and 1000")
+    return value / 100

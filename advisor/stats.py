@@ -1,0 +1,143 @@
+"""Small, general statistics for comparing two sets of timings (two runs, two configurations).
+
+Used by `advise compare` (the regression gate) and free for any other comparison of a
+baseline sample `a` with a candidate sample `b`, e.g. an experiment's speedup:
+
+- :func:`mann_whitney` : one- or two-sided Mann-Whitney U p-value (scipy), no normality assumed.
+- :func:`min_p_value`  : the smallest p-value the exact test can reach with these sample sizes,
+  so a caller can tell "not significant" from "too few samples to ever be significant".
+- :func:`ratio_ci`     : bootstrap confidence interval of ``stat(b) / stat(a)`` for any
+  statistic (median by default; mean, a quantile ...); deterministic (fixed seed).
+- :func:`ratio_of_means_ci_t` : t-based (delta method, Welch degrees of freedom) interval for
+  ``mean(b) / mean(a)``; cheap, fine for a handful of repeated runs.
+
+Every function takes plain sequences of floats and returns plain floats.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+from scipy import stats as _st
+
+
+def _array(values: Sequence[float]) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def mann_whitney(a: Sequence[float], b: Sequence[float], alternative: str = "two-sided") -> float:
+    """p-value of the Mann-Whitney U test of `a` against `b`.
+
+    `alternative`: "two-sided", "greater" (b tends to be larger than a) or "less" (b tends to be
+    smaller). Note the order: the question is always about `b`, the candidate, relative to `a`.
+    Returns 1.0 when either sample is empty.
+    """
+    a, b = _array(a), _array(b)
+    if len(a) == 0 or len(b) == 0:
+        return 1.0
+    flipped = {"greater": "less", "less": "greater", "two-sided": "two-sided"}[alternative]
+    # scipy's alternative is about its first argument: "less" means x tends to be smaller than y.
+    return float(_st.mannwhitneyu(a, b, alternative=flipped).pvalue)
+
+
+def min_p_value(n_a: int, n_b: int, alternative: str = "greater") -> float:
+    """Smallest p-value the exact Mann-Whitney test can give with samples of these sizes.
+
+    With 3 steps against 3 a one-sided test can never go below 1/C(6, 3) = 0.05: asking it for
+    p < 0.01 is asking the impossible, and the caller should say so instead of "no change".
+    """
+    if n_a < 1 or n_b < 1:
+        return 1.0
+    p = 1.0 / math.comb(n_a + n_b, n_a)
+    return min(1.0, 2 * p) if alternative == "two-sided" else p
+
+
+@dataclass(frozen=True)
+class Interval:
+    estimate: float
+    low: float
+    high: float
+    confidence: float
+
+    def above(self, value: float) -> bool:
+        """The whole interval is above `value` (e.g. 1.0: b is larger than a)."""
+        return self.low > value
+
+    def below(self, value: float) -> bool:
+        return self.high < value
+
+    def as_list(self) -> list[float]:
+        return [self.low, self.high]
+
+
+def _median(x, axis=-1):
+    return np.median(x, axis=axis)
+
+
+def ratio_ci(
+    a: Sequence[float],
+    b: Sequence[float],
+    statistic: Callable = _median,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> Interval | None:
+    """Bootstrap CI of ``statistic(b) / statistic(a)`` (BCa; percentile when BCa is degenerate).
+
+    `statistic(x, axis=-1)` must be vectorized like ``np.median`` / ``np.mean``. Returns None
+    when a sample has fewer than 2 values or the baseline statistic is 0.
+    """
+    a, b = _array(a), _array(b)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    base = float(statistic(a))
+    if base == 0:
+        return None
+    estimate = float(statistic(b)) / base
+
+    def ratio(x, y, axis=-1):
+        return statistic(y, axis=axis) / statistic(x, axis=axis)
+
+    for method in ("BCa", "percentile"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                res = _st.bootstrap((a, b), ratio, paired=False, vectorized=True, confidence_level=confidence,
+                                    n_resamples=n_resamples, method=method, rng=np.random.default_rng(seed))
+            except (ValueError, ZeroDivisionError, FloatingPointError):
+                continue
+        low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+        if math.isfinite(low) and math.isfinite(high):
+            return Interval(estimate, min(low, estimate), max(high, estimate), confidence)
+    return Interval(estimate, estimate, estimate, confidence)
+
+
+def ratio_of_means_ci_t(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Interval | None:
+    """t-based CI of ``mean(b) / mean(a)``: delta method with Welch-Satterthwaite degrees of freedom.
+
+    Good enough when both means are well away from 0 relative to their standard errors (timings,
+    throughputs); returns None with fewer than 2 values per sample or a zero baseline mean.
+    """
+    a, b = _array(a), _array(b)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    ma, mb = float(a.mean()), float(b.mean())
+    if ma == 0:
+        return None
+    r = mb / ma
+    va, vb = float(a.var(ddof=1)) / len(a), float(b.var(ddof=1)) / len(b)  # squared standard errors
+    rel_a, rel_b = va / ma**2, (vb / mb**2 if mb else 0.0)
+    se = abs(r) * math.sqrt(rel_a + rel_b)
+    if se == 0:
+        return Interval(r, r, r, confidence)
+    # Welch-Satterthwaite on the relative variances (each term's own df).
+    num = (rel_a + rel_b) ** 2
+    den = (rel_a**2 / (len(a) - 1) if rel_a else 0.0) + (rel_b**2 / (len(b) - 1) if rel_b else 0.0)
+    df = num / den if den else float(len(a) + len(b) - 2)
+    t = float(_st.t.ppf(0.5 + confidence / 2, df))
+    return Interval(r, r - t * se, r + t * se, confidence)
