@@ -1,11 +1,13 @@
 """`advise compare`: a noise-aware regression gate between two report.json files.
 
-The rule (asv's): a gated metric regresses only when it is **both**
+The rule (asv's, plus a guard against outlier steps): a gated timing metric regresses only when
 
-1. worse than the threshold (``--max-regression``, default 10%: the current run is more than
-   10% slower per step, or per sample), **and**
-2. statistically significant over the per-step times: a one-sided Mann-Whitney U test of the
-   current run's per-step times against the baseline's gives p < alpha (default 0.01).
+1. it is worse than the threshold (``--max-regression``, default 10%: more than 10% more time
+   per sample, or per step), **and the median step is too** (a few outlier steps move a mean,
+   not the typical step), **and**
+2. the slowdown is statistically significant over the per-step times: a one-sided
+   Mann-Whitney U test of the current run's per-step times against the baseline's gives
+   p < alpha (default 0.01).
 
 Per-step times are the un-profiled measured steps when there are at least 3 of them (the
 same steps the report's throughput comes from, :func:`advisor.metrics.timed_steps`).
@@ -14,7 +16,8 @@ A fixed percentage alone cries wolf on a noisy runner (one slow step, a neighbou
 a test alone fails on a 0.5% difference that is real but irrelevant. Requiring both keeps
 identical reruns green and a real 10% slowdown red. When the runs have too few steps for the
 test ever to reach alpha (3 against 3 cannot go below p = 0.05), the gate falls back to the
-ratio alone and says so.
+ratios alone and says so. What no statistic over one pair of runs can tell apart: a runner
+that was slower for the whole run. The threshold is the margin for that.
 
 Which metrics gate:
 - throughput (samples/s, or steps/s when the batch size is unknown) and the median step time:
@@ -117,7 +120,8 @@ class Comparison:
                 f"({self.n_baseline} vs {self.n_current} steps)")
         if not self.testable:
             test = f"ratio alone: {self.n_baseline} vs {self.n_current} steps are too few for p < {self.alpha:g}"
-        return (f"regression = more than {_pct(self.max_regression)} slower (throughput, median step time) and {test}; "
+        return (f"regression = more than {_pct(self.max_regression)} slower (throughput or median step time, and the "
+                f"median step) and {test}; "
                 f"peak memory: more than {_pct(self.max_memory_regression)} and {MEMORY_FLOOR_BYTES >> 20} MiB higher")
 
     def to_dict(self) -> dict:
@@ -273,10 +277,10 @@ def compare(
 
     gate = dict(threshold=max_regression, alpha=alpha, testable=testable)
     rows = [
-        _timing_metric("throughput", "throughput", unit, True, tput_b, tput_c, per_b, per_c, np.mean, **gate),
-        _timing_metric("step_time_median", "step time (median)", "s", False,
+        _timing_metric("throughput", f"throughput ({unit})", unit, True, tput_b, tput_c, per_b, per_c, np.mean, **gate),
+        _timing_metric("step_time_median", "step time median", "s", False,
                        tp_b["step_time_median_s"], tp_c["step_time_median_s"], dur_b, dur_c, np.median, **gate),
-        _reported("step_time_p90", "step time (p90)", "s", False, tp_b["step_time_p90_s"], tp_c["step_time_p90_s"]),
+        _reported("step_time_p90", "step time p90", "s", False, tp_b["step_time_p90_s"], tp_c["step_time_p90_s"]),
         _memory_metric(baseline, current, max_memory_regression, warnings),
         _data_wait_metric(baseline, current),
     ]
@@ -306,14 +310,21 @@ def _batch(timed: pd.DataFrame):
 
 def _timing_metric(name, label, unit, higher_is_better, base, cur, times_b, times_c, statistic, *,
                    threshold, alpha, testable) -> Metric:
-    """A gated timing metric. `times_*` are per-step times (lower is better) whose `statistic`
-    ratio is the slowdown; `base`/`cur` are the values shown (throughput: the inverse)."""
+    """A gated timing metric.
+
+    `base`/`cur` are the figures shown (throughput: samples/s, higher is better); `times_*` are
+    per-step times (per sample for throughput; lower is better) and `statistic` is how the
+    figure summarises them (mean for throughput, median for the median step time): the CI is
+    of that statistic's ratio. A regression needs the figure AND the median step to be slower
+    than the threshold, AND the test: a few outlier steps move a mean, not the typical step.
+    """
     row = Metric(name, label, unit, higher_is_better, True, base, cur)
     if base is None or cur is None or base <= 0 or cur <= 0:
         row.note = "missing in one of the runs"
         return row
     row.change = cur / base - 1
     slowdown = (base / cur) if higher_is_better else (cur / base)  # > 1: the current run is slower
+    typical = float(np.median(times_c) / np.median(times_b))  # the median step's slowdown
     interval = stats.ratio_ci(times_b, times_c, statistic=statistic, confidence=CI_LEVEL)
     if interval is not None:
         lo, hi = interval.low, interval.high
@@ -321,14 +332,19 @@ def _timing_metric(name, label, unit, higher_is_better, base, cur, times_b, time
     p_worse = stats.mann_whitney(times_b, times_c, "greater")
     p_better = stats.mann_whitney(times_b, times_c, "less")
     row.p_value = p_worse
-    if slowdown > 1 + threshold:
-        if not testable or p_worse < alpha:
-            row.verdict = REGRESSION
-            row.note = f"{slowdown - 1:.1%} slower" + ("" if testable else " (ratio alone: too few steps to test)")
-        else:
+    limit = 1 + threshold
+    if slowdown > limit:
+        if typical <= limit:
+            row.verdict = NOT_SIGNIFICANT
+            row.note = (f"{slowdown - 1:.1%} slower overall, but the median step only {typical - 1:+.1%}: "
+                        "a few slow steps (noise, or a periodic stall: profile more steps to tell)")
+        elif testable and p_worse >= alpha:
             row.verdict = NOT_SIGNIFICANT
             row.note = f"{slowdown - 1:.1%} slower but not significant (p = {p_worse:.2g}): noise, or too few steps"
-    elif 1 / slowdown > 1 + threshold and (not testable or p_better < alpha):
+        else:
+            row.verdict = REGRESSION
+            row.note = f"{slowdown - 1:.1%} slower" + ("" if testable else " (ratio alone: too few steps to test)")
+    elif 1 / slowdown > limit and 1 / typical > limit and (not testable or p_better < alpha):
         row.verdict = IMPROVEMENT
         row.note = f"{1 / slowdown - 1:.1%} faster"
     else:
@@ -347,7 +363,7 @@ def peak_memory(report: dict) -> tuple[float | None, str]:
     """The run's peak memory figure and what it is: GPU peak allocated, else CPU peak RSS."""
     mem = report.get("memory") or {}
     if mem.get("peak_allocated_bytes") is not None:
-        return float(mem["peak_allocated_bytes"]), "GPU peak allocated"
+        return float(mem["peak_allocated_bytes"]), "peak GPU memory"
     util = report.get("utilization") or {}
     if util.get("rss_bytes_max") is not None:
         return float(util["rss_bytes_max"]), "peak RSS"
@@ -358,7 +374,7 @@ def _memory_metric(baseline: dict, current: dict, threshold: float, warnings: li
     (base, kind_b), (cur, kind_c) = peak_memory(baseline), peak_memory(current)
     if base is None and cur is None:
         return None
-    row = Metric("peak_memory", f"peak memory ({kind_c or kind_b})", "bytes", False, True, base, cur)
+    row = Metric("peak_memory", kind_c or kind_b, "bytes", False, True, base, cur)
     if base is None or cur is None or kind_b != kind_c or base <= 0:
         row.gated, row.verdict = False, NA
         row.note = "not measured the same way in both runs"

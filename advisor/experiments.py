@@ -144,6 +144,9 @@ def loss_check(baseline: list[pd.DataFrame], candidate: pd.DataFrame) -> dict:
     """Finite and close: the candidate's mean loss within tolerance of the baseline's."""
     b = pd.concat([f["loss"] for f in baseline if "loss" in f]).dropna().to_numpy(float) if baseline else np.array([])
     c = candidate["loss"].dropna().to_numpy(float) if "loss" in candidate else np.array([])
+    flags = candidate["loss_finite"].dropna() if "loss_finite" in candidate else pd.Series(dtype=bool)
+    if len(flags) and not flags.astype(bool).all():
+        return {"checked": True, "finite": False, "passed": False, "rule": "the loss must stay finite"}
     if len(b) < 2 or len(c) < 2:
         return {"checked": False, "reason": "loss not visible to the probe", "passed": None}
     finite = bool(np.isfinite(c).all())

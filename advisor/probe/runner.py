@@ -9,6 +9,7 @@ forceful after a grace period.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -180,9 +181,12 @@ def _load_probe(path: Path) -> dict:
 def _write_steps_csv(path: Path, records: list[dict], losses: list) -> None:
     import pandas as pd
 
-    columns = ["index", "t_start", "t_end", "duration_s", "data_wait_s", "optimizer_s", "backward_s", "samples", "profiled", "source", "loss"]
-    frame = pd.DataFrame(records, columns=[c for c in columns if c != "loss"])
+    columns = ["index", "t_start", "t_end", "duration_s", "data_wait_s", "optimizer_s", "backward_s", "samples", "profiled",
+               "source", "loss", "loss_finite"]
+    frame = pd.DataFrame(records, columns=columns[:-2])
     frame["loss"] = [losses[i] if i < len(losses) else None for i in range(len(frame))]
+    # A NaN loss and an unseen loss look alike in CSV; this column tells them apart.
+    frame["loss_finite"] = [None if v is None else bool(math.isfinite(v)) for v in frame["loss"].astype(object)]
     files.write_text_atomic(path, frame[columns].to_csv(index=False))
 
 

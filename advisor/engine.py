@@ -1,0 +1,200 @@
+"""Run the rules over a Profile: which rules (``select`` / ``ignore``), with which options.
+
+Settings come, in increasing priority, from the rules' defaults, ``[tool.advise]`` in the
+nearest ``pyproject.toml`` (or a file given with ``--config``), then ``--select`` /
+``--ignore`` on the command line. The conventions are ruff's::
+
+    [tool.advise]
+    select = ["DL", "fp32-matmul"]   # codes, code prefixes, names, or "ALL" (default: ALL)
+    ignore = ["MEM001"]
+
+    [tool.advise.dataloader-starvation]  # one table per rule, keyed by its name
+    min-wait-frac = 0.2
+
+A ``--config FILE`` may be a pyproject.toml (its ``[tool.advise]`` table) or a dedicated
+``advise.toml`` whose top level is that table. Every mistake (unknown key, rule, option,
+or a wrongly typed value) is a :class:`ConfigError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from advisor.rules.registry import Catalogue, Rule, check_finding, load_rules
+
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
+_TOP_KEYS = {"select", "ignore"}
+
+
+class ConfigError(ValueError):
+    """Bad configuration or selection; the message is one line for the CLI."""
+
+
+@dataclass
+class Settings:
+    select: list[str] = field(default_factory=lambda: ["ALL"])
+    ignore: list[str] = field(default_factory=list)
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule name -> {option: value}
+    source: str | None = None  # the file the settings came from
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def find_config(start: Path) -> Path | None:
+    """The nearest pyproject.toml at or above `start` that has a ``[tool.advise]`` table."""
+    start = start.resolve()
+    for folder in [start, *start.parents] if start.is_dir() else [start.parent, *start.parent.parents]:
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue  # someone else's broken pyproject is not ours to judge unless asked
+            if isinstance(data.get("tool"), dict) and "advise" in data["tool"]:
+                return candidate
+    return None
+
+
+def read_config(path: Path) -> dict:
+    """The advise table of `path`: ``[tool.advise]`` of a pyproject.toml, else its top level."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML ({str(exc).splitlines()[0]})") from None
+    tool = data.get("tool")
+    if isinstance(tool, dict) and "advise" in tool:
+        table = tool["advise"]
+    elif Path(path).name == "pyproject.toml":
+        table = {}
+    else:
+        table = data
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.advise] must be a table")
+    return table
+
+
+def settings_from_table(table: dict, catalogue: Catalogue, source: str | None = None) -> Settings:
+    """Validate an advise table against the rules that exist; no unknown key passes silently."""
+    where = f"{source}: " if source else ""
+    settings = Settings(source=source)
+    by_key = catalogue.by_key()
+    for key, value in table.items():
+        if key in _TOP_KEYS:
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{where}'{key}' must be a list of rule codes or names")
+            setattr(settings, key, list(value))
+            continue
+        target = by_key.get(key) or by_key.get(key.upper())
+        if target is None or not isinstance(value, dict):
+            raise ConfigError(f"{where}unknown key '{key}' in [tool.advise] (expected select, ignore, or a rule name "
+                              f"such as [tool.advise.dataloader-starvation])")
+        opts = {o.key: o for o in target.options}
+        opts.update({o.name: o for o in target.options})
+        chosen = settings.options.setdefault(target.name, {})
+        for opt_key, opt_value in value.items():
+            option = opts.get(opt_key)
+            if option is None:
+                known = ", ".join(o.key for o in target.options) or "none"
+                raise ConfigError(f"{where}rule {target.name} has no option '{opt_key}' (options: {known})")
+            try:
+                chosen[option.name] = option.coerce(opt_value)
+            except ValueError as exc:
+                raise ConfigError(f"{where}{target.name}.{option.key} {exc}") from None
+    for key in ("select", "ignore"):
+        resolve(getattr(settings, key), catalogue, f"{where}{key}")
+    return settings
+
+
+def load_settings(*, config: str | Path | None, search_from: Path | None, select: Iterable[str] = (),
+                  ignore: Iterable[str] = (), catalogue: Catalogue | None = None) -> Settings:
+    """Settings for one run: the config file (given, or found above `search_from`), then the CLI."""
+    catalogue = catalogue or load_rules()
+    path = Path(config) if config else (find_config(search_from) if search_from else None)
+    settings = settings_from_table(read_config(path), catalogue, str(path)) if path else Settings()
+    cli_select = split_codes(select)
+    cli_ignore = split_codes(ignore)
+    if cli_select:
+        resolve(cli_select, catalogue, "--select")
+        settings.select = cli_select  # as in ruff: --select replaces the configured selection
+    if cli_ignore:
+        resolve(cli_ignore, catalogue, "--ignore")
+        settings.ignore = settings.ignore + cli_ignore
+    return settings
+
+
+def split_codes(values: Iterable[str]) -> list[str]:
+    """``--select DL001,fp32-matmul --select MEM`` -> ['DL001', 'fp32-matmul', 'MEM']."""
+    out = []
+    for value in values:
+        out += [v.strip() for v in value.split(",") if v.strip()]
+    return out
+
+
+def resolve(keys: Iterable[str], catalogue: Catalogue, what: str) -> list[Rule]:
+    """The rules that codes, prefixes, names or ALL designate; an unknown one is a ConfigError."""
+    chosen: list[Rule] = []
+    for key in keys:
+        if key.upper() == "ALL":
+            matched = list(catalogue.rules)
+        else:
+            upper = key.upper()
+            matched = [r for r in catalogue.rules if r.name == key.lower() or r.code == upper
+                       or (upper.isalpha() and r.prefix == upper)
+                       or (not upper.isalpha() and upper[:1].isalpha() and r.code.startswith(upper))]
+        if not matched:
+            raise ConfigError(f"{what}: unknown rule, code or prefix '{key}' (see `advise rules`)")
+        chosen += [r for r in matched if r not in chosen]
+    return chosen
+
+
+def enabled(settings: Settings, catalogue: Catalogue) -> list[Rule]:
+    ignored = resolve(settings.ignore, catalogue, "ignore")
+    return [r for r in resolve(settings.select, catalogue, "select") if r not in ignored and r.status != "removed"]
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_rules(profile, settings: Settings | None = None, catalogue: Catalogue | None = None) -> tuple[list[dict], list[str]]:
+    """Findings (report.json dicts, sorted) and warnings; a rule that fails is a warning."""
+    catalogue = catalogue or load_rules()
+    settings = settings or Settings()
+    warnings = list(catalogue.warnings)
+    findings = []
+    for r in enabled(settings, catalogue):
+        try:
+            produced = r.run(profile, settings.options.get(r.name))
+        except Exception as exc:  # one broken rule must not cost the user the others
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            warnings.append(f"rule {r.code} ({r.name}) failed: {type(exc).__name__}{': ' + first if first else ''}")
+            continue
+        for finding in produced:
+            problem = check_finding(finding)
+            if problem:
+                warnings.append(f"rule {r.code} ({r.name}) produced an invalid finding, dropped: {problem}")
+                continue
+            findings.append(finding.to_dict())
+    findings.sort(key=sort_key)
+    return findings, warnings
+
+
+def sort_key(finding: dict):
+    """Severity first, then the estimated gain (largest first), then code."""
+    gain = (finding.get("evidence") or {}).get("estimated_gain_frac")
+    gain = gain if isinstance(gain, (int, float)) and math.isfinite(gain) else -1.0
+    return SEVERITY_ORDER.get(finding.get("severity"), 3), -gain, finding.get("code", "")

@@ -1,0 +1,95 @@
+"""Experiments: real re-runs with a fix injected, and the statistics that judge them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.experiments import baseline_drift, candidates_from, loss_check, merge_overrides, run_experiments, speedup_ci
+from advisor.probe.runner import ProbeConfig, run_probe
+from advisor.profile import Profile
+from conftest import WORKLOADS
+
+
+def frame(durations, samples=16, losses=None):
+    n = len(durations)
+    losses = losses if losses is not None else [1.0] * n
+    return pd.DataFrame({"duration_s": durations, "samples": [samples] * n, "profiled": [False] * n, "loss": losses,
+                         "loss_finite": [None if v is None else bool(np.isfinite(v)) for v in losses]})
+
+
+def finding(rule, overrides, applicability="safe"):
+    return {"rule": rule, "code": "X000", "fix": {"kind": "automatic", "applicability": applicability, "overrides": overrides},
+            "experiment": None}
+
+
+def test_speedup_interval_brackets_a_known_ratio():
+    rng = np.random.default_rng(1)
+    base = frame(0.02 + rng.normal(0, 0.001, 30))
+    fast = frame(0.01 + rng.normal(0, 0.0005, 30))
+    ratio, lo, hi = speedup_ci([base], [fast], by_samples=True)
+    assert lo < ratio < hi and 1.8 < lo and hi < 2.2
+
+
+def test_speedup_counts_samples_when_the_batch_changes():
+    base = frame([0.01] * 10, samples=16)
+    bigger = frame([0.015] * 10, samples=32)  # slower steps, more samples per step
+    ratio, _, _ = speedup_ci([base], [bigger], by_samples=True)
+    assert ratio == pytest.approx(32 / 0.015 / (16 / 0.01))
+
+
+def test_baseline_drift_measures_run_to_run_spread():
+    assert baseline_drift([frame([0.01] * 5), frame([0.01] * 5)], True) == 0
+    assert baseline_drift([frame([0.01] * 5), frame([0.0125] * 5)], True) == pytest.approx(0.2 / 0.9, rel=1e-6)
+
+
+def test_loss_check_needs_finite_and_close():
+    base = [frame([0.01] * 20, losses=list(np.linspace(1.0, 0.9, 20)))]
+    assert loss_check(base, frame([0.01] * 20, losses=list(np.linspace(1.01, 0.91, 20))))["passed"] is True
+    assert loss_check(base, frame([0.01] * 20, losses=[float("nan")] * 20))["passed"] is False
+    assert loss_check(base, frame([0.01] * 20, losses=[2.0] * 20))["passed"] is False
+    assert loss_check(base, frame([0.01] * 20, losses=[None] * 20))["checked"] is False
+
+
+def test_candidates_skip_manual_duplicate_and_unsafe_when_asked():
+    findings = [finding("a", {"dataloader": {"num_workers": 4}}), finding("b", {"autocast": "bfloat16"}, "unsafe"),
+                {"rule": "c", "fix": {"kind": "manual", "overrides": None}}, finding("d", {"dataloader": {"num_workers": 4}})]
+    assert [c.label for c in candidates_from(findings, safe_only=False)] == ["a", "b"]
+    assert [c.label for c in candidates_from(findings, safe_only=True)] == ["a"]
+
+
+def test_merge_overrides_combines_dataloader_settings():
+    merged = merge_overrides({"dataloader": {"num_workers": 4}}, {"dataloader": {"pin_memory": True}, "autocast": "bfloat16"})
+    assert merged == {"dataloader": {"num_workers": 4, "pin_memory": True}, "autocast": "bfloat16"}
+
+
+@pytest.mark.slow
+def test_starved_loader_fix_is_measured_swept_and_recommended(tmp_path):
+    base = ProbeConfig(script=str(WORKLOADS / "starved_io.py"), out=tmp_path / "run", warmup=2, steps=10, profile_steps=0)
+    assert run_probe(base).status == "ok"
+    profile = Profile.from_run_dir(tmp_path / "run")
+    findings, recommended, notes = run_experiments(
+        [finding("dataloader-starvation", {"dataloader": {"num_workers": 2}})], base, profile.steps,
+        root=tmp_path / "exp", env=profile.env, io_like=True, max_experiments=3)
+    exp = findings[0]["experiment"]
+    assert exp["verified"] is True and exp["verdict"] == "faster", exp
+    assert exp["speedup"] >= 1.4 and exp["ci_low"] > 1.0
+    assert exp["sweep"] and exp["sweep"][0]["overrides"]["dataloader"]["num_workers"] == 2
+    assert exp["candidate"]["samples_per_s"] > exp["baseline"]["samples_per_s"]
+    assert recommended["verified"] and recommended["fixes"] == ["dataloader-starvation"]
+    assert "num_workers=" in recommended["snippets"][0]["snippet"]
+
+
+@pytest.mark.slow
+def test_a_fix_that_does_nothing_is_not_verified(tmp_path):
+    """Healthy control: an override with no effect on a CPU run must not be called faster."""
+    base = ProbeConfig(script=str(WORKLOADS / "healthy_inmemory.py"), out=tmp_path / "run", warmup=2, steps=10, profile_steps=0)
+    assert run_probe(base).status == "ok"
+    profile = Profile.from_run_dir(tmp_path / "run")
+    findings, recommended, _ = run_experiments(
+        [finding("cudnn-benchmark", {"cudnn_benchmark": True})], base, profile.steps, root=tmp_path / "exp",
+        env=profile.env)
+    exp = findings[0]["experiment"]
+    assert exp["verified"] is False and exp["verdict"] != "faster"
+    assert recommended is None
