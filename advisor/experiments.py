@@ -176,6 +176,7 @@ class Runner:
         self.budget = budget
         self.counter = 0
         self.per_run_s = 0.0
+        self.log: list[dict] = []  # every child run: label, status, wall_s, run_dir
 
     def measure(self, label: str, overrides: dict) -> Measurement:
         self.counter += 1
@@ -184,6 +185,8 @@ class Runner:
         run = run_probe(config, self.progress)
         profile = Profile.from_run_dir(run_dir)
         self.per_run_s = max(self.per_run_s, run.wall_s)
+        self.log.append({"label": label, "overrides": overrides, "status": run.status, "wall_s": run.wall_s,
+                         "run_dir": str(run_dir)})
         return Measurement(label, overrides, run.status, run_dir, profile.steps, run.wall_s, run.probe.get("error"))
 
 
@@ -276,15 +279,29 @@ def candidates_from(findings: list[dict], safe_only: bool) -> list[Candidate]:
     return out
 
 
+@dataclass
+class ExperimentResults:
+    """Findings with `experiment` filled, the stacked recommendation, and every child run."""
+
+    findings: list[dict]
+    recommended: dict | None
+    notes: list[str]
+    runs: list[dict]
+
+    def summary(self) -> dict:
+        """report.json's `experiments` block: what was run and what it cost."""
+        return {"runs": self.runs, "n_runs": len(self.runs), "child_wall_s": sum(r["wall_s"] for r in self.runs)}
+
+
 def run_experiments(findings: list[dict], base: ProbeConfig, baseline_steps: pd.DataFrame, *, root: Path,
                     env: dict, io_like: bool = False, safe_only: bool = False, max_experiments: int = 12,
-                    time_budget_s: float = 900.0, progress: Progress | None = None) -> tuple[list[dict], dict | None, list[str]]:
-    """Measure every automatic fix; returns (findings with `experiment` filled, recommended, notes)."""
+                    time_budget_s: float = 900.0, progress: Progress | None = None) -> ExperimentResults:
+    """Measure every automatic fix, sweep the knobs that need it, then stack the winners."""
     findings = copy.deepcopy(findings)
     notes: list[str] = []
     candidates = candidates_from(findings, safe_only)
     if not candidates:
-        return findings, None, notes
+        return ExperimentResults(findings, None, notes, [])
     budget = Budget(max_experiments, time_budget_s)
     runner = Runner(base, root, progress, budget)
     by_samples = bool(baseline_steps["samples"].notna().all()) if "samples" in baseline_steps and len(baseline_steps) else False
@@ -333,7 +350,7 @@ def run_experiments(findings: list[dict], base: ProbeConfig, baseline_steps: pd.
             winners.append((candidate, best))
 
     recommended = _stack(winners, runner, baselines, by_samples, budget, notes) if winners else None
-    return findings, recommended, notes
+    return ExperimentResults(findings, recommended, notes, runner.log)
 
 
 def _summarise_unverified(sweep: list[dict], baselines: list[Measurement]) -> dict:

@@ -66,7 +66,7 @@ def _io_like(report_util: dict, env: dict) -> bool:
 def profile_script(*, script: str, script_args: list[str], steps: int, warmup: int, profile_steps: int,
                    out: Path, timeout_s: float, as_json: bool,
                    experiments: ExperimentOptions | None = None, baseline: str | None = None,
-                   max_regression: float = 0.10) -> int:
+                   max_regression: float = 0.10, rule_settings=None) -> int:
     """`advise profile`: probe the script, write the run dir, print the summary.
 
     With `baseline`, then compare against it (as `advise compare`): exit 3 on a regression.
@@ -86,16 +86,17 @@ def profile_script(*, script: str, script_args: list[str], steps: int, warmup: i
         run = run_probe(config, progress)
         progress.phase("analysing")
         profile = Profile.from_run_dir(out, rank_suffix())
-        findings: list[dict] = []
-        recommended, experiment_notes = None, []
+        findings, rule_warnings = _diagnose(profile, rule_settings)
+        results = None
         experiments = experiments or ExperimentOptions()
         if run.status == "ok" and experiments.enabled and findings:
-            findings, recommended, experiment_notes = run_experiments(
+            results = run_experiments(
                 findings, config, profile.steps, root=out / "experiments", env=profile.env,
                 io_like=_io_like(metrics.utilization(profile.samples, profile.steps), profile.env),
                 safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
                 time_budget_s=experiments.time_budget_s, progress=progress,
             )
+            findings = results.findings
     report = report_mod.build_report(
         profile,
         status=run.status,
@@ -105,9 +106,10 @@ def profile_script(*, script: str, script_args: list[str], steps: int, warmup: i
         error=run.probe.get("error"),
         traceback=run.probe.get("traceback"),
         findings=findings,
-        warnings=_warnings(run, config) + profile.meta.get("notes", []) + experiment_notes,
+        warnings=_warnings(run, config) + profile.meta.get("notes", []) + rule_warnings + (results.notes if results else []),
         artifacts=_artifacts(out, run.files),
-        extra={"notes": run.notes, "wall_s": run.wall_s, "recommended": recommended},
+        extra={"notes": run.notes, "wall_s": run.wall_s, "recommended": results.recommended if results else None,
+               "experiments": results.summary() if results else None},
     )
     report_mod.write_report(report, out / run.files.report_json)
     _emit(report, con, as_json, str(out))
@@ -141,15 +143,26 @@ def _emit(report: dict, con, as_json: bool, run_dir: str | None) -> None:
         terminal.print_summary(report, con, run_dir)
 
 
-def analyze_trace(path: Path, *, as_json: bool, out: Path | None) -> int:
+def _diagnose(profile: Profile, rule_settings) -> tuple[list[dict], list[str]]:
+    """Run the selected rules (advisor.engine); a run with no measured step has nothing to diagnose."""
+    from .engine import run_rules
+
+    if profile.steps.empty:
+        return [], []
+    return run_rules(profile, rule_settings)
+
+
+def analyze_trace(path: Path, *, as_json: bool, out: Path | None, rule_settings=None) -> int:
     """`advise analyze`: the same Profile and rules from a Kineto trace a user already has."""
     try:
         profile = Profile.from_trace(path)
     except TraceError as exc:
         fail(str(exc))
     warnings = [] if len(profile.steps) else ["the trace has no ProfilerStep#N spans: per-step numbers are unavailable"]
+    findings, rule_warnings = _diagnose(profile, rule_settings)
     report = report_mod.build_report(
-        profile, status="ok", script=str(path), argv=[], started_at=report_mod.now_iso(), warnings=warnings,
+        profile, status="ok", script=str(path), argv=[], started_at=report_mod.now_iso(),
+        warnings=warnings + rule_warnings, findings=findings,
         artifacts={"trace": str(path)},
     )
     if out is not None:

@@ -69,9 +69,11 @@ def test_starved_loader_fix_is_measured_swept_and_recommended(tmp_path):
     base = ProbeConfig(script=str(WORKLOADS / "starved_io.py"), out=tmp_path / "run", warmup=2, steps=10, profile_steps=0)
     assert run_probe(base).status == "ok"
     profile = Profile.from_run_dir(tmp_path / "run")
-    findings, recommended, notes = run_experiments(
+    results = run_experiments(
         [finding("dataloader-starvation", {"dataloader": {"num_workers": 2}})], base, profile.steps,
         root=tmp_path / "exp", env=profile.env, io_like=True, max_experiments=3)
+    findings, recommended = results.findings, results.recommended
+    assert results.runs[0]["label"] == "baseline" and results.summary()["child_wall_s"] > 0
     exp = findings[0]["experiment"]
     assert exp["verified"] is True and exp["verdict"] == "faster", exp
     assert exp["speedup"] >= 1.4 and exp["ci_low"] > 1.0
@@ -87,9 +89,10 @@ def test_a_fix_that_does_nothing_is_not_verified(tmp_path):
     base = ProbeConfig(script=str(WORKLOADS / "healthy_inmemory.py"), out=tmp_path / "run", warmup=2, steps=10, profile_steps=0)
     assert run_probe(base).status == "ok"
     profile = Profile.from_run_dir(tmp_path / "run")
-    findings, recommended, _ = run_experiments(
+    results = run_experiments(
         [finding("cudnn-benchmark", {"cudnn_benchmark": True})], base, profile.steps, root=tmp_path / "exp",
         env=profile.env)
+    findings, recommended = results.findings, results.recommended
     exp = findings[0]["experiment"]
     assert exp["verified"] is False and exp["verdict"] != "faster"
     assert recommended is None
