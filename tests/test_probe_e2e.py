@@ -186,3 +186,15 @@ def _alive_with(marker: str) -> list[int]:
         except psutil.Error:
             pass
     return found
+
+
+def test_torchrun_gives_each_rank_its_own_files(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "advisor", "profile", str(WORKLOADS / "ddp_gloo.py"), *FAST, "--out", "run"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        rep = json.loads((tmp_path / "run" / f"report.rank{rank}.json").read_text())
+        assert rep["status"] == "ok" and rep["env"]["rank"] == rank and rep["env"]["world_size"] == 2
+        assert len(rep["steps"]) == 6
+        assert (tmp_path / "run" / rep["artifacts"]["trace"]).name == f"trace.rank{rank}.json.gz"
