@@ -59,3 +59,10 @@ def test_unknown_override_fails_clearly(tmp_path):
                                 profile_steps=0, overrides={"warp_drive": True}))
     assert run.status == "failed"
     assert "unknown override(s): warp_drive" in (tmp_path / "run" / "script.log").read_text()
+
+
+def test_fp16_autocast_comes_with_a_grad_scaler(tmp_path):
+    seen, probe = run_with(tmp_path, {"autocast": "float16"})
+    assert seen["autocast"] is True and seen["head_dtype"] == "torch.float16"
+    assert probe["applied"]["grad_scaler"] is True
+    assert probe["status"] == "done" and all(v == v and abs(v) < 100 for v in probe["losses"])  # the unscaled loss
