@@ -305,6 +305,7 @@ def run_experiments(findings: list[dict], base: ProbeConfig, baseline_steps: pd.
     budget = Budget(max_experiments, time_budget_s)
     runner = Runner(base, root, progress, budget)
     by_samples = bool(baseline_steps["samples"].notna().all()) if "samples" in baseline_steps and len(baseline_steps) else False
+    runner.progress.experiment("measuring the baseline without the profiler", 0, len(candidates))
     baselines = [runner.measure("baseline", {})]
     cpu_count = int(env.get("cpu_count") or os.cpu_count() or 1)
     winners: list[tuple[Candidate, dict]] = []
@@ -325,8 +326,9 @@ def run_experiments(findings: list[dict], base: ProbeConfig, baseline_steps: pd.
                 notes.append(f"experiment budget reached before '{point.label}'")
                 break
             done += 1
-            runner.progress.experiment(point.label, done, planned)
+            runner.progress.experiment(f"{point.label} ({done} of at most {planned})", done, planned)
             cand = runner.measure(point.label, point.overrides)
+            runner.progress.experiment("re-measuring the baseline", done, planned)
             baselines.append(runner.measure("baseline", {}))
             budget.used += 1
             result = _compare(baselines[-2:], cand, by_samples=by_samples, check_loss=check_loss)
@@ -368,8 +370,9 @@ def _stack(winners, runner: Runner, baselines, by_samples, budget: Budget, notes
     if len(winners) == 1:
         result = dict(winners[0][1])
     elif budget.allows(2, runner.per_run_s):
-        runner.progress.experiment("stacked: " + " + ".join(labels), 1, 1)
+        runner.progress.experiment("all winners stacked: " + " + ".join(labels), 1, 1)
         cand = runner.measure("stacked", overrides)
+        runner.progress.experiment("re-measuring the baseline", 1, 1)
         baselines.append(runner.measure("baseline", {}))
         result = _compare(baselines[-2:], cand, by_samples=by_samples, check_loss=unsafe)
     else:

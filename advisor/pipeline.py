@@ -90,13 +90,18 @@ def profile_script(*, script: str, script_args: list[str], steps: int, warmup: i
         results = None
         experiments = experiments or ExperimentOptions()
         if run.status == "ok" and experiments.enabled and findings:
-            results = run_experiments(
-                findings, config, profile.steps, root=out / "experiments", env=profile.env,
-                io_like=_io_like(metrics.utilization(profile.samples, profile.steps), profile.env),
-                safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
-                time_budget_s=experiments.time_budget_s, progress=progress,
-            )
-            findings = results.findings
+            try:
+                results = run_experiments(
+                    findings, config, profile.steps, root=out / "experiments", env=profile.env,
+                    io_like=_io_like(metrics.utilization(profile.samples, profile.steps), profile.env),
+                    safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
+                    time_budget_s=experiments.time_budget_s, progress=progress,
+                )
+                findings = results.findings
+            except KeyboardInterrupt:
+                rule_warnings.append("experiments interrupted (Ctrl-C): findings are unmeasured estimates")
+            except Exception as exc:  # the diagnosis is still worth writing
+                rule_warnings.append(f"experiments failed: {type(exc).__name__}: {exc}")
     report = report_mod.build_report(
         profile,
         status=run.status,

@@ -28,6 +28,7 @@ class ProbeProgress:
         self.live = con.is_terminal and sys.stdout.isatty()
         self._status = None
         self._last: tuple[str, int] | None = None
+        self._quiet_steps = False  # plain logs: no per-step lines for experiment runs
 
     def __enter__(self) -> "ProbeProgress":
         if self.live:
@@ -51,13 +52,14 @@ class ProbeProgress:
         text = f"{'warm-up' if phase == 'warmup' else 'measuring'} step {done} of {total}"
         if self._status is not None:
             self._status.update(f"{self.label}: {text}")
-        elif done in (1, total) or done % PLAIN_EVERY == 0:
+        elif not self._quiet_steps and (done in (1, total) or done % PLAIN_EVERY == 0):
             self.con.print(f"{self.label}: {text}")
 
     def experiment(self, label: str, index: int, total: int) -> None:
-        """An experiment starts: name it and say how many remain."""
-        self.label = f"experiment {index} of {total}: {label}"
+        """An experiment starts: name it (with how many remain); plain logs get one line per run."""
+        self.label = f"experiment: {label}"
         self._last = None
+        self._quiet_steps = True
         self.phase("starting")
 
     def __exit__(self, *exc) -> None:
@@ -79,6 +81,52 @@ def _fmt_bytes(n) -> str:
     if n is None:
         return "-"
     return f"{n / 2**30:.2f} GiB"
+
+
+def measured_text(result: dict) -> str:
+    """'3.10x faster [2.4x, 3.9x], verified' - the wording every renderer uses for a measurement."""
+    speedup, lo, hi = result.get("speedup"), result.get("ci_low"), result.get("ci_high")
+    if speedup is None:
+        return "not measured"
+    verdict = "verified" if result.get("verified") else "not verified"
+    return f"{speedup:.2f}x throughput [{lo:.2f}x, {hi:.2f}x 95% CI], {verdict}"
+
+
+def experiment_line(finding: dict) -> str:
+    """One line on how a finding's fix fared when it was re-measured (or why it was not)."""
+    exp = finding.get("experiment")
+    if not exp:
+        gain = (finding.get("evidence") or {}).get("estimated_gain_frac")
+        return f"estimate (not measured): up to {gain:.0%} faster" if gain else "not measured (manual fix)"
+    if exp.get("speedup") is None:
+        return f"not measured: {exp.get('reason') or exp.get('error') or exp.get('verdict')}"
+    text = f"measured: {measured_text(exp)} ({exp.get('verdict', '').replace('-', ' ')})"
+    if exp.get("sweep"):
+        text += f"; best of {len(exp['sweep'])} swept values: {_overrides_text(exp.get('overrides') or {})}"
+    loss = exp.get("loss_check") or {}
+    if loss.get("checked"):
+        text += ", loss check " + ("passed" if loss.get("passed") else "FAILED")
+    return text
+
+
+def _overrides_text(overrides: dict) -> str:
+    parts = []
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            parts.extend(f"{k}={v}" for k, v in value.items())
+        else:
+            parts.append(f"{key}={value}")
+    return ", ".join(parts)
+
+
+def _result_style(exp: dict | None) -> str:
+    if not exp or exp.get("speedup") is None:
+        return "dim"
+    return "green" if exp.get("verified") else ("red" if exp.get("verdict") == "slower" else "yellow")
+
+
+def _indent(text: str, prefix: str) -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
 
 
 STATUS_STYLE = {"ok": "bold green", "failed": "bold red", "timeout": "bold red", "no-steps": "bold yellow", "interrupted": "bold yellow"}
@@ -112,8 +160,21 @@ def print_summary(report: dict, con: Console, run_dir: str | None = None) -> Non
     if report.get("error"):
         table.add_row("error", Text(report["error"], style="red"))
     con.print(table)
-    for finding in report.get("findings", []):
+    findings = report.get("findings", [])
+    if findings:
+        con.print(Text("findings", style="bold"))
+    for finding in findings:
         con.print(Text.assemble(("  " + finding.get("code", ""), "bold"), f" [{finding.get('severity', '')}] ", finding.get("title", "")))
+        fix = finding.get("fix") or {}
+        if fix.get("title"):
+            con.print(Text.assemble("      fix: ", fix["title"], (f" ({fix.get('kind', '')}, {fix.get('applicability', '')})", "dim")))
+        con.print(Text("      " + experiment_line(finding), style=_result_style(finding.get("experiment"))))
+    rec = report.get("recommended")
+    if rec:
+        con.print(Text.assemble(("recommended: ", "bold"), " + ".join(rec.get("fixes", [])), "  ",
+                                (measured_text(rec), "bold green" if rec.get("verified") else "yellow")))
+        for item in rec.get("snippets", []):
+            con.print(Text(_indent(item["snippet"], "      "), style="dim"))
     for warning in report.get("warnings", []):
         con.print(Text("warning: " + warning, style="yellow"))
     if run_dir:
