@@ -16,6 +16,27 @@ from . import __version__
 from .cli_exit import EXIT_USAGE, fail  # noqa: F401  (re-exported for subcommands)
 
 
+def _rule_options(command):
+    """--select / --ignore / --config, shared by the commands that run the rules."""
+    command = click.option("--config", default=None, metavar="FILE",
+                           help="Rule settings: a pyproject.toml ([tool.advise]) or an advise.toml. "
+                                "Default: the nearest pyproject.toml with [tool.advise].")(command)
+    command = click.option("--ignore", multiple=True, metavar="CODES",
+                           help="Rules to skip: codes, prefixes or names, comma-separated (e.g. MEM001,GPU).")(command)
+    return click.option("--select", multiple=True, metavar="CODES",
+                        help="Only these rules: codes, prefixes, names or ALL, comma-separated.")(command)
+
+
+def _rule_settings(select, ignore, config, search_from: Path):
+    """Rule settings from the config and the command line; a mistake is one line and exit 2."""
+    from .engine import ConfigError, load_settings
+
+    try:
+        return load_settings(config=config, search_from=search_from, select=select, ignore=ignore)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="advise")
 def main() -> None:
@@ -43,8 +64,9 @@ def main() -> None:
               help="After the run, compare with this report as `advise compare` does; exit 3 on a regression.")
 @click.option("--max-regression", default="10%", show_default=True, metavar="PCT",
               help="With --baseline: slower than this (and significant) is a regression.")
+@_rule_options
 def profile(script, script_args, steps, warmup, profile_steps, out, timeout_s, as_json, no_experiments,
-            max_experiments, time_budget_s, safe_only, baseline, max_regression):
+            max_experiments, time_budget_s, safe_only, baseline, max_regression, select, ignore, config):
     """Run SCRIPT under the probe: advise profile train.py -- --lr 0.1"""
     from .pipeline import ExperimentOptions, profile_script
 
@@ -53,6 +75,7 @@ def profile(script, script_args, steps, warmup, profile_steps, out, timeout_s, a
         out=Path(out), timeout_s=timeout_s, as_json=as_json,
         experiments=ExperimentOptions(not no_experiments, max_experiments, time_budget_s, safe_only),
         baseline=baseline, max_regression=_percent(max_regression, "--max-regression"),
+        rule_settings=_rule_settings(select, ignore, config, Path(script).parent),
     ))
 
 
@@ -60,11 +83,34 @@ def profile(script, script_args, steps, warmup, profile_steps, out, timeout_s, a
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON to stdout.")
 @click.option("--out", default=None, type=click.Path(file_okay=False), help="Also write report.json into this dir.")
-def analyze(trace, as_json, out):
+@_rule_options
+def analyze(trace, as_json, out, select, ignore, config):
     """Analyze a Kineto trace (.json or .json.gz) a user already has."""
     from .pipeline import analyze_trace
 
-    sys.exit(analyze_trace(Path(trace), as_json=as_json, out=Path(out) if out else None))
+    sys.exit(analyze_trace(Path(trace), as_json=as_json, out=Path(out) if out else None,
+                           rule_settings=_rule_settings(select, ignore, config, Path.cwd())))
+
+
+@main.command("report")
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(exists=True))
+@click.option("--format", "fmt", default="html", show_default=True, type=click.Choice(["html", "markdown"]),
+              help="html: rewrite report.html in RUN_DIR; markdown: print the summary to stdout.")
+def report_command(run_dir, fmt):
+    """Re-render RUN_DIR's report (its report.json) without re-running anything."""
+    from advisor.reports.html import rerender
+
+    sys.exit(rerender(Path(run_dir), fmt=fmt))
+
+
+@main.command("rules")
+@click.argument("name", required=False, metavar="[NAME|CODE]")
+@click.option("--json", "as_json", is_flag=True, help="Print the catalogue (or the rule) as JSON.")
+def rules_command(name, as_json):
+    """List the rules, or print one rule's documentation: advise rules DL001"""
+    from .engine import show_rules
+
+    sys.exit(show_rules(name, as_json=as_json))
 
 
 def _percent(text: str, option: str) -> float:

@@ -120,8 +120,8 @@ class Comparison:
                 f"({self.n_baseline} vs {self.n_current} steps)")
         if not self.testable:
             test = f"ratio alone: {self.n_baseline} vs {self.n_current} steps are too few for p < {self.alpha:g}"
-        return (f"regression = more than {_pct(self.max_regression)} slower (throughput or median step time, and the "
-                f"median step) and {test}; "
+        return (f"regression = throughput or median step time more than {_pct(self.max_regression)} worse, the median "
+                f"step too, and {test}; "
                 f"peak memory: more than {_pct(self.max_memory_regression)} and {MEMORY_FLOOR_BYTES >> 20} MiB higher")
 
     def to_dict(self) -> dict:
@@ -189,9 +189,14 @@ def _raw(path: Path):
 
 
 def _timed(report: dict) -> tuple[pd.DataFrame, str]:
-    steps = pd.DataFrame(report.get("steps") or [])
-    if "duration_s" in steps:
-        steps = steps[pd.to_numeric(steps["duration_s"], errors="coerce").notna()]
+    """The steps to compare: :func:`advisor.metrics.timed_steps` of those with a duration."""
+    rows = report.get("steps")
+    rows = [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+    steps = pd.DataFrame(rows)
+    if "duration_s" not in steps:
+        return pd.DataFrame(columns=["duration_s"]), "none"
+    steps = steps.assign(duration_s=pd.to_numeric(steps["duration_s"], errors="coerce"))
+    steps = steps[steps["duration_s"] > 0]
     return metrics.timed_steps(steps)
 
 
@@ -458,6 +463,8 @@ def run_compare(baseline: str, current: str, *, max_regression: float = DEFAULT_
                          baseline_path=baseline, current_path=current)
     except CompareError as exc:
         fail(str(exc), EXIT_USAGE)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a hand-edited or --force'd odd report
+        fail(f"cannot compare {baseline} with {current}: {type(exc).__name__}: {exc}", EXIT_USAGE)
     result.warnings[:0] = warn_b + warn_c
     emit(result, fmt=fmt, junit=junit)
     return result.exit_code

@@ -198,3 +198,49 @@ def sort_key(finding: dict):
     gain = (finding.get("evidence") or {}).get("estimated_gain_frac")
     gain = gain if isinstance(gain, (int, float)) and math.isfinite(gain) else -1.0
     return SEVERITY_ORDER.get(finding.get("severity"), 3), -gain, finding.get("code", "")
+
+
+# --------------------------------------------------------------------------- the catalogue
+
+
+def show_rules(key: str | None, *, as_json: bool = False) -> int:
+    """`advise rules [NAME|CODE]`: the catalogue, or one rule's documentation (exit 2 if unknown)."""
+    import json
+
+    import click
+
+    from .cli_exit import fail
+
+    catalogue = load_rules()
+    for warning in catalogue.warnings:
+        click.echo(f"advise: warning: {warning}", err=True)
+    if key is None:
+        if as_json:
+            click.echo(json.dumps([_describe(r) for r in catalogue.rules], indent=2))
+            return 0
+        width = max(len(r.name) for r in catalogue.rules) if catalogue.rules else 0
+        for r in catalogue.rules:
+            origin = "" if r.origin == "advise" else f"  [{r.origin}]"
+            click.echo(f"{r.code:<8} {r.name:<{width}}  {r.summary}{origin}")
+        return 0
+    found = catalogue.find(key)
+    if found is None:
+        fail(f"unknown rule '{key}' (see `advise rules` for the catalogue)")
+    if as_json:
+        click.echo(json.dumps(_describe(found, doc=True), indent=2))
+        return 0
+    click.echo(f"# {found.name} ({found.code})\n")
+    click.echo(f"From {found.origin}; status: {found.status}.")
+    if found.options:
+        click.echo("Defaults: " + ", ".join(f"{o.key} = {o.default!r}" for o in found.options) + ".")
+    click.echo("")
+    click.echo(found.doc.rstrip())
+    return 0
+
+
+def _describe(r: Rule, doc: bool = False) -> dict:
+    out = {"code": r.code, "name": r.name, "summary": r.summary, "status": r.status, "origin": r.origin,
+           "options": {o.key: o.default for o in r.options}}
+    if doc:
+        out["doc"] = r.doc
+    return out

@@ -117,7 +117,9 @@ def profile_script(*, script: str, script_args: list[str], steps: int, warmup: i
                "experiments": results.summary() if results else None},
     )
     report_mod.write_report(report, out / run.files.report_json)
+    html_path = _write_renderings(report, out, profile, con)
     _emit(report, con, as_json, str(out))
+    _say_html(html_path, con, as_json)
     if run.status == "failed":
         _show_failure(run, out, con)
     if baseline_report is not None and run.status == "ok":
@@ -139,6 +141,29 @@ def _show_failure(run, out: Path, con) -> None:
     if tail:
         con.print(f"\nLast lines of {out / run.files.log}:", style="red", highlight=False)
         click.echo("\n".join(tail), err=True)
+
+
+def _write_renderings(report: dict, out: Path | None, profile: Profile | None, con) -> Path | None:
+    """report.html beside report.json, and the markdown summary when $GITHUB_STEP_SUMMARY is set.
+
+    A rendering problem is a warning: it never costs the user the run or report.json.
+    """
+    from advisor.reports import html, markdown
+
+    path = None
+    try:
+        if out is not None:
+            path = html.write_html(report, out, profile)
+        markdown.append_step_summary(report, out, profile)
+    except Exception as exc:  # noqa: BLE001
+        con.print(f"warning: the HTML/markdown report was not written: {type(exc).__name__}: {exc}",
+                  style="yellow", highlight=False)
+    return path
+
+
+def _say_html(path: Path | None, con, as_json: bool) -> None:
+    if path is not None and not as_json:
+        con.print(f"html: {path}", style="dim", highlight=False)
 
 
 def _emit(report: dict, con, as_json: bool, run_dir: str | None) -> None:
@@ -173,5 +198,8 @@ def analyze_trace(path: Path, *, as_json: bool, out: Path | None, rule_settings=
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         report_mod.write_report(report, out / "report.json")
-    _emit(report, terminal.console(stderr=as_json), as_json, str(out) if out else None)
+    con = terminal.console(stderr=as_json)
+    html_path = _write_renderings(report, out, profile, con)
+    _emit(report, con, as_json, str(out) if out else None)
+    _say_html(html_path, con, as_json)
     return 0

@@ -1,0 +1,177 @@
+"""Renderers for `advise compare`: terminal table (rich), markdown (CI step summaries), JUnit XML.
+
+All three read the same :class:`advisor.compare.Comparison`, so the numbers a CI log, a PR
+summary and a test dashboard show are the same numbers.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import xml.etree.ElementTree as ET
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+VERDICT_TEXT = {
+    "regression": "REGRESSION",
+    "improvement": "improved",
+    "ok": "ok",
+    "not-significant": "not significant",
+    "reported": "",
+    "n/a": "n/a",
+}
+VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "ok": "green", "not-significant": "yellow",
+                 "reported": "dim", "n/a": "dim"}
+WIDTH = 110
+MD_MARK = {"regression": "❌ regression", "improvement": "🚀 improved", "ok": "✅ ok",
+           "not-significant": "⚠️ slower, not significant", "reported": "", "n/a": "n/a"}
+
+
+def fmt_value(value, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "samples/s":
+        return f"{value:,.1f}"
+    if unit == "steps/s":
+        return f"{value:,.2f}"
+    if unit == "s":
+        return f"{value * 1e3:,.1f} ms" if value < 1 else f"{value:,.2f} s"
+    if unit == "bytes":
+        return f"{value / 2**20:,.0f} MiB" if value < 2**30 else f"{value / 2**30:,.2f} GiB"
+    if unit == "fraction":
+        return f"{value:.1%}"
+    return f"{value:g}"
+
+
+def fmt_change(change, unit: str) -> str:
+    if change is None:
+        return "-"
+    if unit == "fraction":
+        return f"{change * 100:+.1f} pp"
+    return f"{change:+.1%}"
+
+
+def fmt_ci(ci, unit: str) -> str:
+    if not ci:
+        return "-"
+    return f"[{fmt_change(ci[0], unit)}, {fmt_change(ci[1], unit)}]"
+
+
+def fmt_p(p) -> str:
+    if p is None:
+        return "-"
+    return f"{p:.2g}" if p >= 1e-4 else "<1e-4"
+
+
+def _verdict_line(result) -> str:
+    if result.regressions:
+        names = ", ".join(m.label for m in result.regressions)
+        return f"regression: {names}"
+    if result.findings_fail:
+        return f"regression: {len(result.new_findings)} new finding(s) (--fail-on-new-findings)"
+    return "no regression"
+
+
+def _finding_text(f: dict) -> str:
+    code = f.get("code") or f.get("rule") or "?"
+    sev = f" [{f['severity']}]" if f.get("severity") else ""
+    return f"{code}{sev} {f.get('title') or ''}".rstrip()
+
+
+def print_table(result, con: Console) -> None:
+    verdict = "REGRESSION" if result.failed else "pass"
+    title = Text.assemble(("advise compare ", "bold"), (verdict, "bold red" if result.failed else "bold green"),
+                          f"  {result.script}")
+    if not con.is_terminal and con.width < WIDTH:
+        con.width = WIDTH  # CI logs: one row per metric rather than wrapped cells
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="dim")
+    for name, justify in (("metric", "left"), ("baseline", "right"), ("current", "right"), ("change", "right"),
+                          ("95% CI", "right"), ("p", "right"), ("verdict", "left")):
+        table.add_column(name, justify=justify, no_wrap=name != "verdict")
+    for m in result.metrics:
+        table.add_row(
+            m.label + ("" if m.gated else " *"),
+            fmt_value(m.baseline, m.unit), fmt_value(m.current, m.unit), fmt_change(m.change, m.unit),
+            fmt_ci(m.ci, m.unit), fmt_p(m.p_value) if m.gated else "-",
+            Text(VERDICT_TEXT.get(m.verdict, m.verdict), style=VERDICT_STYLE.get(m.verdict, "")),
+        )
+    con.print(table)
+    con.print(Text("* reported, not gating. " + result.rule, style="dim"))
+    for f in result.new_findings:
+        style = "bold red" if result.fail_on_new_findings else "yellow"
+        con.print(Text("new finding: " + _finding_text(f), style=style))
+    for f in result.resolved_findings:
+        con.print(Text("resolved: " + _finding_text(f), style="green"))
+    for m in result.metrics:
+        if m.verdict == "not-significant" or (m.verdict == "reported" and m.note):
+            con.print(Text(f"note: {m.label}: {m.note}", style="yellow"))
+    for w in result.warnings:
+        con.print(Text("warning: " + w, style="yellow"))
+    con.print(Text(_verdict_line(result), style="bold red" if result.failed else "bold green"))
+
+
+def markdown(result) -> str:
+    head = "❌ regression" if result.failed else "✅ no regression"
+    lines = [
+        f"### advise compare: {head}",
+        "",
+        f"`{result.baseline_path}` → `{result.current_path}` · script `{result.script}`",
+        "",
+        "| metric | baseline | current | change | 95% CI | p | verdict |",
+        "|---|--:|--:|--:|--:|--:|---|",
+    ]
+    for m in result.metrics:
+        lines.append(" | ".join([
+            "| " + m.label + ("" if m.gated else " \\*"),
+            fmt_value(m.baseline, m.unit), fmt_value(m.current, m.unit), fmt_change(m.change, m.unit),
+            fmt_ci(m.ci, m.unit), fmt_p(m.p_value) if m.gated else "-",
+            MD_MARK.get(m.verdict, m.verdict) + " |",
+        ]))
+    lines += ["", f"\\* reported, not gating. {result.rule}."]
+    if result.new_findings:
+        lines += ["", "**New findings** (not in the baseline"
+                  + (", failing the gate: `--fail-on-new-findings`" if result.fail_on_new_findings else "") + "):"]
+        lines += [f"- `{f.get('code') or f.get('rule')}` {f.get('title') or ''}" for f in result.new_findings]
+    if result.resolved_findings:
+        lines += ["", "**Resolved findings:**"]
+        lines += [f"- `{f.get('code') or f.get('rule')}` {f.get('title') or ''}" for f in result.resolved_findings]
+    notes = [f"{m.label}: {m.note}" for m in result.metrics if m.verdict == "not-significant" or (m.verdict == "reported" and m.note)]
+    if notes or result.warnings:
+        lines += [""] + [f"> ⚠️ {text}" + "  " for text in notes + result.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def junit(result) -> str:
+    """JUnit XML: one testcase per metric (a failure for each regression), plus one for findings."""
+    cases = []
+    for m in result.metrics:
+        case = ET.Element("testcase", classname="advise.compare", name=m.name, time="0")
+        detail = (f"{m.label}: baseline {fmt_value(m.baseline, m.unit)}, current {fmt_value(m.current, m.unit)}, "
+                  f"change {fmt_change(m.change, m.unit)}, 95% CI {fmt_ci(m.ci, m.unit)}, p {fmt_p(m.p_value)}, "
+                  f"verdict {m.verdict}" + (f" ({m.note})" if m.note else "") + ("" if m.gated else ", not gating"))
+        if m.verdict == "regression":
+            failure = ET.SubElement(case, "failure", message=f"{m.label}: {m.note or 'regression'}", type="regression")
+            failure.text = detail + "\n" + result.rule
+        ET.SubElement(case, "system-out").text = detail
+        cases.append(case)
+    case = ET.Element("testcase", classname="advise.compare", name="findings", time="0")
+    text = "; ".join("new " + _finding_text(f) for f in result.new_findings) or "no new findings"
+    if result.findings_fail:
+        ET.SubElement(case, "failure", message=f"{len(result.new_findings)} new finding(s)", type="new-finding").text = text
+    ET.SubElement(case, "system-out").text = text
+    cases.append(case)
+
+    failures = sum(1 for c in cases if c.find("failure") is not None)
+    suites = ET.Element("testsuites", name="advise compare", tests=str(len(cases)), failures=str(failures), errors="0")
+    suite = ET.SubElement(suites, "testsuite", name=f"advise compare {result.script}", tests=str(len(cases)),
+                          failures=str(failures), errors="0", skipped="0",
+                          timestamp=_dt.datetime.now().isoformat(timespec="seconds"))
+    props = ET.SubElement(suite, "properties")
+    for key, value in (("baseline", result.baseline_path), ("current", result.current_path), ("rule", result.rule)):
+        ET.SubElement(props, "property", name=key, value=value)
+    suite.extend(cases)
+    if result.warnings:
+        ET.SubElement(suite, "system-err").text = "\n".join(result.warnings)
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,0 +1,154 @@
+"""Number formatting shared by the HTML and markdown renderers: one spelling for each unit."""
+
+from __future__ import annotations
+
+import math
+
+DASH = "–"
+
+
+def _num(x) -> float | None:
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def time_s(seconds) -> str:
+    """`seconds` as µs, ms or s, three significant-ish digits."""
+    s = _num(seconds)
+    if s is None:
+        return DASH
+    if abs(s) < 1e-3:
+        return f"{s * 1e6:.0f} µs"
+    if abs(s) < 1:
+        return f"{s * 1e3:.1f} ms"
+    if abs(s) < 120:
+        return f"{s:.2f} s"
+    return f"{int(s // 60)} min {s % 60:.0f} s"
+
+
+def tick_time(seconds) -> str:
+    """An axis label: like `time_s`, without a trailing `.0` (60 ms, 1.5 s)."""
+    text = time_s(seconds)
+    return text.replace(".0 ", " ").replace(".00 ", " ")
+
+
+def time_us(us) -> str:
+    u = _num(us)
+    return DASH if u is None else time_s(u / 1e6)
+
+
+def frac(f, digits: int = 0) -> str:
+    v = _num(f)
+    return DASH if v is None else f"{v * 100:.{digits}f}%"
+
+
+def percent(p) -> str:
+    v = _num(p)
+    return DASH if v is None else f"{v:.0f}%"
+
+
+def count(n) -> str:
+    v = _num(n)
+    return DASH if v is None else f"{v:,.0f}"
+
+
+def rate(x, unit: str) -> str:
+    v = _num(x)
+    if v is None:
+        return DASH
+    return f"{v:,.1f} {unit}" if v < 10_000 else f"{v:,.0f} {unit}"
+
+
+def bytes_(n) -> str:
+    v = _num(n)
+    if v is None:
+        return DASH
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(v) >= scale:
+            return f"{v / scale:.2f} {unit}" if unit == "GiB" else f"{v / scale:.1f} {unit}"
+    return f"{v:.0f} B"
+
+
+def watts(w) -> str:
+    v = _num(w)
+    return DASH if v is None else f"{v:.0f} W"
+
+
+def flops(f) -> str:
+    v = _num(f)
+    if v is None or v <= 0:
+        return DASH
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if v >= scale:
+            return f"{v / scale:.2f} {unit}"
+    return f"{v:.0f} FLOP"
+
+
+def speedup(x) -> str:
+    v = _num(x)
+    return DASH if v is None else f"{v:.2f}×"
+
+
+def speedup_words(x) -> str:
+    """1.71× faster, or 0.93×, 7% slower."""
+    v = _num(x)
+    if v is None:
+        return DASH
+    return f"{v:.2f}× faster" if v >= 1 else f"{v:.2f}×, {(1 - v) * 100:.0f}% slower"
+
+
+def interval(lo, hi) -> str:
+    a, b = _num(lo), _num(hi)
+    if a is None or b is None:
+        return ""
+    return f"{a:.2f}–{b:.2f}×"
+
+
+def value(v) -> str:
+    """Any evidence value, readably: numbers by their name's unit suffix is the caller's job."""
+    if v is None:
+        return DASH
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return DASH
+        return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(value(x) for x in v) if v else DASH
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={value(x)}" for k, x in v.items()) if v else DASH
+    return str(v)
+
+
+def by_suffix(key: str, v) -> str:
+    """An evidence value formatted by its key's unit suffix (`_s`, `_us`, `_bytes`, `_frac`, ...)."""
+    if _num(v) is None or isinstance(v, bool):
+        return value(v)
+    for per in ("_per_step", "_per_s"):
+        if key.endswith(per) and key != per and by_suffix(key[: -len(per)], v) != value(v):
+            return by_suffix(key[: -len(per)], v) + (" / step" if per == "_per_step" else " / s")
+    if key.endswith("_frac") or key.endswith("_share"):
+        return frac(v, 1)
+    if key.endswith("_percent") or key.endswith("_pct"):
+        return percent(v)
+    if key.endswith("_us"):
+        return time_us(v)
+    if key.endswith("_ms"):
+        return time_s(_num(v) / 1e3)
+    if key.endswith("_s"):
+        return time_s(v)
+    if key.endswith("_bytes"):
+        return bytes_(v)
+    if key.endswith("_flops"):
+        return flops(v)
+    if key.endswith("_w"):
+        return watts(v)
+    return value(v)

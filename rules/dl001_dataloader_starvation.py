@@ -1,0 +1,194 @@
+"""## What it does
+Flags training loops that wait on the DataLoader for a large share of every step.
+
+The wait is the time spent in `next(loader)` (`enumerate(DataLoader)#...__next__`), measured on the steps
+that ran without the profiler (or on a trace's `ProfilerStep`s).
+
+It fires only when the wait is a large share of the step in most steps (median over steps,
+in total, and at least half the threshold in three steps out of four) and material in
+absolute terms, so a fast in-memory pipeline whose batches take a fraction of a millisecond
+is never called starved, nor is a run with a few slow steps (an epoch boundary, a noisy
+neighbour on the machine). With `num_workers > 0` the share must be twice the threshold:
+each batch from a worker process pays a fixed hand-over cost (pickling, shared-memory file
+descriptors, a round trip to the worker) that more workers cannot remove. On a GPU trace, wait during which the GPU
+was still busy with queued work is not counted: only the exposed wait is.
+
+## Why is this bad?
+While the main process loads and collates a batch, nothing else happens: the GPU (or the
+CPU's compute threads) sits idle and throughput is capped by the input pipeline. With
+`num_workers > 0`, worker processes prepare the next batches while the model trains on the
+current one, so loading overlaps compute instead of adding to it.
+
+## Example
+```python
+loader = DataLoader(dataset, batch_size=64, shuffle=True)
+```
+
+Use instead:
+```python
+loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4,
+                    pin_memory=True, persistent_workers=True)
+```
+
+## Fix safety
+The fix is safe: the model's numerics and a seeded sample order are unchanged. Random
+augmentations draw from per-worker generators, so they differ from a `num_workers=0` run;
+a Dataset that is not fork-safe (open file handles, CUDA tensors, global state mutated in
+`__getitem__`) needs care. When the loader already has as many workers as the machine has
+cores to spare, more workers cannot help: the fix is then manual (cheaper `__getitem__`,
+decoded data cached, augmentation on the GPU), and shown for display only.
+
+## Options
+- `min-wait-frac` (default 0.10): smallest share of the step spent waiting for data, both as
+  the median over steps and over all steps, to report (twice that with worker processes).
+- `min-wait-ms` (default 3.0): smallest median wait per step, in milliseconds, to report.
+
+## References
+- PyTorch tuning guide, "Enable asynchronous data loading and augmentation"
+- PyTorch Profiler TensorBoard plugin: "high time cost on input data loading" (> 5% of the step)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import numpy as np
+
+from . import helpers as h
+from .registry import Finding, Fix, rule
+
+
+@rule(code="DL001", name="dataloader-starvation")
+def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 3.0) -> Iterator[Finding]:
+    steps = h.timed_steps(profile)
+    if steps.empty or "data_wait_s" not in steps:
+        return
+    dur = steps["duration_s"].astype(float).to_numpy()
+    wait = np.clip(steps["data_wait_s"].astype(float).fillna(0).to_numpy(), 0, None)
+    wait = np.minimum(wait, dur)
+    hidden = _gpu_busy_during_wait_frac(profile)
+    exposed = wait * (1.0 - hidden)
+    total_frac = h.frac(exposed.sum(), dur.sum())
+    median_frac = float(np.median(exposed / dur))
+    median_wait_s = float(np.median(exposed))
+    steady_frac = float(np.quantile(exposed / dur, 0.25))
+    loader = _main_loader(profile)
+    workers = loader.get("num_workers") if loader else None
+    if workers:
+        # Every batch from a worker is handed over through shared memory (pickling, fd passing):
+        # a fixed cost per batch that more workers cannot remove and that grows on a busy machine.
+        min_wait_frac = 2 * min_wait_frac
+    if (median_frac < min_wait_frac or total_frac < min_wait_frac or steady_frac < min_wait_frac / 2
+            or median_wait_s * 1e3 < min_wait_ms):
+        return  # not starved, or only in a few steps (an epoch boundary, a noisy neighbour)
+
+    step_s = float(np.median(dur))
+    compute_s = max(step_s - median_wait_s, 1e-6)
+    device = profile.device
+    cores = profile.env.get("cpu_count")
+    fix, gain = _fix(loader, device, cores, profile.env.get("torch_threads"), median_wait_s, compute_s, step_s)
+
+    severity = "high" if total_frac >= 0.30 else "medium" if total_frac >= 0.15 else "low"
+    where = "the GPU" if profile.has_gpu else "the CPU's compute threads"
+    workers_text = f"num_workers={workers}" if workers is not None else "DataLoader settings unknown"
+    evidence = {
+        "data_wait_frac": h.r3(total_frac),
+        "median_step_wait_frac": h.r3(median_frac),
+        "data_wait_median_s": h.r3(median_wait_s),
+        "step_time_median_s": h.r3(step_s),
+        "n_steps": int(len(dur)),
+        "basis": "trace ProfilerSteps" if profile.meta.get("source") == "trace" else "unprofiled probe steps",
+        "gpu_busy_during_wait_frac": h.r3(hidden) if profile.has_gpu else None,
+        "num_workers": workers,
+        "pin_memory": loader.get("pin_memory") if loader else None,
+        "batch_size": loader.get("batch_size") if loader else None,
+        "cpu_count": cores,
+    }
+    if gain is not None:
+        evidence["estimated_gain_frac"] = h.r3(gain)
+    yield Finding(
+        title=f"The training loop waits on the DataLoader for {total_frac:.0%} of each step",
+        summary=(f"A median {median_wait_s * 1e3:.1f} ms of each {step_s * 1e3:.1f} ms step is spent in next(DataLoader) "
+                 f"over {len(dur)} steps ({workers_text}); {where} idles while batches are loaded."),
+        severity=severity,
+        evidence={k: v for k, v in evidence.items() if v is not None},
+        fix=fix,
+    )
+
+
+def _gpu_busy_during_wait_frac(profile) -> float:
+    """Share of DataLoader wait during which the GPU still ran queued work (0 without a GPU)."""
+    if not profile.has_gpu:
+        return 0.0
+    ranges = h.dataloader_ranges(profile)
+    ranges = ranges[ranges["step"] >= 0] if "step" in ranges else ranges
+    if ranges.empty:
+        return 0.0
+    ms, me = h.gpu_busy(profile)
+    busy = h.covered(ms, me, ranges["ts_us"].to_numpy(), ranges["end_us"].to_numpy()).sum()
+    return min(1.0, h.frac(busy, ranges["dur_us"].sum()))
+
+
+def _main_loader(profile) -> dict | None:
+    """The DataLoader the steps draw from: the one whose batch size matches the steps'."""
+    loaders = profile.observed.get("dataloaders") or []
+    if not loaders:
+        return None
+    steps = profile.steps
+    if "samples" in steps and steps["samples"].notna().any():
+        typical = float(steps["samples"].median())
+        for loader in loaders:
+            if loader.get("batch_size") and typical % loader["batch_size"] == 0:
+                return loader
+    return loaders[0]
+
+
+def _fix(loader, device: str, cores, threads, wait_s: float, compute_s: float, step_s: float):
+    """The override to try and a rough gain estimate (None when it cannot be estimated)."""
+    on_gpu = device != "cpu"
+    current = (loader or {}).get("num_workers") or 0
+    # Workers needed so that loading (wait_s per batch in one process) keeps up with compute.
+    per_batch = wait_s * max(current, 1)
+    needed = math.ceil(per_batch / compute_s) + 1
+    if cores:
+        spare = max(1, cores - 1) if on_gpu else max(1, cores // 2)
+        workers = max(1, min(needed, spare))
+    else:
+        spare = None
+        workers = max(1, min(needed, 8))
+    if current and workers <= current:
+        cores_text = f"{cores} cores" if cores else "the available cores"
+        return Fix(
+            title="Make each batch cheaper to produce (the workers cannot keep up)",
+            kind="manual",
+            applicability="display-only",
+            snippet=("# The loader already has num_workers=%d on %s: make __getitem__ cheaper.\n"
+                     "# - decode/resize once and cache the result (e.g. a preprocessed tensor file)\n"
+                     "# - move random augmentation to the GPU on the whole batch\n"
+                     "# - raise prefetch_factor only if batch cost varies a lot" % (current, cores_text)),
+        ), None
+
+    dl: dict = {"num_workers": workers, "persistent_workers": True}
+    if on_gpu:
+        dl["pin_memory"] = True
+    overrides: dict = {"dataloader": dl}
+    new_compute = compute_s
+    if not on_gpu and cores and threads and threads + workers > cores:
+        overrides["torch_threads"] = max(1, cores - workers)
+        new_compute = compute_s * threads / overrides["torch_threads"]
+    new_step = max(new_compute, per_batch / workers + 0.1 * wait_s)
+    gain = max(0.0, 1.0 - new_step / step_s)
+    snippet = ("loader = DataLoader(dataset, batch_size=..., num_workers=%d,\n"
+               "                    persistent_workers=True%s)" % (workers, ", pin_memory=True" if on_gpu else ""))
+    if "torch_threads" in overrides:
+        snippet += "\ntorch.set_num_threads(%d)  # leave a core to each worker" % overrides["torch_threads"]
+    if on_gpu:
+        snippet += "\n# and copy batches with .to(device, non_blocking=True)"
+    return Fix(
+        title=f"Load batches in {workers} worker process{'es' if workers > 1 else ''}",
+        kind="automatic",
+        applicability="safe",
+        snippet=snippet,
+        overrides=overrides,
+    ), gain

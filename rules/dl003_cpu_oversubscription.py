@@ -1,0 +1,117 @@
+"""## What it does
+Flags runs that ask for more busy CPU threads than the machine has cores.
+
+On a CPU-trained model, that is the intra-op threads of the training process (`torch.get_num_threads()`) plus the
+DataLoader worker processes; on a GPU-trained model, workers that leave no core to the main
+process. It reports only when the measured window actually saturated the CPU (the script's
+process tree, or the whole machine, at or near full use of every core).
+
+## Why is this bad?
+PyTorch's intra-op thread pool (OpenMP) splits each operator across its threads and waits for
+the slowest one. When worker processes compete for the same cores, the OS preempts those
+threads and every parallel operator stalls at its barrier: the step slows down far more than
+the workers' own work would explain, and adding workers makes it worse. DataLoader workers
+already run with one intra-op thread each; it is the training process that must leave them
+room.
+
+## Example
+```python
+# 8 cores: 8 intra-op threads in the trainer + 4 busy workers = 12 threads on 8 cores
+loader = DataLoader(dataset, batch_size=64, num_workers=4)
+```
+
+Use instead:
+```python
+torch.set_num_threads(4)  # cores - num_workers
+loader = DataLoader(dataset, batch_size=64, num_workers=4)
+```
+
+## Fix safety
+Safe: results are unchanged (reductions may be split differently across threads, within
+floating-point rounding). Fewer intra-op threads can slow compute-bound steps when the
+workers are mostly idle; the experiment measures it.
+
+## Options
+- `min-cpu-busy-frac` (default 0.85): smallest mean CPU use, as a share of all cores (the
+  script's process tree or the whole machine, whichever is higher), that counts as saturated.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from . import helpers as h
+from .registry import Finding, Fix, rule
+
+
+@rule(code="DL003", name="cpu-oversubscription")
+def check(profile, *, min_cpu_busy_frac: float = 0.85) -> Iterator[Finding]:
+    env = profile.env
+    cores = env.get("cpu_count")
+    threads = env.get("torch_threads")
+    loaders = profile.observed.get("dataloaders") or []
+    workers = max((l.get("num_workers") or 0 for l in loaders), default=0)
+    if not cores or not threads or workers == 0:
+        return
+    on_cpu = profile.device == "cpu"
+    demand = threads + workers if on_cpu else workers + 1
+    if demand <= cores:
+        return
+    busy = _cpu_busy_frac(profile, cores)
+    if busy is None or busy < min_cpu_busy_frac:
+        return
+
+    if on_cpu:
+        new_workers = workers if workers < cores else max(1, cores // 2)
+        new_threads = max(1, cores - new_workers)
+        overrides: dict = {"torch_threads": new_threads}
+        if new_workers != workers:
+            overrides["dataloader"] = {"num_workers": new_workers}
+        title = f"Run {new_threads} intra-op thread{'s' if new_threads > 1 else ''}" + (
+            f" and {new_workers} DataLoader worker{'s' if new_workers > 1 else ''}" if new_workers != workers else
+            f" beside the {workers} DataLoader worker{'s' if workers > 1 else ''}")
+        snippet = f"torch.set_num_threads({new_threads})  # cores ({cores}) - DataLoader workers ({new_workers})"
+        if new_workers != workers:
+            snippet += f"\nloader = DataLoader(dataset, ..., num_workers={new_workers})"
+        who = f"{threads} intra-op threads + {workers} DataLoader workers"
+    else:
+        new_workers = max(1, cores - 1)
+        overrides = {"dataloader": {"num_workers": new_workers}}
+        title = f"Use at most {new_workers} DataLoader workers on {cores} cores"
+        snippet = f"loader = DataLoader(dataset, ..., num_workers={new_workers})  # leave a core to the training process"
+        who = f"{workers} DataLoader workers + the training process"
+    ratio = demand / cores
+    yield Finding(
+        title=f"{demand} busy threads compete for {cores} CPU cores",
+        summary=(f"{who} ask for {demand} threads on {cores} cores ({ratio:.1f}x) while the CPU was "
+                 f"{busy:.0%} busy: preempted intra-op threads stall every parallel operator."),
+        severity="high" if ratio >= 2 else "medium",
+        evidence={
+            "cpu_count": cores,
+            "torch_threads": threads,
+            "num_workers": workers,
+            "threads_demanded": demand,
+            "oversubscription_ratio": h.r3(ratio),
+            "cpu_busy_frac": h.r3(busy),
+            "device": profile.device,
+        },
+        fix=Fix(title=title, kind="automatic", applicability="safe", snippet=snippet, overrides=overrides),
+    )
+
+
+def _cpu_busy_frac(profile, cores: int) -> float | None:
+    """Mean CPU use over the measured window as a share of all cores (tree or machine, the higher)."""
+    samples = profile.samples
+    if samples.empty or "t" not in samples:
+        return None
+    window = samples
+    steps = profile.steps
+    if not steps.empty and {"t_start", "t_end"} <= set(steps):
+        inside = samples[(samples["t"] >= steps["t_start"].min()) & (samples["t"] <= steps["t_end"].max())]
+        window = inside if len(inside) >= 2 else samples.iloc[1:]
+    values = []
+    if "cpu_percent" in window and window["cpu_percent"].notna().any():
+        values.append(float(window["cpu_percent"].mean()) / (100.0 * cores))
+    if "sys_cpu_percent" in window and window["sys_cpu_percent"].notna().any():
+        values.append(float(window["sys_cpu_percent"].mean()) / 100.0)
+    return min(1.0, max(values)) if values else None

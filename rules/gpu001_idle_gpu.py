@@ -1,0 +1,147 @@
+"""## What it does
+Measures the GPU's idle share of each step and attributes it to a cause.
+
+Idle means no kernel, copy or memset on any stream, from the trace's GPU timeline. The causes:
+
+- **data wait**: idle while the training loop is inside `next(DataLoader)`
+  (see `dataloader-starvation`);
+- **host sync**: idle right after the CPU blocked on the GPU (`cudaStreamSynchronize`,
+  `.item()`, ...), while the queue refills (see `host-sync`);
+- **CPU overhead**: idle while the CPU is issuing work too slowly: Python, operator dispatch
+  and kernel launches (see `launch-bound`).
+
+Without a trace it falls back to NVML's utilization sampled during the run. The finding
+points at the rule responsible for the largest share.
+
+## Why is this bad?
+An idle GPU is paid-for compute that does no work; the step can only get faster by giving it
+work sooner. Knowing *why* it idles decides the fix: workers for the input pipeline, fewer
+synchronizations, or fewer, larger kernels.
+
+## Example
+```python
+for x, y in loader:                  # GPU idle while the batch loads
+    loss = loss_fn(model(x.cuda()), y.cuda())
+    print(loss.item())               # GPU idle after each sync
+```
+
+Use instead:
+```python
+for x, y in loader:                  # workers + pinned memory: see dataloader-starvation
+    loss = loss_fn(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+    total += loss.detach()           # read it every N steps: see host-sync
+```
+
+## Fix safety
+There is no fix of its own: it is display-only and points to the rule that explains most of
+the idle time, whose fix has its own safety.
+
+## Options
+- `min-idle-frac` (default 0.25): smallest median share of the step with an idle GPU to report.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from . import helpers as h
+from .registry import Finding, Fix, rule
+
+_CAUSES = {
+    "data_wait": ("dataloader-starvation", "DL001", "waiting for the next batch"),
+    "host_sync": ("host-sync", "GPU003", "after host synchronizations"),
+    "cpu_overhead": ("launch-bound", "GPU002", "while the CPU issues work (Python, dispatch, launches)"),
+}
+
+
+@rule(code="GPU001", name="idle-gpu")
+def check(profile, *, min_idle_frac: float = 0.25) -> Iterator[Finding]:
+    if not profile.has_gpu:
+        return
+    steps = h.trace_steps(profile)
+    if steps.empty:
+        yield from _from_nvml(profile, min_idle_frac)
+        return
+    dur = steps["dur_us"].to_numpy()
+    idle = np.clip(dur - steps["gpu_busy_us"].to_numpy(), 0, None)
+    median_idle = float(np.median(idle / dur))
+    if median_idle < min_idle_frac:
+        return
+    causes = _attribute(profile, steps)
+    total_us = float(dur.sum())
+    shares = {k: h.frac(v, total_us) for k, v in causes.items()}
+    main = max(shares, key=shares.get)
+    rule_name, code, text = _CAUSES[main]
+    util = _nvml_util(profile)
+    evidence = {
+        "gpu_idle_frac": h.r3(median_idle),
+        "gpu_idle_s_per_step": h.r3(float(np.median(idle)) / 1e6),
+        "step_time_median_s": h.r3(float(np.median(dur)) / 1e6),
+        "idle_data_wait_frac": h.r3(shares["data_wait"]),
+        "idle_host_sync_frac": h.r3(shares["host_sync"]),
+        "idle_cpu_overhead_frac": h.r3(shares["cpu_overhead"]),
+        "attributed_to": {_CAUSES[k][0]: h.r3(v) for k, v in sorted(shares.items(), key=lambda kv: -kv[1])},
+        "n_steps": int(len(steps)),
+    }
+    if util is not None:
+        evidence["nvml_gpu_util_percent_mean"] = h.r3(util)
+    parts = ", ".join(f"{shares[k]:.0%} {_CAUSES[k][2]}" for k in sorted(shares, key=lambda k: -shares[k]) if shares[k] >= 0.005)
+    yield Finding(
+        title=f"The GPU is idle for {median_idle:.0%} of each step, mostly {text}",
+        summary=f"Per step the GPU idles {median_idle:.0%} of the time: {parts or 'no single cause'} (shares of step time).",
+        severity="high" if median_idle >= 0.5 else "medium",
+        evidence=evidence,
+        fix=Fix(title=f"Fix the main cause first: {rule_name} ({code})", kind="manual", applicability="display-only",
+                snippet=f"advise rules {rule_name}"),
+    )
+
+
+def _attribute(profile, steps) -> dict[str, float]:
+    """Idle microseconds inside the steps, split by cause."""
+    bs, be = h.gpu_busy(profile)
+    dl = h.dataloader_ranges(profile)
+    ds, de = h.merge(dl["ts_us"].to_numpy(), dl["end_us"].to_numpy())
+    sync_end = np.sort(h.draining_syncs(profile, steps)["end_us"].to_numpy())
+    out = {"data_wait": 0.0, "host_sync": 0.0, "cpu_overhead": 0.0}
+    for a, b in zip(steps["ts_us"].to_numpy(), steps["end_us"].to_numpy()):
+        i0, i1 = np.searchsorted(be, a, side="right"), np.searchsorted(bs, b, side="left")
+        inner_s, inner_e = bs[i0:i1], be[i0:i1]
+        gap_s = np.concatenate([[a], np.clip(inner_e, a, b)])
+        gap_e = np.concatenate([np.clip(inner_s, a, b), [b]])
+        keep = gap_e > gap_s
+        gap_s, gap_e = gap_s[keep], gap_e[keep]
+        if not len(gap_s):
+            continue
+        data = h.covered(ds, de, gap_s, gap_e)
+        rest = (gap_e - gap_s) - data
+        j = np.searchsorted(sync_end, gap_s - 5.0, side="left")
+        after_sync = (j < len(sync_end)) & (sync_end[np.minimum(j, len(sync_end) - 1)] < gap_e) if len(sync_end) else np.zeros(len(gap_s), bool)
+        out["data_wait"] += float(data.sum())
+        out["host_sync"] += float(rest[after_sync].sum())
+        out["cpu_overhead"] += float(rest[~after_sync].sum())
+    return out
+
+
+def _nvml_util(profile) -> float | None:
+    s = profile.samples
+    if s.empty or "gpu_util_percent" not in s or not s["gpu_util_percent"].notna().any():
+        return None
+    return float(s["gpu_util_percent"].mean())
+
+
+def _from_nvml(profile, min_idle_frac: float) -> Iterator[Finding]:
+    util = _nvml_util(profile)
+    if util is None or util / 100.0 > 1.0 - min_idle_frac:
+        return
+    idle = 1.0 - util / 100.0
+    yield Finding(
+        title=f"The GPU was idle for about {idle:.0%} of the run (NVML)",
+        summary=(f"NVML reports {util:.0f}% mean GPU utilization over the measured steps; no trace was recorded "
+                 "to attribute the idle time (run with --profile-steps > 0)."),
+        severity="high" if idle >= 0.5 else "medium",
+        evidence={"nvml_gpu_util_percent_mean": h.r3(util), "gpu_idle_frac": h.r3(idle)},
+        fix=Fix(title="Profile a few steps to find the cause", kind="manual", applicability="display-only",
+                snippet="advise profile train.py --profile-steps 5"),
+    )

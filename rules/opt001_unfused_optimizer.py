@@ -1,0 +1,120 @@
+"""## What it does
+Flags CUDA optimizers that update parameters one tensor at a time. From the probe, an Adam,
+AdamW, SGD, ... built with `foreach=False` (or whose default could not use `foreach`), or a
+foreach optimizer that takes a material share of the step where a fused kernel exists; from
+a trace, an `Optimizer.step` that launches one kernel per parameter per operation and no
+`multi_tensor_apply` kernel.
+
+## Why is this bad?
+The single-tensor ("for-loop") implementation launches several small kernels per parameter:
+a ResNet-50 SGD step with momentum is about 480 launches, each costing the CPU several
+microseconds while the GPU does almost nothing. `foreach=True` groups them into a few
+multi-tensor kernels; `fused=True` does the whole update in one kernel per parameter group.
+
+## Example
+```python
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=False)
+```
+
+Use instead:
+```python
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+```
+
+## Fix safety
+Safe: the update is the same math; fused and foreach kernels round in a different order, a
+difference at floating-point precision. `fused=True` needs every parameter on the GPU in a
+floating-point dtype; `foreach` needs more temporary memory (a copy of the gradients' size).
+
+## Options
+- `min-launches-per-step` (default 50): from a trace, smallest number of kernel launches in one
+  `Optimizer.step` to call it single-tensor.
+- `min-optimizer-frac` (default 0.1): for a foreach optimizer, smallest share of the step in
+  `optimizer.step()` to suggest `fused=True`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from . import helpers as h
+from .registry import Finding, Fix, rule
+
+FUSED = {"Adam", "AdamW", "SGD", "Adagrad", "Adamax"}
+FOREACH = FUSED | {"RMSprop", "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop"}
+
+
+@rule(code="OPT001", name="unfused-optimizer")
+def check(profile, *, min_launches_per_step: int = 50, min_optimizer_frac: float = 0.1) -> Iterator[Finding]:
+    if not profile.has_gpu:
+        return
+    observed = [o for o in profile.observed.get("optimizers") or [] if str(o.get("device") or "").startswith("cuda")]
+    trace = _from_trace(profile, min_launches_per_step)
+    opt_frac = _optimizer_frac(profile)
+    for opt in observed or ([trace] if trace else []):
+        cls = opt.get("class") or "?"
+        if opt.get("fused") or cls not in FOREACH:
+            continue
+        single = opt.get("foreach") is False or bool(trace and trace["single_tensor"])
+        if not single and (cls not in FUSED or opt_frac is None or opt_frac < min_optimizer_frac):
+            continue
+        launches = trace["launches_per_step"] if trace else None
+        how = "one tensor at a time" if single else "with foreach kernels"
+        use_fused = cls in FUSED
+        kw = {"fused": True} if use_fused else {"foreach": True}
+        evidence = {
+            "optimizer": cls,
+            "foreach": opt.get("foreach"),
+            "fused": opt.get("fused"),
+            "implementation": "single-tensor" if single else "foreach",
+            "n_params": opt.get("n_params"),
+            "launches_per_optimizer_step": h.r3(launches) if launches is not None else None,
+            "optimizer_frac": h.r3(opt_frac),
+            "estimated_gain_frac": h.r3((0.7 if single else 0.3) * opt_frac) if opt_frac is not None else None,
+        }
+        frac_text = f"{opt_frac:.0%} of the step" if opt_frac is not None else "part of each step"
+        launch_text = f", {launches:.0f} kernel launches per step" if launches is not None else ""
+        yield Finding(
+            title=f"{cls} updates parameters {how} on the GPU",
+            summary=f"optimizer.step() of {cls} takes {frac_text}{launch_text}; {'fused' if use_fused else 'foreach'} "
+                    f"kernels update all parameters in a few launches.",
+            severity="medium" if single and (opt_frac or 0) >= 0.05 else "low",
+            evidence={k: v for k, v in evidence.items() if v is not None},
+            fix=Fix(title=f"Build {cls} with {'fused' if use_fused else 'foreach'}=True", kind="automatic",
+                    applicability="safe",
+                    snippet=f"optimizer = torch.optim.{cls}(model.parameters(), ..., {'fused' if use_fused else 'foreach'}=True)",
+                    overrides={"optimizer": kw}),
+        )
+        return  # one finding per run: the overrides apply to every optimizer
+
+
+def _from_trace(profile, min_launches: int) -> dict | None:
+    """The trace's Optimizer.step: class, launches per step, whether it is single-tensor."""
+    ann = profile.annotations
+    opt = ann[ann["name"].str.startswith("Optimizer.step#") & (ann["step"] >= 0)]
+    if opt.empty:
+        return None
+    cls = opt["name"].iloc[0].split("#", 1)[1].split(".", 1)[0]
+    rt = profile.runtime
+    launches = rt[rt["name"].str.contains("LaunchKernel", regex=False)]
+    per_range = []
+    multi = False
+    k = profile.kernels
+    for r in opt.itertuples():
+        inside = launches[(launches["tid"] == r.tid) & (launches["ts_us"] >= r.ts_us) & (launches["end_us"] <= r.end_us)]
+        per_range.append(len(inside))
+        names = k.loc[k["correlation"].isin(inside["correlation"]), "name"]
+        multi = multi or names.str.contains("multi_tensor_apply|fused_adam|FusedAdam|fused_sgd", case=False, regex=True).any()
+    n_steps = max(1, opt["step"].nunique())
+    per_step = sum(per_range) / n_steps
+    single = None if per_step == 0 else (not multi and per_step >= min_launches)
+    fused = cls.startswith("Fused") or None
+    return {"class": cls.removeprefix("Fused") if not fused else cls, "fused": fused, "foreach": None,
+            "launches_per_step": per_step, "single_tensor": single}
+
+
+def _optimizer_frac(profile) -> float | None:
+    steps = h.timed_steps(profile)
+    if steps.empty or "optimizer_s" not in steps or not steps["optimizer_s"].notna().any():
+        return None
+    return h.frac(steps["optimizer_s"].fillna(0).sum(), steps["duration_s"].sum())

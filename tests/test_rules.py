@@ -1,0 +1,301 @@
+"""The rule engine: the catalogue documents itself, settings are validated, plugins load or warn.
+
+Findings on real data live in test_rules_traces.py (GPU traces) and test_rules_zoo.py
+(planted-bottleneck scripts profiled for real).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pandas as pd
+import pytest
+
+from advisor.engine import ConfigError, Settings, load_settings, resolve, run_rules, settings_from_table, sort_key
+from advisor.profile import Profile
+from advisor.rules.registry import (OVERRIDE_KEYS, REQUIRED_SECTIONS, Finding, Fix, check_finding, doc_problems,
+                                    documented_defaults, documented_options, load_rules, rule, section)
+from conftest import advise_cmd
+
+CATALOGUE = load_rules()
+RULES = CATALOGUE.rules
+CONTRACT_NAMES = {"dataloader-starvation", "fp32-matmul", "memory-headroom", "idle-gpu", "host-sync", "pageable-memcpy",
+                  "launch-bound", "cudnn-benchmark", "unfused-optimizer"}
+
+
+# --------------------------------------------------------------------------- the catalogue
+
+
+def test_every_rule_named_in_the_contract_exists():
+    assert CONTRACT_NAMES <= {r.name for r in RULES}
+    assert len({r.code for r in RULES}) == len(RULES) == len({r.name for r in RULES})
+    assert not CATALOGUE.warnings
+
+
+@pytest.mark.parametrize("r", RULES, ids=lambda r: r.code)
+def test_rule_documents_itself_like_ruff(r):
+    assert doc_problems(r) == [], r.doc[:200]
+    for header in REQUIRED_SECTIONS:
+        assert section(r.doc, header).strip(), f"{r.code}: empty {header}"
+    assert r.summary.endswith(".") and "\n" not in r.summary and len(r.summary) < 120
+    assert r.module.split(".")[-1].startswith(r.code.lower() + "_"), "module file = code + snake name"
+    assert r.module.split(".")[-1] == f"{r.code.lower()}_{r.name.replace('-', '_')}"
+
+
+@pytest.mark.parametrize("r", RULES, ids=lambda r: r.code)
+def test_rule_options_are_documented_with_their_real_defaults(r):
+    assert documented_options(r.doc) == [o.key for o in r.options]
+    assert documented_defaults(r.doc) == r.defaults_by_key()
+
+
+@pytest.mark.parametrize("r", RULES, ids=lambda r: r.code)
+def test_rule_is_silent_on_an_empty_profile(r):
+    assert r.run(Profile(steps=pd.DataFrame())) == []
+
+
+def test_doc_checker_catches_missing_sections_and_stale_options():
+    @rule(code="ZZ001", name="made-up")
+    def check(profile, *, depth: int = 3):
+        return []
+
+    check.doc = "## What it does\nX.\n## Why is this bad?\nY.\n## Example\nno alternative\n## Options\n- `width` (default 2)"
+    problems = doc_problems(check)
+    check.doc = check.doc.replace("`width` (default 2)", "`depth` (default 4)")
+    assert doc_problems(check)[-1] == "'## Options' says depth defaults to 4, the rule uses 3"
+    assert "missing section '## Fix safety'" in problems
+    assert "'## Example' has no 'Use instead:'" in problems
+    assert any("lists ['width'] but the rule takes ['depth']" in p for p in problems)
+
+
+def test_bad_rule_identity_is_refused_at_definition():
+    with pytest.raises(ValueError, match="code"):
+        rule(code="dl1", name="x")
+    with pytest.raises(ValueError, match="kebab-case"):
+        rule(code="DL009", name="Bad_Name")
+
+
+# --------------------------------------------------------------------------- findings
+
+
+def _finding(**kw) -> Finding:
+    base = dict(title="t", summary="s", severity="low", evidence={},
+                fix=Fix(title="f", kind="automatic", applicability="safe", overrides={"compile": True}))
+    base.update(kw)
+    return Finding(**base)
+
+
+@pytest.mark.parametrize("overrides, ok", [
+    ({"dataloader": {"num_workers": 4, "pin_memory": True, "persistent_workers": True, "prefetch_factor": 2}}, True),
+    ({"autocast": "bfloat16"}, True), ({"autocast": "float16"}, True), ({"float32_matmul_precision": "high"}, True),
+    ({"cudnn_benchmark": True}, True), ({"batch_size_scale": 2}, True), ({"optimizer": {"fused": True}}, True),
+    ({"optimizer": {"foreach": True}}, True), ({"compile": True}, True), ({"channels_last": True}, True),
+    ({"torch_threads": 1}, True),
+    ({"dataloader": {"num_workers": "4"}}, False), ({"dataloader": {"workers": 4}}, False), ({"autocast": "fp8"}, False),
+    ({"batch_size_scale": 1.5}, False), ({"optimizer": {"fused": False}}, False), ({"env": {"X": "1"}}, False),
+])
+def test_overrides_use_only_the_experiments_vocabulary(overrides, ok):
+    problem = check_finding(_finding(fix=Fix(title="f", kind="automatic", applicability="unsafe", overrides=overrides)))
+    assert (problem is None) == ok, problem
+    assert set(OVERRIDE_KEYS) == {"dataloader", "autocast", "float32_matmul_precision", "cudnn_benchmark",
+                                  "batch_size_scale", "optimizer", "compile", "channels_last", "torch_threads"}
+
+
+def test_contract_shape_of_a_finding():
+    d = _finding().to_dict()
+    assert list(d) == ["rule", "code", "severity", "title", "summary", "evidence", "fix", "experiment"]
+    assert set(d["fix"]) == {"title", "kind", "applicability", "snippet", "overrides"} and d["experiment"] is None
+    assert check_finding(_finding(severity="urgent")) and check_finding(_finding(fix=Fix(title="f", kind="automatic")))
+
+
+def test_findings_sort_by_severity_then_estimated_gain():
+    rows = [{"severity": "low", "evidence": {"estimated_gain_frac": 0.9}, "code": "A"},
+            {"severity": "high", "evidence": {}, "code": "B"},
+            {"severity": "high", "evidence": {"estimated_gain_frac": 0.3}, "code": "C"},
+            {"severity": "medium", "evidence": {"estimated_gain_frac": 0.1}, "code": "D"}]
+    assert [r["code"] for r in sorted(rows, key=sort_key)] == ["C", "B", "D", "A"]
+
+
+def test_a_crashing_rule_is_a_warning_not_a_crash(monkeypatch):
+    victim = CATALOGUE.find("DL001")
+
+    def boom(profile, **kw):
+        raise RuntimeError("planted\nsecond line")
+
+    monkeypatch.setattr(victim, "func", boom)
+    steps = pd.DataFrame({"index": [0], "duration_s": [1.0], "data_wait_s": [0.9], "profiled": [False]})
+    findings, warnings = run_rules(Profile(steps=steps), catalogue=CATALOGUE)
+    assert findings == [] and warnings == ["rule DL001 (dataloader-starvation) failed: RuntimeError: planted"]
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize("keys, expected", [
+    (["DL001"], {"DL001"}), (["dataloader-starvation"], {"DL001"}), (["dl"], {"DL001", "DL002", "DL003"}),
+    (["GPU00"], {"GPU001", "GPU002", "GPU003", "GPU004"}), (["ALL"], {r.code for r in RULES}),
+])
+def test_select_by_code_prefix_name_or_all(keys, expected):
+    assert {r.code for r in resolve(keys, CATALOGUE, "--select")} == expected
+
+
+def test_cli_select_replaces_and_ignore_extends_the_config(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent("""
+        [project]
+        name = "x"
+        [tool.advise]
+        select = ["DL", "PR"]
+        ignore = ["DL003"]
+        [tool.advise.dataloader-starvation]
+        min-wait-frac = 0.2
+        min_wait_ms = 10
+    """))
+    (tmp_path / "sub").mkdir()
+    s = load_settings(config=None, search_from=tmp_path / "sub", catalogue=CATALOGUE)
+    assert s.select == ["DL", "PR"] and s.ignore == ["DL003"] and s.source == str(tmp_path / "pyproject.toml")
+    assert s.options == {"dataloader-starvation": {"min_wait_frac": 0.2, "min_wait_ms": 10.0}}
+    s = load_settings(config=None, search_from=tmp_path, select=["GPU001,idle-gpu"], ignore=["PR001"], catalogue=CATALOGUE)
+    assert s.select == ["GPU001", "idle-gpu"] and s.ignore == ["DL003", "PR001"]
+
+
+def test_a_dedicated_config_file_has_no_tool_prefix(tmp_path):
+    path = tmp_path / "advise.toml"
+    path.write_text('ignore = ["MEM001"]\n[fp32-matmul]\nmin-kernel-frac = 0.5\n')
+    s = load_settings(config=path, search_from=None, catalogue=CATALOGUE)
+    assert s.ignore == ["MEM001"] and s.options == {"fp32-matmul": {"min_kernel_frac": 0.5}}
+
+
+@pytest.mark.parametrize("table, message", [
+    ({"selekt": ["DL"]}, "unknown key 'selekt'"),
+    ({"select": ["XX9"]}, "select: unknown rule, code or prefix 'XX9'"),
+    ({"select": "DL001", "ignore": [3]}, "'ignore' must be a list"),
+    ({"dataloader-starvation": {"min-wait": 1}}, "rule dataloader-starvation has no option 'min-wait'"),
+    ({"dataloader-starvation": {"min-wait-frac": "high"}}, "dataloader-starvation.min-wait-frac expects float"),
+    ({"launch-bound": {"min-kernels-per-step": 2.5}}, "launch-bound.min-kernels-per-step expects int"),
+])
+def test_bad_settings_are_one_line_errors(table, message):
+    with pytest.raises(ConfigError) as err:
+        settings_from_table(table, CATALOGUE, "pyproject.toml")
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_options_reach_the_rule():
+    steps = pd.DataFrame({"index": range(4), "duration_s": [0.1] * 4, "data_wait_s": [0.02] * 4, "profiled": [False] * 4})
+    profile = Profile(steps=steps, env={"device": "cpu", "cpu_count": 8, "torch_threads": 8})
+    (finding,), _ = run_rules(profile, Settings(select=["DL001"]), CATALOGUE)  # 20 ms of a 100 ms step
+    assert finding["rule"] == "dataloader-starvation" and finding["evidence"]["data_wait_frac"] == pytest.approx(0.2)
+    for options in ({"min_wait_ms": 50.0}, {"min_wait_frac": 0.25}):
+        assert run_rules(profile, Settings(select=["DL001"], options={"dataloader-starvation": options}), CATALOGUE)[0] == []
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def _run(*args, env_path=None, cwd=None):
+    env = None
+    if env_path is not None:
+        import os
+
+        env = dict(os.environ, PYTHONPATH=str(env_path))
+    return subprocess.run(advise_cmd(*args), capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+
+
+def test_advise_rules_lists_the_catalogue_and_prints_one_rule():
+    listing = _run("rules")
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert len(lines) == len(RULES) and lines[0].split()[:2] == ["DL001", "dataloader-starvation"]
+    for code in ("DL001", "fp32-matmul"):
+        one = _run("rules", code)
+        r = CATALOGUE.find(code)
+        assert one.returncode == 0 and one.stdout.startswith(f"# {r.name} ({r.code})\n")
+        assert r.doc.strip() in one.stdout
+    as_json = json.loads(_run("rules", "--json").stdout)
+    assert {d["code"] for d in as_json} == {r.code for r in RULES}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["rules", "NOPE001"], "unknown rule 'NOPE001'"),
+    (["analyze", "{trace}", "--select", "DL001,XX9"], "--select: unknown rule, code or prefix 'XX9'"),
+    (["analyze", "{trace}", "--ignore", "nonsense-rule"], "--ignore: unknown rule, code or prefix 'nonsense-rule'"),
+    (["analyze", "{trace}", "--config", "{bad}"], "unknown key 'selct'"),
+    (["analyze", "{trace}", "--config", "{missing}"], "no such config file"),
+])
+def test_bad_selection_or_config_is_one_line_and_exit_2(tmp_path, args, message):
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')
+    bad = tmp_path / "advise.toml"
+    bad.write_text('selct = ["DL"]\n')
+    args = [a.format(trace=trace, bad=bad, missing=tmp_path / "none.toml") for a in args]
+    r = _run(*args)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def _fake_distribution(root, name: str, module: str, source: str, entry: str):
+    """A real installed-looking package: a module plus NAME.dist-info with an entry point."""
+    (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{name.replace('-', '_')}-1.0.dist-info"  # wheel convention: the stem ends at the first "-"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[advisor.rules]\n{entry}\n")
+
+
+def test_third_party_rules_load_through_the_entry_point_group(tmp_path):
+    _fake_distribution(tmp_path, "advise-extra", "advise_extra", '''
+        """## What it does
+        Flags every run.
+
+        ## Why is this bad?
+        It is a test.
+
+        ## Example
+        ```python
+        pass
+        ```
+
+        Use instead:
+        ```python
+        pass
+        ```
+
+        ## Fix safety
+        Display-only.
+
+        ## Options
+        - `level` (default 1): unused.
+        """
+        from advisor.rules.registry import Finding, Fix, rule
+
+        @rule(code="EXT001", name="always-here")
+        def check(profile, *, level: int = 1):
+            yield Finding(title="extra", summary="s", severity="low", evidence={"level": level},
+                          fix=Fix(title="nothing"))
+        ''', "extra = advise_extra")
+    _fake_distribution(tmp_path, "advise-broken", "advise_broken", "import not_a_module_anywhere\n",
+                       "broken = advise_broken")
+    r = _run("rules", env_path=tmp_path)
+    assert r.returncode == 0
+    assert "EXT001   always-here" in r.stdout and "[advise-extra 1.0]" in r.stdout
+    warning = r.stderr.strip().splitlines()
+    assert warning == ["advise: warning: rule plugin 'broken' from package advise-broken 1.0 failed to load: "
+                       "ModuleNotFoundError: No module named 'not_a_module_anywhere'"]
+    one = _run("rules", "always-here", env_path=tmp_path)
+    assert one.returncode == 0 and "## What it does" in one.stdout
+
+
+def test_rules_run_on_analyze_and_can_be_narrowed(tmp_path):
+    from conftest import shared_trace
+
+    trace = shared_trace("kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
+    everything = _run("analyze", str(trace), "--json")
+    assert everything.returncode == 0, everything.stderr
+    codes = [f["code"] for f in json.loads(everything.stdout)["findings"]]
+    assert {"DL001", "PR001"} <= set(codes)
+    narrowed = _run("analyze", str(trace), "--json", "--select", "DL,PR", "--ignore", "DL002")
+    assert {f["code"] for f in json.loads(narrowed.stdout)["findings"]} == {"DL001", "PR001"}
+    (tmp_path / "pyproject.toml").write_text('[tool.advise]\nselect = ["fp32-matmul"]\n')
+    configured = _run("analyze", str(trace), "--json", cwd=tmp_path)
+    assert [f["code"] for f in json.loads(configured.stdout)["findings"]] == ["PR001"]

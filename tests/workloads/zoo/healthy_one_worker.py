@@ -1,0 +1,37 @@
+"""Healthy control: one persistent worker serving whole batches from memory, one intra-op thread.
+
+Threads plus workers fit the 2 cores; the worker needs well under a millisecond per batch
+(one indexing op via a BatchSampler), the model's many small layers tens of milliseconds;
+four batches are prefetched, so a worker briefly descheduled on a busy machine is absorbed.
+
+advise-expect: none
+"""
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
+
+from _common import train_forever
+
+
+class InMemory(Dataset):
+    def __init__(self):
+        self.x, self.y = torch.randn(8192, 256), torch.randn(8192, 1)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, idx):  # idx: a list of indices, one call per batch
+        return self.x[idx], self.y[idx]
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    data = InMemory()
+    layers = []
+    for _ in range(16):
+        layers += [torch.nn.Linear(256, 256), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(256, 1))
+    sampler = BatchSampler(RandomSampler(data), batch_size=256, drop_last=True)
+    loader = DataLoader(data, batch_size=None, sampler=sampler, num_workers=1, persistent_workers=True,
+                        prefetch_factor=4)
+    train_forever(model, loader, torch.optim.SGD(model.parameters(), lr=0.01))

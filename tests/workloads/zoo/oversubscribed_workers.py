@@ -1,0 +1,35 @@
+"""Planted: 4 busy DataLoader workers beside the trainer's intra-op threads, on a CPU.
+
+advise-expect: DL003 allow=DL001
+"""
+import os
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset
+
+from _common import train_forever
+
+CORES = os.cpu_count() or 2
+
+
+class Augmented(Dataset):
+    def __init__(self):
+        self.w = torch.randn(256, 256) / 16
+
+    def __len__(self):
+        return 100_000
+
+    def __getitem__(self, i):
+        x = torch.randn(256)
+        for _ in range(4):  # real CPU work in every worker
+            x = torch.tanh(x @ self.w)
+        return x, x[:1].clone()
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(CORES)  # every core for compute, and workers on top
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 1))
+    loader = DataLoader(Augmented(), batch_size=32, num_workers=CORES + 2, persistent_workers=True)
+    train_forever(model, loader, torch.optim.SGD(model.parameters(), lr=0.01))
