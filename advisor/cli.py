@@ -68,6 +68,7 @@ def main() -> None:
 def profile(script, script_args, steps, warmup, profile_steps, out, timeout_s, as_json, no_experiments,
             max_experiments, time_budget_s, safe_only, baseline, max_regression, select, ignore, config):
     """Run SCRIPT under the probe: advise profile train.py -- --lr 0.1"""
+    settings = _rule_settings(select, ignore, config, Path(script).parent)  # a bad selection fails before the run
     from .pipeline import ExperimentOptions, profile_script
 
     sys.exit(profile_script(
@@ -75,7 +76,7 @@ def profile(script, script_args, steps, warmup, profile_steps, out, timeout_s, a
         out=Path(out), timeout_s=timeout_s, as_json=as_json,
         experiments=ExperimentOptions(not no_experiments, max_experiments, time_budget_s, safe_only),
         baseline=baseline, max_regression=_percent(max_regression, "--max-regression"),
-        rule_settings=_rule_settings(select, ignore, config, Path(script).parent),
+        rule_settings=settings,
     ))
 
 
@@ -86,10 +87,10 @@ def profile(script, script_args, steps, warmup, profile_steps, out, timeout_s, a
 @_rule_options
 def analyze(trace, as_json, out, select, ignore, config):
     """Analyze a Kineto trace (.json or .json.gz) a user already has."""
+    settings = _rule_settings(select, ignore, config, Path.cwd())  # a bad selection fails before any work
     from .pipeline import analyze_trace
 
-    sys.exit(analyze_trace(Path(trace), as_json=as_json, out=Path(out) if out else None,
-                           rule_settings=_rule_settings(select, ignore, config, Path.cwd())))
+    sys.exit(analyze_trace(Path(trace), as_json=as_json, out=Path(out) if out else None, rule_settings=settings))
 
 
 @main.command("report")

@@ -116,8 +116,11 @@ def profile_script(*, script: str, script_args: list[str], steps: int, warmup: i
         extra={"notes": run.notes, "wall_s": run.wall_s, "recommended": results.recommended if results else None,
                "experiments": results.summary() if results else None},
     )
-    report_mod.write_report(report, out / run.files.report_json)
+    report["artifacts"]["report_html"] = "report.html"
     html_path = _write_renderings(report, out, profile, con)
+    if html_path is None:
+        del report["artifacts"]["report_html"]
+    report_mod.write_report(report, out / run.files.report_json)
     _emit(report, con, as_json, str(out))
     _say_html(html_path, con, as_json)
     if run.status == "failed":
@@ -193,7 +196,7 @@ def analyze_trace(path: Path, *, as_json: bool, out: Path | None, rule_settings=
     report = report_mod.build_report(
         profile, status="ok", script=str(path), argv=[], started_at=report_mod.now_iso(),
         warnings=warnings + rule_warnings, findings=findings,
-        artifacts={"trace": str(path)},
+        artifacts={"trace": str(path.resolve())},
     )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

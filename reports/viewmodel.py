@@ -158,6 +158,7 @@ class FindingView:
     snippet: str
     experiment: ExperimentView | None
     sweep: list[SweepRow]
+    sweep_best: str  # the overrides the experiment settled on, when it swept values
     doc: list[DocSection]
 
 
@@ -565,6 +566,7 @@ def finding_view(f: dict, rank: int) -> FindingView:
         snippet=str(fix.get("snippet") or ""),
         experiment=experiment_view(exp) if isinstance(exp, dict) else estimate_view(f),
         sweep=sweep_rows(exp) if isinstance(exp, dict) else [],
+        sweep_best=_flat(exp.get("overrides")) if isinstance(exp, dict) and exp.get("sweep") and exp.get("verified") else "",
         doc=doc_sections(rule_doc(f)),
     )
 
@@ -692,6 +694,17 @@ def recommended_view(rec, findings: list[dict] | None = None) -> Recommended | N
         overrides=_compact_json(rec.get("overrides")) if rec.get("overrides") else "",
         snippets=snippets,
     )
+
+
+def _flat(overrides) -> str:
+    """{"dataloader": {"num_workers": 2}, "torch_threads": 1} -> "num_workers=2, torch_threads=1"."""
+    if not isinstance(overrides, dict):
+        return ""
+    parts = []
+    for key, value in overrides.items():
+        items = value.items() if isinstance(value, dict) else [(key, value)]
+        parts += [f"{k}={fmt.value(v) if not isinstance(v, bool) else v}" for k, v in items]
+    return ", ".join(parts)
 
 
 def _compact_json(x) -> str:

@@ -1,8 +1,8 @@
 """## What it does
 Flags training loops that wait on the DataLoader for a large share of every step.
 
-The wait is the time spent in `next(loader)` (`enumerate(DataLoader)#...__next__`), measured on the steps
-that ran without the profiler (or on a trace's `ProfilerStep`s).
+The wait is the time spent in `next(loader)` (`enumerate(DataLoader)#...__next__`),
+measured on the steps that ran without the profiler (or on a trace's `ProfilerStep`s).
 
 It fires only when the wait is a large share of the step in most steps (median over steps,
 in total, and at least half the threshold in three steps out of four) and material in

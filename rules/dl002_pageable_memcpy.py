@@ -1,8 +1,9 @@
 """## What it does
 Flags host-to-device copies from pageable (unpinned) memory inside the training step.
 
-It reports them when they move a material amount of data: `Memcpy HtoD (Pageable -> Device)` in the
-GPU timeline, with the host time the copies block and the stream synchronizations they force.
+It reports them when they move a material amount of data (`Memcpy HtoD (Pageable ->
+Device)` in the GPU timeline), with the host time the copies block and the stream
+synchronizations they force.
 
 ## Why is this bad?
 The GPU's DMA engines can only read page-locked memory. A copy from an ordinary (pageable)

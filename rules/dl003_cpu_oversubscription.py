@@ -1,9 +1,9 @@
 """## What it does
 Flags runs that ask for more busy CPU threads than the machine has cores.
 
-On a CPU-trained model, that is the intra-op threads of the training process (`torch.get_num_threads()`) plus the
-DataLoader worker processes; on a GPU-trained model, workers that leave no core to the main
-process. It reports only when the measured window actually saturated the CPU (the script's
+On a CPU-trained model, that is the intra-op threads of the training process
+(`torch.get_num_threads()`) plus the DataLoader worker processes; on a GPU-trained model,
+workers that leave no core to the main process. It reports only when the measured window actually saturated the CPU (the script's
 process tree, or the whole machine, at or near full use of every core).
 
 ## Why is this bad?

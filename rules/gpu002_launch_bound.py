@@ -1,9 +1,8 @@
 """## What it does
 Flags steps whose GPU waits on the CPU to launch many short kernels.
 
-The pattern: many short kernels, each executed as
-soon as it is launched (the launch queue is empty), while the GPU is idle for most of the
-step outside data loading. Measured from the trace: kernels per step, their median
+The pattern: many short kernels, each executed as soon as it is launched (the launch queue
+is empty), while the GPU is idle for most of the step outside data loading. Measured from the trace: kernels per step, their median
 duration, the delay from each launch to its kernel's start, and GPU busy time over the
 non-data part of the step. A step that mostly waits for data is left to
 `dataloader-starvation`.

@@ -181,6 +181,8 @@ def _finding(evidence: dict, share: float, of_what: str, dev: h.Device, *, tf32_
                   overrides={"autocast": "float16"})
         why = f"{dev.name}{cap} has fp16 tensor cores but no TF32 or bf16"
     severity = "high" if gain >= 0.2 else "medium" if gain >= 0.08 else "low"
+    if dev.kind == "cpu":  # bf16 training on a CPU is less travelled ground: never more than medium
+        severity = "medium" if gain >= 0.2 else "low"
     return Finding(
         title=f"FP32 matmuls and convolutions take {share:.0%} {of_what}",
         summary=(f"{share:.0%} {of_what} is in FP32 GEMM/convolution ops while {why}; "

@@ -1,9 +1,9 @@
 """## What it does
 Flags mixed-precision conv nets in channels-first (NCHW) format that pay for layout transposes.
 
-It fires on fp16/bf16 convolutions in the default NCHW memory format when the GPU spends a material share of the step
-in the layout-conversion kernels that cuDNN/MIOpen launch around each convolution
-(`nchwToNhwcKernel`, `nhwcToNchwKernel`, `batched_transpose_*`).
+It fires on fp16/bf16 convolutions in the default NCHW memory format when the GPU spends a
+material share of the step in the layout-conversion kernels that cuDNN/MIOpen launch
+around each convolution (`nchwToNhwcKernel`, `nhwcToNchwKernel`, `batched_transpose_*`).
 
 ## Why is this bad?
 Tensor-core convolution kernels work on channels-last (NHWC) data. Given NCHW tensors, the

@@ -80,6 +80,7 @@ def test_each_finding_shows_evidence_fix_result_and_sweep():
     assert dl.experiment.state == "verified" and dl.experiment.ci == "1.58–1.84×"
     assert dl.experiment.baseline == "812.4 samples/s" and dl.experiment.candidate == "1,389.2 samples/s"
     assert [(p.label.rsplit("=", 1)[1], p.speedup) for p in dl.sweep] == [("4)", "1.52×"), ("8)", "1.71×"), ("16)", "1.69×")]
+    assert dl.sweep_best == "num_workers=8, pin_memory=True, persistent_workers=True"
     by_code = {f.code: f for f in page.findings}
     assert by_code["MEM001"].experiment.state == "slower" and by_code["MEM001"].experiment.loss_state == "bad"
     assert by_code["MEM001"].experiment.sentence == "0.93×, 7% slower (95% CI 0.90–0.96×)"

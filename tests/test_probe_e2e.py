@@ -70,6 +70,13 @@ def test_behaves_like_plain_python(tmp_path):
     assert facts(plain.stderr) and facts(log) == facts(plain.stderr)
 
 
+def test_modules_in_the_cwd_do_not_shadow_the_probes_imports(advise, tmp_path):
+    """`python train.py` does not put the cwd on sys.path; a ./timeit.py there must not break torch."""
+    (tmp_path / "timeit.py").write_text("raise RuntimeError('the stdlib timeit is shadowed')\n")
+    r = advise("profile", str(WORKLOADS / "train_basic.py"), *FAST, "--out", "run")
+    assert r.returncode == 0, (r.out / "script.log").read_text()[-2000:]
+
+
 def test_script_exception_is_reported_as_theirs(advise):
     r = advise("profile", str(WORKLOADS / "crash_at_step3.py"), *FAST, "--out", "run")
     assert r.returncode == 1

@@ -194,6 +194,7 @@ def test_options_reach_the_rule():
 
 
 def _run(*args, env_path=None, cwd=None):
+    """`advise ARGS` in a real subprocess (needed where the installed packages must differ)."""
     env = None
     if env_path is not None:
         import os
@@ -202,17 +203,36 @@ def _run(*args, env_path=None, cwd=None):
     return subprocess.run(advise_cmd(*args), capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
 
 
+def _cli(*args, cwd=None):
+    """`advise ARGS` in-process through click's runner: same code path, no interpreter start-up."""
+    from click.testing import CliRunner
+
+    from advisor.cli import main
+
+    runner = CliRunner()
+    if cwd is None:
+        return runner.invoke(main, list(args))
+    import os
+
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return runner.invoke(main, list(args))
+    finally:
+        os.chdir(old)
+
+
 def test_advise_rules_lists_the_catalogue_and_prints_one_rule():
-    listing = _run("rules")
-    assert listing.returncode == 0, listing.stderr
+    listing = _cli("rules")
+    assert listing.exit_code == 0, listing.stderr
     lines = listing.stdout.splitlines()
     assert len(lines) == len(RULES) and lines[0].split()[:2] == ["DL001", "dataloader-starvation"]
     for code in ("DL001", "fp32-matmul"):
-        one = _run("rules", code)
+        one = _cli("rules", code)
         r = CATALOGUE.find(code)
-        assert one.returncode == 0 and one.stdout.startswith(f"# {r.name} ({r.code})\n")
+        assert one.exit_code == 0 and one.stdout.startswith(f"# {r.name} ({r.code})\n")
         assert r.doc.strip() in one.stdout
-    as_json = json.loads(_run("rules", "--json").stdout)
+    as_json = json.loads(_cli("rules", "--json").stdout)
     assert {d["code"] for d in as_json} == {r.code for r in RULES}
 
 
@@ -229,8 +249,8 @@ def test_bad_selection_or_config_is_one_line_and_exit_2(tmp_path, args, message)
     bad = tmp_path / "advise.toml"
     bad.write_text('selct = ["DL"]\n')
     args = [a.format(trace=trace, bad=bad, missing=tmp_path / "none.toml") for a in args]
-    r = _run(*args)
-    assert r.returncode == 2, r.stderr
+    r = _cli(*args)
+    assert r.exit_code == 2, r.stderr
     assert message in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
@@ -290,12 +310,96 @@ def test_rules_run_on_analyze_and_can_be_narrowed(tmp_path):
     from conftest import shared_trace
 
     trace = shared_trace("kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
-    everything = _run("analyze", str(trace), "--json")
-    assert everything.returncode == 0, everything.stderr
+    everything = _cli("analyze", str(trace), "--json")
+    assert everything.exit_code == 0, everything.stderr
     codes = [f["code"] for f in json.loads(everything.stdout)["findings"]]
     assert {"DL001", "PR001"} <= set(codes)
-    narrowed = _run("analyze", str(trace), "--json", "--select", "DL,PR", "--ignore", "DL002")
+    narrowed = _cli("analyze", str(trace), "--json", "--select", "DL,PR", "--ignore", "DL002")
     assert {f["code"] for f in json.loads(narrowed.stdout)["findings"]} == {"DL001", "PR001"}
     (tmp_path / "pyproject.toml").write_text('[tool.advise]\nselect = ["fp32-matmul"]\n')
-    configured = _run("analyze", str(trace), "--json", cwd=tmp_path)
+    configured = _cli("analyze", str(trace), "--json", cwd=tmp_path)
     assert [f["code"] for f in json.loads(configured.stdout)["findings"]] == ["PR001"]
+
+
+# --------------------------------------------------------------------------- CPU-side rules on small real profiles
+
+
+@pytest.fixture(scope="module")
+def cpu_matmul_trace(tmp_path_factory):
+    """A real CPU Kineto trace of a few steps dominated by 1024^3 FP32 matmuls."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    path = tmp_path_factory.mktemp("cpu") / "trace.json"
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 schedule=schedule(wait=0, warmup=1, active=3, repeat=1), on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for _ in range(4):
+            for _ in range(3):
+                a @ b
+            prof.step()
+    return path
+
+
+@pytest.mark.parametrize("bf16, fires", [(True, True), (False, False)])
+def test_fp32_matmul_on_a_cpu_claims_a_gain_only_with_native_bf16(cpu_matmul_trace, bf16, fires):
+    base = Profile.from_trace(cpu_matmul_trace)
+    cpu = Profile(steps=base.steps, trace=base.trace, env={"device": "cpu", "bf16_supported": bf16}, meta=base.meta)
+    found, _ = run_rules(cpu, Settings(select=["PR001"]), CATALOGUE)
+    assert bool(found) == fires
+    if fires:
+        f = found[0]
+        assert f["fix"]["overrides"] == {"autocast": "bfloat16"} and f["severity"] in ("medium", "low")
+        assert f["evidence"]["fp32_gemm_step_frac"] > 0.5 and f["evidence"]["cpu_bf16"] is True
+
+
+def _probe_profile(*, workers=0, threads=2, cores=2, cpu_percent=195.0, samples=32, batch=32, steps=6, source="optimizer",
+                   optimizer_every=1):
+    steps_df = pd.DataFrame({
+        "index": range(steps), "t_start": [float(i) for i in range(steps)], "t_end": [i + 0.9 for i in range(steps)],
+        "duration_s": [0.05] * steps, "data_wait_s": [0.001] * steps,
+        "optimizer_s": [0.002 if i % optimizer_every == 0 else 0.0 for i in range(steps)],
+        "samples": [samples] * steps, "profiled": [False] * steps,
+    })
+    sampled = pd.DataFrame({"t": [i * 0.5 for i in range(2 * steps)], "cpu_percent": [cpu_percent] * (2 * steps),
+                            "sys_cpu_percent": [cpu_percent / cores] * (2 * steps)})
+    return Profile(steps=steps_df, samples=sampled, env={"device": "cpu", "cpu_count": cores, "torch_threads": threads},
+                   observed={"dataloaders": [{"num_workers": workers, "batch_size": batch, "pin_memory": False}]},
+                   meta={"source": "probe", "step_source": source})
+
+
+@pytest.mark.parametrize("kw, fires", [
+    (dict(workers=4, threads=2), True),          # 6 busy threads on 2 saturated cores
+    (dict(workers=1, threads=1), False),         # fits
+    (dict(workers=4, threads=2, cpu_percent=60.0), False),  # the CPU was not saturated
+    (dict(workers=0, threads=2), False),
+])
+def test_cpu_oversubscription(kw, fires):
+    found, _ = run_rules(_probe_profile(**kw), Settings(select=["DL003"]), CATALOGUE)
+    assert bool(found) == fires
+    if fires:
+        assert found[0]["evidence"]["threads_demanded"] == 6
+        assert found[0]["fix"]["overrides"] == {"torch_threads": 1, "dataloader": {"num_workers": 1}}
+
+
+@pytest.mark.parametrize("kw, micro", [
+    (dict(samples=32, batch=2), 16),             # 16 micro-batches of 2 per optimizer step
+    (dict(samples=2, batch=2, source="dataloader", optimizer_every=8, steps=16), 8),  # probe timed batches
+])
+def test_tiny_micro_batches(kw, micro):
+    (f,), _ = run_rules(_probe_profile(**kw), Settings(select=["STEP001"]), CATALOGUE)
+    assert f["evidence"]["micro_batches_per_step"] == micro and f["evidence"]["micro_batch_size"] == 2
+    assert f["fix"]["overrides"]["batch_size_scale"] >= 2 and f["fix"]["applicability"] == "unsafe"
+
+
+@pytest.mark.parametrize("kw", [dict(samples=32, batch=32), dict(samples=64, batch=16), dict(samples=8, batch=8)])
+def test_ordinary_batches_are_not_tiny(kw):
+    assert run_rules(_probe_profile(**kw), Settings(select=["STEP001"]), CATALOGUE)[0] == []
+
+
+def test_a_few_slow_steps_are_not_starvation():
+    """An epoch boundary or a noisy neighbour makes a few steps wait; starvation is every step."""
+    waits = [0.0005] * 10 + [0.2, 0.3]
+    steps = pd.DataFrame({"index": range(12), "duration_s": [0.02] * 10 + [0.22, 0.32], "data_wait_s": waits,
+                          "profiled": [False] * 12})
+    assert run_rules(Profile(steps=steps), Settings(select=["DL001"]), CATALOGUE)[0] == []

@@ -1,6 +1,6 @@
 """Child-process entry point: run the user's script as ``__main__`` under the probe.
 
-Invoked as ``python -m advisor.probe.bootstrap CONFIG.json`` by the runner. It behaves like
+Invoked by the runner as ``python -c BOOTSTRAP CONFIG.json`` (see runner.BOOTSTRAP). It behaves like
 ``python SCRIPT ARGS`` (``sys.argv``, ``sys.path[0]``, ``__file__``, ``__name__``, cwd), in the
 manner of coverage.py's PyRunner: a fresh ``__main__`` module and a compiled code object.
 It installs the hooks, ends the script with :class:`ProbeDone` after the measured window, and
@@ -96,7 +96,7 @@ def run_script(script: str, args: list[str]) -> None:
     """Execute `script` as __main__, as ``python script args`` would."""
     path = os.path.abspath(script)
     sys.argv = [script, *args]
-    sys.path[0] = os.path.dirname(os.path.realpath(path))
+    sys.path.insert(0, os.path.dirname(os.path.realpath(path)))
     main = types.ModuleType("__main__")
     main.__file__ = path
     main.__builtins__ = builtins

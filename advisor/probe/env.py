@@ -9,14 +9,7 @@ import sys
 
 import torch
 
-
-def rank_info() -> dict:
-    """RANK / LOCAL_RANK / WORLD_SIZE as torchrun sets them (None when not distributed)."""
-    def _int(name: str) -> int | None:
-        value = os.environ.get(name)
-        return int(value) if value and value.isdigit() else None
-
-    return {"rank": _int("RANK"), "local_rank": _int("LOCAL_RANK"), "world_size": _int("WORLD_SIZE")}
+from .files import rank_info
 
 
 def collect_env(device: str | None) -> dict:

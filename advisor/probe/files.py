@@ -9,6 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def rank_info() -> dict:
+    """RANK / LOCAL_RANK / WORLD_SIZE as torchrun sets them (None when not distributed)."""
+    def _int(name: str) -> int | None:
+        value = os.environ.get(name)
+        return int(value) if value and value.isdigit() else None
+
+    return {"rank": _int("RANK"), "local_rank": _int("LOCAL_RANK"), "world_size": _int("WORLD_SIZE")}
+
+
 @dataclass(frozen=True)
 class RunFiles:
     """Artifact names; under torchrun each rank gets its own (``trace.rank1.json.gz``)."""

@@ -20,9 +20,12 @@ from pathlib import Path
 from typing import Protocol
 
 from . import files
-from .env import rank_info
+from .files import rank_info
 from .sampler import Sampler
 
+# `python -c` puts the cwd first on sys.path; plain `python train.py` does not, so drop it
+# before torch is imported (a user's ./timeit.py must not shadow the stdlib's).
+BOOTSTRAP = "import sys; sys.path.pop(0); from advisor.probe.bootstrap import main; sys.exit(main(sys.argv[1]))"
 GRACE_S = 10.0  # after SIGINT, how long the child may take to export its trace
 
 
@@ -105,7 +108,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None) -> ProbeRun
     started = time.monotonic()
     with open(out / names.log, "wb") as log:
         child = subprocess.Popen(
-            [sys.executable, "-m", "advisor.probe.bootstrap", str(cfg_path)],
+            [sys.executable, "-c", BOOTSTRAP, str(cfg_path)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
