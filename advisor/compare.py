@@ -286,7 +286,7 @@ def compare(
         _timing_metric("step_time_median", "step time median", "s", False,
                        tp_b["step_time_median_s"], tp_c["step_time_median_s"], dur_b, dur_c, np.median, **gate),
         _reported("step_time_p90", "step time p90", "s", False, tp_b["step_time_p90_s"], tp_c["step_time_p90_s"]),
-        _memory_metric(baseline, current, max_memory_regression, warnings),
+        _memory_metric(baseline, current, max_memory_regression),
         _data_wait_metric(baseline, current),
     ]
     new, resolved = _findings_diff(baseline, current)
@@ -375,7 +375,7 @@ def peak_memory(report: dict) -> tuple[float | None, str]:
     return None, ""
 
 
-def _memory_metric(baseline: dict, current: dict, threshold: float, warnings: list[str]) -> Metric | None:
+def _memory_metric(baseline: dict, current: dict, threshold: float) -> Metric | None:
     (base, kind_b), (cur, kind_c) = peak_memory(baseline), peak_memory(current)
     if base is None and cur is None:
         return None
@@ -491,6 +491,9 @@ def compare_after_profile(baseline: dict, baseline_path: str, current: dict, cur
         (run_dir / "compare.json").write_text(json.dumps(result.to_dict(), indent=2))
     except OSError:
         pass
+    import click
+
+    click.echo("", err=as_json)
     emit(result, stderr=as_json)
     return result.exit_code
 

@@ -22,7 +22,7 @@ def timed_steps(steps: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     if steps.empty or "duration_s" not in steps:
         return steps, "none"
     if "profiled" in steps:
-        clean = steps[~steps["profiled"].astype(bool)]
+        clean = steps[~steps["profiled"].fillna(False).astype(bool)]
         if len(clean) >= MIN_CLEAN_STEPS:
             return clean, "unprofiled"
     return steps, "all"

@@ -10,7 +10,9 @@ absolute terms, so a fast in-memory pipeline whose batches take a fraction of a 
 is never called starved, nor is a run with a few slow steps (an epoch boundary, a noisy
 neighbour on the machine). With `num_workers > 0` the share must be twice the threshold:
 each batch from a worker process pays a fixed hand-over cost (pickling, shared-memory file
-descriptors, a round trip to the worker) that more workers cannot remove. On a GPU trace, wait during which the GPU
+descriptors, a round trip to the worker) that more workers cannot remove. When the workers
+and the trainer's threads oversubscribe a saturated CPU, the wait is a symptom of that, and
+it is left to `cpu-oversubscription`. On a GPU trace, wait during which the GPU
 was still busy with queued work is not counted: only the exposed wait is.
 
 ## Why is this bad?
@@ -36,12 +38,15 @@ augmentations draw from per-worker generators, so they differ from a `num_worker
 a Dataset that is not fork-safe (open file handles, CUDA tensors, global state mutated in
 `__getitem__`) needs care. When the loader already has as many workers as the machine has
 cores to spare, more workers cannot help: the fix is then manual (cheaper `__getitem__`,
-decoded data cached, augmentation on the GPU), and shown for display only.
+decoded data cached, augmentation on the GPU), and shown for display only. The worker count
+is what keeps up with compute, bounded by the machine: up to twice the cores when loading
+waits on I/O (the process tree stays mostly idle), the cores minus one for GPU training,
+half the cores for CPU training (with fewer intra-op threads, so the two do not compete).
 
 ## Options
 - `min-wait-frac` (default 0.10): smallest share of the step spent waiting for data, both as
   the median over steps and over all steps, to report (twice that with worker processes).
-- `min-wait-ms` (default 3.0): smallest median wait per step, in milliseconds, to report.
+- `min-wait-ms` (default 5.0): smallest median wait per step, in milliseconds, to report.
 
 ## References
 - PyTorch tuning guide, "Enable asynchronous data loading and augmentation"
@@ -60,7 +65,7 @@ from .registry import Finding, Fix, rule
 
 
 @rule(code="DL001", name="dataloader-starvation")
-def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 3.0) -> Iterator[Finding]:
+def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> Iterator[Finding]:
     steps = h.timed_steps(profile)
     if steps.empty or "data_wait_s" not in steps:
         return
@@ -76,6 +81,8 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 3.0) -> 
     loader = _main_loader(profile)
     workers = loader.get("num_workers") if loader else None
     if workers:
+        if h.oversubscription(profile) is not None:
+            return  # workers starved of CPU by the trainer's own threads: cpu-oversubscription reports it
         # Every batch from a worker is handed over through shared memory (pickling, fd passing):
         # a fixed cost per batch that more workers cannot remove and that grows on a busy machine.
         min_wait_frac = 2 * min_wait_frac
@@ -87,10 +94,11 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 3.0) -> 
     compute_s = max(step_s - median_wait_s, 1e-6)
     device = profile.device
     cores = profile.env.get("cpu_count")
-    fix, gain = _fix(loader, device, cores, profile.env.get("torch_threads"), median_wait_s, compute_s, step_s)
+    io_bound = _io_bound(profile, cores)
+    fix, gain = _fix(loader, device, cores, profile.env.get("torch_threads"), median_wait_s, compute_s, step_s, io_bound)
 
     severity = "high" if total_frac >= 0.30 else "medium" if total_frac >= 0.15 else "low"
-    where = "the GPU" if profile.has_gpu else "the CPU's compute threads"
+    where = "the GPU idles" if profile.has_gpu else "compute waits"
     workers_text = f"num_workers={workers}" if workers is not None else "DataLoader settings unknown"
     evidence = {
         "data_wait_frac": h.r3(total_frac),
@@ -104,13 +112,15 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 3.0) -> 
         "pin_memory": loader.get("pin_memory") if loader else None,
         "batch_size": loader.get("batch_size") if loader else None,
         "cpu_count": cores,
+        "io_bound": io_bound,
     }
     if gain is not None:
         evidence["estimated_gain_frac"] = h.r3(gain)
     yield Finding(
         title=f"The training loop waits on the DataLoader for {total_frac:.0%} of each step",
         summary=(f"A median {median_wait_s * 1e3:.1f} ms of each {step_s * 1e3:.1f} ms step is spent in next(DataLoader) "
-                 f"over {len(dur)} steps ({workers_text}); {where} idles while batches are loaded."),
+                 f"over {len(dur)} steps ({workers_text}); {where} while batches are loaded"
+                 f"{' (the loading process mostly waits: I/O, not CPU)' if io_bound else ''}."),
         severity=severity,
         evidence={k: v for k, v in evidence.items() if v is not None},
         fix=fix,
@@ -144,7 +154,20 @@ def _main_loader(profile) -> dict | None:
     return loaders[0]
 
 
-def _fix(loader, device: str, cores, threads, wait_s: float, compute_s: float, step_s: float):
+def _io_bound(profile, cores) -> bool | None:
+    """Whether loading waits (disk, network, sleep) rather than computes: the script's process
+    tree used under half of the cores during the measured window (None when not sampled)."""
+    s = profile.samples
+    if s.empty or "cpu_percent" not in s or not s["cpu_percent"].notna().any() or not cores:
+        return None
+    steps = profile.steps
+    if {"t_start", "t_end"} <= set(steps) and "t" in s:
+        inside = s[(s["t"] >= steps["t_start"].min()) & (s["t"] <= steps["t_end"].max())]
+        s = inside if len(inside) >= 2 else s
+    return bool(s["cpu_percent"].mean() < 50.0 * cores)
+
+
+def _fix(loader, device: str, cores, threads, wait_s: float, compute_s: float, step_s: float, io_bound=None):
     """The override to try and a rough gain estimate (None when it cannot be estimated)."""
     on_gpu = device != "cpu"
     current = (loader or {}).get("num_workers") or 0
@@ -152,7 +175,10 @@ def _fix(loader, device: str, cores, threads, wait_s: float, compute_s: float, s
     per_batch = wait_s * max(current, 1)
     needed = math.ceil(per_batch / compute_s) + 1
     if cores:
-        spare = max(1, cores - 1) if on_gpu else max(1, cores // 2)
+        if io_bound:
+            spare = max(4, 2 * cores)  # waiting workers need no core of their own
+        else:
+            spare = max(1, cores - 1) if on_gpu else max(1, cores // 2)
         workers = max(1, min(needed, spare))
     else:
         spare = None
@@ -174,7 +200,7 @@ def _fix(loader, device: str, cores, threads, wait_s: float, compute_s: float, s
         dl["pin_memory"] = True
     overrides: dict = {"dataloader": dl}
     new_compute = compute_s
-    if not on_gpu and cores and threads and threads + workers > cores:
+    if not on_gpu and not io_bound and cores and threads and threads + workers > cores:
         overrides["torch_threads"] = max(1, cores - workers)
         new_compute = compute_s * threads / overrides["torch_threads"]
     new_step = max(new_compute, per_batch / workers + 0.1 * wait_s)

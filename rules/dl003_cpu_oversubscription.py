@@ -12,7 +12,8 @@ the slowest one. When worker processes compete for the same cores, the OS preemp
 threads and every parallel operator stalls at its barrier: the step slows down far more than
 the workers' own work would explain, and adding workers makes it worse. DataLoader workers
 already run with one intra-op thread each; it is the training process that must leave them
-room.
+room. The DataLoader wait such a run shows is a symptom (workers starved of CPU), so
+`dataloader-starvation` leaves it to this rule.
 
 ## Example
 ```python
@@ -46,20 +47,12 @@ from .registry import Finding, Fix, rule
 
 @rule(code="DL003", name="cpu-oversubscription")
 def check(profile, *, min_cpu_busy_frac: float = 0.85) -> Iterator[Finding]:
-    env = profile.env
-    cores = env.get("cpu_count")
-    threads = env.get("torch_threads")
-    loaders = profile.observed.get("dataloaders") or []
-    workers = max((l.get("num_workers") or 0 for l in loaders), default=0)
-    if not cores or not threads or workers == 0:
+    over = h.oversubscription(profile, min_cpu_busy_frac)
+    if over is None:
         return
+    cores, threads, workers, demand, busy = (over[k] for k in ("cpu_count", "torch_threads", "num_workers",
+                                                               "threads_demanded", "cpu_busy_frac"))
     on_cpu = profile.device == "cpu"
-    demand = threads + workers if on_cpu else workers + 1
-    if demand <= cores:
-        return
-    busy = _cpu_busy_frac(profile, cores)
-    if busy is None or busy < min_cpu_busy_frac:
-        return
 
     if on_cpu:
         new_workers = workers if workers < cores else max(1, cores // 2)
@@ -94,24 +87,15 @@ def check(profile, *, min_cpu_busy_frac: float = 0.85) -> Iterator[Finding]:
             "oversubscription_ratio": h.r3(ratio),
             "cpu_busy_frac": h.r3(busy),
             "device": profile.device,
+            "data_wait_frac": h.r3(_wait_frac(profile)),
         },
         fix=Fix(title=title, kind="automatic", applicability="safe", snippet=snippet, overrides=overrides),
     )
 
 
-def _cpu_busy_frac(profile, cores: int) -> float | None:
-    """Mean CPU use over the measured window as a share of all cores (tree or machine, the higher)."""
-    samples = profile.samples
-    if samples.empty or "t" not in samples:
+
+def _wait_frac(profile) -> float | None:
+    steps = h.timed_steps(profile)
+    if steps.empty or "data_wait_s" not in steps:
         return None
-    window = samples
-    steps = profile.steps
-    if not steps.empty and {"t_start", "t_end"} <= set(steps):
-        inside = samples[(samples["t"] >= steps["t_start"].min()) & (samples["t"] <= steps["t_end"].max())]
-        window = inside if len(inside) >= 2 else samples.iloc[1:]
-    values = []
-    if "cpu_percent" in window and window["cpu_percent"].notna().any():
-        values.append(float(window["cpu_percent"].mean()) / (100.0 * cores))
-    if "sys_cpu_percent" in window and window["sys_cpu_percent"].notna().any():
-        values.append(float(window["sys_cpu_percent"].mean()) / 100.0)
-    return min(1.0, max(values)) if values else None
+    return h.frac(steps["data_wait_s"].fillna(0).sum(), steps["duration_s"].sum())

@@ -290,3 +290,42 @@ def draining_syncs(profile, steps: pd.DataFrame) -> pd.DataFrame:
     bs, be = gpu_busy(profile)
     waited = covered(bs, be, syncs["ts_us"].to_numpy(), syncs["ts_us"].to_numpy() + 1.0) > 0
     return syncs[waited]
+
+
+def cpu_busy_frac(profile, cores: int) -> float | None:
+    """Mean CPU use over the measured window as a share of all cores (tree or machine, the higher)."""
+    samples = profile.samples
+    if samples.empty or "t" not in samples:
+        return None
+    window = samples
+    steps = profile.steps
+    if not steps.empty and {"t_start", "t_end"} <= set(steps):
+        inside = samples[(samples["t"] >= steps["t_start"].min()) & (samples["t"] <= steps["t_end"].max())]
+        window = inside if len(inside) >= 2 else samples.iloc[1:]
+    values = []
+    if "cpu_percent" in window and window["cpu_percent"].notna().any():
+        values.append(float(window["cpu_percent"].mean()) / (100.0 * cores))
+    if "sys_cpu_percent" in window and window["sys_cpu_percent"].notna().any():
+        values.append(float(window["sys_cpu_percent"].mean()) / 100.0)
+    return min(1.0, max(values)) if values else None
+
+
+def oversubscription(profile, min_cpu_busy_frac: float = 0.85) -> dict | None:
+    """More busy threads than cores on a saturated CPU (see cpu-oversubscription), or None.
+
+    CPU training: intra-op threads + DataLoader workers; GPU training: workers + the main process.
+    """
+    env = profile.env
+    cores, threads = env.get("cpu_count"), env.get("torch_threads")
+    loaders = profile.observed.get("dataloaders") or []
+    workers = max((l.get("num_workers") or 0 for l in loaders), default=0)
+    if not cores or not threads or workers == 0:
+        return None
+    demand = threads + workers if profile.device == "cpu" else workers + 1
+    if demand <= cores:
+        return None
+    busy = cpu_busy_frac(profile, cores)
+    if busy is None or busy < min_cpu_busy_frac:
+        return None
+    return {"cpu_count": cores, "torch_threads": threads, "num_workers": workers, "threads_demanded": demand,
+            "cpu_busy_frac": busy}

@@ -17,6 +17,7 @@ fails to import is reported in one line naming its package, never raised.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import pkgutil
@@ -317,8 +318,9 @@ def _entry_points() -> list:
         return []
 
 
+@functools.lru_cache(maxsize=1)
 def load_rules() -> Catalogue:
-    """Every rule: the built-ins, then each entry point in group ``advisor.rules``.
+    """Every rule: the built-ins, then each entry point in group ``advisor.rules`` (loaded once).
 
     The built-ins are declared as an entry point too; they are loaded directly as well, so a
     stale install whose metadata lacks that entry point still has them. A plugin that fails

@@ -50,14 +50,15 @@ def gated(result: subprocess.CompletedProcess) -> dict[str, dict]:
 
 def test_identical_reruns_pass_and_ten_percent_slower_fails_at_5_percent(tmp_path):
     runs = side_by_side(tmp_path, {"base": 1.0, "same": 1.0, "slow": 1.1})
+    why = {name: [round(s["duration_s"] * 1e3, 1) for s in json.loads(path.read_text())["steps"]] for name, path in runs.items()}
 
     same = compare(tmp_path, str(runs["base"]), str(runs["same"]), "--max-regression", "5%", "--json")
-    assert same.returncode == 0, same.stdout
+    assert same.returncode == 0, (same.stdout, why)
     assert json.loads(same.stdout)["n_steps"] == {"baseline": 30, "current": 30}
     assert {m["verdict"] for m in gated(same).values()} <= {"ok", "not-significant"}
 
     slow = compare(tmp_path, str(runs["base"]), str(runs["slow"]), "--max-regression", "5%", "--json")
-    assert slow.returncode == 3, slow.stdout
+    assert slow.returncode == 3, (slow.stdout, why)
     step = gated(slow)["step_time_median"]
     assert step["verdict"] == "regression" and step["change"] > 0.05 and step["p_value"] < 0.01
 

@@ -354,10 +354,10 @@ def test_fp32_matmul_on_a_cpu_claims_a_gain_only_with_native_bf16(cpu_matmul_tra
 
 
 def _probe_profile(*, workers=0, threads=2, cores=2, cpu_percent=195.0, samples=32, batch=32, steps=6, source="optimizer",
-                   optimizer_every=1):
+                   optimizer_every=1, wait=0.001):
     steps_df = pd.DataFrame({
         "index": range(steps), "t_start": [float(i) for i in range(steps)], "t_end": [i + 0.9 for i in range(steps)],
-        "duration_s": [0.05] * steps, "data_wait_s": [0.001] * steps,
+        "duration_s": [0.05] * steps, "data_wait_s": [wait] * steps,
         "optimizer_s": [0.002 if i % optimizer_every == 0 else 0.0 for i in range(steps)],
         "samples": [samples] * steps, "profiled": [False] * steps,
     })
@@ -403,3 +403,22 @@ def test_a_few_slow_steps_are_not_starvation():
     steps = pd.DataFrame({"index": range(12), "duration_s": [0.02] * 10 + [0.22, 0.32], "data_wait_s": waits,
                           "profiled": [False] * 12})
     assert run_rules(Profile(steps=steps), Settings(select=["DL001"]), CATALOGUE)[0] == []
+
+
+@pytest.mark.parametrize("wait_s, step_s, workers", [
+    (0.002, 0.006, 0),   # a third of a tiny step, but 2 ms: an in-memory batch, not starvation
+    (0.012, 0.080, 1),   # 15% with a worker: the shared-memory hand-over, not starvation
+])
+def test_small_or_handover_waits_are_not_starvation(wait_s, step_s, workers):
+    steps = pd.DataFrame({"index": range(8), "duration_s": [step_s] * 8, "data_wait_s": [wait_s] * 8,
+                          "profiled": [False] * 8})
+    profile = Profile(steps=steps, observed={"dataloaders": [{"num_workers": workers, "batch_size": 32}]})
+    assert run_rules(profile, Settings(select=["DL001"]), CATALOGUE)[0] == []
+
+
+def test_a_wait_caused_by_oversubscription_is_reported_once_as_oversubscription():
+    starved_by_contention = _probe_profile(workers=4, threads=2, wait=0.03)
+    found, _ = run_rules(starved_by_contention, Settings(select=["DL001", "DL003"]), CATALOGUE)
+    assert [f["code"] for f in found] == ["DL003"] and found[0]["evidence"]["data_wait_frac"] == pytest.approx(0.6)
+    fitting = _probe_profile(workers=1, threads=1, wait=0.03)
+    assert [f["code"] for f in run_rules(fitting, Settings(select=["DL001", "DL003"]), CATALOGUE)[0]] == ["DL001"]

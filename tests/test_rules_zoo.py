@@ -67,6 +67,7 @@ def test_zoo(script, tmp_path, record_property):
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     assert report["status"] == "ok", report["error"]
+    assert not [w for w in report["warnings"] if w.startswith("rule ")], report["warnings"]  # no rule crashed
     found = {f["code"]: f for f in report["findings"]}
 
     wanted = set(expect["codes"])

@@ -1,6 +1,6 @@
 """Planted: 4 busy DataLoader workers beside the trainer's intra-op threads, on a CPU.
 
-advise-expect: DL003 allow=DL001
+advise-expect: DL003 exclusive
 """
 import os
 
