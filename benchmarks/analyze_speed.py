@@ -16,7 +16,6 @@ the ratio of median wall times (HTA / advise): above 1, advise is faster.
 from __future__ import annotations
 
 import argparse
-import gzip
 import logging
 import os
 import shutil

@@ -25,7 +25,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 SEVERITIES = ("high", "medium", "low")
 FIX_KINDS = ("automatic", "manual")
@@ -356,7 +356,3 @@ def load_rules() -> Catalogue:
         add(found, package)
     cat.rules.sort(key=lambda r: (r.origin != "advise", r.prefix, r.code))
     return cat
-
-
-def iter_builtin_rules() -> Iterator[Rule]:
-    yield from rules_in(importlib.import_module(BUILTIN_PACKAGE))
