@@ -205,3 +205,11 @@ def test_torchrun_gives_each_rank_its_own_files(tmp_path):
         assert rep["status"] == "ok" and rep["env"]["rank"] == rank and rep["env"]["world_size"] == 2
         assert len(rep["steps"]) == 6
         assert (tmp_path / "run" / rep["artifacts"]["trace"]).name == f"trace.rank{rank}.json.gz"
+
+
+def test_gradient_accumulation_counts_optimizer_steps_not_micro_batches(advise):
+    r = advise("profile", str(WORKLOADS / "grad_accumulation.py"), *FAST, "--out", "run")
+    assert r.returncode == 0, r.stderr
+    rep = r.report
+    assert rep["step_source"] == "optimizer"
+    assert {s["samples"] for s in rep["steps"]} == {48}  # 12 micro-batches of 4

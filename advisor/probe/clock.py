@@ -68,6 +68,7 @@ class StepClock:
     pid: int = field(default_factory=os.getpid)
     source: str | None = None
     anchor_optimizer: int | None = None
+    optimizer_created: bool = False
     boundaries: int = 0
     done: bool = False
     profiling: bool = False
@@ -84,6 +85,10 @@ class StepClock:
     def _owns(self, source: str) -> bool:
         """Adopt `source` if it outranks the current one; say whether it drives the clock."""
         if os.getpid() != self.pid:  # a forked DataLoader worker
+            return False
+        if self.optimizer_created and _RANK[source] < _RANK["optimizer"] and self.source in (None, "backward", "dataloader"):
+            # An optimizer exists but has not stepped yet (gradient accumulation over many
+            # micro-batches): wait for its step rather than counting batches as steps.
             return False
         switchable = not (self.profiling or self.done)
         if self.source is None or (switchable and _RANK[source] > _RANK[self.source]):

@@ -99,6 +99,13 @@ def install(clock: StepClock, observed: Observed) -> None:
             observed.device = observed.device or (device and torch.device(device).type)
         clock.optimizer_post(opt, started.pop(id(opt), None))
 
+    original_opt_init = torch.optim.Optimizer.__init__
+
+    def opt_init(self, *args, **kwargs):
+        original_opt_init(self, *args, **kwargs)
+        clock.optimizer_created = True
+
+    torch.optim.Optimizer.__init__ = opt_init
     register_optimizer_step_pre_hook(pre_hook)
     register_optimizer_step_post_hook(post_hook)
 
