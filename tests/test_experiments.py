@@ -74,6 +74,7 @@ def test_starved_loader_fix_is_measured_swept_and_recommended(tmp_path):
         root=tmp_path / "exp", env=profile.env, io_like=True, max_experiments=3)
     findings, recommended = results.findings, results.recommended
     assert results.runs[0]["label"] == "baseline" and results.summary()["child_wall_s"] > 0
+    assert len(exp_runs := findings[0]["experiment"]["runs"]) == 2 and all(r["ci_low"] > 1 for r in exp_runs)
     exp = findings[0]["experiment"]
     assert exp["verified"] is True and exp["verdict"] == "faster", exp
     assert exp["speedup"] >= 1.4 and exp["ci_low"] > 1.0
