@@ -66,3 +66,16 @@ def test_fp16_autocast_comes_with_a_grad_scaler(tmp_path):
     assert seen["autocast"] is True and seen["head_dtype"] == "torch.float16"
     assert probe["applied"]["grad_scaler"] is True
     assert probe["status"] == "done" and all(v == v and abs(v) < 100 for v in probe["losses"])  # the unscaled loss
+
+
+def test_compile_override_wraps_the_model_in_torch_compile(tmp_path):
+    """torch.compile through the top-level module call (inductor on CPU needs a C compiler)."""
+    import shutil
+
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler for torch.compile's CPU backend")
+    run = run_probe(ProbeConfig(script=str(WORKLOADS / "train_basic.py"), out=tmp_path / "run", warmup=2, steps=3,
+                                profile_steps=0, overrides={"compile": True}))
+    assert run.status == "ok", (tmp_path / "run" / "script.log").read_text()[-2000:]
+    assert run.probe["applied"] == {"compile": True}
+    assert all(v == v for v in run.probe["losses"])
