@@ -180,6 +180,8 @@ class Runner:
         run_dir = self.root / f"{self.counter:02d}-{_slug(label) or 'baseline'}"
         config = replace(self.base, out=run_dir, overrides=overrides, profile_steps=0)
         run = run_probe(config, self.progress)
+        if run.status == "interrupted":  # Ctrl-C stops the experiments, not just this run
+            raise KeyboardInterrupt
         profile = Profile.from_run_dir(run_dir)
         self.per_run_s = max(self.per_run_s, run.wall_s)
         self.log.append({"label": label, "overrides": overrides, "status": run.status, "wall_s": run.wall_s,
