@@ -672,19 +672,7 @@ def _build_annotations(ann_evs: list, rec_evs: list) -> pd.DataFrame:
 
 
 def _build_runtime(evs: list, assign) -> pd.DataFrame:
-    if not evs:
-        return _empty(_RUNTIME_COLS)
-    evs, names, ts, dur, args = _x_base(evs)
-    if not evs:
-        return _empty(_RUNTIME_COLS)
-    cols = {
-        "name": names, "ts_us": ts, "dur_us": dur, "end_us": ts + dur,
-        "pid": _to_int_ids([e.get("pid") for e in evs]),
-        "tid": _to_int_ids([e.get("tid") for e in evs]),
-        "correlation": _nullable_int([a.get("correlation") for a in args]),
-        "step": assign(ts),
-    }
-    return _frame(cols, _RUNTIME_COLS, _ts_order(ts))
+    return _build_host_events(evs, assign, _RUNTIME_COLS, with_correlation=True)
 
 
 def _gpu_step(ts: np.ndarray, corr: pd.arrays.IntegerArray, runtime: pd.DataFrame, assign) -> np.ndarray:
@@ -797,18 +785,25 @@ def _build_memcpy(cp_evs: list, set_evs: list, assign, runtime: pd.DataFrame) ->
 
 
 def _build_python(evs: list, assign) -> pd.DataFrame:
+    return _build_host_events(evs, assign, _PY_COLS, with_correlation=False)
+
+
+def _build_host_events(evs: list, assign, schema: dict, *, with_correlation: bool) -> pd.DataFrame:
+    """Complete events on a host thread (runtime calls, python frames): name, times, pid/tid, step."""
     if not evs:
-        return _empty(_PY_COLS)
-    evs, names, ts, dur, _ = _x_base(evs)
+        return _empty(schema)
+    evs, names, ts, dur, args = _x_base(evs)
     if not evs:
-        return _empty(_PY_COLS)
+        return _empty(schema)
     cols = {
         "name": names, "ts_us": ts, "dur_us": dur, "end_us": ts + dur,
         "pid": _to_int_ids([e.get("pid") for e in evs]),
         "tid": _to_int_ids([e.get("tid") for e in evs]),
         "step": assign(ts),
     }
-    return _frame(cols, _PY_COLS, _ts_order(ts))
+    if with_correlation:
+        cols["correlation"] = _nullable_int([a.get("correlation") for a in args])
+    return _frame(cols, schema, _ts_order(ts))
 
 
 def _num_list(values: list) -> np.ndarray:

@@ -139,6 +139,40 @@ def nvml_snapshot(gpu_index: int | None = None) -> dict:
             pass  # init succeeded, so shutdown failing leaves nothing to report or fix
 
 
+def _descendant_pids(pid: int) -> list[int] | None:
+    """Descendants from /proc/<pid>/task/*/children: cost grows with the tree, not the machine.
+
+    psutil's children(recursive=True) reads every process on the host each tick, which on a
+    busy 2-core box took ~70% of a tick and competed with the training process. None when
+    the kernel lacks the children files (CONFIG_PROC_CHILDREN), to fall back on psutil.
+    """
+    out: list[int] = []
+    stack = [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except FileNotFoundError:
+            if current == pid:
+                raise psutil.NoSuchProcess(pid) from None
+            continue
+        except OSError:
+            return None
+        for tid in tasks:
+            try:
+                with open(f"/proc/{current}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except FileNotFoundError:
+                if not os.path.exists(f"/proc/{current}/task/{tid}"):
+                    continue  # the thread ended between listdir and open
+                return None
+            except OSError:
+                continue
+            out.extend(kids)
+            stack.extend(kids)
+    return out
+
+
 class Sampler:
     """Samples CPU/RSS of a process tree (psutil) and the GPU (NVML, read-only) on a background thread.
 
@@ -322,17 +356,24 @@ class Sampler:
         try:
             if root.status() == psutil.STATUS_ZOMBIE:
                 raise psutil.ZombieProcess(self.pid)
-            children = root.children(recursive=True)
+            children = _descendant_pids(self.pid)
+            if children is None:  # no /proc/<pid>/task/*/children: let psutil scan every process
+                children = [c.pid for c in root.children(recursive=True)]
         except _GONE:
             self._note("root_exit", f"process {self.pid} exited; sampling stopped")
             return False
 
         alive: dict[int, psutil.Process] = {self.pid: root}
-        for child in children:
+        for pid in children:
             # Reuse the cached object (keeps cpu_percent's previous reading); a
             # recycled pid gets a fresh object because create_time differs.
-            cached = self._procs.get(child.pid)
-            alive[child.pid] = cached if cached is not None and cached == child else child
+            try:
+                child = psutil.Process(pid) if pid not in self._procs else self._procs[pid]
+                if pid in self._procs and not child.is_running():
+                    child = psutil.Process(pid)
+            except _GONE:
+                continue
+            alive[pid] = child
         self._procs = alive
 
         cpu = 0.0
