@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 parser = argparse.ArgumentParser()
 parser.add_argument("--iters", type=int, default=300)
 parser.add_argument("--width", type=int, default=512)
-parser.add_argument("--skip", type=int, default=30)
+parser.add_argument("--skip", type=int, default=20)
 args = parser.parse_args()
 
 torch.manual_seed(0)

@@ -6,12 +6,12 @@ Two figures:
    both runs. Under the probe it runs with the hooks and the parent's sampler on but outside
    the profiler window (`--profile-steps 0`, and more steps asked than the script makes, so
    the probe never cuts it short). Plain and probed runs alternate; each adjacent pair gives
-   one ratio of step-time medians, and the figure is the median of those ratios (robust to
+   one ratio of step-time medians (which one runs first alternates), and the figure is the median of those ratios (robust to
    machine drift). Target: <= 1.03x.
 2. The probe's own bookkeeping per step (hooks + clock + one JSON line), timed directly in
    process: a floor on what any step pays, independent of machine noise.
 
-    python benchmarks/probe_overhead.py [--pairs 8] [--iters 400] [--width 512 --width 64]
+    python benchmarks/probe_overhead.py [--pairs 8] [--iters 400] [--width 2048 --width 512 --width 64]
 """
 
 from __future__ import annotations
@@ -45,11 +45,16 @@ def pair_ratios(width: int, iters: int, pairs: int) -> tuple[list[float], list[f
     plain, ratios = [], []
     script_args = ["--iters", str(iters), "--width", str(width)]
     for i in range(pairs):
+        plain_cmd = [sys.executable, str(WORKLOAD), *script_args]
+        probed_cmd = [sys.executable, "-m", "advisor", "profile", str(WORKLOAD), "--steps", str(iters * 2),
+                      "--warmup", "0", "--profile-steps", "0", "--no-experiments", "--out", f"run{i}", "--", *script_args]
         with tempfile.TemporaryDirectory() as tmp:
-            p = step_median([sys.executable, str(WORKLOAD), *script_args], tmp)
-            q = step_median([sys.executable, "-m", "advisor", "profile", str(WORKLOAD), "--steps", str(iters * 2),
-                             "--warmup", "0", "--profile-steps", "0", "--no-experiments", "--out", f"run{i}",
-                             "--", *script_args], tmp)
+            if i % 2:  # alternate which goes first: the machine's order effects cancel out
+                q = step_median(probed_cmd, tmp)
+                p = step_median(plain_cmd, tmp)
+            else:
+                p = step_median(plain_cmd, tmp)
+                q = step_median(probed_cmd, tmp)
         plain.append(p)
         ratios.append(q / p)
     return plain, ratios
@@ -81,7 +86,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"probe bookkeeping: {bookkeeping_us():.1f} us per step (in process, no I/O wait)")
     print(f"{'width':>6} {'plain step':>11} {'ratio (median of pairs)':>24} {'pair ratios min..max':>22}")
-    for width in args.width or [512, 64]:
+    for width in args.width or [2048, 512, 64]:
         plain, ratios = pair_ratios(width, args.iters, args.pairs)
         print(f"{width:>6} {statistics.median(plain) * 1e3:>9.3f}ms {statistics.median(ratios):>23.3f}x "
               f"{min(ratios):>13.3f}..{max(ratios):.3f}x")
