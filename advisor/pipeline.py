@@ -7,21 +7,20 @@ from the experiments, which re-run the same probe with a fix injected.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
-
 from dataclasses import dataclass
+from pathlib import Path
 
 import click
 
+from advisor.reports import terminal
+
 from . import metrics, report as report_mod
-from .experiments import run_experiments
 from .cli_exit import STATUS_EXIT, fail
+from .experiments import run_experiments
 from .probe import files
 from .probe.runner import ProbeConfig, rank_suffix, run_probe
 from .profile import Profile
 from .trace import TraceError
-from advisor.reports import terminal
 
 
 def _warnings(run, config: ProbeConfig) -> list[str]:
@@ -42,7 +41,7 @@ def _warnings(run, config: ProbeConfig) -> list[str]:
 
 def _artifacts(out: Path, names: files.RunFiles) -> dict:
     wanted = {"report_json": names.report_json, "trace": names.trace, "steps_csv": names.steps_csv,
-              "samples_csv": names.samples_csv, "log": names.log}
+              "samples_csv": names.samples_csv, "log": names.log, "probe_json": names.probe_json}
     return {key: name for key, name in wanted.items() if key == "report_json" or (out / name).exists()}
 
 

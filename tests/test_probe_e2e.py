@@ -37,7 +37,7 @@ def test_normal_loop_writes_the_contract(advise):
     assert rep["observed"]["dataloaders"][0]["batch_size"] == 32
     assert rep["findings"] == [] or isinstance(rep["findings"], list)
     assert all(isinstance(x, float) for x in (s["loss"] for s in rep["steps"]))
-    for key in ("report_json", "trace", "steps_csv", "samples_csv", "log"):
+    for key in ("report_json", "trace", "steps_csv", "samples_csv", "log", "probe_json", "report_html"):
         assert (r.out / rep["artifacts"][key]).exists(), key
     assert "samples/s" in r.stdout and "median" in r.stdout
 
