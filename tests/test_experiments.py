@@ -64,14 +64,18 @@ def test_merge_overrides_combines_dataloader_settings():
     assert merged == {"dataloader": {"num_workers": 4, "pin_memory": True}, "autocast": "bfloat16"}
 
 
-@pytest.mark.slow
-def test_starved_loader_fix_is_measured_swept_and_recommended(tmp_path):
-    base = ProbeConfig(script=str(WORKLOADS / "starved_io.py"), out=tmp_path / "run", warmup=2, steps=10, profile_steps=0)
+def experiment_on(tmp_path, workload: str, fix: dict, **options):
+    """Probe `workload` for real, then measure `fix` (a finding) against it."""
+    base = ProbeConfig(script=str(WORKLOADS / workload), out=tmp_path / "run", warmup=2, steps=10, profile_steps=0)
     assert run_probe(base).status == "ok"
     profile = Profile.from_run_dir(tmp_path / "run")
-    results = run_experiments(
-        [finding("dataloader-starvation", {"dataloader": {"num_workers": 2}})], base, profile.steps,
-        root=tmp_path / "exp", env=profile.env, io_like=True, max_experiments=3)
+    return run_experiments([fix], base, profile.steps, root=tmp_path / "exp", env=profile.env, **options)
+
+
+@pytest.mark.slow
+def test_starved_loader_fix_is_measured_swept_and_recommended(tmp_path):
+    results = experiment_on(tmp_path, "starved_io.py", finding("dataloader-starvation", {"dataloader": {"num_workers": 2}}),
+                            io_like=True, max_experiments=3)
     findings, recommended = results.findings, results.recommended
     assert results.runs[0]["label"] == "baseline" and results.summary()["child_wall_s"] > 0
     assert len(exp_runs := findings[0]["experiment"]["runs"]) == 2 and all(r["ci_low"] > 1 for r in exp_runs)
@@ -87,13 +91,7 @@ def test_starved_loader_fix_is_measured_swept_and_recommended(tmp_path):
 @pytest.mark.slow
 def test_a_fix_that_does_nothing_is_not_verified(tmp_path):
     """Healthy control: an override with no effect on a CPU run must not be called faster."""
-    base = ProbeConfig(script=str(WORKLOADS / "healthy_inmemory.py"), out=tmp_path / "run", warmup=2, steps=10, profile_steps=0)
-    assert run_probe(base).status == "ok"
-    profile = Profile.from_run_dir(tmp_path / "run")
-    results = run_experiments(
-        [finding("cudnn-benchmark", {"cudnn_benchmark": True})], base, profile.steps, root=tmp_path / "exp",
-        env=profile.env)
-    findings, recommended = results.findings, results.recommended
-    exp = findings[0]["experiment"]
+    results = experiment_on(tmp_path, "healthy_inmemory.py", finding("cudnn-benchmark", {"cudnn_benchmark": True}))
+    exp = results.findings[0]["experiment"]
     assert exp["verified"] is False and exp["verdict"] != "faster"
-    assert recommended is None
+    assert results.recommended is None
