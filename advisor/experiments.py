@@ -28,7 +28,7 @@ import pandas as pd
 from . import metrics
 from .probe.runner import ProbeConfig, run_probe
 from .profile import Profile
-from .snippets import snippet_for
+from .snippets import describe, snippet_for
 
 MIN_GAIN = 0.05        # a sweep step must add 5% over the best so far to go on
 MIN_EFFECT = 0.03      # verified needs the interval's low end above 1 + max(3%, baseline drift)
@@ -388,9 +388,25 @@ def run_experiments(findings: list[dict], base: ProbeConfig, baseline_steps: pd.
         finding["experiment"] = chosen
         if best is not None:
             winners.append((candidate, best))
+            _adopt_measured_best(finding, best["overrides"])
 
     recommended = _stack(winners, runner, baselines, by_samples, budget, notes) if winners else None
     return ExperimentResults(findings, recommended, notes, runner.log)
+
+
+def _adopt_measured_best(finding: dict, overrides: dict) -> None:
+    """A sweep beat the rule's proposal: the fix becomes what was measured, the proposal is kept.
+
+    The rule's snippet shows its own guess (say 1 worker); a user copying it should get the
+    value that was verified (say 8), so the snippet is rebuilt from the measured override.
+    """
+    fix = finding["fix"]
+    if overrides == fix.get("overrides"):
+        return
+    fix["proposed_overrides"] = fix.get("overrides")
+    fix["overrides"] = overrides
+    fix["snippet"] = "\n".join(snippet_for(key, value)["snippet"] for key, value in overrides.items())
+    fix["title"] = f"{fix.get('title', 'Apply the fix')} (measured best: {describe(overrides)})"
 
 
 def _summarise_unverified(sweep: list[dict], baselines: list[Measurement]) -> dict:

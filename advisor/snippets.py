@@ -40,3 +40,14 @@ def snippet_for(key: str, value) -> dict:
     """{key, value, snippet} for one override key."""
     render = SNIPPETS.get(key)
     return {"key": key, "value": value, "snippet": render(value) if render else f"# {key} = {value!r}"}
+
+
+def describe(overrides: dict) -> str:
+    """`num_workers=8, persistent_workers=True, torch_threads=1`: an override in one line."""
+    parts = []
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            parts.extend(f"{k}={v}" for k, v in value.items())
+        else:
+            parts.append(f"{key}={value}")
+    return ", ".join(parts)

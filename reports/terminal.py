@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from advisor.snippets import describe
+
 PLAIN_EVERY = 5  # plain mode: print every Nth step
 
 
@@ -102,21 +104,11 @@ def experiment_line(finding: dict) -> str:
         return f"not measured: {exp.get('reason') or exp.get('error') or exp.get('verdict')}"
     text = f"measured: {measured_text(exp)} ({exp.get('verdict', '').replace('-', ' ')})"
     if exp.get("sweep"):
-        text += f"; best of {len(exp['sweep'])} swept values: {_overrides_text(exp.get('overrides') or {})}"
+        text += f"; best of {len(exp['sweep'])} swept values: {describe(exp.get('overrides') or {})}"
     loss = exp.get("loss_check") or {}
     if loss.get("checked"):
         text += ", loss check " + ("passed" if loss.get("passed") else "FAILED")
     return text
-
-
-def _overrides_text(overrides: dict) -> str:
-    parts = []
-    for key, value in overrides.items():
-        if isinstance(value, dict):
-            parts.extend(f"{k}={v}" for k, v in value.items())
-        else:
-            parts.append(f"{key}={value}")
-    return ", ".join(parts)
 
 
 def _result_style(exp: dict | None) -> str:

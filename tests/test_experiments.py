@@ -85,6 +85,12 @@ def test_starved_loader_fix_is_measured_swept_and_recommended(tmp_path):
     assert exp["sweep"] and exp["sweep"][0]["overrides"]["dataloader"]["num_workers"] == 2
     assert exp["candidate"]["samples_per_s"] > exp["baseline"]["samples_per_s"]
     assert recommended["verified"] and recommended["fixes"] == ["dataloader-starvation"]
+    fix = findings[0]["fix"]  # the finding's fix now says what was measured, not the first guess
+    assert fix["overrides"] == exp["overrides"]
+    if exp["overrides"] != {"dataloader": {"num_workers": 2}}:
+        assert fix["proposed_overrides"] == {"dataloader": {"num_workers": 2}}
+        workers = exp["overrides"]["dataloader"]["num_workers"]
+        assert f"num_workers={workers}" in fix["snippet"] and "measured best" in fix["title"]
     assert "num_workers=" in recommended["snippets"][0]["snippet"]
 
 
