@@ -13,7 +13,7 @@ import click
 
 from . import __version__
 
-from .cli_exit import EXIT_USAGE, fail  # noqa: F401  (re-exported for subcommands)
+from .cli_exit import fail
 
 
 def _rule_options(command):

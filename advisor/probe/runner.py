@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import pandas as pd
+
 from . import files
 from .files import rank_info
 from .sampler import Sampler
@@ -182,8 +184,6 @@ def _load_probe(path: Path) -> dict:
 
 
 def _write_steps_csv(path: Path, records: list[dict], losses: list) -> None:
-    import pandas as pd
-
     columns = ["index", "t_start", "t_end", "duration_s", "data_wait_s", "optimizer_s", "backward_s", "samples", "profiled",
                "source", "loss", "loss_finite"]
     frame = pd.DataFrame(records, columns=columns[:-2])

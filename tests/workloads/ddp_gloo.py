@@ -1,5 +1,4 @@
 """DistributedDataParallel on CPU (gloo), as torchrun launches it: one probe per rank."""
-import os
 
 import torch
 import torch.distributed as dist
