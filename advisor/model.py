@@ -1,0 +1,295 @@
+"""The result model: what a rule finds, what can be done about it, and what a measurement showed.
+
+One set of types through the whole pipeline: rules return :class:`Finding` objects, the
+experiments fill their :class:`Experiment`, :mod:`advisor.report` serialises them once into
+report.json (``to_dict``), and every renderer reads them back (``from_dict``) in the one order
+:func:`rank` gives. Enumerations stand where a typo would otherwise pass silently; their values
+are the strings of the report.json contract.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from typing import Any
+
+from . import overrides as vocabulary
+
+
+class _Str(str, Enum):
+    def __str__(self) -> str:
+        return self.value
+
+
+class Severity(_Str):
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
+class FixKind(_Str):
+    AUTOMATIC = "automatic"  # declarative overrides the experiments inject and measure
+    MANUAL = "manual"        # a code change: the snippet
+
+
+class Applicability(_Str):
+    """ruff's three levels, read for training."""
+
+    SAFE = "safe"                  # numerics unchanged (workers, pinned memory, fused optimizer)
+    UNSAFE = "unsafe"              # may change numerics, convergence or memory (TF32, bf16, batch size)
+    DISPLAY_ONLY = "display-only"  # shown for the user to apply by hand
+
+
+class Verdict(_Str):
+    FASTER = "faster"
+    SLOWER = "slower"
+    NO_CHANGE = "no-significant-change"
+    LOSS_CHANGED = "loss-changed"
+    NOT_CONFIRMED = "not-confirmed"
+    NOT_APPLIED = "not-applied"    # the child reported the override had no effect
+    FAILED = "failed"
+    NOT_MEASURED = "not-measured"
+
+
+def _enum(kind: type[_Str], value, what: str) -> _Str:
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"{what} {value!r} is not one of {', '.join(m.value for m in kind)}") from None
+
+
+def _finite(x) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+@dataclass
+class Fix:
+    """What the user (or the experiments) can do about a finding. Build it with
+    :meth:`safe`, :meth:`unsafe` or :meth:`manual`; the kind and applicability follow."""
+
+    title: str
+    kind: FixKind = FixKind.MANUAL
+    applicability: Applicability = Applicability.DISPLAY_ONLY
+    snippet: str = ""
+    overrides: dict | None = None
+    proposed_overrides: dict | None = None  # the rule's own proposal, when a sweep measured better
+
+    def __post_init__(self):
+        self.kind = _enum(FixKind, self.kind, "fix kind")
+        self.applicability = _enum(Applicability, self.applicability, "fix applicability")
+
+    @classmethod
+    def safe(cls, title: str, overrides: dict, snippet: str | None = None) -> "Fix":
+        """An automatic fix that leaves numerics unchanged."""
+        return cls(title, FixKind.AUTOMATIC, Applicability.SAFE, snippet if snippet is not None else _snippet(overrides), overrides)
+
+    @classmethod
+    def unsafe(cls, title: str, overrides: dict, snippet: str | None = None) -> "Fix":
+        """An automatic fix that may change numerics: measured only without --safe-only, loss checked."""
+        return cls(title, FixKind.AUTOMATIC, Applicability.UNSAFE, snippet if snippet is not None else _snippet(overrides), overrides)
+
+    @classmethod
+    def manual(cls, title: str, snippet: str) -> "Fix":
+        """A code change to make by hand, shown as a snippet."""
+        return cls(title, FixKind.MANUAL, Applicability.DISPLAY_ONLY, snippet)
+
+    @property
+    def automatic(self) -> bool:
+        return self.kind is FixKind.AUTOMATIC
+
+    def problem(self) -> str | None:
+        """Why this fix breaks the contract, or None."""
+        if self.automatic and not self.overrides:
+            return "an automatic fix needs overrides"
+        return vocabulary.problem(self.overrides) if self.overrides else None
+
+    def adopt(self, measured: dict) -> None:
+        """A sweep beat the rule's proposal: the fix becomes what was measured, the proposal is kept.
+
+        The rule's snippet shows its own guess (say 1 worker); a user copying it should get the
+        value that was verified (say 8), so the snippet is rebuilt from the measured override.
+        """
+        if measured == self.overrides:
+            return
+        self.proposed_overrides, self.overrides = self.overrides, measured
+        self.snippet = _snippet(measured)
+        self.title = f"{self.title} (measured best: {vocabulary.describe(measured)})"
+
+    def to_dict(self) -> dict:
+        out = {"title": self.title, "kind": self.kind.value, "applicability": self.applicability.value,
+               "snippet": self.snippet, "overrides": self.overrides}
+        if self.proposed_overrides is not None:
+            out["proposed_overrides"] = self.proposed_overrides
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Fix":
+        return cls(str(d.get("title") or ""), d.get("kind") or FixKind.MANUAL,
+                   d.get("applicability") or Applicability.DISPLAY_ONLY, str(d.get("snippet") or ""),
+                   d.get("overrides"), d.get("proposed_overrides"))
+
+
+def _snippet(overrides: dict) -> str:
+    return "\n".join(vocabulary.snippet(k, v) for k, v in (overrides or {}).items())
+
+
+@dataclass
+class Experiment:
+    """A fix measured against the baseline (or why it was not): the throughput ratio, its 95%
+    interval, the verdict, and the numbers behind them."""
+
+    verdict: Verdict
+    verified: bool = False
+    speedup: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    baseline: dict | None = None    # pooled summary: runs, samples_per_s, steps_per_s, step_time_median_s
+    candidate: dict | None = None
+    overrides: dict | None = None
+    loss_check: dict | None = None
+    estimate: bool = False
+    reason: str | None = None       # why it was not measured
+    error: str | None = None        # why the measurement failed
+    baseline_drift_frac: float | None = None
+    sweep: list[dict] | None = None  # each value tried: label, overrides, speedup, ci_low, ci_high, verdict
+    applicability: str | None = None
+    runs: list[dict] | None = None   # the two pairs behind a confirmed result
+    not_applied: list[str] | None = None  # override keys the child reported no effect for
+
+    def __post_init__(self):
+        self.verdict = _enum(Verdict, self.verdict, "experiment verdict")
+
+    @classmethod
+    def not_measured(cls, reason: str) -> "Experiment":
+        return cls(Verdict.NOT_MEASURED, estimate=True, reason=reason)
+
+    @property
+    def measured(self) -> bool:
+        return _finite(self.speedup) is not None
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["verdict"] = self.verdict.value
+        return {k: v for k, v in out.items() if v is not None or k in _EXPERIMENT_ALWAYS}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Experiment":
+        known = {f.name for f in fields(cls)}
+        verdict = d.get("verdict") or (Verdict.FASTER if d.get("verified") else Verdict.NOT_MEASURED)
+        return cls(**{**{k: v for k, v in d.items() if k in known}, "verdict": verdict})
+
+
+# The keys every experiment in report.json carries, null or not (the schema-1 shape).
+_EXPERIMENT_ALWAYS = ("verified", "verdict", "speedup", "ci_low", "ci_high", "estimate")
+
+
+@dataclass
+class Finding:
+    """One occurrence of a rule's pattern, with the numbers that show it and what to do."""
+
+    title: str
+    summary: str
+    severity: Severity
+    evidence: dict
+    fix: Fix
+    estimated_gain_frac: float | None = None  # the rule's own estimate of the step time saved (never measured)
+    rule: str = ""  # filled by the engine from the rule that yielded it
+    code: str = ""
+    experiment: Experiment | None = None
+
+    def __post_init__(self):
+        self.severity = _enum(Severity, self.severity, "severity")
+
+    def problem(self) -> str | None:
+        """Why this finding breaks the report.json contract, or None when it is well formed."""
+        if not self.title or "\n" in self.title:
+            return "a finding needs a one-line title"
+        if not isinstance(self.fix, Fix):
+            return "a finding needs a Fix"
+        return self.fix.problem()
+
+    def to_dict(self) -> dict:
+        evidence = dict(self.evidence)
+        if self.estimated_gain_frac is not None:  # schema 1 kept it in the evidence; it stays there too
+            evidence["estimated_gain_frac"] = self.estimated_gain_frac
+        return {"rule": self.rule, "code": self.code, "severity": self.severity.value, "title": self.title,
+                "summary": self.summary, "evidence": evidence, "estimated_gain_frac": self.estimated_gain_frac,
+                "fix": self.fix.to_dict(), "experiment": self.experiment.to_dict() if self.experiment else None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Finding":
+        evidence = dict(d.get("evidence") or {})
+        gain = d.get("estimated_gain_frac", evidence.get("estimated_gain_frac"))
+        evidence.pop("estimated_gain_frac", None)
+        exp = d.get("experiment")
+        return cls(str(d.get("title") or d.get("rule") or d.get("code") or ""), str(d.get("summary") or ""),
+                   d.get("severity") or Severity.LOW, evidence, Fix.from_dict(d.get("fix") or {}), _finite(gain),
+                   str(d.get("rule") or ""), str(d.get("code") or ""),
+                   Experiment.from_dict(exp) if isinstance(exp, dict) else None)
+
+
+@dataclass
+class Recommendation:
+    """The winners stacked into one configuration and measured together against the baseline."""
+
+    fixes: list[str]
+    overrides: dict
+    verified: bool = False
+    speedup: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    loss_check: dict | None = None
+    applicability: str = Applicability.SAFE.value
+    baseline: dict | None = None
+    candidate: dict | None = None
+    snippets: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Recommendation":
+        known = {f.name for f in fields(cls)}
+        return cls(**{"fixes": [], "overrides": {}, **{k: v for k, v in d.items() if k in known}})
+
+
+SEVERITY_RANK = {Severity.HIGH: 0, Severity.MEDIUM: 1, Severity.LOW: 2}
+
+
+def rank_key(finding: Finding, index: int = 0) -> tuple:
+    """The one order every renderer shows: measured gain first (verified, then measured but not
+    verified, then the rules' estimates; bigger first), then severity, then the rules' order.
+    A fix measured slower ranks with the unmeasured."""
+    exp = finding.experiment
+    speedup = _finite(exp.speedup) if exp is not None else None
+    gain = _finite(finding.estimated_gain_frac)
+    if speedup is not None and exp.verified:
+        tier, value = 0, speedup
+    elif speedup is not None and speedup >= 1:
+        tier, value = 1, speedup
+    elif gain:
+        tier, value = 2, 1 + gain
+    else:
+        tier, value = 3, 0.0
+    return tier, -value, SEVERITY_RANK[finding.severity], index
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    """`findings` in the order every renderer shows them (stable for ties)."""
+    return [f for _, f in sorted(enumerate(findings), key=lambda item: rank_key(item[1], item[0]))]
+
+
+def findings_of(report: dict) -> list[Finding]:
+    """A report.json's findings as the typed model, ranked."""
+    return rank([Finding.from_dict(d) for d in report.get("findings") or [] if isinstance(d, dict)])
+
+
+def recommendation_of(report: dict) -> Recommendation | None:
+    rec = report.get("recommended")
+    return Recommendation.from_dict(rec) if isinstance(rec, dict) and rec else None
+
+
+def finite(x: Any) -> float | None:
+    """`x` as a float when it is a finite number (not a bool), else None."""
+    return _finite(x)

@@ -1,0 +1,182 @@
+"""The override vocabulary: every fix advise can inject without editing the user's code.
+
+One table, torch-free, read by everyone who deals in overrides: the rules propose them
+(:class:`advisor.model.Fix`), the probe applies them (``advisor.probe.overrides``), the
+experiments sweep and combine them, and the reports show the code change that makes each one
+permanent. A key's validator, description, snippet, sweep ladder and "did it take effect"
+check sit together here, so adding a knob is one entry, not five edits.
+
+An override is plain data: ``{"dataloader": {"num_workers": 4}, "autocast": "bfloat16"}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+DATALOADER_KEYS: dict[str, type] = {"num_workers": int, "pin_memory": bool, "persistent_workers": bool,
+                                    "prefetch_factor": int}
+AUTOCAST_DTYPES = ("bfloat16", "float16")
+WORKER_LADDER = (2, 4, 8, 16, 32)
+BATCH_LADDER = (2, 4, 8)
+
+
+class OverrideError(ValueError):
+    """An override nobody can apply: unknown key or value. The message is one line."""
+
+
+@dataclass(frozen=True)
+class SweepContext:
+    """What a ladder needs to know about the machine."""
+
+    cpu_count: int = 1
+    io_like: bool = False  # loading waits (disk, sleep) rather than computes: workers may exceed cores
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One override key: how to check a value, say it, make it permanent, sweep it, and see it applied."""
+
+    key: str
+    description: str
+    valid: Callable[[Any], bool]
+    snippet: Callable[[Any], str]
+    took_effect: Callable[[Any, dict], bool]
+    ladder: Callable[[Any, SweepContext], list[Any]] | None = None  # values to try when the best is unknowable
+
+
+def _dataloader_valid(v) -> bool:
+    return isinstance(v, dict) and bool(v) and all(k in DATALOADER_KEYS and type(x) is DATALOADER_KEYS[k]
+                                                   for k, x in v.items())
+
+
+def _dataloader_snippet(v: dict) -> str:
+    extra = ", ".join(f"{k}={v[k]!r}" for k in DATALOADER_KEYS if k in v)
+    return f"- loader = DataLoader(dataset, batch_size=B, ...)\n+ loader = DataLoader(dataset, batch_size=B, ..., {extra})"
+
+
+def _dataloader_effect(v: dict, applied: dict) -> bool:
+    loaders = applied.get("dataloaders") or []
+    want = v.get("num_workers")
+    return any(want is None or dl.get("num_workers") == want for dl in loaders)
+
+
+def _workers_ladder(v: dict, ctx: SweepContext) -> list[dict]:
+    cap = max(2, min(32, ctx.cpu_count * (4 if ctx.io_like else 1)))
+    values = sorted({w for w in WORKER_LADDER if w <= cap} | {v["num_workers"]})
+    return [{**v, "num_workers": w} for w in values if w <= cap]
+
+
+def _autocast_snippet(v: str) -> str:
+    lines = [f'+ with torch.autocast(device_type="cuda", dtype=torch.{v}):',
+             "      loss = loss_fn(model(inputs), targets)"]
+    if v == "float16":
+        lines = ['+ scaler = torch.amp.GradScaler("cuda")', *lines,
+                 "- loss.backward(); optimizer.step()", "+ scaler.scale(loss).backward()",
+                 "+ scaler.step(optimizer); scaler.update()"]
+    return "\n".join(lines)
+
+
+def _optimizer_snippet(v: dict) -> str:
+    flags = ", ".join(f"{k}=True" for k, on in v.items() if on)
+    return f"- optimizer = torch.optim.AdamW(params, lr=lr)\n+ optimizer = torch.optim.AdamW(params, lr=lr, {flags})"
+
+
+def _present(key: str) -> Callable[[Any, dict], bool]:
+    return lambda v, applied: applied.get(key) not in (None, False, [])
+
+
+VOCABULARY: dict[str, Knob] = {k.key: k for k in (
+    Knob("dataloader", "DataLoader keyword arguments forced onto every DataLoader(...)",
+         _dataloader_valid, _dataloader_snippet, _dataloader_effect,
+         ladder=lambda v, ctx: _workers_ladder(v, ctx) if "num_workers" in v else [v]),
+    Knob("batch_size_scale", "every DataLoader's batch_size multiplied",
+         lambda v: type(v) is int and v >= 2,
+         lambda v: f"- DataLoader(dataset, batch_size=B)\n+ DataLoader(dataset, batch_size=B * {v})  # re-tune the learning rate",
+         _present("batch_size_scale"), ladder=lambda v, ctx: list(BATCH_LADDER)),
+    Knob("autocast", "forward and loss under torch.autocast (fp16 with a GradScaler)",
+         lambda v: v in AUTOCAST_DTYPES, _autocast_snippet, lambda v, applied: applied.get("autocast") == v),
+    Knob("float32_matmul_precision", "torch.set_float32_matmul_precision (TF32 / bf16 tensor cores for float32)",
+         lambda v: v in ("high", "medium"), lambda v: f'+ torch.set_float32_matmul_precision("{v}")',
+         _present("float32_matmul_precision")),
+    Knob("cudnn_benchmark", "torch.backends.cudnn.benchmark on",
+         lambda v: v is True, lambda v: "+ torch.backends.cudnn.benchmark = True", _present("cudnn_benchmark")),
+    Knob("optimizer", "fused= / foreach= forced onto every torch.optim optimizer that has it",
+         lambda v: v in ({"fused": True}, {"foreach": True}), _optimizer_snippet,
+         lambda v, applied: any(o.get(k) for o in applied.get("optimizers") or [] for k in v)),
+    Knob("compile", "each top-level module call goes through torch.compile",
+         lambda v: v is True, lambda v: "+ model = torch.compile(model)", _present("compile")),
+    Knob("channels_last", "conv models and their 4-D inputs in channels_last memory format",
+         lambda v: v is True,
+         lambda v: "+ model = model.to(memory_format=torch.channels_last)\n"
+                   "+ images = images.to(memory_format=torch.channels_last)", _present("channels_last")),
+    Knob("torch_threads", "torch.set_num_threads (intra-op threads)",
+         lambda v: type(v) is int and v >= 1, lambda v: f"+ torch.set_num_threads({v})", _present("torch_threads")),
+)}
+KEYS = tuple(VOCABULARY)
+
+
+def problem(overrides: dict) -> str | None:
+    """Why `overrides` is not something advise can inject, or None when every key and value is valid."""
+    if not isinstance(overrides, dict):
+        return "overrides must be a table of key = value"
+    for key, value in overrides.items():
+        knob = VOCABULARY.get(key)
+        if knob is None:
+            return f"override {key!r} is not one advise knows ({', '.join(KEYS)})"
+        if not knob.valid(value):
+            return f"override {key}={value!r} is not a valid value"
+    return None
+
+
+def validate(overrides: dict) -> None:
+    """Raise OverrideError for an unknown key or value: a typo must not silently measure nothing."""
+    reason = problem(overrides)
+    if reason:
+        raise OverrideError(reason)
+
+
+def describe(overrides: dict) -> str:
+    """`num_workers=8, persistent_workers=True, torch_threads=1`: an override in one line."""
+    parts = []
+    for key, value in (overrides or {}).items():
+        items = value.items() if isinstance(value, dict) else [(key, value)]
+        parts += [f"{k}={v}" for k, v in items]
+    return ", ".join(parts)
+
+
+def snippet(key: str, value) -> str:
+    """The code change that makes one override permanent."""
+    knob = VOCABULARY.get(key)
+    return knob.snippet(value) if knob else f"# {key} = {value!r}"
+
+
+def snippets(overrides: dict) -> list[dict]:
+    """[{key, value, snippet}] for each key of `overrides` (report.json's `recommended.snippets`)."""
+    return [{"key": key, "value": value, "snippet": snippet(key, value)} for key, value in (overrides or {}).items()]
+
+
+def not_applied(overrides: dict, applied: dict) -> list[str]:
+    """The keys of `overrides` that the child reported no effect for (its probe.json `applied`)."""
+    return [key for key, value in (overrides or {}).items()
+            if key in VOCABULARY and not VOCABULARY[key].took_effect(value, applied or {})]
+
+
+def merge(*items: dict) -> dict:
+    """Deep-merge overrides: dataloader tables combine, other keys take the last value."""
+    out: dict = {}
+    for item in items:
+        for key, value in item.items():
+            out[key] = {**out.get(key, {}), **value} if isinstance(value, dict) else value
+    return out
+
+
+def sweep(overrides: dict, ctx: SweepContext) -> list[dict]:
+    """The override sets to try for `overrides`: one per ladder value of its swept key, else itself."""
+    for key, value in overrides.items():
+        knob = VOCABULARY.get(key)
+        if knob is not None and knob.ladder is not None:
+            points = knob.ladder(value, ctx)
+            if points != [value]:
+                return [{**overrides, key: point} for point in points]
+    return [overrides]
