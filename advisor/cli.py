@@ -109,9 +109,35 @@ def report_command(run_dir, fmt):
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue (or the rule) as JSON.")
 def rules_command(name, as_json):
     """List the rules, or print one rule's documentation: advise rules DL001"""
-    from .engine import show_rules
+    import json
 
-    sys.exit(show_rules(name, as_json=as_json))
+    from .engine import describe
+    from .rules.registry import load_rules
+
+    catalogue = load_rules()
+    for warning in catalogue.warnings:
+        click.echo(f"advise: warning: {warning}", err=True)
+    if name is None:
+        if as_json:
+            click.echo(json.dumps([describe(r) for r in catalogue.rules], indent=2))
+            return
+        width = max((len(r.name) for r in catalogue.rules), default=0)
+        for r in catalogue.rules:
+            origin = "" if r.origin == "advise" else f"  [{r.origin}]"
+            click.echo(f"{r.code:<8} {r.name:<{width}}  {r.summary}{origin}")
+        return
+    found = catalogue.find(name)
+    if found is None:
+        fail(f"unknown rule '{name}' (see `advise rules` for the catalogue)")
+    if as_json:
+        click.echo(json.dumps(describe(found, doc=True), indent=2))
+        return
+    click.echo(f"# {found.name} ({found.code})\n")
+    click.echo(f"From {found.origin}; status: {found.status}.")
+    if found.options:
+        click.echo("Defaults: " + ", ".join(f"{o.key} = {o.default!r}" for o in found.options) + ".")
+    click.echo("")
+    click.echo(found.doc.rstrip())
 
 
 def _percent(text: str, option: str) -> float:

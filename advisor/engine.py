@@ -18,7 +18,6 @@ or a wrongly typed value) is a :class:`ConfigError` with a one-line message.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -28,9 +27,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from advisor.rules.registry import Catalogue, Rule, check_finding, load_rules
+from advisor.model import Finding, rank
+from advisor.rules.registry import Catalogue, Rule, load_rules
 
-SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 _TOP_KEYS = {"select", "ignore"}
 
 
@@ -170,12 +169,12 @@ def enabled(settings: Settings, catalogue: Catalogue) -> list[Rule]:
 # --------------------------------------------------------------------------- running
 
 
-def run_rules(profile, settings: Settings | None = None, catalogue: Catalogue | None = None) -> tuple[list[dict], list[str]]:
-    """Findings (report.json dicts, sorted) and warnings; a rule that fails is a warning."""
+def run_rules(profile, settings: Settings | None = None, catalogue: Catalogue | None = None) -> tuple[list[Finding], list[str]]:
+    """Findings (ranked as every renderer shows them) and warnings; a rule that fails is a warning."""
     catalogue = catalogue or load_rules()
     settings = settings or Settings()
     warnings = list(catalogue.warnings)
-    findings = []
+    findings: list[Finding] = []
     for r in enabled(settings, catalogue):
         try:
             produced = r.run(profile, settings.options.get(r.name))
@@ -184,63 +183,24 @@ def run_rules(profile, settings: Settings | None = None, catalogue: Catalogue | 
             warnings.append(f"rule {r.code} ({r.name}) failed: {type(exc).__name__}{': ' + first if first else ''}")
             continue
         for finding in produced:
-            problem = check_finding(finding)
+            problem = finding.problem() if isinstance(finding, Finding) else "not a Finding"
             if problem:
                 warnings.append(f"rule {r.code} ({r.name}) produced an invalid finding, dropped: {problem}")
                 continue
-            findings.append(finding.to_dict())
-    findings.sort(key=sort_key)
-    return findings, warnings
+            findings.append(finding)
+    return rank(findings), warnings
 
 
-def sort_key(finding: dict):
-    """Severity first, then the estimated gain (largest first), then code."""
-    gain = (finding.get("evidence") or {}).get("estimated_gain_frac")
-    gain = gain if isinstance(gain, (int, float)) and math.isfinite(gain) else -1.0
-    return SEVERITY_ORDER.get(finding.get("severity"), 3), -gain, finding.get("code", "")
-
-
-# --------------------------------------------------------------------------- the catalogue
-
-
-def show_rules(key: str | None, *, as_json: bool = False) -> int:
-    """`advise rules [NAME|CODE]`: the catalogue, or one rule's documentation (exit 2 if unknown)."""
-    import json
-
-    import click
-
-    from .cli_exit import fail
-
-    catalogue = load_rules()
-    for warning in catalogue.warnings:
-        click.echo(f"advise: warning: {warning}", err=True)
-    if key is None:
-        if as_json:
-            click.echo(json.dumps([_describe(r) for r in catalogue.rules], indent=2))
-            return 0
-        width = max(len(r.name) for r in catalogue.rules) if catalogue.rules else 0
-        for r in catalogue.rules:
-            origin = "" if r.origin == "advise" else f"  [{r.origin}]"
-            click.echo(f"{r.code:<8} {r.name:<{width}}  {r.summary}{origin}")
-        return 0
-    found = catalogue.find(key)
-    if found is None:
-        fail(f"unknown rule '{key}' (see `advise rules` for the catalogue)")
-    if as_json:
-        click.echo(json.dumps(_describe(found, doc=True), indent=2))
-        return 0
-    click.echo(f"# {found.name} ({found.code})\n")
-    click.echo(f"From {found.origin}; status: {found.status}.")
-    if found.options:
-        click.echo("Defaults: " + ", ".join(f"{o.key} = {o.default!r}" for o in found.options) + ".")
-    click.echo("")
-    click.echo(found.doc.rstrip())
-    return 0
-
-
-def _describe(r: Rule, doc: bool = False) -> dict:
+def describe(r: Rule, doc: bool = False) -> dict:
+    """A rule as data (`advise rules --json`)."""
     out = {"code": r.code, "name": r.name, "summary": r.summary, "status": r.status, "origin": r.origin,
            "options": {o.key: o.default for o in r.options}}
     if doc:
         out["doc"] = r.doc
     return out
+
+
+def rule_docs(catalogue: Catalogue | None = None) -> dict[str, str]:
+    """Each rule's documentation by code and by name, for the renderers (which never load rules)."""
+    catalogue = catalogue or load_rules()
+    return {key: r.doc for r in catalogue.rules for key in (r.code, r.name)}

@@ -15,7 +15,6 @@ stacked into one recommended configuration and measured together against the bas
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import time
@@ -26,9 +25,10 @@ import numpy as np
 import pandas as pd
 
 from . import metrics
+from . import overrides as vocabulary
+from .model import Applicability, Experiment, Finding, Recommendation, Verdict
 from .probe.runner import ProbeConfig, run_probe
 from .profile import Profile
-from .snippets import describe, snippet_for
 
 MIN_GAIN = 0.05        # a sweep step must add 5% over the best so far to go on
 MIN_EFFECT = 0.03      # verified needs the interval's low end above 1 + max(3%, baseline drift)
@@ -56,6 +56,7 @@ class Measurement:
     steps: pd.DataFrame
     wall_s: float
     error: str | None = None
+    applied: dict = field(default_factory=dict)  # what the child says took effect (probe.json)
 
     @property
     def ok(self) -> bool:
@@ -184,71 +185,47 @@ class Runner:
             raise KeyboardInterrupt
         profile = Profile.from_run_dir(run_dir)
         self.per_run_s = max(self.per_run_s, run.wall_s)
+        applied = run.probe.get("applied") or {}
         self.log.append({"label": label, "overrides": overrides, "status": run.status, "wall_s": run.wall_s,
-                         "run_dir": str(run_dir)})
-        return Measurement(label, overrides, run.status, run_dir, profile.steps, run.wall_s, run.probe.get("error"))
-
-
-def merge_overrides(*items: dict) -> dict:
-    """Deep-merge overrides (dataloader dicts combine)."""
-    out: dict = {}
-    for item in items:
-        for key, value in item.items():
-            if isinstance(value, dict):
-                out[key] = {**out.get(key, {}), **value}
-            else:
-                out[key] = value
-    return out
-
-
-def _ladder(candidate: Candidate, cpu_count: int, io_like: bool) -> list[Candidate]:
-    """The values to sweep for knobs whose best value can't be known in advance."""
-    overrides = candidate.overrides
-    if "num_workers" in overrides.get("dataloader", {}):
-        cap = min(32, cpu_count * (4 if io_like else 1))
-        values = sorted({v for v in (2, 4, 8, 16, 32) if v <= max(cap, 2)} | {overrides["dataloader"]["num_workers"]})
-        values = [v for v in values if v <= max(cap, 2)]
-        return [Candidate(f"{candidate.label} (num_workers={v})",
-                          merge_overrides(overrides, {"dataloader": {"num_workers": v}}),
-                          candidate.applicability, candidate.finding_index) for v in values]
-    if "batch_size_scale" in overrides:
-        return [Candidate(f"{candidate.label} (batch x{k})", {**overrides, "batch_size_scale": k},
-                          candidate.applicability, candidate.finding_index) for k in (2, 4, 8)]
-    return [candidate]
+                         "run_dir": str(run_dir), "applied": applied})
+        return Measurement(label, overrides, run.status, run_dir, profile.steps, run.wall_s, run.probe.get("error"),
+                           applied)
 
 
 def _compare(base_runs: list[Measurement], cand_runs: list[Measurement] | Measurement, *, by_samples: bool,
-             check_loss: bool) -> dict:
+             check_loss: bool) -> Experiment:
     """Judge candidate run(s) against the baseline runs measured around them."""
     cand_runs = [cand_runs] if isinstance(cand_runs, Measurement) else cand_runs
     ok_base = [m.steps for m in base_runs if m.ok]
     ok_cand = [m for m in cand_runs if m.ok]
-    result = {"verified": False, "speedup": None, "ci_low": None, "ci_high": None,
-              "baseline": _pool_summary(base_runs), "candidate": _pool_summary(cand_runs), "overrides": cand_runs[0].overrides,
-              "loss_check": None, "verdict": "failed", "estimate": False}
+    result = Experiment(Verdict.FAILED, baseline=_pool_summary(base_runs), candidate=_pool_summary(cand_runs),
+                        overrides=cand_runs[0].overrides)
     if len(ok_cand) < len(cand_runs) or not ok_base:
         failed = next((m for m in cand_runs if not m.ok), None)
-        result["error"] = (failed.error if failed else None) or "the baseline could not be re-measured"
+        result.error = (failed.error if failed else None) or "the baseline could not be re-measured"
         return result
+    result.not_applied = sorted({key for m in ok_cand for key in vocabulary.not_applied(m.overrides, m.applied)}) or None
     ratio, lo, hi = speedup_ci(ok_base, [m.steps for m in ok_cand], by_samples=by_samples)
     drift = baseline_drift(ok_base, by_samples)
-    result.update(speedup=ratio, ci_low=lo, ci_high=hi, baseline_drift_frac=drift)
+    result.speedup, result.ci_low, result.ci_high, result.baseline_drift_frac = ratio, lo, hi, drift
     if check_loss:
-        result["loss_check"] = loss_check(ok_base, pd.concat([m.steps for m in ok_cand], ignore_index=True))
-    loss_ok = not check_loss or result["loss_check"]["passed"] is not False
-    if lo > 1.0 + max(MIN_EFFECT, drift) and loss_ok:
-        result.update(verified=True, verdict="faster")
+        result.loss_check = loss_check(ok_base, pd.concat([m.steps for m in ok_cand], ignore_index=True))
+    loss_ok = not check_loss or result.loss_check["passed"] is not False
+    if result.not_applied:  # the child says the fix never took effect: whatever was measured is noise
+        result.verdict = Verdict.NOT_APPLIED
+    elif lo > 1.0 + max(MIN_EFFECT, drift) and loss_ok:
+        result.verified, result.verdict = True, Verdict.FASTER
     elif hi < 1.0 - max(MIN_EFFECT, drift):
-        result["verdict"] = "slower"
+        result.verdict = Verdict.SLOWER
     elif not loss_ok:
-        result["verdict"] = "loss-changed"
+        result.verdict = Verdict.LOSS_CHANGED
     else:
-        result["verdict"] = "no-significant-change"
+        result.verdict = Verdict.NO_CHANGE
     return result
 
 
-def _confirm(runner: "Runner", label: str, first: dict, first_runs: tuple[list, list], baselines: list[Measurement],
-             *, by_samples: bool, check_loss: bool, notes: list[str]) -> dict:
+def _confirm(runner: "Runner", label: str, first: Experiment, first_runs: tuple[list, list], baselines: list[Measurement],
+             *, by_samples: bool, check_loss: bool, notes: list[str]) -> Experiment:
     """Measure an apparent winner once more (C B) before calling it verified.
 
     One lucky run pair on a shared machine can look faster; a fix is verified only when a
@@ -259,7 +236,7 @@ def _confirm(runner: "Runner", label: str, first: dict, first_runs: tuple[list, 
         return first
     before = baselines[-1]
     runner.progress.experiment(f"{label}: confirming with a second run", 1, 1)
-    cand = runner.measure(label + " (confirmation)", first["overrides"])
+    cand = runner.measure(label + " (confirmation)", first.overrides)
     runner.progress.experiment("re-measuring the baseline", 1, 1)
     after = runner.measure("baseline", {})
     baselines.append(after)
@@ -267,9 +244,9 @@ def _confirm(runner: "Runner", label: str, first: dict, first_runs: tuple[list, 
     base_runs = [m for i, m in enumerate(first_runs[0] + [before, after])
                  if not any(m is other for other in (first_runs[0] + [before])[:i])]
     pooled = _compare(base_runs, first_runs[1] + [cand], by_samples=by_samples, check_loss=check_loss)
-    pooled["runs"] = [{"speedup": r["speedup"], "ci_low": r["ci_low"], "ci_high": r["ci_high"]} for r in (first, second)]
-    if pooled["verified"] and not second["verified"]:
-        pooled.update(verified=False, verdict="not-confirmed")
+    pooled.runs = [{"speedup": r.speedup, "ci_low": r.ci_low, "ci_high": r.ci_high} for r in (first, second)]
+    if pooled.verified and not second.verified:
+        pooled.verified, pooled.verdict = False, Verdict.NOT_CONFIRMED
     return pooled
 
 
@@ -283,38 +260,56 @@ def _pool_summary(runs: list[Measurement]) -> dict:
             "step_time_median_s": tp["step_time_median_s"], "run_dirs": [str(m.run_dir) for m in ok]}
 
 
-def _better(a: dict | None, b: dict) -> bool:
+def _better(a: Experiment | None, b: Experiment) -> bool:
     """Does sweep point `b` beat the best so far `a` by a real margin?"""
-    if b.get("speedup") is None or not b.get("verified"):
+    if b.speedup is None or not b.verified:
         return False
-    return a is None or b["speedup"] >= a["speedup"] * (1 + MIN_GAIN)
+    return a is None or b.speedup >= a.speedup * (1 + MIN_GAIN)
 
 
-def candidates_from(findings: list[dict], safe_only: bool) -> list[Candidate]:
+def candidates_from(findings: list[Finding], safe_only: bool) -> list[Candidate]:
     """One candidate per distinct automatic fix; unsafe ones only when allowed."""
     out, seen = [], set()
     for i, finding in enumerate(findings):
-        fix = finding.get("fix") or {}
-        overrides = fix.get("overrides")
-        if fix.get("kind") != "automatic" or not overrides:
+        fix = finding.fix
+        if not fix.automatic or not fix.overrides:
             continue
-        applicability = fix.get("applicability", "safe")
-        if safe_only and applicability != "safe":
+        if safe_only and fix.applicability is not Applicability.SAFE:
             continue
-        key = repr(sorted(overrides.items()))
+        key = repr(sorted(fix.overrides.items()))
         if key in seen:
             continue
         seen.add(key)
-        out.append(Candidate(finding.get("rule", f"fix {i}"), overrides, applicability, i))
+        out.append(Candidate(finding.rule or f"fix {i}", fix.overrides, fix.applicability.value, i))
     return out
+
+
+def _sweep_points(candidate: Candidate, ctx: vocabulary.SweepContext) -> list[Candidate]:
+    """The values to try for knobs whose best value can't be known in advance (the vocabulary's ladders)."""
+    points = vocabulary.sweep(candidate.overrides, ctx)
+    if len(points) == 1:
+        return [candidate]
+    return [Candidate(f"{candidate.label} ({_changed(candidate.overrides, p)})", p, candidate.applicability,
+                      candidate.finding_index) for p in points]
+
+
+def _changed(original: dict, point: dict) -> str:
+    """`num_workers=4`: what a sweep point sets differently from the rule's proposal (or the point itself)."""
+    for key, value in point.items():
+        if isinstance(value, dict):
+            diff = {k: v for k, v in value.items() if k == "num_workers" or original.get(key, {}).get(k) != v}
+            return vocabulary.describe({key: diff})
+        if key in original and original[key] != value or key == "batch_size_scale":
+            return vocabulary.describe({key: value})
+    return vocabulary.describe(point)
 
 
 @dataclass
 class ExperimentResults:
     """Findings with `experiment` filled, the stacked recommendation, and every child run."""
 
-    findings: list[dict]
-    recommended: dict | None
+    findings: list[Finding]
+    recommended: Recommendation | None
     notes: list[str]
     runs: list[dict]
 
@@ -323,11 +318,13 @@ class ExperimentResults:
         return {"runs": self.runs, "n_runs": len(self.runs), "child_wall_s": sum(r["wall_s"] for r in self.runs)}
 
 
-def run_experiments(findings: list[dict], base: ProbeConfig, baseline_steps: pd.DataFrame, *, root: Path,
+def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: pd.DataFrame, *, root: Path,
                     env: dict, io_like: bool = False, safe_only: bool = False, max_experiments: int = 12,
                     time_budget_s: float = 900.0, progress: Progress | None = None) -> ExperimentResults:
-    """Measure every automatic fix, sweep the knobs that need it, then stack the winners."""
-    findings = copy.deepcopy(findings)
+    """Measure every automatic fix, sweep the knobs that need it, then stack the winners.
+
+    The findings are filled in place (`experiment`, and a swept winner becomes the fix).
+    """
     notes: list[str] = []
     candidates = candidates_from(findings, safe_only)
     if not candidates:
@@ -337,21 +334,20 @@ def run_experiments(findings: list[dict], base: ProbeConfig, baseline_steps: pd.
     by_samples = bool(baseline_steps["samples"].notna().all()) if "samples" in baseline_steps and len(baseline_steps) else False
     runner.progress.experiment("measuring the baseline without the profiler", 0, len(candidates))
     baselines = [runner.measure("baseline", {})]
-    cpu_count = int(env.get("cpu_count") or os.cpu_count() or 1)
-    winners: list[tuple[Candidate, dict]] = []
-    planned = sum(len(_ladder(c, cpu_count, io_like)) for c in candidates)
+    ctx = vocabulary.SweepContext(int(env.get("cpu_count") or os.cpu_count() or 1), io_like)
+    winners: list[tuple[Candidate, Experiment]] = []
+    planned = sum(len(_sweep_points(c, ctx)) for c in candidates)
     done = 0
 
     for candidate in candidates:
         finding = findings[candidate.finding_index]
         changes_batch = "batch_size_scale" in candidate.overrides
         if changes_batch and not by_samples:
-            finding["experiment"] = {"verified": False, "verdict": "not-measured", "estimate": True,
-                                     "reason": "the batch size is unknown, so samples/s cannot be compared"}
+            finding.experiment = Experiment.not_measured("the batch size is unknown, so samples/s cannot be compared")
             continue
-        check_loss = candidate.applicability != "safe"
-        best, sweep, runs_of = None, [], {}
-        for point in _ladder(candidate, cpu_count, io_like):
+        check_loss = candidate.applicability != Applicability.SAFE.value
+        best, sweep, runs_of, tried = None, [], {}, []
+        for point in _sweep_points(candidate, ctx):
             if not budget.allows(2, runner.per_run_s):
                 notes.append(f"experiment budget reached before '{point.label}'")
                 break
@@ -363,66 +359,40 @@ def run_experiments(findings: list[dict], base: ProbeConfig, baseline_steps: pd.
             budget.used += 1
             result = _compare(baselines[-2:], cand, by_samples=by_samples, check_loss=check_loss)
             runs_of[id(result)] = (baselines[-2:], [cand])
-            sweep.append({"label": point.label, "overrides": point.overrides, "speedup": result["speedup"],
-                          "ci_low": result["ci_low"], "ci_high": result["ci_high"], "verdict": result["verdict"]})
+            tried.append(result)
+            sweep.append({"label": point.label, "overrides": point.overrides, "speedup": result.speedup,
+                          "ci_low": result.ci_low, "ci_high": result.ci_high, "verdict": result.verdict.value})
             if _better(best, result):
                 best = result
             elif len(sweep) > 1:
                 break  # a step up stopped paying: stop the sweep early
-            if result["verdict"] == "failed" and changes_batch:
-                break  # e.g. out of memory: larger values will fail too
+            if result.verdict in (Verdict.FAILED, Verdict.NOT_APPLIED) and (changes_batch or len(sweep) == 1):
+                break  # out of memory, or the knob does not reach this script: other values will not either
         if not sweep:
-            finding["experiment"] = {"verified": False, "verdict": "not-measured", "estimate": True,
-                                     "reason": "experiment budget exhausted"}
+            finding.experiment = Experiment.not_measured("experiment budget exhausted")
             continue
         if best is not None:
             best = _confirm(runner, candidate.label, best, runs_of[id(best)], baselines, by_samples=by_samples,
                             check_loss=check_loss, notes=notes)
-            if not best["verified"]:
-                finding["experiment"] = {**best, "sweep": sweep if len(sweep) > 1 else None,
-                                         "applicability": candidate.applicability}
-                continue
-        chosen = best or _summarise_unverified(sweep, baselines)
-        chosen["sweep"] = sweep if len(sweep) > 1 else None
-        chosen["applicability"] = candidate.applicability
-        finding["experiment"] = chosen
-        if best is not None:
+        chosen = best or tried[0]  # nothing verified: report the first value honestly
+        chosen.sweep = sweep if len(sweep) > 1 else None
+        chosen.applicability = candidate.applicability
+        finding.experiment = chosen
+        if best is not None and best.verified:
             winners.append((candidate, best))
-            _adopt_measured_best(finding, best["overrides"])
+            finding.fix.adopt(best.overrides)
 
     recommended = _stack(winners, runner, baselines, by_samples, budget, notes) if winners else None
     return ExperimentResults(findings, recommended, notes, runner.log)
 
 
-def _adopt_measured_best(finding: dict, overrides: dict) -> None:
-    """A sweep beat the rule's proposal: the fix becomes what was measured, the proposal is kept.
-
-    The rule's snippet shows its own guess (say 1 worker); a user copying it should get the
-    value that was verified (say 8), so the snippet is rebuilt from the measured override.
-    """
-    fix = finding["fix"]
-    if overrides == fix.get("overrides"):
-        return
-    fix["proposed_overrides"] = fix.get("overrides")
-    fix["overrides"] = overrides
-    fix["snippet"] = "\n".join(snippet_for(key, value)["snippet"] for key, value in overrides.items())
-    fix["title"] = f"{fix.get('title', 'Apply the fix')} (measured best: {describe(overrides)})"
-
-
-def _summarise_unverified(sweep: list[dict], baselines: list[Measurement]) -> dict:
-    """No sweep point was verified faster: report the first honestly (slower or no change)."""
-    first = sweep[0]
-    return {"verified": False, "speedup": first["speedup"], "ci_low": first["ci_low"], "ci_high": first["ci_high"],
-            "overrides": first["overrides"], "verdict": first["verdict"], "estimate": False,
-            "baseline": _pool_summary(baselines)}
-
-
-def _stack(winners, runner: Runner, baselines, by_samples, budget: Budget, notes) -> dict:
-    overrides = merge_overrides(*(result["overrides"] for _, result in winners))
+def _stack(winners: list[tuple[Candidate, Experiment]], runner: Runner, baselines, by_samples, budget: Budget,
+           notes) -> Recommendation:
+    overrides = vocabulary.merge(*(result.overrides for _, result in winners))
     labels = [candidate.label for candidate, _ in winners]
-    unsafe = any(candidate.applicability != "safe" for candidate, _ in winners)
+    unsafe = any(candidate.applicability != Applicability.SAFE.value for candidate, _ in winners)
     if len(winners) == 1:
-        result = dict(winners[0][1])
+        result = winners[0][1]
     elif budget.allows(2, runner.per_run_s):
         runner.progress.experiment("all winners stacked: " + " + ".join(labels), 1, 1)
         cand = runner.measure("stacked", overrides)
@@ -431,10 +401,10 @@ def _stack(winners, runner: Runner, baselines, by_samples, budget: Budget, notes
         result = _compare(baselines[-2:], cand, by_samples=by_samples, check_loss=unsafe)
     else:
         notes.append("no time left to measure the stacked configuration; best single fix recommended")
-        candidate, result = max(winners, key=lambda w: w[1]["speedup"])
-        overrides, labels = result["overrides"], [candidate.label]
-    return {"fixes": labels, "overrides": overrides, "speedup": result.get("speedup"), "ci_low": result.get("ci_low"),
-            "ci_high": result.get("ci_high"), "verified": bool(result.get("verified")),
-            "loss_check": result.get("loss_check"), "applicability": "unsafe" if unsafe else "safe",
-            "baseline": result.get("baseline"), "candidate": result.get("candidate"),
-            "snippets": [snippet_for(key, value) for key, value in overrides.items()]}
+        candidate, result = max(winners, key=lambda w: w[1].speedup)
+        overrides, labels = result.overrides, [candidate.label]
+    return Recommendation(fixes=labels, overrides=overrides, verified=result.verified, speedup=result.speedup,
+                          ci_low=result.ci_low, ci_high=result.ci_high, loss_check=result.loss_check,
+                          applicability=(Applicability.UNSAFE if unsafe else Applicability.SAFE).value,
+                          baseline=result.baseline, candidate=result.candidate,
+                          snippets=vocabulary.snippets(overrides))

@@ -17,6 +17,7 @@ from advisor.reports import terminal
 from . import metrics, report as report_mod
 from .cli_exit import STATUS_EXIT, fail
 from .experiments import run_experiments
+from .model import Finding, rank
 from .probe import files
 from .probe.runner import ProbeConfig, rank_suffix, run_probe
 from .profile import Profile
@@ -96,7 +97,7 @@ def profile_script(*, script: str, script_args: list[str], steps: int, warmup: i
                     safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
                     time_budget_s=experiments.time_budget_s, progress=progress,
                 )
-                findings = results.findings
+                findings = rank(results.findings)
             except KeyboardInterrupt:
                 rule_warnings.append("experiments interrupted (Ctrl-C): findings are unmeasured estimates")
             except Exception as exc:  # the diagnosis is still worth writing
@@ -110,10 +111,10 @@ def profile_script(*, script: str, script_args: list[str], steps: int, warmup: i
         error=run.probe.get("error"),
         traceback=run.probe.get("traceback"),
         findings=findings,
+        recommended=results.recommended if results else None,
         warnings=_warnings(run, config) + profile.meta.get("notes", []) + rule_warnings + (results.notes if results else []),
         artifacts=_artifacts(out, run.files),
-        extra={"notes": run.notes, "wall_s": run.wall_s, "recommended": results.recommended if results else None,
-               "experiments": results.summary() if results else None},
+        extra={"notes": run.notes, "wall_s": run.wall_s, "experiments": results.summary() if results else None},
     )
     report["artifacts"]["report_html"] = "report.html"
     html_path = _write_renderings(report, out, profile, con)
@@ -175,7 +176,7 @@ def _emit(report: dict, con, as_json: bool, run_dir: str | None) -> None:
         terminal.print_summary(report, con, run_dir)
 
 
-def _diagnose(profile: Profile, rule_settings) -> tuple[list[dict], list[str]]:
+def _diagnose(profile: Profile, rule_settings) -> tuple[list[Finding], list[str]]:
     """Run the selected rules (advisor.engine); a run with no measured step has nothing to diagnose."""
     from .engine import run_rules
 

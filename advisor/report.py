@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from . import __version__, metrics
+from .model import Finding, Recommendation
 from .probe import files
 from .profile import Profile
 
@@ -33,12 +34,14 @@ def build_report(
     started_at: str,
     error: str | None = None,
     traceback: str | None = None,
-    findings: list[dict] | None = None,
+    findings: list[Finding] | None = None,
+    recommended: Recommendation | None = None,
     warnings: list[str] | None = None,
     artifacts: dict[str, str] | None = None,
     extra: dict | None = None,
 ) -> dict:
-    """Assemble the report dict from a Profile and how the run ended."""
+    """Assemble the report dict from a Profile, the typed findings and how the run ended: the one
+place the result model becomes report.json."""
     assert status in STATUSES, status
     steps = profile.steps
     step_rows = []
@@ -66,7 +69,8 @@ def build_report(
         "memory": profile.memory,
         "utilization": metrics.utilization(profile.samples, steps),
         "observed": profile.observed,
-        "findings": list(findings or []),
+        "findings": [f.to_dict() for f in findings or []],
+        "recommended": recommended.to_dict() if recommended is not None else None,
         "warnings": list(warnings or []),
         "artifacts": dict(artifacts or {}),
     }

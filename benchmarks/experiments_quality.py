@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from advisor import metrics
-from advisor.experiments import merge_overrides
+from advisor.overrides import merge as merge_overrides
 from advisor.probe.runner import ProbeConfig, run_probe
 from advisor.profile import Profile
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from advisor.snippets import describe
+from advisor.overrides import describe
 
 PLAIN_EVERY = 5  # plain mode: print every Nth step
 

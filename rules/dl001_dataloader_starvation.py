@@ -114,8 +114,6 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> 
         "cpu_count": cores,
         "io_bound": io_bound,
     }
-    if gain is not None:
-        evidence["estimated_gain_frac"] = h.r3(gain)
     yield Finding(
         title=f"The training loop waits on the DataLoader for {total_frac:.0%} of each step",
         summary=(f"A median {median_wait_s * 1e3:.1f} ms of each {step_s * 1e3:.1f} ms step is spent in next(DataLoader) "
@@ -123,6 +121,7 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> 
                  f"{' (the loading process mostly waits: I/O, not CPU)' if io_bound else ''}."),
         severity=severity,
         evidence={k: v for k, v in evidence.items() if v is not None},
+        estimated_gain_frac=h.r3(gain) if gain is not None else None,
         fix=fix,
     )
 
@@ -185,14 +184,12 @@ def _fix(loader, device: str, cores, threads, wait_s: float, compute_s: float, s
         workers = max(1, min(needed, 8))
     if current and workers <= current:
         cores_text = f"{cores} cores" if cores else "the available cores"
-        return Fix(
-            title="Make each batch cheaper to produce (the workers cannot keep up)",
-            kind="manual",
-            applicability="display-only",
-            snippet=("# The loader already has num_workers=%d on %s: make __getitem__ cheaper.\n"
-                     "# - decode/resize once and cache the result (e.g. a preprocessed tensor file)\n"
-                     "# - move random augmentation to the GPU on the whole batch\n"
-                     "# - raise prefetch_factor only if batch cost varies a lot" % (current, cores_text)),
+        return Fix.manual(
+            "Make each batch cheaper to produce (the workers cannot keep up)",
+            ("# The loader already has num_workers=%d on %s: make __getitem__ cheaper.\n"
+             "# - decode/resize once and cache the result (e.g. a preprocessed tensor file)\n"
+             "# - move random augmentation to the GPU on the whole batch\n"
+             "# - raise prefetch_factor only if batch cost varies a lot" % (current, cores_text)),
         ), None
 
     dl: dict = {"num_workers": workers, "persistent_workers": True}
@@ -211,10 +208,8 @@ def _fix(loader, device: str, cores, threads, wait_s: float, compute_s: float, s
         snippet += "\ntorch.set_num_threads(%d)  # leave a core to each worker" % overrides["torch_threads"]
     if on_gpu:
         snippet += "\n# and copy batches with .to(device, non_blocking=True)"
-    return Fix(
-        title=f"Load batches in {workers} worker process{'es' if workers > 1 else ''}",
-        kind="automatic",
-        applicability="safe",
+    return Fix.safe(
+        f"Load batches in {workers} worker process{'es' if workers > 1 else ''}",
+        overrides,
         snippet=snippet,
-        overrides=overrides,
     ), gain

@@ -91,22 +91,18 @@ def check(profile, *, min_bytes_per_step: int = 1048576, min_time_frac: float = 
     loaders = profile.observed.get("dataloaders") or []
     already_pinned = bool(loaders) and all(l.get("pin_memory") for l in loaders)
     if already_pinned:
-        fix = Fix(
-            title="Pin the tensors that are copied to the GPU",
-            kind="manual",
-            applicability="display-only",
-            snippet=("# The DataLoader already pins its batches: these copies come from tensors made elsewhere.\n"
-                     "x = x.pin_memory()  # once, for data that is reused; or keep it on the GPU\n"
-                     "x = x.to(device, non_blocking=True)"),
+        fix = Fix.manual(
+            "Pin the tensors that are copied to the GPU",
+            ("# The DataLoader already pins its batches: these copies come from tensors made elsewhere.\n"
+             "x = x.pin_memory()  # once, for data that is reused; or keep it on the GPU\n"
+             "x = x.to(device, non_blocking=True)"),
         )
     else:
-        fix = Fix(
-            title="Pin the DataLoader's batches and copy them with non_blocking=True",
-            kind="automatic",
-            applicability="safe",
+        fix = Fix.safe(
+            "Pin the DataLoader's batches and copy them with non_blocking=True",
+            {"dataloader": {"pin_memory": True}},
             snippet=("loader = DataLoader(dataset, ..., pin_memory=True)\n"
                      "x = x.to(device, non_blocking=True)"),
-            overrides={"dataloader": {"pin_memory": True}},
         )
     gbps = (pageable["bytes"].fillna(0).sum() / (copy_us * 1e-6) / 1e9) if copy_us > 0 else None
     severity = "medium" if cost_frac >= 0.05 else "low"
@@ -124,8 +120,8 @@ def check(profile, *, min_bytes_per_step: int = 1048576, min_time_frac: float = 
             "syncs_forced_per_step": h.r3(n_forced / n_steps),
             "copy_bandwidth_gbps": h.r3(gbps) if gbps else None,
             "cost_frac": h.r3(cost_frac),
-            "estimated_gain_frac": h.r3(0.8 * cost_frac),
             "n_steps": n_steps,
         },
+        estimated_gain_frac=h.r3(0.8 * cost_frac),
         fix=fix,
     )

@@ -89,7 +89,11 @@ def check(profile, *, min_cpu_busy_frac: float = 0.85) -> Iterator[Finding]:
             "device": profile.device,
             "data_wait_frac": h.r3(_wait_frac(profile)),
         },
-        fix=Fix(title=title, kind="automatic", applicability="safe", snippet=snippet, overrides=overrides),
+        fix=Fix.safe(
+            title,
+            overrides,
+            snippet=snippet,
+        ),
     )
 
 

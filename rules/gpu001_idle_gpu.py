@@ -93,8 +93,10 @@ def check(profile, *, min_idle_frac: float = 0.25) -> Iterator[Finding]:
         summary=f"Per step the GPU idles {median_idle:.0%} of the time: {parts or 'no single cause'} (shares of step time).",
         severity="high" if median_idle >= 0.5 else "medium",
         evidence=evidence,
-        fix=Fix(title=f"Fix the main cause first: {rule_name} ({code})", kind="manual", applicability="display-only",
-                snippet=f"advise rules {rule_name}"),
+        fix=Fix.manual(
+            f"Fix the main cause first: {rule_name} ({code})",
+            f"advise rules {rule_name}",
+        ),
     )
 
 
@@ -142,6 +144,8 @@ def _from_nvml(profile, min_idle_frac: float) -> Iterator[Finding]:
                  "to attribute the idle time (run with --profile-steps > 0)."),
         severity="high" if idle >= 0.5 else "medium",
         evidence={"nvml_gpu_util_percent_mean": h.r3(util), "gpu_idle_frac": h.r3(idle)},
-        fix=Fix(title="Profile a few steps to find the cause", kind="manual", applicability="display-only",
-                snippet="advise profile train.py --profile-steps 5"),
+        fix=Fix.manual(
+            "Profile a few steps to find the cause",
+            "advise profile train.py --profile-steps 5",
+        ),
     )

@@ -95,12 +95,13 @@ def check(profile, *, max_busy_frac: float = 0.6, min_kernels_per_step: int = 50
             "cpu_us_per_kernel": h.r3(cpu_per_kernel),
             "launch_api_s_per_step": h.r3(launch_api["dur_us"].sum() / n / 1e6),
             "kernel_s_per_step": h.r3(launches["dur_us"].sum() / n / 1e6),
-            "estimated_gain_frac": h.r3(gain),
             "n_steps": n,
         },
-        fix=Fix(title="Fuse kernels with torch.compile (or capture CUDA graphs)", kind="automatic",
-                applicability="unsafe",
-                snippet=('model = torch.compile(model)  # fuses elementwise ops into fewer kernels\n'
-                         '# static shapes: torch.compile(model, mode="reduce-overhead") replays CUDA graphs'),
-                overrides={"compile": True}),
+        estimated_gain_frac=h.r3(gain),
+        fix=Fix.unsafe(
+            "Fuse kernels with torch.compile (or capture CUDA graphs)",
+            {"compile": True},
+            snippet=('model = torch.compile(model)  # fuses elementwise ops into fewer kernels\n'
+                     '# static shapes: torch.compile(model, mode="reduce-overhead") replays CUDA graphs'),
+        ),
     )

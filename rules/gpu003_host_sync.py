@@ -118,13 +118,15 @@ def check(profile, *, min_idle_frac: float = 0.02, min_syncs_per_step: float = 1
             "gpu_idle_after_sync_s_per_step": h.r3(bubble / n / 1e6),
             "gpu_idle_after_sync_frac": h.r3(idle_frac),
             "call_sites": top,
-            "estimated_gain_frac": h.r3(0.8 * idle_frac),
             "n_steps": n,
         },
-        fix=Fix(title="Keep values on the GPU and read them every N steps", kind="manual", applicability="display-only",
-                snippet=("running += loss.detach()           # instead of loss.item() every step\n"
-                         "if step % 100 == 0:\n    log((running / 100).item()); running.zero_()\n"
-                         "# masks: torch.where(mask, x, 0) instead of x[mask] where the shape may stay fixed")),
+        estimated_gain_frac=h.r3(0.8 * idle_frac),
+        fix=Fix.manual(
+            "Keep values on the GPU and read them every N steps",
+            ("running += loss.detach()           # instead of loss.item() every step\n"
+             "if step % 100 == 0:\n    log((running / 100).item()); running.zero_()\n"
+             "# masks: torch.where(mask, x, 0) instead of x[mask] where the shape may stay fixed"),
+        ),
     )
 
 

@@ -81,7 +81,9 @@ def check(profile, *, min_conv_kernel_frac: float = 0.1) -> Iterator[Finding]:
             "distinct_conv_shapes": int(len(set(shapes.iloc[0]))),
             "cudnn_benchmark": False,
         },
-        fix=Fix(title="Enable cudnn.benchmark", kind="automatic", applicability="safe",
-                snippet="torch.backends.cudnn.benchmark = True  # input shapes are fixed",
-                overrides={"cudnn_benchmark": True}),
+        fix=Fix.safe(
+            "Enable cudnn.benchmark",
+            {"cudnn_benchmark": True},
+            snippet="torch.backends.cudnn.benchmark = True  # input shapes are fixed",
+        ),
     )

@@ -78,13 +78,14 @@ def check(profile, *, max_used_frac: float = 0.4, near_oom_frac: float = 0.92,
                      f"{h.human_bytes(total)} ({reserved:.0%}); a larger input or batch will not fit."),
             severity="medium",
             evidence={k: v for k, v in evidence.items() if v is not None},
-            fix=Fix(title="Cut activation memory: accumulation, checkpointing or bf16", kind="manual",
-                    applicability="display-only",
-                    snippet=("# halve the micro-batch and accumulate gradients over 2 of them\n"
-                             "loss = loss_fn(model(x), y) / 2\nloss.backward()\n"
-                             "if (i + 1) % 2 == 0:\n    optimizer.step(); optimizer.zero_grad(set_to_none=True)\n"
-                             "# or: torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)\n"
-                             '# or: with torch.autocast("cuda", dtype=torch.bfloat16): ...')),
+            fix=Fix.manual(
+                "Cut activation memory: accumulation, checkpointing or bf16",
+                ("# halve the micro-batch and accumulate gradients over 2 of them\n"
+                 "loss = loss_fn(model(x), y) / 2\nloss.backward()\n"
+                 "if (i + 1) % 2 == 0:\n    optimizer.step(); optimizer.zero_grad(set_to_none=True)\n"
+                 "# or: torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)\n"
+                 '# or: with torch.autocast("cuda", dtype=torch.bfloat16): ...'),
+            ),
         )
         return
     if used > max_used_frac:
@@ -108,11 +109,12 @@ def check(profile, *, max_used_frac: float = 0.4, near_oom_frac: float = 0.92,
                  f"a {scale}x batch would still fit under 80%."),
         severity="low",
         evidence={k: v for k, v in evidence.items() if v is not None},
-        fix=Fix(title=f"Try a {scale}x larger batch (and scale the learning rate)", kind="automatic",
-                applicability="unsafe",
-                snippet=(f"loader = DataLoader(dataset, batch_size={scale} * batch_size, ...)\n"
-                         f"optimizer = torch.optim.AdamW(model.parameters(), lr={scale} * lr)  # or sqrt({scale}) * lr"),
-                overrides={"batch_size_scale": scale}),
+        fix=Fix.unsafe(
+            f"Try a {scale}x larger batch (and scale the learning rate)",
+            {"batch_size_scale": scale},
+            snippet=(f"loader = DataLoader(dataset, batch_size={scale} * batch_size, ...)\n"
+                     f"optimizer = torch.optim.AdamW(model.parameters(), lr={scale} * lr)  # or sqrt({scale}) * lr"),
+        ),
     )
 
 

@@ -70,7 +70,6 @@ def check(profile, *, min_launches_per_step: int = 50, min_optimizer_frac: float
             "n_params": opt.get("n_params"),
             "launches_per_optimizer_step": h.r3(launches) if launches is not None else None,
             "optimizer_frac": h.r3(opt_frac),
-            "estimated_gain_frac": h.r3((0.7 if single else 0.3) * opt_frac) if opt_frac is not None else None,
         }
         frac_text = f"{opt_frac:.0%} of the step" if opt_frac is not None else "part of each step"
         launch_text = f", {launches:.0f} kernel launches per step" if launches is not None else ""
@@ -80,10 +79,12 @@ def check(profile, *, min_launches_per_step: int = 50, min_optimizer_frac: float
                     f"kernels update all parameters in a few launches.",
             severity="medium" if single and (opt_frac or 0) >= 0.05 else "low",
             evidence={k: v for k, v in evidence.items() if v is not None},
-            fix=Fix(title=f"Build {cls} with {'fused' if use_fused else 'foreach'}=True", kind="automatic",
-                    applicability="safe",
-                    snippet=f"optimizer = torch.optim.{cls}(model.parameters(), ..., {'fused' if use_fused else 'foreach'}=True)",
-                    overrides={"optimizer": kw}),
+            estimated_gain_frac=h.r3((0.7 if single else 0.3) * opt_frac) if opt_frac is not None else None,
+            fix=Fix.safe(
+                f"Build {cls} with {'fused' if use_fused else 'foreach'}=True",
+                {"optimizer": kw},
+                snippet=f"optimizer = torch.optim.{cls}(model.parameters(), ..., {'fused' if use_fused else 'foreach'}=True)",
+            ),
         )
         return  # one finding per run: the overrides apply to every optimizer
 

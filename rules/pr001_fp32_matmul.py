@@ -100,7 +100,6 @@ def check(profile, *, min_kernel_frac: float = 0.2, min_step_frac: float = 0.05,
             "fp32_gflop_per_step": h.r3(big["flops"].sum() / n_steps / 1e9),
             "achieved_fp32_gflops": h.r3(big["flops"].sum() / (big["dur_us"].sum() * 1e-6) / 1e9),
             "device": "cpu", "cpu_bf16": True,
-            "estimated_gain_frac": h.r3(0.5 * share),
         }
         yield _finding(evidence, share, "of step time", dev, tf32_on=False, gain=0.5 * share)
         return
@@ -143,7 +142,6 @@ def check(profile, *, min_kernel_frac: float = 0.2, min_step_frac: float = 0.05,
         "tf32_kernel_frac": h.r3(tf32_frac),
         "device_name": dev.name,
         "device_capability": dev.capability_str,
-        "estimated_gain_frac": h.r3(gain),
     }
     yield _finding(evidence, share, "of GPU kernel time", dev, tf32_on=tf32_frac >= 0.5, gain=gain)
 
@@ -151,34 +149,43 @@ def check(profile, *, min_kernel_frac: float = 0.2, min_step_frac: float = 0.05,
 def _finding(evidence: dict, share: float, of_what: str, dev: h.Device, *, tf32_on: bool, gain: float) -> Finding:
     cap = f" (compute capability {dev.capability_str})" if dev.capability_str else ""
     if dev.kind == "cpu":
-        fix = Fix(title="Run the forward pass under bf16 autocast on the CPU", kind="automatic", applicability="unsafe",
-                  snippet='with torch.autocast("cpu", dtype=torch.bfloat16):\n    loss = loss_fn(model(x), y)\nloss.backward()',
-                  overrides={"autocast": "bfloat16"})
+        fix = Fix.unsafe(
+            "Run the forward pass under bf16 autocast on the CPU",
+            {"autocast": "bfloat16"},
+            snippet='with torch.autocast("cpu", dtype=torch.bfloat16):\n    loss = loss_fn(model(x), y)\nloss.backward()',
+        )
         why = "this CPU has native bf16 (AVX512-BF16/AMX)"
     elif dev.kind == "rocm":
-        fix = Fix(title="Run the forward pass under bf16 autocast", kind="automatic", applicability="unsafe",
-                  snippet='with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = loss_fn(model(x), y)\nloss.backward()',
-                  overrides={"autocast": "bfloat16"})
+        fix = Fix.unsafe(
+            "Run the forward pass under bf16 autocast",
+            {"autocast": "bfloat16"},
+            snippet='with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = loss_fn(model(x), y)\nloss.backward()',
+        )
         why = f"{dev.name} has bf16/fp16 matrix cores"
     elif dev.tf32 and not tf32_on:
-        fix = Fix(title="Allow TF32 tensor cores for float32 matmuls", kind="automatic", applicability="unsafe",
-                  snippet=('torch.set_float32_matmul_precision("high")  # TF32 for matmuls\n'
-                           "torch.backends.cudnn.allow_tf32 = True        # TF32 for convolutions (the default)\n"
-                           '# for ~2x more: with torch.autocast("cuda", dtype=torch.bfloat16): ...'),
-                  overrides={"float32_matmul_precision": "high"})
+        fix = Fix.unsafe(
+            "Allow TF32 tensor cores for float32 matmuls",
+            {"float32_matmul_precision": "high"},
+            snippet=('torch.set_float32_matmul_precision("high")  # TF32 for matmuls\n'
+                     "torch.backends.cudnn.allow_tf32 = True        # TF32 for convolutions (the default)\n"
+                     '# for ~2x more: with torch.autocast("cuda", dtype=torch.bfloat16): ...'),
+        )
         why = f"{dev.name}{cap} has TF32 and bf16 tensor cores"
     elif dev.tf32:
-        fix = Fix(title="Run the forward pass under bf16 autocast", kind="automatic", applicability="unsafe",
-                  snippet='with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = loss_fn(model(x), y)\nloss.backward()',
-                  overrides={"autocast": "bfloat16"})
+        fix = Fix.unsafe(
+            "Run the forward pass under bf16 autocast",
+            {"autocast": "bfloat16"},
+            snippet='with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = loss_fn(model(x), y)\nloss.backward()',
+        )
         why = f"TF32 is already on; {dev.name}{cap} runs bf16 at twice the TF32 rate"
     else:
-        fix = Fix(title="Run the forward pass under fp16 autocast with a GradScaler", kind="automatic",
-                  applicability="unsafe",
-                  snippet=('scaler = torch.amp.GradScaler("cuda")\n'
-                           'with torch.autocast("cuda", dtype=torch.float16):\n    loss = loss_fn(model(x), y)\n'
-                           "scaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()"),
-                  overrides={"autocast": "float16"})
+        fix = Fix.unsafe(
+            "Run the forward pass under fp16 autocast with a GradScaler",
+            {"autocast": "float16"},
+            snippet=('scaler = torch.amp.GradScaler("cuda")\n'
+                     'with torch.autocast("cuda", dtype=torch.float16):\n    loss = loss_fn(model(x), y)\n'
+                     "scaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()"),
+        )
         why = f"{dev.name}{cap} has fp16 tensor cores but no TF32 or bf16"
     severity = "high" if gain >= 0.2 else "medium" if gain >= 0.08 else "low"
     if dev.kind == "cpu":  # bf16 training on a CPU is less travelled ground: never more than medium
@@ -189,5 +196,6 @@ def _finding(evidence: dict, share: float, of_what: str, dev: h.Device, *, tf32_
                  f"estimated gain {gain:.0%} of step time if they ran about 2x faster."),
         severity=severity,
         evidence={k: v for k, v in evidence.items() if v is not None},
+        estimated_gain_frac=h.r3(gain),
         fix=fix,
     )

@@ -82,11 +82,12 @@ def check(profile, *, min_transpose_frac: float = 0.03) -> Iterator[Finding]:
             "transpose_kernels_per_step": h.r3(len(layout) / n),
             "low_precision_convs_per_step": h.r3(len(low) / n),
             "top_kernels": {str(k): int(v) for k, v in top.items()},
-            "estimated_gain_frac": h.r3(0.8 * share),
         },
-        fix=Fix(title="Use the channels_last memory format for the model and its inputs", kind="automatic",
-                applicability="safe",
-                snippet=("model = model.to(memory_format=torch.channels_last)\n"
-                         "images = images.to(device, memory_format=torch.channels_last, non_blocking=True)"),
-                overrides={"channels_last": True}),
+        estimated_gain_frac=h.r3(0.8 * share),
+        fix=Fix.safe(
+            "Use the channels_last memory format for the model and its inputs",
+            {"channels_last": True},
+            snippet=("model = model.to(memory_format=torch.channels_last)\n"
+                     "images = images.to(device, memory_format=torch.channels_last, non_blocking=True)"),
+        ),
     )

@@ -1,7 +1,8 @@
 """The rule model: one decorator per rule, Findings with evidence, Fixes with an applicability.
 
 A rule is a plain function over a :class:`~advisor.profile.Profile` that yields
-:class:`Finding` objects. Its module docstring is its user-facing documentation (ruff's
+:class:`~advisor.model.Finding` objects (with a :class:`~advisor.model.Fix` built by
+``Fix.safe`` / ``Fix.unsafe`` / ``Fix.manual``). Its module docstring is its user-facing documentation (ruff's
 sections: ``## What it does``, ``## Why is this bad?``, ``## Example`` + ``Use instead:``,
 ``## Fix safety``, ``## Options``); its keyword-only parameters are its options, with their
 defaults. One decorator registers everything::
@@ -27,9 +28,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Callable, Iterable
 
-SEVERITIES = ("high", "medium", "low")
-FIX_KINDS = ("automatic", "manual")
-APPLICABILITIES = ("safe", "unsafe", "display-only")
+from advisor.model import Finding, Fix  # noqa: F401  (rules and plugins import them from here)
+
 STATUSES = ("stable", "preview", "deprecated", "removed")
 REQUIRED_SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Fix safety", "## Options")
 ENTRY_POINT_GROUP = "advisor.rules"
@@ -37,87 +37,6 @@ BUILTIN_PACKAGE = "advisor.rules"
 
 _CODE_RE = re.compile(r"^[A-Z]{1,5}[0-9]{3}$")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-
-
-# --------------------------------------------------------------------------- findings
-
-
-@dataclass
-class Fix:
-    """What the user (or the experiments stage) can do about a finding.
-
-    `kind` is ``automatic`` when `overrides` can be injected into a re-run with no code edit,
-    ``manual`` when it needs a code change (`snippet`). `applicability` follows ruff:
-    ``safe`` (no change to numerics), ``unsafe`` (may change numerics, convergence or memory
-    risk: opt-in only), ``display-only`` (shown for the user to apply by hand).
-    """
-
-    title: str
-    kind: str = "manual"
-    applicability: str = "display-only"
-    snippet: str = ""
-    overrides: dict | None = None
-
-    def to_dict(self) -> dict:
-        return {"title": self.title, "kind": self.kind, "applicability": self.applicability,
-                "snippet": self.snippet, "overrides": self.overrides}
-
-
-@dataclass
-class Finding:
-    """One occurrence of a rule's pattern, with the numbers that show it."""
-
-    title: str
-    summary: str
-    severity: str
-    evidence: dict
-    fix: Fix
-    rule: str = ""  # filled by the engine from the rule that yielded it
-    code: str = ""
-
-    def to_dict(self) -> dict:
-        return {"rule": self.rule, "code": self.code, "severity": self.severity, "title": self.title,
-                "summary": self.summary, "evidence": dict(self.evidence), "fix": self.fix.to_dict(),
-                "experiment": None}
-
-
-# The declarative overrides the experiments stage knows how to inject (nothing else).
-_DL_KEYS = {"num_workers": int, "pin_memory": bool, "persistent_workers": bool, "prefetch_factor": int}
-_OVERRIDE_VALUES: dict[str, Callable[[Any], bool]] = {
-    "dataloader": lambda v: isinstance(v, dict) and bool(v) and all(
-        k in _DL_KEYS and type(x) is _DL_KEYS[k] for k, x in v.items()),
-    "autocast": lambda v: v in ("bfloat16", "float16"),
-    "float32_matmul_precision": lambda v: v in ("high", "medium"),
-    "cudnn_benchmark": lambda v: v is True,
-    "batch_size_scale": lambda v: type(v) is int and v >= 2,
-    "optimizer": lambda v: v in ({"fused": True}, {"foreach": True}),
-    "compile": lambda v: v is True,
-    "channels_last": lambda v: v is True,
-    "torch_threads": lambda v: type(v) is int and v >= 1,
-}
-OVERRIDE_KEYS = tuple(_OVERRIDE_VALUES)
-
-
-def check_finding(finding: Finding) -> str | None:
-    """Why `finding` breaks the report.json contract, or None when it is well formed."""
-    if finding.severity not in SEVERITIES:
-        return f"severity {finding.severity!r} is not one of {', '.join(SEVERITIES)}"
-    if not finding.title or "\n" in finding.title:
-        return "a finding needs a one-line title"
-    fix = finding.fix
-    if fix.kind not in FIX_KINDS:
-        return f"fix kind {fix.kind!r} is not one of {', '.join(FIX_KINDS)}"
-    if fix.applicability not in APPLICABILITIES:
-        return f"fix applicability {fix.applicability!r} is not one of {', '.join(APPLICABILITIES)}"
-    if fix.kind == "automatic" and not fix.overrides:
-        return "an automatic fix needs overrides"
-    for key, value in (fix.overrides or {}).items():
-        valid = _OVERRIDE_VALUES.get(key)
-        if valid is None:
-            return f"override {key!r} is not one the experiments know ({', '.join(OVERRIDE_KEYS)})"
-        if not valid(value):
-            return f"override {key}={value!r} is not a valid value"
-    return None
 
 
 # --------------------------------------------------------------------------- rules
@@ -350,7 +269,7 @@ def load_rules() -> Catalogue:
             continue
         try:
             found = rules_in(ep.load())
-        except Exception as exc:  # a broken plugin is the plugin's problem, never a crash
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a broken plugin is its problem, never our exit
             cat.warnings.append(f"rule plugin {ep.name!r} from package {package} failed to load: {_one_line(exc)}")
             continue
         add(found, package)

@@ -85,11 +85,12 @@ def check(profile, *, min_micro_batches: int = 4, max_micro_batch: int = 8) -> I
             "time_per_micro_batch_s": h.r3(step_s / k),
             "suggested_batch_scale": scale,
         },
-        fix=Fix(title=f"Use {scale}x larger micro-batches and {scale}x fewer accumulation steps",
-                kind="automatic", applicability="unsafe",
-                snippet=(f"loader = DataLoader(dataset, batch_size={micro * scale}, ...)\n"
-                         f"accum_steps = {int(k) // scale}  # was {int(k)}: the effective batch stays {int(samples)}"),
-                overrides={"batch_size_scale": scale}),
+        fix=Fix.unsafe(
+            f"Use {scale}x larger micro-batches and {scale}x fewer accumulation steps",
+            {"batch_size_scale": scale},
+            snippet=(f"loader = DataLoader(dataset, batch_size={micro * scale}, ...)\n"
+                     f"accum_steps = {int(k) // scale}  # was {int(k)}: the effective batch stays {int(samples)}"),
+        ),
     )
 
 

@@ -6,7 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advisor.experiments import baseline_drift, candidates_from, loss_check, merge_overrides, run_experiments, speedup_ci
+from advisor import overrides as vocabulary
+from advisor.experiments import baseline_drift, candidates_from, loss_check, run_experiments, speedup_ci
+from advisor.model import Finding, Fix
 from advisor.probe.runner import ProbeConfig, run_probe
 from advisor.profile import Profile
 from conftest import WORKLOADS
@@ -20,8 +22,8 @@ def frame(durations, samples=16, losses=None):
 
 
 def finding(rule, overrides, applicability="safe"):
-    return {"rule": rule, "code": "X000", "fix": {"kind": "automatic", "applicability": applicability, "overrides": overrides},
-            "experiment": None}
+    fix = Fix.safe("f", overrides) if applicability == "safe" else Fix.unsafe("f", overrides)
+    return Finding("t", "s", "high", {}, fix, rule=rule, code="X000")
 
 
 def test_speedup_interval_brackets_a_known_ratio():
@@ -54,13 +56,13 @@ def test_loss_check_needs_finite_and_close():
 
 def test_candidates_skip_manual_duplicate_and_unsafe_when_asked():
     findings = [finding("a", {"dataloader": {"num_workers": 4}}), finding("b", {"autocast": "bfloat16"}, "unsafe"),
-                {"rule": "c", "fix": {"kind": "manual", "overrides": None}}, finding("d", {"dataloader": {"num_workers": 4}})]
+                Finding("t", "s", "low", {}, Fix.manual("f", "# by hand"), rule="c"), finding("d", {"dataloader": {"num_workers": 4}})]
     assert [c.label for c in candidates_from(findings, safe_only=False)] == ["a", "b"]
     assert [c.label for c in candidates_from(findings, safe_only=True)] == ["a"]
 
 
 def test_merge_overrides_combines_dataloader_settings():
-    merged = merge_overrides({"dataloader": {"num_workers": 4}}, {"dataloader": {"pin_memory": True}, "autocast": "bfloat16"})
+    merged = vocabulary.merge({"dataloader": {"num_workers": 4}}, {"dataloader": {"pin_memory": True}, "autocast": "bfloat16"})
     assert merged == {"dataloader": {"num_workers": 4, "pin_memory": True}, "autocast": "bfloat16"}
 
 
@@ -76,7 +78,8 @@ def experiment_on(tmp_path, workload: str, fix: dict, **options):
 def test_starved_loader_fix_is_measured_swept_and_recommended(tmp_path):
     results = experiment_on(tmp_path, "starved_io.py", finding("dataloader-starvation", {"dataloader": {"num_workers": 2}}),
                             io_like=True, max_experiments=3)
-    findings, recommended = results.findings, results.recommended
+    findings = [f.to_dict() for f in results.findings]  # as report.json has them
+    recommended = results.recommended.to_dict()
     assert results.runs[0]["label"] == "baseline" and results.summary()["child_wall_s"] > 0
     assert len(exp_runs := findings[0]["experiment"]["runs"]) == 2 and all(r["ci_low"] > 1 for r in exp_runs)
     exp = findings[0]["experiment"]
@@ -98,6 +101,17 @@ def test_starved_loader_fix_is_measured_swept_and_recommended(tmp_path):
 def test_a_fix_that_does_nothing_is_not_verified(tmp_path):
     """Healthy control: an override with no effect on a CPU run must not be called faster."""
     results = experiment_on(tmp_path, "healthy_inmemory.py", finding("cudnn-benchmark", {"cudnn_benchmark": True}))
-    exp = results.findings[0]["experiment"]
-    assert exp["verified"] is False and exp["verdict"] != "faster"
+    exp = results.findings[0].experiment
+    assert exp.verified is False and exp.verdict != "faster"
     assert results.recommended is None
+
+
+@pytest.mark.slow
+def test_an_override_the_script_never_reaches_is_reported_not_applied(tmp_path):
+    """manual_sgd.py builds no torch.optim optimizer: forcing foreach= cannot take effect, and the
+    child's `applied` says so; that is "not applied", never "no significant change"."""
+    results = experiment_on(tmp_path, "manual_sgd.py", finding("unfused-optimizer", {"optimizer": {"foreach": True}}))
+    exp = results.findings[0].experiment
+    assert exp.verdict == "not-applied" and exp.not_applied == ["optimizer"] and not exp.verified
+    assert results.recommended is None
+    assert results.runs[1]["applied"] == {"optimizers": []}

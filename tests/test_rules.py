@@ -13,11 +13,19 @@ import textwrap
 import pandas as pd
 import pytest
 
-from advisor.engine import ConfigError, Settings, load_settings, resolve, run_rules, settings_from_table, sort_key
+from advisor.engine import ConfigError, Settings, load_settings, resolve, run_rules, settings_from_table
 from advisor.profile import Profile
-from advisor.rules.registry import (OVERRIDE_KEYS, REQUIRED_SECTIONS, Finding, Fix, check_finding, doc_problems,
+from advisor import overrides as vocabulary
+from advisor.model import Experiment, rank
+from advisor.rules.registry import (REQUIRED_SECTIONS, Finding, Fix, doc_problems,
                                     documented_defaults, documented_options, load_rules, rule, section)
 from conftest import advise_cmd
+
+
+def run_rules_json(*args, **kwargs):
+    """run_rules, its findings as report.json has them (the serialised contract)."""
+    found, warnings = run_rules(*args, **kwargs)
+    return [f.to_dict() for f in found], warnings
 
 CATALOGUE = load_rules()
 RULES = CATALOGUE.rules
@@ -80,8 +88,7 @@ def test_bad_rule_identity_is_refused_at_definition():
 
 
 def _finding(**kw) -> Finding:
-    base = dict(title="t", summary="s", severity="low", evidence={},
-                fix=Fix(title="f", kind="automatic", applicability="safe", overrides={"compile": True}))
+    base = dict(title="t", summary="s", severity="low", evidence={}, fix=Fix.unsafe("f", {"compile": True}))
     base.update(kw)
     return Finding(**base)
 
@@ -96,25 +103,49 @@ def _finding(**kw) -> Finding:
     ({"batch_size_scale": 1.5}, False), ({"optimizer": {"fused": False}}, False), ({"env": {"X": "1"}}, False),
 ])
 def test_overrides_use_only_the_experiments_vocabulary(overrides, ok):
-    problem = check_finding(_finding(fix=Fix(title="f", kind="automatic", applicability="unsafe", overrides=overrides)))
+    problem = _finding(fix=Fix.unsafe("f", overrides)).problem()
     assert (problem is None) == ok, problem
-    assert set(OVERRIDE_KEYS) == {"dataloader", "autocast", "float32_matmul_precision", "cudnn_benchmark",
-                                  "batch_size_scale", "optimizer", "compile", "channels_last", "torch_threads"}
+    assert set(vocabulary.KEYS) == {"dataloader", "autocast", "float32_matmul_precision", "cudnn_benchmark",
+                                    "batch_size_scale", "optimizer", "compile", "channels_last", "torch_threads"}
+
+
+def test_every_vocabulary_key_has_a_snippet_and_a_description():
+    for knob in vocabulary.VOCABULARY.values():
+        assert knob.description and knob.snippet is not None
+    assert "num_workers=8" in vocabulary.snippet("dataloader", {"num_workers": 8})
+    assert vocabulary.snippet("torch_threads", 2) == "+ torch.set_num_threads(2)"
 
 
 def test_contract_shape_of_a_finding():
-    d = _finding().to_dict()
-    assert list(d) == ["rule", "code", "severity", "title", "summary", "evidence", "fix", "experiment"]
+    d = _finding(estimated_gain_frac=0.2).to_dict()
+    assert list(d) == ["rule", "code", "severity", "title", "summary", "evidence", "estimated_gain_frac", "fix", "experiment"]
     assert set(d["fix"]) == {"title", "kind", "applicability", "snippet", "overrides"} and d["experiment"] is None
-    assert check_finding(_finding(severity="urgent")) and check_finding(_finding(fix=Fix(title="f", kind="automatic")))
+    assert d["evidence"]["estimated_gain_frac"] == 0.2  # schema 1 kept it in the evidence: it stays there too
+    assert Finding.from_dict(d) == _finding(estimated_gain_frac=0.2)
+    assert Fix(title="f", kind="automatic").problem() == "an automatic fix needs overrides"
 
 
-def test_findings_sort_by_severity_then_estimated_gain():
-    rows = [{"severity": "low", "evidence": {"estimated_gain_frac": 0.9}, "code": "A"},
-            {"severity": "high", "evidence": {}, "code": "B"},
-            {"severity": "high", "evidence": {"estimated_gain_frac": 0.3}, "code": "C"},
-            {"severity": "medium", "evidence": {"estimated_gain_frac": 0.1}, "code": "D"}]
-    assert [r["code"] for r in sorted(rows, key=sort_key)] == ["C", "B", "D", "A"]
+def test_a_typo_in_a_severity_or_fix_kind_is_an_error_not_silence():
+    with pytest.raises(ValueError, match="severity 'urgent'"):
+        _finding(severity="urgent")
+    with pytest.raises(ValueError, match="fix kind 'automatik'"):
+        Fix(title="f", kind="automatik")
+
+
+def test_findings_rank_by_estimated_gain_then_severity():
+    rows = [_finding(severity="low", estimated_gain_frac=0.9, code="A"), _finding(severity="high", code="B"),
+            _finding(severity="high", estimated_gain_frac=0.3, code="C"),
+            _finding(severity="medium", estimated_gain_frac=0.1, code="D")]
+    assert [f.code for f in rank(rows)] == ["A", "C", "D", "B"]
+
+
+def test_findings_rank_measured_gains_first():
+    def measured(code, speedup, verified):
+        return _finding(code=code, severity="low", experiment=Experiment("faster" if verified else "no-significant-change",
+                                                                        verified=verified, speedup=speedup))
+    rows = [_finding(code="E", severity="high", estimated_gain_frac=0.5), measured("U", 1.2, False),
+            measured("V", 1.1, True), measured("S", 0.8, False), measured("W", 2.0, True)]
+    assert [f.code for f in rank(rows)] == ["W", "V", "U", "E", "S"]
 
 
 def test_a_crashing_rule_is_a_warning_not_a_crash(monkeypatch):
@@ -125,7 +156,7 @@ def test_a_crashing_rule_is_a_warning_not_a_crash(monkeypatch):
 
     monkeypatch.setattr(victim, "func", boom)
     steps = pd.DataFrame({"index": [0], "duration_s": [1.0], "data_wait_s": [0.9], "profiled": [False]})
-    findings, warnings = run_rules(Profile(steps=steps), catalogue=CATALOGUE)
+    findings, warnings = run_rules_json(Profile(steps=steps), catalogue=CATALOGUE)
     assert findings == [] and warnings == ["rule DL001 (dataloader-starvation) failed: RuntimeError: planted"]
 
 
@@ -183,10 +214,10 @@ def test_bad_settings_are_one_line_errors(table, message):
 def test_options_reach_the_rule():
     steps = pd.DataFrame({"index": range(4), "duration_s": [0.1] * 4, "data_wait_s": [0.02] * 4, "profiled": [False] * 4})
     profile = Profile(steps=steps, env={"device": "cpu", "cpu_count": 8, "torch_threads": 8})
-    (finding,), _ = run_rules(profile, Settings(select=["DL001"]), CATALOGUE)  # 20 ms of a 100 ms step
+    (finding,), _ = run_rules_json(profile, Settings(select=["DL001"]), CATALOGUE)  # 20 ms of a 100 ms step
     assert finding["rule"] == "dataloader-starvation" and finding["evidence"]["data_wait_frac"] == pytest.approx(0.2)
     for options in ({"min_wait_ms": 50.0}, {"min_wait_frac": 0.25}):
-        assert run_rules(profile, Settings(select=["DL001"], options={"dataloader-starvation": options}), CATALOGUE)[0] == []
+        assert run_rules_json(profile, Settings(select=["DL001"], options={"dataloader-starvation": options}), CATALOGUE)[0] == []
 
 
 # --------------------------------------------------------------------------- the CLI
@@ -344,7 +375,7 @@ def cpu_matmul_trace(tmp_path_factory):
 def test_fp32_matmul_on_a_cpu_claims_a_gain_only_with_native_bf16(cpu_matmul_trace, bf16, fires):
     base = Profile.from_trace(cpu_matmul_trace)
     cpu = Profile(steps=base.steps, trace=base.trace, env={"device": "cpu", "bf16_supported": bf16}, meta=base.meta)
-    found, _ = run_rules(cpu, Settings(select=["PR001"]), CATALOGUE)
+    found, _ = run_rules_json(cpu, Settings(select=["PR001"]), CATALOGUE)
     assert bool(found) == fires
     if fires:
         f = found[0]
@@ -374,7 +405,7 @@ def _probe_profile(*, workers=0, threads=2, cores=2, cpu_percent=195.0, samples=
     (dict(workers=0, threads=2), False),
 ])
 def test_cpu_oversubscription(kw, fires):
-    found, _ = run_rules(_probe_profile(**kw), Settings(select=["DL003"]), CATALOGUE)
+    found, _ = run_rules_json(_probe_profile(**kw), Settings(select=["DL003"]), CATALOGUE)
     assert bool(found) == fires
     if fires:
         assert found[0]["evidence"]["threads_demanded"] == 6
@@ -386,14 +417,14 @@ def test_cpu_oversubscription(kw, fires):
     (dict(samples=2, batch=2, source="dataloader", optimizer_every=8, steps=16), 8),  # probe timed batches
 ])
 def test_tiny_micro_batches(kw, micro):
-    (f,), _ = run_rules(_probe_profile(**kw), Settings(select=["STEP001"]), CATALOGUE)
+    (f,), _ = run_rules_json(_probe_profile(**kw), Settings(select=["STEP001"]), CATALOGUE)
     assert f["evidence"]["micro_batches_per_step"] == micro and f["evidence"]["micro_batch_size"] == 2
     assert f["fix"]["overrides"]["batch_size_scale"] >= 2 and f["fix"]["applicability"] == "unsafe"
 
 
 @pytest.mark.parametrize("kw", [dict(samples=32, batch=32), dict(samples=64, batch=16), dict(samples=8, batch=8)])
 def test_ordinary_batches_are_not_tiny(kw):
-    assert run_rules(_probe_profile(**kw), Settings(select=["STEP001"]), CATALOGUE)[0] == []
+    assert run_rules_json(_probe_profile(**kw), Settings(select=["STEP001"]), CATALOGUE)[0] == []
 
 
 def test_a_few_slow_steps_are_not_starvation():
@@ -401,7 +432,7 @@ def test_a_few_slow_steps_are_not_starvation():
     waits = [0.0005] * 10 + [0.2, 0.3]
     steps = pd.DataFrame({"index": range(12), "duration_s": [0.02] * 10 + [0.22, 0.32], "data_wait_s": waits,
                           "profiled": [False] * 12})
-    assert run_rules(Profile(steps=steps), Settings(select=["DL001"]), CATALOGUE)[0] == []
+    assert run_rules_json(Profile(steps=steps), Settings(select=["DL001"]), CATALOGUE)[0] == []
 
 
 @pytest.mark.parametrize("wait_s, step_s, workers", [
@@ -412,12 +443,12 @@ def test_small_or_handover_waits_are_not_starvation(wait_s, step_s, workers):
     steps = pd.DataFrame({"index": range(8), "duration_s": [step_s] * 8, "data_wait_s": [wait_s] * 8,
                           "profiled": [False] * 8})
     profile = Profile(steps=steps, observed={"dataloaders": [{"num_workers": workers, "batch_size": 32}]})
-    assert run_rules(profile, Settings(select=["DL001"]), CATALOGUE)[0] == []
+    assert run_rules_json(profile, Settings(select=["DL001"]), CATALOGUE)[0] == []
 
 
 def test_a_wait_caused_by_oversubscription_is_reported_once_as_oversubscription():
     starved_by_contention = _probe_profile(workers=4, threads=2, wait=0.03)
-    found, _ = run_rules(starved_by_contention, Settings(select=["DL001", "DL003"]), CATALOGUE)
+    found, _ = run_rules_json(starved_by_contention, Settings(select=["DL001", "DL003"]), CATALOGUE)
     assert [f["code"] for f in found] == ["DL003"] and found[0]["evidence"]["data_wait_frac"] == pytest.approx(0.6)
     fitting = _probe_profile(workers=1, threads=1, wait=0.03)
-    assert [f["code"] for f in run_rules(fitting, Settings(select=["DL001", "DL003"]), CATALOGUE)[0]] == ["DL001"]
+    assert [f["code"] for f in run_rules_json(fitting, Settings(select=["DL001", "DL003"]), CATALOGUE)[0]] == ["DL001"]

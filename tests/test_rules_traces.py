@@ -52,6 +52,7 @@ def profile_of(relative: str, **env) -> Profile:
 def findings(relative: str, select: str = "ALL", options: dict | None = None, **env) -> dict[str, dict]:
     found, warnings = run_rules(profile_of(relative, **env), Settings(select=[select], options=options or {}), CATALOGUE)
     assert warnings == []
+    found = [f.to_dict() for f in found]  # as report.json has them
     codes = [f["code"] for f in found]
     assert len(codes) == len(set(codes))
     return {f["code"]: f for f in found}
@@ -216,6 +217,7 @@ def test_near_oom_from_the_probe_memory():
                    memory={"peak_allocated_bytes": int(0.9 * total), "peak_reserved_bytes": int(0.95 * total),
                            "device_total_bytes": total})
     (f,), _ = run_rules(near, Settings(select=["MEM001"]), CATALOGUE)
+    f = f.to_dict()
     assert "out-of-memory" in f["title"] and f["fix"]["kind"] == "manual" and f["fix"]["overrides"] is None
 
 
@@ -240,6 +242,7 @@ def test_probe_optimizer_flags_decide():
     base = _profile(FUSED_ADAM_A100)
     prof = Profile(steps=base.steps, trace=base.trace, env=base.env, meta=base.meta, observed={"optimizers": [probe]})
     (f,), _ = run_rules(prof, Settings(select=["OPT001"]), CATALOGUE)
+    f = f.to_dict()
     assert f["evidence"]["implementation"] == "single-tensor" and f["fix"]["overrides"] == {"optimizer": {"fused": True}}
 
 

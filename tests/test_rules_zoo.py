@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.rules.registry import check_finding, Finding, Fix
+from advisor.model import Finding
 from conftest import WORKLOADS, advise_cmd
 
 pytestmark = pytest.mark.slow
@@ -85,6 +85,5 @@ def test_zoo(script, tmp_path, record_property):
     assert not unexpected, f"false positives {sorted(unexpected)}: {details}"
 
     for f in found.values():  # what the contract promises about every finding
-        fix = Fix(**f["fix"])
-        assert check_finding(Finding(f["title"], f["summary"], f["severity"], f["evidence"], fix)) is None
+        assert Finding.from_dict(f).problem() is None
         assert f["experiment"] is None and f["evidence"]

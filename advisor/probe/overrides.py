@@ -13,8 +13,9 @@ script would have made the choice, so the script itself is never edited:
 - ``compile``: each top-level module call goes through ``torch.compile``;
 - ``channels_last``: conv models and their 4-D inputs use channels_last memory format.
 
-``applied`` records what really took effect, so a test (and the report) can tell an override
-that did nothing from one that did.
+The keys and their valid values are the vocabulary in :mod:`advisor.overrides`. ``applied``
+records what really took effect, so the experiments can report an override that did nothing
+as "not applied" instead of "no significant change".
 """
 
 from __future__ import annotations
@@ -27,26 +28,9 @@ from typing import Any
 import torch
 import torch.utils.data as tud
 
-KNOWN = {"dataloader", "batch_size_scale", "autocast", "float32_matmul_precision", "cudnn_benchmark",
-         "torch_threads", "optimizer", "compile", "channels_last"}
-DATALOADER_KEYS = {"num_workers", "pin_memory", "persistent_workers", "prefetch_factor"}
+from advisor.overrides import OverrideError, validate  # noqa: F401  (the vocabulary; OverrideError re-exported)
+
 AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class OverrideError(ValueError):
-    """An override this probe does not know how to apply."""
-
-
-def validate(overrides: dict) -> None:
-    """Reject unknown keys and values up front: a typo must not silently measure nothing."""
-    unknown = set(overrides) - KNOWN
-    if unknown:
-        raise OverrideError(f"unknown override(s): {', '.join(sorted(unknown))}")
-    bad_dl = set(overrides.get("dataloader", {})) - DATALOADER_KEYS
-    if bad_dl:
-        raise OverrideError(f"unknown dataloader override(s): {', '.join(sorted(bad_dl))}")
-    if "autocast" in overrides and overrides["autocast"] not in AUTOCAST_DTYPES:
-        raise OverrideError(f"autocast must be one of {sorted(AUTOCAST_DTYPES)}")
 
 
 def apply(overrides: dict, applied: dict) -> None:
@@ -86,6 +70,7 @@ def _patch_dataloader(kwargs: dict, scale: Any, applied: dict) -> None:
         arguments.update(forced)
         if scale and arguments.get("batch_sampler") is None:
             arguments["batch_size"] = int(arguments.get("batch_size", 1) or 1) * int(scale)
+            applied["batch_size_scale"] = int(scale)
         original(*bound.args, **bound.kwargs)
         seen.append({"num_workers": self.num_workers, "pin_memory": self.pin_memory, "batch_size": self.batch_size,
                      "persistent_workers": self.persistent_workers, "prefetch_factor": self.prefetch_factor})
