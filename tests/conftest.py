@@ -1,4 +1,15 @@
-"""Shared fixtures: run the real `advise` CLI in a subprocess, locate workloads and shared traces."""
+"""Shared fixtures: run the real `advise` CLI in a subprocess, locate workloads and real traces.
+
+Real Kineto traces come from two places, looked up in this order by `trace_path()`:
+
+1. tests/data/traces: a small licensed subset (BSD-3-Clause / MIT, see its README.md),
+   shipped with the repo, so a fresh clone runs the GPU-rule tests on real traces;
+2. the shared traces folder: $ADVISE_SHARED_TRACES, else ../shared/traces next to the repo.
+   It also holds traces that may not be redistributed (no licence), so it is not in the repo.
+
+A test whose trace is only in the shared folder skips, saying loudly that the folder is
+missing; with $CI set (`.ci/run` sets it) a missing shared folder fails the whole session.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +24,11 @@ import pytest
 
 WORKLOADS = Path(__file__).parent / "workloads"
 REPO = Path(__file__).resolve().parents[1]
-SHARED_TRACES = Path(os.environ.get("ADVISE_SHARED_TRACES", REPO.parent / "shared" / "traces"))
+SHIPPED_TRACES = Path(__file__).parent / "data" / "traces"
+SHARED_TRACES = Path(os.environ.get("ADVISE_SHARED_TRACES") or REPO.parent / "shared" / "traces")
+# Files in a traces folder that are not traces.
+_NOT_TRACES = {"README.md", "SHA256SUMS", "LICENSE", "result_check_file.txt"}
+MISSING_SHARED = "SHARED TRACES MISSING"  # starts every skip reason for a trace that is only in the shared folder
 
 # Fast probe settings for tests: the numbers only need to exist, not to be precise.
 FAST = ["--steps", "6", "--warmup", "2", "--profile-steps", "2", "--no-experiments"]
@@ -46,8 +61,64 @@ def advise(tmp_path):
     return run
 
 
-def shared_trace(relative: str) -> Path:
-    path = SHARED_TRACES / relative
-    if not path.exists():
-        pytest.skip(f"shared trace not available: {path}")
-    return path
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _shared_missing_text() -> str:
+    return (f"the shared traces folder {SHARED_TRACES} does not exist; check out shared/traces next to the "
+            f"repo or set ADVISE_SHARED_TRACES=/path/to/shared/traces")
+
+
+def find_trace(relative: str) -> Path | None:
+    """The trace `relative` (e.g. "kineto/.../x.json.gz"): shipped copy first, then the shared folder."""
+    for root in (SHIPPED_TRACES, SHARED_TRACES):
+        path = root / relative
+        if path.is_file():
+            return path
+    return None
+
+
+def trace_path(relative: str) -> Path:
+    """`find_trace`, or skip loudly when only the (missing) shared folder could have it."""
+    path = find_trace(relative)
+    if path is not None:
+        return path
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"{MISSING_SHARED}: {relative} is not shipped in tests/data/traces and {_shared_missing_text()}")
+    pytest.fail(f"trace {relative} is in neither {SHIPPED_TRACES} nor {SHARED_TRACES}")
+
+
+def known_traces() -> list[str]:
+    """Relative paths of every trace in the shipped and shared folders (each once)."""
+    found = set()
+    for root in (SHIPPED_TRACES, SHARED_TRACES):
+        if root.is_dir():
+            found.update(p.relative_to(root).as_posix() for p in root.glob("**/*.json*")
+                         if p.is_file() and p.name not in _NOT_TRACES)
+    return sorted(found)
+
+
+# --------------------------------------------------------------------------- session hooks
+
+
+def pytest_configure(config):
+    # Under CI a missing shared folder is an error, not dozens of skips (checked once, not in xdist workers).
+    if in_ci() and not SHARED_TRACES.is_dir() and not hasattr(config, "workerinput"):
+        raise pytest.UsageError(
+            f"CI is set but {_shared_missing_text()}. The tests on traces that are not shipped in "
+            f"tests/data/traces would all skip (unset CI to run without them).")
+
+
+def pytest_report_header(config):
+    shipped = len(list(SHIPPED_TRACES.glob("**/*.json*")))
+    shared = "found" if SHARED_TRACES.is_dir() else f"MISSING: tests on unshipped traces skip ({MISSING_SHARED})"
+    return [f"traces: {shipped} shipped in {SHIPPED_TRACES}; shared folder {SHARED_TRACES}: {shared}"]
+
+
+def pytest_terminal_summary(terminalreporter):
+    skipped = [r for r in terminalreporter.stats.get("skipped", [])
+               if MISSING_SHARED in str(getattr(r, "longrepr", ""))]
+    if skipped:
+        terminalreporter.section(MISSING_SHARED, sep="!", red=True, bold=True)
+        terminalreporter.line(f"{len(skipped)} tests skipped: {_shared_missing_text()}.", red=True, bold=True)

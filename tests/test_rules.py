@@ -337,9 +337,9 @@ def test_third_party_rules_load_through_the_entry_point_group(tmp_path):
 
 
 def test_rules_run_on_analyze_and_can_be_narrowed(tmp_path):
-    from conftest import shared_trace
+    from conftest import trace_path
 
-    trace = shared_trace("kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
+    trace = trace_path("kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
     everything = _cli("analyze", str(trace), "--json")
     assert everything.exit_code == 0, everything.stderr
     codes = [f["code"] for f in json.loads(everything.stdout)["findings"]]

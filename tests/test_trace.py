@@ -1,8 +1,10 @@
 """Tests for advisor.trace on real Kineto traces (no mocks).
 
-The third-party traces live outside the repo (shared/traces, see its README);
-the folder is found via $ADVISE_SHARED_TRACES or ../shared/traces next to the
-repo, and trace tests skip cleanly when it is absent.  Each file is loaded
+The third-party traces are found by conftest.trace_path: a licensed subset ships
+in tests/data/traces (see its README), the rest is read from the shared folder
+($ADVISE_SHARED_TRACES or ../shared/traces next to the repo); tests on those skip
+loudly when it is absent, and CI fails.  Every trace in either folder, and every
+file named in EXPECT, gets one parametrized test.  Each file is loaded
 exactly once per test session: all checks on a file run in its one
 parametrized test (its README expectations are listed in EXPECT), so xdist
 never loads the same big file in two workers.
@@ -11,30 +13,16 @@ never loads the same big file in two workers.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import math
-import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from advisor.trace import TraceError, TraceFrames, interval_union_us, load_trace
-
-
-def _traces_dir() -> Path:
-    env = os.environ.get("ADVISE_SHARED_TRACES")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "traces"
-
-
-TRACES = _traces_dir()
-_NOT_TRACES = {"README.md", "SHA256SUMS", "result_check_file.txt"}
-TRACE_FILES = (
-    sorted(p.relative_to(TRACES).as_posix() for p in TRACES.glob("**/*.json*")
-           if p.is_file() and p.name not in _NOT_TRACES)
-    if TRACES.is_dir() else []
-)
+from conftest import SHARED_TRACES, SHIPPED_TRACES, known_traces, trace_path
 
 COLUMNS = {
     "ops": ["name", "ts_us", "dur_us", "end_us", "self_us", "depth", "pid", "tid", "external_id",
@@ -62,7 +50,7 @@ def _share(steps: pd.DataFrame, col: str) -> float:
 
 
 # ----------------------------------------------------------------------------
-# Per-file expectations, from shared/traces/README.md ("measured here" numbers,
+# Per-file expectations, from the shared traces README ("measured here" numbers,
 # loosened to ranges) and tb_plugin's expected output.
 
 
@@ -227,6 +215,14 @@ def expect_bert_h100(t: TraceFrames) -> None:
     assert t.runtime["name"].isin(["cuLaunchKernel"]).any()  # cuda_driver events
 
 
+def expect_inference_step(device: str):
+    def check(t: TraceFrames) -> None:
+        assert len(t.steps) == 1 and t.meta["has_gpu"]
+        assert t.meta["device_properties"][0]["name"].startswith(device)
+        assert not t.annotations["name"].str.startswith("Optimizer.step").any()
+    return check
+
+
 EXPECT = {
     "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz": expect_resnet_nw0_first,
     "kineto/resnet50_num_workers_0/worker0.1623143566756.pt.trace.json.gz": expect_resnet_nw0_second,
@@ -252,6 +248,8 @@ EXPECT = {
     "hta/trace_diff/control/control.json.gz": expect_trace_diff,
     "hta/trace_diff/test/test.json.gz": expect_trace_diff,
     "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz": expect_bert_h100,
+    "tracelens/mi300/gaunernst_bert-small-uncased__1016001.json.gz": expect_inference_step("AMD Instinct MI300X"),
+    "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz": expect_inference_step("NVIDIA H100"),
 }
 
 
@@ -307,12 +305,13 @@ def check_invariants(t: TraceFrames, path: str) -> None:
             assert (s["gpu_busy_us"] == 0).all()
 
 
-@pytest.mark.parametrize(
-    "rel",
-    TRACE_FILES or [pytest.param(None, marks=pytest.mark.skip(reason=f"no traces folder at {TRACES}"))],
-)
+# Every trace found, plus those EXPECT names (they skip loudly when the shared folder is missing).
+TRACE_FILES = sorted(set(known_traces()) | set(EXPECT))
+
+
+@pytest.mark.parametrize("rel", TRACE_FILES)
 def test_real_trace(rel):
-    path = str(TRACES / rel)
+    path = str(trace_path(rel))
     t = load_trace(path)
     assert isinstance(t, TraceFrames)
     check_invariants(t, path)
@@ -322,9 +321,32 @@ def test_real_trace(rel):
 
 
 def test_every_expectation_has_a_file():
-    if not TRACE_FILES:
-        pytest.skip(f"no traces folder at {TRACES}")
-    assert set(EXPECT) <= set(TRACE_FILES)
+    # A shared trace without an EXPECT entry would vanish from TRACE_FILES, not skip, without the folder.
+    unlisted = set(known_traces()) - set(EXPECT) - {p.relative_to(SHIPPED_TRACES).as_posix()
+                                                    for p in SHIPPED_TRACES.glob("**/*.json*")}
+    assert not unlisted, f"give these shared traces an EXPECT entry: {sorted(unlisted)}"
+    for rel in EXPECT:
+        trace_path(rel)  # fails when the shared folder is there without it
+
+
+def test_shipped_traces_are_licensed_and_intact():
+    """tests/data/traces holds only licensed folders, each file listed in its README and SHA256SUMS."""
+    shipped = sorted(p.relative_to(SHIPPED_TRACES).as_posix() for p in SHIPPED_TRACES.glob("**/*.json*"))
+    assert shipped, f"no traces shipped in {SHIPPED_TRACES}"
+    lines = (SHIPPED_TRACES / "SHA256SUMS").read_text().splitlines()
+    sums = {name: digest for digest, name in (line.split(maxsplit=1) for line in lines)}
+    assert sorted(sums) == shipped
+    readme = (SHIPPED_TRACES / "README.md").read_text()
+    licensed = {"kineto", "hta", "tracelens"}  # BSD-3-Clause / MIT; the other shared folders have no licence
+    for rel in shipped:
+        folder = rel.split("/")[0]
+        assert folder in licensed and (SHIPPED_TRACES / folder / "LICENSE").is_file(), rel
+        assert f"`{rel}`" in readme, f"{rel} is not listed in tests/data/traces/README.md"
+        digest = hashlib.sha256((SHIPPED_TRACES / rel).read_bytes()).hexdigest()
+        assert digest == sums[rel], f"{rel} does not match SHA256SUMS"
+        shared = SHARED_TRACES / rel
+        if shared.is_file():
+            assert hashlib.sha256(shared.read_bytes()).hexdigest() == digest, f"{rel} differs from {shared}"
 
 
 # ----------------------------------------------------------------------------
