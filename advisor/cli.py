@@ -99,9 +99,39 @@ def analyze(trace, as_json, out, select, ignore, config):
               help="html: rewrite report.html in RUN_DIR; markdown: print the summary to stdout.")
 def report_command(run_dir, fmt):
     """Re-render RUN_DIR's report (its report.json) without re-running anything."""
-    from advisor.reports.html import rerender
+    from advisor.profile import Profile
+    from advisor.report import ReportError, load_report
+    from advisor.reports import html, markdown, ruledoc
+    from advisor.trace import TraceError
 
-    sys.exit(rerender(Path(run_dir), fmt=fmt))
+    path = Path(run_dir) / "report.json" if Path(run_dir).is_dir() else Path(run_dir)
+    try:
+        report = load_report(path)
+    except ReportError as exc:
+        fail(str(exc))
+    profile = Profile.from_run_dir(path.parent)
+    trace = (report.get("artifacts") or {}).get("trace")
+    if profile.trace is None and trace and Path(trace).is_absolute() and Path(trace).is_file():
+        try:  # `advise analyze --out`: the trace stays where the user keeps it
+            profile = Profile.from_trace(trace)
+        except TraceError:
+            pass  # the page says the trace was not loaded
+    try:
+        from advisor.rules.registry import load_rules
+
+        rule_docs = ruledoc.docs_by_key(load_rules().rules)
+    except Exception:  # noqa: BLE001 - the report renders whatever state the rules are in
+        rule_docs = {}
+    try:
+        if fmt == "markdown":
+            click.echo(markdown.markdown_for(report, profile, rule_docs), nl=False)
+        else:
+            click.echo(html.write_html(report, path.parent, profile, rule_docs))
+    except ValueError as exc:  # a finding or experiment outside the report.json contract
+        fail(f"{path}: {exc}")
+    except OSError as exc:
+        fail(f"cannot write the report into {path.parent}: {exc.strerror or exc}")
+    sys.exit(0)
 
 
 @main.command("rules")

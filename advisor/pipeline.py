@@ -151,13 +151,15 @@ def _write_renderings(report: dict, out: Path | None, profile: Profile | None, c
 
     A rendering problem is a warning: it never costs the user the run or report.json.
     """
-    from advisor.reports import html, markdown
+    from advisor.reports import html, markdown, ruledoc
+    from advisor.rules.registry import load_rules
 
     path = None
     try:
+        rule_docs = ruledoc.docs_by_key(load_rules().rules)
         if out is not None:
-            path = html.write_html(report, out, profile)
-        markdown.append_step_summary(report, out, profile)
+            path = html.write_html(report, out, profile, rule_docs)
+        markdown.append_step_summary(report, profile, rule_docs)
     except Exception as exc:  # noqa: BLE001
         con.print(f"warning: the HTML/markdown report was not written: {type(exc).__name__}: {exc}",
                   style="yellow", highlight=False)

@@ -17,7 +17,7 @@ Frames (pandas; times in seconds unless the column says ``_us``):
 Plain dicts: ``env`` (python, torch, cuda, device, device_name, device_capability,
 device_memory_bytes, cpu_count, backend flags, rank...), ``observed`` (optimizers and
 DataLoaders the script built), ``memory`` (peak accelerator memory), ``meta`` (step source,
-trace path, probe status).
+trace path, probe status, ``log_tail``: the last lines of the script's log).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ import pandas as pd
 
 from .probe import files
 from .trace import TraceError, TraceFrames, load_trace
+
+LOG_TAIL_LINES = 30  # meta["log_tail"]: what a failed run's report shows of the script's log
 
 
 @dataclass
@@ -90,6 +92,7 @@ class Profile:
                 "step_source": probe.get("step_source"),
                 "trace": names.trace if trace is not None else None,
                 "notes": notes,
+                "log_tail": _tail(run_dir / names.log, LOG_TAIL_LINES),
             },
         )
 
@@ -135,6 +138,14 @@ def _read_json(path: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+
+
+def _tail(path: Path, n: int) -> str:
+    """The last `n` lines of a text file ('' when it cannot be read)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
 
 
 def _read_csv(path: Path) -> pd.DataFrame:

@@ -1,1 +1,9 @@
-"""Renderers of the report dict (installed as ``advisor.reports``): terminal, and more to come."""
+"""Renderers of the report (installed as ``advisor.reports``).
+
+- ``terminal``: the progress line and the summary after a run; ``compare_output``: ``advise compare``
+- ``html`` (report.html) and ``markdown`` (CI step summaries), both from one view model:
+  ``page`` (the page and its header), ``findings_view``, ``ruledoc``, ``ops_view``,
+  ``timeline_view``, ``run_view``; ``charts`` places the SVG shapes
+- ``words``: how a measurement is said, by every renderer
+- ``templates/``: the jinja templates and the inlined CSS and JS
+"""

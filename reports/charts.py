@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from . import format as fmt
+from advisor import format as fmt
 
 WIDTH = 960  # viewBox width of every chart; the SVG scales to the page
 LEFT, RIGHT = 64, 12  # room for y labels on the left

@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from advisor import format as fmt
+
 VERDICT_TEXT = {
     "regression": "REGRESSION",
     "improvement": "improved",
@@ -26,42 +28,6 @@ VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "ok": "green"
 WIDTH = 110
 MD_MARK = {"regression": "❌ regression", "improvement": "🚀 improved", "ok": "✅ ok",
            "not-significant": "⚠️ slower, not significant", "reported": "", "n/a": "n/a"}
-
-
-def fmt_value(value, unit: str) -> str:
-    if value is None:
-        return "-"
-    if unit == "samples/s":
-        return f"{value:,.1f}"
-    if unit == "steps/s":
-        return f"{value:,.2f}"
-    if unit == "s":
-        return f"{value * 1e3:,.1f} ms" if value < 1 else f"{value:,.2f} s"
-    if unit == "bytes":
-        return f"{value / 2**20:,.0f} MiB" if value < 2**30 else f"{value / 2**30:,.2f} GiB"
-    if unit == "fraction":
-        return f"{value:.1%}"
-    return f"{value:g}"
-
-
-def fmt_change(change, unit: str) -> str:
-    if change is None:
-        return "-"
-    if unit == "fraction":
-        return f"{change * 100:+.1f} pp"
-    return f"{change:+.1%}"
-
-
-def fmt_ci(ci, unit: str) -> str:
-    if not ci:
-        return "-"
-    return f"[{fmt_change(ci[0], unit)}, {fmt_change(ci[1], unit)}]"
-
-
-def fmt_p(p) -> str:
-    if p is None:
-        return "-"
-    return f"{p:.2g}" if p >= 1e-4 else "<1e-4"
 
 
 def _verdict_line(result) -> str:
@@ -92,8 +58,8 @@ def print_table(result, con: Console) -> None:
     for m in result.metrics:
         table.add_row(
             m.label + ("" if m.gated else " *"),
-            fmt_value(m.baseline, m.unit), fmt_value(m.current, m.unit), fmt_change(m.change, m.unit),
-            fmt_ci(m.ci, m.unit), fmt_p(m.p_value) if m.gated else "-",
+            fmt.in_unit(m.baseline, m.unit), fmt.in_unit(m.current, m.unit), fmt.change(m.change, m.unit),
+            fmt.change_interval(m.ci, m.unit), fmt.p_value(m.p_value) if m.gated else fmt.DASH,
             Text(VERDICT_TEXT.get(m.verdict, m.verdict), style=VERDICT_STYLE.get(m.verdict, "")),
         )
     con.print(table)
@@ -124,8 +90,8 @@ def markdown(result) -> str:
     for m in result.metrics:
         lines.append(" | ".join([
             "| " + m.label + ("" if m.gated else " \\*"),
-            fmt_value(m.baseline, m.unit), fmt_value(m.current, m.unit), fmt_change(m.change, m.unit),
-            fmt_ci(m.ci, m.unit), fmt_p(m.p_value) if m.gated else "-",
+            fmt.in_unit(m.baseline, m.unit), fmt.in_unit(m.current, m.unit), fmt.change(m.change, m.unit),
+            fmt.change_interval(m.ci, m.unit), fmt.p_value(m.p_value) if m.gated else fmt.DASH,
             MD_MARK.get(m.verdict, m.verdict) + " |",
         ]))
     lines += ["", f"\\* reported, not gating. {result.rule}."]
@@ -147,8 +113,8 @@ def junit(result) -> str:
     cases = []
     for m in result.metrics:
         case = ET.Element("testcase", classname="advise.compare", name=m.name, time="0")
-        detail = (f"{m.label}: baseline {fmt_value(m.baseline, m.unit)}, current {fmt_value(m.current, m.unit)}, "
-                  f"change {fmt_change(m.change, m.unit)}, 95% CI {fmt_ci(m.ci, m.unit)}, p {fmt_p(m.p_value)}, "
+        detail = (f"{m.label}: baseline {fmt.in_unit(m.baseline, m.unit)}, current {fmt.in_unit(m.current, m.unit)}, "
+                  f"change {fmt.change(m.change, m.unit)}, 95% CI {fmt.change_interval(m.ci, m.unit)}, p {fmt.p_value(m.p_value)}, "
                   f"verdict {m.verdict}" + (f" ({m.note})" if m.note else "") + ("" if m.gated else ", not gating"))
         if m.verdict == "regression":
             failure = ET.SubElement(case, "failure", message=f"{m.label}: {m.note or 'regression'}", type="regression")

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
 import jinja2
 
-from .html import TEMPLATES
-from .viewmodel import Page, build_page
+from .page import NO_DOCS, Page, build_page
+from .templates import TEMPLATES
 
 _SPECIAL = re.compile(r"([\\`*_\[\]|#~])")
 
@@ -75,15 +76,16 @@ def render_markdown(page: Page) -> str:
     return re.sub(r"\n{3,}", "\n\n", text)
 
 
-def markdown_for_run(report: dict, run_dir: str | Path | None, profile=None) -> str:
-    return render_markdown(build_page(report, run_dir, profile))
+def markdown_for(report: dict, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> str:
+    """The markdown summary of `report` (with the run's Profile, or None)."""
+    return render_markdown(build_page(report, profile, rule_docs))
 
 
-def append_step_summary(report: dict, run_dir: str | Path | None, profile=None) -> Path | None:
+def append_step_summary(report: dict, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> Path | None:
     """Append the summary to $GITHUB_STEP_SUMMARY when that is set (GitHub Actions); else do nothing."""
     target = os.environ.get("GITHUB_STEP_SUMMARY")
     if not target:
         return None
     with open(target, "a", encoding="utf-8") as f:
-        f.write(markdown_for_run(report, run_dir, profile) + "\n")
+        f.write(markdown_for(report, profile, rule_docs) + "\n")
     return Path(target)

@@ -12,7 +12,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from advisor import format as fmt
+from advisor.model import Finding, findings_of, recommendation_of
 from advisor.overrides import describe
+
+from . import words
+from .findings_view import recommended_view
 
 PLAIN_EVERY = 5  # plain mode: print every Nth step
 
@@ -69,58 +74,39 @@ class ProbeProgress:
             self._status.__exit__(*exc)
 
 
-def _fmt_time(seconds) -> str:
-    if seconds is None:
-        return "-"
-    return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+def finding_lines(finding: Finding) -> list[Text]:
+    """A finding as the HTML page words it: code, severity and title; the fix; how the fix fared."""
+    lines = [Text.assemble(("  " + finding.code, "bold"), f" [{finding.severity}] ", finding.title)]
+    fix = finding.fix
+    if fix.title:
+        lines.append(Text.assemble("      fix: ", fix.title, (f" ({fix.kind}; {words.applicability_words(fix.applicability)})", "dim")))
+    lines.append(Text("      " + result_line(finding), style=RESULT_STYLE.get(_state(finding), "")))
+    return lines
 
 
-def _fmt_frac(frac) -> str:
-    return "-" if frac is None else f"{frac:.0%}"
+def result_line(finding: Finding) -> str:
+    """The finding's result sentence (as on the page), with the loss check and a sweep's best value."""
+    text = words.finding_sentence(finding)
+    exp = finding.experiment
+    if exp is None:
+        return text
+    if exp.sweep and exp.verified and isinstance(exp.overrides, dict):
+        text += f"; best of {len(exp.sweep)} values tried: {describe(exp.overrides)}"
+    loss, _ = words.loss_words(exp.loss_check)
+    return text + (f"; {loss}" if loss else "")
 
 
-def _fmt_bytes(n) -> str:
-    if n is None:
-        return "-"
-    return f"{n / 2**30:.2f} GiB"
-
-
-def measured_text(result: dict) -> str:
-    """'3.10x faster [2.4x, 3.9x], verified' - the wording every renderer uses for a measurement."""
-    speedup, lo, hi = result.get("speedup"), result.get("ci_low"), result.get("ci_high")
-    if speedup is None:
-        return "not measured"
-    verdict = "verified" if result.get("verified") else "not verified"
-    return f"{speedup:.2f}x throughput [{lo:.2f}x, {hi:.2f}x 95% CI], {verdict}"
-
-
-def experiment_line(finding: dict) -> str:
-    """One line on how a finding's fix fared when it was re-measured (or why it was not)."""
-    exp = finding.get("experiment")
-    if not exp:
-        gain = (finding.get("evidence") or {}).get("estimated_gain_frac")
-        return f"estimate (not measured): up to {gain:.0%} faster" if gain else "not measured (manual fix)"
-    if exp.get("speedup") is None:
-        return f"not measured: {exp.get('reason') or exp.get('error') or exp.get('verdict')}"
-    text = f"measured: {measured_text(exp)} ({exp.get('verdict', '').replace('-', ' ')})"
-    if exp.get("sweep"):
-        text += f"; best of {len(exp['sweep'])} swept values: {describe(exp.get('overrides') or {})}"
-    loss = exp.get("loss_check") or {}
-    if loss.get("checked"):
-        text += ", loss check " + ("passed" if loss.get("passed") else "FAILED")
-    return text
-
-
-def _result_style(exp: dict | None) -> str:
-    if not exp or exp.get("speedup") is None:
-        return "dim"
-    return "green" if exp.get("verified") else ("red" if exp.get("verdict") == "slower" else "yellow")
+def _state(finding: Finding) -> str:
+    if finding.experiment is not None:
+        return words.state_and_label(finding.experiment)[0]
+    return "estimate" if words.has_estimate(finding) else "not-run"
 
 
 def _indent(text: str, prefix: str) -> str:
     return "\n".join(prefix + line for line in text.splitlines())
 
 
+RESULT_STYLE = {"verified": "green", "slower": "red", "bad": "red", "unclear": "yellow", "not-run": "dim", "estimate": "dim"}
 STATUS_STYLE = {"ok": "bold green", "failed": "bold red", "timeout": "bold red", "no-steps": "bold yellow", "interrupted": "bold yellow"}
 
 
@@ -135,38 +121,35 @@ def print_summary(report: dict, con: Console, run_dir: str | None = None) -> Non
     device = env.get("device", "cpu")
     name = env.get("device_name")
     table.add_row("device", f"{device}" + (f" ({name})" if name else ""))
-    table.add_row("steps", f"{len(report.get('steps', []))} measured, boundaries from {report.get('step_source') or '-'}")
+    table.add_row("steps", f"{len(report.get('steps', []))} measured, boundaries from {report.get('step_source') or fmt.DASH}")
     if tp.get("samples_per_s") is not None:
-        table.add_row("throughput", f"{tp['samples_per_s']:,.1f} samples/s")
+        table.add_row("throughput", fmt.rate(tp["samples_per_s"], "samples/s"))
     elif tp.get("steps_per_s") is not None:
-        table.add_row("throughput", f"{tp['steps_per_s']:,.2f} steps/s (batch size unknown)")
-    table.add_row("step time", f"median {_fmt_time(tp.get('step_time_median_s'))}, p90 {_fmt_time(tp.get('step_time_p90_s'))}")
+        table.add_row("throughput", fmt.rate(tp["steps_per_s"], "steps/s") + " (batch size unknown)")
+    table.add_row("step time", f"median {fmt.time_s(tp.get('step_time_median_s'))}, p90 {fmt.time_s(tp.get('step_time_p90_s'))}")
     if bd.get("data_wait_frac") is not None:
         table.add_row(
             "step breakdown",
-            f"data wait {_fmt_frac(bd['data_wait_frac'])} · forward/backward {_fmt_frac(bd['compute_frac'])} · optimizer {_fmt_frac(bd['optimizer_frac'])}",
+            f"data wait {fmt.frac(bd['data_wait_frac'])} · forward/backward {fmt.frac(bd.get('compute_frac'))} · optimizer {fmt.frac(bd.get('optimizer_frac'))}",
         )
     mem = report.get("memory") or {}
     if mem.get("peak_allocated_bytes") is not None:
-        table.add_row("peak memory", f"{_fmt_bytes(mem['peak_allocated_bytes'])} of {_fmt_bytes(mem.get('device_total_bytes'))}")
+        table.add_row("peak memory", f"{fmt.bytes_(mem['peak_allocated_bytes'])} of {fmt.bytes_(mem.get('device_total_bytes'))}")
     if report.get("error"):
         table.add_row("error", Text(report["error"], style="red"))
     con.print(table)
-    findings = report.get("findings", [])
+    findings = findings_of(report)
     if findings:
         con.print(Text("findings", style="bold"))
     for finding in findings:
-        con.print(Text.assemble(("  " + finding.get("code", ""), "bold"), f" [{finding.get('severity', '')}] ", finding.get("title", "")))
-        fix = finding.get("fix") or {}
-        if fix.get("title"):
-            con.print(Text.assemble("      fix: ", fix["title"], (f" ({fix.get('kind', '')}, {fix.get('applicability', '')})", "dim")))
-        con.print(Text("      " + experiment_line(finding), style=_result_style(finding.get("experiment"))))
-    rec = report.get("recommended")
-    if rec:
-        con.print(Text.assemble(("recommended: ", "bold"), " + ".join(rec.get("fixes", [])), "  ",
-                                (measured_text(rec), "bold green" if rec.get("verified") else "yellow")))
-        for item in rec.get("snippets", []):
-            con.print(Text(_indent(item["snippet"], "      "), style="dim"))
+        for line in finding_lines(finding):
+            con.print(line)
+    rec = recommended_view(recommendation_of(report), findings)
+    if rec is not None:
+        style = "bold green" if rec.result.state == "verified" else RESULT_STYLE.get(rec.result.state, "")
+        con.print(Text.assemble(("recommended: ", "bold"), rec.fixes, "  ", (rec.result.sentence, style)))
+        for snippet in rec.snippets:
+            con.print(Text(_indent(snippet.code, "      "), style="dim"))
     for warning in report.get("warnings", []):
         con.print(Text("warning: " + warning, style="yellow"))
     if run_dir:

@@ -21,10 +21,13 @@ import pytest
 
 from conftest import FAST, WORKLOADS, advise_cmd
 
-from advisor.reports import charts, viewmodel
-from advisor.reports import format as fmt
+from advisor import format as fmt
+from advisor.model import Finding
+from advisor.profile import Profile
+from advisor.reports import charts, run_view
 from advisor.reports.html import render_html, write_html
-from advisor.reports.viewmodel import build_page
+from advisor.reports.page import build_page
+from advisor.reports.ruledoc import doc_for, docs_by_key
 
 GOLD_RUN = Path(__file__).parent / "gold" / "rundir"
 SECTIONS = ("top", "breakdown", "timeline", "findings", "experiments", "ops", "steps", "environment", "files")
@@ -35,8 +38,20 @@ def gold_report() -> dict:
     return json.loads((GOLD_RUN / "report.json").read_text())
 
 
-def gold_html(report: dict | None = None, run_dir: Path | None = GOLD_RUN) -> str:
-    return render_html(build_page(report or gold_report(), run_dir))
+def gold_profile(run_dir: Path = GOLD_RUN) -> Profile:
+    return Profile.from_run_dir(run_dir)
+
+
+def gold_docs() -> dict[str, str]:
+    return json.loads((GOLD_RUN / "rule_docs.json").read_text())
+
+
+def gold_page(report: dict | None = None, rule_docs: dict[str, str] | None = None):
+    return build_page(report or gold_report(), gold_profile(), gold_docs() if rule_docs is None else rule_docs)
+
+
+def gold_html(report: dict | None = None, rule_docs: dict[str, str] | None = None) -> str:
+    return render_html(gold_page(report, rule_docs))
 
 
 def text_of(html: str) -> str:
@@ -62,17 +77,17 @@ def test_every_section_is_there_with_findings_and_experiments():
     assert "data wait 41%" in text and "forward/backward 53%" in text
     assert "GPU utilization" in text and "GPU power" in text and "RSS (the script's processes)" in text
     assert "aten::convolution" in text and "ampere_sgemm_128x64_nn" in text  # top ops and kernels from the trace
-    assert "Open it in Perfetto" in text and 'href="trace.json"' in html
+    assert "Open it in Perfetto" in text and 'href="trace.json.gz"' in html
 
 
 def test_findings_are_ranked_by_measured_gain():
-    codes = [v.code for v in build_page(gold_report(), GOLD_RUN).findings]
+    codes = [v.code for v in gold_page().findings]
     # verified (1.71x, 1.06x), measured but unclear (1.04x), the rule's estimate, then slower and unmeasured
     assert codes == ["DL001", "GPU004", "PR001", "GPU003", "MEM001", "OPT001"]
 
 
 def test_each_finding_shows_evidence_fix_result_and_sweep():
-    page = build_page(gold_report(), GOLD_RUN)
+    page = gold_page()
     dl = page.findings[0]
     assert ("data_wait_frac", "41.4%") in [(r.key, r.value) for r in dl.evidence]
     assert ("data_wait_s", "32.3 ms") in [(r.key, r.value) for r in dl.evidence]
@@ -92,27 +107,35 @@ def test_each_finding_shows_evidence_fix_result_and_sweep():
     assert page.experiments_note == "12 child runs of the script, 4 min 22 s in all."
 
 
-def test_rule_documentation_is_rendered_from_the_registry_text(monkeypatch):
-    doc = json.loads((GOLD_RUN / "rule_docs.json").read_text())["dataloader-starvation"]
-    monkeypatch.setattr(viewmodel, "rule_doc", lambda f: doc if f.get("rule") == "dataloader-starvation" else "")
-    page = build_page(gold_report(), GOLD_RUN)
-    sections = {s.title: s for s in page.findings[0].doc}
-    assert list(sections) == ["What it does", "Why is this bad?", "Example", "Fix safety", "Options"]
-    example = sections["Example"].blocks
-    assert [b.kind for b in example] == ["code", "p", "code"]
-    assert example[2].text == "DataLoader(ds, batch_size=64, num_workers=8, pin_memory=True)"
-    assert [(i.text, i.code) for i in sections["Options"].blocks[0].items[0]] == [("wait_threshold", True), (" (default 0.10)", False)]
+def test_rule_documentation_is_rendered_from_the_registry_text():
+    page = gold_page(rule_docs={"dataloader-starvation": gold_docs()["dataloader-starvation"]})
+    doc = page.findings[0].doc
+    assert re.findall(r"<h5>(.*?)</h5>", doc) == ["What it does", "Why is this bad?", "Example", "Fix safety", "Options"]
+    example = doc[doc.index("<h5>Example</h5>"):doc.index("<h5>Fix safety</h5>")]
+    assert re.findall(r"<(pre|p)\b", example) == ["pre", "p", "pre"]  # code, "Use instead:", code
+    assert '<pre class="code">DataLoader(ds, batch_size=64, num_workers=8, pin_memory=True)</pre>' in example
+    assert "<li><code>wait_threshold</code> (default 0.10)</li>" in doc
     assert "About dataloader-starvation" in render_html(page)
-    assert page.findings[1].doc == []  # no doc: no "About" block, nothing breaks
+    assert page.findings[1].doc == ""  # no doc: no "About" block, nothing breaks
+
+
+def test_rule_docs_are_found_by_name_or_code():
+    doc = gold_docs()["dataloader-starvation"]
+    finding = Finding.from_dict({"rule": "dataloader-starvation", "code": "DL001", "title": "t"})
+    assert doc_for(finding, {"dataloader-starvation": doc}) == doc == doc_for(finding, {"DL001": doc})
+    assert doc_for(Finding.from_dict({"rule": "no-such-rule", "code": "ZZZ999", "title": "t"}), {"DL001": doc}) == ""
 
 
 def test_rule_docs_come_from_the_installed_rules_when_there_are_some():
     registry = pytest.importorskip("advisor.rules.registry")
-    found = registry.load_rules().find("dataloader-starvation")
+    catalogue = registry.load_rules()
+    found = catalogue.find("dataloader-starvation")
     if found is None:
         pytest.skip("the dataloader-starvation rule is not installed")
-    assert viewmodel.rule_doc({"rule": "dataloader-starvation"}) == found.doc
-    assert viewmodel.rule_doc({"rule": "no-such-rule", "code": "ZZZ999"}) == ""
+    docs = docs_by_key(catalogue.rules)
+    assert docs["dataloader-starvation"] == docs[found.code] == found.doc
+    page = gold_page(rule_docs=docs)
+    assert "<h5>What it does</h5>" in next(f for f in page.findings if f.code == "DL001").doc
 
 
 def test_a_run_without_findings_or_experiments_says_none():
@@ -129,7 +152,7 @@ def test_findings_without_any_experiment_say_why():
     for f in report["findings"]:
         f["experiment"] = None
     report.update(recommended=None, experiments=None)
-    page = build_page(report, GOLD_RUN)
+    page = gold_page(report)
     assert page.experiments == [] and page.experiments_empty.startswith("none: no fix was re-measured")
     assert page.verdict.gain == "not measured (GPU003 estimates up to 3% faster)"
 
@@ -147,7 +170,7 @@ def test_a_run_that_did_not_end_well_still_gets_a_report(tmp_path, status, error
     report.update(status=status, error=error, findings=[], recommended=None, experiments=None,
                   traceback='Traceback (most recent call last):\n  File "train.py", line 3\nValueError: planted' if status == "failed" else None)
     (run_dir / "script.log").write_text("".join(f"line {i}\n" for i in range(50)))
-    html = write_html(report, run_dir).read_text()
+    html = write_html(report, run_dir, Profile.from_run_dir(run_dir)).read_text()
     text = text_of(html)
     assert f'class="verdict status-{"bad" if status in ("failed", "timeout") else "warn"}"' in html
     assert headline in text and error in text and "What happened" in text
@@ -179,16 +202,28 @@ def test_hostile_strings_anywhere_in_the_report_are_escaped(tmp_path):
     report.update(script=f"/tmp/{HOSTILE}/train.py", argv=[f"--name={HOSTILE}"], error=HOSTILE, warnings=[HOSTILE],
                   notes=[HOSTILE], env={**report["env"], "device_name": HOSTILE, HOSTILE: HOSTILE})
     f = next(f for f in report["findings"] if f["code"] == "DL001")
-    f.update(title=HOSTILE, summary=f"`{HOSTILE}` and {HOSTILE}", rule=HOSTILE, severity=HOSTILE, code=HOSTILE,
-             evidence={HOSTILE: HOSTILE}, doc=f"## {HOSTILE}\n{HOSTILE}\n\n    {HOSTILE}\n- `{HOSTILE}`")
+    # the severity is an enum: the typed model refuses anything else (test_an_unknown_severity_is_refused)
+    f.update(title=HOSTILE, summary=f"`{HOSTILE}` and {HOSTILE}", rule=HOSTILE, code=HOSTILE, evidence={HOSTILE: HOSTILE})
+    doc = f"## {HOSTILE}\n{HOSTILE}\n\n    {HOSTILE}\n- `{HOSTILE}`\n\n<b>{HOSTILE}</b> [link](javascript:alert(1))"
     f["fix"].update(title=HOSTILE, snippet=HOSTILE, overrides={HOSTILE: HOSTILE})
     f["experiment"].update(reason=HOSTILE, loss_check={"checked": True, "passed": False, "detail": HOSTILE})
     report["recommended"].update(fixes=[HOSTILE], snippets=[{"key": HOSTILE, "snippet": HOSTILE}])
     report["artifacts"]["log"] = f"{HOSTILE}.log"
-    html = gold_html(report, GOLD_RUN)
-    assert "<script>alert" not in html
+    html = gold_html(report, rule_docs={HOSTILE: doc})
+    assert "<script>alert" not in html and "<b>&lt;" not in html and 'href="javascript' not in html
     assert html.count("<script") == 1  # ours, at the end
-    assert html.count("&lt;script&gt;alert(&#39;x&#34;)&lt;/script&gt;") >= 15
+    assert html.count("&lt;script&gt;alert(&#39;x&#34;)&lt;/script&gt;") >= 15  # jinja's escaping
+    assert html.count("&lt;script&gt;alert('x&quot;)&lt;/script&gt;") == 5  # markdown-it's, in the rule doc
+
+
+def test_an_unknown_severity_is_refused(tmp_path):
+    report = gold_report()
+    report["findings"][0]["severity"] = "urgent"
+    with pytest.raises(ValueError, match="severity 'urgent' is not one of high, medium, low"):
+        build_page(report)
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    proc = subprocess.run(advise_cmd("report", str(tmp_path)), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "severity 'urgent'" in proc.stderr
 
 
 def test_the_page_loads_nothing_from_outside():
@@ -226,12 +261,13 @@ def test_a_long_run_stays_small(tmp_path):
     report = gold_report()
     report.update(steps=[{k: v for k, v in s.items() if not k.startswith("t_")} for s in steps],
                   artifacts={"report_json": "report.json", "samples_csv": "samples.csv", "steps_csv": "steps.csv"})
-    html = write_html(report, run_dir).read_text()
+    profile = Profile.from_run_dir(run_dir)
+    html = write_html(report, run_dir, profile).read_text()
     assert len(html.encode()) < 500_000, len(html.encode())
-    page = build_page(report, run_dir)
+    page = build_page(report, profile)
     assert len(page.step_chart.bars) <= 3 * charts.MAX_STEP_BARS and "every 9th step shown" in page.step_chart.note
     assert len(page.timeline.bands) == 1  # one band for the measured window, not 2,000
-    assert len(page.steps) == viewmodel.MAX_STEP_ROWS and "the first 200 of 2000 measured steps" in page.steps_summary
+    assert len(page.steps) == run_view.MAX_STEP_ROWS and "the first 200 of 2000 measured steps" in page.steps_summary
 
 
 @pytest.mark.parametrize("key, value, text", [
@@ -452,7 +488,7 @@ def assert_sections_visible(browser):
 def test_chromium_shows_the_full_report_offline(browser, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(GOLD_RUN, run_dir)
-    page = write_html(gold_report(), run_dir)
+    page = write_html(gold_report(), run_dir, Profile.from_run_dir(run_dir), gold_docs())
     for scheme in ("light", "dark"):
         loaded = open_page(browser, page, scheme)
         assert loaded.console == [] and loaded.requests == [] and loaded.resources == []
@@ -469,7 +505,7 @@ def test_chromium_shows_the_full_report_offline(browser, tmp_path):
 def test_chromium_prints_it(browser, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(GOLD_RUN, run_dir)
-    open_page(browser, write_html(gold_report(), run_dir))
+    open_page(browser, write_html(gold_report(), run_dir, Profile.from_run_dir(run_dir), gold_docs()))
     pdf = base64.b64decode(browser.execute_cdp_cmd("Page.printToPDF", {"printBackground": True})["data"])
     assert pdf.startswith(b"%PDF") and len(pdf) > 20_000
     (tmp_path / "report.pdf").write_bytes(pdf)
@@ -508,7 +544,7 @@ def test_copy_button_does_not_raise(browser, tmp_path):
 
     run_dir = tmp_path / "run"
     shutil.copytree(GOLD_RUN, run_dir)
-    open_page(browser, write_html(gold_report(), run_dir))
+    open_page(browser, write_html(gold_report(), run_dir, Profile.from_run_dir(run_dir), gold_docs()))
     button = browser.find_element(By.CSS_SELECTOR, ".snippet .copy")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", button)
     button.click()
@@ -524,7 +560,7 @@ def test_view_model_dataclasses_are_plain_data():
     """Templates get view models, never raw dicts or DataFrames (coverage.py's IndexPage discipline)."""
     import dataclasses
 
-    page = build_page(copy.deepcopy(gold_report()), GOLD_RUN)
+    page = gold_page(copy.deepcopy(gold_report()))
 
     def walk(obj):
         if dataclasses.is_dataclass(obj):

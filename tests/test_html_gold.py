@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from advisor import __version__
-from advisor.reports import viewmodel
+from advisor.profile import Profile
 from advisor.reports.html import render_html
 from advisor.reports.markdown import render_markdown
-from advisor.reports.viewmodel import build_page
+from advisor.reports.page import build_page
 
 GOLD = Path(__file__).parent / "gold"
 RUN_DIR = GOLD / "rundir"
@@ -43,11 +43,10 @@ def scrub(text: str) -> str:
 
 
 @pytest.fixture
-def page(monkeypatch):
+def page():
     """The gold run dir's page, with rule docs from the fixture (not from whichever rules are installed)."""
     docs = json.loads((RUN_DIR / "rule_docs.json").read_text())
-    monkeypatch.setattr(viewmodel, "rule_doc", lambda finding: docs.get(finding.get("rule"), ""))
-    return build_page(json.loads((RUN_DIR / "report.json").read_text()), RUN_DIR)
+    return build_page(json.loads((RUN_DIR / "report.json").read_text()), Profile.from_run_dir(RUN_DIR), docs)
 
 
 def compare(actual: str, gold_name: str, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ no change. `python tests/gold/make_rundir.py`
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 from pathlib import Path
@@ -195,14 +196,14 @@ def report(step_rows: list[dict]) -> dict:
                                      {"key": "cudnn_benchmark", "value": True, "snippet": "+ torch.backends.cudnn.benchmark = True"}]},
         "experiments": {"runs": [], "n_runs": 12, "child_wall_s": 262.4},
         "warnings": ["warm-up lengthened to 7 steps so the DataLoader workers' prefetched batches are used up before measuring"],
-        "artifacts": {"report_json": "report.json", "trace": "trace.json", "steps_csv": "steps.csv",
+        "artifacts": {"report_json": "report.json", "trace": "trace.json.gz", "steps_csv": "steps.csv",
                       "samples_csv": "samples.csv", "log": "script.log"},
         "notes": ["sampled GPU 0 through NVML"],
         "wall_s": 84.2,
     }
 
 
-RULE_DOCS = {
+RULE_DOCS = {  # as the rules registry holds them: the rule module's docstring (CommonMark, fenced code)
     "dataloader-starvation": """## What it does
 Flags runs where the training step waits on the input pipeline for a large share of each step.
 
@@ -210,10 +211,14 @@ Flags runs where the training step waits on the input pipeline for a large share
 Time spent in `next(loader)` is paid-for GPU time left idle.
 
 ## Example
-    DataLoader(ds, batch_size=64)
+```python
+DataLoader(ds, batch_size=64)
+```
 
 Use instead:
-    DataLoader(ds, batch_size=64, num_workers=8, pin_memory=True)
+```python
+DataLoader(ds, batch_size=64, num_workers=8, pin_memory=True)
+```
 
 ## Fix safety
 Safe: numerics and (seeded) sample order are unchanged.
@@ -232,7 +237,8 @@ def main() -> None:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
-    (OUT / "trace.json").write_text(json.dumps(trace(), indent=0) + "\n")
+    # where the probe writes it; mtime 0 keeps the bytes the same from run to run
+    (OUT / "trace.json.gz").write_bytes(gzip.compress((json.dumps(trace(), indent=0) + "\n").encode(), mtime=0))
     (OUT / "report.json").write_text(json.dumps(report(step_rows), indent=2) + "\n")
     (OUT / "rule_docs.json").write_text(json.dumps(RULE_DOCS, indent=2) + "\n")
     (OUT / "script.log").write_text("epoch 0 step 0 loss 2.3012\nepoch 0 step 100 loss 2.0914\n")

@@ -1,4 +1,9 @@
-"""Number formatting shared by the HTML and markdown renderers: one spelling for each unit."""
+"""Number formatting: one spelling for each unit, for every renderer (terminal, HTML, markdown, compare).
+
+A core module: it imports nothing from advise's stages. Every function takes whatever a report
+holds (None, NaN, a bool, a string) and returns text; a value that is not a finite number is
+the dash.
+"""
 
 from __future__ import annotations
 
@@ -126,6 +131,50 @@ def value(v) -> str:
     if isinstance(v, dict):
         return ", ".join(f"{k}={value(x)}" for k, x in v.items()) if v else DASH
     return str(v)
+
+
+def number(x, digits: int = 1) -> str:
+    """A plain number with thousands separators: 1,389.2."""
+    v = _num(x)
+    return DASH if v is None else f"{v:,.{digits}f}"
+
+
+def in_unit(x, unit: str) -> str:
+    """A compared metric's value in its unit's spelling (the unit itself is in the row's label)."""
+    if unit == "samples/s":
+        return number(x, 1)
+    if unit == "steps/s":
+        return number(x, 2)
+    if unit == "s":
+        return time_s(x)
+    if unit == "bytes":
+        return bytes_(x)
+    if unit == "fraction":
+        return frac(x, 1)
+    v = _num(x)
+    return DASH if v is None else f"{v:g}"
+
+
+def change(x, unit: str = "") -> str:
+    """A relative change, signed (+12.3%); a change of a fraction in percentage points (+1.5 pp)."""
+    v = _num(x)
+    if v is None:
+        return DASH
+    return f"{v * 100:+.1f} pp" if unit == "fraction" else f"{v:+.1%}"
+
+
+def change_interval(ci, unit: str = "") -> str:
+    """A change's interval: [+1.0%, +3.0%]."""
+    if not ci or len(ci) != 2:
+        return DASH
+    return f"[{change(ci[0], unit)}, {change(ci[1], unit)}]"
+
+
+def p_value(p) -> str:
+    v = _num(p)
+    if v is None:
+        return DASH
+    return f"{v:.2g}" if v >= 1e-4 else "<1e-4"
 
 
 def by_suffix(key: str, v) -> str:

@@ -1,0 +1,235 @@
+"""The findings, their experiments and the recommended configuration, ready to print.
+
+Read through the typed model (:func:`advisor.model.findings_of`, already in :func:`~advisor.model.rank`
+order, and :func:`~advisor.model.recommendation_of`); worded by :mod:`advisor.reports.words`,
+so the page says what the terminal says.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from advisor import format as fmt
+from advisor.model import Experiment, Finding, Recommendation
+from advisor.overrides import describe
+
+from . import words
+from .ruledoc import doc_for, doc_html
+from .run_view import Row
+
+
+@dataclass
+class Inline:
+    """A run of text, shown as code when `code` (from `backticks` in titles and summaries)."""
+
+    text: str
+    code: bool = False
+
+
+@dataclass
+class ExperimentView:
+    """An experiment's result, ready to print: speedup, interval, verdict, numbers, loss check."""
+
+    state: str  # "verified" | "slower" | "bad" | "unclear" | "not-run" | "estimate"
+    label: str
+    speedup: str
+    interval: str  # "95% CI 1.58–1.84×" or ""
+    ci: str  # "1.58–1.84×" or ""
+    detail: str  # speedup, interval and remark, without the label
+    baseline: str
+    candidate: str
+    loss: str
+    loss_state: str  # "ok" | "bad" | "" (no check)
+    sentence: str  # the whole result in one line
+
+
+@dataclass
+class SweepRow:
+    """One value tried in a parameter sweep (e.g. num_workers=4) and how it fared."""
+
+    label: str
+    speedup: str
+    ci: str
+    verdict: str
+    state: str
+
+
+@dataclass
+class Snippet:
+    """A fix to paste: its title and code."""
+
+    title: str
+    code: str
+
+
+@dataclass
+class FindingView:
+    """One finding, ranked: what was found, the numbers, the fix, its measured effect, the rule's doc."""
+
+    anchor: str
+    rank: int
+    code: str
+    rule: str
+    severity: str
+    severity_class: str
+    title: list[Inline]
+    title_text: str
+    summary: list[Inline]
+    summary_text: str
+    evidence: list[Row]
+    fix_title: str
+    fix_kind: str
+    fix_applicability: str
+    fix_note: str
+    fix_overrides: str
+    snippet: str
+    experiment: ExperimentView | None
+    sweep: list[SweepRow]
+    sweep_best: str  # the overrides the experiment settled on, when it swept values
+    doc: str  # the rule's documentation as safe HTML (markupsafe.Markup), or ''
+
+
+@dataclass
+class ExperimentRow:
+    """A row of the experiments table."""
+
+    anchor: str
+    code: str
+    fix: str
+    result: ExperimentView
+
+
+@dataclass
+class Recommended:
+    """The stacked best configuration: all winning fixes together, measured against the baseline."""
+
+    result: ExperimentView
+    fixes: str
+    overrides: str
+    snippets: list[Snippet]
+
+
+def inline(text: str) -> list[Inline]:
+    """Split on backticks: `code` runs become code, the rest plain text."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # an unmatched backtick: keep it as text
+        parts = parts[:-2] + [parts[-2] + "`" + parts[-1]]
+    return [Inline(p, i % 2 == 1) for i, p in enumerate(parts) if p]
+
+
+def finding_views(findings: list[Finding], rule_docs: Mapping[str, str]) -> list[FindingView]:
+    """`findings` (already ranked) as views, numbered from 1."""
+    return [finding_view(f, i + 1, rule_docs) for i, f in enumerate(findings)]
+
+
+def finding_view(f: Finding, rank: int, rule_docs: Mapping[str, str]) -> FindingView:
+    title = f.title or f.rule or f.code
+    evidence = dict(f.evidence)
+    if f.estimated_gain_frac is not None:  # the rule's estimate is evidence too (report.json keeps it there)
+        evidence["estimated_gain_frac"] = f.estimated_gain_frac
+    exp = f.experiment
+    return FindingView(
+        anchor=f"finding-{rank}",
+        rank=rank,
+        code=f.code,
+        rule=f.rule,
+        severity=f.severity.value,
+        severity_class=f.severity.value,
+        title=inline(title),
+        title_text=title,
+        summary=inline(f.summary),
+        summary_text=f.summary,
+        evidence=[Row(str(k), fmt.by_suffix(str(k), v)) for k, v in evidence.items()],
+        fix_title=f.fix.title,
+        fix_kind=f.fix.kind.value,
+        fix_applicability=f.fix.applicability.value,
+        fix_note=words.applicability_words(f.fix.applicability),
+        fix_overrides=_compact_json(f.fix.overrides) if f.fix.overrides else "",
+        snippet=f.fix.snippet,
+        experiment=experiment_view(exp) if exp is not None else estimate_view(f),
+        sweep=sweep_rows(exp) if exp is not None else [],
+        sweep_best=describe(exp.overrides) if exp is not None and exp.sweep and exp.verified and isinstance(exp.overrides, dict) else "",
+        doc=doc_html(doc_for(f, rule_docs)),
+    )
+
+
+def experiment_view(result: Experiment | Recommendation) -> ExperimentView:
+    """An experiment's (or the recommended configuration's) measurement, in the words of :mod:`words`."""
+    state, label = words.state_and_label(result)
+    loss, loss_state = words.loss_words(result.loss_check)
+    return ExperimentView(
+        state=state, label=label, speedup=fmt.speedup(result.speedup), interval=words.interval(result.ci_low, result.ci_high),
+        ci=fmt.interval(result.ci_low, result.ci_high), detail=words.measured_detail(result),
+        baseline=words.measure_words(result.baseline), candidate=words.measure_words(result.candidate),
+        loss=loss, loss_state=loss_state, sentence=words.measured_sentence(result),
+    )
+
+
+def estimate_view(finding: Finding) -> ExperimentView | None:
+    """A rule's own estimate of the gain when nothing was measured; None without one."""
+    if not words.has_estimate(finding):
+        return None
+    gain = finding.estimated_gain_frac
+    return ExperimentView(state="estimate", label="estimate", speedup="", interval="", ci="", detail=words.estimate_detail(gain),
+                          baseline="", candidate="", loss="", loss_state="", sentence=words.estimate_sentence(gain))
+
+
+def sweep_rows(exp: Experiment) -> list[SweepRow]:
+    rows = []
+    for point in exp.sweep or []:
+        if isinstance(point, dict):
+            state, label = words.verdict_words(point.get("verdict"))
+            rows.append(SweepRow(str(point.get("label") or _compact_json(point.get("overrides"))), fmt.speedup(point.get("speedup")),
+                                 fmt.interval(point.get("ci_low"), point.get("ci_high")), label, state))
+    return rows
+
+
+def experiment_rows(views: list[FindingView]) -> list[ExperimentRow]:
+    """The experiments table: every finding whose fix was tried (not the rules' estimates)."""
+    return [ExperimentRow(v.anchor, v.code, v.fix_title, v.experiment) for v in views
+            if v.experiment is not None and v.experiment.state != "estimate"]
+
+
+def recommended_view(rec: Recommendation | None, findings: list[Finding]) -> Recommended | None:
+    """The stacked run: its fixes (with their codes), overrides, measurement and snippets."""
+    if rec is None:
+        return None
+    codes = {f.rule: f.code for f in findings}
+    snippets = []
+    for item in rec.snippets or []:
+        if isinstance(item, dict) and item.get("snippet"):
+            snippets.append(Snippet(str(item.get("key") or item.get("title") or ""), str(item["snippet"])))
+        elif isinstance(item, str) and item:
+            snippets.append(Snippet("", item))
+    fixes = [f"{codes[x]} {x}" if codes.get(x) else str(x) for x in rec.fixes or []]
+    return Recommended(result=experiment_view(rec), fixes=" + ".join(fixes),
+                       overrides=_compact_json(rec.overrides) if rec.overrides else "", snippets=snippets)
+
+
+def findings_empty(report: dict) -> str:
+    if report.get("status") != "ok":
+        return "none: the rules need a finished measured window"
+    return "none: no rule found a bottleneck in this run"
+
+
+def experiments_empty(views: list[FindingView]) -> str:
+    if not views:
+        return "none: there was nothing to try"
+    return "none: no fix was re-measured in this run (experiments were off, or none of the fixes is automatic)"
+
+
+def experiments_note(block) -> str:
+    """How many child runs the experiments took, from report.json's `experiments`."""
+    if not isinstance(block, dict) or not block.get("n_runs"):
+        return ""
+    return f"{block['n_runs']} child runs of the script, {fmt.time_s(block.get('child_wall_s'))} in all."
+
+
+def _compact_json(x) -> str:
+    try:
+        return json.dumps(x, sort_keys=True, separators=(", ", ": "))
+    except (TypeError, ValueError):
+        return str(x)
+

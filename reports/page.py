@@ -1,0 +1,262 @@
+"""The report page's view model: the report dict, the Profile and the rules' docs, turned into display-ready data.
+
+Like coverage.py's ``IndexPage``: every decision about what to show, in which order and with
+which words is made in the view modules, so the templates (HTML and markdown) only loop and
+print. Text is left as plain strings; escaping is the renderers' job (jinja autoescape for
+HTML, :mod:`advisor.reports.markdown` for markdown). Nothing here reads a file: the caller
+hands over what was loaded (:meth:`advisor.profile.Profile.from_run_dir`, the rules registry).
+
+- :mod:`.page`: the page, its header (the verdict) and the navigation
+- :mod:`.findings_view`: the ranked findings, the experiments table, the recommended configuration
+- :mod:`.ruledoc`: a rule's documentation as HTML
+- :mod:`.ops_view`: the top operators and kernels of the trace
+- :mod:`.timeline_view`: the sampler's utilization timeline
+- :mod:`.run_view`: step breakdown, steps, environment, the run dir's files
+- :mod:`.words`: how a measurement is said, everywhere
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePath
+from types import MappingProxyType
+
+from advisor import format as fmt
+from advisor.model import findings_of, recommendation_of
+
+from . import charts, findings_view, ops_view, run_view, timeline_view, words
+from .findings_view import ExperimentRow, FindingView, Recommended
+from .ops_view import OpsTable
+from .run_view import Artifact, Breakdown, Row, StepRow
+
+NO_DOCS: Mapping[str, str] = MappingProxyType({})
+STATUS_CLASS = {"ok": "ok", "failed": "bad", "timeout": "bad", "no-steps": "warn", "interrupted": "warn"}
+STATUS_TEXT = {
+    "ok": "The run finished its measured window.",
+    "failed": "The script failed. What the probe saw before that is below.",
+    "timeout": "The script was stopped at the time limit. What the probe saw before that is below.",
+    "no-steps": "The script ran, but no training step was seen.",
+    "interrupted": "The run was interrupted. What was measured before that is below.",
+}
+FROM_TRACE_TEXT = "Analysed from a profiler trace alone: no sampler timeline, and batch sizes are unknown."
+TRACE_HINT = ("Open it in Perfetto (ui.perfetto.dev: drag the file onto the page; it stays on your machine) "
+              "or in chrome://tracing. It holds the steps that ran under torch.profiler.")
+
+
+@dataclass
+class Stat:
+    """A headline number in the verdict header."""
+
+    label: str
+    value: str
+    detail: str = ""
+
+
+@dataclass
+class NavItem:
+    anchor: str
+    label: str
+
+
+@dataclass
+class VerdictView:
+    """The header: what ran, how it ended, the headline numbers, the top finding and the recommended gain."""
+
+    status: str
+    status_class: str
+    status_text: str
+    script_name: str
+    script: str
+    command: str
+    stats: list[Stat]
+    top_finding: str
+    top_finding_anchor: str
+    gain: str
+    gain_state: str
+    error: str
+    traceback: str
+    log_tail: str
+    log_name: str
+    seen: str  # for a run that did not end well: what was measured
+
+
+@dataclass
+class Page:
+    """Everything the report shows, in page order."""
+
+    title: str
+    tool: str
+    started_at: str
+    wall: str
+    verdict: VerdictView
+    nav: list[NavItem]
+    warnings: list[str]
+    notes: list[str]
+    breakdown: Breakdown | None
+    step_chart: charts.StepChart | None
+    step_chart_empty: str
+    timeline: charts.Timeline | None
+    timeline_source: str
+    timeline_empty: str
+    utilization: list[Row]
+    findings: list[FindingView]
+    findings_empty: str
+    experiments: list[ExperimentRow]
+    experiments_note: str
+    experiments_empty: str
+    recommended: Recommended | None
+    op_tables: list[OpsTable]
+    ops_empty: str
+    steps: list[StepRow]
+    steps_summary: str
+    env: list[Row]
+    observed: list[Row]
+    artifacts: list[Artifact]
+    trace_href: str
+    trace_hint: str
+
+
+def build_page(report: dict, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> Page:
+    """The whole page from a report dict (the report.json contract).
+
+    `profile` (an :class:`advisor.profile.Profile`, or None) adds the utilization timeline, the top
+    ops and kernels, and a failed run's log tail; `rule_docs` maps rule names and/or codes to their
+    documentation (markdown).
+    """
+    findings = findings_of(report)
+    views = findings_view.finding_views(findings, rule_docs)
+    recommended = findings_view.recommended_view(recommendation_of(report), findings)
+    experiments = findings_view.experiment_rows(views)
+    op_tables, ops_empty = ops_view.top_tables(report, profile)
+    columns = timeline_view.sampler_columns(profile)
+    steps = report.get("steps") or []
+    tool = report.get("tool") or {}
+    page = Page(
+        title=f"advise · {PurePath(str(report.get('script') or 'report')).name}",
+        tool=f"{tool.get('name', 'advise')} {tool.get('version', '')}".strip(),
+        started_at=str(report.get("started_at") or ""),
+        wall=fmt.time_s(report.get("wall_s")) if report.get("wall_s") is not None else "",
+        verdict=verdict(report, profile, views, recommended),
+        nav=[],
+        warnings=[str(w) for w in report.get("warnings") or []],
+        notes=[str(n) for n in report.get("notes") or []],
+        breakdown=run_view.breakdown(report),
+        step_chart=charts.step_chart(steps),
+        step_chart_empty="no measured steps" if not steps else "",
+        timeline=timeline_view.timeline(columns, timeline_view.step_spans(profile)),
+        timeline_source=timeline_view.source(columns),
+        timeline_empty=timeline_view.empty(report, columns),
+        utilization=run_view.utilization_rows(report),
+        findings=views,
+        findings_empty="" if views else findings_view.findings_empty(report),
+        experiments=experiments,
+        experiments_note=findings_view.experiments_note(report.get("experiments")),
+        experiments_empty="" if experiments else findings_view.experiments_empty(views),
+        recommended=recommended,
+        op_tables=op_tables,
+        ops_empty=ops_empty,
+        steps=run_view.step_rows(report),
+        steps_summary=run_view.steps_summary(report),
+        env=run_view.env_rows(report),
+        observed=run_view.observed_rows(report),
+        artifacts=run_view.artifact_links(report),
+        trace_href=run_view.trace_href(report),
+        trace_hint=TRACE_HINT,
+    )
+    page.nav = nav(page)
+    return page
+
+
+def verdict(report: dict, profile, findings: list[FindingView], recommended: Recommended | None) -> VerdictView:
+    status = str(report.get("status") or "failed")
+    script = str(report.get("script") or "")
+    argv = [str(a) for a in report.get("argv") or []]
+    artifacts = report.get("artifacts") or {}
+    top = findings[0] if findings else None
+    gain, gain_state = _gain(top, recommended)
+    bad = status != "ok"
+    from_trace = bool(script) and script == artifacts.get("trace")  # `advise analyze TRACE`
+    if from_trace:
+        command = shlex.join(["advise", "analyze", script])
+    else:
+        command = shlex.join(["python", script, *argv]) if script else ""
+    traceback = str(report.get("traceback") or "") if bad else ""
+    log_tail = str(profile.meta.get("log_tail") or "") if profile is not None and bad and not traceback else ""
+    return VerdictView(
+        status=status,
+        status_class=STATUS_CLASS.get(status, "bad"),
+        status_text=FROM_TRACE_TEXT if from_trace and status == "ok" else STATUS_TEXT.get(status, ""),
+        script_name=PurePath(script).name or script,
+        script=script,
+        command=command,
+        stats=_stats(report),
+        top_finding=f"{top.code} {top.title_text}".strip() if top else "no findings",
+        top_finding_anchor=top.anchor if top else "",
+        gain=gain,
+        gain_state=gain_state,
+        error=str(report.get("error") or ""),
+        traceback=traceback,
+        log_tail=log_tail,
+        log_name=str(artifacts.get("log") or ""),
+        seen=_seen(report) if bad else "",
+    )
+
+
+def _gain(top: FindingView | None, recommended: Recommended | None) -> tuple[str, str]:
+    """The header's "recommended configuration": the stacked run, else the top finding's result."""
+    if recommended is not None:
+        return recommended.result.sentence, recommended.result.state
+    if top is not None and top.experiment is not None and top.experiment.state == "estimate":
+        return f"not measured ({top.code} estimates {top.experiment.detail.split(',')[0]})", "not-run"
+    if top is not None and top.experiment is not None:
+        return f"{top.code}: {top.experiment.sentence}", top.experiment.state
+    return "no experiment was run", "not-run"
+
+
+def _stats(report: dict) -> list[Stat]:
+    env, tp = report.get("env") or {}, report.get("throughput") or {}
+    device = str(env.get("device") or "cpu") + (f" · {env['device_name']}" if env.get("device_name") else "")
+    stats = []
+    if tp.get("samples_per_s") is not None:
+        stats.append(Stat("throughput", fmt.rate(tp["samples_per_s"], "samples/s"), words.throughput_basis(tp)))
+    elif tp.get("steps_per_s") is not None:
+        stats.append(Stat("throughput", fmt.rate(tp["steps_per_s"], "steps/s"), "batch size unknown; " + words.throughput_basis(tp)))
+    else:
+        stats.append(Stat("throughput", fmt.DASH, "no timed steps"))
+    stats.append(Stat("step time", fmt.time_s(tp.get("step_time_median_s")) + " median",
+                      f"p90 {fmt.time_s(tp.get('step_time_p90_s'))}" if tp.get("step_time_p90_s") is not None else ""))
+    stats.append(Stat("device", device, _device_detail(env)))
+    stats.append(Stat("steps", f"{len(report.get('steps') or [])} measured",
+                      f"boundaries from {report['step_source']}" if report.get("step_source") else "no step boundaries seen"))
+    return stats
+
+
+def _device_detail(env: dict) -> str:
+    parts = []
+    if env.get("device_capability"):
+        parts.append(f"capability {env['device_capability']}")
+    if env.get("device_memory_bytes") and env.get("device") not in (None, "cpu"):
+        parts.append(fmt.bytes_(env["device_memory_bytes"]))
+    if env.get("cpu_count"):
+        parts.append(f"{env['cpu_count']} CPUs")
+    if env.get("world_size"):
+        parts.append(f"rank {env.get('rank')} of {env['world_size']}")
+    return ", ".join(parts)
+
+
+def _seen(report: dict) -> str:
+    steps = report.get("steps") or []
+    if not steps:
+        return "No measured step was recorded before the run ended."
+    tp = report.get("throughput") or {}
+    return (f"{words.plural(len(steps), 'measured step')} {'was' if len(steps) == 1 else 'were'} recorded before the run ended "
+            f"(median {fmt.time_s(tp.get('step_time_median_s'))}); the numbers below rest on them.")
+
+
+def nav(page: Page) -> list[NavItem]:
+    return [NavItem("breakdown", "Step time"), NavItem("timeline", "Utilization"),
+            NavItem("findings", f"Findings ({len(page.findings)})"), NavItem("experiments", "Experiments"),
+            NavItem("ops", "Top ops"), NavItem("steps", "Steps"), NavItem("environment", "Environment"),
+            NavItem("files", "Files")]
