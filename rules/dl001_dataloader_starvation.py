@@ -60,6 +60,8 @@ from typing import Iterator
 
 import numpy as np
 
+from advisor import intervals
+
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
@@ -136,7 +138,7 @@ def _gpu_busy_during_wait_frac(profile) -> float:
     if ranges.empty:
         return 0.0
     ms, me = h.gpu_busy(profile)
-    busy = h.covered(ms, me, ranges["ts_us"].to_numpy(), ranges["end_us"].to_numpy()).sum()
+    busy = intervals.coverage(ms, me, ranges["ts_us"].to_numpy(), ranges["end_us"].to_numpy()).sum()
     return min(1.0, h.frac(busy, ranges["dur_us"].sum()))
 
 
