@@ -46,7 +46,7 @@ from typing import Iterator
 
 import numpy as np
 
-from advisor import intervals
+from advisor import intervals, metrics
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
@@ -127,7 +127,8 @@ def _attribute(profile, steps) -> dict[str, float]:
 
 
 def _nvml_util(profile) -> float | None:
-    s = profile.samples
+    """Mean NVML utilization over the measured steps (start-up ticks would read as idle)."""
+    s = metrics.window_samples(profile.samples, profile.steps)
     if s.empty or "gpu_util_percent" not in s or not s["gpu_util_percent"].notna().any():
         return None
     return float(s["gpu_util_percent"].mean())

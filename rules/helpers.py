@@ -264,11 +264,7 @@ def cpu_busy_frac(profile, cores: int) -> float | None:
     samples = profile.samples
     if samples.empty or "t" not in samples:
         return None
-    window = samples
-    steps = profile.steps
-    if not steps.empty and {"t_start", "t_end"} <= set(steps):
-        inside = samples[(samples["t"] >= steps["t_start"].min()) & (samples["t"] <= steps["t_end"].max())]
-        window = inside if len(inside) >= 2 else samples.iloc[1:]
+    window = metrics.window_samples(samples, profile.steps)
     values = []
     if "cpu_percent" in window and window["cpu_percent"].notna().any():
         values.append(float(window["cpu_percent"].mean()) / (100.0 * cores))
