@@ -6,9 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advisor.experiments import baseline_drift, candidates_from, loss_check, merge_overrides, run_experiments, speedup_ci
+from advisor.experiments import candidates_from, loss_check, merge_overrides, run_experiments
 from advisor.probe.runner import ProbeConfig, run_probe
 from advisor.profile import Profile
+from advisor.stats import baseline_drift, speedup_ci
 from conftest import WORKLOADS
 
 
