@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from . import __version__, metrics
-from .probe import files
+from .atomic import write_json_atomic
 from .profile import Profile
 
 SCHEMA_VERSION = 1
@@ -75,7 +75,7 @@ def build_report(
 
 
 def write_report(report: dict, path: Path) -> None:
-    files.write_json_atomic(path, report)
+    write_json_atomic(path, report)
 
 
 class ReportError(ValueError):

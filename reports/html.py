@@ -14,6 +14,8 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
+from advisor.atomic import write_text_atomic
+
 from .viewmodel import Page, build_page
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -51,8 +53,6 @@ def html_name(report: dict) -> str:
 
 def write_html(report: dict, run_dir: str | Path, profile=None, path: str | Path | None = None) -> Path:
     """Render `report` (with the tables of `run_dir`) into `path`, by default report.html in the run dir."""
-    from advisor.probe.files import write_text_atomic
-
     run_dir = Path(run_dir)
     target = Path(path) if path is not None else run_dir / html_name(report)
     write_text_atomic(target, render_html(build_page(report, run_dir, profile)))
