@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from . import metrics, stats
+from .atomic import write_json_atomic, write_text_atomic
 from .cli_exit import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, fail
 from .report import SCHEMA_VERSION, ReportError, load_report
 
@@ -445,7 +446,7 @@ def emit(result: Comparison, *, fmt: str = "terminal", junit: str | Path | None 
             click.echo(f"advise: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary}): {exc.strerror}", err=True)
     if junit:
         try:
-            Path(junit).write_text(compare_output.junit(result), encoding="utf-8")
+            write_text_atomic(junit, compare_output.junit(result))
         except OSError as exc:
             fail(f"cannot write the JUnit file {junit}: {exc.strerror}")
 
@@ -488,7 +489,7 @@ def compare_after_profile(baseline: dict, baseline_path: str, current: dict, cur
     except CompareError as exc:
         fail(str(exc), EXIT_USAGE)
     try:
-        (run_dir / "compare.json").write_text(json.dumps(result.to_dict(), indent=2))
+        write_json_atomic(run_dir / "compare.json", result.to_dict())
     except OSError:
         pass
     import click

@@ -29,12 +29,12 @@ from . import overrides as vocabulary
 from .model import Applicability, Experiment, Finding, Recommendation, Verdict
 from .probe.runner import ProbeConfig, run_probe
 from .profile import Profile
+from .stats import baseline_drift, speedup_ci
 
 MIN_GAIN = 0.05        # a sweep step must add 5% over the best so far to go on
 MIN_EFFECT = 0.03      # verified needs the interval's low end above 1 + max(3%, baseline drift)
 LOSS_REL_TOL = 0.10    # numerics: mean loss within 10% of the baseline's ...
 LOSS_SEM_K = 3.0       # ... or within 3 standard errors, whichever is wider
-N_BOOT = 2000
 
 
 @dataclass
@@ -91,52 +91,6 @@ class Progress:
 
 
 # statistics ---------------------------------------------------------------------------------
-
-def _per_step(steps: pd.DataFrame, by_samples: bool) -> tuple[np.ndarray, np.ndarray]:
-    dur = steps["duration_s"].to_numpy(float)
-    work = steps["samples"].to_numpy(float) if by_samples else np.ones_like(dur)
-    return dur, work
-
-
-def speedup_ci(baseline: list[pd.DataFrame], candidate: list[pd.DataFrame], *, by_samples: bool,
-               seed: int = 0, n_boot: int = N_BOOT) -> tuple[float, float, float]:
-    """Throughput ratio candidate/baseline and its 95% bootstrap interval.
-
-    Steps are resampled within each run (runs keep their weight), so a slow run is not
-    hidden by pooling.
-    """
-    rng = np.random.default_rng(seed)
-
-    def rate_samples(frames: list[pd.DataFrame]) -> tuple[float, np.ndarray]:
-        point = []
-        boots = np.zeros(n_boot)
-        for frame in frames:
-            dur, work = _per_step(frame, by_samples)
-            point.append(work.sum() / dur.sum())
-            idx = rng.integers(0, len(dur), size=(n_boot, len(dur)))
-            boots += work[idx].sum(axis=1) / dur[idx].sum(axis=1)
-        return float(np.mean(point)), boots / len(frames)
-
-    b_point, b_boot = rate_samples(baseline)
-    c_point, c_boot = rate_samples(candidate)
-    ratios = c_boot / b_boot
-    return c_point / b_point, float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))
-
-
-def baseline_drift(baseline: list[pd.DataFrame], by_samples: bool) -> float:
-    """Relative spread of throughput between baseline runs: noise a per-step interval can't see.
-
-    Steps within one run are resampled for the interval, but a shared machine also drifts
-    from run to run; two baselines measured around a candidate show how much.
-    """
-    rates = []
-    for frame in baseline:
-        dur, work = _per_step(frame, by_samples)
-        rates.append(work.sum() / dur.sum())
-    if len(rates) < 2:
-        return 0.0
-    return float((max(rates) - min(rates)) / np.mean(rates))
-
 
 def loss_check(baseline: list[pd.DataFrame], candidate: pd.DataFrame) -> dict:
     """Finite and close: the candidate's mean loss within tolerance of the baseline's."""

@@ -63,14 +63,40 @@ def breakdown(steps: pd.DataFrame) -> dict:
     return {"data_wait_frac": data, "optimizer_frac": opt, "compute_frac": max(0.0, 1.0 - data - opt)}
 
 
+def measured_window(steps: pd.DataFrame) -> tuple[float, float] | None:
+    """[first step's start, last step's end] in seconds on the probe's monotonic clock, or None.
+
+    The sampler's clock is the same, so this is the span its ticks are judged over; None when
+    the steps carry no times (a trace-only profile) or the times are not usable.
+    """
+    if steps.empty or not {"t_start", "t_end"} <= set(steps):
+        return None
+    lo, hi = float(steps["t_start"].min()), float(steps["t_end"].max())
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) and hi >= lo else None
+
+
+def window_samples(samples: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """The sampler ticks inside :func:`measured_window`: the one definition every mean uses.
+
+    Start-up (imports, CUDA init, data loading before step 1) idles the GPU and busies one core;
+    counting those ticks would bias every mean toward "idle". All ticks are kept when the window
+    is unknown or no tick falls in it (a run shorter than one sampling period).
+    """
+    if samples.empty or "t" not in samples:
+        return samples
+    window = measured_window(steps)
+    if window is None:
+        return samples
+    t = samples["t"]
+    inside = samples[(t >= window[0]) & (t <= window[1])]
+    return inside if not inside.empty else samples
+
+
 def utilization(samples: pd.DataFrame, steps: pd.DataFrame) -> dict:
     """Sampler means over the measured window (not start-up), e.g. GPU util and CPU %."""
     if samples.empty or "t" not in samples:
         return {}
-    window = samples
-    if not steps.empty and {"t_start", "t_end"} <= set(steps):
-        inside = samples[(samples["t"] >= steps["t_start"].min()) & (samples["t"] <= steps["t_end"].max())]
-        window = inside if not inside.empty else samples
+    window = window_samples(samples, steps)
     out = {}
     for column in ("gpu_util_percent", "gpu_mem_used_bytes", "gpu_power_w", "cpu_percent", "rss_bytes"):
         if column in window and window[column].notna().any():

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 from . import __version__, metrics
+from .atomic import write_json_atomic
 from .model import Finding, Recommendation
-from .probe import files
 from .profile import Profile
 
 SCHEMA_VERSION = 1
@@ -79,7 +79,7 @@ place the result model becomes report.json."""
 
 
 def write_report(report: dict, path: Path) -> None:
-    files.write_json_atomic(path, report)
+    write_json_atomic(path, report)
 
 
 class ReportError(ValueError):

@@ -10,8 +10,11 @@ baseline sample `a` with a candidate sample `b`, e.g. an experiment's speedup:
   statistic (median by default; mean, a quantile ...); deterministic (fixed seed).
 - :func:`ratio_of_means_ci_t` : t-based (delta method, Welch degrees of freedom) interval for
   ``mean(b) / mean(a)``; cheap, fine for a handful of repeated runs.
+- :func:`speedup_ci` / :func:`baseline_drift` : an experiment's throughput ratio over several runs
+  per side (steps resampled within each run), and the run-to-run spread of the baseline.
 
-Every function takes plain sequences of floats and returns plain floats.
+Every function takes plain sequences of floats (the experiment ones, per-run step tables) and
+returns plain floats.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
+import pandas as pd
 from scipy import stats as _st
 
 
@@ -103,18 +107,88 @@ def ratio_ci(
     def ratio(x, y, axis=-1):
         return statistic(y, axis=axis) / statistic(x, axis=axis)
 
-    for method in ("BCa", "percentile"):
+    bounds = _bootstrap((a, b), ratio, confidence, n_resamples, seed, ("BCa", "percentile"))
+    if bounds is None:
+        return Interval(estimate, estimate, estimate, confidence)
+    low, high = bounds
+    return Interval(estimate, min(low, estimate), max(high, estimate), confidence)
+
+
+def _bootstrap(data: tuple, statistic: Callable, confidence: float, n_resamples: int, seed: int,
+               methods: Sequence[str]) -> tuple[float, float] | None:
+    """The one bootstrap: scipy's, each sample resampled on its own, the first method with a finite interval.
+
+    Every sample is drawn from the same seeded generator, in order, so an interval is reproducible
+    from run to run; None when no method gives a finite interval.
+    """
+    for method in methods:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                res = _st.bootstrap((a, b), ratio, paired=False, vectorized=True, confidence_level=confidence,
+                res = _st.bootstrap(data, statistic, paired=False, vectorized=True, confidence_level=confidence,
                                     n_resamples=n_resamples, method=method, rng=np.random.default_rng(seed))
             except (ValueError, ZeroDivisionError, FloatingPointError):
                 continue
         low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
         if math.isfinite(low) and math.isfinite(high):
-            return Interval(estimate, min(low, estimate), max(high, estimate), confidence)
-    return Interval(estimate, estimate, estimate, confidence)
+            return low, high
+    return None
+
+
+def _per_step(steps: pd.DataFrame, by_samples: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, work) per step; work is the batch size for samples/s, else 1 for steps/s."""
+    dur = steps["duration_s"].to_numpy(float)
+    work = steps["samples"].to_numpy(float) if by_samples else np.ones_like(dur)
+    return dur, work
+
+
+def _rate(dur: np.ndarray, work: np.ndarray, axis: int = -1) -> np.ndarray:
+    return work.sum(axis=axis) / dur.sum(axis=axis)
+
+
+def speedup_ci(baseline: list[pd.DataFrame], candidate: list[pd.DataFrame], *, by_samples: bool,
+               seed: int = 0, n_boot: int = 2000, confidence: float = 0.95) -> tuple[float, float, float]:
+    """Throughput ratio candidate/baseline over several runs each, and its percentile bootstrap interval.
+
+    A run's throughput is its work over its time; each side is the mean of its runs. Steps are
+    resampled within each run (runs keep their weight), so a slow run is not hidden by pooling.
+    Run-to-run drift is what :func:`baseline_drift` measures. The interval is NaN when it cannot
+    be computed (a zero-time run).
+    """
+    runs = [_per_step(frame, by_samples) for frame in [*baseline, *candidate]]
+    n_base = len(baseline)
+    point = [_rate(dur, work) for dur, work in runs]
+    estimate = float(np.mean(point[n_base:])) / float(np.mean(point[:n_base]))
+    # Resample step positions, not values: duration and work of a step stay together. A run of
+    # one step has nothing to resample (its rate is fixed), and scipy needs two observations.
+    varied = [k for k, (dur, _) in enumerate(runs) if len(dur) >= 2]
+
+    def ratio(*positions, axis=-1):
+        rates = list(point)
+        for k, pos in zip(varied, positions):
+            pos = pos.astype(np.intp)
+            rates[k] = _rate(runs[k][0][pos], runs[k][1][pos], axis=axis)
+        rates = np.broadcast_arrays(*rates)
+        return np.mean(rates[n_base:], axis=0) / np.mean(rates[:n_base], axis=0)
+
+    if not varied:
+        return estimate, estimate, estimate
+    data = tuple(np.arange(len(runs[k][0])) for k in varied)
+    bounds = _bootstrap(data, ratio, confidence, n_boot, seed, ("percentile",))
+    low, high = bounds if bounds is not None else (math.nan, math.nan)
+    return estimate, low, high
+
+
+def baseline_drift(baseline: list[pd.DataFrame], by_samples: bool) -> float:
+    """Relative spread of throughput between baseline runs: noise a per-step interval can't see.
+
+    Steps within one run are resampled for the interval, but a shared machine also drifts
+    from run to run; two baselines measured around a candidate show how much.
+    """
+    rates = [_rate(*_per_step(frame, by_samples)) for frame in baseline]
+    if len(rates) < 2:
+        return 0.0
+    return float((max(rates) - min(rates)) / np.mean(rates))
 
 
 def ratio_of_means_ci_t(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Interval | None:

@@ -139,6 +139,9 @@ import pandas as pd
 
 import orjson
 
+from . import intervals
+from .intervals import union_length as interval_union_us  # public name kept: union of intervals in us
+
 __all__ = ["TraceFrames", "TraceError", "load_trace", "interval_union_us"]
 
 
@@ -241,16 +244,6 @@ _NAN = float("nan")
 
 # --------------------------------------------------------------------------
 # Public helpers
-
-
-def interval_union_us(starts, ends) -> float:
-    """Total length covered by the union of [start, end) intervals (us).
-
-    Overlapping work (several streams, nested ranges) must be counted once
-    when asking "how long was the GPU / dataloader busy".
-    """
-    ms, me = _merge_intervals(starts, ends)
-    return float((me - ms).sum()) if len(ms) else 0.0
 
 
 def load_trace(path: str | os.PathLike) -> TraceFrames:
@@ -514,45 +507,6 @@ def _opt_int(v):
 # Steps and intervals
 
 
-def _merge_intervals(starts, ends):
-    """Sorted, disjoint (start, end) arrays covering the union of the inputs."""
-    s = np.asarray(starts, dtype=np.float64).ravel()
-    e = np.asarray(ends, dtype=np.float64).ravel()
-    ok = ~(np.isnan(s) | np.isnan(e))
-    if not ok.all():
-        s, e = s[ok], e[ok]
-    if s.size == 0:
-        return s, e
-    e = np.maximum(e, s)
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.empty(s.size, dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, s.size - 1)
-    return s[first], run_end[last]
-
-
-def _window_coverage(ms, me, lo, hi) -> np.ndarray:
-    """For each window [lo, hi], the length of merged intervals inside it."""
-    lo = np.asarray(lo, dtype=np.float64)
-    hi = np.asarray(hi, dtype=np.float64)
-    if ms.size == 0 or lo.size == 0:
-        return np.zeros(lo.size, dtype=np.float64)
-    cum = np.concatenate(([0.0], np.cumsum(me - ms)))
-    i0 = np.searchsorted(me, lo, side="right")  # first interval ending after lo
-    i1 = np.searchsorted(ms, hi, side="left")  # intervals [0, i1) start before hi
-    total = cum[np.maximum(i1, i0)] - cum[i0]
-    has = i1 > i0
-    j0 = np.minimum(i0, ms.size - 1)
-    j1 = np.clip(i1 - 1, 0, ms.size - 1)
-    total -= np.where(has, np.clip(lo - ms[j0], 0.0, None), 0.0)
-    total -= np.where(has, np.clip(me[j1] - hi, 0.0, None), 0.0)
-    return np.clip(total, 0.0, None)
-
-
 def _assign_step(ts: np.ndarray, s_ts: np.ndarray, s_end: np.ndarray, s_idx: np.ndarray) -> np.ndarray:
     """Index of the step whose [ts, end) contains each time, else -1 (s_* sorted by ts)."""
     out = np.full(len(ts), -1, dtype=np.int64)
@@ -611,11 +565,11 @@ def _build_steps(span, ops, ann, kernels, memcpy) -> pd.DataFrame:
                     parts_e.append(f["end_us"].to_numpy()[m])
         if not parts_s:
             return np.zeros(len(lo))
-        return _window_coverage(*_merge_intervals(np.concatenate(parts_s), np.concatenate(parts_e)), lo, hi)
+        return intervals.coverage(*intervals.merge(np.concatenate(parts_s), np.concatenate(parts_e)), lo, hi)
 
     gs = np.concatenate([kernels["ts_us"].to_numpy(), memcpy["ts_us"].to_numpy()])
     ge = np.concatenate([kernels["end_us"].to_numpy(), memcpy["end_us"].to_numpy()])
-    gpu = _window_coverage(*_merge_intervals(gs, ge), lo, hi)
+    gpu = intervals.coverage(*intervals.merge(gs, ge), lo, hi)
 
     idx = span["index"].to_numpy()
     kstep = kernels["step"].to_numpy()

@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from advisor.probe.files import write_text_atomic
+from advisor.atomic import write_text_atomic
 
 from .page import NO_DOCS, Page, build_page
 from .templates import TEMPLATES, asset

@@ -60,6 +60,8 @@ from typing import Iterator
 
 import numpy as np
 
+from advisor import intervals, metrics
+
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
@@ -135,7 +137,7 @@ def _gpu_busy_during_wait_frac(profile) -> float:
     if ranges.empty:
         return 0.0
     ms, me = h.gpu_busy(profile)
-    busy = h.covered(ms, me, ranges["ts_us"].to_numpy(), ranges["end_us"].to_numpy()).sum()
+    busy = intervals.coverage(ms, me, ranges["ts_us"].to_numpy(), ranges["end_us"].to_numpy()).sum()
     return min(1.0, h.frac(busy, ranges["dur_us"].sum()))
 
 
@@ -156,13 +158,9 @@ def _main_loader(profile) -> dict | None:
 def _io_bound(profile, cores) -> bool | None:
     """Whether loading waits (disk, network, sleep) rather than computes: the script's process
     tree used under half of the cores during the measured window (None when not sampled)."""
-    s = profile.samples
+    s = metrics.window_samples(profile.samples, profile.steps)
     if s.empty or "cpu_percent" not in s or not s["cpu_percent"].notna().any() or not cores:
         return None
-    steps = profile.steps
-    if {"t_start", "t_end"} <= set(steps) and "t" in s:
-        inside = s[(s["t"] >= steps["t_start"].min()) & (s["t"] <= steps["t_end"].max())]
-        s = inside if len(inside) >= 2 else s
     return bool(s["cpu_percent"].mean() < 50.0 * cores)
 
 

@@ -46,6 +46,8 @@ from typing import Iterator
 
 import numpy as np
 
+from advisor import intervals, metrics
+
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
@@ -104,7 +106,7 @@ def _attribute(profile, steps) -> dict[str, float]:
     """Idle microseconds inside the steps, split by cause."""
     bs, be = h.gpu_busy(profile)
     dl = h.dataloader_ranges(profile)
-    ds, de = h.merge(dl["ts_us"].to_numpy(), dl["end_us"].to_numpy())
+    ds, de = intervals.merge(dl["ts_us"].to_numpy(), dl["end_us"].to_numpy())
     sync_end = np.sort(h.draining_syncs(profile, steps)["end_us"].to_numpy())
     out = {"data_wait": 0.0, "host_sync": 0.0, "cpu_overhead": 0.0}
     for a, b in zip(steps["ts_us"].to_numpy(), steps["end_us"].to_numpy()):
@@ -116,7 +118,7 @@ def _attribute(profile, steps) -> dict[str, float]:
         gap_s, gap_e = gap_s[keep], gap_e[keep]
         if not len(gap_s):
             continue
-        data = h.covered(ds, de, gap_s, gap_e)
+        data = intervals.coverage(ds, de, gap_s, gap_e)
         rest = (gap_e - gap_s) - data
         j = np.searchsorted(sync_end, gap_s - 5.0, side="left")
         after_sync = (j < len(sync_end)) & (sync_end[np.minimum(j, len(sync_end) - 1)] < gap_e) if len(sync_end) else np.zeros(len(gap_s), bool)
@@ -127,7 +129,8 @@ def _attribute(profile, steps) -> dict[str, float]:
 
 
 def _nvml_util(profile) -> float | None:
-    s = profile.samples
+    """Mean NVML utilization over the measured steps (start-up ticks would read as idle)."""
+    s = metrics.window_samples(profile.samples, profile.steps)
     if s.empty or "gpu_util_percent" not in s or not s["gpu_util_percent"].notna().any():
         return None
     return float(s["gpu_util_percent"].mean())

@@ -51,6 +51,8 @@ from typing import Iterator
 
 import numpy as np
 
+from advisor import intervals
+
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
@@ -83,7 +85,7 @@ def check(profile, *, min_idle_frac: float = 0.02, min_syncs_per_step: float = 1
         cause = _cause(ops, s.name)
         nxt = np.searchsorted(bs, s.end_us, side="left")
         resume = min(bs[nxt] if nxt < len(bs) else np.inf, step_end[s.step])
-        busy_after = h.covered(bs, be, [s.end_us - 1.0], [s.end_us])[0] > 0
+        busy_after = intervals.coverage(bs, be, [s.end_us - 1.0], [s.end_us])[0] > 0
         bubble = 0.0 if busy_after else max(0.0, resume - s.end_us)
         site = h.python_call_site(profile, s.ts_us, s.end_us, s.tid)
         rows.append((site or (ops[-1] if ops else s.name), cause, s.dur_us, bubble))

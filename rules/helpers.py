@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from advisor import metrics
+from advisor import intervals, metrics
 
 # --------------------------------------------------------------------------- steps
 
@@ -49,44 +49,11 @@ def is_training(profile) -> bool:
 # --------------------------------------------------------------------------- intervals
 
 
-def merge(starts, ends) -> tuple[np.ndarray, np.ndarray]:
-    """Merged, sorted, disjoint [start, end) intervals."""
-    s = np.asarray(starts, dtype=np.float64)
-    e = np.asarray(ends, dtype=np.float64)
-    if len(s) == 0:
-        return s, e
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
-    ends_at = np.append(idx[1:] - 1, len(s) - 1)
-    return s[idx], run_end[ends_at]
-
-
-def covered(ms: np.ndarray, me: np.ndarray, lo, hi) -> np.ndarray:
-    """For each window [lo, hi), how long the merged intervals (ms, me) cover it."""
-    lo = np.atleast_1d(np.asarray(lo, dtype=np.float64))
-    hi = np.atleast_1d(np.asarray(hi, dtype=np.float64))
-    if len(ms) == 0:
-        return np.zeros(len(lo))
-    cum = np.concatenate([[0.0], np.cumsum(me - ms)])
-
-    def upto(t):  # covered length in (-inf, t)
-        i = np.searchsorted(ms, t, side="right")  # intervals starting before t
-        partial = np.where(i > 0, np.clip(t - ms[np.maximum(i - 1, 0)], 0, None) - np.clip(t - me[np.maximum(i - 1, 0)], 0, None), 0.0)
-        return cum[np.maximum(i - 1, 0)] * (i > 0) + partial
-
-    return np.maximum(upto(hi) - upto(lo), 0.0)
-
-
 def gpu_busy(profile) -> tuple[np.ndarray, np.ndarray]:
     """Merged intervals in which any GPU kernel, copy or memset runs."""
     k, m = profile.kernels, profile.memcpy
-    return merge(np.concatenate([k["ts_us"].to_numpy(), m["ts_us"].to_numpy()]),
-                 np.concatenate([k["end_us"].to_numpy(), m["end_us"].to_numpy()]))
+    return intervals.merge(np.concatenate([k["ts_us"].to_numpy(), m["ts_us"].to_numpy()]),
+                           np.concatenate([k["end_us"].to_numpy(), m["end_us"].to_numpy()]))
 
 
 def main_thread(profile) -> int | None:
@@ -288,7 +255,7 @@ def draining_syncs(profile, steps: pd.DataFrame) -> pd.DataFrame:
     if syncs.empty:
         return syncs
     bs, be = gpu_busy(profile)
-    waited = covered(bs, be, syncs["ts_us"].to_numpy(), syncs["ts_us"].to_numpy() + 1.0) > 0
+    waited = intervals.coverage(bs, be, syncs["ts_us"].to_numpy(), syncs["ts_us"].to_numpy() + 1.0) > 0
     return syncs[waited]
 
 
@@ -297,11 +264,7 @@ def cpu_busy_frac(profile, cores: int) -> float | None:
     samples = profile.samples
     if samples.empty or "t" not in samples:
         return None
-    window = samples
-    steps = profile.steps
-    if not steps.empty and {"t_start", "t_end"} <= set(steps):
-        inside = samples[(samples["t"] >= steps["t_start"].min()) & (samples["t"] <= steps["t_end"].max())]
-        window = inside if len(inside) >= 2 else samples.iloc[1:]
+    window = metrics.window_samples(samples, profile.steps)
     values = []
     if "cpu_percent" in window and window["cpu_percent"].notna().any():
         values.append(float(window["cpu_percent"].mean()) / (100.0 * cores))

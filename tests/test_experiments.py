@@ -7,10 +7,12 @@ import pandas as pd
 import pytest
 
 from advisor import overrides as vocabulary
-from advisor.experiments import baseline_drift, candidates_from, loss_check, run_experiments, speedup_ci
+from advisor.experiments import candidates_from, loss_check, run_experiments
 from advisor.model import Finding, Fix
+from advisor.stats import baseline_drift, speedup_ci
 from advisor.probe.runner import ProbeConfig, run_probe
 from advisor.profile import Profile
+from advisor.stats import baseline_drift, speedup_ci
 from conftest import WORKLOADS
 
 

@@ -1,12 +1,11 @@
-"""Names of the files in a run dir, and the one way we write them (atomically)."""
+"""Names of the files in a run dir; they are written with :mod:`advisor.atomic` (re-exported here)."""
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+
+from advisor.atomic import write_json_atomic, write_text_atomic  # noqa: F401  the probe's writers use files.*
 
 
 def rank_info() -> dict:
@@ -42,36 +41,3 @@ def names(rank_suffix: str = "") -> RunFiles:
         log=f"script{r}.log",
         report_json=f"report{r}.json",
     )
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder and rename: readers never see half a file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, default=_jsonable) + "\n")
-
-
-def _jsonable(value):
-    """numpy/pandas scalars and paths, which json cannot encode by itself."""
-    if hasattr(value, "item"):
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -22,6 +22,8 @@ from typing import Any, Callable
 import pandas as pd
 import psutil
 
+from advisor.atomic import write_text_atomic
+
 try:  # nvidia-ml-py is a dependency, but a broken install must not kill CPU sampling.
     import pynvml
 except Exception as _exc:  # pragma: no cover - depends on the environment
@@ -285,16 +287,10 @@ class Sampler:
         return df.astype({c: "float64" for c in COLUMNS if c != "n_procs"}).astype({"n_procs": "int64"})
 
     def write_csv(self, path: str | os.PathLike) -> None:
-        """Write atomically (tmp file in the same dir + os.replace) so readers never see half a file."""
+        """Write atomically (see :mod:`advisor.atomic`) so readers never see half a file."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            self.to_frame().to_csv(tmp, index=False)
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        write_text_atomic(path, self.to_frame().to_csv(index=False))
 
     # ------------------------------------------------------------ internals
     def _note(self, key: str, message: str) -> None:

@@ -1,0 +1,79 @@
+"""Write a file so that readers never see half of it: the one implementation every writer uses.
+
+A report, a CSV or compare.json is read by people, CI and ``advise compare`` while a run may be
+writing it, and a run can be killed mid-write (timeout, Ctrl-C). Writing to a temp file in the
+same folder and renaming it over the target makes the new file appear whole or not at all, and a
+failed write leaves the old file and no temp file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import stat
+from pathlib import Path
+
+__all__ = ["write_bytes_atomic", "write_text_atomic", "write_json_atomic"]
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` through a temp file and :func:`os.replace`.
+
+    The file gets ``0o666 & ~umask`` like any file the user creates (it is meant to be shared),
+    not the 0600 of a temp file. A symlink is written through, not replaced. A target that is not
+    a regular file (``/dev/stdout``, a FIFO) cannot be renamed over and is written directly.
+    """
+    target = Path(os.path.realpath(path))
+    try:
+        special = not stat.S_ISREG(target.stat().st_mode)
+    except FileNotFoundError:
+        special = False
+    if special:
+        with open(target, "wb") as f:
+            f.write(data)
+        return
+    tmp, fd = _create_temp(target)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """:func:`write_bytes_atomic` of `text` in UTF-8 (newlines as given)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: str | os.PathLike, obj, *, indent: int | None = 2) -> None:
+    """`obj` as indented JSON plus a final newline; numpy/pandas scalars and paths are accepted.
+
+    Serialised before any file is touched, so an unserialisable object leaves the target as it was.
+    """
+    write_text_atomic(path, json.dumps(obj, indent=indent, default=_jsonable) + "\n")
+
+
+def _create_temp(target: Path) -> tuple[Path, int]:
+    """A new hidden file beside `target`, opened for writing.
+
+    ``os.open`` with mode 0o666 lets the kernel apply the umask, so no process-wide
+    ``os.umask`` dance (racy with other threads) is needed to get ordinary permissions.
+    """
+    while True:
+        tmp = target.with_name(f".tmp-{target.name[:64]}.{secrets.token_hex(6)}")  # short: NAME_MAX
+        try:
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except FileExistsError:
+            continue
+
+
+def _jsonable(value):
+    """numpy/pandas scalars and paths, which json cannot encode by itself."""
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,75 @@
+"""advisor.metrics' measured window: the sampler ticks every mean over the run is taken from."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from advisor.engine import Settings, run_rules
+from advisor.metrics import measured_window, utilization, window_samples
+from advisor.profile import Profile
+from advisor.rules.registry import load_rules
+
+CATALOGUE = load_rules()
+
+
+def steps(t_start=(10.0, 11.0, 12.0), t_end=(11.0, 12.0, 13.0)):
+    return pd.DataFrame({"index": range(len(t_start)), "t_start": t_start, "t_end": t_end,
+                         "duration_s": [b - a for a, b in zip(t_start, t_end)], "profiled": False})
+
+
+def ticks(times, **columns):
+    return pd.DataFrame({"t": list(times), **{k: list(v) for k, v in columns.items()}})
+
+
+def test_measured_window_spans_first_start_to_last_end():
+    assert measured_window(steps()) == (10.0, 13.0)
+
+
+@pytest.mark.parametrize("table", [
+    pd.DataFrame(),
+    pd.DataFrame({"duration_s": [0.1]}),  # trace-only steps carry no times
+    steps(t_start=(float("nan"),), t_end=(float("nan"),)),
+    steps(t_start=(5.0,), t_end=(4.0,)),
+])
+def test_measured_window_unknown(table):
+    assert measured_window(table) is None
+
+
+def test_window_samples_keeps_ticks_inside_bounds_included():
+    s = ticks([0.5, 9.9, 10.0, 11.5, 13.0, 13.1], v=range(6))
+    assert window_samples(s, steps())["t"].tolist() == [10.0, 11.5, 13.0]
+
+
+def test_window_samples_falls_back_to_all_ticks():
+    s = ticks([0.5, 20.0], v=[1, 2])
+    assert len(window_samples(s, steps())) == 2  # none inside: a run shorter than a tick
+    assert len(window_samples(s, pd.DataFrame())) == 2  # no window
+    assert window_samples(pd.DataFrame(), steps()).empty
+
+
+def test_utilization_ignores_start_up_ticks():
+    s = ticks([1.0, 2.0, 10.5, 11.5, 12.5], gpu_util_percent=[0, 0, 90, 95, 100], rss_bytes=[9e9, 1, 2, 3, 4])
+    u = utilization(s, steps())
+    assert u["gpu_util_percent_mean"] == pytest.approx(95.0) and u["rss_bytes_max"] == 4
+
+
+def _nvml_only(samples):
+    """A GPU run without a trace: idle-gpu can only read NVML."""
+    return Profile(steps=steps(t_start=tuple(10.0 + i for i in range(6)), t_end=tuple(11.0 + i for i in range(6))),
+                   samples=samples, env={"device": "cuda"}, meta={"source": "probe"})
+
+
+def test_idle_gpu_from_nvml_counts_only_the_measured_window():
+    # 20 start-up ticks (imports, CUDA init: GPU idle), then a busy GPU over the six measured steps.
+    startup = [(0.5 * i, 0.0) for i in range(20)]
+    busy = [(10.0 + 0.5 * i, 92.0) for i in range(13)]
+    s = ticks([t for t, _ in startup + busy], gpu_util_percent=[u for _, u in startup + busy])
+    assert s["gpu_util_percent"].mean() < 50  # all ticks would read as a mostly idle GPU
+    assert run_rules(_nvml_only(s), Settings(select=["GPU001"]), CATALOGUE)[0] == []
+
+
+def test_idle_gpu_from_nvml_still_fires_on_an_idle_window():
+    s = ticks([0.5, 1.0] + [10.0 + 0.5 * i for i in range(13)], gpu_util_percent=[100.0, 100.0] + [20.0] * 13)
+    (f,), _ = run_rules(_nvml_only(s), Settings(select=["GPU001"]), CATALOGUE)
+    assert f["evidence"]["nvml_gpu_util_percent_mean"] == 20.0 and f["evidence"]["gpu_idle_frac"] == 0.8

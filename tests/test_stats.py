@@ -1,0 +1,48 @@
+"""advisor.stats' experiment statistics: speedup over several runs per side, on the shared bootstrap."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.stats import ratio_ci, speedup_ci
+
+
+def run(durations, samples=16):
+    return pd.DataFrame({"duration_s": durations, "samples": samples})
+
+
+def test_speedup_is_reproducible_and_the_seed_matters():
+    rng = np.random.default_rng(2)
+    base = [run(0.02 + rng.normal(0, 0.002, 20)), run(0.021 + rng.normal(0, 0.002, 20))]
+    cand = [run(0.015 + rng.normal(0, 0.002, 20))]
+    first = speedup_ci(base, cand, by_samples=True)
+    assert first == speedup_ci(base, cand, by_samples=True)
+    assert first != speedup_ci(base, cand, by_samples=True, seed=1)
+    assert first[1] < first[0] < first[2]
+
+
+def test_runs_keep_their_weight():
+    """Each side is the mean of its runs' rates: a short slow run counts as much as a long fast one."""
+    base = [run([0.01] * 40), run([0.02] * 4)]
+    ratio, lo, hi = speedup_ci(base, [run([0.01] * 10)], by_samples=False)
+    assert ratio == pytest.approx(100 / ((100 + 50) / 2)) and lo == pytest.approx(ratio) and hi == pytest.approx(ratio)
+
+
+def test_a_one_step_run_is_a_fixed_rate():
+    ratio, lo, hi = speedup_ci([run([0.02])], [run([0.01])], by_samples=True)
+    assert (ratio, lo, hi) == (2.0, 2.0, 2.0)
+    ratio, lo, hi = speedup_ci([run([0.02])], [run([0.01, 0.011, 0.009, 0.012])], by_samples=False)
+    assert lo < ratio < hi and lo > 1.6
+
+
+def test_a_zero_time_run_gives_no_interval():
+    with np.errstate(divide="ignore"):
+        ratio, lo, hi = speedup_ci([run([0.01, 0.01])], [run([0.0, 0.0])], by_samples=True)
+    assert ratio == np.inf and np.isnan(lo) and np.isnan(hi)
+
+
+def test_ratio_ci_still_brackets_its_estimate():
+    ci = ratio_ci([1.0, 1.1, 0.9, 1.05, 0.95], [2.0, 2.2, 1.8, 2.1, 1.9])
+    assert ci.estimate == pytest.approx(2.0) and ci.low <= ci.estimate <= ci.high and ci.low > 1.7
