@@ -72,4 +72,4 @@ def test_idle_gpu_from_nvml_counts_only_the_measured_window():
 def test_idle_gpu_from_nvml_still_fires_on_an_idle_window():
     s = ticks([0.5, 1.0] + [10.0 + 0.5 * i for i in range(13)], gpu_util_percent=[100.0, 100.0] + [20.0] * 13)
     (f,), _ = run_rules(_nvml_only(s), Settings(select=["GPU001"]), CATALOGUE)
-    assert f["evidence"]["nvml_gpu_util_percent_mean"] == 20.0 and f["evidence"]["gpu_idle_frac"] == 0.8
+    assert f.evidence["nvml_gpu_util_percent_mean"] == 20.0 and f.evidence["gpu_idle_frac"] == 0.8
