@@ -201,7 +201,7 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
     BASELINE and CURRENT are report.json files (or run dirs). Markdown is also appended to
     $GITHUB_STEP_SUMMARY when that is set.
     """
-    from .compare import run_compare
+    from .pipeline import run_compare
 
     sys.exit(run_compare(
         baseline, current, max_regression=_percent(max_regression, "--max-regression"),

@@ -47,9 +47,7 @@ import numpy as np
 import pandas as pd
 
 from . import metrics, stats
-from .atomic import write_json_atomic, write_text_atomic
-from .cli_exit import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, fail
-from .report import SCHEMA_VERSION, ReportError, load_report
+from .report import EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.10
 DEFAULT_MAX_MEMORY_REGRESSION = 0.20
@@ -421,82 +419,6 @@ def _findings_diff(baseline: dict, current: dict) -> tuple[list[dict], list[dict
     new = [brief(f) for k, f in fc.items() if k not in fb]
     resolved = [brief(f) for k, f in fb.items() if k not in fc]
     return new, resolved
-
-
-# --- the command -------------------------------------------------------------------------------
-
-def emit(result: Comparison, *, fmt: str = "terminal", junit: str | Path | None = None, stderr: bool = False) -> None:
-    """Print the comparison; write JUnit XML; append markdown to $GITHUB_STEP_SUMMARY when set."""
-    import click
-
-    from advisor.reports import compare_output, terminal
-
-    if fmt == "json":
-        click.echo(json.dumps(result.to_dict(), indent=2), err=stderr)
-    elif fmt == "markdown":
-        click.echo(compare_output.markdown(result), err=stderr)
-    else:
-        compare_output.print_table(result, terminal.console(stderr=stderr))
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        try:
-            with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(compare_output.markdown(result) + "\n")
-        except OSError as exc:
-            click.echo(f"advise: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary}): {exc.strerror}", err=True)
-    if junit:
-        try:
-            write_text_atomic(junit, compare_output.junit(result))
-        except OSError as exc:
-            fail(f"cannot write the JUnit file {junit}: {exc.strerror}")
-
-
-def run_compare(baseline: str, current: str, *, max_regression: float = DEFAULT_MAX_REGRESSION,
-                max_memory_regression: float = DEFAULT_MAX_MEMORY_REGRESSION, alpha: float = DEFAULT_ALPHA,
-                fmt: str = "terminal", junit: str | None = None, fail_on_new_findings: bool = False,
-                force: bool = False) -> int:
-    """`advise compare BASELINE CURRENT`: the exit code (0 pass, 3 regression; 2 via fail())."""
-    try:
-        base, warn_b = load(baseline, "baseline", force=force)
-        cur, warn_c = load(current, "current", force=force)
-        result = compare(base, cur, max_regression=max_regression, max_memory_regression=max_memory_regression,
-                         alpha=alpha, fail_on_new_findings=fail_on_new_findings, force=force,
-                         baseline_path=baseline, current_path=current)
-    except CompareError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a hand-edited or --force'd odd report
-        fail(f"cannot compare {baseline} with {current}: {type(exc).__name__}: {exc}", EXIT_USAGE)
-    result.warnings[:0] = warn_b + warn_c
-    emit(result, fmt=fmt, junit=junit)
-    return result.exit_code
-
-
-def check_baseline(path: str) -> dict:
-    """For `advise profile --baseline`: load and check the baseline before spending a run on it."""
-    try:
-        report, _ = load(path, "baseline")
-    except CompareError as exc:
-        fail(str(exc), EXIT_USAGE)
-    return report
-
-
-def compare_after_profile(baseline: dict, baseline_path: str, current: dict, current_path: str, run_dir: Path, *,
-                          max_regression: float, as_json: bool) -> int:
-    """`advise profile --baseline`: compare the fresh report with the baseline; write compare.json."""
-    try:
-        result = compare(baseline, current, max_regression=max_regression,
-                         baseline_path=baseline_path, current_path=current_path)
-    except CompareError as exc:
-        fail(str(exc), EXIT_USAGE)
-    try:
-        write_json_atomic(run_dir / "compare.json", result.to_dict())
-    except OSError:
-        pass
-    import click
-
-    click.echo("", err=as_json)
-    emit(result, stderr=as_json)
-    return result.exit_code
 
 
 def parse_percent(text: str) -> float:

@@ -7,20 +7,22 @@ from the experiments, which re-run the same probe with a fix injected.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from advisor.reports import terminal
+from advisor.reports import compare_output, terminal
 
-from . import metrics, report as report_mod
-from .cli_exit import STATUS_EXIT, fail
+from . import compare, metrics, report as report_mod, rundir
+from .atomic import write_json_atomic, write_text_atomic
+from .cli_exit import EXIT_USAGE, STATUS_EXIT, fail
 from .experiments import run_experiments
 from .model import Finding, rank
-from .probe import files
-from .probe.runner import ProbeConfig, rank_suffix, run_probe
+from .probe.runner import ProbeConfig, run_probe
 from .profile import Profile
+from .rundir import rank_suffix
 from .trace import TraceError
 
 
@@ -40,7 +42,7 @@ def _warnings(run, config: ProbeConfig) -> list[str]:
     return out
 
 
-def _artifacts(out: Path, names: files.RunFiles) -> dict:
+def _artifacts(out: Path, names: rundir.RunFiles) -> dict:
     wanted = {"report_json": names.report_json, "trace": names.trace, "steps_csv": names.steps_csv,
               "samples_csv": names.samples_csv, "log": names.log, "probe_json": names.probe_json}
     return {key: name for key, name in wanted.items() if key == "report_json" or (out / name).exists()}
@@ -71,9 +73,7 @@ def profile_script(*, script: str, script_args: list[str], steps: int, warmup: i
 
     With `baseline`, then compare against it (as `advise compare`): exit 3 on a regression.
     """
-    from . import compare
-
-    baseline_report = compare.check_baseline(baseline) if baseline else None  # bad input: exit 2 before the run
+    baseline_report = check_baseline(baseline) if baseline else None  # bad input: exit 2 before the run
     con = terminal.console(stderr=as_json)
     config = ProbeConfig(script=script, args=script_args, out=out, warmup=warmup, steps=steps,
                          profile_steps=profile_steps, timeout_s=timeout_s)
@@ -126,7 +126,7 @@ def profile_script(*, script: str, script_args: list[str], steps: int, warmup: i
     if run.status == "failed":
         _show_failure(run, out, con)
     if baseline_report is not None and run.status == "ok":
-        return compare.compare_after_profile(baseline_report, baseline, report, str(out / run.files.report_json), out,
+        return _compare_after_profile(baseline_report, baseline, report, str(out / run.files.report_json), out,
                                              max_regression=max_regression, as_json=as_json)
     return STATUS_EXIT[run.status]
 
@@ -208,3 +208,73 @@ def analyze_trace(path: Path, *, as_json: bool, out: Path | None, rule_settings=
     _emit(report, con, as_json, str(out) if out else None)
     _say_html(html_path, con, as_json)
     return 0
+
+
+# --- advise compare (and profile --baseline) ---------------------------------------------------
+
+def emit_comparison(result: compare.Comparison, *, fmt: str = "terminal", junit: str | Path | None = None, stderr: bool = False) -> None:
+    """Print the comparison; write JUnit XML; append markdown to $GITHUB_STEP_SUMMARY when set."""
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2), err=stderr)
+    elif fmt == "markdown":
+        click.echo(compare_output.markdown(result), err=stderr)
+    else:
+        compare_output.print_table(result, terminal.console(stderr=stderr))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        try:
+            with open(summary, "a", encoding="utf-8") as fh:
+                fh.write(compare_output.markdown(result) + "\n")
+        except OSError as exc:
+            click.echo(f"advise: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary}): {exc.strerror}", err=True)
+    if junit:
+        try:
+            write_text_atomic(junit, compare_output.junit(result))
+        except OSError as exc:
+            fail(f"cannot write the JUnit file {junit}: {exc.strerror}")
+
+
+def run_compare(baseline: str, current: str, *, max_regression: float = compare.DEFAULT_MAX_REGRESSION,
+                max_memory_regression: float = compare.DEFAULT_MAX_MEMORY_REGRESSION, alpha: float = compare.DEFAULT_ALPHA,
+                fmt: str = "terminal", junit: str | None = None, fail_on_new_findings: bool = False,
+                force: bool = False) -> int:
+    """`advise compare BASELINE CURRENT`: the exit code (0 pass, 3 regression; 2 via fail())."""
+    try:
+        base, warn_b = compare.load(baseline, "baseline", force=force)
+        cur, warn_c = compare.load(current, "current", force=force)
+        result = compare.compare(base, cur, max_regression=max_regression, max_memory_regression=max_memory_regression,
+                         alpha=alpha, fail_on_new_findings=fail_on_new_findings, force=force,
+                         baseline_path=baseline, current_path=current)
+    except compare.CompareError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a hand-edited or --force'd odd report
+        fail(f"cannot compare {baseline} with {current}: {type(exc).__name__}: {exc}", EXIT_USAGE)
+    result.warnings[:0] = warn_b + warn_c
+    emit_comparison(result, fmt=fmt, junit=junit)
+    return result.exit_code
+
+
+def check_baseline(path: str) -> dict:
+    """For `advise profile --baseline`: load and check the baseline before spending a run on it."""
+    try:
+        report, _ = compare.load(path, "baseline")
+    except compare.CompareError as exc:
+        fail(str(exc), EXIT_USAGE)
+    return report
+
+
+def _compare_after_profile(baseline: dict, baseline_path: str, current: dict, current_path: str, run_dir: Path, *,
+                          max_regression: float, as_json: bool) -> int:
+    """`advise profile --baseline`: compare the fresh report with the baseline; write compare.json."""
+    try:
+        result = compare.compare(baseline, current, max_regression=max_regression,
+                         baseline_path=baseline_path, current_path=current_path)
+    except compare.CompareError as exc:
+        fail(str(exc), EXIT_USAGE)
+    try:
+        write_json_atomic(run_dir / "compare.json", result.to_dict())
+    except OSError:
+        pass
+    click.echo("", err=as_json)
+    emit_comparison(result, stderr=as_json)
+    return result.exit_code

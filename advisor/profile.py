@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .probe import files
+from . import rundir
 from .trace import TraceError, TraceFrames, load_trace
 
 LOG_TAIL_LINES = 30  # meta["log_tail"]: what a failed run's report shows of the script's log
@@ -70,7 +70,7 @@ class Profile:
     def from_run_dir(cls, run_dir: str | Path, rank_suffix: str = "") -> "Profile":
         """Load what the probe left in `run_dir`; a missing or broken trace is noted, not fatal."""
         run_dir = Path(run_dir)
-        names = files.names(rank_suffix)
+        names = rundir.names(rank_suffix)
         probe = _read_json(run_dir / names.probe_json)
         steps = _read_csv(run_dir / names.steps_csv)
         samples = _read_csv(run_dir / names.samples_csv)

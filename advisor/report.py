@@ -18,6 +18,10 @@ from .profile import Profile
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "failed", "timeout", "no-steps", "interrupted")
+# The exit codes of the CLI contract (README "Exit codes"), beside the statuses they follow from.
+EXIT_OK, EXIT_SCRIPT, EXIT_USAGE, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+STATUS_EXIT = {"ok": EXIT_OK, "failed": EXIT_SCRIPT, "timeout": EXIT_SCRIPT, "no-steps": EXIT_SCRIPT,
+               "interrupted": EXIT_INTERRUPTED}
 STEP_FIELDS = ("index", "duration_s", "data_wait_s", "samples", "optimizer_s", "backward_s", "profiled", "loss")
 
 

@@ -24,7 +24,8 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 
 import advisor
 
-from . import files
+from advisor import rundir
+from advisor.atomic import write_json_atomic
 from .clock import ProbeDone, StepClock
 from .env import collect_env, memory_stats
 from .hooks import Observed, install
@@ -113,7 +114,7 @@ def run_script(script: str, args: list[str]) -> None:
 def main(config_path: str) -> int:
     config = json.loads(Path(config_path).read_text())
     out = Path(config["out"])
-    names = files.names(config.get("rank_suffix", ""))
+    names = rundir.names(config.get("rank_suffix", ""))
     window = ProfilerWindow(out / names.trace)
     sink = open(out / names.steps_jsonl, "a", buffering=1)
     profile_steps = max(0, min(config["profile_steps"], config["steps"] - 1))
@@ -132,7 +133,7 @@ def main(config_path: str) -> int:
     try:
         apply_overrides(config.get("overrides") or {}, applied)
     except OverrideError as exc:
-        files.write_json_atomic(out / names.probe_json, {"status": "failed", "error": str(exc), "boundaries": 0})
+        write_json_atomic(out / names.probe_json, {"status": "failed", "error": str(exc), "boundaries": 0})
         print(f"advise: {exc}", file=sys.stderr)
         return 2
     install(clock, observed)
@@ -177,7 +178,7 @@ def main(config_path: str) -> int:
         overrides=config.get("overrides") or {},
         applied=applied,
     )
-    files.write_json_atomic(out / names.probe_json, result)
+    write_json_atomic(out / names.probe_json, result)
     sink.close()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from .files import rank_info
+from advisor.rundir import rank_info
 
 
 def collect_env(device: str | None) -> dict:

@@ -21,8 +21,9 @@ from typing import Protocol
 
 import pandas as pd
 
-from . import files
-from .files import rank_info
+from advisor import rundir
+from advisor.atomic import write_json_atomic, write_text_atomic
+from advisor.rundir import rank_suffix
 from .sampler import Sampler
 
 # `python -c` puts the cwd first on sys.path; plain `python train.py` does not, so drop it
@@ -56,13 +57,8 @@ class ProbeRun:
     exit_code: int | None
     wall_s: float
     probe: dict
-    files: files.RunFiles
+    files: rundir.RunFiles
     notes: list[str]
-
-
-def rank_suffix() -> str:
-    info = rank_info()
-    return f".rank{info['rank']}" if (info["world_size"] or 1) > 1 else ""
 
 
 def _read_new_lines(path: Path, offset: int) -> tuple[list[dict], int]:
@@ -88,11 +84,11 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None) -> ProbeRun
     """Run the script under the probe until its window ends, it exits, or time runs out."""
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    names = files.names(rank_suffix())
+    names = rundir.names(rank_suffix())
     for name in (names.trace, names.steps_jsonl, names.steps_csv, names.samples_csv, names.probe_json, names.log):
         (out / name).unlink(missing_ok=True)
     cfg_path = out.resolve() / f".probe-config{rank_suffix()}.json"
-    files.write_json_atomic(
+    write_json_atomic(
         cfg_path,
         {
             "script": config.script,
@@ -190,7 +186,7 @@ def _write_steps_csv(path: Path, records: list[dict], losses: list) -> None:
     frame["loss"] = [losses[i] if i < len(losses) else None for i in range(len(frame))]
     # A NaN loss and an unseen loss look alike in CSV; this column tells them apart.
     frame["loss_finite"] = [None if v is None else bool(math.isfinite(v)) for v in frame["loss"].astype(object)]
-    files.write_text_atomic(path, frame[columns].to_csv(index=False))
+    write_text_atomic(path, frame[columns].to_csv(index=False))
 
 
 def _status(probe: dict, returncode: int | None, timed_out: bool, interrupted: bool, timeout_s: float) -> str:

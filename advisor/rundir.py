@@ -1,11 +1,9 @@
-"""Names of the files in a run dir; they are written with :mod:`advisor.atomic` (re-exported here)."""
+"""The run dir's file names, per rank: the probe writes them, the Profile and the report read them."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-
-from advisor.atomic import write_json_atomic, write_text_atomic  # noqa: F401  the probe's writers use files.*
 
 
 def rank_info() -> dict:
@@ -41,3 +39,9 @@ def names(rank_suffix: str = "") -> RunFiles:
         log=f"script{r}.log",
         report_json=f"report{r}.json",
     )
+
+
+def rank_suffix() -> str:
+    """``.rank1`` for rank 1 of a multi-rank job, '' for a single process."""
+    info = rank_info()
+    return f".rank{info['rank']}" if (info["world_size"] or 1) > 1 else ""
