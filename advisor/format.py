@@ -69,14 +69,17 @@ def rate(x, unit: str) -> str:
     return f"{v:,.1f} {unit}" if v < 10_000 else f"{v:,.0f} {unit}"
 
 
+def _scaled(v: float, units: tuple[tuple[str, float, int], ...], base: str) -> str:
+    """`v` in the first unit it reaches (name, scale, decimals), else in `base` units."""
+    for unit, scale, digits in units:
+        if abs(v) >= scale:
+            return f"{v / scale:.{digits}f} {unit}"
+    return f"{v:.0f} {base}"
+
+
 def bytes_(n) -> str:
     v = _num(n)
-    if v is None:
-        return DASH
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(v) >= scale:
-            return f"{v / scale:.2f} {unit}" if unit == "GiB" else f"{v / scale:.1f} {unit}"
-    return f"{v:.0f} B"
+    return DASH if v is None else _scaled(v, (("GiB", 2**30, 2), ("MiB", 2**20, 1), ("KiB", 2**10, 1)), "B")
 
 
 def watts(w) -> str:
@@ -88,10 +91,7 @@ def flops(f) -> str:
     v = _num(f)
     if v is None or v <= 0:
         return DASH
-    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
-        if v >= scale:
-            return f"{v / scale:.2f} {unit}"
-    return f"{v:.0f} FLOP"
+    return _scaled(v, (("TFLOP", 1e12, 2), ("GFLOP", 1e9, 2), ("MFLOP", 1e6, 2), ("kFLOP", 1e3, 2)), "FLOP")
 
 
 def speedup(x) -> str:
