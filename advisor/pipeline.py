@@ -116,7 +116,7 @@ def profile_script(*, script: str, script_args: list[str], steps: int, warmup: i
         artifacts=_artifacts(out, run.files),
         extra={"notes": run.notes, "wall_s": run.wall_s, "experiments": results.summary() if results else None},
     )
-    report["artifacts"]["report_html"] = "report.html"
+    report["artifacts"]["report_html"] = run.files.report_html
     html_path = _write_renderings(report, out, profile, con)
     if html_path is None:
         del report["artifacts"]["report_html"]

@@ -26,6 +26,7 @@ class RunFiles:
     probe_json: str
     log: str
     report_json: str
+    report_html: str
 
 
 def names(rank_suffix: str = "") -> RunFiles:
@@ -38,6 +39,7 @@ def names(rank_suffix: str = "") -> RunFiles:
         probe_json=f"probe{r}.json",
         log=f"script{r}.log",
         report_json=f"report{r}.json",
+        report_html=f"report{r}.html",
     )
 
 

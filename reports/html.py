@@ -41,8 +41,8 @@ def render_html(page: Page) -> str:
 
 def html_name(report: dict) -> str:
     """report.html beside report.json (report.rank1.html under torchrun)."""
-    json_name = (report.get("artifacts") or {}).get("report_json") or "report.json"
-    return str(Path(json_name).with_suffix(".html"))
+    artifacts = report.get("artifacts") or {}
+    return artifacts.get("report_html") or str(Path(artifacts.get("report_json") or "report.json").with_suffix(".html"))
 
 
 def write_html(report: dict, run_dir: str | Path, profile=None, rule_docs: Mapping[str, str] = NO_DOCS,

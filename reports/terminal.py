@@ -153,4 +153,4 @@ def print_summary(report: dict, con: Console, run_dir: str | None = None) -> Non
     for warning in report.get("warnings", []):
         con.print(Text("warning: " + warning, style="yellow"))
     if run_dir:
-        con.print(Text(f"report: {run_dir}/report.json", style="dim"))
+        con.print(Text(f"report: {run_dir}/{(report.get('artifacts') or {}).get('report_json') or 'report.json'}", style="dim"))

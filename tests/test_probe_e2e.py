@@ -205,6 +205,9 @@ def test_torchrun_gives_each_rank_its_own_files(tmp_path):
         assert rep["status"] == "ok" and rep["env"]["rank"] == rank and rep["env"]["world_size"] == 2
         assert len(rep["steps"]) == 6
         assert (tmp_path / "run" / rep["artifacts"]["trace"]).name == f"trace.rank{rank}.json.gz"
+        assert rep["artifacts"]["report_html"] == f"report.rank{rank}.html"  # each rank's page, as linked
+        assert (tmp_path / "run" / rep["artifacts"]["report_html"]).is_file()
+        assert f"report: run/report.rank{rank}.json" in proc.stdout
 
 
 def test_gradient_accumulation_counts_optimizer_steps_not_micro_batches(advise):
