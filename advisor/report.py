@@ -11,7 +11,7 @@ import datetime as _dt
 import json
 from pathlib import Path
 
-from . import __version__, metrics
+from . import __version__, metrics, mfu
 from .atomic import write_json_atomic
 from .model import Finding, Recommendation
 from .profile import Profile
@@ -71,6 +71,7 @@ place the result model becomes report.json."""
         "throughput": metrics.throughput(steps),
         "breakdown": metrics.breakdown(steps),
         "memory": profile.memory,
+        "mfu": mfu.model_flops_utilization(profile),
         "utilization": metrics.utilization(profile.samples, steps),
         "observed": profile.observed,
         "findings": [f.to_dict() for f in findings or []],

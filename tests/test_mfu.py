@@ -1,0 +1,82 @@
+"""Model FLOPs utilization: FLOP counts checked against their analytic values, MFU on real GPU traces."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from advisor.mfu import model_flops_utilization, peak_tflops
+from advisor.profile import Profile
+from advisor.trace import load_trace
+from conftest import WORKLOADS, trace_path
+
+RESNET_V100 = "kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"
+BERT_H100 = "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
+
+M, K, N = 64, 128, 32
+B, CIN, COUT, H, W, KH, KW = 2, 3, 8, 16, 16, 3, 3
+
+
+def _record(tmp_path, with_flops: bool):
+    """A real torch.profiler trace of one GEMM and one strided conv on the CPU."""
+    a, b = torch.randn(M, K), torch.randn(K, N)
+    conv = torch.nn.Conv2d(CIN, COUT, (KH, KW), stride=2, padding=1)
+    x = torch.randn(B, CIN, H, W)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
+                                with_flops=with_flops) as prof:
+        torch.mm(a, b)
+        conv(x)
+    path = tmp_path / f"trace-{with_flops}.json"
+    prof.export_chrome_trace(str(path))
+    return load_trace(path).ops
+
+
+@pytest.mark.parametrize("with_flops", [True, False], ids=["profiler-counts", "shape-estimates"])
+def test_gemm_and_conv_flops_match_their_analytic_values(tmp_path, with_flops):
+    ops = _record(tmp_path, with_flops)
+    mm = ops[ops["name"] == "aten::mm"]
+    assert mm["flops"].sum() == 2 * M * N * K
+    out_h, out_w = (H + 2 - KH) // 2 + 1, (W + 2 - KW) // 2 + 1
+    conv_flops = 2 * B * COUT * out_h * out_w * CIN * KH * KW
+    counted = ops[ops["name"].str.contains("conv")]["flops"].sum()  # each conv counted once, whatever its depth
+    assert counted == pytest.approx(conv_flops, rel=0.01)
+
+
+def test_the_peak_table_knows_the_common_accelerators():
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == (989.4, "NVIDIA H100/H200 datasheet (SXM), dense")
+    assert peak_tflops("NVIDIA H100 PCIe", "bf16")[0] == 756.0
+    assert peak_tflops("NVIDIA A100-SXM4-80GB", "tf32")[0] == 156.0
+    assert peak_tflops("Tesla V100-SXM2-16GB", "fp32")[0] == 15.7
+    assert peak_tflops("Tesla V100-SXM2-16GB", "bf16")[0] is None  # Volta has no bf16
+    assert peak_tflops("AMD Instinct MI300X", "bf16")[0] == 1307.4
+    assert peak_tflops("NVIDIA L4", "fp16")[0] == 121.0 and peak_tflops("NVIDIA L40S", "bf16")[0] == 362.05
+    assert peak_tflops("Some Future GPU", "bf16") == (None, None)
+
+
+def test_resnet50_fp32_on_a_v100_is_at_a_plausible_mfu():
+    """tb_plugin's ResNet-50 (batch 32, FP32, 4 workers) on a V100: ~5.6 TFLOP/s of its 15.7."""
+    mfu = model_flops_utilization(Profile.from_trace(trace_path(RESNET_V100)))
+    assert mfu["dtype"] == "fp32" and mfu["peak_tflops"] == 15.7
+    assert 0.25 < mfu["mfu"] < 0.45, mfu
+    assert "ProfilerStep" in mfu["basis"] and "V100" in mfu["peak_source"]
+    # ResNet-50 is 4.1 GMACs = 8.2 GFLOPs per 224x224 image forward, x3 with backward, x32 images
+    assert mfu["flops_per_step"] == pytest.approx(3 * 8.2e9 * 32, rel=0.05)
+
+
+def test_bf16_inference_on_an_h100_uses_the_bf16_peak():
+    mfu = model_flops_utilization(Profile.from_trace(trace_path(BERT_H100)))
+    assert mfu["dtype"] == "bf16" and mfu["peak_tflops"] == 989.4 and 0 < mfu["mfu"] < 0.05  # a tiny model
+
+
+def test_a_probed_cpu_run_reports_its_flops_and_no_peak(advise):
+    """tests/workloads/train_basic.py: Linear(64,128) -> ReLU -> Linear(128,1), batch 32, input without grad.
+    Forward 2*32*64*128 + 2*32*128; backward: weight grads of both layers and the input grad of the second."""
+    r = advise("profile", "--steps", "6", "--warmup", "2", "--profile-steps", "2", "--no-experiments", "--out", "run",
+               str(WORKLOADS / "train_basic.py"))
+    assert r.returncode == 0, r.stderr
+    mfu = r.report["mfu"]
+    forward = 2 * 32 * 64 * 128 + 2 * 32 * 128 * 1
+    backward = 2 * 32 * 64 * 128 + 2 * (2 * 32 * 128 * 1)
+    assert mfu["flops_per_step"] == forward + backward
+    assert mfu["achieved_tflops"] > 0 and mfu["peak_tflops"] is None and mfu["mfu"] is None
+    assert "outside the profiler" in mfu["basis"] and "CPU" in mfu["peak_source"]
