@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -246,29 +247,62 @@ def test_a_second_signal_kills_a_script_that_ignores_the_first(tmp_path):
 
 # --- a run that ends by itself ----------------------------------------------------------------
 
+ENDINGS = [  # how the script's run ends, the status and exit code, the script's own arguments
+    ("window-end", "ok", 0, ["--steps", "6"], []),
+    ("crash", "failed", 1, ["--steps", "50"], ["--crash-at", "5"]),
+    ("timeout", "timeout", 1, ["--steps", "400", "--timeout", "5"], []),
+]
+
+
 @pytest.mark.slow
-def test_a_reused_run_dir_keeps_only_this_runs_files_and_the_users(tmp_path):
+@pytest.mark.parametrize("how, status, code, options, script_args", ENDINGS, ids=[e[0] for e in ENDINGS])
+def test_a_reused_run_dir_holds_only_this_runs_files_however_it_ends(tmp_path, how, status, code, options, script_args):
     run, marker = tmp_path / "run", tmp_path / "marker"
     plant_previous_run(run)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (run / LOCK).write_text(f"{dead.pid}\n")  # left by a run that was killed: stale, taken over
-    proc = start(tmp_path, "--steps", "6", "--warmup", "1", "--profile-steps", "2", "--no-experiments",
-                 "--out", "run", "--", "--marker", str(marker))
+    proc = start(tmp_path, *options, "--warmup", "1", "--profile-steps", "2", "--no-experiments",
+                 "--out", "run", "--", "--marker", str(marker), *script_args)
     wait_for(lambda: bool(helpers_in(run)), proc, "the helper to start")
     before = tree_of(proc.pid) + helpers_in(run)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
-    assert "Traceback" not in err
+    assert proc.returncode == code, err
+    assert "advisor/" not in err  # a crash shows the script's traceback, never advise's
     report = json.loads((run / "report.json").read_text())
-    assert report["status"] == "ok" and len(report["steps"]) == 6
+    assert report["status"] == status
     assert_report_is_the_run_dir(run, report)
     assert (run / "notes.txt").read_text() == "from before\n"
     assert not (run / LOCK).exists()
-    # The window ended: atexit ran as at any exit, the helper outside the group was killed and said so.
+    # However it ended, atexit ran as at any exit, and the helper outside the group was killed and counted.
     assert (marker / "atexit.txt").read_text().startswith("atexit ")
     assert any("1 process the script started outside its process group" in w for w in report["warnings"])
     assert not still_running(before) and not alive_with(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_a_signal_after_the_measurements_still_writes_the_report(tmp_path):
+    """SIGTERM while the run is analysed (or the experiments are about to start): nothing is half-written."""
+    run, marker = tmp_path / "run", tmp_path / "marker"
+    proc = start(tmp_path, "--steps", "6", "--warmup", "1", "--profile-steps", "2", "--out", "run", "--",
+                 "--marker", str(marker), "--data-ms", "60", "--step-ms", "80")
+    seen: list[str] = []
+    reader = threading.Thread(target=lambda: seen.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    wait_for(lambda: any("analysing" in line for line in seen), proc, "the analysis")
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    reader.join(timeout=10)
+    err = proc.stderr.read()
+    assert proc.returncode == 143, err
+    assert_one_line_no_traceback("".join(seen), err, "advise: interrupted (SIGTERM)")
+    report = json.loads((run / "report.json").read_text())
+    assert report["status"] == "interrupted" and len(report["steps"]) == 6  # the measurements are whole
+    assert report["error"].startswith("interrupted (SIGTERM) after the measurements")
+    runs = (report.get("experiments") or {}).get("runs") or []  # none, or the first one, stopped as it started
+    assert len(runs) <= 1 and all(r["status"] == "interrupted" for r in runs)
+    assert_report_is_the_run_dir(run, report, others=())
+    assert not alive_with(str(tmp_path))
 
 
 # --- the lock and the clearing, in process ----------------------------------------------------

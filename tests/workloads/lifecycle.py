@@ -8,6 +8,7 @@
   ``--data-ms`` of it spent inside the DataLoader (no workers), which makes DL001 fire
   and the experiments run;
 - prints ``HELPER=<pid>`` on stderr (script.log);
+- with ``--crash-at N``, raises ValueError at step N;
 - with ``--ignore-interrupts``, catches Ctrl-C's KeyboardInterrupt and trains on, as a script
   stuck in a blocking call would.
 """
@@ -26,6 +27,7 @@ parser.add_argument("--marker", required=True, help="a folder: atexit.txt goes t
 parser.add_argument("--step-ms", type=float, default=30.0)
 parser.add_argument("--data-ms", type=float, default=0.0)
 parser.add_argument("--ignore-interrupts", action="store_true", help="catch KeyboardInterrupt and train on")
+parser.add_argument("--crash-at", type=int, default=None, help="raise ValueError at this step")
 args = parser.parse_args()
 
 os.makedirs(args.marker, exist_ok=True)
@@ -56,7 +58,9 @@ rest_s = max(0.0, (args.step_ms - args.data_ms) / 1e3)
 
 
 def train():
-    for x, y in loader:
+    for step, (x, y) in enumerate(loader):
+        if step == args.crash_at:
+            raise ValueError(f"planted failure at step {step}")
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
