@@ -6,14 +6,10 @@ run dir cleared of the last run's files (:func:`clear_previous`).
 
 from __future__ import annotations
 
+import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-try:
-    import fcntl
-except ImportError:  # Windows: no flock
-    fcntl = None
 
 
 def rank_info() -> dict:
@@ -83,7 +79,6 @@ class RunDirLock:
     run is stale by construction and the next run takes it over. ``release`` removes the file
     while still holding the lock; ``acquire`` checks that the file it locked is the one still
     in the folder, so a run racing with that removal never holds a lock nobody else can see.
-    Without ``fcntl`` (Windows) runs are not locked.
     """
 
     def __init__(self, run_dir: Path, rank_suffix: str = ""):
@@ -92,16 +87,16 @@ class RunDirLock:
 
     def acquire(self) -> "RunDirLock":
         """Take the lock or raise :class:`RunDirBusy` naming the holder; a busy run dir is left as it was."""
-        if fcntl is None:
-            return self
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            except BlockingIOError:
                 pid = _read_pid(fd)
                 os.close(fd)
                 raise RunDirBusy(self.path.parent, pid) from None
+            except OSError:  # a file system without locks (ENOLCK): run unguarded rather than not at all
+                break
             try:
                 same = os.path.samestat(os.fstat(fd), os.stat(self.path))
             except FileNotFoundError:
