@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,6 +27,7 @@ import pandas as pd
 
 from . import metrics
 from . import overrides as vocabulary
+from .interrupt import Interrupted, StopRequest, describe
 from .model import Applicability, Experiment, Finding, Recommendation, Verdict
 from .probe.runner import ProbeConfig, run_probe
 from .profile import Profile
@@ -121,22 +123,30 @@ def _slug(label: str) -> str:
 class Runner:
     """Runs probe children for the experiments and keeps their run dirs under `root`."""
 
-    def __init__(self, base: ProbeConfig, root: Path, progress: Progress | None, budget: Budget):
+    def __init__(self, base: ProbeConfig, root: Path, progress: Progress | None, budget: Budget,
+                 stop: StopRequest | None = None):
         self.base = base
         self.root = root
         self.progress = progress or Progress()
         self.budget = budget
+        self.stop = stop
         self.counter = 0
         self.per_run_s = 0.0
+        self.escaped = 0  # processes outside the script's group that experiment runs left: killed
         self.log: list[dict] = []  # every child run: label, status, wall_s, run_dir
 
     def measure(self, label: str, overrides: dict) -> Measurement:
+        if self.stop:  # asked to stop between two runs: start no other
+            raise Interrupted(self.stop.signum)
         self.counter += 1
         run_dir = self.root / f"{self.counter:02d}-{_slug(label) or 'baseline'}"
         config = replace(self.base, out=run_dir, overrides=overrides, profile_steps=0)
-        run = run_probe(config, self.progress)
-        if run.status == "interrupted":  # Ctrl-C stops the experiments, not just this run
-            raise KeyboardInterrupt
+        run = run_probe(config, self.progress, self.stop)
+        self.escaped += run.escaped
+        if run.status == "interrupted":  # a stop signal ends the experiments, not just this run
+            self.log.append({"label": label, "overrides": overrides, "status": run.status, "wall_s": run.wall_s,
+                             "run_dir": str(run_dir), "applied": {}})
+            raise Interrupted(run.signal)
         profile = Profile.from_run_dir(run_dir)
         self.per_run_s = max(self.per_run_s, run.wall_s)
         applied = run.probe.get("applied") or {}
@@ -266,6 +276,7 @@ class ExperimentResults:
     recommended: Recommendation | None
     notes: list[str]
     runs: list[dict]
+    interrupted: int | None = None  # the signal that cut the experiments short (what ran is kept)
 
     def summary(self) -> dict:
         """report.json's `experiments` block: what was run and what it cost."""
@@ -274,17 +285,47 @@ class ExperimentResults:
 
 def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: pd.DataFrame, *, root: Path,
                     env: dict, io_like: bool = False, safe_only: bool = False, max_experiments: int = 12,
-                    time_budget_s: float = 900.0, progress: Progress | None = None) -> ExperimentResults:
+                    time_budget_s: float = 900.0, progress: Progress | None = None,
+                    stop: StopRequest | None = None) -> ExperimentResults:
     """Measure every automatic fix, sweep the knobs that need it, then stack the winners.
 
-    The findings are filled in place (`experiment`, and a swept winner becomes the fix).
+    The findings are filled in place (`experiment`, and a swept winner becomes the fix). A stop
+    signal (`stop`, or Ctrl-C's KeyboardInterrupt) ends the running child cleanly and returns
+    what was measured so far, with `interrupted` set.
     """
     notes: list[str] = []
     candidates = candidates_from(findings, safe_only)
     if not candidates:
         return ExperimentResults(findings, None, notes, [])
     budget = Budget(max_experiments, time_budget_s)
-    runner = Runner(base, root, progress, budget)
+    runner = Runner(base, root, progress, budget, stop)
+    try:
+        recommended = _measure_all(findings, candidates, runner, baseline_steps, env, io_like, notes)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", None) or (stop.signum if stop else None)
+        left = [c for c in candidates if findings[c.finding_index].experiment is None]
+        for candidate in left:
+            findings[candidate.finding_index].experiment = Experiment.not_measured(
+                f"the experiments were interrupted ({describe(signum)}) before this fix was measured")
+        runs = len(runner.log)
+        notes.append(f"experiments interrupted ({describe(signum)}) after {runs} run{'' if runs == 1 else 's'}: "
+                     f"{len(candidates) - len(left)} of {len(candidates)} fixes measured")
+        return ExperimentResults(findings, None, _escaped_note(runner, notes), runner.log,
+                                 interrupted=signum or signal.SIGINT)
+    return ExperimentResults(findings, recommended, _escaped_note(runner, notes), runner.log)
+
+
+def _escaped_note(runner: Runner, notes: list[str]) -> list[str]:
+    if runner.escaped:
+        notes.append(f"experiment runs left {runner.escaped} process{'es' if runner.escaped > 1 else ''} running "
+                     "outside the script's process group (start_new_session); killed")
+    return notes
+
+
+def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: Runner, baseline_steps: pd.DataFrame,
+                 env: dict, io_like: bool, notes: list[str]) -> Recommendation | None:
+    """The baseline, each candidate (swept, confirmed) between baselines, then the stacked winners."""
+    budget = runner.budget
     by_samples = bool(baseline_steps["samples"].notna().all()) if "samples" in baseline_steps and len(baseline_steps) else False
     runner.progress.experiment("measuring the baseline without the profiler", 0, len(candidates))
     baselines = [runner.measure("baseline", {})]
@@ -336,8 +377,7 @@ def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: 
             winners.append((candidate, best))
             finding.fix.adopt(best.overrides)
 
-    recommended = _stack(winners, runner, baselines, by_samples, budget, notes) if winners else None
-    return ExperimentResults(findings, recommended, notes, runner.log)
+    return _stack(winners, runner, baselines, by_samples, budget, notes) if winners else None
 
 
 def _stack(winners: list[tuple[Candidate, Experiment]], runner: Runner, baselines, by_samples, budget: Budget,

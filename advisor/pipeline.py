@@ -19,6 +19,7 @@ from . import compare, metrics, report as report_mod, rundir
 from .atomic import write_json_atomic, write_text_atomic
 from .cli_exit import EXIT_USAGE, STATUS_EXIT, fail
 from .experiments import run_experiments
+from .interrupt import StopRequest, describe
 from .model import Finding, rank
 from .probe.runner import ProbeConfig, run_probe
 from .profile import Profile
@@ -39,6 +40,10 @@ def _warnings(run, config: ProbeConfig) -> list[str]:
     source = probe.get("step_source")
     if source in ("dataloader", "backward"):
         out.append(f"no torch.optim optimizer stepped: step boundaries come from {source} calls")
+    if run.escaped:
+        many = run.escaped > 1
+        out.append(f"{run.escaped} process{'es' if many else ''} the script started outside its process group "
+                   f"(start_new_session) {'were' if many else 'was'} still running when it stopped and had to be killed")
     return out
 
 
@@ -65,10 +70,39 @@ def _io_like(report_util: dict, env: dict) -> bool:
     return cpu is not None and cpu < 50.0 * cores
 
 
-def profile_script(*, script: str, script_args: list[str], steps: int, warmup: int, profile_steps: int,
-                   out: Path, timeout_s: float, as_json: bool,
-                   experiments: ExperimentOptions | None = None, baseline: str | None = None,
-                   max_regression: float = 0.10, rule_settings=None) -> int:
+def profile_script(**options) -> int:
+    """`advise profile` (options as `_profile`'s), one run at a time per run dir, stoppable at any moment.
+
+    Ctrl-C, SIGTERM and SIGHUP are recorded, not raised (advisor.interrupt): the probe and
+    the experiments stop the script when they see one, and the report is still written.
+    """
+    stop = StopRequest()
+    lock = rundir.RunDirLock(Path(options["out"]), rank_suffix())
+    with stop.installed(), lock:
+        return _profile(**options, stop=stop, lock=lock)
+
+
+def _take_run_dir(lock: rundir.RunDirLock, out: Path) -> None:
+    """Lock the run dir for this rank, then clear the last run's files (report.json first).
+
+    A run dir another live run holds: one line naming its pid, exit 2, nothing touched.
+    """
+    try:
+        lock.acquire()
+    except rundir.RunDirBusy as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot lock the run dir {out}: {exc.strerror or exc}")
+    try:
+        rundir.clear_previous(out, rank_suffix())
+    except OSError as exc:
+        fail(f"cannot clear the last run's files from {out}: {exc.strerror or exc}")
+
+
+def _profile(*, script: str, script_args: list[str], steps: int, warmup: int, profile_steps: int,
+             out: Path, timeout_s: float, as_json: bool,
+             experiments: ExperimentOptions | None = None, baseline: str | None = None,
+             max_regression: float = 0.10, rule_settings=None, stop: StopRequest, lock: rundir.RunDirLock) -> int:
     """`advise profile`: probe the script, write the run dir, print the summary.
 
     With `baseline`, then compare against it (as `advise compare`): exit 3 on a regression.
@@ -82,33 +116,40 @@ def profile_script(*, script: str, script_args: list[str], steps: int, warmup: i
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         fail(f"cannot create the run dir {out}: {exc.strerror}")
+    _take_run_dir(lock, out)
     with terminal.ProbeProgress(con, f"profiling {script}") as progress:
-        run = run_probe(config, progress)
+        run = run_probe(config, progress, stop)
         progress.phase("analysing")
         profile = Profile.from_run_dir(out, rank_suffix())
         findings, rule_warnings = _diagnose(profile, rule_settings)
         results = None
         experiments = experiments or ExperimentOptions()
-        if run.status == "ok" and experiments.enabled and findings:
+        if run.status == "ok" and experiments.enabled and findings and not stop:
             try:
                 results = run_experiments(
-                    findings, config, profile.steps, root=out / "experiments", env=profile.env,
+                    findings, config, profile.steps, root=out / rundir.EXPERIMENTS, env=profile.env,
                     io_like=_io_like(metrics.utilization(profile.samples, profile.steps), profile.env),
                     safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
-                    time_budget_s=experiments.time_budget_s, progress=progress,
+                    time_budget_s=experiments.time_budget_s, progress=progress, stop=stop,
                 )
                 findings = rank(results.findings)
             except KeyboardInterrupt:
                 rule_warnings.append("experiments interrupted (Ctrl-C): findings are unmeasured estimates")
             except Exception as exc:  # the diagnosis is still worth writing
                 rule_warnings.append(f"experiments failed: {type(exc).__name__}: {exc}")
+    signum = stop.signum or run.signal or (results.interrupted if results else None)
+    status, error = run.status, run.probe.get("error")
+    if signum and status == "ok":  # the measurements were whole; what came after them was cut short
+        cut = "; the experiments were cut short" if results else "; the experiments did not run"
+        status, error = "interrupted", f"interrupted ({describe(signum)}) after the measurements" + (
+            cut if experiments.enabled and findings else "")
     report = report_mod.build_report(
         profile,
-        status=run.status,
+        status=status,
         script=script,
         argv=script_args,
         started_at=started_at,
-        error=run.probe.get("error"),
+        error=error,
         traceback=run.probe.get("traceback"),
         findings=findings,
         recommended=results.recommended if results else None,
@@ -123,12 +164,16 @@ def profile_script(*, script: str, script_args: list[str], steps: int, warmup: i
     report_mod.write_report(report, out / run.files.report_json)
     _emit(report, con, as_json, str(out))
     _say_html(html_path, con, as_json)
-    if run.status == "failed":
+    if status == "failed":
         _show_failure(run, out, con)
-    if baseline_report is not None and run.status == "ok":
+    if signum:
+        click.echo(f"advise: interrupted ({describe(signum)}); what was measured is in {out / run.files.report_json}",
+                   err=True)
+        return report_mod.signal_exit(signum)
+    if baseline_report is not None and status == "ok":
         return _compare_after_profile(baseline_report, baseline, report, str(out / run.files.report_json), out,
                                              max_regression=max_regression, as_json=as_json)
-    return STATUS_EXIT[run.status]
+    return STATUS_EXIT[status]
 
 
 def _show_failure(run, out: Path, con) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import signal
 from pathlib import Path
 
 from . import __version__, metrics, mfu
@@ -20,8 +21,16 @@ SCHEMA_VERSION = 1
 STATUSES = ("ok", "failed", "timeout", "no-steps", "interrupted")
 # The exit codes of the CLI contract (README "Exit codes"), beside the statuses they follow from.
 EXIT_OK, EXIT_SCRIPT, EXIT_USAGE, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_HANGUP, EXIT_TERMINATED = 129, 143  # 128 + the signal, as a shell reports a process it ended
 STATUS_EXIT = {"ok": EXIT_OK, "failed": EXIT_SCRIPT, "timeout": EXIT_SCRIPT, "no-steps": EXIT_SCRIPT,
                "interrupted": EXIT_INTERRUPTED}
+# An interrupted run exits with its signal's code: Ctrl-C 130, a closed terminal 129, SIGTERM 143.
+SIGNAL_EXIT = {signal.SIGINT: EXIT_INTERRUPTED, signal.SIGHUP: EXIT_HANGUP, signal.SIGTERM: EXIT_TERMINATED}
+
+
+def signal_exit(signum: int | None) -> int:
+    """The exit code of a run stopped by `signum` (None: Ctrl-C seen as KeyboardInterrupt)."""
+    return SIGNAL_EXIT.get(signum, 128 + signum) if signum else EXIT_INTERRUPTED
 STEP_FIELDS = ("index", "duration_s", "data_wait_s", "samples", "optimizer_s", "backward_s", "profiled", "loss")
 
 

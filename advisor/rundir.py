@@ -1,9 +1,15 @@
-"""The run dir's file names, per rank: the probe writes them, the Profile and the report read them."""
+"""The run dir's file names, per rank: the probe writes them, the Profile and the report read them.
+
+Also who may write them: one run per rank at a time (:class:`RunDirLock`), starting from a
+run dir cleared of the last run's files (:func:`clear_previous`).
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 
 def rank_info() -> dict:
@@ -47,3 +53,136 @@ def rank_suffix() -> str:
     """``.rank1`` for rank 1 of a multi-rank job, '' for a single process."""
     info = rank_info()
     return f".rank{info['rank']}" if (info["world_size"] or 1) > 1 else ""
+
+
+# --- one run at a time per run dir (per rank), and no file left from the last run -------------
+
+def lock_name(rank_suffix: str = "") -> str:
+    """``.advise.lock`` (``.advise.rank1.lock`` for rank 1): held by the run writing this rank's files."""
+    return f".advise{rank_suffix}.lock"
+
+
+class RunDirBusy(Exception):
+    """Another live advise run holds this run dir (for this rank)."""
+
+    def __init__(self, run_dir: Path, pid: int | None):
+        self.run_dir, self.pid = run_dir, pid
+        holder = f"advise run (pid {pid})" if pid else "advise run"
+        super().__init__(f"the run dir {run_dir} is in use by another {holder}; wait for it to finish or choose "
+                         "another --out")
+
+
+class RunDirLock:
+    """An exclusive ``flock`` on the run dir's lock file, holding the holder's pid, for one run.
+
+    The kernel drops the lock when its holder dies, however it dies, so a lock left by a killed
+    run is stale by construction and the next run takes it over. ``release`` removes the file
+    while still holding the lock; ``acquire`` checks that the file it locked is the one still
+    in the folder, so a run racing with that removal never holds a lock nobody else can see.
+    """
+
+    def __init__(self, run_dir: Path, rank_suffix: str = ""):
+        self.path = Path(run_dir) / lock_name(rank_suffix)
+        self._fd: int | None = None
+
+    def acquire(self) -> "RunDirLock":
+        """Take the lock or raise :class:`RunDirBusy` naming the holder; a busy run dir is left as it was."""
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pid = _read_pid(fd)
+                os.close(fd)
+                raise RunDirBusy(self.path.parent, pid) from None
+            except OSError:  # a file system without locks (ENOLCK): run unguarded rather than not at all
+                break
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # the holder removed the file between our open and our lock: lock the new one
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            pass  # a read-only run dir: the lock still goes with the descriptor
+        os.close(fd)
+
+    def __enter__(self) -> "RunDirLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+EXPERIMENTS = "experiments"  # the experiments' run dirs, one subfolder per child run
+
+
+def own_files(rank_suffix: str = "") -> list[str]:
+    """The names an advise run writes for this rank, report first (see :func:`clear_previous`)."""
+    f = names(rank_suffix)
+    listed = [f.report_json, f.report_html, f.trace, f.steps_csv, f.samples_csv, f.probe_json, f.log, f.steps_jsonl,
+              f".probe-config{rank_suffix}.json"]
+    return listed + (["compare.json"] if not rank_suffix else [])  # compare.json has no per-rank name
+
+
+def clear_previous(run_dir: Path, rank_suffix: str = "") -> list[Path]:
+    """Remove what an earlier run of this rank left in `run_dir`; return what was removed.
+
+    Only files advise writes under their own names go (report.json first, so no report ever
+    points at files already deleted), their half-written temp files, and this rank's files in
+    ``experiments/*/`` (a folder left empty goes too). Anything else, a user's file, another
+    rank's files, stays.
+    """
+    run_dir = Path(run_dir)
+    removed = _remove_own(run_dir, rank_suffix)
+    experiments = run_dir / EXPERIMENTS
+    if experiments.is_dir() and not experiments.is_symlink():
+        for sub in sorted(experiments.iterdir()):
+            if sub.is_dir() and not sub.is_symlink():
+                removed += _remove_own(sub, rank_suffix)
+                _rmdir_if_empty(sub)
+        _rmdir_if_empty(experiments)
+    return removed
+
+
+def _remove_own(folder: Path, rank_suffix: str) -> list[Path]:
+    own = own_files(rank_suffix)
+    removed = []
+    for name in own:
+        path = folder / name
+        if path.is_file() or path.is_symlink():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    temps = tuple(f".tmp-{name[:64]}" for name in own)  # advisor.atomic's and the profiler's temp names
+    for path in folder.glob(".tmp-*"):
+        if path.name.startswith(temps) and (path.is_file() or path.is_symlink()):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _rmdir_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass  # not empty: someone else's files

@@ -9,11 +9,13 @@ always leaves ``probe.json`` behind, whatever the script did.
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import gc
 import json
 import os
 import sys
+import threading
 import tokenize
 import traceback
 import types
@@ -183,10 +185,35 @@ def main(config_path: str) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     if result["status"] in ("done", "interrupted"):
-        # The script was cut short on purpose: its atexit hooks, non-daemon threads or
-        # DataLoader workers must not keep the child alive. The runner reaps the group.
+        # The script was cut short on purpose: its non-daemon threads or DataLoader workers
+        # must not keep the child alive (the runner reaps the group). Its atexit handlers run,
+        # as they would under plain python, but only for so long.
+        run_atexit_bounded(float(config.get("atexit_s", 5.0)), code)
         os._exit(code)
     return code
+
+
+def run_atexit_bounded(limit_s: float, code: int) -> None:
+    """Run the script's atexit handlers on this (main) thread; leave with `code` after `limit_s`.
+
+    A handler that blocks (joining a thread that never ends, a network flush) must not turn a
+    stopped run into a hung one: a timer thread ends the process when the time is up.
+    """
+    def give_up() -> None:
+        sys.stderr.write(f"advise: the script's atexit handlers were still running after {limit_s:g} s; stopped\n")
+        sys.stderr.flush()
+        os._exit(code)
+
+    timer = threading.Timer(limit_s, give_up)
+    timer.daemon = True
+    timer.start()
+    try:
+        atexit._run_exitfuncs()  # as the interpreter does at exit; errors are printed, not raised
+    except BaseException:  # noqa: BLE001 - a Ctrl-C inside a handler ends the handlers, as in python
+        pass
+    timer.cancel()
+    sys.stdout.flush()
+    sys.stderr.flush()
 
 
 if __name__ == "__main__":

@@ -2,8 +2,11 @@
 
 The child runs in its own process group, so a crash, hang or OOM in the user's code never
 takes the advisor down, and one ``killpg`` reaps DataLoader workers along with it. Stopping
-is always polite first (SIGINT: the child still writes its trace and ``probe.json``), then
-forceful after a grace period.
+is always polite first (SIGINT: the child still writes its trace and ``probe.json`` and runs
+the script's ``atexit`` handlers), then forceful after a grace period. Whatever stops advise
+(Ctrl-C, SIGTERM from a cancelled CI job, SIGHUP) reaches the script as that same SIGINT.
+Processes the script started outside its group (``start_new_session=True``) are found and
+ended too (see ``tree.py``).
 """
 
 from __future__ import annotations
@@ -23,13 +26,17 @@ import pandas as pd
 
 from advisor import rundir
 from advisor.atomic import write_json_atomic, write_text_atomic
+from advisor.interrupt import StopRequest, describe
 from advisor.rundir import rank_suffix
 from .sampler import Sampler
+from .tree import ProcessTree
 
 # `python -c` puts the cwd first on sys.path; plain `python train.py` does not, so drop it
 # before torch is imported (a user's ./timeit.py must not shadow the stdlib's).
 BOOTSTRAP = "import sys; sys.path.pop(0); from advisor.probe.bootstrap import main; sys.exit(main(sys.argv[1]))"
 GRACE_S = 10.0  # after SIGINT, how long the child may take to export its trace
+ATEXIT_S = 5.0  # how long the script's atexit handlers may run once it was stopped (inside GRACE_S)
+HELPERS_GRACE_S = 5.0  # processes that escaped the script's group: SIGTERM, then SIGKILL after this
 
 
 class Progress(Protocol):
@@ -59,6 +66,8 @@ class ProbeRun:
     probe: dict
     files: rundir.RunFiles
     notes: list[str]
+    signal: int | None = None  # the signal that stopped advise (interrupted runs)
+    escaped: int = 0  # processes outside the script's group still alive when it ended: killed
 
 
 def _read_new_lines(path: Path, offset: int) -> tuple[list[dict], int]:
@@ -80,8 +89,12 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
-def run_probe(config: ProbeConfig, progress: Progress | None = None) -> ProbeRun:
-    """Run the script under the probe until its window ends, it exits, or time runs out."""
+def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopRequest | None = None) -> ProbeRun:
+    """Run the script under the probe until its window ends, it exits, time runs out, or `stop` is set.
+
+    `stop` (the command's recorded signals) is polled: the first signal stops the script
+    politely, a second kills it. Without one, Ctrl-C's KeyboardInterrupt does the same.
+    """
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     names = rundir.names(rank_suffix())
@@ -99,23 +112,32 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None) -> ProbeRun
             "profile_steps": config.profile_steps,
             "rank_suffix": rank_suffix(),
             "overrides": config.overrides,
+            "atexit_s": ATEXIT_S,
         },
     )
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     notes: list[str] = []
     started = time.monotonic()
-    with open(out / names.log, "wb") as log:
-        child = subprocess.Popen(
-            [sys.executable, "-c", BOOTSTRAP, str(cfg_path)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+    tree = ProcessTree().__enter__()  # from here on, orphans of the script are re-parented to advise
+    try:
+        with open(out / names.log, "wb") as log:
+            child = subprocess.Popen(
+                [sys.executable, "-c", BOOTSTRAP, str(cfg_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+    except BaseException:
+        tree.__exit__(None, None, None)
+        raise
+    tree.watch(child.pid)
     sampler = Sampler(child.pid, interval_s=config.sample_interval_s)
     sampler.start()
     timed_out = interrupted = False
+    signum: int | None = None
+    escaped = 0
     offset = 0
     deadline = started + config.timeout_s
     stop_sent_at: float | None = None
@@ -132,8 +154,15 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None) -> ProbeRun
                         progress.update("warmup", last["index"] + last["warmup"] + 1, last["warmup"])
                 if rc is not None:
                     break
+                tree.poll()
                 now = time.monotonic()
-                if stop_sent_at is None and now >= deadline:
+                if stop and not interrupted:  # advise was asked to stop: stop the script as Ctrl-C would
+                    interrupted, signum = True, stop.signum
+                    stop_sent_at = stop_sent_at or now
+                    _kill_group(child.pid, signal.SIGINT)
+                if stop is not None and stop.hurry:
+                    _kill_group(child.pid, signal.SIGKILL)
+                elif stop_sent_at is None and now >= deadline:
                     timed_out = True
                     stop_sent_at = now
                     _kill_group(child.pid, signal.SIGINT)
@@ -144,7 +173,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None) -> ProbeRun
                 if interrupted:  # a second Ctrl-C: stop waiting for a clean exit
                     _kill_group(child.pid, signal.SIGKILL)
                 else:
-                    interrupted = True
+                    interrupted, signum = True, signum or signal.SIGINT
                     stop_sent_at = time.monotonic()
                     _kill_group(child.pid, signal.SIGINT)
     finally:
@@ -152,6 +181,12 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None) -> ProbeRun
             _kill_group(child.pid, signal.SIGKILL)
         child.wait()
         _kill_group(child.pid, signal.SIGKILL)  # orphaned DataLoader workers share the group
+        try:  # helpers outside the group (start_new_session=True) would outlive the run
+            escaped = tree.end_escaped(HELPERS_GRACE_S)
+        except Exception as exc:  # noqa: BLE001 - never lose the run over this clean-up
+            notes.append(f"processes the script started outside its group were not checked: {type(exc).__name__}: {exc}")
+        finally:
+            tree.__exit__(None, None, None)
         sampler.stop()
         notes.extend(sampler.notes)
         sampler.write_csv(out / names.samples_csv)
@@ -168,8 +203,9 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None) -> ProbeRun
     _write_steps_csv(out / names.steps_csv, measured, probe.get("losses") or [])
     (out / names.steps_jsonl).unlink(missing_ok=True)
 
-    status = _status(probe, child.returncode, timed_out, interrupted, config.timeout_s)
-    return ProbeRun(status=status, exit_code=child.returncode, wall_s=wall_s, probe=probe, files=names, notes=notes)
+    status = _status(probe, child.returncode, timed_out, interrupted, config.timeout_s, signum)
+    return ProbeRun(status=status, exit_code=child.returncode, wall_s=wall_s, probe=probe, files=names, notes=notes,
+                    signal=signum if status == "interrupted" else None, escaped=escaped)
 
 
 def _load_probe(path: Path) -> dict:
@@ -189,14 +225,15 @@ def _write_steps_csv(path: Path, records: list[dict], losses: list) -> None:
     write_text_atomic(path, frame[columns].to_csv(index=False))
 
 
-def _status(probe: dict, returncode: int | None, timed_out: bool, interrupted: bool, timeout_s: float) -> str:
+def _status(probe: dict, returncode: int | None, timed_out: bool, interrupted: bool, timeout_s: float,
+            signum: int | None = None) -> str:
     measured = probe.get("measured_steps", 0)
     if timed_out:
         seen = "" if probe.get("boundaries") else " with no training step seen (call advisor.step() in a loop the probe cannot see)"
         probe["error"] = f"timed out after {timeout_s:g} s{seen}"
         return "timeout"
     if interrupted:
-        probe["error"] = "interrupted (Ctrl-C)"
+        probe["error"] = f"interrupted ({describe(signum)})"
         return "interrupted"
     child_status = probe.get("status")
     if child_status is None:  # died without a word: a signal (OOM killer, segfault)
