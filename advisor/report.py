@@ -70,7 +70,7 @@ place the result model becomes report.json."""
         "steps": step_rows,
         "throughput": metrics.throughput(steps),
         "breakdown": metrics.breakdown(steps),
-        "memory": profile.memory,
+        "memory": metrics.memory(profile.memory, profile.samples),
         "utilization": metrics.utilization(profile.samples, steps),
         "observed": profile.observed,
         "findings": [f.to_dict() for f in findings or []],
