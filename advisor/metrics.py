@@ -54,6 +54,19 @@ def throughput(steps: pd.DataFrame) -> dict:
     }
 
 
+def probe_cost_warning(tp: dict) -> str | None:
+    """A warning when the probe's own per-step cost is a visible share of the (tiny) step."""
+    median = tp.get("step_time_median_s")
+    if not isinstance(median, (int, float)) or not math.isfinite(median) or median <= 0:
+        return None
+    share = PROBE_COST_PER_STEP_S / median
+    if share < PROBE_COST_WARN_FRAC:
+        return None
+    return (f"steps are very short (median {median * 1e6:,.0f} µs): the probe's own bookkeeping, about "
+            f"{PROBE_COST_PER_STEP_S * 1e6:.0f} µs a step (benchmarks/probe_overhead.py), is about {share:.0%} of each, "
+            "so throughput here reads up to that much lower than without advise")
+
+
 def breakdown(steps: pd.DataFrame) -> dict:
     """Share of step time waiting for data, in the optimizer, and the rest (forward/backward)."""
     timed, _ = timed_steps(steps)
