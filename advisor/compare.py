@@ -22,9 +22,9 @@ that was slower for the whole run. The threshold is the margin for that.
 Which metrics gate:
 - throughput (samples/s, or steps/s when the batch size is unknown) and the median step time:
   the threshold and the test above.
-- peak memory (GPU peak allocated; on CPU the peak RSS of the script's processes): only when
-  clearly beyond its own threshold (``--max-memory-regression``, default 20%) and by at least
-  64 MiB. One figure per run, no per-step sample to test, hence the wider margin.
+- peak memory (GPU peak allocated; on CPU the peak of the script's processes, PSS where both runs
+  read it, else RSS): only when clearly beyond its own threshold (``--max-memory-regression``,
+  default 20%) and by at least 64 MiB. One figure per run, no per-step sample to test, hence the wider margin.
 - p90 step time and data-wait share: reported, never gating (a p90 of 20 steps rests on two).
 - findings: a finding (by code) in CURRENT that BASELINE lacks is reported as a warning; it
   fails the gate only with ``--fail-on-new-findings``.
@@ -363,23 +363,46 @@ def _reported(name, label, unit, higher_is_better, base, cur) -> Metric:
     return row
 
 
+# The peak memory figures a report can carry, the preferred first: a comparison uses the first
+# one both runs have, so two runs are always compared on the same basis.
+MEMORY_FIGURES = (
+    ("gpu", "peak GPU memory", lambda r: (r.get("memory") or {}).get("peak_allocated_bytes")),
+    ("pss", "peak memory (PSS of the script's processes)", lambda r: (r.get("memory") or {}).get("peak_pss_bytes")),
+    ("rss", "peak RSS of the script's processes", lambda r: (r.get("memory") or {}).get("peak_rss_bytes")),
+    ("rss-window", "peak RSS", lambda r: (r.get("utilization") or {}).get("rss_bytes_max")),  # reports before `memory` had it
+)
+
+
+def memory_figures(report: dict) -> dict[str, tuple[float, str]]:
+    """Every peak memory figure `report` has: basis -> (bytes, label)."""
+    out = {}
+    for basis, label, read in MEMORY_FIGURES:
+        value = read(report)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[basis] = (float(value), label)
+    return out
+
+
 def peak_memory(report: dict) -> tuple[float | None, str]:
-    """The run's peak memory figure and what it is: GPU peak allocated, else CPU peak RSS."""
-    mem = report.get("memory") or {}
-    if mem.get("peak_allocated_bytes") is not None:
-        return float(mem["peak_allocated_bytes"]), "peak GPU memory"
-    util = report.get("utilization") or {}
-    if util.get("rss_bytes_max") is not None:
-        return float(util["rss_bytes_max"]), "peak RSS"
-    return None, ""
+    """The run's peak memory figure and what it is: GPU peak allocated, else the CPU process
+    tree's peak (PSS where it was read, else RSS)."""
+    figures = memory_figures(report)
+    return next(iter(figures.values()), (None, ""))
 
 
 def _memory_metric(baseline: dict, current: dict, threshold: float) -> Metric | None:
-    (base, kind_b), (cur, kind_c) = peak_memory(baseline), peak_memory(current)
-    if base is None and cur is None:
+    fig_b, fig_c = memory_figures(baseline), memory_figures(current)
+    if not fig_b and not fig_c:
         return None
-    row = Metric("peak_memory", kind_c or kind_b, "bytes", False, True, base, cur)
-    if base is None or cur is None or kind_b != kind_c or base <= 0:
+    common = [basis for basis, _, _ in MEMORY_FIGURES if basis in fig_b and basis in fig_c]
+    if not common:
+        (base, kind_b), (cur, kind_c) = peak_memory(baseline), peak_memory(current)
+        row = Metric("peak_memory", kind_c or kind_b, "bytes", False, False, base, cur, verdict=NA)
+        row.note = "not measured the same way in both runs"
+        return row
+    (base, label), (cur, _) = fig_b[common[0]], fig_c[common[0]]
+    row = Metric("peak_memory", label, "bytes", False, True, base, cur)
+    if base <= 0:
         row.gated, row.verdict = False, NA
         row.note = "not measured the same way in both runs"
         return row

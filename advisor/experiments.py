@@ -28,13 +28,13 @@ import pandas as pd
 from . import metrics
 from . import overrides as vocabulary
 from .interrupt import Interrupted, StopRequest, describe
-from .model import Applicability, Experiment, Finding, Recommendation, Verdict
+from .model import VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Recommendation, Verdict
 from .probe.runner import ProbeConfig, run_probe
 from .profile import Profile
 from .stats import baseline_drift, speedup_ci
 
 MIN_GAIN = 0.05        # a sweep step must add 5% over the best so far to go on
-MIN_EFFECT = 0.03      # verified needs the interval's low end above 1 + max(3%, baseline drift)
+MIN_EFFECT = VERIFY_MIN_GAIN  # verified needs the interval's low end above 1 + max(3%, baseline drift)
 LOSS_REL_TOL = 0.10    # numerics: mean loss within 10% of the baseline's ...
 LOSS_SEM_K = 3.0       # ... or within 3 standard errors, whichever is wider
 
@@ -248,6 +248,26 @@ def candidates_from(findings: list[Finding], safe_only: bool) -> list[Candidate]
     return out
 
 
+def _say_why_untried(findings: list[Finding], candidates: list[Candidate], safe_only: bool) -> None:
+    """An automatic fix the experiments did not try gets a `not-measured` experiment saying why
+    (a manual fix keeps none: there is nothing to inject)."""
+    tried = {repr(sorted(c.overrides.items())): findings[c.finding_index] for c in candidates}
+    for finding in findings:
+        fix = finding.fix
+        if finding.experiment is not None or not fix.automatic or not fix.overrides:
+            continue
+        other = tried.get(repr(sorted(fix.overrides.items())))
+        if other is finding:
+            continue  # a candidate: the experiments measure it
+        if safe_only and fix.applicability is not Applicability.SAFE:
+            reason = "--safe-only: this fix may change numerics, so it was not tried"
+        elif other is not None:
+            reason = f"the same change as {other.code or other.rule}'s fix, measured there"
+        else:
+            reason = "not tried"
+        finding.experiment = Experiment.not_measured(reason)
+
+
 def _sweep_points(candidate: Candidate, ctx: vocabulary.SweepContext) -> list[Candidate]:
     """The values to try for knobs whose best value can't be known in advance (the vocabulary's ladders)."""
     points = vocabulary.sweep(candidate.overrides, ctx)
@@ -295,6 +315,7 @@ def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: 
     """
     notes: list[str] = []
     candidates = candidates_from(findings, safe_only)
+    _say_why_untried(findings, candidates, safe_only)
     if not candidates:
         return ExperimentResults(findings, None, notes, [])
     budget = Budget(max_experiments, time_budget_s)

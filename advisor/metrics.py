@@ -11,6 +11,11 @@ import math
 import pandas as pd
 
 MIN_CLEAN_STEPS = 3  # fewer un-profiled steps than this: fall back to all measured steps
+# What the probe itself costs each step, on the training thread: the step clock's bookkeeping
+# (~10 µs on a 2-core CPU, `bookkeeping_us` in benchmarks/probe_overhead.py) plus the hooks'
+# wrappers around DataLoader.__next__, backward() and optimizer.step().
+PROBE_COST_PER_STEP_S = 15e-6
+PROBE_COST_WARN_FRAC = 0.015  # warn when that is this share of the median step (steps under ~1 ms)
 
 
 def timed_steps(steps: pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -47,6 +52,19 @@ def throughput(steps: pd.DataFrame) -> dict:
         "n_steps": int(len(timed)),
         "basis": basis,
     }
+
+
+def probe_cost_warning(tp: dict) -> str | None:
+    """A warning when the probe's own per-step cost is a visible share of the (tiny) step."""
+    median = tp.get("step_time_median_s")
+    if not isinstance(median, (int, float)) or not math.isfinite(median) or median <= 0:
+        return None
+    share = PROBE_COST_PER_STEP_S / median
+    if share < PROBE_COST_WARN_FRAC:
+        return None
+    return (f"steps are very short (median {median * 1e6:,.0f} µs): the probe's own bookkeeping, about "
+            f"{PROBE_COST_PER_STEP_S * 1e6:.0f} µs a step (benchmarks/probe_overhead.py), is about {share:.0%} of each, "
+            "so throughput here reads up to that much lower than without advise")
 
 
 def breakdown(steps: pd.DataFrame) -> dict:
@@ -102,6 +120,35 @@ def utilization(samples: pd.DataFrame, steps: pd.DataFrame) -> dict:
         if column in window and window[column].notna().any():
             out[f"{column}_mean"] = float(window[column].mean())
             out[f"{column}_max"] = float(window[column].max())
+    return out
+
+
+MEMORY_BASIS_WORDS = {
+    "pss": "proportional set size summed over the script's processes: pages shared with DataLoader "
+           "workers are split between them, not counted once per process",
+    "rss": "resident set size summed over the script's processes (unique memory could not be read): "
+           "pages shared between processes count once per process, an upper bound",
+}
+
+
+def memory(accelerator: dict, samples: pd.DataFrame) -> dict:
+    """report.json's `memory`: the accelerator's peaks from the probe (CUDA), and the host memory
+    of the script's process tree over the whole run, from the sampler.
+
+    `peak_rss_bytes` sums RSS over the processes (an upper bound: forked DataLoader workers
+    share pages); `peak_pss_bytes` / `peak_uss_bytes` count shared pages once (split between the
+    processes) / not at all. `basis` names the figure that stands for the tree's peak ("pss"
+    when it could be read, else "rss") and `basis_note` says what it means.
+    """
+    out = dict(accelerator or {})
+    if samples.empty or "rss_bytes" not in samples or not samples["rss_bytes"].notna().any():
+        return out
+    out["peak_rss_bytes"] = float(samples["rss_bytes"].max())
+    for column, key in (("pss_bytes", "peak_pss_bytes"), ("uss_bytes", "peak_uss_bytes")):
+        if column in samples and samples[column].notna().any():
+            out[key] = float(samples[column].max())
+    out["basis"] = "pss" if "peak_pss_bytes" in out else "rss"
+    out["basis_note"] = MEMORY_BASIS_WORDS[out["basis"]]
     return out
 
 

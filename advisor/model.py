@@ -254,6 +254,23 @@ class Recommendation:
         return cls(**{"fixes": [], "overrides": {}, **{k: v for k, v in d.items() if k in known}})
 
 
+# `verified` needs the speedup interval's low end above 1 by more than this (and by more than the
+# drift between the baselines measured around the candidate): the experiments apply it, the
+# reports say it.
+VERIFY_MIN_GAIN = 0.03
+MAX_ESTIMATED_GAIN = 0.99  # a rule's estimate of the step time saved, capped: 100× at most
+
+
+def estimated_speedup(gain) -> float | None:
+    """A rule's estimate of the step time saved, `f`, as a speedup in the unit measurements use:
+    saving f of each step makes the step 1 - f as long, so 1 / (1 - f) times as many per second
+    (0.72 of the step spent waiting on data: about 3.6× faster). None without a positive estimate."""
+    f = _finite(gain)
+    if f is None or f <= 0:
+        return None
+    return 1.0 / (1.0 - min(f, MAX_ESTIMATED_GAIN))
+
+
 SEVERITY_RANK = {Severity.HIGH: 0, Severity.MEDIUM: 1, Severity.LOW: 2}
 
 
@@ -263,13 +280,13 @@ def rank_key(finding: Finding, index: int = 0) -> tuple:
     A fix measured slower ranks with the unmeasured."""
     exp = finding.experiment
     speedup = _finite(exp.speedup) if exp is not None else None
-    gain = _finite(finding.estimated_gain_frac)
+    estimate = estimated_speedup(finding.estimated_gain_frac)
     if speedup is not None and exp.verified:
         tier, value = 0, speedup
     elif speedup is not None and speedup >= 1:
         tier, value = 1, speedup
-    elif gain:
-        tier, value = 2, 1 + gain
+    elif estimate:
+        tier, value = 2, estimate
     else:
         tier, value = 3, 0.0
     return tier, -value, SEVERITY_RANK[finding.severity], index

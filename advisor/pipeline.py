@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from advisor.reports import compare_output, terminal
 
 from . import compare, metrics, report as report_mod, rundir
 from .atomic import write_json_atomic, write_text_atomic
+from .chatter import strip_log, without_chatter
 from .cli_exit import EXIT_USAGE, STATUS_EXIT, fail
 from .experiments import run_experiments
 from .interrupt import StopRequest, describe
@@ -27,8 +29,11 @@ from .rundir import rank_suffix
 from .trace import TraceError
 
 
-def _warnings(run, config: ProbeConfig) -> list[str]:
+def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[str]:
     probe, out = run.probe, []
+    cost = metrics.probe_cost_warning(metrics.throughput(profile.steps)) if profile is not None else None
+    if cost:
+        out.append(cost)
     measured = probe.get("measured_steps", 0)
     if run.status == "ok" and measured < config.steps:
         out.append(f"the script finished after {measured} measured steps (asked for {config.steps}); numbers rest on fewer steps")
@@ -112,6 +117,7 @@ def _profile(*, script: str, script_args: list[str], steps: int, warmup: int, pr
     config = ProbeConfig(script=script, args=script_args, out=out, warmup=warmup, steps=steps,
                          profile_steps=profile_steps, timeout_s=timeout_s)
     started_at = report_mod.now_iso()
+    started = time.monotonic()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -119,6 +125,7 @@ def _profile(*, script: str, script_args: list[str], steps: int, warmup: int, pr
     _take_run_dir(lock, out)
     with terminal.ProbeProgress(con, f"profiling {script}") as progress:
         run = run_probe(config, progress, stop)
+        strip_log(out / run.files.log)  # the profiler's status lines are not the script's output
         progress.phase("analysing")
         profile = Profile.from_run_dir(out, rank_suffix())
         findings, rule_warnings = _diagnose(profile, rule_settings)
@@ -153,9 +160,10 @@ def _profile(*, script: str, script_args: list[str], steps: int, warmup: int, pr
         traceback=run.probe.get("traceback"),
         findings=findings,
         recommended=results.recommended if results else None,
-        warnings=_warnings(run, config) + profile.meta.get("notes", []) + rule_warnings + (results.notes if results else []),
+        warnings=_warnings(run, config, profile) + profile.meta.get("notes", []) + rule_warnings + (results.notes if results else []),
         artifacts=_artifacts(out, run.files),
-        extra={"notes": run.notes, "wall_s": run.wall_s, "experiments": results.summary() if results else None},
+        extra={"notes": run.notes, "wall_s": run.wall_s, "total_wall_s": time.monotonic() - started,
+               "experiments": results.summary() if results else None},
     )
     report["artifacts"]["report_html"] = run.files.report_html
     html_path = _write_renderings(report, out, profile, con)
@@ -183,7 +191,7 @@ def _show_failure(run, out: Path, con) -> None:
         click.echo(tb.rstrip(), err=True)
         return
     try:
-        tail = (out / run.files.log).read_text(errors="replace").splitlines()[-15:]
+        tail = without_chatter((out / run.files.log).read_text(errors="replace")).splitlines()[-15:]
     except OSError:
         tail = []
     if tail:

@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import rundir
+from .chatter import without_chatter
 from .trace import TraceError, TraceFrames, load_trace
 
 LOG_TAIL_LINES = 30  # meta["log_tail"]: what a failed run's report shows of the script's log
@@ -141,9 +142,9 @@ def _read_json(path: Path) -> dict:
 
 
 def _tail(path: Path, n: int) -> str:
-    """The last `n` lines of a text file ('' when it cannot be read)."""
+    """The last `n` lines of the script's log, without the profiler's own lines ('' when unreadable)."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+        return "\n".join(without_chatter(path.read_text(errors="replace")).splitlines()[-n:])
     except OSError:
         return ""
 

@@ -79,7 +79,7 @@ place the result model becomes report.json."""
         "steps": step_rows,
         "throughput": metrics.throughput(steps),
         "breakdown": metrics.breakdown(steps),
-        "memory": profile.memory,
+        "memory": metrics.memory(profile.memory, profile.samples),
         "mfu": mfu.model_flops_utilization(profile),
         "utilization": metrics.utilization(profile.samples, steps),
         "observed": profile.observed,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from advisor import format as fmt
-from advisor.model import Experiment, Finding, Recommendation
+from advisor.model import Experiment, Finding, Recommendation, Verdict
 from advisor.overrides import describe
 
 from . import words
@@ -38,8 +38,9 @@ class ExperimentView:
     interval: str  # "95% CI 1.58–1.84×" or ""
     ci: str  # "1.58–1.84×" or ""
     detail: str  # speedup, interval and remark, without the label
-    baseline: str
+    baseline: str  # "812.4 samples/s"; a dash when only the other side was measured; "" when neither
     candidate: str
+    missing: str  # why one side shows a dash ("no run finished: ..."), else ""
     loss: str
     loss_state: str  # "ok" | "bad" | "" (no check)
     sentence: str  # the whole result in one line
@@ -83,9 +84,12 @@ class FindingView:
     fix_kind: str
     fix_applicability: str
     fix_note: str
+    fix_label: str  # kind and applicability in one label, as the terminal and markdown say it
     fix_overrides: str
     snippet: str
     experiment: ExperimentView | None
+    sentence: str  # how the fix fared, in one line: the terminal's and the markdown's words
+    unmeasured: str  # without an experiment or estimate: why it was not measured ("a manual fix ...")
     sweep: list[SweepRow]
     sweep_best: str  # the overrides the experiment settled on, when it swept values
     doc: str  # the rule's documentation as safe HTML (markupsafe.Markup), or ''
@@ -119,17 +123,23 @@ def inline(text: str) -> list[Inline]:
     return [Inline(p, i % 2 == 1) for i, p in enumerate(parts) if p]
 
 
-def finding_views(findings: list[Finding], rule_docs: Mapping[str, str]) -> list[FindingView]:
-    """`findings` (already ranked) as views, numbered from 1."""
-    return [finding_view(f, i + 1, rule_docs) for i, f in enumerate(findings)]
+def finding_views(findings: list[Finding], rule_docs: Mapping[str, str], experiments: str = "ran") -> list[FindingView]:
+    """`findings` (already ranked) as views, numbered from 1; `experiments` is
+    :func:`words.experiments_state` of the report (why a finding without an experiment has none)."""
+    return [finding_view(f, i + 1, rule_docs, experiments) for i, f in enumerate(findings)]
 
 
-def finding_view(f: Finding, rank: int, rule_docs: Mapping[str, str]) -> FindingView:
+def finding_view(f: Finding, rank: int, rule_docs: Mapping[str, str], experiments: str = "ran") -> FindingView:
     title = f.title or f.rule or f.code
     evidence = dict(f.evidence)
     if f.estimated_gain_frac is not None:  # the rule's estimate is evidence too (report.json keeps it there)
         evidence["estimated_gain_frac"] = f.estimated_gain_frac
     exp = f.experiment
+    result = experiment_view(exp) if exp is not None else estimate_view(f)
+    sentence = words.finding_sentence(f, experiments)
+    if exp is not None and exp.verdict is Verdict.NOT_MEASURED and words.has_estimate(f):
+        result.detail = f"{result.detail}; {words.estimate_detail(f.estimated_gain_frac)}"
+        result.sentence = sentence
     return FindingView(
         anchor=f"finding-{rank}",
         rank=rank,
@@ -146,9 +156,12 @@ def finding_view(f: Finding, rank: int, rule_docs: Mapping[str, str]) -> Finding
         fix_kind=f.fix.kind.value,
         fix_applicability=f.fix.applicability.value,
         fix_note=words.applicability_words(f.fix.applicability),
+        fix_label=words.fix_label(f.fix),
         fix_overrides=_compact_json(f.fix.overrides) if f.fix.overrides else "",
         snippet=f.fix.snippet,
-        experiment=experiment_view(exp) if exp is not None else estimate_view(f),
+        experiment=result,
+        sentence=sentence,
+        unmeasured=sentence.split(": ", 1)[1] if sentence.startswith(words.NOT_MEASURED + ": ") else "",
         sweep=sweep_rows(exp) if exp is not None else [],
         sweep_best=describe(exp.overrides) if exp is not None and exp.sweep and exp.verified and isinstance(exp.overrides, dict) else "",
         doc=doc_html(doc_for(f, rule_docs)),
@@ -159,10 +172,11 @@ def experiment_view(result: Experiment | Recommendation) -> ExperimentView:
     """An experiment's (or the recommended configuration's) measurement, in the words of :mod:`words`."""
     state, label = words.state_and_label(result)
     loss, loss_state = words.loss_words(result.loss_check)
+    baseline, candidate, missing = words.pair_words(result)
     return ExperimentView(
         state=state, label=label, speedup=fmt.speedup(result.speedup), interval=words.interval(result.ci_low, result.ci_high),
         ci=fmt.interval(result.ci_low, result.ci_high), detail=words.measured_detail(result),
-        baseline=words.measure_words(result.baseline), candidate=words.measure_words(result.candidate),
+        baseline=baseline, candidate=candidate, missing=missing,
         loss=loss, loss_state=loss_state, sentence=words.measured_sentence(result),
     )
 
@@ -173,7 +187,7 @@ def estimate_view(finding: Finding) -> ExperimentView | None:
         return None
     gain = finding.estimated_gain_frac
     return ExperimentView(state="estimate", label="estimate", speedup="", interval="", ci="", detail=words.estimate_detail(gain),
-                          baseline="", candidate="", loss="", loss_state="", sentence=words.estimate_sentence(gain))
+                          baseline="", candidate="", missing="", loss="", loss_state="", sentence=words.estimate_sentence(gain))
 
 
 def sweep_rows(exp: Experiment) -> list[SweepRow]:
@@ -211,13 +225,28 @@ def recommended_view(rec: Recommendation | None, findings: list[Finding]) -> Rec
 def findings_empty(report: dict) -> str:
     if report.get("status") != "ok":
         return "none: the rules need a finished measured window"
-    return "none: no rule found a bottleneck in this run"
+    return f"none: {words.NO_BOTTLENECK} (no rule fired in this run)"
 
 
-def experiments_empty(views: list[FindingView]) -> str:
+def experiments_empty(views: list[FindingView], report: dict | None = None) -> str:
     if not views:
         return "none: there was nothing to try"
-    return "none: no fix was re-measured in this run (experiments were off, or none of the fixes is automatic)"
+    state = words.experiments_state(report or {})
+    if state != "ran":
+        return "none: " + words.UNTRIED[state].split(": ", 1)[1]
+    if not any(v.fix_kind == "automatic" for v in views):
+        return "none: every fix found is a manual code change, so there was nothing to re-run"
+    return "none: no fix was re-measured in this run"
+
+
+def baseline_note(report: dict, recommended: Recommendation | None, findings: list[Finding]) -> str:
+    """Why the experiments' baseline differs from the headline throughput, when it does by more than 5%."""
+    tp = report.get("throughput") or {}
+    source = recommended if recommended is not None else next(
+        (f.experiment for f in findings if f.experiment is not None and isinstance(f.experiment.baseline, dict)
+         and f.experiment.baseline.get("samples_per_s") is not None), None)
+    base = source.baseline if source is not None and isinstance(source.baseline, dict) else {}
+    return words.baseline_vs_headline(tp, base)
 
 
 def experiments_note(block) -> str:

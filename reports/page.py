@@ -24,7 +24,7 @@ from pathlib import PurePath
 from types import MappingProxyType
 
 from advisor import format as fmt
-from advisor.model import findings_of, recommendation_of
+from advisor.model import Finding, Recommendation, findings_of, recommendation_of
 
 from . import charts, findings_view, ops_view, run_view, timeline_view, words
 from .findings_view import ExperimentRow, FindingView, Recommended
@@ -89,7 +89,7 @@ class Page:
     title: str
     tool: str
     started_at: str
-    wall: str
+    wall: str  # "took 1 min 13 s in all (the profiled run 7.76 s, experiments 1 min 2 s in 9 runs)"
     verdict: VerdictView
     nav: list[NavItem]
     warnings: list[str]
@@ -106,6 +106,8 @@ class Page:
     experiments: list[ExperimentRow]
     experiments_note: str
     experiments_empty: str
+    baseline_note: str  # why the experiments' baseline differs from the headline throughput, or ""
+    verified_means: str
     recommended: Recommended | None
     op_tables: list[OpsTable]
     ops_empty: str
@@ -126,8 +128,9 @@ def build_page(report: dict, profile=None, rule_docs: Mapping[str, str] = NO_DOC
     documentation (markdown).
     """
     findings = findings_of(report)
-    views = findings_view.finding_views(findings, rule_docs)
-    recommended = findings_view.recommended_view(recommendation_of(report), findings)
+    views = findings_view.finding_views(findings, rule_docs, words.experiments_state(report))
+    rec = recommendation_of(report)
+    recommended = findings_view.recommended_view(rec, findings)
     experiments = findings_view.experiment_rows(views)
     op_tables, ops_empty = ops_view.top_tables(report, profile)
     columns = timeline_view.sampler_columns(profile)
@@ -137,8 +140,8 @@ def build_page(report: dict, profile=None, rule_docs: Mapping[str, str] = NO_DOC
         title=f"advise · {PurePath(str(report.get('script') or 'report')).name}",
         tool=f"{tool.get('name', 'advise')} {tool.get('version', '')}".strip(),
         started_at=str(report.get("started_at") or ""),
-        wall=fmt.time_s(report.get("wall_s")) if report.get("wall_s") is not None else "",
-        verdict=verdict(report, profile, views, recommended),
+        wall=words.wall_words(report),
+        verdict=verdict(report, profile, views, findings, rec),
         nav=[],
         warnings=[str(w) for w in report.get("warnings") or []],
         notes=[str(n) for n in report.get("notes") or []],
@@ -153,7 +156,9 @@ def build_page(report: dict, profile=None, rule_docs: Mapping[str, str] = NO_DOC
         findings_empty="" if views else findings_view.findings_empty(report),
         experiments=experiments,
         experiments_note=findings_view.experiments_note(report.get("experiments")),
-        experiments_empty="" if experiments else findings_view.experiments_empty(views),
+        experiments_empty="" if experiments else findings_view.experiments_empty(views, report),
+        baseline_note=findings_view.baseline_note(report, rec, findings),
+        verified_means=words.VERIFIED_MEANS,
         recommended=recommended,
         op_tables=op_tables,
         ops_empty=ops_empty,
@@ -169,13 +174,15 @@ def build_page(report: dict, profile=None, rule_docs: Mapping[str, str] = NO_DOC
     return page
 
 
-def verdict(report: dict, profile, findings: list[FindingView], recommended: Recommended | None) -> VerdictView:
+def verdict(report: dict, profile, findings: list[FindingView], typed: list[Finding], rec: Recommendation | None) -> VerdictView:
+    """The header; its "recommended configuration" is :func:`words.outcome`: the stacked run's
+    result when report.json has one, else why there is none (never another finding's result)."""
     status = str(report.get("status") or "failed")
     script = str(report.get("script") or "")
     argv = [str(a) for a in report.get("argv") or []]
     artifacts = report.get("artifacts") or {}
     top = findings[0] if findings else None
-    gain, gain_state = _gain(top, recommended)
+    gain, gain_state = words.outcome(typed, rec, report)
     bad = status != "ok"
     from_trace = bool(script) and script == artifacts.get("trace")  # `advise analyze TRACE`
     if from_trace:
@@ -192,7 +199,7 @@ def verdict(report: dict, profile, findings: list[FindingView], recommended: Rec
         script=script,
         command=command,
         stats=_stats(report),
-        top_finding=f"{top.code} {top.title_text}".strip() if top else "no findings",
+        top_finding=f"{top.code} {top.title_text}".strip() if top else _no_top(status),
         top_finding_anchor=top.anchor if top else "",
         gain=gain,
         gain_state=gain_state,
@@ -204,15 +211,8 @@ def verdict(report: dict, profile, findings: list[FindingView], recommended: Rec
     )
 
 
-def _gain(top: FindingView | None, recommended: Recommended | None) -> tuple[str, str]:
-    """The header's "recommended configuration": the stacked run, else the top finding's result."""
-    if recommended is not None:
-        return recommended.result.sentence, recommended.result.state
-    if top is not None and top.experiment is not None and top.experiment.state == "estimate":
-        return f"not measured ({top.code} estimates {top.experiment.detail.split(',')[0]})", "not-run"
-    if top is not None and top.experiment is not None:
-        return f"{top.code}: {top.experiment.sentence}", top.experiment.state
-    return "no experiment was run", "not-run"
+def _no_top(status: str) -> str:
+    return f"none: {words.NO_BOTTLENECK}" if status == "ok" else "none: the rules need a finished measured window"
 
 
 def _stats(report: dict) -> list[Stat]:
@@ -227,6 +227,10 @@ def _stats(report: dict) -> list[Stat]:
         stats.append(Stat("throughput", fmt.DASH, "no timed steps"))
     stats.append(Stat("step time", fmt.time_s(tp.get("step_time_median_s")) + " median",
                       f"p90 {fmt.time_s(tp.get('step_time_p90_s'))}" if tp.get("step_time_p90_s") is not None else ""))
+    memory = words.memory_words(report.get("memory") or {})
+    if memory:
+        value, _, detail = memory.partition(" (")
+        stats.append(Stat("peak memory", value, detail.rstrip(")")))
     stats.append(Stat("device", device, _device_detail(env)))
     stats.append(Stat("steps", f"{len(report.get('steps') or [])} measured",
                       f"boundaries from {report['step_source']}" if report.get("step_source") else "no step boundaries seen"))

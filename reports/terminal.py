@@ -1,7 +1,8 @@
 """Terminal output: a live progress line while probing, then the summary table.
 
 On a TTY the progress is a rich live line; elsewhere (CI logs, pipes) it falls back to plain
-lines, one per phase change and every few steps, so logs stay readable.
+lines: the first step of a phase, then each fifth of the way, then the last, so a phase
+prints at most about six lines however many steps it has (``--steps 2000`` included).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from advisor.overrides import describe
 from . import words
 from .findings_view import recommended_view
 
-PLAIN_EVERY = 5  # plain mode: print every Nth step
+PLAIN_LINES = 5  # plain mode: a line each fifth of a phase (plus its first step)
 
 
 def console(stderr: bool = False) -> Console:
@@ -35,6 +36,8 @@ class ProbeProgress:
         self.live = con.is_terminal and sys.stdout.isatty()
         self._status = None
         self._last: tuple[str, int] | None = None
+        self._printed: dict[str, int] = {}  # plain mode: the last step printed, per phase
+        self._measuring = False
         self._quiet_steps = False  # plain logs: no per-step lines for experiment runs
 
     def __enter__(self) -> "ProbeProgress":
@@ -52,6 +55,15 @@ class ProbeProgress:
             self.con.print(f"{self.label}: {text}")
 
     def update(self, phase: str, done: int, total: int) -> None:
+        """Step `done` of `total` in `phase` ("warmup" or "measure") has ended.
+
+        Start-up (step 0) is not a warm-up step, and once measuring has begun a warm-up count
+        (the profiler's own warm-up step between the measured ones) is not news: neither shows.
+        """
+        if phase == "measure":
+            self._measuring = True
+        elif done < 1 or self._measuring:
+            return
         key = (phase, done)
         if key == self._last:
             return
@@ -59,13 +71,25 @@ class ProbeProgress:
         text = f"{'warm-up' if phase == 'warmup' else 'measuring'} step {done} of {total}"
         if self._status is not None:
             self._status.update(f"{self.label}: {text}")
-        elif not self._quiet_steps and (done in (1, total) or done % PLAIN_EVERY == 0):
+        elif not self._quiet_steps and self._plain_due(phase, done, total):
             self.con.print(f"{self.label}: {text}")
+
+    def _plain_due(self, phase: str, done: int, total: int) -> bool:
+        """Plain mode: the first step, then a line each time a fifth of the phase is crossed, and the last."""
+        last = self._printed.get(phase)
+        every = max(1, -(-total // PLAIN_LINES))  # ceil(total / PLAIN_LINES)
+        due = last is None or done >= total or done // every > last // every
+        if due and (last is None or done > last):
+            self._printed[phase] = done
+            return True
+        return False
 
     def experiment(self, label: str, index: int, total: int) -> None:
         """An experiment starts: name it (with how many remain); plain logs get one line per run."""
         self.label = f"experiment: {label}"
         self._last = None
+        self._printed.clear()
+        self._measuring = False
         self._quiet_steps = True
         self.phase("starting")
 
@@ -74,19 +98,20 @@ class ProbeProgress:
             self._status.__exit__(*exc)
 
 
-def finding_lines(finding: Finding) -> list[Text]:
-    """A finding as the HTML page words it: code, severity and title; the fix; how the fix fared."""
+def finding_lines(finding: Finding, experiments: str = "ran") -> list[Text]:
+    """A finding as the HTML page words it: code, severity and title; the fix, with its one label
+    (kind and applicability, from the typed Fix); how the fix fared."""
     lines = [Text.assemble(("  " + finding.code, "bold"), f" [{finding.severity}] ", finding.title)]
     fix = finding.fix
     if fix.title:
-        lines.append(Text.assemble("      fix: ", fix.title, (f" ({fix.kind}; {words.applicability_words(fix.applicability)})", "dim")))
-    lines.append(Text("      " + result_line(finding), style=RESULT_STYLE.get(_state(finding), "")))
+        lines.append(Text.assemble("      fix: ", fix.title, (f" ({words.fix_label(fix)})", "dim")))
+    lines.append(Text("      " + result_line(finding, experiments), style=RESULT_STYLE.get(_state(finding), "")))
     return lines
 
 
-def result_line(finding: Finding) -> str:
+def result_line(finding: Finding, experiments: str = "ran") -> str:
     """The finding's result sentence (as on the page), with the loss check and a sweep's best value."""
-    text = words.finding_sentence(finding)
+    text = words.finding_sentence(finding, experiments)
     exp = finding.experiment
     if exp is None:
         return text
@@ -132,17 +157,20 @@ def print_summary(report: dict, con: Console, run_dir: str | None = None) -> Non
             "step breakdown",
             f"data wait {fmt.frac(bd['data_wait_frac'])} · forward/backward {fmt.frac(bd.get('compute_frac'))} · optimizer {fmt.frac(bd.get('optimizer_frac'))}",
         )
-    mem = report.get("memory") or {}
-    if mem.get("peak_allocated_bytes") is not None:
-        table.add_row("peak memory", f"{fmt.bytes_(mem['peak_allocated_bytes'])} of {fmt.bytes_(mem.get('device_total_bytes'))}")
+    memory = words.memory_words(report.get("memory") or {})
+    if memory:
+        table.add_row("peak memory", memory)
     if report.get("error"):
         table.add_row("error", Text(report["error"], style="red"))
     con.print(table)
     findings = findings_of(report)
+    experiments = words.experiments_state(report)
     if findings:
         con.print(Text("findings", style="bold"))
+    elif status == "ok":
+        con.print(Text.assemble(("findings: ", "bold"), f"none: {words.NO_BOTTLENECK}"))
     for finding in findings:
-        for line in finding_lines(finding):
+        for line in finding_lines(finding, experiments):
             con.print(line)
     rec = recommended_view(recommendation_of(report), findings)
     if rec is not None:
@@ -150,6 +178,9 @@ def print_summary(report: dict, con: Console, run_dir: str | None = None) -> Non
         con.print(Text.assemble(("recommended: ", "bold"), rec.fixes, "  ", (rec.result.sentence, style)))
         for snippet in rec.snippets:
             con.print(Text(_indent(snippet.code, "      "), style="dim"))
+    elif findings:
+        text, state = words.outcome(findings, None, report)
+        con.print(Text.assemble(("recommended: ", "bold"), (text, RESULT_STYLE.get(state, ""))))
     for warning in report.get("warnings", []):
         con.print(Text("warning: " + warning, style="yellow"))
     if run_dir:

@@ -10,7 +10,8 @@ renderer keys on: ``verified``, ``slower``, ``bad``, ``unclear``, ``not-run``, `
 from __future__ import annotations
 
 from advisor import format as fmt
-from advisor.model import Applicability, Experiment, Finding, Recommendation, Verdict, finite
+from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind, Recommendation, Verdict,
+                           estimated_speedup, finite)
 
 # verdict -> (state, label)
 VERDICT_WORDS: dict[Verdict, tuple[str, str]] = {
@@ -31,13 +32,20 @@ APPLICABILITY_WORDS = {
 }
 
 NOT_MEASURED = "not measured"
+MANUAL_NOT_MEASURED = "not measured: a manual fix (the experiments re-run only automatic ones)"
+NO_BOTTLENECK = "no bottleneck found"
+VERIFIED_MEANS = (f"means the whole 95% interval lies more than {VERIFY_MIN_GAIN:.0%} above 1 (and above the "
+                  "drift between the baselines measured around the candidate), confirmed by a second candidate run "
+                  "where time allowed, with the loss checked for fixes that change numerics")
 
 Measured = Experiment | Recommendation
 
 
 def plural(count, word: str) -> str:
-    """`3 steps`, `1 step`."""
-    return f"{count} {word}{'' if count == 1 else 's'}"
+    """`3 steps`, `1 step`, `2 fixes`."""
+    if count == 1:
+        return f"{count} {word}"
+    return f"{count} {word}{'es' if word.endswith(('x', 's', 'sh', 'ch')) else 's'}"
 
 
 def verdict_words(verdict) -> tuple[str, str]:
@@ -93,15 +101,34 @@ def _interval_spans_one(result: Measured) -> bool:
     return lo is not None and hi is not None and lo <= 1 <= hi
 
 
+def verified_bar(result: Measured) -> float:
+    """How far above 1 the interval's low end had to be for `result` to be verified."""
+    return max(VERIFY_MIN_GAIN, finite(getattr(result, "baseline_drift_frac", None)) or 0.0)
+
+
+def _below_the_bar(result: Measured) -> str:
+    """Why a gain whose interval excludes 1 is still not verified: its low end is not far enough above 1."""
+    if getattr(result, "verdict", Verdict.NO_CHANGE) is not Verdict.NO_CHANGE:
+        return ""
+    lo = finite(result.ci_low)
+    bar = verified_bar(result)
+    if lo is None or lo <= 1 or lo > 1 + bar:
+        return ""
+    drift = " (the baselines drifted that much between their runs)" if bar > VERIFY_MIN_GAIN else ""
+    return f"the interval's low end is within {fmt.frac(bar)} of 1{drift}, too close to call it verified"
+
+
 def measured_detail(result: Measured) -> str:
-    """The result without its label: the speedup and interval (with a remark when they say no gain),
-    or why nothing was measured."""
+    """The result without its label: the speedup and interval (with a remark when they say no gain,
+    or a gain too small for verified), or why nothing was measured."""
     state, label = state_and_label(result)
     if finite(result.speedup) is None or getattr(result, "verdict", None) is Verdict.NOT_APPLIED:
         return _why(result) or label
     text = speedup_with_interval(result.speedup, result.ci_low, result.ci_high)
     if state == "unclear" and _interval_spans_one(result):
         text += ": the interval includes no gain"
+    elif state == "unclear" and (remark := _below_the_bar(result)):
+        text += f": {remark}"
     return text
 
 
@@ -117,30 +144,123 @@ def measured_sentence(result: Measured) -> str:
         return detail
     if state == "unclear" and _interval_spans_one(result):
         return f"{detail}, not verified"
+    if state == "unclear" and _below_the_bar(result):
+        return detail  # it says why it is not verified
     return f"{detail}, {label}"
 
 
+def estimate_speedup_words(gain) -> str:
+    """A rule's estimate, in the unit measured speedups use: `about 3.6× faster` for 72% of the step saved.
+
+    Estimates get two significant digits (they are not measurements), measured speedups three."""
+    x = estimated_speedup(gain)
+    if x is None:
+        return ""
+    return f"about {x:.2f}× faster" if x < 1.95 else f"about {x:.1f}× faster" if x < 9.95 else f"about {x:.0f}× faster"
+
+
 def estimate_detail(gain) -> str:
-    """A rule's own estimate of the step time saved: `up to 3% faster, by the rule's estimate`."""
-    return f"up to {fmt.frac(gain)} faster, by the rule's estimate"
+    """A rule's own estimate of the step time saved: `about 3.6× faster, by the rule's estimate`."""
+    return f"{estimate_speedup_words(gain)}, by the rule's estimate"
 
 
 def estimate_sentence(gain) -> str:
-    return f"estimate: {estimate_detail(gain)} (not measured)"
+    """`about 3.6× faster, by the rule's estimate (not measured)`."""
+    return f"{estimate_detail(gain)} (not measured)"
 
 
 def has_estimate(finding: Finding) -> bool:
-    gain = finite(finding.estimated_gain_frac)
-    return gain is not None and gain > 0
+    return estimated_speedup(finding.estimated_gain_frac) is not None
 
 
-def finding_sentence(finding: Finding) -> str:
-    """How a finding's fix fared, in one line: the measurement, else the rule's estimate, else not measured."""
+# Why a finding has no experiment at all, by the state of the run's experiments (see experiments_state).
+UNTRIED = {
+    "off": "not measured: experiments were off (--no-experiments)",
+    "trace": "not measured: a trace alone cannot be re-run",
+    "not-run": "not measured: the run did not finish, so no experiment ran",
+    "ran": "not measured",
+}
+
+
+def experiments_state(report: dict) -> str:
+    """"ran" (report.json has an `experiments` block), "trace" (`advise analyze`: nothing to re-run),
+    "off" (an ok run without one: --no-experiments) or "not-run" (the run did not end well)."""
+    if isinstance(report.get("experiments"), dict):
+        return "ran"
+    script, trace = report.get("script"), (report.get("artifacts") or {}).get("trace")
+    if script and script == trace:
+        return "trace"
+    return "off" if report.get("status", "ok") == "ok" else "not-run"
+
+
+def finding_sentence(finding: Finding, experiments: str = "ran") -> str:
+    """How a finding's fix fared, in one line: the measurement; else the rule's estimate (with
+    "not measured"); else why it was not measured: a manual fix, or the experiments' state."""
     if finding.experiment is not None:
-        return measured_sentence(finding.experiment)
+        sentence = measured_sentence(finding.experiment)
+        if has_estimate(finding) and finding.experiment.verdict is Verdict.NOT_MEASURED:
+            return f"{estimate_detail(finding.estimated_gain_frac)}; {sentence}"
+        return sentence
     if has_estimate(finding):
         return estimate_sentence(finding.estimated_gain_frac)
-    return NOT_MEASURED
+    if not finding.fix.automatic:
+        return MANUAL_NOT_MEASURED
+    return UNTRIED.get(experiments, NOT_MEASURED)
+
+
+def fix_label(fix: Fix) -> str:
+    """One label for a fix, from its kind and applicability: `automatic; safe: numerics unchanged`,
+    `automatic; unsafe: ...`, `manual: a code change to make by hand`."""
+    if fix.kind is FixKind.MANUAL:
+        return f"manual: {APPLICABILITY_WORDS[Applicability.DISPLAY_ONLY]}"
+    return f"automatic; {applicability_words(fix.applicability)}"
+
+
+def outcome(findings: list[Finding], recommended: Measured | None, report: dict) -> tuple[str, str]:
+    """What the run concluded, in one line, and its state: the recommended configuration's result,
+    else why there is none (`no bottleneck found`, `4 fixes measured, none faster`, ...)."""
+    if recommended is not None:
+        state, _ = state_and_label(recommended)
+        return measured_sentence(recommended), state
+    if report.get("status", "ok") != "ok":
+        return "none: the run did not finish", "not-run"
+    if not findings:
+        return f"none: {NO_BOTTLENECK}", "not-run"
+    state = experiments_state(report)
+    if state != "ran":
+        return f"none: {UNTRIED[state].split(': ', 1)[1]}", "not-run"
+    measured = [f.experiment for f in findings if f.experiment is not None and f.experiment.measured]
+    if not measured:
+        if not any(f.fix.automatic for f in findings):
+            return "none: every fix found is a manual code change; nothing could be measured", "not-run"
+        return "none: no fix could be measured", "not-run"
+    counts: dict[str, int] = {}
+    for exp in measured:
+        label = state_and_label(exp)[1]
+        counts[label] = counts.get(label, 0) + 1
+    kinds = ", ".join(f"{n} {label}" for label, n in counts.items())
+    return f"none: {plural(len(measured), 'fix')} measured, none faster ({kinds})", "unclear"
+
+
+def missing_why(result: Measured) -> str:
+    """Why a baseline or candidate has no figure: the failure, the override not taken, or no run."""
+    verdict = getattr(result, "verdict", None)
+    if verdict is Verdict.FAILED:
+        return f"no run finished: {result.error}" if getattr(result, "error", None) else "no run finished"
+    if verdict is Verdict.NOT_APPLIED:
+        return not_applied_words(result.not_applied)
+    return "not measured"
+
+
+def pair_words(result: Measured) -> tuple[str, str, str]:
+    """(baseline, candidate, why): each side's measurement, a dash for a side with none, and why
+    it has none ('' when both have one; all '' when neither was measured)."""
+    base, cand = measure_words(result.baseline), measure_words(result.candidate)
+    if not base and not cand:
+        return "", "", ""
+    if base and cand:
+        return base, cand, ""
+    return base or fmt.DASH, cand or fmt.DASH, missing_why(result)
 
 
 def measure_words(m) -> str:
@@ -195,4 +315,56 @@ def throughput_basis(tp: dict) -> str:
         return f"over {plural(n, 'step')} outside the profiler"
     if basis == "all":
         return f"over all {plural(n, 'measured step')}" if n != 1 else "over the one measured step"
+    return ""
+
+
+def baseline_vs_headline(tp: dict, baseline: dict) -> str:
+    """Why the experiments' baseline and the headline throughput differ, when they do by more than 5%."""
+    for key, unit in (("samples_per_s", "samples/s"), ("steps_per_s", "steps/s")):
+        head, base = finite(tp.get(key)), finite((baseline or {}).get(key))
+        if head and base:
+            break
+    else:
+        return ""
+    diff = base / head - 1
+    if abs(diff) < 0.05:
+        return ""
+    runs = baseline.get("runs")
+    fresh = plural(runs, "fresh run") if isinstance(runs, int) and runs > 0 else "fresh runs"
+    return (f"The experiments' baseline, {fmt.rate(base, unit)}, is {fmt.frac(abs(diff))} "
+            f"{'below' if diff < 0 else 'above'} the headline {fmt.rate(head, unit)}: it was measured in {fresh} of the "
+            "script without the profiler, beside the candidates, while the headline comes from the profiled run's steps "
+            "outside the profiler window. Runs of the same script differ this much here; each speedup compares a "
+            "candidate with the baselines run beside it, never with the headline.")
+
+
+def wall_words(report: dict) -> str:
+    """How long the run took: the whole `advise profile` (probe, analysis, experiments) when the
+    report says so, with its parts; else the probe run alone, said as such."""
+    total, probe = finite(report.get("total_wall_s")), finite(report.get("wall_s"))
+    block = report.get("experiments") if isinstance(report.get("experiments"), dict) else {}
+    exp_s, n_runs = finite(block.get("child_wall_s")), block.get("n_runs")
+    if total is not None:
+        parts = []
+        if probe is not None:
+            parts.append(f"the profiled run {fmt.time_s(probe)}")
+        if exp_s is not None and n_runs:
+            parts.append(f"experiments {fmt.time_s(exp_s)} in {plural(n_runs, 'run')}")
+        return f"took {fmt.time_s(total)} in all" + (f" ({', '.join(parts)})" if parts else "")
+    if probe is not None:
+        return f"the profiled run took {fmt.time_s(probe)}"
+    return ""
+
+
+def memory_words(memory: dict) -> str:
+    """Peak memory as the terminal and the page's header say it: the accelerator's peak of its
+    total; else the script's process tree's host memory, on the basis report.json names."""
+    mem = memory or {}
+    if finite(mem.get("peak_allocated_bytes")) is not None:
+        return f"{fmt.bytes_(mem['peak_allocated_bytes'])} of {fmt.bytes_(mem.get('device_total_bytes'))}"
+    if mem.get("basis") == "pss" and finite(mem.get("peak_pss_bytes")) is not None:
+        rss = f"; RSS summed {fmt.bytes_(mem['peak_rss_bytes'])}" if finite(mem.get("peak_rss_bytes")) is not None else ""
+        return f"{fmt.bytes_(mem['peak_pss_bytes'])} (PSS of the script's processes{rss})"
+    if finite(mem.get("peak_rss_bytes")) is not None:
+        return f"{fmt.bytes_(mem['peak_rss_bytes'])} (RSS summed over the script's processes)"
     return ""

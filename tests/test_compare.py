@@ -174,6 +174,27 @@ def test_memory_gates_only_when_clearly_higher():
     assert metric(within, "peak_memory").verdict == cmp.OK and within.exit_code == 0
 
 
+def test_cpu_runs_compare_the_process_trees_peak_on_a_basis_both_have():
+    """CPU runs: PSS (shared worker pages counted once) when both reports have it, else RSS; never one against the other."""
+    steps = noisy(seed=1)
+
+    def cpu(pss=None, rss=None, window_rss=300 * MiB):
+        report = make_report(steps, rss=window_rss)
+        report["memory"] = {k: v for k, v in (("peak_pss_bytes", pss), ("peak_rss_bytes", rss)) if v is not None}
+        return report
+
+    both = cmp.compare(cpu(pss=1000 * MiB, rss=3000 * MiB), cpu(pss=1500 * MiB, rss=3100 * MiB))
+    row = metric(both, "peak_memory")
+    assert row.label == "peak memory (PSS of the script's processes)" and row.verdict == cmp.REGRESSION
+    assert row.baseline == 1000 * MiB and row.current == 1500 * MiB
+    older = cmp.compare(cpu(rss=3000 * MiB), cpu(pss=1500 * MiB, rss=3100 * MiB))  # a baseline without PSS
+    row = metric(older, "peak_memory")
+    assert row.label == "peak RSS of the script's processes" and row.verdict == cmp.OK
+    oldest = cmp.compare(make_report(steps, rss=300 * MiB), cpu(pss=150 * MiB, rss=310 * MiB))  # before `memory` had it
+    assert metric(oldest, "peak_memory").label == "peak RSS" and metric(oldest, "peak_memory").baseline == 300 * MiB
+    assert cmp.peak_memory(cpu(pss=1000 * MiB, rss=3000 * MiB)) == (1000 * MiB, "peak memory (PSS of the script's processes)")
+
+
 def test_data_wait_and_p90_are_reported_not_gated():
     result = cmp.compare(make_report(noisy(seed=1), data_wait=0.05), make_report(noisy(seed=2), data_wait=0.40))
     wait = metric(result, "data_wait_frac")

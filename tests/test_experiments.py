@@ -63,6 +63,27 @@ def test_candidates_skip_manual_duplicate_and_unsafe_when_asked():
     assert [c.label for c in candidates_from(findings, safe_only=True)] == ["a"]
 
 
+def test_an_automatic_fix_left_untried_says_why(tmp_path):
+    """--safe-only skips the unsafe fix and a duplicate override is measured once: both say so in report.json;
+    a manual fix keeps no experiment (there is nothing to inject)."""
+    findings = [finding("b", {"autocast": "bfloat16"}, "unsafe"),
+                Finding("t", "s", "low", {}, Fix.manual("f", "# by hand"), rule="c")]
+    base = ProbeConfig(script=str(WORKLOADS / "train_basic.py"), out=tmp_path / "run")
+    results = run_experiments(findings, base, frame([0.01] * 4), root=tmp_path / "exp", env={}, safe_only=True)
+    assert results.runs == []  # nothing was run
+    assert findings[0].experiment.verdict.value == "not-measured"
+    assert findings[0].experiment.reason == "--safe-only: this fix may change numerics, so it was not tried"
+    assert findings[1].experiment is None
+
+    from advisor.experiments import _say_why_untried
+
+    twins = [finding("a", {"dataloader": {"num_workers": 4}}), finding("d", {"dataloader": {"num_workers": 4}})]
+    twins[0].code = "DL001"
+    _say_why_untried(twins, candidates_from(twins, safe_only=False), safe_only=False)
+    assert twins[0].experiment is None  # the candidate itself: measured by the experiments
+    assert twins[1].experiment.reason == "the same change as DL001's fix, measured there"
+
+
 def test_merge_overrides_combines_dataloader_settings():
     merged = vocabulary.merge({"dataloader": {"num_workers": 4}}, {"dataloader": {"pin_memory": True}, "autocast": "bfloat16"})
     assert merged == {"dataloader": {"num_workers": 4, "pin_memory": True}, "autocast": "bfloat16"}

@@ -141,10 +141,11 @@ def test_rule_docs_come_from_the_installed_rules_when_there_are_some():
 def test_a_run_without_findings_or_experiments_says_none():
     report = gold_report()
     report.update(findings=[], recommended=None, experiments=None)
+    page = gold_page(report)
     text = text_of(gold_html(report))
-    assert "none: no rule found a bottleneck in this run" in text
+    assert "none: no bottleneck found (no rule fired in this run)" in text
     assert "none: there was nothing to try" in text
-    assert "no findings" in text and "no experiment was run" in text
+    assert page.verdict.top_finding == page.verdict.gain == "none: no bottleneck found"
 
 
 def test_findings_without_any_experiment_say_why():
@@ -153,8 +154,39 @@ def test_findings_without_any_experiment_say_why():
         f["experiment"] = None
     report.update(recommended=None, experiments=None)
     page = gold_page(report)
-    assert page.experiments == [] and page.experiments_empty.startswith("none: no fix was re-measured")
-    assert page.verdict.gain == "not measured (GPU003 estimates up to 3% faster)"
+    assert page.experiments == [] and page.experiments_empty == "none: experiments were off (--no-experiments)"
+    assert page.verdict.gain == "none: experiments were off (--no-experiments)"  # never another finding's result
+    by_code = {f.code: f for f in page.findings}
+    assert by_code["DL001"].unmeasured == "experiments were off (--no-experiments)"
+    assert by_code["GPU003"].experiment.state == "estimate"  # its own estimate, labelled so
+
+
+def test_no_recommended_configuration_block_when_report_json_has_none():
+    """recommended: null in report.json: the page shows no such block, and its header says why there is none."""
+    report = gold_report()
+    report["recommended"] = None
+    for f in report["findings"]:
+        if f["experiment"] and f["experiment"].get("verified"):
+            f["experiment"].update(verified=False, verdict="no-significant-change", ci_low=0.98)
+    page = gold_page(report)
+    html = gold_html(report)
+    assert page.recommended is None and "Recommended configuration" not in html
+    assert page.verdict.gain == "none: 4 fixes measured, none faster (3 no clear gain, 1 slower)"
+    assert "recommended configuration" in text_of(html)  # the header's slot, with that sentence
+    assert page.verdict.gain in text_of(html)
+
+
+def test_a_candidate_without_a_figure_shows_a_dash_and_why():
+    report = gold_report()
+    f = next(f for f in report["findings"] if f["code"] == "GPU004")
+    f["experiment"].update(verdict="failed", verified=False, speedup=None, ci_low=None, ci_high=None,
+                           error="the candidate run exited with code 1", candidate={"runs": 0, "samples_per_s": None})
+    page = gold_page(report)
+    row = next(e for e in page.experiments if e.code == "GPU004")
+    assert row.result.candidate == "–" and row.result.missing == "no run finished: the candidate run exited with code 1"
+    text = text_of(gold_html(report))
+    assert "→ – (no run finished: the candidate run exited with code 1)" in text
+    assert not re.search(r"samples/s →\s*[;<]", gold_html(report))  # never an arrow to nothing
 
 
 @pytest.mark.parametrize("status, error, headline", [
@@ -408,6 +440,86 @@ def test_advise_report_rerenders_without_running(hostile_run, tmp_path):
     assert md.returncode == 0 and md.stdout == hostile_run.step_summary.read_text().rstrip("\n") + "\n"
 
 
+@pytest.fixture(scope="module")
+def measured_run(tmp_path_factory) -> RealRun:
+    """A real starved run with its experiments (one fix, confirmed): every figure of its page has a source."""
+    root = tmp_path_factory.mktemp("measured")
+    proc = _profile(root, str(WORKLOADS / "starved_io.py"), "--steps", "8", "--warmup", "2", "--profile-steps", "3",
+                    "--max-experiments", "1", "--out", "run", summary=None)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return RealRun(root / "run", proc, root / "none.md")
+
+
+def _report_figures(report: dict) -> tuple[set[str], set[str]]:
+    """Every samples/s figure and every speedup (×, two decimals) report.json holds, as the page spells them."""
+    rates, speedups = set(), set()
+
+    def rate(x):
+        if isinstance(x, (int, float)):
+            rates.add(fmt.rate(x, "samples/s"))
+
+    def ratio(*xs):
+        for x in xs:
+            if isinstance(x, (int, float)):
+                speedups.add(fmt.speedup(x))
+
+    rate((report.get("throughput") or {}).get("samples_per_s"))
+    measured = [f["experiment"] for f in report["findings"] if f.get("experiment")]
+    measured += [report["recommended"]] if report.get("recommended") else []
+    for m in measured:
+        ratio(m.get("speedup"), m.get("ci_low"), m.get("ci_high"))
+        for side in ("baseline", "candidate"):
+            rate((m.get(side) or {}).get("samples_per_s"))
+        for point in m.get("sweep") or []:
+            ratio(point.get("speedup"), point.get("ci_low"), point.get("ci_high"))
+    return rates, speedups
+
+
+@pytest.mark.slow
+def test_every_figure_on_a_real_page_matches_report_json(measured_run):
+    """The key figures of a real run's page, both ways: each report.json figure is on the page, and each
+    throughput and speedup on the page is one of report.json's."""
+    report = json.loads((measured_run.run_dir / "report.json").read_text())
+    html = measured_run.html
+    text = text_of(html)
+    tp, steps = report["throughput"], report["steps"]
+    profiled = sum(1 for s in steps if s["profiled"])
+    assert profiled == 3  # --profile-steps 3: exactly three, marked so
+    # headline numbers
+    assert f"throughput {fmt.rate(tp['samples_per_s'], 'samples/s')} over {tp['n_steps']} steps outside the profiler" in text
+    assert f"{fmt.time_s(tp['step_time_median_s'])} median p90 {fmt.time_s(tp['step_time_p90_s'])}" in text
+    assert f"steps {len(steps)} measured" in text and f"({profiled} under the profiler" in text
+    assert f"over {profiled} profiled steps" in text  # the top-ops caption rests on the same steps
+    bd = report["breakdown"]
+    assert f"data wait {fmt.frac(bd['data_wait_frac'])}" in text
+    mem = report["memory"]
+    assert mem["basis"] in ("pss", "rss")
+    assert f"peak memory {fmt.bytes_(mem['peak_' + mem['basis'] + '_bytes'])}" in text
+    # the findings and what was measured
+    for f in report["findings"]:
+        assert f"{f['code']} " in text and f["title"] in text
+        exp = f["experiment"]
+        if exp and exp.get("speedup") is not None:
+            assert fmt.speedup_words(exp["speedup"]) in text and fmt.interval(exp["ci_low"], exp["ci_high"]) in text
+    # recommended: on the page exactly when report.json has one
+    rec = report["recommended"]
+    assert ("Recommended configuration" in html) == (rec is not None)
+    if rec is not None:
+        assert f"{fmt.rate(rec['baseline']['samples_per_s'], 'samples/s')} → {fmt.rate(rec['candidate']['samples_per_s'], 'samples/s')}" in text
+    # the footer: the whole run, and its parts
+    assert f"took {fmt.time_s(report['total_wall_s'])} in all (the profiled run {fmt.time_s(report['wall_s'])}" in text
+    # and the other way round: no throughput or speedup on the page that report.json does not hold
+    rates, speedups = _report_figures(report)
+    on_page_rates = set(re.findall(r"\d[\d,]*\.\d samples/s|\d[\d,]{4,} samples/s", text))
+    assert on_page_rates and on_page_rates <= rates, on_page_rates - rates
+    on_page_speedups = {m + "×" for m in re.findall(r"(?<![\d.–])(\d+\.\d\d)×", text)}
+    on_page_speedups |= {m + "×" for pair in re.findall(r"(\d+\.\d\d)–(\d+\.\d\d)×", text) for m in pair}
+    assert on_page_speedups <= speedups, on_page_speedups - speedups
+    # the terminal said the same
+    out = measured_run.proc.stdout
+    assert fmt.rate(tp["samples_per_s"], "samples/s") in out and f"{len(steps)} measured" in out
+
+
 def test_advise_report_on_a_dir_without_a_report_is_a_usage_error(tmp_path):
     proc = subprocess.run(advise_cmd("report", str(tmp_path)), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
@@ -537,6 +649,57 @@ def test_chromium_shows_a_failed_run(browser, failed_run, tmp_path):
     assert browser.find_element(By.ID, "failure").is_displayed()
     assert "ValueError: planted failure at step 3" in browser.find_element(By.CSS_SELECTOR, ".verdict .error").text
     screenshot(browser, tmp_path / "failed-run.png")
+
+
+def _header_gain(browser) -> str:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_element(By.CSS_SELECTOR, ".headline .gain").text
+
+
+@pytest.mark.parametrize("with_recommendation", [True, False], ids=["recommended", "none"])
+def test_chromium_shows_the_recommendation_only_when_report_json_has_one(browser, tmp_path, with_recommendation):
+    """The header's "recommended configuration" and the Experiments block agree with report.json."""
+    from selenium.webdriver.common.by import By
+
+    report = gold_report()
+    if not with_recommendation:
+        report["recommended"] = None
+    run_dir = tmp_path / "run"
+    shutil.copytree(GOLD_RUN, run_dir)
+    open_page(browser, write_html(report, run_dir, Profile.from_run_dir(run_dir), gold_docs()))
+    blocks = browser.find_elements(By.CSS_SELECTOR, "#experiments .recommended")
+    gain = _header_gain(browser)
+    if with_recommendation:
+        assert len(blocks) == 1 and blocks[0].is_displayed()
+        assert gain == "1.80× faster (95% CI 1.66–1.93×), verified"
+        assert gain.split(",")[0] in blocks[0].text  # the same measurement, both places
+    else:
+        assert blocks == [] and "Recommended configuration" not in browser.find_element(By.ID, "experiments").text
+        assert gain.startswith("none: ") and "faster" not in gain.replace("none faster", "")
+    caption = browser.find_element(By.CSS_SELECTOR, "#experiments p.caption").text
+    assert "verified means the whole 95% interval lies more than 3% above 1" in caption
+    for row in browser.find_elements(By.CSS_SELECTOR, "#experiments tbody tr"):  # verified rows: low end clears the bar
+        cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+        if cells[6] == "verified":
+            assert float(cells[5].split("–")[0]) > 1.03, cells
+        assert cells[3].strip(), cells  # never an empty candidate: a figure, or a dash and why
+
+
+@pytest.mark.slow
+def test_chromium_shows_a_real_measured_run_as_report_json_says(browser, measured_run):
+    from selenium.webdriver.common.by import By
+
+    report = json.loads((measured_run.run_dir / "report.json").read_text())
+    loaded = open_page(browser, measured_run.run_dir / "report.html")
+    assert loaded.console == [] and loaded.requests == []
+    assert_sections_visible(browser)
+    blocks = browser.find_elements(By.CSS_SELECTOR, "#experiments .recommended")
+    assert len(blocks) == (1 if report["recommended"] else 0)
+    if report["recommended"]:
+        assert fmt.speedup_words(report["recommended"]["speedup"]) in _header_gain(browser)
+    else:
+        assert _header_gain(browser).startswith("none: ")
 
 
 def test_copy_button_does_not_raise(browser, tmp_path):

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from advisor.engine import Settings, run_rules
+from advisor import metrics
 from advisor.metrics import measured_window, utilization, window_samples
 from advisor.profile import Profile
 from advisor.rules.registry import load_rules
@@ -73,3 +74,22 @@ def test_idle_gpu_from_nvml_still_fires_on_an_idle_window():
     s = ticks([0.5, 1.0] + [10.0 + 0.5 * i for i in range(13)], gpu_util_percent=[100.0, 100.0] + [20.0] * 13)
     (f,), _ = run_rules(_nvml_only(s), Settings(select=["GPU001"]), CATALOGUE)
     assert f.evidence["nvml_gpu_util_percent_mean"] == 20.0 and f.evidence["gpu_idle_frac"] == 0.8
+
+
+def test_the_probes_own_cost_is_a_warning_only_on_tiny_steps():
+    warning = metrics.probe_cost_warning({"step_time_median_s": 200e-6})
+    assert warning.startswith("steps are very short (median 200 µs): the probe's own bookkeeping, about 15 µs a step")
+    assert "8% of each" in warning
+    assert metrics.probe_cost_warning({"step_time_median_s": 0.05}) is None  # 0.03%: noise
+    assert metrics.probe_cost_warning({"step_time_median_s": None}) is None
+
+
+def test_memory_reports_the_process_trees_peaks_and_their_basis():
+    samples = pd.DataFrame({"t": [0.0, 0.1, 0.2], "rss_bytes": [1e8, 3e8, 2e8], "pss_bytes": [float("nan"), 1.5e8, float("nan")],
+                            "uss_bytes": [float("nan"), 1e8, float("nan")]})
+    mem = metrics.memory({}, samples)
+    assert mem["peak_rss_bytes"] == 3e8 and mem["peak_pss_bytes"] == 1.5e8 and mem["peak_uss_bytes"] == 1e8
+    assert mem["basis"] == "pss" and "shared" in mem["basis_note"]
+    rss_only = metrics.memory({"peak_allocated_bytes": 5}, samples.drop(columns=["pss_bytes", "uss_bytes"]))
+    assert rss_only["basis"] == "rss" and rss_only["peak_allocated_bytes"] == 5 and "upper bound" in rss_only["basis_note"]
+    assert metrics.memory({}, pd.DataFrame()) == {}

@@ -28,9 +28,11 @@ def test_normal_loop_writes_the_contract(advise):
     for i, step in enumerate(rep["steps"]):
         assert step["index"] == i and step["samples"] == 32
         assert step["duration_s"] > 0 and 0 <= step["data_wait_s"] < step["duration_s"]
-    assert [s["profiled"] for s in rep["steps"]] == [False] * 3 + [True] * 3  # 2 recorded + 1 profiler warm-up
+    # --profile-steps 2: exactly 2 measured steps under the profiler (its own warm-up step runs
+    # between the measured ones, unmeasured), and the throughput rests on the other 4.
+    assert [s["profiled"] for s in rep["steps"]] == [False] * 4 + [True] * 2
     tp = rep["throughput"]
-    assert tp["basis"] == "unprofiled" and tp["n_steps"] == 3
+    assert tp["basis"] == "unprofiled" and tp["n_steps"] == 4
     assert tp["samples_per_s"] == pytest.approx(32 / tp["step_time_mean_s"], rel=1e-6)
     assert tp["step_time_p90_s"] >= tp["step_time_median_s"] > 0
     assert rep["env"]["device"] == "cpu" and rep["env"]["torch"]
@@ -49,6 +51,9 @@ def test_trace_of_the_window_holds_the_profiled_steps(advise):
     assert r.returncode == 0, r.stderr
     profile = Profile.from_run_dir(r.out)
     assert len(profile.trace_steps) == 2  # the recorded steps, not the profiler warm-up
+    assert int(profile.steps["profiled"].sum()) == 2  # the same steps, marked so
+    page = r.out.joinpath("report.html").read_text()
+    assert "(2 under the profiler" in page and "over 2 profiled steps" in page
     assert (profile.ops["name"] == "aten::addmm").any()
     assert len(profile.samples) >= 1 and profile.samples["cpu_percent"].notna().any()
 
@@ -123,8 +128,9 @@ def test_two_optimizers_make_one_step_per_iteration(advise):
     r = advise("profile", str(WORKLOADS / "gan_two_optimizers.py"), *FAST, "--out", "run")
     assert r.returncode == 0, r.stderr
     iters = [int(line.split()[1]) for line in (r.out / "script.log").read_text().splitlines() if line.startswith("iter ")]
-    # startup step + 2 warm-up + 6 measured = 9 iterations end at the 9th boundary: iteration index 8.
-    assert iters[-1] == 8
+    # startup step + 2 warm-up + 6 measured + the profiler's warm-up step = 10 iterations end at
+    # the 10th boundary: iteration index 9.
+    assert iters[-1] == 9
     assert len(r.report["steps"]) == 6
 
 
@@ -216,3 +222,63 @@ def test_gradient_accumulation_counts_optimizer_steps_not_micro_batches(advise):
     rep = r.report
     assert rep["step_source"] == "optimizer"
     assert {s["samples"] for s in rep["steps"]} == {48}  # 12 micro-batches of 4
+
+
+def test_a_loop_over_tensor_pairs_knows_its_batch_size(advise):
+    """No DataLoader: the batch size comes from the model's input, the (inputs, targets) pair's first dimension."""
+    r = advise("profile", str(WORKLOADS / "tensor_pairs.py"), *FAST, "--out", "run")
+    assert r.returncode == 0, r.stderr
+    rep = r.report
+    assert {s["samples"] for s in rep["steps"]} == {48}
+    assert rep["throughput"]["samples_per_s"] > 0 and "batch size unknown" not in r.stdout
+    if rep["throughput"]["step_time_median_s"] < 1e-3:  # sub-millisecond steps: the probe's share is said
+        assert any("the probe's own bookkeeping" in w for w in rep["warnings"]), rep["warnings"]
+
+
+def test_torch_warnings_point_at_the_users_line_not_the_probe(advise):
+    r = advise("profile", str(WORKLOADS / "pin_memory_on_cpu.py"), *FAST, "--out", "run")
+    assert r.returncode == 0, r.stderr
+    log = (r.out / "script.log").read_text()
+    script = WORKLOADS / "pin_memory_on_cpu.py"
+    line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "PIN_MEMORY_LINE" in text)
+    assert f"{script}:{line}: UserWarning: 'pin_memory' argument is set as true" in log, log
+    assert "advisor" not in log and "hooks.py" not in log
+
+
+def test_the_profilers_chatter_stays_out_of_the_scripts_log(advise):
+    r = advise("profile", str(WORKLOADS / "train_basic.py"), *FAST, "--out", "run", "--", "--epochs", "3")
+    assert r.returncode == 0, r.stderr
+    log = (r.out / "script.log").read_text()
+    for chatter in ("USDT:", "STAGE:", "CPUAllocator.cpp", "profiler_start", "Completed Stage"):
+        assert chatter not in log and chatter not in r.stdout and chatter not in r.stderr, chatter
+    notes = r.report.get("notes") or []
+    assert not any("exited" in n for n in notes)  # the sampler stopping with the script is not news
+    assert sum("NVML" in n for n in notes) <= 1
+    assert not any("NVML" in w for w in r.report["warnings"])
+
+
+def test_plain_progress_is_a_few_lines_per_phase(advise):
+    r = advise("profile", str(WORKLOADS / "tensor_pairs.py"), "--steps", "300", "--warmup", "2", "--profile-steps", "2",
+               "--no-experiments", "--out", "run")
+    assert r.returncode == 0, r.stderr
+    measuring = [line for line in r.stdout.splitlines() if "measuring step" in line]
+    warmup = [line for line in r.stdout.splitlines() if "warm-up step" in line]
+    assert 1 <= len(measuring) <= 7, measuring
+    assert len(warmup) <= 3 and not any("warm-up step 0 " in line for line in warmup), warmup
+
+
+def test_cpu_runs_record_the_process_trees_peak_memory(advise):
+    r = advise("profile", str(WORKLOADS / "workers_loader.py"), *FAST, "--out", "run")
+    assert r.returncode == 0, r.stderr
+    mem = r.report["memory"]
+    assert mem["basis"] in ("pss", "rss") and mem["basis_note"]
+    assert mem["peak_rss_bytes"] > 50 * 2**20
+    if mem["basis"] == "pss":
+        # Two forked DataLoader workers share the main process's pages: summed RSS counts them thrice.
+        assert mem["peak_uss_bytes"] <= mem["peak_pss_bytes"] < mem["peak_rss_bytes"]
+    assert "peak memory" in r.stdout
+
+    from advisor.compare import peak_memory
+
+    value, label = peak_memory(r.report)
+    assert value == mem.get("peak_pss_bytes", mem["peak_rss_bytes"]) and "script's processes" in label

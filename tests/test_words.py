@@ -66,11 +66,95 @@ def test_the_recommended_configuration_is_worded_like_an_experiment(rec, sentenc
     assert words.measured_sentence(rec) == sentence
 
 
-def test_a_finding_without_a_measurement_says_estimate_or_not_measured():
+def test_a_finding_without_a_measurement_says_estimate_or_why_not_measured():
     fix = Fix.manual("Read the loss every N steps", "+ x")
     with_estimate = Finding("t", "s", Severity.LOW, {}, fix, estimated_gain_frac=0.031)
-    assert words.finding_sentence(with_estimate) == "estimate: up to 3% faster, by the rule's estimate (not measured)"
-    assert words.finding_sentence(Finding("t", "s", Severity.LOW, {}, fix)) == "not measured"
+    assert words.finding_sentence(with_estimate) == "about 1.03× faster, by the rule's estimate (not measured)"
+    assert words.finding_sentence(Finding("t", "s", Severity.LOW, {}, fix)) == \
+        "not measured: a manual fix (the experiments re-run only automatic ones)"
+    auto = Finding("t", "s", Severity.LOW, {}, Fix.safe("More workers", {"dataloader": {"num_workers": 2}}))
+    assert words.finding_sentence(auto, "off") == "not measured: experiments were off (--no-experiments)"
+    assert words.finding_sentence(auto, "not-run") == "not measured: the run did not finish, so no experiment ran"
+    budget = Finding("t", "s", Severity.LOW, {}, auto.fix, estimated_gain_frac=0.5,
+                     experiment=Experiment.not_measured("experiment budget exhausted"))
+    assert words.finding_sentence(budget) == \
+        "about 2.0× faster, by the rule's estimate; not measured: experiment budget exhausted"
+
+
+@pytest.mark.parametrize("gain, words_", [
+    (0.72, "about 3.6× faster"),   # 72% of the step saved: 1 / 0.28, not "73% faster"
+    (0.031, "about 1.03× faster"),
+    (0.5, "about 2.0× faster"),
+    (0.95, "about 20× faster"),
+    (1.0, "about 100× faster"),    # capped: the step cannot vanish
+])
+def test_an_estimate_is_a_speedup_in_the_unit_measurements_use(gain, words_):
+    from advisor.model import estimated_speedup
+
+    assert words.estimate_speedup_words(gain) == words_
+    assert estimated_speedup(gain) == pytest.approx(1 / (1 - min(gain, 0.99)))
+    assert words.estimate_sentence(gain) == f"{words_}, by the rule's estimate (not measured)"
+    assert words.estimate_speedup_words(0) == words.estimate_speedup_words(None) == ""
+
+
+def test_a_fix_has_one_label_from_its_kind_and_applicability():
+    assert words.fix_label(Fix.safe("w", {"dataloader": {"num_workers": 2}})) == "automatic; safe: numerics unchanged"
+    assert words.fix_label(Fix.unsafe("bf16", {"autocast": "bfloat16"})) == \
+        "automatic; unsafe: may change numerics or memory; check the loss"
+    assert words.fix_label(Fix.manual("accumulate", "+ x")) == "manual: a code change to make by hand"
+
+
+def test_the_outcome_is_one_line_whatever_happened():
+    safe = Fix.safe("More workers", {"dataloader": {"num_workers": 2}})
+    slower = Finding("a", "s", Severity.HIGH, {}, safe, code="DL001", experiment=exp(Verdict.SLOWER, 0.9, 0.85, 0.95))
+    unclear = Finding("b", "s", Severity.LOW, {}, safe, code="OPT001", experiment=exp(Verdict.NO_CHANGE, 1.01, 0.97, 1.05))
+    manual = Finding("c", "s", Severity.LOW, {}, Fix.manual("m", "+ x"), code="GPU003")
+    ran = {"status": "ok", "experiments": {"n_runs": 5}}
+    assert words.outcome([], None, ran) == ("none: no bottleneck found", "not-run")
+    assert words.outcome([slower, unclear, manual], None, ran) == \
+        ("none: 2 fixes measured, none faster (1 slower, 1 no clear gain)", "unclear")
+    assert words.outcome([manual], None, ran)[0] == "none: every fix found is a manual code change; nothing could be measured"
+    assert words.outcome([slower], None, {"status": "ok"})[0] == "none: experiments were off (--no-experiments)"
+    assert words.outcome([slower], None, {"status": "failed"})[0] == "none: the run did not finish"
+    rec = Recommendation(["a"], {}, verified=True, speedup=1.8, ci_low=1.66, ci_high=1.93)
+    assert words.outcome([slower], rec, ran) == ("1.80× faster (95% CI 1.66–1.93×), verified", "verified")
+
+
+def test_a_gain_under_the_bar_says_why_it_is_not_verified():
+    small = exp(Verdict.NO_CHANGE, 1.04, 1.01, 1.07)
+    assert words.measured_sentence(small) == \
+        "1.04× faster (95% CI 1.01–1.07×): the interval's low end is within 3% of 1, too close to call it verified"
+    drifted = exp(Verdict.NO_CHANGE, 1.10, 1.05, 1.15, baseline_drift_frac=0.08)
+    assert "within 8% of 1 (the baselines drifted that much between their runs)" in words.measured_sentence(drifted)
+    assert words.VERIFIED_MEANS.startswith("means the whole 95% interval lies more than 3% above 1")
+
+
+def test_a_side_without_a_figure_shows_a_dash_and_why():
+    failed = exp(Verdict.FAILED, error="the candidate run exited with code 1",
+                 baseline={"runs": 2, "samples_per_s": 4905.1}, candidate={"runs": 1, "samples_per_s": None})
+    assert words.pair_words(failed) == ("4,905.1 samples/s", "–", "no run finished: the candidate run exited with code 1")
+    both = exp(Verdict.FASTER, 1.5, 1.4, 1.6, baseline={"samples_per_s": 100.0}, candidate={"samples_per_s": 150.0})
+    assert words.pair_words(both) == ("100.0 samples/s", "150.0 samples/s", "")
+    assert words.pair_words(Experiment.not_measured("no time")) == ("", "", "")
+
+
+def test_plural_and_memory_and_wall_words():
+    assert [words.plural(n, w) for n, w in ((1, "fix"), (2, "fix"), (3, "step"))] == ["1 fix", "2 fixes", "3 steps"]
+    assert words.memory_words({"peak_rss_bytes": 900 * 2**20, "peak_pss_bytes": 400 * 2**20, "basis": "pss"}) == \
+        "400.0 MiB (PSS of the script's processes; RSS summed 900.0 MiB)"
+    assert words.memory_words({"peak_rss_bytes": 900 * 2**20, "basis": "rss"}) == \
+        "900.0 MiB (RSS summed over the script's processes)"
+    assert words.memory_words({}) == ""
+    report = {"wall_s": 4.6, "total_wall_s": 23.04, "experiments": {"n_runs": 5, "child_wall_s": 17.5}}
+    assert words.wall_words(report) == "took 23.04 s in all (the profiled run 4.60 s, experiments 17.50 s in 5 runs)"
+    assert words.wall_words({"wall_s": 4.6}) == "the profiled run took 4.60 s"
+
+
+def test_the_baseline_and_the_headline_are_told_apart():
+    note = words.baseline_vs_headline({"samples_per_s": 312.4}, {"runs": 4, "samples_per_s": 217.4})
+    assert note.startswith("The experiments' baseline, 217.4 samples/s, is 30% below the headline 312.4 samples/s: "
+                           "it was measured in 4 fresh runs of the script without the profiler")
+    assert words.baseline_vs_headline({"samples_per_s": 312.4}, {"samples_per_s": 320.0}) == ""  # within 5%
 
 
 @pytest.mark.parametrize("check, text, state", [

@@ -46,6 +46,19 @@ class ProfilerWindow:
         self.exported = False
 
     def start(self) -> None:
+        # Kineto prints status lines (USDT profiler_start, STAGE ...) into the script's stderr at its
+        # default level; it reads the level once, when the first profiler starts. The user's own
+        # setting wins, and the variable is gone again before the script's next line.
+        quiet = "KINETO_LOG_LEVEL" not in os.environ
+        if quiet:
+            os.environ["KINETO_LOG_LEVEL"] = "6"
+        try:
+            self._start()
+        finally:
+            if quiet:
+                os.environ.pop("KINETO_LOG_LEVEL", None)
+
+    def _start(self) -> None:
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             activities.append(ProfilerActivity.CUDA)

@@ -41,11 +41,16 @@ class StepAccumulator:
     optimizer_s: float = 0.0
     backward_s: float = 0.0
     samples: int | None = None
+    forward_samples: int | None = None  # from the model's input, for loops without a DataLoader
     loss: Any = None  # a detached tensor; read only after the window, never during it
 
     def add_samples(self, n: int | None) -> None:
         if n is not None:
             self.samples = (self.samples or 0) + n
+
+    def batch(self) -> int | None:
+        """The step's batch size: the DataLoader's (or advisor.step's), else the model's input's."""
+        return self.samples if self.samples is not None else self.forward_samples
 
 
 @dataclass
@@ -54,8 +59,11 @@ class StepClock:
 
     Steps: step 0 runs from start-up to the first boundary (imports, set-up, an initial eval)
     and is never counted; then `warmup` steps; then `steps` measured steps, the last
-    `profile_steps` of which run under torch.profiler (plus one profiler warm-up step before
-    them, so CUPTI start-up cost is not recorded).
+    `profile_steps` of which run under torch.profiler and are recorded in its trace. Just
+    before those, one more step runs with the profiler warming up (CUPTI start-up, its
+    buffers): that step is neither recorded nor measured (phase ``profiler-warmup``), so
+    exactly `profile_steps` measured steps are marked ``profiled`` and the clean steps the
+    throughput rests on never carry the profiler's start-up cost.
     """
 
     warmup: int
@@ -65,6 +73,7 @@ class StepClock:
     on_profile_start: Callable[[], None] = lambda: None
     on_profile_step: Callable[[], None] = lambda: None
     on_window_end: Callable[[], None] = lambda: None
+    on_unknown_batch: Callable[[], None] = lambda: None  # a step ended without a batch size (called once)
     pid: int = field(default_factory=os.getpid)
     source: str | None = None
     anchor_optimizer: int | None = None
@@ -72,6 +81,7 @@ class StepClock:
     boundaries: int = 0
     done: bool = False
     profiling: bool = False
+    _asked_batch: bool = False
     measured: list = field(default_factory=list)
     losses: list = field(default_factory=list)
     _last_t: float = field(default_factory=time.monotonic)
@@ -79,8 +89,28 @@ class StepClock:
 
     @property
     def profile_start(self) -> int:
-        """Boundary at which the profiler starts (one warm-up profiler step before recording)."""
-        return self.warmup + self.steps - self.profile_steps - 1 if self.profile_steps else -1
+        """Boundaries seen when the profiler starts: the end of the last un-profiled measured
+        step, after which the profiler's own warm-up step runs (-1: no profiler)."""
+        return self.warmup + self.steps - self.profile_steps + 1 if self.profile_steps else -1
+
+    @property
+    def window_end(self) -> int:
+        """Boundaries seen when the measured window ends (the profiler's warm-up step counts one)."""
+        return self.warmup + self.steps + 1 + (1 if self.profile_steps else 0)
+
+    def _phase(self, n: int) -> tuple[str, int]:
+        """(phase, measured index) of step `n` (step 0 = start-up)."""
+        index = n - 1 - self.warmup
+        if n == 0:
+            return "startup", index
+        if index < 0:
+            return "warmup", index
+        unprofiled = self.steps - self.profile_steps
+        if self.profile_steps and index == unprofiled:
+            return "profiler-warmup", -1
+        if self.profile_steps and index > unprofiled:
+            index -= 1
+        return "measure", index
 
     def _owns(self, source: str) -> bool:
         """Adopt `source` if it outranks the current one; say whether it drives the clock."""
@@ -140,6 +170,11 @@ class StepClock:
             self._acc.data_wait_s += wait_s
             self._acc.add_samples(samples)
 
+    def forward_batch(self, samples: int | None) -> None:
+        """The model's forward saw a batch of `samples` (used where no DataLoader batch says so)."""
+        if samples is not None and os.getpid() == self.pid:
+            self._acc.forward_samples = (self._acc.forward_samples or 0) + samples
+
     def backward_done(self, loss: Any, elapsed_s: float) -> None:
         if os.getpid() != self.pid:
             return
@@ -159,9 +194,9 @@ class StepClock:
         n = self.boundaries  # this boundary ends step n (step 0 = start-up, never counted)
         self.boundaries += 1
         acc = self._acc
-        measured_index = n - 1 - self.warmup
+        phase, measured_index = self._phase(n)
         record = {
-            "phase": "measure" if measured_index >= 0 else ("warmup" if n > 0 else "startup"),
+            "phase": phase,
             "index": measured_index,
             "t_start": self._last_t,
             "t_end": now,
@@ -169,14 +204,18 @@ class StepClock:
             "data_wait_s": acc.data_wait_s,
             "optimizer_s": acc.optimizer_s,
             "backward_s": acc.backward_s,
-            "samples": acc.samples,
+            "samples": acc.batch(),
             "profiled": self.profiling,
             "source": self.source,
             "warmup": self.warmup,
         }
         self.sink.write(json.dumps(record) + "\n")
         self.sink.flush()
-        if measured_index >= 0:
+        # (A DataLoader-driven start-up step ends at the first batch, so it never has one.)
+        if record["samples"] is None and not self._asked_batch and (n > 0 or self.source != "dataloader"):
+            self._asked_batch = True
+            self.on_unknown_batch()
+        if phase == "measure":
             self.measured.append(record)
             self.losses.append(acc.loss)
         self._acc = carry or StepAccumulator()
@@ -185,14 +224,14 @@ class StepClock:
         # `self.boundaries` now counts boundaries seen: act on the one that just happened.
         seen = self.boundaries
         if self.profiling:
-            if seen == self.warmup + self.steps + 1:
+            if seen == self.window_end:
                 self.profiling = False
             else:
-                self.on_profile_step()
-        elif seen == self.profile_start + 1 and self.profile_start >= 0:
+                self.on_profile_step()  # the first call ends the profiler's warm-up step: recording starts
+        elif seen == self.profile_start and self.profile_start >= 0:
             self.profiling = True
             self.on_profile_start()
-        if seen >= self.warmup + self.steps + 1:
+        if seen >= self.window_end:
             self.done = True
             self.on_window_end()
             raise ProbeDone()

@@ -2,11 +2,20 @@
 
 Each hook feeds the :class:`~advisor.probe.clock.StepClock` and records what the script
 configured (optimizers, DataLoaders, the device it trains on) for the rules to read.
+
+The hooks wrap torch functions, so a warning torch raises "at its caller" (``stacklevel=2``)
+would name this file. :func:`user_facing_warn` stands in for ``warnings.warn`` in the child
+and moves such a warning past the probe's frames (and the torch frames under them) to the
+user's line, as the user would want to read it.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,8 +43,46 @@ class Observed:
         }
 
 
+_PROBE_DIR = str(Path(__file__).resolve().parent) + os.sep
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent) + os.sep
+_original_warn = warnings.warn
+
+
+def _probe_frame(filename: str) -> bool:
+    return filename.startswith(_PROBE_DIR)
+
+
+def user_frame(frame):
+    """The first frame above `frame` that is neither the probe's nor torch's (None at the top)."""
+    while frame is not None and (_probe_frame(frame.f_code.co_filename) or frame.f_code.co_filename.startswith(_TORCH_DIR)):
+        frame = frame.f_back
+    return frame
+
+
+def user_facing_warn(message, category=None, stacklevel=1, source=None, **kwargs):
+    """``warnings.warn``, except that a warning which would point at one of the probe's wrappers
+    points at the user's code instead (filters, ``-W`` and once-per-location still apply there)."""
+    try:
+        frame = sys._getframe(1)  # the warn() call
+        for _ in range(max(1, int(stacklevel)) - 1):
+            frame = frame.f_back if frame is not None else None
+        target = user_frame(frame) if frame is not None and _probe_frame(frame.f_code.co_filename) else None
+    except (TypeError, ValueError):
+        target = None
+    if target is None:
+        return _original_warn(message, category, int(stacklevel) + 1 if isinstance(stacklevel, int) else stacklevel,
+                              source, **kwargs)
+    if isinstance(message, Warning):
+        category = message.__class__
+    globals_ = target.f_globals
+    registry = globals_.setdefault("__warningregistry__", {})
+    warnings.warn_explicit(message, category or UserWarning, target.f_code.co_filename, target.f_lineno,
+                           globals_.get("__name__", "<string>"), registry, globals_, source)
+
+
 def batch_size(batch: Any, depth: int = 0) -> int | None:
-    """Leading dimension of the first tensor in a (nested) batch, or None."""
+    """Leading dimension of the first tensor in a (nested) batch, or None: an ``(inputs, targets)``
+    pair of tensors has the inputs' first dimension."""
     if isinstance(batch, torch.Tensor):
         return int(batch.shape[0]) if batch.dim() > 0 else None
     if depth > 3:
@@ -85,9 +132,53 @@ def _describe_loader(loader: Any) -> dict:
     }
 
 
+def _watch_model_input(clock: StepClock, in_next: list[bool]) -> None:
+    """Count samples from the model's input when no DataLoader batch (or advisor.step) gives them.
+
+    Called once, after a step ended with no batch size (a loop over tensors it slices itself).
+    A global forward pre-hook waits for the first module called in a step with autograd on and
+    outside DataLoader ``__next__`` (transforms run there, evaluation under no_grad): that is
+    the model, called on the batch. Calls under gradient accumulation add up.
+
+    The global hook then removes itself (while one is registered every module call in the
+    process pays for it), and the model's class gets a thin ``__call__`` that counts the leading
+    dimension of the first tensor argument when that one instance is called. On the class, not
+    a hook on the instance: a hook would be pickled with the model (``torch.save(model)``).
+    """
+    import weakref
+
+    from torch.nn.modules.module import register_module_forward_pre_hook
+
+    def count(args) -> None:
+        if torch.is_grad_enabled():  # an evaluation under no_grad inside a step is not training samples
+            clock.forward_batch(batch_size(args))
+
+    def first_call(module, args):
+        if in_next[0] or os.getpid() != clock.pid or not torch.is_grad_enabled():
+            return None
+        handle.remove()
+        model = weakref.ref(module)
+        cls = type(module)
+        original = cls.__call__
+
+        def call(self, *args, **kwargs):
+            if self is model():
+                count(args)
+            return original(self, *args, **kwargs)
+
+        cls.__call__ = call
+        count(args)  # this call too: the wrapper counts from the next one
+        return None
+
+    handle = register_module_forward_pre_hook(first_call)
+
+
 def install(clock: StepClock, observed: Observed) -> None:
     """Patch torch so every step boundary, batch and backward reaches `clock`."""
     started: dict[int, float] = {}
+    in_next = [False]
+    warnings.warn = user_facing_warn
+    clock.on_unknown_batch = lambda: _watch_model_input(clock, in_next)
 
     def pre_hook(opt, args, kwargs):
         started[id(opt)] = clock.optimizer_pre()
@@ -121,7 +212,11 @@ def install(clock: StepClock, observed: Observed) -> None:
 
     def iter_next(self):
         t0 = time.monotonic()
-        batch = orig_next(self)  # StopIteration passes through untouched
+        in_next[0] = True
+        try:
+            batch = orig_next(self)  # StopIteration passes through untouched
+        finally:
+            in_next[0] = False
         clock.batch_fetched(time.monotonic() - t0, batch_size(batch))
         return batch
 

@@ -200,6 +200,7 @@ def report(step_rows: list[dict]) -> dict:
                       "samples_csv": "samples.csv", "log": "script.log"},
         "notes": ["sampled GPU 0 through NVML"],
         "wall_s": 84.2,
+        "total_wall_s": 351.3,  # the profiled run, the analysis and the 12 experiment runs
     }
 
 
