@@ -193,7 +193,8 @@ def analyze_trace(path: Path, *, as_json: bool, out: Path | None, rule_settings=
         profile = Profile.from_trace(path)
     except TraceError as exc:
         fail(str(exc))
-    warnings = [] if len(profile.steps) else ["the trace has no ProfilerStep#N spans: per-step numbers are unavailable"]
+    warnings = profile.meta.get("notes", []) + (
+        [] if len(profile.steps) else ["the trace has no ProfilerStep#N spans: per-step numbers are unavailable"])
     findings, rule_warnings = _diagnose(profile, rule_settings)
     report = report_mod.build_report(
         profile, status="ok", script=str(path), argv=[], started_at=report_mod.now_iso(),
