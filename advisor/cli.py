@@ -13,7 +13,7 @@ import click
 
 from . import __version__
 
-from .cli_exit import fail
+from .cli_exit import fail, run_dir_errors
 
 
 def _rule_options(command):
@@ -71,13 +71,15 @@ def profile(script, script_args, steps, warmup, profile_steps, out, timeout_s, a
     settings = _rule_settings(select, ignore, config, Path(script).parent)  # a bad selection fails before the run
     from .pipeline import ExperimentOptions, profile_script
 
-    sys.exit(profile_script(
-        script=script, script_args=list(script_args), steps=steps, warmup=warmup, profile_steps=profile_steps,
-        out=Path(out), timeout_s=timeout_s, as_json=as_json,
-        experiments=ExperimentOptions(not no_experiments, max_experiments, time_budget_s, safe_only),
-        baseline=baseline, max_regression=_percent(max_regression, "--max-regression"),
-        rule_settings=settings,
-    ))
+    with run_dir_errors(Path(out)):  # a full, read-only or forbidden run dir: one line, exit 2
+        code = profile_script(
+            script=script, script_args=list(script_args), steps=steps, warmup=warmup, profile_steps=profile_steps,
+            out=Path(out), timeout_s=timeout_s, as_json=as_json,
+            experiments=ExperimentOptions(not no_experiments, max_experiments, time_budget_s, safe_only),
+            baseline=baseline, max_regression=_percent(max_regression, "--max-regression"),
+            rule_settings=settings,
+        )
+    sys.exit(code)
 
 
 @main.command()
@@ -90,7 +92,9 @@ def analyze(trace, as_json, out, select, ignore, config):
     settings = _rule_settings(select, ignore, config, Path.cwd())  # a bad selection fails before any work
     from .pipeline import analyze_trace
 
-    sys.exit(analyze_trace(Path(trace), as_json=as_json, out=Path(out) if out else None, rule_settings=settings))
+    with run_dir_errors(Path(out) if out else None):
+        code = analyze_trace(Path(trace), as_json=as_json, out=Path(out) if out else None, rule_settings=settings)
+    sys.exit(code)
 
 
 @main.command("report")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 
 def rank_info() -> dict:
@@ -47,3 +48,26 @@ def rank_suffix() -> str:
     """``.rank1`` for rank 1 of a multi-rank job, '' for a single process."""
     info = rank_info()
     return f".rank{info['rank']}" if (info["world_size"] or 1) > 1 else ""
+
+
+# What a run leaves only while it writes: atomic writes' temp files (advisor.atomic, the probe's
+# trace export), the probe's config for its child, the raw step lines it turns into steps.csv.
+SCRATCH = (".tmp-*", ".probe-config*.json", "steps*.jsonl")
+
+
+def remove_scratch(run_dir: str | os.PathLike) -> list[str]:
+    """Delete the scratch files a failed run left in `run_dir` and its experiments; never raises."""
+    removed = []
+    for pattern in SCRATCH:
+        try:
+            found = list(Path(run_dir).rglob(pattern))
+        except OSError:
+            continue
+        for path in found:
+            try:
+                if path.is_file() or path.is_symlink():
+                    path.unlink()
+                    removed.append(str(path))
+            except OSError:
+                pass
+    return removed
