@@ -14,7 +14,7 @@ import secrets
 import stat
 from pathlib import Path
 
-__all__ = ["write_bytes_atomic", "write_text_atomic", "write_json_atomic"]
+__all__ = ["write_bytes_atomic", "write_text_atomic", "write_json_atomic", "check_writable"]
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
@@ -29,18 +29,50 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
         special = not stat.S_ISREG(target.stat().st_mode)
     except FileNotFoundError:
         special = False
-    if special:
-        with open(target, "wb") as f:
-            f.write(data)
-        return
-    tmp, fd = _create_temp(target)
+    try:
+        if special:
+            with open(target, "wb") as f:
+                f.write(data)
+            return
+        tmp, fd = _create_temp(target)
+    except OSError as exc:
+        raise _naming(exc, path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _naming(exc, path)
         raise
+
+
+def check_writable(folder: str | os.PathLike, nbytes: int = 16384) -> None:
+    """Raise the OSError a writer would meet in `folder` now (read-only, forbidden, full); leave nothing.
+
+    Writes `nbytes` to a temp file and removes it: a disk with no room left fails here, before a
+    run spends minutes producing files it cannot keep. The error names `folder`.
+    """
+    folder = Path(folder)
+    try:
+        tmp, fd = _create_temp(folder / "write-check")
+    except OSError as exc:
+        raise _naming(exc, folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(bytes(nbytes))
+    except OSError as exc:
+        raise _naming(exc, folder)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _naming(exc: OSError, path: str | os.PathLike) -> OSError:
+    """`exc` naming the file the caller asked for: not the hidden temp file, nor nothing (a failed write())."""
+    if exc.filename is None or Path(exc.filename).name.startswith(".tmp-"):
+        exc.filename = os.fspath(path)
+    return exc
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

@@ -13,7 +13,7 @@ import click
 
 from . import __version__
 
-from .cli_exit import fail
+from .cli_exit import EXIT_USAGE, fail, run_dir_errors
 
 
 def _rule_options(command):
@@ -37,13 +37,47 @@ def _rule_settings(select, ignore, config, search_from: Path):
         fail(str(exc))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _OneLineError(click.ClickException):
+    """A usage error as every other advise error: one line, exit 2 (click's own is four lines)."""
+
+    exit_code = EXIT_USAGE
+
+    def show(self, file=None) -> None:
+        click.echo(f"advise: error: {self.format_message()}", err=True)
+
+
+def _one_line(exc: click.UsageError) -> click.ClickException:
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):  # bare `advise`: the help, as click prints it
+        return exc
+    hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+    return _OneLineError(exc.format_message() + hint)
+
+
+class _Advise(click.Group):
+    """The command group; its parse errors, and its commands', are one line (README: exit codes)."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
+
+@click.group(cls=_Advise, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="advise")
 def main() -> None:
     """Profile a PyTorch training script, find its bottlenecks, and measure the fixes."""
 
 
-@main.command(context_settings={"ignore_unknown_options": True})
+# Options come before the script; every word after it is the script's, as with python, torchrun,
+# pyinstrument and nsys (click stops parsing options at the first argument).
+@main.command(context_settings={"allow_interspersed_args": False})
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--steps", default=20, show_default=True, type=click.IntRange(min=1), help="Measured steps.")
@@ -67,17 +101,57 @@ def main() -> None:
 @_rule_options
 def profile(script, script_args, steps, warmup, profile_steps, out, timeout_s, as_json, no_experiments,
             max_experiments, time_budget_s, safe_only, baseline, max_regression, select, ignore, config):
-    """Run SCRIPT under the probe: advise profile train.py -- --lr 0.1"""
+    """Run SCRIPT under the probe: advise profile --steps 30 train.py --lr 0.1
+
+    advise's options come before SCRIPT; everything after it goes to the script, as `python
+    SCRIPT ARGS` would pass it (a `--` right after SCRIPT is dropped).
+    """
+    script_args = _script_args(script, list(script_args))
     settings = _rule_settings(select, ignore, config, Path(script).parent)  # a bad selection fails before the run
     from .pipeline import ExperimentOptions, profile_script
 
-    sys.exit(profile_script(
-        script=script, script_args=list(script_args), steps=steps, warmup=warmup, profile_steps=profile_steps,
-        out=Path(out), timeout_s=timeout_s, as_json=as_json,
-        experiments=ExperimentOptions(not no_experiments, max_experiments, time_budget_s, safe_only),
-        baseline=baseline, max_regression=_percent(max_regression, "--max-regression"),
-        rule_settings=settings,
-    ))
+    with run_dir_errors(Path(out)):  # a full, read-only or forbidden run dir: one line, exit 2
+        code = profile_script(
+            script=script, script_args=script_args, steps=steps, warmup=warmup, profile_steps=profile_steps,
+            out=Path(out), timeout_s=timeout_s, as_json=as_json,
+            experiments=ExperimentOptions(not no_experiments, max_experiments, time_budget_s, safe_only),
+            baseline=baseline, max_regression=_percent(max_regression, "--max-regression"),
+            rule_settings=settings,
+        )
+    sys.exit(code)
+
+
+def _script_args(script: str, args: list[str]) -> list[str]:
+    """The script's own arguments: a leading `--` dropped; the old `SCRIPT --steps 5 -- ARGS` refused.
+
+    Before advise's options had to come first, they could follow the script with the script's own
+    after a `--`. Those words would now silently reach the script, so that form is an error that
+    says how to write it.
+    """
+    if args[:1] == ["--"]:
+        return args[1:]
+    if "--" in args:
+        k = args.index("--")
+        if _all_profile_options(args[:k]):
+            import shlex
+
+            rewritten = shlex.join(["advise", "profile", *args[:k], script, *args[k + 1:]])
+            fail(f"advise's options go before the script; everything after it is the script's: {rewritten}")
+    return args
+
+
+def _all_profile_options(words: list[str]) -> bool:
+    """Whether `words` parse completely as `advise profile` options (`--steps 5`, `--steps=5`, `--json`)."""
+    ctx = click.get_current_context()
+    options = {name: p for p in ctx.command.params if isinstance(p, click.Option) for name in p.opts + p.secondary_opts}
+    i = 0
+    while i < len(words):
+        name, eq, _ = words[i].partition("=")
+        option = options.get(name)
+        if option is None or (option.is_flag and eq):
+            return False
+        i += 1 if option.is_flag or eq else 2
+    return bool(words) and i == len(words)
 
 
 @main.command()
@@ -90,7 +164,9 @@ def analyze(trace, as_json, out, select, ignore, config):
     settings = _rule_settings(select, ignore, config, Path.cwd())  # a bad selection fails before any work
     from .pipeline import analyze_trace
 
-    sys.exit(analyze_trace(Path(trace), as_json=as_json, out=Path(out) if out else None, rule_settings=settings))
+    with run_dir_errors(Path(out) if out else None):
+        code = analyze_trace(Path(trace), as_json=as_json, out=Path(out) if out else None, rule_settings=settings)
+    sys.exit(code)
 
 
 @main.command("report")

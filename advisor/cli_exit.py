@@ -2,15 +2,45 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
-from typing import NoReturn
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, NoReturn
 
 import click
 
 from .report import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT, EXIT_USAGE, STATUS_EXIT  # noqa: F401
+from .rundir import remove_scratch
+
+# Errors that say the place is unusable (full, read-only, forbidden), not that advise failed.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM})
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """One clear line on stderr and a non-zero exit; never a traceback from our code."""
     click.echo(f"advise: error: {message}", err=True)
     sys.exit(code)
+
+
+def writing_error(exc: OSError, where: str | os.PathLike) -> str:
+    """'no space left on device writing run/report.json': the reason, then the file (else `where`)."""
+    reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+    return f"{reason[:1].lower()}{reason[1:]} writing {exc.filename or where}"
+
+
+@contextmanager
+def run_dir_errors(run_dir: Path | None) -> Iterator[None]:
+    """Around a command that writes `run_dir`: a full, read-only or forbidden disk is bad input.
+
+    Exit 2 with one line (exit codes: "a locked, read-only or full run dir" is 2), after removing
+    the temp and scratch files a failed writer left in the run dir. Any other error passes.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if run_dir is None or exc.errno not in DISK_ERRNOS:
+            raise
+        remove_scratch(run_dir)
+        fail(writing_error(exc, run_dir))

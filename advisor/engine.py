@@ -18,6 +18,7 @@ or a wrongly typed value) is a :class:`ConfigError` with a one-line message.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -48,16 +49,32 @@ class Settings:
 # --------------------------------------------------------------------------- configuration
 
 
+# A line that opens or sets the advise table: [tool.advise], [tool.advise.RULE], tool.advise.x = ...,
+# or advise = {...} (under [tool]). Read in a pyproject.toml that is not valid TOML.
+_ADVISE_LINE = re.compile(r"""^\s*(\[+\s*tool\s*\.\s*["']?advise(?![\w-])|tool\s*\.\s*["']?advise(?![\w-])"""
+                          r"""|["']?advise["']?\s*[.=])""", re.MULTILINE)
+
+
 def find_config(start: Path) -> Path | None:
-    """The nearest pyproject.toml at or above `start` that has a ``[tool.advise]`` table."""
+    """The nearest pyproject.toml at or above `start` that has a ``[tool.advise]`` table.
+
+    A pyproject.toml that is not valid TOML is someone else's problem and skipped, unless it
+    has an advise table: then it is ours, and a :class:`ConfigError` naming the file.
+    """
     start = start.resolve()
     for folder in [start, *start.parents] if start.is_dir() else [start.parent, *start.parent.parents]:
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
             try:
-                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue  # someone else's broken pyproject is not ours to judge unless asked
+                text = candidate.read_bytes().decode("utf-8", errors="replace")
+                data = tomllib.loads(text)
+            except OSError:
+                continue  # unreadable: nothing says it is ours
+            except ValueError as exc:
+                if _ADVISE_LINE.search(text):
+                    reason = str(exc).splitlines()[0]
+                    raise ConfigError(f"{candidate}: [tool.advise]: not valid TOML ({reason})") from None
+                continue  # someone else's broken pyproject is not ours to judge
             if isinstance(data.get("tool"), dict) and "advise" in data["tool"]:
                 return candidate
     return None
@@ -99,7 +116,9 @@ def settings_from_table(table: dict, catalogue: Catalogue, source: str | None = 
             setattr(settings, key, list(value))
             continue
         target = by_key.get(key) or by_key.get(key.upper())
-        if target is None or not isinstance(value, dict):
+        if target is not None and not isinstance(value, dict):
+            raise ConfigError(f"{where}[tool.advise.{key}] must be a table of the rule's options, not {value!r}")
+        if target is None:
             raise ConfigError(f"{where}unknown key '{key}' in [tool.advise] (expected select, ignore, or a rule name "
                               f"such as [tool.advise.dataloader-starvation])")
         opts = {o.key: o for o in target.options}

@@ -17,9 +17,9 @@ import click
 from advisor.reports import compare_output, terminal
 
 from . import compare, metrics, report as report_mod, rundir
-from .atomic import write_json_atomic, write_text_atomic
+from .atomic import check_writable, write_json_atomic, write_text_atomic
 from .chatter import strip_log, without_chatter
-from .cli_exit import EXIT_USAGE, STATUS_EXIT, fail
+from .cli_exit import DISK_ERRNOS, EXIT_USAGE, STATUS_EXIT, fail, writing_error
 from .experiments import run_experiments
 from .interrupt import StopRequest, describe
 from .model import Finding, rank
@@ -120,11 +120,14 @@ def _profile(*, script: str, script_args: list[str], steps: int, warmup: int, pr
     started = time.monotonic()
     try:
         out.mkdir(parents=True, exist_ok=True)
+        check_writable(out)  # read-only, forbidden or full: say so now, not after the run
     except OSError as exc:
-        fail(f"cannot create the run dir {out}: {exc.strerror}")
+        fail(writing_error(exc, out) if exc.errno in DISK_ERRNOS
+             else f"cannot create the run dir {out}: {exc.strerror}")
     _take_run_dir(lock, out)
     with terminal.ProbeProgress(con, f"profiling {script}") as progress:
         run = run_probe(config, progress, stop)
+        _check_run_dir_after(run, out)
         strip_log(out / run.files.log)  # the profiler's status lines are not the script's output
         progress.phase("analysing")
         profile = Profile.from_run_dir(out, rank_suffix())
@@ -184,6 +187,18 @@ def _profile(*, script: str, script_args: list[str], steps: int, warmup: int, pr
     return STATUS_EXIT[status]
 
 
+def _check_run_dir_after(run, out: Path) -> None:
+    """Raise the OSError of a disk that filled up (or went read-only) while the script ran.
+
+    The child's trace export and its own files fail inside the child; the run is then the disk's
+    failure, not the script's, and `advise` exits 2 (cli.run_dir_errors) instead of reporting it.
+    """
+    code = run.probe.get("profiler_errno")
+    if code in DISK_ERRNOS:
+        raise OSError(code, os.strerror(code), str(out / run.files.trace))
+    check_writable(out)
+
+
 def _show_failure(run, out: Path, con) -> None:
     tb = run.probe.get("traceback")
     if tb:
@@ -214,9 +229,18 @@ def _write_renderings(report: dict, out: Path | None, profile: Profile | None, c
             path = html.write_html(report, out, profile, rule_docs)
         markdown.append_step_summary(report, profile, rule_docs)
     except Exception as exc:  # noqa: BLE001
+        if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS and _inside(exc.filename, out):
+            raise  # the run dir itself is full or read-only: exit 2 (cli.run_dir_errors)
         con.print(f"warning: the HTML/markdown report was not written: {type(exc).__name__}: {exc}",
                   style="yellow", highlight=False)
     return path
+
+
+def _inside(filename, folder: Path | None) -> bool:
+    """`filename` lies in `folder` (as named, symlinks not followed)."""
+    if filename is None or folder is None:
+        return False
+    return Path(os.path.abspath(filename)).is_relative_to(os.path.abspath(folder))
 
 
 def _say_html(path: Path | None, con, as_json: bool) -> None:
@@ -246,7 +270,8 @@ def analyze_trace(path: Path, *, as_json: bool, out: Path | None, rule_settings=
         profile = Profile.from_trace(path)
     except TraceError as exc:
         fail(str(exc))
-    warnings = [] if len(profile.steps) else ["the trace has no ProfilerStep#N spans: per-step numbers are unavailable"]
+    warnings = profile.meta.get("notes", []) + (
+        [] if len(profile.steps) else ["the trace has no ProfilerStep#N spans: per-step numbers are unavailable"])
     findings, rule_warnings = _diagnose(profile, rule_settings)
     report = report_mod.build_report(
         profile, status="ok", script=str(path), argv=[], started_at=report_mod.now_iso(),
@@ -254,7 +279,12 @@ def analyze_trace(path: Path, *, as_json: bool, out: Path | None, rule_settings=
         artifacts={"trace": str(path.resolve())},
     )
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if exc.errno in DISK_ERRNOS:
+                raise
+            fail(f"cannot create the output dir {out}: {exc.strerror}")
         report_mod.write_report(report, out / "report.json")
     con = terminal.console(stderr=as_json)
     html_path = _write_renderings(report, out, profile, con)

@@ -79,6 +79,7 @@ class Profile:
         if (run_dir / names.trace).exists():
             try:
                 trace = load_trace(run_dir / names.trace)
+                notes += trace.meta.get("warnings", [])
             except TraceError as exc:
                 notes.append(f"trace not loaded: {exc}")
         return cls(
@@ -115,7 +116,9 @@ class Profile:
                 "gpu_busy_s": ts["gpu_busy_us"] / 1e6,
             }
         )
-        return cls(steps=steps, trace=trace, env=env_from_trace(trace), meta={"source": "trace", "step_source": "ProfilerStep" if len(ts) else None, "trace": str(path), "notes": []})
+        meta = {"source": "trace", "step_source": "ProfilerStep" if len(ts) else None, "trace": str(path),
+                "notes": list(trace.meta.get("warnings", []))}
+        return cls(steps=steps, trace=trace, env=env_from_trace(trace), meta=meta)
 
 
 def env_from_trace(trace: TraceFrames) -> dict:

@@ -186,3 +186,26 @@ def _rmdir_if_empty(folder: Path) -> None:
         folder.rmdir()
     except OSError:
         pass  # not empty: someone else's files
+
+
+# What a run leaves only while it writes: atomic writes' temp files (advisor.atomic, the probe's
+# trace export), the probe's config for its child, the raw step lines it turns into steps.csv.
+SCRATCH = (".tmp-*", ".probe-config*.json", "steps*.jsonl")
+
+
+def remove_scratch(run_dir: str | os.PathLike) -> list[str]:
+    """Delete the scratch files a failed run left in `run_dir` and its experiments; never raises."""
+    removed = []
+    for pattern in SCRATCH:
+        try:
+            found = list(Path(run_dir).rglob(pattern))
+        except OSError:
+            continue
+        for path in found:
+            try:
+                if path.is_file() or path.is_symlink():
+                    path.unlink()
+                    removed.append(str(path))
+            except OSError:
+                pass
+    return removed

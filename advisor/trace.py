@@ -120,7 +120,15 @@ rank, world_size (int or None), display_time_unit (str or None),
 base_time_ns (int or None), trace_span_us (float: last end minus first start
 over ops/kernels/memcpy/runtime/annotations/python, 0 if none), n_events (int,
 length of traceEvents), has_gpu (bool: any kernel, memcpy or memset),
-source (str path).
+source (str path), skipped_events (int), warnings (list of str: what was
+wrong with the input, one line each).
+
+Events whose times cannot be real are skipped, counted in ``skipped_events``
+and described in ``warnings``: a negative, infinite/NaN or longer-than-a-day
+duration, or a timestamp more than a day away from the median of the trace's
+events (one day is far above any real trace, whose longest event is seconds to
+minutes; a 1e12-second event is a broken clock or a hand-edited file).  A
+trace in which every timed event is skipped raises :class:`TraceError`.
 """
 
 from __future__ import annotations
@@ -172,7 +180,7 @@ class TraceFrames:
             memory=_empty(_MEM_COLS), steps=_empty(_STEP_COLS),
             meta={"device_properties": [], "distributed": {}, "rank": None, "world_size": None,
                   "display_time_unit": None, "base_time_ns": None, "trace_span_us": 0.0,
-                  "n_events": 0, "has_gpu": False, "source": source},
+                  "n_events": 0, "has_gpu": False, "source": source, "skipped_events": 0, "warnings": []},
         )
 
 
@@ -272,6 +280,7 @@ def _load(src: str) -> TraceFrames:
     events = doc["traceEvents"]
 
     b = _bucket(events)
+    guard = _Guard(b)
 
     # Old layout: record_function ranges are "Operator" events; move them.
     op_evs = b["ops"]
@@ -284,7 +293,7 @@ def _load(src: str) -> TraceFrames:
     if rec:
         rec_ids = {id(e) for e in rec}
         op_evs = [e for e in op_evs if id(e) not in rec_ids]
-    annotations = _build_annotations(ann_evs, rec)
+    annotations = _build_annotations(ann_evs, rec, guard)
 
     steps_span = _step_spans(annotations)
     s_ts = steps_span["ts_us"].to_numpy()
@@ -295,13 +304,21 @@ def _load(src: str) -> TraceFrames:
         return _assign_step(ts, s_ts, s_end, s_idx)
 
     annotations["step"] = assign(annotations["ts_us"].to_numpy())
-    ops = _build_ops(op_evs, assign)
-    runtime = _build_runtime(b["runtime"], assign)
-    kernels = _build_kernels(b["kernels"], assign, runtime)
-    memcpy = _build_memcpy(b["memcpy"], b["memset"], assign, runtime)
-    python = _build_python(b["python"], assign)
+    ops = _build_ops(op_evs, assign, guard)
+    runtime = _build_runtime(b["runtime"], assign, guard)
+    kernels = _build_kernels(b["kernels"], assign, runtime, guard)
+    memcpy = _build_memcpy(b["memcpy"], b["memset"], assign, runtime, guard)
+    python = _build_python(b["python"], assign, guard)
     memory = _build_memory(b["instant"])
     steps = _build_steps(steps_span, ops, annotations, kernels, memcpy)
+
+    warnings = []
+    if guard.skipped:
+        if not any(len(f) for f in (ops, kernels, memcpy, runtime, annotations, python)):
+            raise TraceError(f"{src}: no usable events: all {guard.skipped} timed events have negative or absurd "
+                             f"times ({guard.why()})")
+        events_word = "event" if guard.skipped == 1 else "events"
+        warnings.append(f"skipped {guard.skipped} trace {events_word} with negative or absurd times ({guard.why()})")
 
     starts = [f["ts_us"].min() for f in (ops, kernels, memcpy, runtime, annotations, python) if len(f)]
     ends = [f["end_us"].max() for f in (ops, kernels, memcpy, runtime, annotations, python) if len(f)]
@@ -319,6 +336,8 @@ def _load(src: str) -> TraceFrames:
         "n_events": len(events),
         "has_gpu": bool(len(kernels) or len(memcpy)),
         "source": src,
+        "skipped_events": guard.skipped,
+        "warnings": warnings,
     }
     return TraceFrames(ops=ops, kernels=kernels, memcpy=memcpy, runtime=runtime,
                        annotations=annotations, python=python, memory=memory,
@@ -389,29 +408,92 @@ def _bucket(events: list) -> dict:
     return buckets
 
 
+# Buckets of complete ('X') events, the ones with a duration.
+_TIMED_BUCKETS = ("ops", "ann", "kernels", "memcpy", "memset", "runtime", "python")
+# Longer than any real event, farther than any real event from the rest: one day, in us.
+_MAX_PLAUSIBLE_US = 86_400e6
+
+
+class _Guard:
+    """Drops, and counts, the timed events whose times cannot be real (as :func:`_x_base` reads them).
+
+    Null (read as NaN), NaN or infinite times, negative or day-long durations, and starts more than a day away from
+    the trace's median start. Kept, such values would become negative shares, 10^12-second
+    steps and NaN arithmetic in every later number.
+    """
+
+    WORDS = {"nan": "with a null, NaN or infinite time", "negative": "with a negative duration",
+             "long": "lasting over a day", "far": "starting over a day away from the rest"}
+
+    def __init__(self, buckets: dict):
+        self.counts = dict.fromkeys(self.WORDS, 0)
+        sample: list = []
+        for name in _TIMED_BUCKETS:  # a spread-out sample is enough to place the median
+            evs = buckets[name]
+            sample += [e.get("ts") for e in evs[:: max(1, len(evs) // 1000)]]
+        ts = np.array([_as_float(v) for v in sample], dtype=np.float64)
+        ts = ts[np.isfinite(ts)]
+        self.centre = float(np.median(ts)) if len(ts) else 0.0
+
+    def keep(self, ts: np.ndarray, dur: np.ndarray) -> np.ndarray | None:
+        """The mask of sane events, or None when all are (the common case, no copy)."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            nonfinite = ~(np.isfinite(ts) & np.isfinite(dur))
+            negative = ~nonfinite & (dur < 0)
+            long = ~nonfinite & ~negative & (dur > _MAX_PLAUSIBLE_US)
+            far = ~nonfinite & ~negative & ~long & (np.abs(ts - self.centre) > _MAX_PLAUSIBLE_US)
+        bad = nonfinite | negative | long | far
+        if not bad.any():
+            return None
+        for key, mask in (("nan", nonfinite), ("negative", negative), ("long", long), ("far", far)):
+            self.counts[key] += int(mask.sum())
+        return ~bad
+
+    @property
+    def skipped(self) -> int:
+        return sum(self.counts.values())
+
+    def why(self) -> str:
+        return ", ".join(f"{n} {self.WORDS[key]}" for key, n in self.counts.items() if n)
+
+
 def _valid_x(e) -> bool:
     return (e.get("ph", "X") == "X" and isinstance(e.get("name"), str)
             and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float)))
 
 
-def _x_base(evs: list):
-    """name, ts, dur, args for complete ('X') events; drops malformed ones."""
+def _x_base(evs: list, guard: _Guard | None = None):
+    """name, ts, dur, args for complete ('X') events; drops malformed ones, and impossible ones (`guard`)."""
     try:
         names = [e["name"] for e in evs]
         ts = _floats([e["ts"] for e in evs])
         dur = _floats([e["dur"] for e in evs])
         if names and not (isinstance(names[0], str) and all(map(str.__instancecheck__, names))):
             raise TypeError
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         evs = [e for e in evs if _valid_x(e)]
         names = [e["name"] for e in evs]
-        ts = np.array([e["ts"] for e in evs], dtype=np.float64)
-        dur = np.array([e["dur"] for e in evs], dtype=np.float64)
-    np.maximum(dur, 0.0, out=dur)  # a negative duration is a clock glitch
+        ts = np.array([_as_float(e["ts"]) for e in evs], dtype=np.float64)
+        dur = np.array([_as_float(e["dur"]) for e in evs], dtype=np.float64)
+    keep = guard.keep(ts, dur) if guard is not None else None
+    if keep is not None:
+        evs = [e for e, k in zip(evs, keep.tolist()) if k]
+        names = [n for n, k in zip(names, keep.tolist()) if k]
+        ts, dur = ts[keep], dur[keep]
     args = [e.get("args") or _EMPTY for e in evs]
     if args and not all(map(dict.__instancecheck__, args)):
         args = [a if isinstance(a, dict) else _EMPTY for a in args]
     return evs, names, ts, dur, args
+
+
+def _as_float(value) -> float:
+    """A JSON number as a float: NaN if it is not a number, infinite if it is an integer beyond float range."""
+    if not isinstance(value, (int, float)):
+        return _NAN
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def _floats(values: list) -> np.ndarray:
@@ -607,11 +689,11 @@ def _ts_order(ts: np.ndarray, dur: np.ndarray | None = None) -> np.ndarray:
     return np.lexsort((-dur, ts))
 
 
-def _build_annotations(ann_evs: list, rec_evs: list) -> pd.DataFrame:
+def _build_annotations(ann_evs: list, rec_evs: list, guard: _Guard | None = None) -> pd.DataFrame:
     evs = ann_evs + rec_evs
     if not evs:
         return _empty(_ANN_COLS)
-    evs, names, ts, dur, _ = _x_base(evs)
+    evs, names, ts, dur, _ = _x_base(evs, guard)
     if not evs:
         return _empty(_ANN_COLS)
     cats = [e.get("cat") for e in evs]
@@ -625,8 +707,8 @@ def _build_annotations(ann_evs: list, rec_evs: list) -> pd.DataFrame:
     return _frame(cols, _ANN_COLS, _ts_order(ts))
 
 
-def _build_runtime(evs: list, assign) -> pd.DataFrame:
-    return _build_host_events(evs, assign, _RUNTIME_COLS, with_correlation=True)
+def _build_runtime(evs: list, assign, guard: _Guard | None = None) -> pd.DataFrame:
+    return _build_host_events(evs, assign, _RUNTIME_COLS, with_correlation=True, guard=guard)
 
 
 def _gpu_step(ts: np.ndarray, corr: pd.arrays.IntegerArray, runtime: pd.DataFrame, assign) -> np.ndarray:
@@ -659,10 +741,10 @@ def _gpu_ids(evs: list, args: list):
     return _to_int_ids(dev), _to_int_ids(stream)
 
 
-def _build_kernels(evs: list, assign, runtime: pd.DataFrame) -> pd.DataFrame:
+def _build_kernels(evs: list, assign, runtime: pd.DataFrame, guard: _Guard | None = None) -> pd.DataFrame:
     if not evs:
         return _empty(_KERNEL_COLS)
-    evs, names, ts, dur, args = _x_base(evs)
+    evs, names, ts, dur, args = _x_base(evs, guard)
     if not evs:
         return _empty(_KERNEL_COLS)
     dev, stream = _gpu_ids(evs, args)
@@ -704,11 +786,12 @@ def _parse_mem_name(name: str, is_memset: bool, args_kind):
     return kind, src, dst
 
 
-def _build_memcpy(cp_evs: list, set_evs: list, assign, runtime: pd.DataFrame) -> pd.DataFrame:
+def _build_memcpy(cp_evs: list, set_evs: list, assign, runtime: pd.DataFrame,
+                  guard: _Guard | None = None) -> pd.DataFrame:
     evs = cp_evs + set_evs
     if not evs:
         return _empty(_MEMCPY_COLS)
-    evs, names, ts, dur, args = _x_base(evs)
+    evs, names, ts, dur, args = _x_base(evs, guard)
     if not evs:
         return _empty(_MEMCPY_COLS)
     is_set = [e.get("cat") in _MEMSET_CATS for e in evs]
@@ -738,15 +821,16 @@ def _build_memcpy(cp_evs: list, set_evs: list, assign, runtime: pd.DataFrame) ->
     return _frame(cols, _MEMCPY_COLS, _ts_order(ts))
 
 
-def _build_python(evs: list, assign) -> pd.DataFrame:
-    return _build_host_events(evs, assign, _PY_COLS, with_correlation=False)
+def _build_python(evs: list, assign, guard: _Guard | None = None) -> pd.DataFrame:
+    return _build_host_events(evs, assign, _PY_COLS, with_correlation=False, guard=guard)
 
 
-def _build_host_events(evs: list, assign, schema: dict, *, with_correlation: bool) -> pd.DataFrame:
+def _build_host_events(evs: list, assign, schema: dict, *, with_correlation: bool,
+                       guard: _Guard | None = None) -> pd.DataFrame:
     """Complete events on a host thread (runtime calls, python frames): name, times, pid/tid, step."""
     if not evs:
         return _empty(schema)
-    evs, names, ts, dur, args = _x_base(evs)
+    evs, names, ts, dur, args = _x_base(evs, guard)
     if not evs:
         return _empty(schema)
     cols = {
@@ -790,10 +874,10 @@ def _build_memory(inst: list) -> pd.DataFrame:
     return _frame(cols, _MEM_COLS, _ts_order(ts))
 
 
-def _build_ops(evs: list, assign) -> pd.DataFrame:
+def _build_ops(evs: list, assign, guard: _Guard | None = None) -> pd.DataFrame:
     if not evs:
         return _empty(_OPS_COLS)
-    evs, names, ts, dur, args = _x_base(evs)
+    evs, names, ts, dur, args = _x_base(evs, guard)
     n = len(evs)
     if n == 0:
         return _empty(_OPS_COLS)

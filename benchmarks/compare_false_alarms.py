@@ -28,8 +28,8 @@ WORKLOAD = REPO / "tests" / "workloads" / "slowdown_knob.py"
 
 
 def profile(script: Path, out: Path, steps: int, warmup: int, script_args: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "advisor", "profile", str(script), "--steps", str(steps), "--warmup", str(warmup),
-           "--profile-steps", "0", "--no-experiments", "--out", str(out), "--", *script_args]
+    cmd = [sys.executable, "-m", "advisor", "profile", "--steps", str(steps), "--warmup", str(warmup),
+           "--profile-steps", "0", "--no-experiments", "--out", str(out), str(script), *script_args]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     if proc.returncode != 0:
         raise SystemExit(f"run failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-2000:]}")

@@ -46,8 +46,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="advise-bench-"))
 
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "advisor", "profile", str(WORKLOAD), "--steps", str(args.steps),
-                           "--warmup", str(args.warmup), "--out", str(tmp / "advise")], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "advisor", "profile", "--steps", str(args.steps),
+                           "--warmup", str(args.warmup), "--out", str(tmp / "advise"), str(WORKLOAD)],
+                          capture_output=True, text=True)
     total_s = time.monotonic() - t0
     report = json.loads((tmp / "advise" / "report.json").read_text())
     rec = report.get("recommended")

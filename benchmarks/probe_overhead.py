@@ -46,8 +46,9 @@ def pair_ratios(width: int, iters: int, pairs: int) -> tuple[list[float], list[f
     script_args = ["--iters", str(iters), "--width", str(width)]
     for i in range(pairs):
         plain_cmd = [sys.executable, str(WORKLOAD), *script_args]
-        probed_cmd = [sys.executable, "-m", "advisor", "profile", str(WORKLOAD), "--steps", str(iters * 2),
-                      "--warmup", "0", "--profile-steps", "0", "--no-experiments", "--out", f"run{i}", "--", *script_args]
+        probed_cmd = [sys.executable, "-m", "advisor", "profile", "--steps", str(iters * 2),
+                      "--warmup", "0", "--profile-steps", "0", "--no-experiments", "--out", f"run{i}", str(WORKLOAD),
+                      *script_args]
         with tempfile.TemporaryDirectory() as tmp:
             if i % 2:  # alternate which goes first: the machine's order effects cancel out
                 q = step_median(probed_cmd, tmp)

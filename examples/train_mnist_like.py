@@ -1,6 +1,6 @@
 """Quickstart example: a small CNN on synthetic 28x28 images, with a deliberately slow input pipeline.
 
-    advise profile examples/train_mnist_like.py -- --epochs 1
+    advise profile examples/train_mnist_like.py --epochs 1
 
 Each sample costs a read (a short sleep, as fetching a file from disk or object storage does)
 and a little CPU work (as decoding and augmentation do), and the DataLoader has no workers,

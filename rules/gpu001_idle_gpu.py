@@ -149,6 +149,6 @@ def _from_nvml(profile, min_idle_frac: float) -> Iterator[Finding]:
         evidence={"nvml_gpu_util_percent_mean": h.r3(util), "gpu_idle_frac": h.r3(idle)},
         fix=Fix.manual(
             "Profile a few steps to find the cause",
-            "advise profile train.py --profile-steps 5",
+            "advise profile --profile-steps 5 train.py",
         ),
     )

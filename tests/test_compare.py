@@ -353,7 +353,7 @@ def test_cli_markdown_and_fail_on_new_findings(pair):
 def test_profile_with_a_bad_baseline_fails_before_running(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("raise SystemExit('must not run')\n")
-    result = CliRunner().invoke(main, ["profile", str(script), "--baseline", str(tmp_path / "none.json"),
-                                       "--out", str(tmp_path / "run")])
+    result = CliRunner().invoke(main, ["profile", "--baseline", str(tmp_path / "none.json"),
+                                       "--out", str(tmp_path / "run"), str(script)])
     assert result.exit_code == 2 and "baseline" in result.stderr and "no such file" in result.stderr
     assert not (tmp_path / "run").exists()

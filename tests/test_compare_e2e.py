@@ -26,7 +26,7 @@ ENV = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
 
 
 def start(tmp_path: Path, name: str, slowdown: float, *extra: str, script_args: tuple[str, ...] = ()) -> subprocess.Popen:
-    cmd = advise_cmd("profile", KNOB, *RUN, "--out", name, *extra, "--", "--slowdown", str(slowdown), *script_args)
+    cmd = advise_cmd("profile", *RUN, "--out", name, *extra, KNOB, "--slowdown", str(slowdown), *script_args)
     return subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

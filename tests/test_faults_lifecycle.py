@@ -51,8 +51,14 @@ def plant_previous_run(run: Path) -> None:
         "report_json": "report.json", "trace": "trace.json.gz", "steps_csv": "steps.csv"}}))
 
 
+def profile_cmd(*args: str) -> list[str]:
+    """`advise profile OPTIONS SCRIPT SCRIPT-ARGS` from `OPTIONS -- SCRIPT-ARGS` (advise's options come first)."""
+    cut = args.index("--") if "--" in args else len(args)
+    return advise_cmd("profile", *args[:cut], SCRIPT, *args[cut + 1:])
+
+
 def start(tmp_path: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(advise_cmd("profile", SCRIPT, *args), cwd=tmp_path, stdout=subprocess.PIPE,
+    return subprocess.Popen(profile_cmd(*args), cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -162,7 +168,7 @@ def test_signal_while_probing_stops_everything_and_reports(tmp_path, sig, code, 
 
     if sig == signal.SIGTERM:  # meanwhile a second run into the same --out: refused, nothing touched
         names = {p.name for p in run.iterdir()}
-        second = subprocess.run(advise_cmd("profile", SCRIPT, "--no-experiments", "--out", "run", "--",
+        second = subprocess.run(profile_cmd("--no-experiments", "--out", "run", "--",
                                            "--marker", str(marker)), cwd=tmp_path, capture_output=True, text=True,
                                 timeout=60)
         assert second.returncode == 2

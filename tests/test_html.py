@@ -374,7 +374,7 @@ def hostile_run(tmp_path_factory) -> RealRun:
     (root / HOSTILE_DIR).mkdir()
     (root / HOSTILE_DIR / HOSTILE_FILE).write_text(HOSTILE_SCRIPT)
     summary = root / "step-summary.md"
-    proc = _profile(root, f"{HOSTILE_DIR}/{HOSTILE_FILE}", *FAST, "--no-experiments", "--out", "run", "--", HOSTILE_ARG,
+    proc = _profile(root, *FAST, "--no-experiments", "--out", "run", f"{HOSTILE_DIR}/{HOSTILE_FILE}", HOSTILE_ARG,
                     summary=summary)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return RealRun(root / "run", proc, summary)
@@ -383,7 +383,7 @@ def hostile_run(tmp_path_factory) -> RealRun:
 @pytest.fixture(scope="module")
 def failed_run(tmp_path_factory) -> RealRun:
     root = tmp_path_factory.mktemp("failed")
-    proc = _profile(root, str(WORKLOADS / "crash_at_step3.py"), *FAST, "--no-experiments", "--out", "run", summary=None)
+    proc = _profile(root, *FAST, "--no-experiments", "--out", "run", str(WORKLOADS / "crash_at_step3.py"), summary=None)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     return RealRun(root / "run", proc, root / "none.md")
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_normal_loop_writes_the_contract(advise):
-    r = advise("profile", str(WORKLOADS / "train_basic.py"), *FAST, "--out", "run", "--", "--epochs", "3", "--batch-size", "32")
+    r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "train_basic.py"), "--epochs", "3", "--batch-size", "32")
     assert r.returncode == 0, r.stderr
     rep = r.report
     assert rep["schema_version"] == 1 and rep["status"] == "ok" and rep["error"] is None
@@ -47,7 +47,7 @@ def test_normal_loop_writes_the_contract(advise):
 def test_trace_of_the_window_holds_the_profiled_steps(advise):
     from advisor.profile import Profile
 
-    r = advise("profile", str(WORKLOADS / "train_basic.py"), *FAST, "--out", "run")
+    r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "train_basic.py"))
     assert r.returncode == 0, r.stderr
     profile = Profile.from_run_dir(r.out)
     assert len(profile.trace_steps) == 2  # the recorded steps, not the profiler warm-up
@@ -64,7 +64,7 @@ def test_behaves_like_plain_python(tmp_path):
     rel = os.path.relpath(script, tmp_path)
     plain = subprocess.run([sys.executable, rel, "--width", "8", "--steps", "3"], cwd=tmp_path, capture_output=True, text=True)
     assert plain.returncode == 0, plain.stderr
-    probed = subprocess.run(advise_cmd("profile", rel, *FAST, "--out", "run", "--", "--width", "8", "--steps", "300"),
+    probed = subprocess.run(advise_cmd("profile", *FAST, "--out", "run", rel, "--width", "8", "--steps", "300"),
                             cwd=tmp_path, capture_output=True, text=True)
     assert probed.returncode == 0, probed.stderr
     log = (tmp_path / "run" / "script.log").read_text()
@@ -78,12 +78,12 @@ def test_behaves_like_plain_python(tmp_path):
 def test_modules_in_the_cwd_do_not_shadow_the_probes_imports(advise, tmp_path):
     """`python train.py` does not put the cwd on sys.path; a ./timeit.py there must not break torch."""
     (tmp_path / "timeit.py").write_text("raise RuntimeError('the stdlib timeit is shadowed')\n")
-    r = advise("profile", str(WORKLOADS / "train_basic.py"), *FAST, "--out", "run")
+    r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "train_basic.py"))
     assert r.returncode == 0, (r.out / "script.log").read_text()[-2000:]
 
 
 def test_script_exception_is_reported_as_theirs(advise):
-    r = advise("profile", str(WORKLOADS / "crash_at_step3.py"), *FAST, "--out", "run")
+    r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "crash_at_step3.py"))
     assert r.returncode == 1
     rep = r.report
     assert rep["status"] == "failed"
@@ -97,7 +97,7 @@ def test_script_exception_is_reported_as_theirs(advise):
 
 def test_hang_without_steps_times_out_and_kills_the_group(advise):
     t0 = time.monotonic()
-    r = advise("profile", str(WORKLOADS / "never_steps.py"), "--timeout", "3", "--out", "run")
+    r = advise("profile", "--timeout", "3", "--out", "run", str(WORKLOADS / "never_steps.py"))
     elapsed = time.monotonic() - t0
     assert r.returncode == 1
     rep = r.report
@@ -108,7 +108,7 @@ def test_hang_without_steps_times_out_and_kills_the_group(advise):
 
 
 def test_manual_sgd_without_torch_optim_uses_backward_steps(advise):
-    r = advise("profile", str(WORKLOADS / "manual_sgd.py"), *FAST, "--out", "run")
+    r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "manual_sgd.py"))
     assert r.returncode == 0, r.stderr
     rep = r.report
     assert rep["step_source"] == "backward" and len(rep["steps"]) == 6
@@ -116,7 +116,7 @@ def test_manual_sgd_without_torch_optim_uses_backward_steps(advise):
 
 
 def test_explicit_marker_and_its_batch_size(advise):
-    r = advise("profile", str(WORKLOADS / "explicit_marker.py"), *FAST, "--out", "run")
+    r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "explicit_marker.py"))
     assert r.returncode == 0, r.stderr
     rep = r.report
     assert rep["step_source"] == "explicit"
@@ -125,7 +125,7 @@ def test_explicit_marker_and_its_batch_size(advise):
 
 
 def test_two_optimizers_make_one_step_per_iteration(advise):
-    r = advise("profile", str(WORKLOADS / "gan_two_optimizers.py"), *FAST, "--out", "run")
+    r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "gan_two_optimizers.py"))
     assert r.returncode == 0, r.stderr
     iters = [int(line.split()[1]) for line in (r.out / "script.log").read_text().splitlines() if line.startswith("iter ")]
     # startup step + 2 warm-up + 6 measured + the profiler's warm-up step = 10 iterations end at
@@ -135,7 +135,7 @@ def test_two_optimizers_make_one_step_per_iteration(advise):
 
 
 def test_dataloader_workers_are_reaped(advise):
-    r = advise("profile", str(WORKLOADS / "workers_loader.py"), *FAST, "--out", "run")
+    r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "workers_loader.py"))
     assert r.returncode == 0, r.stderr
     rep = r.report
     assert rep["observed"]["dataloaders"][0]["num_workers"] == 2
@@ -143,7 +143,7 @@ def test_dataloader_workers_are_reaped(advise):
 
 
 def test_script_that_finishes_early_reports_what_it_measured(advise):
-    r = advise("profile", str(WORKLOADS / "short_run.py"), "--steps", "20", "--warmup", "2", "--out", "run")
+    r = advise("profile", "--steps", "20", "--warmup", "2", "--out", "run", str(WORKLOADS / "short_run.py"))
     assert r.returncode == 0, r.stderr
     rep = r.report
     assert rep["status"] == "ok" and len(rep["steps"]) == 7  # 10 boundaries - startup - 2 warm-up
@@ -152,7 +152,7 @@ def test_script_that_finishes_early_reports_what_it_measured(advise):
 
 
 def test_ctrl_c_stops_the_child_and_keeps_what_was_measured(tmp_path):
-    proc = subprocess.Popen(advise_cmd("profile", str(WORKLOADS / "slow_forever.py"), "--steps", "500", "--warmup", "1", "--out", "run"),
+    proc = subprocess.Popen(advise_cmd("profile", "--steps", "500", "--warmup", "1", "--out", "run", str(WORKLOADS / "slow_forever.py")),
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     steps_file = tmp_path / "run" / "steps.jsonl"
     deadline = time.monotonic() + 60
@@ -172,7 +172,7 @@ def test_ctrl_c_stops_the_child_and_keeps_what_was_measured(tmp_path):
     "args, message",
     [
         (["profile", "does_not_exist.py"], "does not exist"),
-        (["profile", "{script}", "--steps", "0"], "--steps"),
+        (["profile", "--steps", "0", "{script}"], "--steps"),
         (["analyze", "missing.json"], "missing.json"),
     ],
 )
@@ -184,7 +184,7 @@ def test_bad_input_is_one_line_and_exit_2(advise, args, message):
 
 
 def test_json_flag_prints_the_report(advise):
-    r = advise("profile", str(WORKLOADS / "train_basic.py"), *FAST, "--out", "run", "--json")
+    r = advise("profile", *FAST, "--out", "run", "--json", str(WORKLOADS / "train_basic.py"))
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == r.report
 
@@ -203,7 +203,7 @@ def _alive_with(marker: str) -> list[int]:
 
 def test_torchrun_gives_each_rank_its_own_files(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "advisor", "profile", str(WORKLOADS / "ddp_gloo.py"), *FAST, "--out", "run"]
+           "-m", "advisor", "profile", *FAST, "--out", "run", str(WORKLOADS / "ddp_gloo.py")]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for rank in (0, 1):
@@ -217,7 +217,7 @@ def test_torchrun_gives_each_rank_its_own_files(tmp_path):
 
 
 def test_gradient_accumulation_counts_optimizer_steps_not_micro_batches(advise):
-    r = advise("profile", str(WORKLOADS / "grad_accumulation.py"), *FAST, "--out", "run")
+    r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "grad_accumulation.py"))
     assert r.returncode == 0, r.stderr
     rep = r.report
     assert rep["step_source"] == "optimizer"

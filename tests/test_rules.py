@@ -272,13 +272,21 @@ def test_advise_rules_lists_the_catalogue_and_prints_one_rule():
     (["analyze", "{trace}", "--ignore", "nonsense-rule"], "--ignore: unknown rule, code or prefix 'nonsense-rule'"),
     (["analyze", "{trace}", "--config", "{bad}"], "unknown key 'selct'"),
     (["analyze", "{trace}", "--config", "{missing}"], "no such config file"),
+    (["analyze", "{trace}", "--config", "{not_a_table}"], "[tool.advise] must be a table"),
+    (["analyze", "{trace}", "--config", "{rule_not_a_table}"],
+     "[tool.advise.dataloader-starvation] must be a table of the rule's options, not 0.2"),
 ])
 def test_bad_selection_or_config_is_one_line_and_exit_2(tmp_path, args, message):
     trace = tmp_path / "t.json"
     trace.write_text('{"traceEvents": []}')
     bad = tmp_path / "advise.toml"
     bad.write_text('selct = ["DL"]\n')
-    args = [a.format(trace=trace, bad=bad, missing=tmp_path / "none.toml") for a in args]
+    not_a_table = tmp_path / "pyproject.toml"
+    not_a_table.write_text('[tool]\nadvise = "ALL"\n')
+    rule_not_a_table = tmp_path / "rule.toml"
+    rule_not_a_table.write_text("dataloader-starvation = 0.2\n")
+    args = [a.format(trace=trace, bad=bad, missing=tmp_path / "none.toml", not_a_table=not_a_table,
+                     rule_not_a_table=rule_not_a_table) for a in args]
     r = _cli(*args)
     assert r.exit_code == 2, r.stderr
     assert message in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

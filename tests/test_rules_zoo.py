@@ -62,7 +62,7 @@ def test_the_zoo_has_a_plant_for_every_cpu_rule_and_three_healthy_controls():
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
 def test_zoo(script, tmp_path, record_property):
     expect = expectation(script)
-    proc = subprocess.run(advise_cmd("profile", str(script), *PROBE, "--out", str(tmp_path / "run")),
+    proc = subprocess.run(advise_cmd("profile", *PROBE, "--out", str(tmp_path / "run"), str(script)),
                           capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)

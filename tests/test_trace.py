@@ -39,7 +39,7 @@ COLUMNS = {
               "kernel_us", "n_kernels"],
 }
 META_KEYS = {"device_properties", "distributed", "rank", "world_size", "display_time_unit",
-             "base_time_ns", "trace_span_us", "n_events", "has_gpu", "source"}
+             "base_time_ns", "trace_span_us", "n_events", "has_gpu", "source", "skipped_events", "warnings"}
 MEMCPY_KINDS = {"HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "Memset", "other"}
 MEM_SIDES = {"Pageable", "Pinned", "Device", "Managed", ""}
 
@@ -315,6 +315,8 @@ def test_real_trace(rel):
     t = load_trace(path)
     assert isinstance(t, TraceFrames)
     check_invariants(t, path)
+    # The impossible-times guard's limit (a day) sits far above any real trace: nothing is skipped.
+    assert t.meta["skipped_events"] == 0 and t.meta["warnings"] == []
     check = EXPECT.get(rel)
     if check is not None:
         check(t)
@@ -558,3 +560,31 @@ def test_hand_made_trace_semantics(tmp_path):
     assert len(t.python) == 1 and t.python["step"].iloc[0] == 3
     assert t.meta["rank"] == 2 and t.meta["world_size"] == 4 and t.meta["has_gpu"] is True
     assert t.meta["trace_span_us"] == 401
+
+
+def test_impossible_times_are_skipped_and_said(tmp_path):
+    """Negative, NaN/infinite, day-long and far-off events are dropped and counted; the rest is intact."""
+    def x(cat, name, ts, dur):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+
+    good = [x("user_annotation", f"ProfilerStep#{i}", i * 1000, 900) for i in range(4)]
+    good += [x("cpu_op", "aten::mm", i * 1000 + 100, 500) for i in range(4)]
+    bad = [x("cpu_op", "aten::add", 1200, -50), x("user_annotation", "ProfilerStep#9", 9000, -5),
+           x("cpu_op", "aten::sub", 1300, 1e18), x("kernel", "k", 1400, float("inf")),
+           x("cpu_op", "aten::mul", 1e18, 10), x("cpu_op", "aten::div", float("nan"), 10)]
+    p = tmp_path / "absurd.json"
+    bad.append(x("cpu_op", "aten::null_dur", 5, None))
+    p.write_text(json.dumps({"traceEvents": good + bad}))
+    t = load_trace(p)
+    check_invariants(t, str(p))
+    assert t.meta["skipped_events"] == 7
+    assert t.meta["warnings"] == ["skipped 7 trace events with negative or absurd times (3 with a null, NaN or "
+                                  "infinite time, 2 with a negative duration, 1 lasting over a day, 1 starting over "
+                                  "a day away from the rest)"]
+    assert t.steps["index"].tolist() == [0, 1, 2, 3] and t.ops["name"].tolist() == ["aten::mm"] * 4
+    assert t.kernels.empty and t.meta["trace_span_us"] == 3900
+
+    nothing = tmp_path / "nothing.json"
+    nothing.write_text(json.dumps({"traceEvents": bad}))
+    with pytest.raises(TraceError, match="no usable events: all 7 timed events have negative or absurd times"):
+        load_trace(nothing)

@@ -43,6 +43,7 @@ class ProfilerWindow:
         self.trace_path = trace_path
         self.prof = None
         self.error: str | None = None
+        self.errno: int | None = None  # the export's OSError errno: a full or read-only run dir
         self.exported = False
 
     def start(self) -> None:
@@ -82,14 +83,19 @@ class ProfilerWindow:
         prof, self.prof = self.prof, None
         if prof is None:
             return
+        tmp = self.trace_path.with_name(".tmp-" + self.trace_path.name)
         try:
             prof.stop()
-            tmp = self.trace_path.with_name(".tmp-" + self.trace_path.name)
             prof.export_chrome_trace(str(tmp))
             os.replace(tmp, self.trace_path)
             self.exported = True
         except Exception as exc:  # the run's timing is still worth reporting
             self.error = f"{type(exc).__name__}: {exc}"
+            self.errno = getattr(exc, "errno", None)
+            try:
+                tmp.unlink(missing_ok=True)  # never leave half a trace behind (a full disk)
+            except OSError:
+                pass
 
 
 def _is_ours(filename: str) -> bool:
@@ -189,6 +195,7 @@ def main(config_path: str) -> int:
         memory=memory_stats(observed.device),
         trace=names.trace if window.exported else None,
         profiler_error=window.error,
+        profiler_errno=window.errno,
         profile_steps=profile_steps,
         overrides=config.get("overrides") or {},
         applied=applied,

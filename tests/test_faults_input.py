@@ -1,0 +1,406 @@
+"""Bad input and bad places, through the real `advise` CLI in real subprocesses: a fault matrix.
+
+Every case asserts what a user (or a CI log) sees: the exit code; exactly one line on stderr
+that starts `advise: error:` (progress lines may come before it when the script already ran),
+or the documented warning; no `Traceback` anywhere; and nothing half-written left in the run
+dir (no `.tmp-*`, `.probe-config*`, `steps*.jsonl`; report.json either absent or listing only
+files that exist).
+
+The full-disk cases use the real thing where they can: a 1 MiB tmpfs mounted for the test
+(needs root, as in this project's sandbox and CI containers; skipped loudly otherwise). Two
+simulations work everywhere, without root: writing through a symlink to /dev/full (every
+write fails with ENOSPC, as on a full disk) and RLIMIT_FSIZE (every write past the limit
+fails with EFBIG, a disk that takes no more bytes).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import WORKLOADS, advise_cmd, trace_path
+from test_rules import _fake_distribution
+
+FAST = ["--steps", "6", "--warmup", "2", "--profile-steps", "2", "--no-experiments"]
+TINY = ["--steps", "2", "--warmup", "0", "--profile-steps", "0", "--no-experiments", "--timeout", "60"]
+SCRATCH = (".tmp-*", ".probe-config*", "steps*.jsonl")
+# The script that writes where it must not: it proves a run never started.
+MARKER_SCRIPT = """\
+import json, sys
+from pathlib import Path
+
+import advisor
+
+Path(__file__).with_suffix(".argv.json").write_text(json.dumps(sys.argv[1:]))
+for _ in range(50):
+    advisor.step()
+"""
+
+
+def advise(*args: str, cwd: Path, env: dict | None = None, python_flags: tuple[str, ...] = (),
+           preexec_fn=None, timeout: float = 120) -> subprocess.CompletedProcess:
+    cmd = advise_cmd(*args)
+    cmd[1:1] = python_flags  # python [flags] -m advisor ...
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=preexec_fn)
+
+
+def one_error_line(r: subprocess.CompletedProcess, code: int = 2, *, alone: bool = True) -> str:
+    """The one `advise: error:` line; with `alone`, the only line on stderr (nothing ran before it)."""
+    assert r.returncode == code, (r.returncode, r.stdout[-1500:], r.stderr[-1500:])
+    assert "Traceback" not in r.stdout + r.stderr, r.stderr[-3000:]
+    lines = r.stderr.rstrip("\n").splitlines()
+    errors = [line for line in lines if line.startswith("advise: error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0], r.stderr
+    if alone:
+        assert lines == errors, r.stderr
+    return errors[0]
+
+
+def assert_nothing_half_written(run_dir: Path) -> None:
+    if not run_dir.exists():
+        return
+    leftovers = sorted(str(p.relative_to(run_dir)) for pattern in SCRATCH for p in run_dir.rglob(pattern))
+    assert leftovers == [], leftovers
+    report = run_dir / "report.json"
+    if report.exists():
+        artifacts = json.loads(report.read_text())["artifacts"]
+        assert all((run_dir / name).exists() for name in artifacts.values()), artifacts
+
+
+@pytest.fixture
+def marker_script(tmp_path) -> Path:
+    script = tmp_path / "train.py"
+    script.write_text(MARKER_SCRIPT)
+    return script
+
+
+def ran(script: Path) -> list[str] | None:
+    """The arguments the script saw, or None when it never ran."""
+    argv = script.with_suffix(".argv.json")
+    return json.loads(argv.read_text()) if argv.exists() else None
+
+
+# --------------------------------------------------------------------------- places to write
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(size, ro): a fresh tmpfs of that size; skipped, loudly, where tmpfs cannot be mounted."""
+    mounted: list[Path] = []
+
+    def mount(size: str = "1m", ro: bool = False) -> Path:
+        if os.geteuid() != 0 or shutil.which("mount") is None:
+            pytest.skip("NO TMPFS: mounting a small tmpfs needs root (the /dev/full and RLIMIT_FSIZE cases "
+                        "still cover full disks)")
+        point = tmp_path / f"mnt{len(mounted)}"
+        point.mkdir()
+        options = f"size={size},mode=0777" + (",ro" if ro else "")
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"NO TMPFS: `mount -t tmpfs` failed here ({proc.stderr.strip() or proc.returncode}); the "
+                        "/dev/full and RLIMIT_FSIZE cases still cover full disks")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in mounted:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+def fill(folder: Path, leave: int) -> None:
+    """Fill `folder`'s filesystem until about `leave` bytes are free."""
+    st = os.statvfs(folder)
+    room = st.f_bavail * st.f_frsize - leave
+    with open(folder / "filler", "wb") as f:
+        try:
+            while room > 0:
+                f.write(bytes(min(room, 65536)))
+                room -= 65536
+            f.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+
+
+def test_full_disk_is_refused_before_the_script_runs(tmpfs, tmp_path, marker_script):
+    """A really full filesystem (tmpfs, no byte left): exit 2 at once, the script never starts."""
+    disk = tmpfs()
+    fill(disk, 0)
+    run = disk / "run"
+    r = advise("profile", *TINY, "--out", str(run), str(marker_script), cwd=tmp_path)
+    assert one_error_line(r) == f"advise: error: no space left on device writing {run}"
+    assert ran(marker_script) is None
+    assert_nothing_half_written(run)
+
+
+def test_disk_that_fills_up_during_the_run_is_exit_2_and_leaves_no_temp_files(tmpfs, tmp_path):
+    """A real tmpfs with ~40 KB free: the up-front check passes, then the trace (or report.html,
+    or report.json, whichever comes first) finds no room. Exit 2, one line naming the run dir's
+    file, no temp files; report.json never claims files that are not there."""
+    disk = tmpfs()
+    run = disk / "run"
+    run.mkdir()
+    fill(disk, 40_000)
+    r = advise("profile", *FAST, "--out", str(run), str(WORKLOADS / "train_basic.py"), cwd=tmp_path)
+    line = one_error_line(r, alone=False)
+    assert line.startswith(f"advise: error: no space left on device writing {run}"), line
+    assert_nothing_half_written(run)
+
+
+def test_read_only_run_dir_is_refused_before_the_script_runs(tmpfs, tmp_path, marker_script):
+    """A read-only filesystem (tmpfs mounted ro; as root, chmod would not stop a write)."""
+    disk = tmpfs(ro=True)
+    for out in (disk, disk / "run"):  # the run dir itself, or one to be created there
+        r = advise("profile", *TINY, "--out", str(out), str(marker_script), cwd=tmp_path)
+        assert one_error_line(r) == f"advise: error: read-only file system writing {out}"
+    assert ran(marker_script) is None
+
+
+def test_unwritable_run_dir_is_refused_before_the_script_runs(tmp_path, marker_script):
+    """Without root (or as root without CAP_DAC_OVERRIDE): a folder without write permission."""
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    try:
+        (locked / "probe").write_text("")
+    except PermissionError:
+        pass
+    else:
+        pytest.skip("file modes do not stop this user (root); the tmpfs-ro case covers read-only run dirs")
+    r = advise("profile", *TINY, "--out", str(locked), str(marker_script), cwd=tmp_path)
+    assert one_error_line(r) == f"advise: error: permission denied writing {locked}"
+    assert ran(marker_script) is None
+
+
+def test_enospc_simulated_with_dev_full(tmp_path):
+    """Works everywhere, no root: report.json is a symlink to /dev/full, so writing it fails with
+    ENOSPC exactly as on a full disk (advise writes through symlinks; /dev/full is a device, so
+    the write goes to it directly and no temp file is involved)."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("NO /dev/full on this system")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.json").symlink_to("/dev/full")
+    r = advise("analyze", str(_absurd_trace(tmp_path)), "--out", str(out), cwd=tmp_path)
+    assert one_error_line(r) == f"advise: error: no space left on device writing {out / 'report.json'}"
+    assert sorted(p.name for p in out.iterdir()) == ["report.json"]  # the symlink, nothing else
+
+
+def test_file_size_limit_during_the_run_is_exit_2(tmp_path):
+    """Works everywhere, no root: RLIMIT_FSIZE of 20 KiB (SIGXFSZ ignored), so any write past
+    20 KiB fails with EFBIG, a disk that takes no more bytes. Without a trace (--profile-steps 0)
+    the first file over the limit is report.html (~33 KB), written after the run, before
+    report.json: the run ends with exit 2, one line, no temp file, no report.json."""
+    def limit_file_size():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20 * 1024, 20 * 1024))
+
+    run = tmp_path / "run"
+    r = advise("profile", "--steps", "6", "--warmup", "2", "--profile-steps", "0", "--no-experiments",
+               "--out", str(run), str(WORKLOADS / "train_basic.py"), cwd=tmp_path, preexec_fn=limit_file_size)
+    line = one_error_line(r, alone=False)
+    assert line == f"advise: error: file too large writing {run / 'report.html'}", line
+    assert not (run / "report.json").exists()
+    assert_nothing_half_written(run)
+
+
+def test_the_cleanup_after_a_disk_error_removes_scratch_files_only(tmp_path):
+    """What `advise` removes before its one-line exit: a failed writer's temp files, the probe's
+    config and raw step lines, in the run dir and its experiments; never the results."""
+    from advisor.rundir import remove_scratch
+
+    run = tmp_path / "run"
+    (run / "experiments" / "dl001-1").mkdir(parents=True)
+    scratch = [".tmp-trace.json.gz", ".tmp-report.json.a1b2c3", ".probe-config.json", ".probe-config.rank1.json",
+               "steps.jsonl", "experiments/dl001-1/.tmp-samples.csv.d4e5f6", "experiments/dl001-1/steps.jsonl"]
+    kept = ["trace.json.gz", "steps.csv", "samples.csv", "probe.json", "script.log", "experiments/dl001-1/probe.json"]
+    for name in scratch + kept:
+        (run / name).write_text("x")
+    assert sorted(remove_scratch(run)) == sorted(str(run / name) for name in scratch)
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file()) == sorted(kept)
+    assert remove_scratch(tmp_path / "missing") == []
+
+
+def test_out_under_a_regular_file(tmp_path, marker_script):
+    (tmp_path / "afile").write_text("")
+    r = advise("analyze", str(_absurd_trace(tmp_path)), "--out", "afile/sub", cwd=tmp_path)
+    assert one_error_line(r) == "advise: error: cannot create the output dir afile/sub: Not a directory"
+    r = advise("profile", *TINY, "--out", "afile/sub", str(marker_script), cwd=tmp_path)
+    assert one_error_line(r) == "advise: error: cannot create the run dir afile/sub: Not a directory"
+    assert ran(marker_script) is None
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def test_malformed_advise_table_is_an_error_naming_the_file(tmp_path, marker_script):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[tool.advise]\nselect = ["DL"\nignore = ["MEM001"]\n')
+    trace = _absurd_trace(tmp_path)
+    line = one_error_line(advise("analyze", str(trace), cwd=tmp_path))
+    assert line.startswith(f"advise: error: {pyproject}: [tool.advise]: not valid TOML (")
+    line = one_error_line(advise("profile", *TINY, "--out", "run", str(marker_script), cwd=tmp_path))
+    assert line.startswith(f"advise: error: {pyproject}: [tool.advise]: not valid TOML (")
+    assert ran(marker_script) is None and not (tmp_path / "run").exists()
+    # Values where a table belongs: tests/test_rules.py::test_bad_selection_or_config_is_one_line_and_exit_2
+
+
+def test_someone_elses_broken_pyproject_is_ignored(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.ruff\nselect = [\n")  # broken, and no advise table
+    r = advise("analyze", str(_absurd_trace(tmp_path)), "--json", cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert json.loads(r.stdout)["status"] == "ok"
+
+
+def test_plugins_that_exit_or_interrupt_at_import_are_contained(tmp_path):
+    """A plugin raising SystemExit or KeyboardInterrupt while it is imported is one warning each;
+    advise keeps its own exit code and rules."""
+    plugins = tmp_path / "site"
+    plugins.mkdir()
+    _fake_distribution(plugins, "advise-exits", "advise_exits", "raise SystemExit(3)\n", "exits = advise_exits")
+    _fake_distribution(plugins, "advise-interrupts", "advise_interrupts", "raise KeyboardInterrupt\n",
+                       "interrupts = advise_interrupts")
+    env = dict(os.environ, PYTHONPATH=str(plugins))
+    r = advise("rules", cwd=tmp_path, env=env)
+    assert r.returncode == 0 and "DL001" in r.stdout and "Traceback" not in r.stderr
+    assert sorted(r.stderr.splitlines()) == [
+        "advise: warning: rule plugin 'exits' from package advise-exits 1.0 failed to load: SystemExit: 3",
+        "advise: warning: rule plugin 'interrupts' from package advise-interrupts 1.0 failed to load: KeyboardInterrupt",
+    ]
+    analyzed = advise("analyze", str(_absurd_trace(tmp_path)), "--json", cwd=tmp_path, env=env)
+    assert analyzed.returncode == 0, analyzed.stderr
+    warnings = json.loads(analyzed.stdout)["warnings"]
+    assert any("advise-exits 1.0 failed to load: SystemExit: 3" in w for w in warnings)
+
+
+# --------------------------------------------------------------------------- absurd traces
+
+
+def _absurd_trace(folder: Path) -> Path:
+    """Five sane steps plus 1 endless (1e12 s), 1 infinite, 2 negative and 1 far-off event."""
+    def x(cat, name, ts, dur):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+
+    events = []
+    for i in range(5):
+        events += [x("user_annotation", f"ProfilerStep#{i}", i * 1000, 900),
+                   x("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", i * 1000, 100),
+                   x("cpu_op", "aten::mm", i * 1000 + 200, 500)]
+    events += [x("cpu_op", "aten::add", 2200, 1e18), x("cpu_op", "aten::mul", 2300, float("inf")),
+               x("cpu_op", "aten::sub", 2400, -50), x("user_annotation", "ProfilerStep#9", 9000, -5),
+               x("cpu_op", "aten::div", 1e18, 10)]
+    path = folder / "absurd.json"
+    path.write_text(json.dumps({"traceEvents": events}))  # inf is written as Infinity, as json.dumps does
+    return path
+
+
+NO_RUNTIME_WARNINGS = ("-W", "error::RuntimeWarning")
+
+
+def test_absurd_trace_events_are_skipped_with_a_warning(tmp_path):
+    """The 1e12-second, infinite, negative and far-off events are dropped, and the report says so;
+    with `-W error::RuntimeWarning` no numpy warning escapes (it used to, from the infinite one)."""
+    r = advise("analyze", str(_absurd_trace(tmp_path)), "--out", "out", cwd=tmp_path, python_flags=NO_RUNTIME_WARNINGS)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    said = ("skipped 5 trace events with negative or absurd times (1 with a null, NaN or infinite time, 2 with a "
+            "negative duration, 1 lasting over a day, 1 starting over a day away from the rest)")
+    assert said in " ".join(r.stdout.split())  # the terminal may wrap it
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["warnings"] == [said]
+    assert len(report["steps"]) == 5 and report["throughput"]["step_time_median_s"] == pytest.approx(900e-6)
+    assert_nothing_half_written(tmp_path / "out")
+
+
+def test_a_real_trace_with_a_few_absurd_events_keeps_its_analysis(tmp_path):
+    """A real GPU trace, a kernel made to last 1e12 s and an op made negative: same findings, a warning."""
+    import gzip
+
+    source = trace_path("hta/trace_filter/sampled_rank-0.json.gz")
+    doc = json.loads(gzip.decompress(source.read_bytes()))
+    kernels = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("cat") in ("kernel", "Kernel")]
+    ops = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("cat") in ("cpu_op", "Operator")]
+    kernels[len(kernels) // 2]["dur"] = 1e18
+    ops[len(ops) // 2]["dur"] = -1000
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(doc))
+    plain = json.loads(advise("analyze", str(source), "--json", cwd=tmp_path).stdout)
+    r = advise("analyze", str(broken), "--json", cwd=tmp_path, python_flags=NO_RUNTIME_WARNINGS)
+    assert r.returncode == 0 and "Warning" not in r.stderr, r.stderr
+    report = json.loads(r.stdout)
+    assert report["warnings"][0] == ("skipped 2 trace events with negative or absurd times (1 with a negative "
+                                     "duration, 1 lasting over a day)")
+    assert {f["code"] for f in report["findings"]} == {f["code"] for f in plain["findings"]}
+    assert report["throughput"]["step_time_median_s"] == pytest.approx(plain["throughput"]["step_time_median_s"])
+
+
+def test_trace_with_nothing_sensible_left_is_one_line(tmp_path):
+    path = tmp_path / "nonsense.json"
+    steps = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": i, "dur": -1}
+             for i in range(3)]
+    endless = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 1e18}
+    path.write_text(json.dumps({"traceEvents": [*steps, endless]}))
+    r = advise("analyze", str(path), "--out", "out", cwd=tmp_path, python_flags=NO_RUNTIME_WARNINGS)
+    assert one_error_line(r) == (f"advise: error: {path}: no usable events: all 4 timed events have negative or "
+                                 "absurd times (3 with a negative duration, 1 lasting over a day)")
+    assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def test_everything_after_the_script_is_the_scripts(tmp_path, marker_script):
+    """Words that look like advise's options reach the script, as `python train.py ...` passes them;
+    so does a `--` later on when the words before it are not all advise's options (--lr)."""
+    theirs = ["--steps", "100", "--out", "elsewhere", "--config", "cfg.yaml", "--timeout", "5", "--json",
+              "--lr", "0.1", "--", "--epochs", "1"]
+    r = advise("profile", *TINY, "--out", "run", str(marker_script), *theirs, cwd=tmp_path)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert ran(marker_script) == theirs
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["argv"] == theirs and len(report["steps"]) == 2  # advise's --steps 2, not the script's 100
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_double_dash_right_after_the_script_is_dropped(tmp_path, marker_script):
+    r = advise("profile", *TINY, "--out", "run", str(marker_script), "--", "--epochs", "1", "--", "x", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert ran(marker_script) == ["--epochs", "1", "--", "x"]
+
+
+def test_the_old_form_with_advise_options_after_the_script_says_how_to_write_it(tmp_path, marker_script):
+    r = advise("profile", str(marker_script), "--steps", "5", "--out=run", "--no-experiments", "--", "--epochs", "1",
+               cwd=tmp_path)
+    assert one_error_line(r) == (
+        "advise: error: advise's options go before the script; everything after it is the script's: "
+        f"advise profile --steps 5 --out=run --no-experiments {marker_script} --epochs 1")
+    assert ran(marker_script) is None and not (tmp_path / "run").exists()
+
+
+# --------------------------------------------------------------------------- already good: kept so
+
+
+@pytest.mark.parametrize("args, message", [
+    (["profile", "missing.py"], "advise: error: Invalid value for 'SCRIPT': File 'missing.py' does not exist. "
+                                "(see `advise profile --help`)"),
+    (["profile", "."], "advise: error: Invalid value for 'SCRIPT': File '.' is a directory. (see `advise profile --help`)"),
+    (["profile", "--bogus", "{script}"], "advise: error: No such option '--bogus'"),
+    (["profile", "--select", "XX9", "{script}"], "advise: error: --select: unknown rule, code or prefix 'XX9' "
+                                                 "(see `advise rules`)"),
+    (["compare", "missing.json", "{trace}"], "advise: error: baseline: missing.json: no such file"),
+    (["analyze", "{text}"], "advise: error: {text}: not valid JSON"),
+])
+def test_bad_input_is_one_line(tmp_path, marker_script, args, message):
+    text = tmp_path / "notes.txt"
+    text.write_text("not json at all\n")
+    fmt = {"script": marker_script, "trace": _absurd_trace(tmp_path), "text": text}
+    r = advise(*[a.format(**fmt) for a in args], cwd=tmp_path)
+    assert one_error_line(r).startswith(message.format(**fmt))
+    assert ran(marker_script) is None
