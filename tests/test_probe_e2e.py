@@ -226,7 +226,7 @@ def test_gradient_accumulation_counts_optimizer_steps_not_micro_batches(advise):
 
 def test_a_loop_over_tensor_pairs_knows_its_batch_size(advise):
     """No DataLoader: the batch size comes from the model's input, the (inputs, targets) pair's first dimension."""
-    r = advise("profile", str(WORKLOADS / "tensor_pairs.py"), *FAST, "--out", "run")
+    r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "tensor_pairs.py"))
     assert r.returncode == 0, r.stderr
     rep = r.report
     assert {s["samples"] for s in rep["steps"]} == {48}
@@ -236,7 +236,7 @@ def test_a_loop_over_tensor_pairs_knows_its_batch_size(advise):
 
 
 def test_torch_warnings_point_at_the_users_line_not_the_probe(advise):
-    r = advise("profile", str(WORKLOADS / "pin_memory_on_cpu.py"), *FAST, "--out", "run")
+    r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "pin_memory_on_cpu.py"))
     assert r.returncode == 0, r.stderr
     log = (r.out / "script.log").read_text()
     script = WORKLOADS / "pin_memory_on_cpu.py"
@@ -246,7 +246,7 @@ def test_torch_warnings_point_at_the_users_line_not_the_probe(advise):
 
 
 def test_the_profilers_chatter_stays_out_of_the_scripts_log(advise):
-    r = advise("profile", str(WORKLOADS / "train_basic.py"), *FAST, "--out", "run", "--", "--epochs", "3")
+    r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "train_basic.py"), "--epochs", "3")
     assert r.returncode == 0, r.stderr
     log = (r.out / "script.log").read_text()
     for chatter in ("USDT:", "STAGE:", "CPUAllocator.cpp", "profiler_start", "Completed Stage"):
@@ -258,8 +258,8 @@ def test_the_profilers_chatter_stays_out_of_the_scripts_log(advise):
 
 
 def test_plain_progress_is_a_few_lines_per_phase(advise):
-    r = advise("profile", str(WORKLOADS / "tensor_pairs.py"), "--steps", "300", "--warmup", "2", "--profile-steps", "2",
-               "--no-experiments", "--out", "run")
+    r = advise("profile", "--steps", "300", "--warmup", "2", "--profile-steps", "2",
+               "--no-experiments", "--out", "run", str(WORKLOADS / "tensor_pairs.py"))
     assert r.returncode == 0, r.stderr
     measuring = [line for line in r.stdout.splitlines() if "measuring step" in line]
     warmup = [line for line in r.stdout.splitlines() if "warm-up step" in line]
@@ -268,7 +268,7 @@ def test_plain_progress_is_a_few_lines_per_phase(advise):
 
 
 def test_cpu_runs_record_the_process_trees_peak_memory(advise):
-    r = advise("profile", str(WORKLOADS / "workers_loader.py"), *FAST, "--out", "run")
+    r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "workers_loader.py"))
     assert r.returncode == 0, r.stderr
     mem = r.report["memory"]
     assert mem["basis"] in ("pss", "rss") and mem["basis_note"]
