@@ -444,8 +444,8 @@ def test_advise_report_rerenders_without_running(hostile_run, tmp_path):
 def measured_run(tmp_path_factory) -> RealRun:
     """A real starved run with its experiments (one fix, confirmed): every figure of its page has a source."""
     root = tmp_path_factory.mktemp("measured")
-    proc = _profile(root, str(WORKLOADS / "starved_io.py"), "--steps", "8", "--warmup", "2", "--profile-steps", "3",
-                    "--max-experiments", "1", "--out", "run", summary=None)
+    proc = _profile(root, "--steps", "8", "--warmup", "2", "--profile-steps", "3", "--max-experiments", "1",
+                    "--out", "run", str(WORKLOADS / "starved_io.py"), summary=None)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return RealRun(root / "run", proc, root / "none.md")
 
