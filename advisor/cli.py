@@ -94,13 +94,15 @@ def main() -> None:
 @click.option("--time-budget", "time_budget_s", default=900.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds the experiments may take in all.")
 @click.option("--safe-only", is_flag=True, help="Skip fixes that change numerics (bf16, TF32, bigger batch).")
+@click.option("--fresh-runs", is_flag=True,
+              help="Measure each fix in a fresh re-run of the script instead of as arms of the profiled run.")
 @click.option("--baseline", default=None, metavar="BASELINE.json",
               help="After the run, compare with this report as `advise compare` does; exit 3 on a regression.")
 @click.option("--max-regression", default="10%", show_default=True, metavar="PCT",
               help="With --baseline: slower than this (and significant) is a regression.")
 @_rule_options
 def profile(script, script_args, steps, warmup, profile_steps, out, timeout_s, as_json, no_experiments,
-            max_experiments, time_budget_s, safe_only, baseline, max_regression, select, ignore, config):
+            max_experiments, time_budget_s, safe_only, fresh_runs, baseline, max_regression, select, ignore, config):
     """Run SCRIPT under the probe: advise profile --steps 30 train.py --lr 0.1
 
     advise's options come before SCRIPT; everything after it goes to the script, as `python
@@ -114,7 +116,7 @@ def profile(script, script_args, steps, warmup, profile_steps, out, timeout_s, a
         code = profile_script(
             script=script, script_args=script_args, steps=steps, warmup=warmup, profile_steps=profile_steps,
             out=Path(out), timeout_s=timeout_s, as_json=as_json,
-            experiments=ExperimentOptions(not no_experiments, max_experiments, time_budget_s, safe_only),
+            experiments=ExperimentOptions(not no_experiments, max_experiments, time_budget_s, safe_only, fresh_runs),
             baseline=baseline, max_regression=_percent(max_regression, "--max-regression"),
             rule_settings=settings,
         )

@@ -163,7 +163,7 @@ def _compare(base_runs: list[Measurement], cand_runs: list[Measurement] | Measur
     ok_base = [m.steps for m in base_runs if m.ok]
     ok_cand = [m for m in cand_runs if m.ok]
     result = Experiment(Verdict.FAILED, baseline=_pool_summary(base_runs), candidate=_pool_summary(cand_runs),
-                        overrides=cand_runs[0].overrides)
+                        overrides=cand_runs[0].overrides, measured_by="fresh-run")
     if len(ok_cand) < len(cand_runs) or not ok_base:
         failed = next((m for m in cand_runs if not m.ok), None)
         result.error = (failed.error if failed else None) or "the baseline could not be re-measured"
@@ -306,16 +306,19 @@ class ExperimentResults:
 def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: pd.DataFrame, *, root: Path,
                     env: dict, io_like: bool = False, safe_only: bool = False, max_experiments: int = 12,
                     time_budget_s: float = 900.0, progress: Progress | None = None,
-                    stop: StopRequest | None = None) -> ExperimentResults:
+                    stop: StopRequest | None = None, only: list[int] | None = None) -> ExperimentResults:
     """Measure every automatic fix, sweep the knobs that need it, then stack the winners.
 
-    The findings are filled in place (`experiment`, and a swept winner becomes the fix). A stop
+    With `only` (finding indices), just those findings' fixes are measured. The findings are filled in place (`experiment`, and a swept winner becomes the fix). A stop
     signal (`stop`, or Ctrl-C's KeyboardInterrupt) ends the running child cleanly and returns
     what was measured so far, with `interrupted` set.
     """
     notes: list[str] = []
     candidates = candidates_from(findings, safe_only)
-    _say_why_untried(findings, candidates, safe_only)
+    if only is not None:  # the fixes the in-process arms could not switch (the rest are measured already)
+        candidates = [c for c in candidates if c.finding_index in only]
+    else:
+        _say_why_untried(findings, candidates, safe_only)
     if not candidates:
         return ExperimentResults(findings, None, notes, [])
     budget = Budget(max_experiments, time_budget_s)
@@ -422,4 +425,4 @@ def _stack(winners: list[tuple[Candidate, Experiment]], runner: Runner, baseline
                           ci_low=result.ci_low, ci_high=result.ci_high, loss_check=result.loss_check,
                           applicability=(Applicability.UNSAFE if unsafe else Applicability.SAFE).value,
                           baseline=result.baseline, candidate=result.candidate,
-                          snippets=vocabulary.snippets(overrides))
+                          snippets=vocabulary.snippets(overrides), measured_by=result.measured_by)

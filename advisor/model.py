@@ -156,6 +156,8 @@ class Experiment:
     applicability: str | None = None
     runs: list[dict] | None = None   # the two pairs behind a confirmed result
     not_applied: list[str] | None = None  # override keys the child reported no effect for
+    measured_by: str | None = None   # "in-process" (arms of the profiled run) or "fresh-run" (a re-run per arm)
+    switch_s: float | None = None    # in-process: one-off cost of switching the arm on (workers, compile)
 
     def __post_init__(self):
         self.verdict = _enum(Verdict, self.verdict, "experiment verdict")
@@ -244,6 +246,7 @@ class Recommendation:
     baseline: dict | None = None
     candidate: dict | None = None
     snippets: list[dict] = field(default_factory=list)
+    measured_by: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

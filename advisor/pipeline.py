@@ -20,7 +20,8 @@ from . import compare, metrics, report as report_mod, rundir
 from .atomic import check_writable, write_json_atomic, write_text_atomic
 from .chatter import strip_log, without_chatter
 from .cli_exit import DISK_ERRNOS, EXIT_USAGE, STATUS_EXIT, fail, writing_error
-from .experiments import run_experiments
+from .experiments import ExperimentResults, run_experiments
+from .inprocess import ArmsSession
 from .interrupt import StopRequest, describe
 from .model import Finding, rank
 from .probe.runner import ProbeConfig, run_probe
@@ -60,12 +61,46 @@ def _artifacts(out: Path, names: rundir.RunFiles) -> dict:
 
 @dataclass
 class ExperimentOptions:
-    """--no-experiments / --max-experiments / --time-budget / --safe-only."""
+    """--no-experiments / --max-experiments / --time-budget / --safe-only / --fresh-runs."""
 
     enabled: bool = True
     max_experiments: int = 12
     time_budget_s: float = 900.0
     safe_only: bool = False
+    fresh_runs: bool = False  # measure every fix in a re-run of the script, not as arms of the profiled run
+
+
+def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_settings) -> ArmsSession:
+    """The parent's side of the in-process experiments: the rules run on the live window's Profile."""
+    out, suffix = Path(config.out), rank_suffix()
+    session: ArmsSession
+
+    def diagnose():
+        profile = Profile.from_run_dir(out, suffix)
+        findings, warnings = _diagnose(profile, rule_settings)
+        session.rule_warnings = warnings
+        return findings, profile
+
+    def io_like() -> bool:
+        profile = Profile.from_run_dir(out, suffix)
+        return _io_like(metrics.utilization(profile.samples, profile.steps), profile.env)
+
+    session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
+                          max_experiments=experiments.max_experiments, window_steps=max(5, config.steps // 2),
+                          io_like=io_like)
+    return session
+
+
+def _combine(first: ExperimentResults | None, fresh: ExperimentResults) -> ExperimentResults:
+    """In-process results with the fresh runs of the fixes that could not be switched live."""
+    if first is None:
+        return fresh
+    recommended = max((r for r in (first.recommended, fresh.recommended) if r is not None),
+                      key=lambda r: r.speedup or 0.0, default=None)
+    notes = first.notes + fresh.notes
+    if first.recommended is not None and fresh.recommended is not None:
+        notes.append("fixes measured in-process and in fresh runs were not stacked together; the faster is recommended")
+    return ExperimentResults(fresh.findings, recommended, notes, fresh.runs, fresh.interrupted)
 
 
 def _io_like(report_util: dict, env: dict) -> bool:
@@ -114,8 +149,10 @@ def _profile(*, script: str, script_args: list[str], steps: int, warmup: int, pr
     """
     baseline_report = check_baseline(baseline) if baseline else None  # bad input: exit 2 before the run
     con = terminal.console(stderr=as_json)
+    in_process = bool(experiments and experiments.enabled and not experiments.fresh_runs)
     config = ProbeConfig(script=script, args=script_args, out=out, warmup=warmup, steps=steps,
-                         profile_steps=profile_steps, timeout_s=timeout_s)
+                         profile_steps=profile_steps, timeout_s=timeout_s, arms=in_process,
+                         arms_timeout_s=experiments.time_budget_s if experiments else 900.0)
     started_at = report_mod.now_iso()
     started = time.monotonic()
     try:
@@ -125,28 +162,40 @@ def _profile(*, script: str, script_args: list[str], steps: int, warmup: int, pr
         fail(writing_error(exc, out) if exc.errno in DISK_ERRNOS
              else f"cannot create the run dir {out}: {exc.strerror}")
     _take_run_dir(lock, out)
+    experiments = experiments or ExperimentOptions()
+    session = _arms_session(config, experiments, rule_settings) if config.arms else None
     with terminal.ProbeProgress(con, f"profiling {script}") as progress:
-        run = run_probe(config, progress, stop)
+        if session is not None:
+            session.progress = progress
+        run = run_probe(config, progress, stop, on_window_done=session.on_window_done if session else None)
         _check_run_dir_after(run, out)
         strip_log(out / run.files.log)  # the profiler's status lines are not the script's output
         progress.phase("analysing")
         profile = Profile.from_run_dir(out, rank_suffix())
-        findings, rule_warnings = _diagnose(profile, rule_settings)
         results = None
-        experiments = experiments or ExperimentOptions()
-        if run.status == "ok" and experiments.enabled and findings and not stop:
+        if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
+            findings, rule_warnings = session.findings, session.rule_warnings
+            session.finish()
+            results = ExperimentResults(findings, session.recommended, session.notes, [])
+        else:
+            findings, rule_warnings = _diagnose(profile, rule_settings)
+        fresh = session.fresh if session is not None else None
+        if run.status == "ok" and experiments.enabled and findings and not stop and (fresh is None or fresh):
             try:
-                results = run_experiments(
+                fresh_results = run_experiments(
                     findings, config, profile.steps, root=out / rundir.EXPERIMENTS, env=profile.env,
                     io_like=_io_like(metrics.utilization(profile.samples, profile.steps), profile.env),
                     safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
                     time_budget_s=experiments.time_budget_s, progress=progress, stop=stop,
+                    only=[c.finding_index for c in fresh] if fresh is not None else None,
                 )
-                findings = rank(results.findings)
+                results = _combine(results, fresh_results)
             except KeyboardInterrupt:
                 rule_warnings.append("experiments interrupted (Ctrl-C): findings are unmeasured estimates")
             except Exception as exc:  # the diagnosis is still worth writing
                 rule_warnings.append(f"experiments failed: {type(exc).__name__}: {exc}")
+        if results is not None:
+            findings = rank(results.findings)
     signum = stop.signum or run.signal or (results.interrupted if results else None)
     status, error = run.status, run.probe.get("error")
     if signum and status == "ok":  # the measurements were whole; what came after them was cut short

@@ -1,0 +1,274 @@
+"""Experiments as arms of the run that was profiled: no restart, fixes switched at step boundaries.
+
+After its measured window the child waits at a step boundary for a plan (see
+``advisor/probe/arms.py`` for the child's side and the file protocol). The plan is fixed before it
+runs, so every rank of a job switches at the same step: windows of `warmup` untimed and `steps`
+timed steps, each arm between two baseline windows, the whole sequence run twice, the second
+time in reverse (B P1 B P2 B ... B P2 B P1 B), so a drift over the run weighs on both sides
+alike. Every sweep value is tried (switching is cheap) and the best is chosen by its interval.
+
+Round 0 measures every switchable fix and sweep value; round 1 the winners stacked; then an
+empty plan ends the script. A fix the child cannot switch in a live process (fp16 without a
+consistent GradScaler, say) is left to a fresh-run experiment (:mod:`advisor.experiments`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from . import overrides as vocabulary
+from .atomic import write_json_atomic
+from .experiments import Candidate, Measurement, _compare, _sweep_points, candidates_from
+from .model import Applicability, Experiment, Finding, Recommendation, Verdict
+from .rundir import names
+
+REPEATS = 2          # each arm is measured twice, the second pass in reverse order
+MIN_WINDOW_STEPS = 5
+BASELINE = "baseline"
+
+
+@dataclass
+class Window:
+    arm: str
+    overrides: dict
+    warmup: int
+    steps: int
+
+    def to_dict(self) -> dict:
+        return {"arm": self.arm, "overrides": self.overrides, "warmup": self.warmup, "steps": self.steps}
+
+
+def interleave(arms: list[tuple[str, dict]], warmup: Callable[[dict], int], steps: int) -> list[Window]:
+    """B A1 B A2 ... B, then the arms again in reverse, each between baselines."""
+    order = arms + list(reversed(arms)) if REPEATS > 1 else arms
+    windows = [Window(BASELINE, {}, warmup({}), steps)]
+    for arm, overrides in order:
+        windows += [Window(arm, overrides, warmup(overrides), steps), Window(BASELINE, {}, warmup({}), steps)]
+    return windows
+
+
+@dataclass
+class RoundResult:
+    """What the child measured in one round: per window its steps and its `arms` line."""
+
+    windows: list[dict]  # the arms lines, in window order
+    steps: dict[int, pd.DataFrame]  # window index -> timed steps
+
+    def measurement(self, k: int, run_dir: Path) -> Measurement:
+        line = self.windows[k]
+        frame = self.steps.get(k, pd.DataFrame())
+        status = "failed" if line.get("error") or frame.empty else "ok"
+        wall = float(frame["duration_s"].sum()) if len(frame) else 0.0
+        return Measurement(line["arm"], line.get("overrides") or {}, status, run_dir, frame, wall, line.get("error"),
+                           line.get("applied") or {})
+
+
+def read_round(out: Path, rank_suffix: str, round_no: int) -> RoundResult:
+    """The child's step lines and window lines of `round_no`."""
+    files = names(rank_suffix)
+    steps: dict[int, list[dict]] = {}
+    for record in _lines(out / files.steps_jsonl):
+        if record.get("phase") == "arm" and record.get("round") == round_no and not record.get("warm"):
+            steps.setdefault(int(record["window"]), []).append(record)
+    windows = [w for w in _lines(out / f"arms{rank_suffix}.jsonl") if w.get("round") == round_no]
+    windows.sort(key=lambda w: w["window"])
+    frames = {k: pd.DataFrame(rows).assign(profiled=False) for k, rows in steps.items()}
+    return RoundResult(windows, frames)
+
+
+def _lines(path: Path) -> list[dict]:
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a line being written
+    return out
+
+
+@dataclass
+class ArmsSession:
+    """The parent's side: writes each round's plan when the child asks, then judges what it measured.
+
+    `diagnose()` returns the findings of the profiled window (the rules, run on the live Profile);
+    they are filled in place, as :func:`advisor.experiments.run_experiments` does.
+    """
+
+    out: Path
+    rank_suffix: str
+    diagnose: Callable[[], tuple[list[Finding], object]]  # -> (findings, the window's Profile)
+    safe_only: bool = False
+    max_experiments: int = 12
+    window_steps: int = 10
+    io_like: Callable[[], bool] = lambda: False
+    progress: object | None = None
+    findings: list[Finding] = field(default_factory=list)
+    by_samples: bool = False
+    fresh: list[Candidate] = field(default_factory=list)    # fixes left to fresh-run experiments
+    recommended: Recommendation | None = None
+    notes: list[str] = field(default_factory=list)
+    rule_warnings: list[str] = field(default_factory=list)
+    rounds: int = 0
+    _arms: dict[str, tuple[Candidate, Candidate]] = field(default_factory=dict)  # arm id -> (candidate, point)
+    _winners: list[tuple[Candidate, Experiment]] = field(default_factory=list)
+    _workers: int = 0
+
+    # the child asks ------------------------------------------------------------------------
+    def on_window_done(self, round_no: int) -> None:
+        """Write the plan for round `round_no` (0: the fixes; 1: the stack; then nothing)."""
+        try:
+            windows = self._plan(round_no)
+        except Exception as exc:  # noqa: BLE001  a planning bug must end the child, not hang it
+            self.notes.append(f"in-process experiments stopped: {type(exc).__name__}: {exc}")
+            windows = []
+        self.rounds = round_no
+        write_json_atomic(self.out / f"plan{self.rank_suffix}.json",
+                          {"round": round_no, "windows": [w.to_dict() for w in windows]})
+
+    def _plan(self, round_no: int) -> list[Window]:
+        if round_no == 0:
+            return self._first_round()
+        if round_no == 1:
+            self._judge_fixes(read_round(self.out, self.rank_suffix, 0))
+            return self._stack_round()
+        if round_no == 2 and self._arms.get("stacked"):
+            self._judge_stack(read_round(self.out, self.rank_suffix, 1))
+        return []
+
+    def _first_round(self) -> list[Window]:
+        self.findings, profile = self.diagnose()
+        steps, env = profile.steps, profile.env
+        self.by_samples = bool(steps["samples"].notna().all()) if "samples" in steps and len(steps) else False
+        self._workers = max([int(dl.get("num_workers") or 0) for dl in profile.observed.get("dataloaders") or []] or [0])
+        ctx = vocabulary.SweepContext(int(env.get("cpu_count") or os.cpu_count() or 1), self.io_like())
+        arms: list[tuple[str, dict]] = []
+        for candidate in candidates_from(self.findings, self.safe_only):
+            finding = self.findings[candidate.finding_index]
+            if "batch_size_scale" in candidate.overrides and not self.by_samples:
+                finding.experiment = Experiment.not_measured("the batch size is unknown, so samples/s cannot be compared")
+                continue
+            for point in _sweep_points(candidate, ctx)[: self.max_experiments]:
+                arm = f"a{len(self._arms) + 1}"
+                self._arms[arm] = (candidate, point)
+                arms.append((arm, point.overrides))
+        return interleave(arms, self._warmup, max(MIN_WINDOW_STEPS, self.window_steps)) if arms else []
+
+    def _warmup(self, overrides: dict) -> int:
+        """Untimed steps opening a window: a new loader's workers fill their prefetch first."""
+        dl = overrides.get("dataloader") or {}
+        workers = dl.get("num_workers", self._workers)
+        return 2 + (workers * dl.get("prefetch_factor", 2) if "dataloader" in overrides or workers else 0)
+
+    # judging -------------------------------------------------------------------------------
+    def _pairs(self, result: RoundResult, arm: str) -> list[tuple[list[Measurement], Measurement]]:
+        """Each window of `arm` with the baseline windows on either side of it."""
+        out = []
+        for k, line in enumerate(result.windows):
+            if line["arm"] != arm:
+                continue
+            around = [result.measurement(j, self.out) for j in (k - 1, k + 1)
+                      if 0 <= j < len(result.windows) and result.windows[j]["arm"] == BASELINE]
+            out.append((around, result.measurement(k, self.out)))
+        return out
+
+    def _judge(self, result: RoundResult, arm: str, check_loss: bool) -> Experiment | None:
+        pairs = self._pairs(result, arm)
+        if not pairs:
+            return None
+        lines = [line for line in result.windows if line["arm"] == arm]
+        if any(line.get("not_switchable") for line in lines):
+            return None  # measured exactly only in a fresh run
+        bases = _unique([m for around, _ in pairs for m in around])
+        pooled = _compare(bases, [cand for _, cand in pairs], by_samples=self.by_samples, check_loss=check_loss)
+        each = [_compare(around, cand, by_samples=self.by_samples, check_loss=check_loss) for around, cand in pairs]
+        pooled.runs = [{"speedup": r.speedup, "ci_low": r.ci_low, "ci_high": r.ci_high} for r in each]
+        if pooled.verified and not all(r.verified for r in each):
+            pooled.verified, pooled.verdict = False, Verdict.NOT_CONFIRMED
+        pooled.measured_by = "in-process"
+        pooled.switch_s = sum(float(line.get("switch_s") or 0.0) for line in lines) or None
+        return pooled
+
+    def _judge_fixes(self, result: RoundResult) -> None:
+        by_candidate: dict[int, list[tuple[Candidate, Experiment]]] = {}
+        for arm, (candidate, point) in self._arms.items():
+            check_loss = candidate.applicability != Applicability.SAFE.value
+            exp = self._judge(result, arm, check_loss)
+            if exp is None:
+                if candidate not in self.fresh:
+                    self.fresh.append(candidate)
+                continue
+            by_candidate.setdefault(candidate.finding_index, []).append((point, exp))
+        for index, tried in by_candidate.items():
+            candidate = next(c for c, _ in self._arms.values() if c.finding_index == index)
+            if candidate in self.fresh:
+                continue  # one of its values could not be switched: the fresh runs measure it whole
+            verified = [(p, e) for p, e in tried if e.verified]
+            point, best = max(verified or tried, key=lambda pe: (pe[1].ci_low if pe[1].ci_low is not None else -1.0))
+            best.sweep = [{"label": p.label, "overrides": p.overrides, "speedup": e.speedup, "ci_low": e.ci_low,
+                           "ci_high": e.ci_high, "verdict": e.verdict.value} for p, e in tried] if len(tried) > 1 else None
+            best.applicability = candidate.applicability
+            finding = self.findings[index]
+            finding.experiment = best
+            if best.verified:
+                self._winners.append((candidate, best))
+                finding.fix.adopt(best.overrides)
+
+    def _stack_round(self) -> list[Window]:
+        if len(self._winners) < 2:
+            self.recommended = _recommendation(self._winners[0][1], [self._winners[0][0]]) if self._winners else None
+            return []
+        overrides = vocabulary.merge(*(e.overrides for _, e in self._winners))
+        stacked = Candidate(" + ".join(c.label for c, _ in self._winners), overrides,
+                            Applicability.UNSAFE.value if any(c.applicability != "safe" for c, _ in self._winners)
+                            else Applicability.SAFE.value)
+        self._arms["stacked"] = (stacked, stacked)
+        return interleave([("stacked", overrides)], self._warmup, max(MIN_WINDOW_STEPS, self.window_steps))
+
+    def _judge_stack(self, result: RoundResult) -> None:
+        stacked, _ = self._arms["stacked"]
+        exp = self._judge(result, "stacked", stacked.applicability != "safe")
+        if exp is None:
+            best = max(self._winners, key=lambda w: w[1].speedup or 0)
+            self.notes.append("the stacked configuration could not be measured in-process; best single fix recommended")
+            self.recommended = _recommendation(best[1], [best[0]])
+            return
+        self.recommended = _recommendation(exp, [c for c, _ in self._winners], stacked.applicability)
+
+    # after the run -------------------------------------------------------------------------
+    def finish(self) -> None:
+        """The child ended: judge a round it finished without asking for the next plan."""
+        if self._arms and self.rounds == 0:
+            self._judge_fixes(read_round(self.out, self.rank_suffix, 0))
+            self.recommended = self.recommended or (
+                _recommendation(self._winners[0][1], [self._winners[0][0]]) if len(self._winners) == 1 else None)
+        for candidate in {c.finding_index: c for c, _ in self._arms.values()}.values():
+            finding = self.findings[candidate.finding_index]
+            if finding.experiment is None and candidate not in self.fresh:
+                finding.experiment = Experiment.not_measured("the run ended before this fix was measured")
+
+
+def _unique(items: list[Measurement]) -> list[Measurement]:
+    out: list[Measurement] = []
+    for m in items:
+        if not any(m is o for o in out):
+            out.append(m)
+    return out
+
+
+def _recommendation(exp: Experiment, candidates: list[Candidate], applicability: str | None = None) -> Recommendation:
+    unsafe = applicability == "unsafe" or any(c.applicability != "safe" for c in candidates)
+    return Recommendation(fixes=[c.label for c in candidates], overrides=exp.overrides or {}, verified=exp.verified,
+                          speedup=exp.speedup, ci_low=exp.ci_low, ci_high=exp.ci_high, loss_check=exp.loss_check,
+                          applicability=(Applicability.UNSAFE if unsafe else Applicability.SAFE).value,
+                          baseline=exp.baseline, candidate=exp.candidate,
+                          snippets=vocabulary.snippets(exp.overrides or {}), measured_by=exp.measured_by)
