@@ -1,0 +1,97 @@
+"""In-process experiments: arms of the profiled run, planned, interleaved and judged.
+
+The plan/judge logic is tested on synthetic rounds (exact numbers); the whole flow on real runs
+of real scripts through the real CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.inprocess import BASELINE, ArmsSession, RoundResult, Window, interleave
+from advisor.model import Finding, Fix
+from conftest import WORKLOADS, advise_cmd
+
+
+def test_arms_are_interleaved_with_the_baseline_and_repeated_in_reverse():
+    windows = interleave([("a1", {"x": 1}), ("a2", {"x": 2})], lambda o: 3 if o else 1, 10)
+    assert [w.arm for w in windows] == ["baseline", "a1", "baseline", "a2", "baseline", "a2", "baseline", "a1", "baseline"]
+    assert all(w.steps == 10 for w in windows) and {w.warmup for w in windows if w.arm == BASELINE} == {1}
+
+
+def _steps(seconds: float, n: int = 10, rng=np.random.default_rng(0)) -> pd.DataFrame:
+    dur = seconds * (1 + rng.normal(0, 0.02, n))
+    return pd.DataFrame({"duration_s": dur, "samples": 32, "profiled": False, "loss": 1.0})
+
+
+def _round(windows: list[tuple[str, dict, float, list]]) -> RoundResult:
+    lines = [{"round": 0, "window": k, "arm": arm, "overrides": ov, "applied": {"dataloaders": [{"num_workers": (ov.get("dataloader") or {}).get("num_workers", 0)}]},
+              "not_switchable": ns, "switch_s": 0.1, "error": None} for k, (arm, ov, _, ns) in enumerate(windows)]
+    return RoundResult(lines, {k: _steps(sec) for k, (_, _, sec, _) in enumerate(windows)})
+
+
+def _session(tmp_path, finding: Finding) -> ArmsSession:
+    s = ArmsSession(tmp_path, "", diagnose=lambda: ([finding], None))
+    s.findings, s.by_samples = [finding], True
+    return s
+
+
+def _dl001() -> Finding:
+    return Finding("starved", "s", "high", {}, Fix.safe("workers", {"dataloader": {"num_workers": 2}}),
+                   rule="dataloader-starvation", code="DL001")
+
+
+def test_the_best_sweep_value_is_chosen_by_its_interval_not_by_the_first_that_helps(tmp_path, monkeypatch):
+    finding = _dl001()
+    session = _session(tmp_path, finding)
+    from advisor.experiments import Candidate
+    cand = Candidate("dataloader-starvation", {"dataloader": {"num_workers": 2}}, "safe", 0)
+    two, four = ({"dataloader": {"num_workers": n}} for n in (2, 4))
+    session._arms = {"a1": (cand, Candidate("w2", two, "safe", 0)), "a2": (cand, Candidate("w4", four, "safe", 0))}
+    B = ("baseline", {}, 0.10, [])
+    result = _round([B, ("a1", two, 0.05, []), B, ("a2", four, 0.04, []), B, ("a2", four, 0.04, []), B,
+                     ("a1", two, 0.05, []), B])
+    session._judge_fixes(result)
+    exp = finding.experiment
+    assert exp.verified and exp.measured_by == "in-process" and exp.overrides == four  # 2.5x beats 2.0x
+    assert exp.speedup == pytest.approx(2.5, rel=0.05) and len(exp.runs) == 2 and len(exp.sweep) == 2
+    assert finding.fix.overrides == four and finding.fix.proposed_overrides == two
+    assert session._winners and not session.fresh
+
+
+def test_an_arm_the_child_could_not_switch_goes_to_a_fresh_run(tmp_path):
+    finding = _dl001()
+    session = _session(tmp_path, finding)
+    from advisor.experiments import Candidate
+    cand = Candidate("dataloader-starvation", {"autocast": "float16"}, "unsafe", 0)
+    session._arms = {"a1": (cand, cand)}
+    B = ("baseline", {}, 0.10, [])
+    session._judge_fixes(_round([B, ("a1", {"autocast": "float16"}, 0.10, ["autocast"]), B]))
+    assert session.fresh == [cand] and finding.experiment is None
+
+
+@pytest.mark.slow
+def test_a_starved_loader_is_measured_inside_the_profiled_run(tmp_path):
+    """No fresh child: the workers are switched on at step boundaries of the run that was profiled."""
+    import subprocess
+
+    started = time.monotonic()
+    proc = subprocess.run(advise_cmd("profile", "--steps", "10", "--warmup", "2", "--profile-steps", "2",
+                                     "--max-experiments", "2", "--out", "run", str(WORKLOADS / "starved_io.py")),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    wall = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    dl001 = next(f for f in report["findings"] if f["code"] == "DL001")
+    exp = dl001["experiment"]
+    assert exp["measured_by"] == "in-process" and exp["verified"] and exp["speedup"] > 1.3, exp
+    assert report["experiments"]["runs"] == []  # not one fresh child
+    assert not (tmp_path / "run" / "experiments").exists()
+    assert report["recommended"]["measured_by"] == "in-process" and report["recommended"]["verified"]
+    assert len(report["steps"]) == 10  # the measured window stays the window; arm steps are not in it
+    assert wall < 120
