@@ -62,6 +62,17 @@ def start(tmp_path: Path, *args: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
+def stop_with(proc: subprocess.Popen, sig: int, code: int, name: str, before: list, tmp_path: Path) -> dict:
+    """Send `sig`; advise exits `code` with one line, leaves no process behind, and writes its report."""
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert_one_line_no_traceback(out, err, f"advise: interrupted ({name})")
+    assert not still_running(before)
+    assert not alive_with(str(tmp_path))
+    return json.loads((tmp_path / "run" / "report.json").read_text())
+
+
 def wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -176,14 +187,7 @@ def test_signal_while_probing_stops_everything_and_reports(tmp_path, sig, code, 
         assert f"(pid {proc.pid})" in second.stderr
         assert {p.name for p in run.iterdir()} == names and (run / LOCK).read_text().strip() == str(proc.pid)
 
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == code, err
-    assert_one_line_no_traceback(out, err, f"advise: interrupted ({name})")
-    assert not still_running(before)
-    assert not alive_with(str(tmp_path))
-
-    report = json.loads((run / "report.json").read_text())
+    report = stop_with(proc, sig, code, name, before, tmp_path)
     assert report["status"] == "interrupted" and report["error"] == f"interrupted ({name})"
     assert len(report["steps"]) >= 3
     assert "trace" not in report["artifacts"]  # the profiled steps were never reached: no trace, old one gone
@@ -209,14 +213,7 @@ def test_signal_during_the_experiments_stops_the_experiment_child(tmp_path, sig,
     before = tree_of(proc.pid) + helpers_in(run)
     assert len(before) >= 3  # advise, the experiment's child, the helpers
 
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == code, err
-    assert_one_line_no_traceback(out, err, f"advise: interrupted ({name})")
-    assert not still_running(before)
-    assert not alive_with(str(tmp_path))
-
-    report = json.loads((run / "report.json").read_text())
+    report = stop_with(proc, sig, code, name, before, tmp_path)
     assert report["status"] == "interrupted" and report["error"].startswith(f"interrupted ({name}) after the measurements")
     assert len(report["steps"]) == 8 and report["artifacts"]["trace"] == "trace.json.gz"  # the measurements are whole
     dl001 = next(f for f in report["findings"] if f["code"] == "DL001")
