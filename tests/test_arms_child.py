@@ -172,3 +172,28 @@ def test_an_empty_plan_finishes_at_once(tmp_path):
     got = drive(tmp_path, "train_basic.py", [[]])
     assert got["run"].status == "ok" and got["run"].probe["status"] == "done" and got["run"].wall_s < 20
     assert (got["out"] / "probe.json").exists()
+
+
+def test_compile_switch_is_cached_and_a_stop_file_ends_the_run(tmp_path):
+    import shutil
+
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler for torch.compile's CPU backend")
+    out = tmp_path / "run"
+    plan = [window("c", {"compile": True}, 2, 3), window("b", {}, 1, 3), window("c", {"compile": True}, 1, 3)]
+    calls = []
+
+    def on_window_done(round_no: int) -> None:
+        calls.append(round_no)
+        if len(calls) == 1:
+            write_json_atomic(out / "plan.json", {"round": 0, "windows": plan})
+        else:
+            (out / "stop").touch()  # instead of a plan: finish
+
+    run = run_probe(ProbeConfig(script=str(WORKLOADS / "train_basic.py"), out=out, warmup=1, steps=3, profile_steps=0,
+                                arms=True, plan_timeout_s=30), on_window_done=on_window_done)
+    assert run.status == "ok" and run.probe["status"] == "done" and calls == [0, 0]
+    arms = [json.loads(line) for line in (out / "arms.jsonl").read_text().splitlines()]
+    assert [a["applied"] for a in arms] == [{"compile": True}, {}, {"compile": True}]
+    assert arms[0]["switch_s"] > 10 * arms[2]["switch_s"]  # compiled once, in the first window
+    assert run.wall_s < 25
