@@ -33,6 +33,9 @@ class RunFiles:
     log: str
     report_json: str
     report_html: str
+    plan: str = "plan.json"  # one run, many arms: the parent's next plan for the child
+    stop: str = "stop"  # the parent asks the arms child to finish
+    arms_jsonl: str = "arms.jsonl"  # one line per arm window the child ran
 
 
 def names(rank_suffix: str = "") -> RunFiles:
@@ -46,6 +49,9 @@ def names(rank_suffix: str = "") -> RunFiles:
         log=f"script{r}.log",
         report_json=f"report{r}.json",
         report_html=f"report{r}.html",
+        plan=f"plan{r}.json",
+        stop=f"stop{r}",
+        arms_jsonl=f"arms{r}.jsonl",
     )
 
 

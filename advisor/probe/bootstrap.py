@@ -28,6 +28,7 @@ import advisor
 
 from advisor import rundir
 from advisor.atomic import write_json_atomic
+from .arms import Arms
 from .clock import ProbeDone, StepClock
 from .env import collect_env, memory_stats
 from .hooks import Observed, install
@@ -157,6 +158,37 @@ def main(config_path: str) -> int:
         write_json_atomic(out / names.probe_json, {"status": "failed", "error": str(exc), "boundaries": 0})
         print(f"advise: {exc}", file=sys.stderr)
         return 2
+
+    def finish(result: dict) -> dict:
+        """probe.json: the child's own account of the run (also written when the window ends, for arms)."""
+        gc.collect()
+        result.update(
+            step_source=clock.source,
+            boundaries=clock.boundaries,
+            warmup=clock.warmup,
+            measured_steps=len(clock.measured),
+            losses=clock.loss_values(),
+            env=collect_env(observed.device),
+            observed=observed.to_dict(),
+            memory=memory_stats(observed.device),
+            trace=names.trace if window.exported else None,
+            profiler_error=window.error,
+            profiler_errno=window.errno,
+            profile_steps=profile_steps,
+            overrides=config.get("overrides") or {},
+            applied=applied,
+        )
+        write_json_atomic(out / names.probe_json, result)
+        return result
+
+    arms = None
+    if config.get("arms"):
+        def window_done_probe() -> None:
+            finish({"status": "done", "error": None, "traceback": None, "phase": "window-done"})
+
+        arms = Arms(out, names, sink, float(config.get("plan_timeout_s", 600.0)), window_done_probe, observed)
+        arms.install()  # before the hooks: their DataLoader timing wraps the arms' substitute loaders
+        clock.arms = arms
     install(clock, observed)
     advisor._clock = clock
 
@@ -164,43 +196,41 @@ def main(config_path: str) -> int:
     code = 0
     try:
         run_script(config["script"], config["args"])
+        if arms is not None and arms.started:
+            arms.script_ended()
     except ProbeDone:
         result["status"] = "done"
     except SystemExit as exc:
+        if arms is not None and arms.started:
+            arms.script_ended()
         if exc.code not in (None, 0):
             result.update(status="failed", error=f"the script exited with status {exc.code}")
             code = 1
     except KeyboardInterrupt:
         result["status"] = "interrupted"
         code = 130
-    except BaseException as exc:  # the user's error: report it as theirs
-        tb = user_traceback(exc)
-        sys.stderr.write(tb)
-        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        result.update(status="failed", error=last, traceback=tb)
-        code = 1
+    except BaseException as exc:
+        if arms is not None and arms.started:
+            # After the window, under an arm's settings (an OOM, a compile error): the window's
+            # measurements stand, the arm's line says what broke, and the run ends as done.
+            arms.script_raised(exc)
+            result.update(status="done", arms_error=arms.error or f"{type(exc).__name__}: {exc}",
+                          arms_traceback=user_traceback(exc))
+        else:  # the user's error: report it as theirs
+            tb = user_traceback(exc)
+            sys.stderr.write(tb)
+            last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+            result.update(status="failed", error=last, traceback=tb)
+            code = 1
     finally:
         window.stop()  # a failure or Ctrl-C inside the window still leaves its trace
         advisor._clock = None
+        if arms is not None:
+            arms.close()  # substitute DataLoaders' workers
 
-    gc.collect()
-    result.update(
-        step_source=clock.source,
-        boundaries=clock.boundaries,
-        warmup=clock.warmup,
-        measured_steps=len(clock.measured),
-        losses=clock.loss_values(),
-        env=collect_env(observed.device),
-        observed=observed.to_dict(),
-        memory=memory_stats(observed.device),
-        trace=names.trace if window.exported else None,
-        profiler_error=window.error,
-        profiler_errno=window.errno,
-        profile_steps=profile_steps,
-        overrides=config.get("overrides") or {},
-        applied=applied,
-    )
-    write_json_atomic(out / names.probe_json, result)
+    if arms is not None and arms.error and "arms_error" not in result:
+        result["arms_error"] = arms.error
+    finish(result)
     sink.close()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -74,6 +74,8 @@ class StepClock:
     on_profile_step: Callable[[], None] = lambda: None
     on_window_end: Callable[[], None] = lambda: None
     on_unknown_batch: Callable[[], None] = lambda: None  # a step ended without a batch size (called once)
+    arms: Any = None  # advisor.probe.arms.Arms: after the window, run the parent's arms instead of stopping
+    in_arms: bool = False
     pid: int = field(default_factory=os.getpid)
     source: str | None = None
     anchor_optimizer: int | None = None
@@ -120,7 +122,7 @@ class StepClock:
             # An optimizer exists but has not stepped yet (gradient accumulation over many
             # micro-batches): wait for its step rather than counting batches as steps.
             return False
-        switchable = not (self.profiling or self.done)
+        switchable = not (self.profiling or self.done or self.in_arms)
         if self.source is None or (switchable and _RANK[source] > _RANK[self.source]):
             self.source = source
             self.boundaries = 0
@@ -191,6 +193,9 @@ class StepClock:
     def _close_step(self, now: float, carry: StepAccumulator | None = None) -> None:
         if self.done:
             raise ProbeDone()
+        if self.in_arms:
+            self._arm_step(now, carry)
+            return
         n = self.boundaries  # this boundary ends step n (step 0 = start-up, never counted)
         self.boundaries += 1
         acc = self._acc
@@ -232,11 +237,42 @@ class StepClock:
             self.profiling = True
             self.on_profile_start()
         if seen >= self.window_end:
-            self.done = True
             self.on_window_end()
+            if self.arms is not None:
+                try:
+                    self.in_arms = self.arms.window_done()  # blocks here until the parent's plan
+                except ProbeDone:
+                    self.in_arms = False
+                if self.in_arms:
+                    self._acc = carry or StepAccumulator()
+                    self._last_t = time.monotonic()
+                    return
+            self.done = True
             raise ProbeDone()
         if carry is None:
             self._last_t = time.monotonic()  # keep our own bookkeeping out of the next step
+
+    def _arm_step(self, now: float, carry: StepAccumulator | None) -> None:
+        """A boundary while the arms run: one arm step line; the arms may switch (or end) here."""
+        acc = self._acc
+        self._acc = carry or StepAccumulator()
+        record = {
+            "t_start": self._last_t,
+            "t_end": now,
+            "duration_s": now - self._last_t,
+            "data_wait_s": acc.data_wait_s,
+            "optimizer_s": acc.optimizer_s,
+            "backward_s": acc.backward_s,
+            "samples": acc.batch(),
+        }
+        self._last_t = now
+        try:
+            self.arms.step(record, acc.loss)
+        except ProbeDone:
+            self.done, self.in_arms = True, False
+            raise
+        if carry is None:  # (a DataLoader-driven step already started with its batch's wait)
+            self._last_t = time.monotonic()  # the switch and our bookkeeping stay out of the next step
 
     def loss_values(self) -> list[float | None]:
         """Measured losses as floats; safe only after the window (it syncs the GPU)."""

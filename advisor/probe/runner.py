@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 import pandas as pd
 
@@ -39,6 +39,9 @@ ATEXIT_S = 5.0  # how long the script's atexit handlers may run once it was stop
 HELPERS_GRACE_S = 5.0  # processes that escaped the script's group: SIGTERM, then SIGKILL after this
 
 
+_WINDOW_PHASES = ("startup", "warmup", "profiler-warmup", "measure")  # the profiled run's own step lines
+
+
 class Progress(Protocol):
     def update(self, phase: str, done: int, total: int) -> None: ...
 
@@ -54,6 +57,9 @@ class ProbeConfig:
     timeout_s: float = 600.0
     sample_interval_s: float = 0.1
     overrides: dict = field(default_factory=dict)
+    arms: bool = False  # after the window the child waits for plan files and measures arms itself
+    plan_timeout_s: float = 600.0  # how long the child waits for a plan before it finishes
+    arms_timeout_s: float = 900.0  # the deadline once the window is done (from the "window-done" line)
 
 
 @dataclass
@@ -89,8 +95,14 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
-def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopRequest | None = None) -> ProbeRun:
+def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopRequest | None = None,
+              on_window_done: Callable[[int], None] | None = None) -> ProbeRun:
     """Run the script under the probe until its window ends, it exits, time runs out, or `stop` is set.
+
+    With ``config.arms`` the child waits after the window for plan files: `on_window_done` is
+    called with 0 for its "window-done" line and with N for each "plan-done" line of round N
+    (it writes the next plan); from the "window-done" line on, the deadline is
+    ``config.arms_timeout_s`` from then.
 
     `stop` (the command's recorded signals) is polled: the first signal stops the script
     politely, a second kills it. Without one, Ctrl-C's KeyboardInterrupt does the same.
@@ -98,7 +110,8 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     names = rundir.names(rank_suffix())
-    for name in (names.trace, names.steps_jsonl, names.steps_csv, names.samples_csv, names.probe_json, names.log):
+    for name in (names.trace, names.steps_jsonl, names.steps_csv, names.samples_csv, names.probe_json, names.log,
+                 names.plan, names.stop, names.arms_jsonl):
         (out / name).unlink(missing_ok=True)
     cfg_path = out.resolve() / f".probe-config{rank_suffix()}.json"
     write_json_atomic(
@@ -113,6 +126,8 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
             "rank_suffix": rank_suffix(),
             "overrides": config.overrides,
             "atexit_s": ATEXIT_S,
+            "arms": config.arms,
+            "plan_timeout_s": config.plan_timeout_s,
         },
     )
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -146,6 +161,13 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
             try:
                 rc = child.poll()
                 records, offset = _read_new_lines(out / names.steps_jsonl, offset)
+                for record in records:
+                    if record["phase"] in ("window-done", "plan-done"):
+                        if record["phase"] == "window-done":
+                            deadline = time.monotonic() + config.arms_timeout_s
+                        if on_window_done is not None:
+                            on_window_done(int(record.get("round") or 0))
+                records = [r for r in records if r["phase"] in _WINDOW_PHASES]
                 if progress is not None and records:
                     last = records[-1]
                     if last["phase"] == "measure":
@@ -195,6 +217,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
 
     probe = _load_probe(out / names.probe_json)
     records, _ = _read_new_lines(out / names.steps_jsonl, 0)
+    records = [r for r in records if r["phase"] in _WINDOW_PHASES]  # not the arms' lines
     measured = [r for r in records if r["phase"] == "measure"]
     # A child killed at the deadline never wrote probe.json: its step lines still tell.
     probe.setdefault("boundaries", len(records))

@@ -1,0 +1,199 @@
+"""One run, many arms, child side: a real probed child measures the arms of plans written by the test."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from advisor.atomic import write_json_atomic
+from advisor.probe.runner import ProbeConfig, run_probe
+from conftest import WORKLOADS
+
+pytestmark = pytest.mark.slow
+
+
+def drive(tmp_path: Path, script: str, plans: list[list[dict]], args: list[str] = (), **config) -> dict:
+    """Run `script` with arms; the callback writes plans[i] for the i-th call (then [])."""
+    out = tmp_path / "run"
+    calls, snapshots = [], []
+
+    def on_window_done(round_no: int) -> None:
+        calls.append(round_no)
+        snapshots.append((out / "steps.jsonl").read_text())
+        i = len(calls) - 1
+        if i < len(plans) and plans[i] is not None:
+            write_json_atomic(out / "plan.json", {"round": i, "windows": plans[i]})
+
+    settings = dict(warmup=1, steps=3, profile_steps=0, arms=True, plan_timeout_s=20, timeout_s=60, arms_timeout_s=120)
+    settings.update(config)
+    run = run_probe(ProbeConfig(script=str(WORKLOADS / script), args=list(args), out=out, **settings),
+                    on_window_done=on_window_done)
+    lines = [json.loads(line) for line in snapshots[-1].splitlines()] if snapshots else []
+    arms_path = out / "arms.jsonl"
+    arms = [json.loads(line) for line in arms_path.read_text().splitlines()] if arms_path.exists() else []
+    return {"run": run, "calls": calls, "lines": lines, "arms": arms, "out": out,
+            "log": (out / "script.log").read_text()}
+
+
+def arm_steps(lines: list[dict], window: int, warm: bool | None = None) -> list[dict]:
+    return [r for r in lines if r["phase"] == "arm" and r["window"] == window and (warm is None or r["warm"] == warm)]
+
+
+def window(arm: str, overrides: dict, warmup: int = 1, steps: int = 2) -> dict:
+    return {"arm": arm, "overrides": overrides, "warmup": warmup, "steps": steps}
+
+
+def script_steps(log: Path, step: dict) -> list[dict]:
+    """The workload's own records whose time falls inside the arm step `step`."""
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    return [r for r in rows if "t" in r and step["t_start"] <= r["t"] <= step["t_end"]]
+
+
+def test_switches_take_effect_inside_the_users_loop(tmp_path):
+    log = tmp_path / "log.jsonl"
+    plan = [window("base", {}), window("bf16", {"autocast": "bfloat16"}), window("fp16", {"autocast": "float16"}),
+            window("foreach", {"optimizer": {"foreach": True}, "torch_threads": 1, "float32_matmul_precision": "high"}),
+            window("fused", {"optimizer": {"fused": True}}),
+            window("cl", {"channels_last": True, "batch_size_scale": 2}),
+            window("fp16+threads", {"autocast": "float16", "torch_threads": 1}),
+            window("base", {})]
+    got = drive(tmp_path, "arms_loop.py", [plan, []], args=["--log", str(log)])
+    run, lines, arms = got["run"], got["lines"], got["arms"]
+    assert run.status == "ok" and run.probe["status"] == "done", got["log"][-2000:]
+    assert got["calls"] == [0, 0]  # window-done, then plan-done of round 0
+    assert [r["phase"] for r in lines if r["phase"] in ("window-done", "plan-done")] == ["window-done", "plan-done"]
+    by_arm = {(a["window"]): a for a in arms}
+    assert len(arms) == len(plan)
+    for k, w in enumerate(plan):
+        if k == 2:  # fp16 alone: nothing switchable, no steps
+            assert arm_steps(lines, k) == [] and by_arm[k]["not_switchable"] == ["autocast"]
+            continue
+        assert len(arm_steps(lines, k, warm=True)) == w["warmup"] and len(arm_steps(lines, k, warm=False)) == w["steps"]
+        assert by_arm[k]["error"] is None
+    for r in arm_steps(lines, 0):
+        assert isinstance(r["loss"], float) and r["duration_s"] > 0
+
+    def seen(k):  # what the script saw in window k's measured steps
+        rows = [row for step in arm_steps(lines, k, warm=False) for row in script_steps(log, step)]
+        assert rows
+        return rows
+
+    assert not any(r["autocast"] for r in seen(0)) and all(r["precision"] == "highest" for r in seen(0))
+    assert by_arm[1]["applied"] == {"autocast": "bfloat16"}
+    assert all(r["autocast"] and r["head_dtype"] == "bfloat16" for r in seen(1))
+    assert by_arm[3]["applied"]["optimizers"][0]["foreach"] is True and by_arm[3]["not_switchable"] == []
+    assert all(r["foreach"] is True and r["threads"] == 1 and r["precision"] == "high" for r in seen(3))
+    assert by_arm[4]["applied"]["optimizers"][0]["fused"] is True
+    assert all(r["fused"] is True and not r["foreach"] for r in seen(4))
+    assert by_arm[5]["applied"]["channels_last"] is True and by_arm[5]["applied"]["batch_size_scale"] == 2
+    assert all(r["cl_input"] and r["conv_cl"] for r in seen(5))
+    assert {r["x_batch"] for r in seen(5)} <= {32, 200 % 16 + 16, 200 % 16}  # scaled (or an epoch's tail)
+    assert by_arm[6]["not_switchable"] == ["autocast"] and by_arm[6]["applied"] == {"torch_threads": 1}
+    assert all(not r["autocast"] and r["threads"] == 1 for r in seen(6))
+    # The last baseline: everything switched back off.
+    assert all(not r["autocast"] and not r["cl_input"] and not r["conv_cl"] and r["foreach"] is None and r["fused"] is None
+               and r["precision"] == "highest" and r["x_batch"] in (16, 8) for r in seen(7))
+
+
+def test_dataloader_switch_keeps_every_epoch_whole(tmp_path):
+    """Epochs of 13 batches (200 samples, batch 16) stay whole across windows with workers and scaled batches.
+
+    The profiled run takes 5 steps, so epochs 0 and 1 (steps 0-25) span the switch to 2 workers and
+    back: 13 batches each. The scaled windows serve fewer, bigger batches: their epochs still hold
+    every one of the 200 samples exactly once."""
+    log = tmp_path / "log.jsonl"
+    plan = [window("base", {}, 1, 3), window("w2", {"dataloader": {"num_workers": 2, "prefetch_factor": 4}}, 2, 9),
+            window("base", {}, 1, 5), window("scale", {"batch_size_scale": 2}, 1, 9),
+            window("w2x2", {"dataloader": {"num_workers": 2}, "batch_size_scale": 3}, 1, 6), window("base", {}, 1, 20)]
+    got = drive(tmp_path, "arms_loop.py", [plan, []], args=["--log", str(log)])
+    assert got["run"].status == "ok", got["log"][-2000:]
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    ends = [r for r in rows if "epoch_end" in r]
+    assert len(ends) >= 3
+    assert ends[0]["batches"] == ends[1]["batches"] == ends[0]["len"] == 13, ends
+    assert ends[-1]["batches"] == 13 and all(r["batches"] < 13 for r in ends[2:-1]), ends  # scaled epochs
+    for epoch in {r["epoch_end"] for r in ends}:  # every sample of an epoch, whatever the batching
+        assert sum(r["x_batch"] for r in rows if r.get("epoch") == epoch) == 200, epoch
+    workers = [r for step in arm_steps(got["lines"], 1, warm=False) for r in script_steps(log, step)]
+    assert workers and all(r["workers"] for r in workers)  # served by worker processes
+    base = [r for step in arm_steps(got["lines"], 2, warm=False) for r in script_steps(log, step)]
+    assert base and not any(r["workers"] for r in base)
+    assert got["arms"][1]["applied"]["dataloaders"][0]["num_workers"] == 2 and got["arms"][1]["switch_s"] > 0
+
+
+def test_workers_really_speed_up_a_starved_loader(tmp_path):
+    plan = []
+    for _ in range(2):
+        plan += [window("base", {}, 1, 4), window("w2", {"dataloader": {"num_workers": 2}}, 3, 4)]
+    got = drive(tmp_path, "starved_io.py", [plan, []])
+    assert got["run"].status == "ok", got["log"][-2000:]
+    lines = got["lines"]
+    base = statistics.median(r["duration_s"] for k in (0, 2) for r in arm_steps(lines, k, warm=False))
+    fast = statistics.median(r["duration_s"] for k in (1, 3) for r in arm_steps(lines, k, warm=False))
+    assert base / fast > 1.3, (base, fast)
+    assert all(a["applied"]["dataloaders"][0]["num_workers"] == 2 for a in got["arms"] if a["arm"] == "w2")
+
+
+def test_persistent_worker_loader_switches_and_comes_back(tmp_path):
+    plan = [window("base", {}, 1, 3), window("w0", {"dataloader": {"num_workers": 1}}, 1, 3), window("base", {}, 1, 3)]
+    got = drive(tmp_path, "workers_loader.py", [plan, []], warmup=1)
+    assert got["run"].status == "ok", got["log"][-2000:]
+    assert [len(arm_steps(got["lines"], k)) for k in range(3)] == [4, 4, 4]
+    assert got["arms"][1]["applied"]["dataloaders"][0]["num_workers"] == 1
+
+
+def test_a_crash_inside_an_arm_ends_cleanly(tmp_path):
+    log = tmp_path / "log.jsonl"
+    plan = [window("base", {}), window("bf16", {"autocast": "bfloat16"}), window("base", {})]
+    got = drive(tmp_path, "arms_loop.py", [plan, None], args=["--log", str(log), "--crash-under-autocast"])
+    run = got["run"]
+    assert run.status == "ok" and run.probe["status"] == "done", got["log"][-2000:]
+    assert "boom under autocast" in run.probe["arms_error"]
+    assert run.probe["measured_steps"] == 3  # the profiled window's measurement stands
+    assert [a["arm"] for a in got["arms"]] == ["base", "bf16"]
+    assert got["arms"][0]["error"] is None and "boom under autocast" in got["arms"][1]["error"]
+    done = [r for r in got["lines"] if r["phase"] == "plan-done"]
+    assert len(done) == 1 and "boom under autocast" in done[0]["error"]
+    assert len(arm_steps(got["lines"], 0)) == 3
+
+
+def test_no_plan_finishes_the_run_as_today(tmp_path):
+    got = drive(tmp_path, "train_basic.py", [None], plan_timeout_s=2)
+    run = got["run"]
+    assert run.status == "ok" and run.probe["status"] == "done" and "phase" not in run.probe
+    assert run.probe["measured_steps"] == 3 and got["calls"] == [0] and got["arms"] == []
+    assert 2 <= run.wall_s < 30
+
+
+def test_an_empty_plan_finishes_at_once(tmp_path):
+    got = drive(tmp_path, "train_basic.py", [[]])
+    assert got["run"].status == "ok" and got["run"].probe["status"] == "done" and got["run"].wall_s < 20
+    assert (got["out"] / "probe.json").exists()
+
+
+def test_compile_switch_is_cached_and_a_stop_file_ends_the_run(tmp_path):
+    import shutil
+
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler for torch.compile's CPU backend")
+    out = tmp_path / "run"
+    plan = [window("c", {"compile": True}, 2, 3), window("b", {}, 1, 3), window("c", {"compile": True}, 1, 3)]
+    calls = []
+
+    def on_window_done(round_no: int) -> None:
+        calls.append(round_no)
+        if len(calls) == 1:
+            write_json_atomic(out / "plan.json", {"round": 0, "windows": plan})
+        else:
+            (out / "stop").touch()  # instead of a plan: finish
+
+    run = run_probe(ProbeConfig(script=str(WORKLOADS / "train_basic.py"), out=out, warmup=1, steps=3, profile_steps=0,
+                                arms=True, plan_timeout_s=30), on_window_done=on_window_done)
+    assert run.status == "ok" and run.probe["status"] == "done" and calls == [0, 0]
+    arms = [json.loads(line) for line in (out / "arms.jsonl").read_text().splitlines()]
+    assert [a["applied"] for a in arms] == [{"compile": True}, {}, {"compile": True}]
+    assert arms[0]["switch_s"] > 10 * arms[2]["switch_s"]  # compiled once, in the first window
+    assert run.wall_s < 25
