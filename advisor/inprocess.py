@@ -62,22 +62,24 @@ class RoundResult:
 
     def measurement(self, k: int, run_dir: Path) -> Measurement:
         line = self.windows[k]
-        frame = self.steps.get(k, pd.DataFrame())
+        frame = self.steps.get(int(line.get("window", k)), pd.DataFrame())
         status = "failed" if line.get("error") or frame.empty else "ok"
         wall = float(frame["duration_s"].sum()) if len(frame) else 0.0
         return Measurement(line["arm"], line.get("overrides") or {}, status, run_dir, frame, wall, line.get("error"),
                            line.get("applied") or {})
 
 
-def read_round(out: Path, rank_suffix: str, round_no: int) -> RoundResult:
-    """The child's step lines and window lines of `round_no`."""
-    files = names(rank_suffix)
+def read_round(out: Path, rank_suffix: str, round_no: int, arms: dict | None = None) -> RoundResult:
+    """The child's step lines and window lines of `round_no`: from the run dir while the child runs,
+    from `arms` (the runner's copy, ProbeRun.arms) once it has ended."""
+    if arms is None:
+        files = names(rank_suffix)
+        arms = {"steps": _lines(out / files.steps_jsonl), "windows": _lines(out / files.arms_jsonl)}
     steps: dict[int, list[dict]] = {}
-    for record in _lines(out / files.steps_jsonl):
+    for record in arms.get("steps") or []:
         if record.get("phase") == "arm" and record.get("round") == round_no and not record.get("warm"):
             steps.setdefault(int(record["window"]), []).append(record)
-    windows = [w for w in _lines(out / f"arms{rank_suffix}.jsonl") if w.get("round") == round_no]
-    windows.sort(key=lambda w: w["window"])
+    windows = sorted((w for w in arms.get("windows") or [] if w.get("round") == round_no), key=lambda w: w["window"])
     frames = {k: pd.DataFrame(rows).assign(profiled=False) for k, rows in steps.items()}
     return RoundResult(windows, frames)
 
@@ -245,10 +247,10 @@ class ArmsSession:
         self.recommended = _recommendation(exp, [c for c, _ in self._winners], stacked.applicability)
 
     # after the run -------------------------------------------------------------------------
-    def finish(self) -> None:
-        """The child ended: judge a round it finished without asking for the next plan."""
+    def finish(self, arms: dict) -> None:
+        """The child ended (`arms`: its lines, ProbeRun.arms): judge a round it ended inside."""
         if self._arms and self.rounds == 0:
-            self._judge_fixes(read_round(self.out, self.rank_suffix, 0))
+            self._judge_fixes(read_round(self.out, self.rank_suffix, 0, arms))
             self.recommended = self.recommended or (
                 _recommendation(self._winners[0][1], [self._winners[0][0]]) if len(self._winners) == 1 else None)
         for candidate in {c.finding_index: c for c, _ in self._arms.values()}.values():

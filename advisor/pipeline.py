@@ -175,7 +175,7 @@ def _profile(*, script: str, script_args: list[str], steps: int, warmup: int, pr
         results = None
         if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
             findings, rule_warnings = session.findings, session.rule_warnings
-            session.finish()
+            session.finish(run.arms)
             results = ExperimentResults(findings, session.recommended, session.notes, [])
         else:
             findings, rule_warnings = _diagnose(profile, rule_settings)

@@ -141,12 +141,21 @@ def measured_sentence(result: Measured) -> str:
         return f"{label}: {why}" if why else label
     detail = measured_detail(result)
     if state == "slower":
-        return detail
+        return detail + _how(result)
     if state == "unclear" and _interval_spans_one(result):
-        return f"{detail}, not verified"
+        return f"{detail}, not verified{_how(result)}"
     if state == "unclear" and _below_the_bar(result):
-        return detail  # it says why it is not verified
-    return f"{detail}, {label}"
+        return detail + _how(result)  # it says why it is not verified
+    return f"{detail}, {label}{_how(result)}"
+
+
+MEASURED_BY = {"in-process": "in the profiled run", "fresh-run": "in fresh runs"}
+
+
+def _how(result: Measured) -> str:
+    """`, in the profiled run` / `, in fresh runs`: how a result was measured, when the report says."""
+    how = MEASURED_BY.get(getattr(result, "measured_by", None) or "")
+    return f", {how}" if how else ""
 
 
 def estimate_speedup_words(gain) -> str:

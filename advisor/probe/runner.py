@@ -74,6 +74,7 @@ class ProbeRun:
     notes: list[str]
     signal: int | None = None  # the signal that stopped advise (interrupted runs)
     escaped: int = 0  # processes outside the script's group still alive when it ended: killed
+    arms: dict = field(default_factory=dict)  # in-process arms: the child's arm step lines and window lines
 
 
 def _read_new_lines(path: Path, offset: int) -> tuple[list[dict], int]:
@@ -154,6 +155,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     signum: int | None = None
     escaped = 0
     offset = 0
+    window: list[dict] = []  # the measured window's step lines, as they arrive
     deadline = started + config.timeout_s
     stop_sent_at: float | None = None
     try:
@@ -161,12 +163,17 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
             try:
                 rc = child.poll()
                 records, offset = _read_new_lines(out / names.steps_jsonl, offset)
+                window += [r for r in records if r["phase"] == "measure"]
                 for record in records:
                     if record["phase"] in ("window-done", "plan-done"):
                         if record["phase"] == "window-done":
                             deadline = time.monotonic() + config.arms_timeout_s
-                        if on_window_done is not None:
-                            on_window_done(int(record.get("round") or 0))
+                            # the parent's rules read the window as a run dir: its steps and samples so far
+                            probe_now = _load_probe(out / names.probe_json)
+                            _write_steps_csv(out / names.steps_csv, window, probe_now.get("losses") or [])
+                            sampler.write_csv(out / names.samples_csv)
+                        if on_window_done is not None:  # round 0 after the window, N + 1 after round N
+                            on_window_done(0 if record["phase"] == "window-done" else int(record.get("round") or 0) + 1)
                 records = [r for r in records if r["phase"] in _WINDOW_PHASES]
                 if progress is not None and records:
                     last = records[-1]
@@ -217,6 +224,8 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
 
     probe = _load_probe(out / names.probe_json)
     records, _ = _read_new_lines(out / names.steps_jsonl, 0)
+    arm_windows, _ = _read_new_lines(out / names.arms_jsonl, 0)
+    arms = {"steps": [r for r in records if r["phase"] == "arm"], "windows": arm_windows}
     records = [r for r in records if r["phase"] in _WINDOW_PHASES]  # not the arms' lines
     measured = [r for r in records if r["phase"] == "measure"]
     # A child killed at the deadline never wrote probe.json: its step lines still tell.
@@ -224,11 +233,12 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     probe.setdefault("measured_steps", len(measured))
     probe.setdefault("step_source", records[-1]["source"] if records else None)
     _write_steps_csv(out / names.steps_csv, measured, probe.get("losses") or [])
-    (out / names.steps_jsonl).unlink(missing_ok=True)
+    for name in (names.steps_jsonl, names.arms_jsonl, names.plan, names.stop):  # the exchange with the child
+        (out / name).unlink(missing_ok=True)
 
     status = _status(probe, child.returncode, timed_out, interrupted, config.timeout_s, signum)
     return ProbeRun(status=status, exit_code=child.returncode, wall_s=wall_s, probe=probe, files=names, notes=notes,
-                    signal=signum if status == "interrupted" else None, escaped=escaped)
+                    signal=signum if status == "interrupted" else None, escaped=escaped, arms=arms)
 
 
 def _load_probe(path: Path) -> dict:
