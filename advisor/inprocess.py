@@ -183,13 +183,15 @@ class ArmsSession:
             out.append((around, result.measurement(k, self.out)))
         return out
 
-    def _judge(self, result: RoundResult, arm: str, check_loss: bool) -> Experiment | None:
-        pairs = self._pairs(result, arm)
-        if not pairs:
-            return None
+    def _judge(self, result: RoundResult, arm: str, check_loss: bool) -> Experiment | str:
+        """The arm's result, or why there is none: "not-switchable" (a fresh run must measure it) or
+        "unmeasured" (the run ended before its windows)."""
         lines = [line for line in result.windows if line["arm"] == arm]
         if any(line.get("not_switchable") for line in lines):
-            return None  # measured exactly only in a fresh run
+            return "not-switchable"
+        pairs = self._pairs(result, arm)
+        if not pairs:
+            return "unmeasured"
         bases = _unique([m for around, _ in pairs for m in around])
         pooled = _compare(bases, [cand for _, cand in pairs], by_samples=self.by_samples, check_loss=check_loss)
         each = [_compare(around, cand, by_samples=self.by_samples, check_loss=check_loss) for around, cand in pairs]
@@ -205,9 +207,9 @@ class ArmsSession:
         for arm, (candidate, point) in self._arms.items():
             check_loss = candidate.applicability != Applicability.SAFE.value
             exp = self._judge(result, arm, check_loss)
-            if exp is None:
-                if candidate not in self.fresh:
-                    self.fresh.append(candidate)
+            if exp == "not-switchable" and candidate not in self.fresh:
+                self.fresh.append(candidate)
+            if isinstance(exp, str):
                 continue
             by_candidate.setdefault(candidate.finding_index, []).append((point, exp))
         for index, tried in by_candidate.items():
@@ -239,7 +241,7 @@ class ArmsSession:
     def _judge_stack(self, result: RoundResult) -> None:
         stacked, _ = self._arms["stacked"]
         exp = self._judge(result, "stacked", stacked.applicability != "safe")
-        if exp is None:
+        if isinstance(exp, str):
             best = max(self._winners, key=lambda w: w[1].speedup or 0)
             self.notes.append("the stacked configuration could not be measured in-process; best single fix recommended")
             self.recommended = _recommendation(best[1], [best[0]])

@@ -32,8 +32,7 @@ def drive(tmp_path: Path, script: str, plans: list[list[dict]], args: list[str] 
     run = run_probe(ProbeConfig(script=str(WORKLOADS / script), args=list(args), out=out, **settings),
                     on_window_done=on_window_done)
     lines = [json.loads(line) for line in snapshots[-1].splitlines()] if snapshots else []
-    arms_path = out / "arms.jsonl"
-    arms = [json.loads(line) for line in arms_path.read_text().splitlines()] if arms_path.exists() else []
+    arms = run.arms.get("windows") or []  # the runner's copy: the exchange files are gone with the run
     return {"run": run, "calls": calls, "lines": lines, "arms": arms, "out": out,
             "log": (out / "script.log").read_text()}
 
@@ -63,7 +62,7 @@ def test_switches_take_effect_inside_the_users_loop(tmp_path):
     got = drive(tmp_path, "arms_loop.py", [plan, []], args=["--log", str(log)])
     run, lines, arms = got["run"], got["lines"], got["arms"]
     assert run.status == "ok" and run.probe["status"] == "done", got["log"][-2000:]
-    assert got["calls"] == [0, 0]  # window-done, then plan-done of round 0
+    assert got["calls"] == [0, 1]  # window-done (round 0 next), then plan-done of round 0 (round 1 next)
     assert [r["phase"] for r in lines if r["phase"] in ("window-done", "plan-done")] == ["window-done", "plan-done"]
     by_arm = {(a["window"]): a for a in arms}
     assert len(arms) == len(plan)
@@ -192,8 +191,9 @@ def test_compile_switch_is_cached_and_a_stop_file_ends_the_run(tmp_path):
 
     run = run_probe(ProbeConfig(script=str(WORKLOADS / "train_basic.py"), out=out, warmup=1, steps=3, profile_steps=0,
                                 arms=True, plan_timeout_s=30), on_window_done=on_window_done)
-    assert run.status == "ok" and run.probe["status"] == "done" and calls == [0, 0]
-    arms = [json.loads(line) for line in (out / "arms.jsonl").read_text().splitlines()]
+    assert run.status == "ok" and run.probe["status"] == "done" and calls == [0, 1]
+    arms = run.arms["windows"]
+    assert not (out / "arms.jsonl").exists() and not (out / "stop").exists()  # the exchange files are cleared
     assert [a["applied"] for a in arms] == [{"compile": True}, {}, {"compile": True}]
     assert arms[0]["switch_s"] > 10 * arms[2]["switch_s"]  # compiled once, in the first window
     assert run.wall_s < 25

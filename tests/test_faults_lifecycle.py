@@ -207,7 +207,7 @@ def test_signal_during_the_experiments_stops_the_experiment_child(tmp_path, sig,
     plant_previous_run(run)
     # 60 of every 80 ms in the DataLoader: DL001 fires, so its fix is measured in a new child
     proc = start(tmp_path, "--steps", "8", "--warmup", "1", "--profile-steps", "2", "--max-experiments", "2",
-                 "--out", "run", "--", "--marker", str(marker), "--data-ms", "60", "--step-ms", "80")
+                 "--fresh-runs", "--out", "run", "--", "--marker", str(marker), "--data-ms", "60", "--step-ms", "80")
     child_steps = run / "experiments" / "01-baseline" / "steps.jsonl"
     wait_for(lambda: lines(child_steps, "\n") >= 1, proc, "the first experiment's first step")
     before = tree_of(proc.pid) + helpers_in(run)
@@ -283,11 +283,36 @@ def test_a_reused_run_dir_holds_only_this_runs_files_however_it_ends(tmp_path, h
     assert not still_running(before) and not alive_with(str(tmp_path))
 
 
+
+@pytest.mark.slow
+def test_a_signal_during_the_in_process_arms_keeps_the_window(tmp_path):
+    """The arms run in the profiled child: SIGTERM there stops it as anywhere else; the window stays whole."""
+    run, marker = tmp_path / "run", tmp_path / "marker"
+    proc = start(tmp_path, "--steps", "8", "--warmup", "1", "--profile-steps", "2", "--max-experiments", "2",
+                 "--out", "run", "--", "--marker", str(marker), "--data-ms", "60", "--step-ms", "80")
+    wait_for(lambda: '"phase": "arm"' in _text(run / "steps.jsonl"), proc, "the first arm step")
+    before = tree_of(proc.pid) + helpers_in(run)
+    report = stop_with(proc, signal.SIGTERM, 143, "SIGTERM", before, tmp_path)
+    assert report["status"] == "interrupted" and len(report["steps"]) == 8  # the measured window is whole
+    assert report["artifacts"]["trace"] == "trace.json.gz"
+    dl001 = next(f for f in report["findings"] if f["code"] == "DL001")
+    assert dl001["experiment"]["verdict"] == "not-measured", dl001["experiment"]
+    assert not any((run / name).exists() for name in ("steps.jsonl", "arms.jsonl", "plan.json", "stop"))
+    assert_report_is_the_run_dir(run, report, others=())
+    assert lines(marker / "atexit.txt", "atexit ") == 1  # one child: the profiled run measured the arms
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
 @pytest.mark.slow
 def test_a_signal_after_the_measurements_still_writes_the_report(tmp_path):
     """SIGTERM while the run is analysed (or the experiments are about to start): nothing is half-written."""
     run, marker = tmp_path / "run", tmp_path / "marker"
-    proc = start(tmp_path, "--steps", "6", "--warmup", "1", "--profile-steps", "2", "--out", "run", "--",
+    proc = start(tmp_path, "--steps", "6", "--warmup", "1", "--profile-steps", "2", "--fresh-runs", "--out", "run", "--",
                  "--marker", str(marker), "--data-ms", "60", "--step-ms", "80")
     seen: list[str] = []
     reader = threading.Thread(target=lambda: seen.extend(iter(proc.stdout.readline, "")), daemon=True)

@@ -95,3 +95,15 @@ def test_a_starved_loader_is_measured_inside_the_profiled_run(tmp_path):
     assert report["recommended"]["measured_by"] == "in-process" and report["recommended"]["verified"]
     assert len(report["steps"]) == 10  # the measured window stays the window; arm steps are not in it
     assert wall < 120
+
+
+def test_an_arm_the_run_never_reached_is_not_measured_not_sent_to_a_fresh_run(tmp_path):
+    finding = _dl001()
+    session = _session(tmp_path, finding)
+    from advisor.experiments import Candidate
+    cand = Candidate("dataloader-starvation", {"dataloader": {"num_workers": 2}}, "safe", 0)
+    session._arms = {"a1": (cand, cand)}
+    session._judge_fixes(_round([("baseline", {}, 0.10, [])]))  # stopped after the first baseline window
+    assert session.fresh == [] and finding.experiment is None
+    session.finish({"steps": [], "windows": []})
+    assert finding.experiment.verdict == "not-measured" and "ended before" in finding.experiment.reason
