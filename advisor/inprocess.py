@@ -134,6 +134,11 @@ class ArmsSession:
             self.notes.append(f"in-process experiments stopped: {type(exc).__name__}: {exc}")
             windows = []
         self.rounds = round_no
+        if windows and self.progress is not None:
+            arms = len({w.arm for w in windows} - {BASELINE})
+            what = "the fixes" if round_no == 0 else "the winners stacked"
+            self.progress.phase(f"measuring {what} inside this run: {arms} arm{'s' if arms != 1 else ''}, "
+                                f"{len(windows)} windows of {windows[0].steps} steps")
         write_json_atomic(self.out / f"plan{self.rank_suffix}.json",
                           {"round": round_no, "windows": [w.to_dict() for w in windows]})
 
