@@ -44,12 +44,13 @@ class Window:
         return {"arm": self.arm, "overrides": self.overrides, "warmup": self.warmup, "steps": self.steps}
 
 
-def interleave(arms: list[tuple[str, dict]], warmup: Callable[[dict], int], steps: int) -> list[Window]:
-    """B A1 B A2 ... B, then the arms again in reverse, each between baselines."""
+def interleave(arms: list[tuple[str, dict]], warmup: Callable[[dict], int], steps: Callable[[str], int] | int) -> list[Window]:
+    """B A1 B A2 ... B, then the arms again in reverse, each between baselines; `steps(arm)` timed steps."""
+    length = steps if callable(steps) else (lambda arm: steps)
     order = arms + list(reversed(arms)) if REPEATS > 1 else arms
-    windows = [Window(BASELINE, {}, warmup({}), steps)]
+    windows = [Window(BASELINE, {}, warmup({}), length(BASELINE))]
     for arm, overrides in order:
-        windows += [Window(arm, overrides, warmup(overrides), steps), Window(BASELINE, {}, warmup({}), steps)]
+        windows += [Window(arm, overrides, warmup(overrides), length(arm)), Window(BASELINE, {}, warmup({}), length(BASELINE))]
     return windows
 
 
@@ -123,6 +124,7 @@ class ArmsSession:
     rounds: int = 0
     _arms: dict[str, tuple[Candidate, Candidate]] = field(default_factory=dict)  # arm id -> (candidate, point)
     _winners: list[tuple[Candidate, Experiment]] = field(default_factory=list)
+    _lengths: dict[str, int] = field(default_factory=dict)  # arm id -> window length, in baseline windows
     _workers: int = 0
 
     # the child asks ------------------------------------------------------------------------
@@ -167,8 +169,14 @@ class ArmsSession:
             for point in _sweep_points(candidate, ctx)[: self.max_experiments]:
                 arm = f"a{len(self._arms) + 1}"
                 self._arms[arm] = (candidate, point)
+                self._lengths[arm] = _expected_speedup(finding)
                 arms.append((arm, point.overrides))
-        return interleave(arms, self._warmup, max(MIN_WINDOW_STEPS, self.window_steps)) if arms else []
+        return interleave(arms, self._warmup, self._steps) if arms else []
+
+    def _steps(self, arm: str) -> int:
+        """Timed steps of a window: an arm expected k times faster gets k times the steps (up to 8),
+        so its window lasts about as long as a baseline window and its interval is as tight."""
+        return max(MIN_WINDOW_STEPS, self.window_steps) * self._lengths.get(arm, 1)
 
     def _warmup(self, overrides: dict) -> int:
         """Untimed steps opening a window: a new loader's workers fill their prefetch first."""
@@ -241,7 +249,9 @@ class ArmsSession:
                             Applicability.UNSAFE.value if any(c.applicability != "safe" for c, _ in self._winners)
                             else Applicability.SAFE.value)
         self._arms["stacked"] = (stacked, stacked)
-        return interleave([("stacked", overrides)], self._warmup, max(MIN_WINDOW_STEPS, self.window_steps))
+        best = max((e.speedup or 1.0) for _, e in self._winners)
+        self._lengths["stacked"] = max(1, min(8, round(best)))
+        return interleave([("stacked", overrides)], self._warmup, self._steps)
 
     def _judge_stack(self, result: RoundResult) -> None:
         stacked, _ = self._arms["stacked"]
@@ -264,6 +274,12 @@ class ArmsSession:
             finding = self.findings[candidate.finding_index]
             if finding.experiment is None and candidate not in self.fresh:
                 finding.experiment = Experiment.not_measured("the run ended before this fix was measured")
+
+
+def _expected_speedup(finding: Finding) -> int:
+    """The rule's estimate as a whole speedup factor, 1 to 8 (saving f of the step is 1/(1-f))."""
+    gain = finding.estimated_gain_frac or 0.0
+    return max(1, min(8, round(1 / (1 - min(gain, 0.9)))))
 
 
 def _unique(items: list[Measurement]) -> list[Measurement]:
