@@ -203,13 +203,7 @@ class StepClock:
         record = {
             "phase": phase,
             "index": measured_index,
-            "t_start": self._last_t,
-            "t_end": now,
-            "duration_s": now - self._last_t,
-            "data_wait_s": acc.data_wait_s,
-            "optimizer_s": acc.optimizer_s,
-            "backward_s": acc.backward_s,
-            "samples": acc.batch(),
+            **self._timing(acc, now),
             "profiled": self.profiling,
             "source": self.source,
             "warmup": self.warmup,
@@ -252,19 +246,17 @@ class StepClock:
         if carry is None:
             self._last_t = time.monotonic()  # keep our own bookkeeping out of the next step
 
+    def _timing(self, acc: StepAccumulator, now: float) -> dict:
+        """The step that ends at `now`: its span and where its time went (window and arm lines alike)."""
+        return {"t_start": self._last_t, "t_end": now, "duration_s": now - self._last_t,
+                "data_wait_s": acc.data_wait_s, "optimizer_s": acc.optimizer_s, "backward_s": acc.backward_s,
+                "samples": acc.batch()}
+
     def _arm_step(self, now: float, carry: StepAccumulator | None) -> None:
         """A boundary while the arms run: one arm step line; the arms may switch (or end) here."""
         acc = self._acc
         self._acc = carry or StepAccumulator()
-        record = {
-            "t_start": self._last_t,
-            "t_end": now,
-            "duration_s": now - self._last_t,
-            "data_wait_s": acc.data_wait_s,
-            "optimizer_s": acc.optimizer_s,
-            "backward_s": acc.backward_s,
-            "samples": acc.batch(),
-        }
+        record = self._timing(acc, now)
         self._last_t = now
         try:
             self.arms.step(record, acc.loss)
