@@ -231,6 +231,9 @@ def _stats(report: dict) -> list[Stat]:
     if memory:
         value, _, detail = memory.partition(" (")
         stats.append(Stat("peak memory", value, detail.rstrip(")")))
+    mfu, detail = words.mfu_words(report.get("mfu"))
+    if mfu:
+        stats.append(Stat("MFU", mfu, detail))
     stats.append(Stat("device", device, _device_detail(env)))
     stats.append(Stat("steps", f"{len(report.get('steps') or [])} measured",
                       f"boundaries from {report['step_source']}" if report.get("step_source") else "no step boundaries seen"))

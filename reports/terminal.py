@@ -160,6 +160,9 @@ def print_summary(report: dict, con: Console, run_dir: str | None = None) -> Non
     memory = words.memory_words(report.get("memory") or {})
     if memory:
         table.add_row("peak memory", memory)
+    mfu, detail = words.mfu_words(report.get("mfu"))
+    if mfu:
+        table.add_row("MFU", f"{mfu} ({detail})")
     if report.get("error"):
         table.add_row("error", Text(report["error"], style="red"))
     con.print(table)

@@ -377,3 +377,15 @@ def memory_words(memory: dict) -> str:
     if finite(mem.get("peak_rss_bytes")) is not None:
         return f"{fmt.bytes_(mem['peak_rss_bytes'])} (RSS summed over the script's processes)"
     return ""
+
+
+def mfu_words(mfu: dict | None) -> tuple[str, str]:
+    """Model FLOPs utilization as (headline, detail): `35.8%` and `5.62 of 15.7 TFLOP/s, fp32 peak of
+    the device`; a CPU run, or a device without a peak, gets the achieved rate alone."""
+    if not mfu or finite(mfu.get("achieved_tflops")) is None:
+        return "", ""
+    achieved = fmt.flops(mfu["achieved_tflops"] * 1e12) + "/s"
+    dtype = mfu.get("dtype") or "?"
+    if finite(mfu.get("mfu")) is not None:
+        return fmt.frac(mfu["mfu"], 1), f"{achieved} of the {fmt.number(mfu['peak_tflops'])} TFLOP/s dense {dtype} peak"
+    return f"{achieved} achieved", f"{dtype}; {mfu.get('peak_source') or 'no peak to compare with'}"

@@ -183,3 +183,12 @@ def test_the_terminal_ranks_and_words_findings_as_the_page_does():
     assert all(f.experiment.sentence in md for f in page.findings)
     assert f"recommended: {page.recommended.fixes}  {page.recommended.result.sentence}" in text
     assert page.verdict.gain == page.recommended.result.sentence == "1.80× faster (95% CI 1.66–1.93×), verified"
+
+
+def test_mfu_is_said_against_the_dtype_peak_or_as_a_rate_alone():
+    gpu = {"achieved_tflops": 5.62, "peak_tflops": 15.7, "mfu": 5.62 / 15.7, "dtype": "fp32"}
+    assert words.mfu_words(gpu) == ("35.8%", "5.62 TFLOP/s of the 15.7 TFLOP/s dense fp32 peak")
+    cpu = {"achieved_tflops": 0.012, "peak_tflops": None, "mfu": None, "dtype": "fp32",
+           "peak_source": "CPU run: no peak table for CPUs"}
+    assert words.mfu_words(cpu) == ("12.00 GFLOP/s achieved", "fp32; CPU run: no peak table for CPUs")
+    assert words.mfu_words(None) == ("", "")
