@@ -97,8 +97,10 @@ def window_samples(samples: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """The sampler ticks inside :func:`measured_window`: the one definition every mean uses.
 
     Start-up (imports, CUDA init, data loading before step 1) idles the GPU and busies one core;
-    counting those ticks would bias every mean toward "idle". All ticks are kept when the window
-    is unknown or no tick falls in it (a run shorter than one sampling period).
+    counting those ticks would bias every mean toward "idle". A window shorter than a few
+    sampling periods takes the `MIN_TICKS` ticks nearest its end instead (the steps just before it
+    are warm-up steps of the same loop), so one tick never decides; all ticks are kept when the
+    window is unknown.
     """
     if samples.empty or "t" not in samples:
         return samples
@@ -107,7 +109,12 @@ def window_samples(samples: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         return samples
     t = samples["t"]
     inside = samples[(t >= window[0]) & (t <= window[1])]
-    return inside if not inside.empty else samples
+    if len(inside) >= MIN_TICKS:
+        return inside
+    return samples[t <= window[1]].tail(MIN_TICKS) if (t <= window[1]).any() else samples
+
+
+MIN_TICKS = 3  # sampler ticks a window mean rests on, at least
 
 
 def utilization(samples: pd.DataFrame, steps: pd.DataFrame) -> dict:

@@ -13,8 +13,10 @@ missing; with $CI set (`.ci/run` sets it) a missing shared folder fails the whol
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import tempfile
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -122,3 +124,19 @@ def pytest_terminal_summary(terminalreporter):
     if skipped:
         terminalreporter.section(MISSING_SHARED, sep="!", red=True, bold=True)
         terminalreporter.line(f"{len(skipped)} tests skipped: {_shared_missing_text()}.", red=True, bold=True)
+
+
+@pytest.fixture(autouse=True)
+def _timing_alone(request):
+    """Tests marked `timing` judge real speed-ups: a neighbour test hogging the CPU in the other
+    xdist worker could make a no-op look 4x faster. They take an exclusive lock, every other test
+    a shared one, so a timing test runs while no other test does (one lock per test run)."""
+    run_id = getattr(request.config, "workerinput", {}).get("testrunuid", f"solo-{os.getpid()}")
+    fd = os.open(Path(tempfile.gettempdir()) / f"advise-tests-{run_id}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    exclusive = request.node.get_closest_marker("timing") is not None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -123,6 +123,7 @@ def test_dataloader_switch_keeps_every_epoch_whole(tmp_path):
     assert got["arms"][1]["applied"]["dataloaders"][0]["num_workers"] == 2 and got["arms"][1]["switch_s"] > 0
 
 
+@pytest.mark.timing
 def test_workers_really_speed_up_a_starved_loader(tmp_path):
     plan = []
     for _ in range(2):

@@ -98,6 +98,7 @@ def experiment_on(tmp_path, workload: str, fix: dict, **options):
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_starved_loader_fix_is_measured_swept_and_recommended(tmp_path):
     results = experiment_on(tmp_path, "starved_io.py", finding("dataloader-starvation", {"dataloader": {"num_workers": 2}}),
                             io_like=True, max_experiments=3)
@@ -121,6 +122,7 @@ def test_starved_loader_fix_is_measured_swept_and_recommended(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_a_fix_that_does_nothing_is_not_verified(tmp_path):
     """Healthy control: an override with no effect on a CPU run must not be called faster."""
     results = experiment_on(tmp_path, "healthy_inmemory.py", finding("cudnn-benchmark", {"cudnn_benchmark": True}))

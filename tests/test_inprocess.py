@@ -76,6 +76,7 @@ def test_an_arm_the_child_could_not_switch_goes_to_a_fresh_run(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_a_starved_loader_is_measured_inside_the_profiled_run(tmp_path):
     """No fresh child: the workers are switched on at step boundaries of the run that was profiled."""
     import subprocess

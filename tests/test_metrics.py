@@ -42,10 +42,11 @@ def test_window_samples_keeps_ticks_inside_bounds_included():
     assert window_samples(s, steps())["t"].tolist() == [10.0, 11.5, 13.0]
 
 
-def test_window_samples_falls_back_to_all_ticks():
-    s = ticks([0.5, 20.0], v=[1, 2])
-    assert len(window_samples(s, steps())) == 2  # none inside: a run shorter than a tick
-    assert len(window_samples(s, pd.DataFrame())) == 2  # no window
+def test_a_window_shorter_than_a_few_ticks_takes_the_ticks_nearest_its_end():
+    s = ticks([0.5, 8.0, 9.0, 9.5, 11.0, 20.0], v=[1, 2, 3, 4, 5, 6])
+    assert list(window_samples(s, steps())["v"]) == [3, 4, 5]  # one tick inside 10-13: never one tick alone
+    assert list(window_samples(ticks([20.0, 21.0], v=[1, 2]), steps())["v"]) == [1, 2]  # nothing before its end
+    assert len(window_samples(s, pd.DataFrame())) == 6  # no window: every tick
     assert window_samples(pd.DataFrame(), steps()).empty
 
 

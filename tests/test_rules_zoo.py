@@ -60,6 +60,7 @@ def test_the_zoo_has_a_plant_for_every_cpu_rule_and_three_healthy_controls():
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+@pytest.mark.timing
 def test_zoo(script, tmp_path, record_property):
     expect = expectation(script)
     proc = subprocess.run(advise_cmd("profile", *PROBE, "--out", str(tmp_path / "run"), str(script)),

@@ -22,7 +22,7 @@ class Augmented(Dataset):
 
     def __getitem__(self, i):
         x = torch.randn(256)
-        for _ in range(4):  # real CPU work in every worker
+        for _ in range(12):  # real CPU work in every worker
             x = torch.tanh(x @ self.w)
         return x, x[:1].clone()
 
@@ -31,5 +31,6 @@ if __name__ == "__main__":
     torch.set_num_threads(CORES)  # every core for compute, and workers on top
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 1))
-    loader = DataLoader(Augmented(), batch_size=32, num_workers=CORES + 2, persistent_workers=True)
+    # batches big enough that the measured window spans several 100 ms sampler ticks
+    loader = DataLoader(Augmented(), batch_size=128, num_workers=CORES + 2, persistent_workers=True)
     train_forever(model, loader, torch.optim.SGD(model.parameters(), lr=0.01))
