@@ -113,7 +113,7 @@ class ArmsSession:
     safe_only: bool = False
     max_experiments: int = 12
     window_steps: int = 10
-    io_like: Callable[[], bool] = lambda: False
+    io_like: Callable[[object], bool] = lambda profile: False  # the window's Profile -> loading waits, not computes
     progress: object | None = None
     findings: list[Finding] = field(default_factory=list)
     by_samples: bool = False
@@ -159,7 +159,7 @@ class ArmsSession:
         steps, env = profile.steps, profile.env
         self.by_samples = bool(steps["samples"].notna().all()) if "samples" in steps and len(steps) else False
         self._workers = max([int(dl.get("num_workers") or 0) for dl in profile.observed.get("dataloaders") or []] or [0])
-        ctx = vocabulary.SweepContext(int(env.get("cpu_count") or os.cpu_count() or 1), self.io_like())
+        ctx = vocabulary.SweepContext(int(env.get("cpu_count") or os.cpu_count() or 1), self.io_like(profile))
         arms: list[tuple[str, dict]] = []
         for candidate in candidates_from(self.findings, self.safe_only):
             finding = self.findings[candidate.finding_index]

@@ -81,8 +81,7 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
         session.rule_warnings = warnings
         return findings, profile
 
-    def io_like() -> bool:
-        profile = Profile.from_run_dir(out, suffix)
+    def io_like(profile: Profile) -> bool:  # the Profile diagnose() loaded: the trace is parsed once
         return _io_like(metrics.utilization(profile.samples, profile.steps), profile.env)
 
     session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
