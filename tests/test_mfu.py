@@ -80,4 +80,4 @@ def test_a_probed_cpu_run_reports_its_flops_and_no_peak(advise):
     assert mfu["flops_per_step"] == forward + backward
     assert mfu["achieved_tflops"] > 0 and mfu["peak_tflops"] is None and mfu["mfu"] is None
     assert "outside the profiler" in mfu["basis"] and "CPU" in mfu["peak_source"]
-    assert "MFU" in r.stdout and "GFLOP/s achieved" in r.stdout  # the terminal says it too
+    assert "MFU" in r.stdout and "FLOP/s achieved" in r.stdout  # the terminal says it too (M or GFLOP/s: speed varies)
