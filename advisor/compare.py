@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import posixpath
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
