@@ -12,7 +12,6 @@ from advisor.model import Finding, Fix
 from advisor.stats import baseline_drift, speedup_ci
 from advisor.probe.runner import ProbeConfig, run_probe
 from advisor.profile import Profile
-from advisor.stats import baseline_drift, speedup_ci
 from conftest import WORKLOADS
 
 

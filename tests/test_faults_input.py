@@ -22,7 +22,6 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advisor.inprocess import BASELINE, ArmsSession, RoundResult, Window, interleave
+from advisor.inprocess import BASELINE, ArmsSession, RoundResult, interleave
 from advisor.model import Finding, Fix
 from conftest import WORKLOADS, advise_cmd
 
