@@ -14,6 +14,7 @@ import click
 from . import __version__
 
 from .cli_exit import EXIT_USAGE, fail, run_dir_errors
+from .memory import parse_size
 
 
 def _rule_options(command):
@@ -78,8 +79,12 @@ def main() -> None:
 # Options come before the script; every word after it is the script's, as with python, torchrun,
 # pyinstrument and nsys (click stops parsing options at the first argument).
 @main.command(context_settings={"allow_interspersed_args": False})
-@click.argument("script", type=click.Path(exists=True, dir_okay=False))
+@click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("-m", "module", is_flag=True,
+              help="SCRIPT is a module name, run as `python -m SCRIPT ARGS` runs it (sys.path, __main__, __spec__).")
+@click.option("--nproc-per-node", "nproc", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Start this many ranks through torch.distributed.run (--standalone), each probed.")
 @click.option("--steps", default=20, show_default=True, type=click.IntRange(min=1), help="Measured steps.")
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(min=0), help="Un-measured warm-up steps.")
 @click.option("--profile-steps", default=5, show_default=True, type=click.IntRange(min=0),
@@ -96,31 +101,90 @@ def main() -> None:
 @click.option("--safe-only", is_flag=True, help="Skip fixes that change numerics (bf16, TF32, bigger batch).")
 @click.option("--fresh-runs", is_flag=True,
               help="Measure each fix in a fresh re-run of the script instead of as arms of the profiled run.")
+@click.option("--confirm", is_flag=True,
+              help="Also measure the recommended configuration in fresh runs of the script, as you will apply it.")
 @click.option("--baseline", default=None, metavar="BASELINE.json",
               help="After the run, compare with this report as `advise compare` does; exit 3 on a regression.")
 @click.option("--max-regression", default="10%", show_default=True, metavar="PCT",
               help="With --baseline: slower than this (and significant) is a regression.")
+@click.option("--memory-budget", default=None, metavar="SIZE",
+              help="The memory the run may use (160MB, 20GiB); default: the device's capacity.")
 @_rule_options
-def profile(script, script_args, steps, warmup, profile_steps, out, timeout_s, as_json, no_experiments,
-            max_experiments, time_budget_s, safe_only, fresh_runs, baseline, max_regression, select, ignore, config):
+def profile(script, script_args, module, nproc, steps, warmup, profile_steps, out, timeout_s, as_json, no_experiments,
+            max_experiments, time_budget_s, safe_only, fresh_runs, confirm, baseline, max_regression, memory_budget,
+            select, ignore, config):
     """Run SCRIPT under the probe: advise profile --steps 30 train.py --lr 0.1
 
     advise's options come before SCRIPT; everything after it goes to the script, as `python
     SCRIPT ARGS` would pass it (a `--` right after SCRIPT is dropped).
     """
+    _check_target(script, module)
+    _refuse_launcher(script, module, list(script_args))
+    if nproc > 1 and _under_a_launcher():
+        fail("--nproc-per-node starts the ranks itself; under torchrun, run advise without it (each rank probes itself)")
     script_args = _script_args(script, list(script_args))
-    settings = _rule_settings(select, ignore, config, Path(script).parent)  # a bad selection fails before the run
+    budget = _size(memory_budget, "--memory-budget") if memory_budget is not None else None
+    folder = Path.cwd() if module else Path(script).parent
+    settings = _rule_settings(select, ignore, config, folder)  # a bad selection fails before the run
     from .pipeline import ExperimentOptions, profile_script
 
     with run_dir_errors(Path(out)):  # a full, read-only or forbidden run dir: one line, exit 2
         code = profile_script(
-            script=script, script_args=script_args, steps=steps, warmup=warmup, profile_steps=profile_steps,
+            script=script, script_args=script_args, module=module, nproc=nproc, steps=steps, warmup=warmup, profile_steps=profile_steps,
             out=Path(out), timeout_s=timeout_s, as_json=as_json,
-            experiments=ExperimentOptions(not no_experiments, max_experiments, time_budget_s, safe_only, fresh_runs),
+            experiments=ExperimentOptions(not no_experiments, max_experiments, time_budget_s, safe_only, fresh_runs, confirm),
             baseline=baseline, max_regression=_percent(max_regression, "--max-regression"),
-            rule_settings=settings,
+            rule_settings=settings, memory_budget_bytes=budget,
         )
     sys.exit(code)
+
+
+def _under_a_launcher() -> bool:
+    import os
+
+    return int(os.environ.get("WORLD_SIZE") or 1) > 1
+
+
+LAUNCHERS = {"torchrun", "torch.distributed.run", "torch.distributed.launch"}
+
+
+def _refuse_launcher(script: str, module: bool, args: list[str]) -> None:
+    """`advise profile torchrun ...` would probe the launcher, not the training: say what to write."""
+    name = script if module else Path(script).name
+    if name not in LAUNCHERS and not (not module and Path(script).resolve().parts[-3:] == ("torch", "distributed", "run.py")):
+        return
+    import shlex
+
+    nproc = "N"
+    for i, word in enumerate(args):
+        if word.startswith(("--nproc-per-node", "--nproc_per_node")):
+            nproc = word.split("=", 1)[1] if "=" in word else (args[i + 1:i + 2] or ["N"])[0]
+    # The training script: the first .py word, or -m and its module; the launcher's options before it go.
+    at = next((i for i, w in enumerate(args) if w.endswith(".py") or (w == "-m" and i + 1 < len(args))), None)
+    rest = args[at:] if at is not None else ["train.py"]
+    fail(f"advise starts the ranks itself; profile the training script, not the launcher: "
+         f"{shlex.join(['advise', 'profile', '--nproc-per-node', nproc, *rest])}")
+
+
+def _check_target(script: str, module: bool) -> None:
+    """A missing script or module: one usage line before anything runs."""
+    def bad(message: str):
+        raise click.BadParameter(message, param_hint="'SCRIPT'")
+
+    if not module:
+        if Path(script).is_dir():
+            bad(f"File {script!r} is a directory.")
+        if not Path(script).is_file():
+            bad(f"File {script!r} does not exist.")
+        return
+    import importlib.machinery
+
+    if not all(part.isidentifier() for part in script.split(".")):
+        bad(f"{script!r} is not a module name.")
+    top = script.split(".")[0]
+    # Only the top-level package is looked up: importing it here would run the user's code twice.
+    if top not in sys.builtin_module_names and importlib.machinery.PathFinder.find_spec(top, [str(Path.cwd()), *sys.path[1:]]) is None:
+        bad(f"No module named {top!r} (looked in {Path.cwd()} and the installed packages).")
 
 
 def _script_args(script: str, args: list[str]) -> list[str]:
@@ -157,17 +221,25 @@ def _all_profile_options(words: list[str]) -> bool:
 
 
 @main.command()
-@click.argument("trace", type=click.Path(dir_okay=False))
+@click.argument("traces", nargs=-1, required=True, metavar="TRACE...", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON to stdout.")
 @click.option("--out", default=None, type=click.Path(file_okay=False), help="Also write report.json into this dir.")
 @_rule_options
-def analyze(trace, as_json, out, select, ignore, config):
-    """Analyze a Kineto trace (.json or .json.gz) a user already has."""
+def analyze(traces, as_json, out, select, ignore, config):
+    """Analyze Kineto traces (.json or .json.gz) a user already has: one, or one per rank (or a dir of them)."""
     settings = _rule_settings(select, ignore, config, Path.cwd())  # a bad selection fails before any work
-    from .pipeline import analyze_trace
+    if len(traces) == 1:
+        from .trace_read import prefetch
+
+        prefetch(traces[0])  # read on a second core while pandas and the rest import
+    from .pipeline import analyze_trace, analyze_traces
 
     with run_dir_errors(Path(out) if out else None):
-        code = analyze_trace(Path(trace), as_json=as_json, out=Path(out) if out else None, rule_settings=settings)
+        if len(traces) == 1 and not Path(traces[0]).is_dir():
+            code = analyze_trace(Path(traces[0]), as_json=as_json, out=Path(out) if out else None, rule_settings=settings)
+        else:
+            code = analyze_traces([Path(t) for t in traces], as_json=as_json, out=Path(out) if out else None,
+                                  rule_settings=settings)
     sys.exit(code)
 
 
@@ -246,6 +318,13 @@ def rules_command(name, as_json):
         click.echo("Defaults: " + ", ".join(f"{o.key} = {o.default!r}" for o in found.options) + ".")
     click.echo("")
     click.echo(found.doc.rstrip())
+
+
+def _size(text: str, option: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        fail(f"{option}: {exc}")
 
 
 def _percent(text: str, option: str) -> float:

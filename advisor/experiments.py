@@ -16,7 +16,6 @@ stacked into one recommended configuration and measured together against the bas
 from __future__ import annotations
 
 import math
-import os
 import signal
 import time
 from dataclasses import dataclass, field, replace
@@ -25,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import metrics
+from . import memory, metrics
 from . import overrides as vocabulary
 from .interrupt import Interrupted, StopRequest, describe
 from .model import VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Recommendation, Verdict
@@ -59,6 +58,9 @@ class Measurement:
     wall_s: float
     error: str | None = None
     applied: dict = field(default_factory=dict)  # what the child says took effect (probe.json)
+    peak_memory_bytes: int | None = None  # the measurement's own peak (see advisor.memory)
+    memory_basis: str | None = None
+    oom: bool = False  # it ran out of memory
 
     @property
     def ok(self) -> bool:
@@ -140,20 +142,24 @@ class Runner:
             raise Interrupted(self.stop.signum)
         self.counter += 1
         run_dir = self.root / f"{self.counter:02d}-{_slug(label) or 'baseline'}"
-        config = replace(self.base, out=run_dir, overrides=overrides, profile_steps=0)
+        # A fresh child is a plain run: it must not wait for an arms plan after its window.
+        config = replace(self.base, out=run_dir, overrides=overrides, profile_steps=0, arms=False)
         run = run_probe(config, self.progress, self.stop)
         self.escaped += run.escaped
         if run.status == "interrupted":  # a stop signal ends the experiments, not just this run
             self.log.append({"label": label, "overrides": overrides, "status": run.status, "wall_s": run.wall_s,
                              "run_dir": str(run_dir), "applied": {}})
             raise Interrupted(run.signal)
-        profile = Profile.from_run_dir(run_dir)
+        profile = Profile.from_run_dir(run_dir, run.suffix)
         self.per_run_s = max(self.per_run_s, run.wall_s)
         applied = run.probe.get("applied") or {}
+        mem = run.probe.get("memory") or {}
         self.log.append({"label": label, "overrides": overrides, "status": run.status, "wall_s": run.wall_s,
                          "run_dir": str(run_dir), "applied": applied})
-        return Measurement(label, overrides, run.status, run_dir, profile.steps, run.wall_s, run.probe.get("error"),
-                           applied)
+        error = run.probe.get("error")
+        return Measurement(label, overrides, run.status, run_dir, profile.steps, run.wall_s, error, applied,
+                           mem.get("peak_memory_bytes"), mem.get("memory_basis"),
+                           "out of memory" in str(error or "").lower())
 
 
 def _compare(base_runs: list[Measurement], cand_runs: list[Measurement] | Measurement, *, by_samples: bool,
@@ -172,6 +178,8 @@ def _compare(base_runs: list[Measurement], cand_runs: list[Measurement] | Measur
     ratio, lo, hi = speedup_ci(ok_base, [m.steps for m in ok_cand], by_samples=by_samples)
     drift = baseline_drift(ok_base, by_samples)
     result.speedup, result.ci_low, result.ci_high, result.baseline_drift_frac = ratio, lo, hi, drift
+    result.memory_change_frac = memory.change_frac((result.baseline or {}).get("peak_memory_bytes"),
+                                                   (result.candidate or {}).get("peak_memory_bytes"))
     if check_loss:
         result.loss_check = loss_check(ok_base, pd.concat([m.steps for m in ok_cand], ignore_index=True))
     loss_ok = not check_loss or result.loss_check["passed"] is not False
@@ -220,8 +228,11 @@ def _pool_summary(runs: list[Measurement]) -> dict:
         return {"runs": len(runs), "samples_per_s": None}
     steps = pd.concat([m.steps for m in ok], ignore_index=True)
     tp = metrics.throughput(steps)
+    peaks = [m.peak_memory_bytes for m in ok if m.peak_memory_bytes]
     return {"runs": len(ok), "samples_per_s": tp["samples_per_s"], "steps_per_s": tp["steps_per_s"],
-            "step_time_median_s": tp["step_time_median_s"], "run_dirs": [str(m.run_dir) for m in ok]}
+            "step_time_median_s": tp["step_time_median_s"], "run_dirs": [str(m.run_dir) for m in ok],
+            "peak_memory_bytes": max(peaks) if peaks else None,
+            "memory_basis": next((m.memory_basis for m in ok if m.memory_basis), None)}
 
 
 def _better(a: Experiment | None, b: Experiment) -> bool:
@@ -339,6 +350,29 @@ def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: 
     return ExperimentResults(findings, recommended, _escaped_note(runner, notes), runner.log)
 
 
+def confirm_recommendation(rec: Recommendation, base: ProbeConfig, baseline_steps: pd.DataFrame, *, root: Path,
+                           progress: Progress | None = None, stop: StopRequest | None = None,
+                           pairs: int = 2) -> tuple[Experiment, list[dict]]:
+    """`--confirm`: the recommendation as the user will apply it, in fresh runs of the script
+    interleaved with the baseline (B R B R B), judged as every fresh-run experiment is.
+
+    The in-process arms measured it inside the profiled run; this measures it the way the user
+    will see it, start-up and all. Returns the result and the child runs.
+    """
+    by_samples = bool(baseline_steps["samples"].notna().all()) if "samples" in baseline_steps and len(baseline_steps) else False
+    runner = Runner(base, root, progress, Budget(2 * pairs + 1, float("inf")), stop)
+    check_loss = rec.applicability != Applicability.SAFE.value
+    try:
+        baselines, cands = [runner.measure("confirm-baseline", {})], []
+        for k in range(pairs):
+            runner.progress.experiment(f"confirming the recommendation in fresh runs ({k + 1} of {pairs})", k + 1, pairs)
+            cands.append(runner.measure("confirm-recommended", rec.overrides))
+            baselines.append(runner.measure("confirm-baseline", {}))
+    except KeyboardInterrupt:
+        return Experiment.not_measured("the confirmation was interrupted"), runner.log
+    return _compare(baselines, cands, by_samples=by_samples, check_loss=check_loss), runner.log
+
+
 def _escaped_note(runner: Runner, notes: list[str]) -> list[str]:
     if runner.escaped:
         notes.append(f"experiment runs left {runner.escaped} process{'es' if runner.escaped > 1 else ''} running "
@@ -353,7 +387,7 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
     by_samples = bool(baseline_steps["samples"].notna().all()) if "samples" in baseline_steps and len(baseline_steps) else False
     runner.progress.experiment("measuring the baseline without the profiler", 0, len(candidates))
     baselines = [runner.measure("baseline", {})]
-    ctx = vocabulary.SweepContext(int(env.get("cpu_count") or os.cpu_count() or 1), io_like)
+    ctx = vocabulary.SweepContext(vocabulary.cores_per_rank(env), io_like)
     winners: list[tuple[Candidate, Experiment]] = []
     planned = sum(len(_sweep_points(c, ctx)) for c in candidates)
     done = 0
@@ -365,6 +399,7 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
             finding.experiment = Experiment.not_measured("the batch size is unknown, so samples/s cannot be compared")
             continue
         check_loss = candidate.applicability != Applicability.SAFE.value
+        memory_budget = finding.evidence.get("budget_bytes")
         best, sweep, runs_of, tried = None, [], {}, []
         for point in _sweep_points(candidate, ctx):
             if not budget.allows(2, runner.per_run_s):
@@ -380,21 +415,31 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
             runs_of[id(result)] = (baselines[-2:], [cand])
             tried.append(result)
             sweep.append({"label": point.label, "overrides": point.overrides, "speedup": result.speedup,
-                          "ci_low": result.ci_low, "ci_high": result.ci_high, "verdict": result.verdict.value})
+                          "ci_low": result.ci_low, "ci_high": result.ci_high, "verdict": result.verdict.value,
+                          "peak_memory_bytes": (result.candidate or {}).get("peak_memory_bytes")})
+            result.memory_budget_bytes = memory_budget
+            if changes_batch and memory_budget:
+                peak = sweep[-1]["peak_memory_bytes"]
+                sweep[-1]["fits"] = result.verdict is not Verdict.FAILED and peak is not None and peak <= memory_budget
+                if not sweep[-1]["fits"]:
+                    break  # out of memory or over the budget: a larger batch will not fit either
             if _better(best, result):
                 best = result
             elif len(sweep) > 1:
                 break  # a step up stopped paying: stop the sweep early
-            if result.verdict in (Verdict.FAILED, Verdict.NOT_APPLIED) and (changes_batch or len(sweep) == 1):
+            if (result.verdict == Verdict.FAILED and changes_batch) or (result.verdict == Verdict.NOT_APPLIED and len(sweep) == 1):
                 break  # out of memory, or the knob does not reach this script: other values will not either
+            # One failed value (a port still held, a flaky start) does not end the sweep: the next may measure.
         if not sweep:
             finding.experiment = Experiment.not_measured("experiment budget exhausted")
             continue
         if best is not None:
             best = _confirm(runner, candidate.label, best, runs_of[id(best)], baselines, by_samples=by_samples,
                             check_loss=check_loss, notes=notes)
-        chosen = best or tried[0]  # nothing verified: report the first value honestly
+        # Nothing verified: report the first value that ran honestly (a failed one only if all failed).
+        chosen = best or next((t for t in tried if t.verdict != Verdict.FAILED), tried[0])
         chosen.sweep = sweep if len(sweep) > 1 else None
+        chosen.memory_budget_bytes = memory_budget
         chosen.applicability = candidate.applicability
         finding.experiment = chosen
         if best is not None and best.verified:

@@ -15,7 +15,7 @@ consistent GradScaler, say) is left to a fresh-run experiment (:mod:`advisor.exp
 from __future__ import annotations
 
 import json
-import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -67,7 +67,8 @@ class RoundResult:
         status = "failed" if line.get("error") or frame.empty else "ok"
         wall = float(frame["duration_s"].sum()) if len(frame) else 0.0
         return Measurement(line["arm"], line.get("overrides") or {}, status, run_dir, frame, wall, line.get("error"),
-                           line.get("applied") or {})
+                           line.get("applied") or {}, line.get("peak_memory_bytes"), line.get("memory_basis"),
+                           bool(line.get("oom")))
 
 
 def read_round(out: Path, rank_suffix: str, round_no: int, arms: dict | None = None) -> RoundResult:
@@ -122,6 +123,10 @@ class ArmsSession:
     notes: list[str] = field(default_factory=list)
     rule_warnings: list[str] = field(default_factory=list)
     rounds: int = 0
+    time_budget_s: float = 900.0  # the arms' deadline, counted from the window's end (the runner's)
+    _windows: list[Window] = field(default_factory=list)  # the plan running now
+    _shown: tuple[int, int] | None = None  # (round, window) the progress line names
+    _started: float | None = None
     _arms: dict[str, tuple[Candidate, Candidate]] = field(default_factory=dict)  # arm id -> (candidate, point)
     _winners: list[tuple[Candidate, Experiment]] = field(default_factory=list)
     _lengths: dict[str, int] = field(default_factory=dict)  # arm id -> window length, in baseline windows
@@ -135,7 +140,9 @@ class ArmsSession:
         except Exception as exc:  # noqa: BLE001  a planning bug must end the child, not hang it
             self.notes.append(f"in-process experiments stopped: {type(exc).__name__}: {exc}")
             windows = []
-        self.rounds = round_no
+        self.rounds, self._windows = round_no, windows
+        if self._started is None:
+            self._started = time.monotonic()
         if windows and self.progress is not None:
             arms = len({w.arm for w in windows} - {BASELINE})
             what = "the fixes" if round_no == 0 else "the winners stacked"
@@ -143,6 +150,23 @@ class ArmsSession:
                                 f"{len(windows)} windows of {windows[0].steps} steps")
         write_json_atomic(self.out / f"plan{self.rank_suffix}.json",
                           {"round": round_no, "windows": [w.to_dict() for w in windows]})
+
+    def on_arm_step(self, record: dict) -> None:
+        """The child ran a step of window k: say which window and arm run, and the time left."""
+        k, key = int(record.get("window") or 0), (int(record.get("round") or 0), int(record.get("window") or 0))
+        if self.progress is None or key == self._shown or k >= len(self._windows):
+            return
+        self._shown = key
+        window = self._windows[k]
+        arms = len({w.arm for w in self._windows} - {BASELINE})
+        what = "the baseline" if window.arm == BASELINE else f"arm {self._label(window.arm)}"
+        remaining = self.time_budget_s - (time.monotonic() - (self._started or time.monotonic()))
+        self.progress.phase(f"window {k + 1} of {len(self._windows)} ({arms} arm{'s' if arms != 1 else ''} interleaved with "
+                            f"the baseline): {what}; {max(0.0, remaining):.0f} s of the time budget left")
+
+    def _label(self, arm: str) -> str:
+        point = self._arms.get(arm)
+        return point[1].label if point else arm
 
     def _plan(self, round_no: int) -> list[Window]:
         if round_no == 0:
@@ -159,7 +183,7 @@ class ArmsSession:
         steps, env = profile.steps, profile.env
         self.by_samples = bool(steps["samples"].notna().all()) if "samples" in steps and len(steps) else False
         self._workers = max([int(dl.get("num_workers") or 0) for dl in profile.observed.get("dataloaders") or []] or [0])
-        ctx = vocabulary.SweepContext(int(env.get("cpu_count") or os.cpu_count() or 1), self.io_like(profile))
+        ctx = vocabulary.SweepContext(vocabulary.cores_per_rank(env), self.io_like(profile))
         arms: list[tuple[str, dict]] = []
         for candidate in candidates_from(self.findings, self.safe_only):
             finding = self.findings[candidate.finding_index]
@@ -229,12 +253,18 @@ class ArmsSession:
             candidate = next(c for c, _ in self._arms.values() if c.finding_index == index)
             if candidate in self.fresh:
                 continue  # one of its values could not be switched: the fresh runs measure it whole
+            finding = self.findings[index]
+            budget = finding.evidence.get("budget_bytes")
             verified = [(p, e) for p, e in tried if e.verified]
             point, best = max(verified or tried, key=lambda pe: (pe[1].ci_low if pe[1].ci_low is not None else -1.0))
+            if budget and (candidate.overrides.get("batch_size_scale") or 0) >= 2:
+                point, best = largest_that_fits(tried, budget)
             best.sweep = [{"label": p.label, "overrides": p.overrides, "speedup": e.speedup, "ci_low": e.ci_low,
-                           "ci_high": e.ci_high, "verdict": e.verdict.value} for p, e in tried] if len(tried) > 1 else None
+                           "ci_high": e.ci_high, "verdict": e.verdict.value,
+                           "peak_memory_bytes": (e.candidate or {}).get("peak_memory_bytes"),
+                           **({"fits": fits(e, budget)} if budget else {})} for p, e in tried] if len(tried) > 1 else None
             best.applicability = candidate.applicability
-            finding = self.findings[index]
+            best.memory_budget_bytes = budget
             finding.experiment = best
             if best.verified:
                 self._winners.append((candidate, best))
@@ -274,6 +304,20 @@ class ArmsSession:
             finding = self.findings[candidate.finding_index]
             if finding.experiment is None and candidate not in self.fresh:
                 finding.experiment = Experiment.not_measured("the run ended before this fix was measured")
+
+
+def fits(exp: Experiment, budget: float) -> bool:
+    """The candidate ran (no OOM) and its measured peak stayed within the budget."""
+    peak = (exp.candidate or {}).get("peak_memory_bytes")
+    return exp.verdict is not Verdict.FAILED and peak is not None and peak <= budget
+
+
+def largest_that_fits(tried: list, budget: float) -> tuple:
+    """The batch-size search's answer: the largest scale whose window fit the budget (an OOM or an
+    over-budget peak does not fit), else the smallest tried, reported as it fared."""
+    fitting = [(p, e) for p, e in tried if fits(e, budget)]
+    scale = lambda pe: pe[0].overrides.get("batch_size_scale") or 0  # noqa: E731
+    return max(fitting, key=scale) if fitting else min(tried, key=scale)
 
 
 def _expected_speedup(finding: Finding) -> int:

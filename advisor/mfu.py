@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pandas as pd
 
 # (name pattern, {dtype: dense peak TFLOP/s}, source). First match wins: specific before generic.
@@ -98,3 +99,167 @@ def model_flops_utilization(profile) -> dict | None:
             "dtype": dtype, "device_name": device, "flops_per_step": total / n_steps, "basis": basis,
             "peak_source": source if peak else ("no peak table entry for this device and dtype" if profile.has_gpu
                                                  else "CPU run: no peak table for CPUs")}
+
+
+# --------------------------------------------------------------------------- the roofline, per kernel
+
+# (name pattern, peak memory bandwidth TB/s, source). First match wins: specific before generic.
+BANDWIDTH: list[tuple[str, float, str]] = [
+    (r"H100.*PCIe", 2.0, "NVIDIA H100 datasheet (PCIe, HBM2e)"),
+    (r"H200", 4.8, "NVIDIA H200 datasheet (HBM3e)"),
+    (r"GH200", 4.0, "NVIDIA GH200 datasheet (96 GB HBM3)"),
+    (r"H100|H800", 3.35, "NVIDIA H100 datasheet (SXM, HBM3)"),
+    (r"A100.*(?:40GB|PCIE)|A800.*40GB", 1.555, "NVIDIA A100 datasheet (40 GB HBM2)"),
+    (r"A100|A800", 2.039, "NVIDIA A100 datasheet (80 GB SXM, HBM2e)"),
+    (r"L40S", 0.864, "NVIDIA L40S datasheet (GDDR6)"),
+    (r"\bL4\b", 0.3, "NVIDIA L4 datasheet (GDDR6)"),
+    (r"A10G?\b", 0.6, "NVIDIA A10 datasheet (GDDR6)"),
+    (r"V100", 0.9, "NVIDIA V100 datasheet (HBM2)"),
+    (r"\bT4\b", 0.32, "NVIDIA T4 datasheet (GDDR6)"),
+    (r"MI300X", 5.3, "AMD Instinct MI300X datasheet (HBM3)"),
+    (r"MI250X?", 3.2, "AMD Instinct MI250X datasheet (HBM2e)"),
+]
+
+_ITEM_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "Half": 2, "BFloat16": 2, "long int": 8,
+               "int": 4, "short int": 2, "bool": 1, "unsigned char": 1, "signed char": 1, "c10::Float8_e4m3fn": 1,
+               "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1}
+_GEMM = re.compile(r"mm|conv|linear|matmul", re.I)
+_GEMM_LIKE = re.compile(r"attention|flash|sdpa|einsum", re.I)  # matmuls inside: no per-element estimate
+
+
+def peak_bandwidth(device_name: str | None) -> tuple[float | None, str | None]:
+    """The peak memory bandwidth of `device_name` in TB/s and its source, or (None, None)."""
+    for pattern, tbps, source in BANDWIDTH:
+        if device_name and re.search(pattern, device_name, flags=re.I):
+            return tbps, source
+    return None, None
+
+
+def op_traffic(name: str, dims, types, flops: float | None) -> tuple[float, float] | None:
+    """``(bytes, output elements)``: the fewest bytes an op must move, each tensor input read once
+    and its output written once; None without shapes.
+
+    The output of a GEMM/conv forward has ``flops / (2 K)`` elements (K: the reduced length, the
+    first matrix's last dimension or the weight's ``Cin/groups * kh * kw``); any other op is taken
+    to write as much as its largest input. A lower bound (caches and re-reads only add), so the
+    arithmetic intensity from it is an upper bound.
+    """
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    sized = [(math.prod(d), _ITEM_BYTES[t]) for d, t in zip(dims, types)
+             if isinstance(d, list) and d and t in _ITEM_BYTES]
+    if not sized:
+        return None
+    read = float(sum(n * b for n, b in sized))
+    out_items, out_size = float(max(sized)[0]), sized[0][1]
+    k = None
+    if flops and flops == flops and _GEMM.search(name) and "backward" not in name:
+        matrices = [d for d in dims if isinstance(d, list) and len(d) >= 2]
+        if "conv" in name and len(matrices) >= 2:
+            k = math.prod(matrices[1][1:])
+        elif matrices:
+            k = matrices[-2][-1] if "addm" in name or "baddbmm" in name else matrices[0][-1]
+    if k:
+        out_items = flops / (2.0 * k)
+    return read + out_items * out_size, out_items
+
+
+def kernel_efficiency(profile, top: int = 10) -> pd.DataFrame:
+    """The `top` kernels by device time with the roofline: one row per kernel name.
+
+    Each launch is joined (correlation id) to its runtime call and the op around that call: the
+    GEMM/conv op carrying FLOPs (profiler counts or shape estimates, see :mod:`advisor.trace`),
+    else the innermost op, whose FLOPs are then estimated at one per output element (elementwise,
+    norms, reductions: far left of any ridge). Bytes are :func:`op_traffic`'s lower bound. An op's
+    FLOPs and bytes are shared among the kernels it launched by their time. Columns: ``name``,
+    ``calls``, ``dur_us``, ``flops``, ``bytes`` (NaN where no launch was tied to an op with shapes),
+    ``tflops`` and ``tbps`` (achieved, over the kernels' own time), ``intensity`` (FLOP/byte),
+    ``dtype`` (of the peak it is held to), ``peak_tflops``, ``peak_tbps``, ``ridge`` (peak FLOP/s
+    over peak bytes/s, FLOP/byte) and ``bound`` ("memory" left of the ridge, "compute" right of
+    it, None when unknown).
+    """
+    kernels, rt, ops = profile.kernels, profile.runtime, profile.ops
+    cols = ["name", "calls", "dur_us", "flops", "bytes", "tflops", "tbps", "intensity", "dtype", "peak_tflops",
+            "peak_tbps", "ridge", "bound"]
+    if kernels.empty or ops.empty:
+        return pd.DataFrame(columns=cols)
+    names = kernels.groupby("name")["dur_us"].sum().sort_values(ascending=False).head(top).index
+    launches = rt[rt["correlation"].notna()].drop_duplicates("correlation")[["correlation", "ts_us", "tid"]]
+    k = kernels[["name", "dur_us", "correlation"]].merge(launches.rename(columns={"ts_us": "launch_us"}),
+                                                         on="correlation", how="left")
+    ts, tid = k["launch_us"].to_numpy(dtype=float), k["tid"].fillna(-1).to_numpy(dtype=np.int64)
+    carriers = np.flatnonzero(ops["flops"].notna().to_numpy() & ops["name"].str.contains(_GEMM).to_numpy())
+    pos = _enclosing_op(ops.iloc[carriers], ts, tid)
+    carrier = carriers[np.maximum(pos, 0)] if len(carriers) else pos
+    k["op"] = np.where(pos >= 0, carrier, _enclosing_op(ops, ts, tid))
+    # an op's FLOPs and bytes go to the kernels it launched (all of them, top or not) by their time
+    op_time = k.groupby("op")["dur_us"].transform("sum").where(k["op"] >= 0)
+    k["share"] = k["dur_us"] / op_time.where(op_time > 0)
+    k = k[k["name"].isin(names)]
+    columns = {c: ops[c].to_numpy() for c in ("name", "flops", "input_dims", "input_types")}
+    per_op = {int(i): _op_work({c: v[int(i)] for c, v in columns.items()}) for i in k["op"].unique() if i >= 0}
+    work = [per_op.get(int(i), (np.nan, np.nan, None)) for i in k["op"]]
+    k = k.assign(flops=[w[0] for w in work] * k["share"], bytes=[w[1] for w in work] * k["share"],
+                 dtype=[_op_dtype(w[2], kernel) for w, kernel in zip(work, k["name"])])
+    g = k.groupby("name", sort=False).agg(calls=("name", "size"), dur_us=("dur_us", "sum"),
+                                          flops=("flops", lambda s: s.sum(min_count=1)),
+                                          bytes=("bytes", lambda s: s.sum(min_count=1)),
+                                          dtype=("dtype", lambda s: s.dropna().mode().iloc[0] if s.notna().any() else None))
+    g = g.loc[names].reset_index()
+    seconds = g["dur_us"] / 1e6
+    g["tflops"] = g["flops"] / seconds / 1e12
+    g["tbps"] = g["bytes"] / seconds / 1e12
+    g["intensity"] = g["flops"] / g["bytes"]
+    device = profile.env.get("device_name") if profile.has_gpu else None
+    g["peak_tflops"] = pd.to_numeric(pd.Series([peak_tflops(device, d)[0] if d else None for d in g["dtype"]],
+                                               dtype=object), errors="coerce")
+    g["peak_tbps"] = peak_bandwidth(device)[0]
+    g["ridge"] = g["peak_tflops"] / g["peak_tbps"]
+    g["bound"] = [None if not (ai == ai and r == r) else "memory" if ai < r else "compute"
+                  for ai, r in zip(g["intensity"], g["ridge"])]
+    return g[cols]
+
+
+def _op_work(op: dict) -> tuple[float, float, str | None]:
+    """(FLOPs, bytes, dtype of the peak) of one op: see :func:`kernel_efficiency`."""
+    name = op["name"]
+    flops = float(op["flops"]) if op["flops"] == op["flops"] else None
+    traffic = op_traffic(name, op["input_dims"], op["input_types"], flops)
+    gemm = bool(_GEMM.search(name)) or bool(_GEMM_LIKE.search(name))
+    if flops is None and traffic is not None and not gemm:
+        flops = traffic[1]  # elementwise, norms, reductions: one FLOP per output element
+    types = op["input_types"]
+    first = next((t for t in types if t in _ITEM_BYTES), None) if isinstance(types, list) else None
+    dtype = _DTYPES.get(first, first) if first else None
+    if not gemm:  # the plain (vector) rate
+        dtype = "fp64" if dtype == "fp64" else "fp32"
+    return (np.nan if flops is None else flops), (np.nan if traffic is None else traffic[0]), dtype
+
+
+def _op_dtype(dtype: str | None, kernel: str) -> str | None:
+    """The peak a kernel is held to: fp32 GEMMs on TF32 kernels count as tf32."""
+    return "tf32" if dtype == "fp32" and "tf32" in kernel.lower() else dtype
+
+
+def _enclosing_op(ops: pd.DataFrame, ts: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """Position (iloc) in `ops` of the innermost op on thread `tid` around each time `ts`, or -1."""
+    out = np.full(len(ts), -1, dtype=np.int64)
+    if ops.empty:
+        return out
+    starts, ends, tids = ops["ts_us"].to_numpy(), ops["end_us"].to_numpy(), ops["tid"].to_numpy()
+    for thread in np.unique(tid):
+        rows = np.flatnonzero(tids == thread)
+        if len(rows) == 0:
+            continue
+        rows = rows[np.argsort(starts[rows], kind="stable")]
+        mine = np.flatnonzero(tid == thread)
+        j = np.searchsorted(starts[rows], ts[mine], side="right") - 1
+        hit = (j >= 0) & (ends[rows[np.maximum(j, 0)]] >= ts[mine])
+        out[mine[hit]] = rows[j[hit]]
+        for i, first in zip(mine[~hit], j[~hit]):
+            # nested ops: the latest-starting op that still contains ts is the innermost
+            for back in range(int(first) - 1, max(int(first) - 64, -1), -1):
+                if ends[rows[back]] >= ts[i]:
+                    out[i] = rows[back]
+                    break
+    return out

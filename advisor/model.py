@@ -158,6 +158,8 @@ class Experiment:
     not_applied: list[str] | None = None  # override keys the child reported no effect for
     measured_by: str | None = None   # "in-process" (arms of the profiled run) or "fresh-run" (a re-run per arm)
     switch_s: float | None = None    # in-process: one-off cost of switching the arm on (workers, compile)
+    memory_change_frac: float | None = None  # candidate's peak memory / baseline's - 1 (negative: less)
+    memory_budget_bytes: int | None = None   # the budget a memory fix or batch search was judged by
 
     def __post_init__(self):
         self.verdict = _enum(Verdict, self.verdict, "experiment verdict")
@@ -187,6 +189,31 @@ _EXPERIMENT_ALWAYS = ("verified", "verdict", "speedup", "ci_low", "ci_high", "es
 
 
 @dataclass
+class SourceLocation:
+    """A line of the user's code a finding points at: the innermost frame in the user's own files
+    (not torch, site-packages or advise) around the operations the rule counts, and how often."""
+
+    file: str
+    line: int
+    function: str = ""
+    count: int = 1
+    op: str = ""  # what was called there (".item()", "linear", "DataLoader fetch")
+
+    @property
+    def short(self) -> str:
+        """``train.py:42``: the file's name and the line."""
+        return f"{self.file.replace(chr(92), '/').rsplit('/', 1)[-1]}:{self.line}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SourceLocation":
+        return cls(str(d.get("file") or ""), int(d.get("line") or 0), str(d.get("function") or ""),
+                   int(d.get("count") or 1), str(d.get("op") or ""))
+
+
+@dataclass
 class Finding:
     """One occurrence of a rule's pattern, with the numbers that show it and what to do."""
 
@@ -199,6 +226,7 @@ class Finding:
     rule: str = ""  # filled by the engine from the rule that yielded it
     code: str = ""
     experiment: Experiment | None = None
+    locations: list[SourceLocation] = field(default_factory=list)  # where in the user's code, most calls first
 
     def __post_init__(self):
         self.severity = _enum(Severity, self.severity, "severity")
@@ -217,7 +245,8 @@ class Finding:
             evidence["estimated_gain_frac"] = self.estimated_gain_frac
         return {"rule": self.rule, "code": self.code, "severity": self.severity.value, "title": self.title,
                 "summary": self.summary, "evidence": evidence, "estimated_gain_frac": self.estimated_gain_frac,
-                "fix": self.fix.to_dict(), "experiment": self.experiment.to_dict() if self.experiment else None}
+                "fix": self.fix.to_dict(), "experiment": self.experiment.to_dict() if self.experiment else None,
+                "locations": [loc.to_dict() for loc in self.locations]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Finding":
@@ -228,7 +257,8 @@ class Finding:
         return cls(str(d.get("title") or d.get("rule") or d.get("code") or ""), str(d.get("summary") or ""),
                    d.get("severity") or Severity.LOW, evidence, Fix.from_dict(d.get("fix") or {}), _finite(gain),
                    str(d.get("rule") or ""), str(d.get("code") or ""),
-                   Experiment.from_dict(exp) if isinstance(exp, dict) else None)
+                   Experiment.from_dict(exp) if isinstance(exp, dict) else None,
+                   [SourceLocation.from_dict(x) for x in d.get("locations") or [] if isinstance(x, dict)])
 
 
 @dataclass
@@ -247,6 +277,7 @@ class Recommendation:
     candidate: dict | None = None
     snippets: list[dict] = field(default_factory=list)
     measured_by: str | None = None
+    confirmed: dict | None = None  # --confirm: the same overrides in fresh runs (an Experiment's dict)
 
     def to_dict(self) -> dict:
         return asdict(self)

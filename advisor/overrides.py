@@ -11,6 +11,7 @@ An override is plain data: ``{"dataloader": {"num_workers": 4}, "autocast": "bfl
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -19,10 +20,18 @@ DATALOADER_KEYS: dict[str, type] = {"num_workers": int, "pin_memory": bool, "per
 AUTOCAST_DTYPES = ("bfloat16", "float16")
 WORKER_LADDER = (2, 4, 8, 16, 32)
 BATCH_LADDER = (2, 4, 8)
+MICRO_BATCH_CUTS = (0.5, 0.25)  # batch_size_scale below 1: the micro-batch cut, accumulation keeps the effective batch
 
 
 class OverrideError(ValueError):
     """An override nobody can apply: unknown key or value. The message is one line."""
+
+
+def cores_per_rank(env: dict) -> int:
+    """The cores one rank may plan for: the node's, shared by the ranks on it (workers and threads
+    are a per-node budget: 2 ranks x 4 workers on 2 cores is 8 workers)."""
+    cores = int(env.get("cpu_count") or os.cpu_count() or 1)
+    return max(1, cores // int(env.get("local_world_size") or 1))
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,26 @@ def _optimizer_snippet(v: dict) -> str:
     return f"- optimizer = torch.optim.AdamW(params, lr=lr)\n+ optimizer = torch.optim.AdamW(params, lr=lr, {flags})"
 
 
+def _batch_scale_valid(v) -> bool:
+    return (type(v) is int and v >= 2) or v in MICRO_BATCH_CUTS
+
+
+def _batch_scale_snippet(v) -> str:
+    if v in MICRO_BATCH_CUTS:
+        k = round(1 / v)
+        return (f"- DataLoader(dataset, batch_size=B)\n+ DataLoader(dataset, batch_size=B // {k})\n"
+                f"+ loss = loss_fn(model(x), y) / {k}   # accumulate {k} micro-batches: the same effective batch\n"
+                f"  loss.backward()\n+ if (i + 1) % {k} == 0:\n      optimizer.step(); optimizer.zero_grad(set_to_none=True)")
+    return f"- DataLoader(dataset, batch_size=B)\n+ DataLoader(dataset, batch_size=B * {v})  # re-tune the learning rate"
+
+
+def _checkpoint_snippet(v) -> str:
+    return ("+ from torch.utils.checkpoint import checkpoint\n"
+            "- for block in self.blocks:\n-     x = block(x)\n"
+            "+ for block in self.blocks:\n+     x = checkpoint(block, x, use_reentrant=False)\n"
+            "# a Hugging Face model: model.gradient_checkpointing_enable()")
+
+
 def _present(key: str) -> Callable[[Any, dict], bool]:
     return lambda v, applied: applied.get(key) not in (None, False, [])
 
@@ -90,10 +119,13 @@ VOCABULARY: dict[str, Knob] = {k.key: k for k in (
     Knob("dataloader", "DataLoader keyword arguments forced onto every DataLoader(...)",
          _dataloader_valid, _dataloader_snippet, _dataloader_effect,
          ladder=lambda v, ctx: _workers_ladder(v, ctx) if "num_workers" in v else [v]),
-    Knob("batch_size_scale", "every DataLoader's batch_size multiplied",
-         lambda v: type(v) is int and v >= 2,
-         lambda v: f"- DataLoader(dataset, batch_size=B)\n+ DataLoader(dataset, batch_size=B * {v})  # re-tune the learning rate",
-         _present("batch_size_scale"), ladder=lambda v, ctx: list(BATCH_LADDER)),
+    Knob("batch_size_scale", "every DataLoader's batch_size multiplied (below 1: a smaller micro-batch)",
+         _batch_scale_valid, _batch_scale_snippet,
+         _present("batch_size_scale"), ladder=lambda v, ctx: [v] if v in MICRO_BATCH_CUTS else list(BATCH_LADDER)),
+    Knob("activation_checkpointing", "activations recomputed in backward: a Hugging Face model's "
+         "gradient_checkpointing_enable(), else each block of the model's largest ModuleList/Sequential "
+         "of repeated blocks under torch.utils.checkpoint (use_reentrant=False)",
+         lambda v: v is True, _checkpoint_snippet, _present("activation_checkpointing")),
     Knob("autocast", "forward and loss under torch.autocast (fp16 with a GradScaler)",
          lambda v: v in AUTOCAST_DTYPES, _autocast_snippet, lambda v, applied: applied.get("autocast") == v),
     Knob("float32_matmul_precision", "torch.set_float32_matmul_precision (TF32 / bf16 tensor cores for float32)",
@@ -112,6 +144,10 @@ VOCABULARY: dict[str, Knob] = {k.key: k for k in (
                    "+ images = images.to(memory_format=torch.channels_last)", _present("channels_last")),
     Knob("torch_threads", "torch.set_num_threads (intra-op threads)",
          lambda v: type(v) is int and v >= 1, lambda v: f"+ torch.set_num_threads({v})", _present("torch_threads")),
+    Knob("zero_grad_set_to_none", "Optimizer.zero_grad / Module.zero_grad called with set_to_none=False get set_to_none=True",
+         lambda v: v is True,
+         lambda v: "- optimizer.zero_grad(set_to_none=False)\n+ optimizer.zero_grad()  # set_to_none=True, the default",
+         _present("zero_grad_set_to_none")),
 )}
 KEYS = tuple(VOCABULARY)
 

@@ -11,23 +11,26 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from advisor.reports import compare_output, terminal
+from advisor.reports import terminal
 
-from . import compare, metrics, report as report_mod, rundir
+from . import compare, metrics, report as report_mod, rundir, temporal
 from .atomic import check_writable, write_json_atomic, write_text_atomic
 from .chatter import strip_log, without_chatter
 from .cli_exit import DISK_ERRNOS, EXIT_USAGE, STATUS_EXIT, fail, writing_error
-from .experiments import ExperimentResults, run_experiments
-from .inprocess import ArmsSession
 from .interrupt import StopRequest, describe
 from .model import Finding, rank
-from .probe.runner import ProbeConfig, run_probe
 from .profile import Profile
 from .rundir import rank_suffix
 from .trace import TraceError
+
+if TYPE_CHECKING:  # `advise analyze` and `compare` never run a script: the probe and experiments load on use
+    from .experiments import ExperimentResults
+    from .inprocess import ArmsSession
+    from .probe.runner import ProbeConfig
 
 
 def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[str]:
@@ -55,7 +58,8 @@ def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[
 
 def _artifacts(out: Path, names: rundir.RunFiles) -> dict:
     wanted = {"report_json": names.report_json, "trace": names.trace, "steps_csv": names.steps_csv,
-              "samples_csv": names.samples_csv, "log": names.log, "probe_json": names.probe_json}
+              "samples_csv": names.samples_csv, "log": names.log, "probe_json": names.probe_json,
+              "sources_json": names.sources}
     return {key: name for key, name in wanted.items() if key == "report_json" or (out / name).exists()}
 
 
@@ -68,10 +72,13 @@ class ExperimentOptions:
     time_budget_s: float = 900.0
     safe_only: bool = False
     fresh_runs: bool = False  # measure every fix in a re-run of the script, not as arms of the profiled run
+    confirm: bool = False  # also measure the in-process recommendation in fresh runs (B R B R B)
 
 
 def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_settings) -> ArmsSession:
     """The parent's side of the in-process experiments: the rules run on the live window's Profile."""
+    from .inprocess import ArmsSession
+
     out, suffix = Path(config.out), rank_suffix()
     session: ArmsSession
 
@@ -86,12 +93,15 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
 
     session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
                           max_experiments=experiments.max_experiments, window_steps=max(5, config.steps // 2),
+                          time_budget_s=config.arms_timeout_s,
                           io_like=io_like)
     return session
 
 
 def _combine(first: ExperimentResults | None, fresh: ExperimentResults) -> ExperimentResults:
     """In-process results with the fresh runs of the fixes that could not be switched live."""
+    from .experiments import ExperimentResults
+
     if first is None:
         return fresh
     recommended = max((r for r in (first.recommended, fresh.recommended) if r is not None),
@@ -138,20 +148,26 @@ def _take_run_dir(lock: rundir.RunDirLock, out: Path) -> None:
         fail(f"cannot clear the last run's files from {out}: {exc.strerror or exc}")
 
 
-def _profile(*, script: str, script_args: list[str], steps: int, warmup: int, profile_steps: int,
+def _profile(*, script: str, script_args: list[str], module: bool = False, nproc: int = 1, steps: int, warmup: int, profile_steps: int,
              out: Path, timeout_s: float, as_json: bool,
              experiments: ExperimentOptions | None = None, baseline: str | None = None,
-             max_regression: float = 0.10, rule_settings=None, stop: StopRequest, lock: rundir.RunDirLock) -> int:
+             max_regression: float = 0.10, rule_settings=None, memory_budget_bytes: int | None = None,
+             stop: StopRequest, lock: rundir.RunDirLock) -> int:
     """`advise profile`: probe the script, write the run dir, print the summary.
 
     With `baseline`, then compare against it (as `advise compare`): exit 3 on a regression.
     """
+    from .experiments import ExperimentResults, run_experiments
+    from .probe.runner import ProbeConfig, run_probe
+
     baseline_report = check_baseline(baseline) if baseline else None  # bad input: exit 2 before the run
     con = terminal.console(stderr=as_json)
-    in_process = bool(experiments and experiments.enabled and not experiments.fresh_runs)
-    config = ProbeConfig(script=script, args=script_args, out=out, warmup=warmup, steps=steps,
+    # In-process arms switch one process; a launched job's fixes are measured in fresh runs of every rank.
+    in_process = bool(experiments and experiments.enabled and not experiments.fresh_runs and nproc == 1)
+    config = ProbeConfig(script=script, args=script_args, module=module, nproc=nproc, out=out, warmup=warmup, steps=steps,
                          profile_steps=profile_steps, timeout_s=timeout_s, arms=in_process,
-                         arms_timeout_s=experiments.time_budget_s if experiments else 900.0)
+                         arms_timeout_s=experiments.time_budget_s if experiments else 900.0,
+                         memory_budget_bytes=memory_budget_bytes)
     started_at = report_mod.now_iso()
     started = time.monotonic()
     try:
@@ -163,14 +179,18 @@ def _profile(*, script: str, script_args: list[str], steps: int, warmup: int, pr
     _take_run_dir(lock, out)
     experiments = experiments or ExperimentOptions()
     session = _arms_session(config, experiments, rule_settings) if config.arms else None
-    with terminal.ProbeProgress(con, f"profiling {script}") as progress:
+    shown = f"-m {script}" if module else script  # how the report and the progress name the job
+    with terminal.ProbeProgress(con, f"profiling {shown}") as progress:
         if session is not None:
             session.progress = progress
-        run = run_probe(config, progress, stop, on_window_done=session.on_window_done if session else None)
+        run = run_probe(config, progress, stop, on_window_done=session.on_window_done if session else None,
+                        on_arm_step=session.on_arm_step if session else None)
         _check_run_dir_after(run, out)
         strip_log(out / run.files.log)  # the profiler's status lines are not the script's output
         progress.phase("analysing")
-        profile = Profile.from_run_dir(out, rank_suffix())
+        profile = Profile.from_run_dir(out, run.suffix)
+        if run.ranks:  # a launched job: the cross-rank rules read every rank
+            profile.ranks = [profile] + [Profile.from_run_dir(out, f".rank{a['rank']}") for a in run.ranks[1:]]
         results = None
         if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
             findings, rule_warnings = session.findings, session.rule_warnings
@@ -193,6 +213,8 @@ def _profile(*, script: str, script_args: list[str], steps: int, warmup: int, pr
                 rule_warnings.append("experiments interrupted (Ctrl-C): findings are unmeasured estimates")
             except Exception as exc:  # the diagnosis is still worth writing
                 rule_warnings.append(f"experiments failed: {type(exc).__name__}: {exc}")
+        if results is not None and experiments.confirm and not stop:
+            _confirm(results, config, profile, out, progress, stop)
         if results is not None:
             findings = rank(results.findings)
     signum = stop.signum or run.signal or (results.interrupted if results else None)
@@ -204,7 +226,7 @@ def _profile(*, script: str, script_args: list[str], steps: int, warmup: int, pr
     report = report_mod.build_report(
         profile,
         status=status,
-        script=script,
+        script=shown,
         argv=script_args,
         started_at=started_at,
         error=error,
@@ -214,7 +236,7 @@ def _profile(*, script: str, script_args: list[str], steps: int, warmup: int, pr
         warnings=_warnings(run, config, profile) + profile.meta.get("notes", []) + rule_warnings + (results.notes if results else []),
         artifacts=_artifacts(out, run.files),
         extra={"notes": run.notes, "wall_s": run.wall_s, "total_wall_s": time.monotonic() - started,
-               "experiments": results.summary() if results else None},
+               "experiments": results.summary() if results else None, "ranks": _ranks(run, profile)},
     )
     report["artifacts"]["report_html"] = run.files.report_html
     html_path = _write_renderings(report, out, profile, con)
@@ -233,6 +255,37 @@ def _profile(*, script: str, script_args: list[str], steps: int, warmup: int, pr
         return _compare_after_profile(baseline_report, baseline, report, str(out / run.files.report_json), out,
                                              max_regression=max_regression, as_json=as_json)
     return STATUS_EXIT[status]
+
+
+def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, out: Path, progress, stop) -> None:
+    """--confirm: the recommendation the arms measured, measured again in fresh runs of the script."""
+    from .experiments import confirm_recommendation
+
+    rec = results.recommended
+    if rec is None or rec.measured_by != "in-process" or not rec.overrides:
+        if rec is not None and rec.measured_by == "fresh-run":
+            results.notes.append("--confirm: the recommendation was already measured in fresh runs")
+        return
+    try:
+        exp, runs = confirm_recommendation(rec, config, profile.steps, root=out / rundir.EXPERIMENTS / "confirm",
+                                           progress=progress, stop=stop)
+    except Exception as exc:  # noqa: BLE001 - the in-process result stands; say why there is no confirmation
+        results.notes.append(f"--confirm failed: {type(exc).__name__}: {exc}")
+        return
+    rec.confirmed = exp.to_dict()
+    results.runs.extend(runs)
+
+
+def _ranks(run, profile: Profile) -> list[dict]:
+    """Each launched rank: how it ended and its own steps (report.json `ranks`; empty for one process).
+
+    The steps are those of the rank Profiles the cross-rank rules read (`profile.ranks`, in rank order)."""
+    rows = []
+    for account, rank_profile in zip(run.ranks, profile.ranks):
+        tp = metrics.throughput(rank_profile.steps)
+        rows.append(dict(account, samples_per_s=tp["samples_per_s"], step_time_median_s=tp["step_time_median_s"],
+                         step_time_p90_s=tp["step_time_p90_s"]))
+    return rows
 
 
 def _check_run_dir_after(run, out: Path) -> None:
@@ -318,13 +371,88 @@ def analyze_trace(path: Path, *, as_json: bool, out: Path | None, rule_settings=
         profile = Profile.from_trace(path)
     except TraceError as exc:
         fail(str(exc))
+    return _analyze(profile, str(path), {"trace": str(path.resolve())}, as_json=as_json, out=out,
+                    rule_settings=rule_settings)
+
+
+def analyze_traces(paths: list[Path], *, as_json: bool, out: Path | None, rule_settings=None) -> int:
+    """`advise analyze` of a multi-rank job: one trace per rank (files, or folders of them), analysed together.
+
+    The report's steps and single-rank findings are the lowest rank's; the cross-rank rules read
+    every rank through ``profile.ranks``; ``ranks`` in report.json has each rank's medians.
+    """
+    files = rank_trace_files(paths)
+    profiles = []
+    for path in files:
+        try:
+            profiles.append(Profile.from_trace(path))
+        except TraceError as exc:
+            fail(str(exc))
+    try:
+        profiles = order_by_rank(profiles, files)
+    except ValueError as exc:
+        fail(str(exc))
+    primary = profiles[0]
+    primary.ranks = profiles
+    if len(profiles) > 1:
+        for p in profiles[1:]:
+            primary.meta["notes"] += [f"rank {p.env['rank']}: {note}" for note in p.meta.get("notes", [])]
+    ranks = [p.env["rank"] for p in profiles]
+    sizes = sorted({p.env["world_size"] for p in profiles if p.env.get("world_size")})
+    if len(sizes) > 1:
+        primary.meta["notes"].append(f"the traces come from jobs of different sizes (world_size {', '.join(map(str, sizes))}): "
+                                     "cross-rank figures compare ranks of different jobs")
+    script = str(files[0]) if len(files) == 1 else f"{len(files)} traces, ranks {', '.join(map(str, ranks))}"
+    per_rank = primary.job.per_rank()
+    extra = {"ranks": [{"rank": int(row["rank"]), "trace": str(p.meta["trace"]),
+                        **{k: float(v) for k, v in row.items() if k != "rank"}}  # NaN: null (report.clean)
+                       for p, row in zip(profiles, per_rank.to_dict("records"))]} if len(per_rank) == len(profiles) else {}
+    extra["hta_breakdown"] = temporal.for_ranks([p.trace for p in profiles])  # every rank, not the lowest's alone
+    artifacts = {"trace": str(files[0].resolve()), "rank_traces": [str(f.resolve()) for f in files]}
+    return _analyze(primary, script, artifacts, as_json=as_json, out=out, rule_settings=rule_settings, extra=extra)
+
+
+def rank_trace_files(paths: list[Path]) -> list[Path]:
+    """The trace files named; a folder stands for its ``*.json`` / ``*.json.gz`` files (those named
+    ``*trace*`` when there are any, as in a run dir beside report.json and probe.json)."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
+            named = [p for p in found if "trace" in p.name]  # a run dir: its traces, not report/probe .json
+            found = named or found
+            if not found:
+                fail(f"{path}: no .json or .json.gz trace in this folder")
+            files += found
+        elif not path.exists():
+            fail(f"{path}: no such file")
+        else:
+            files.append(path)
+    return files
+
+
+def order_by_rank(profiles: list[Profile], files: list[Path]) -> list[Profile]:
+    """The Profiles by rank (the trace's distributedInfo, else the order given); ValueError on a clash."""
+    by_rank: dict[int, tuple[Profile, Path]] = {}
+    for i, (profile, path) in enumerate(zip(profiles, files)):
+        rank = profile.env.get("rank")
+        rank = i if rank is None else int(rank)
+        if rank in by_rank:
+            raise ValueError(f"{by_rank[rank][1]} and {path} are both rank {rank}: give one trace per rank")
+        profile.env["rank"] = rank
+        by_rank[rank] = (profile, path)
+    return [by_rank[r][0] for r in sorted(by_rank)]
+
+
+def _analyze(profile: Profile, script: str, artifacts: dict, *, as_json: bool, out: Path | None, rule_settings=None,
+             extra: dict | None = None) -> int:
+    """Rules over the Profile, report.json (with `out`), the renderings and the summary."""
     warnings = profile.meta.get("notes", []) + (
         [] if len(profile.steps) else ["the trace has no ProfilerStep#N spans: per-step numbers are unavailable"])
     findings, rule_warnings = _diagnose(profile, rule_settings)
     report = report_mod.build_report(
-        profile, status="ok", script=str(path), argv=[], started_at=report_mod.now_iso(),
-        warnings=warnings + rule_warnings, findings=findings,
-        artifacts={"trace": str(path.resolve())},
+        profile, status="ok", script=script, argv=[], started_at=report_mod.now_iso(),
+        warnings=warnings + rule_warnings, findings=findings, artifacts=artifacts, extra=extra,
     )
     if out is not None:
         try:
@@ -345,6 +473,8 @@ def analyze_trace(path: Path, *, as_json: bool, out: Path | None, rule_settings=
 
 def emit_comparison(result: compare.Comparison, *, fmt: str = "terminal", junit: str | Path | None = None, stderr: bool = False) -> None:
     """Print the comparison; write JUnit XML; append markdown to $GITHUB_STEP_SUMMARY when set."""
+    from advisor.reports import compare_output  # only `compare` needs it (xml and all)
+
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2), err=stderr)
     elif fmt == "markdown":

@@ -14,24 +14,37 @@ Frames (pandas; times in seconds unless the column says ``_us``):
   ``trace_steps``: the trace's frames (see :mod:`advisor.trace`); empty without a trace.
 - ``samples``: the parent's sampler ticks (see :mod:`advisor.probe.sampler`).
 
+``sources``: the user's lines behind host syncs, matmuls, copies and DataLoader fetches (the
+probe's ``sources.json``, else the trace's ``python_function`` events; see :mod:`advisor.sources`),
+read through :meth:`Profile.locations`.
+
 Plain dicts: ``env`` (python, torch, cuda, device, device_name, device_capability,
 device_memory_bytes, cpu_count, backend flags, rank...), ``observed`` (optimizers and
 DataLoaders the script built), ``memory`` (peak accelerator memory), ``meta`` (step source,
 trace path, probe status, ``log_tail``: the last lines of the script's log).
+
+A multi-rank job: ``ranks`` lists every rank's Profile (ordered by rank; this one is one of
+them, normally rank 0) and :attr:`Profile.job` wraps them in a :class:`~advisor.ranks.JobProfile`
+for the cross-rank rules; a single-rank run has ``ranks == []`` and a job of one.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from . import rundir
+from . import rundir, sources as source_sites
 from .chatter import without_chatter
+from .model import SourceLocation
+from .ranks import JobProfile, name_mask
 from .trace import TraceError, TraceFrames, load_trace
 
+_OPTIMIZER_STEP = re.compile(r"^Optimizer\.step")
+_BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function")
 LOG_TAIL_LINES = 30  # meta["log_tail"]: what a failed run's report shows of the script's log
 
 
@@ -44,6 +57,10 @@ class Profile:
     observed: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    sources: dict | None = None  # the probe's sources.json (None without one)
+    _trace_sources: dict | None = field(default=None, repr=False)  # derived from the trace on first use
+    # every rank's Profile (this one among them) when the job had several; empty for one rank
+    ranks: list["Profile"] = field(default_factory=list)
 
     # trace frames, empty when the run has no trace ---------------------------------------
     def _frame(self, name: str) -> pd.DataFrame:
@@ -59,12 +76,33 @@ class Profile:
     trace_steps = property(lambda self: self._frame("steps"))
 
     @property
+    def job(self) -> JobProfile:
+        """The whole job as the cross-rank rules read it: every rank, or this one alone."""
+        members = self.ranks or [self]
+        key = tuple(map(id, members))
+        cached = self.__dict__.get("_job")
+        if cached is None or cached[0] != key:  # built once per set of ranks: every cross-rank rule reads it
+            cached = self.__dict__["_job"] = (key, JobProfile(members))
+        return cached[1]
+
+    @property
     def device(self) -> str:
         return self.env.get("device") or "cpu"
 
     @property
     def has_gpu(self) -> bool:
         return self.device == "cuda" or (self.trace is not None and bool(self.trace.meta.get("has_gpu")))
+
+    def locations(self, category: str, **match) -> list[SourceLocation]:
+        """Where in the user's code `category` (host-sync, matmul, h2d-copy, dataloader) happens:
+        sites whose fields equal `match`, most calls first; from the probe's sources.json, else
+        (no file, or a branch its warm-up step did not take) the trace's Python frames."""
+        found = source_sites.locations(self.sources, category, **match)
+        if not found and self.trace is not None:
+            if self._trace_sources is None:
+                self._trace_sources = source_sites.from_trace(self.trace) or {}
+            found = source_sites.locations(self._trace_sources, category, **match)
+        return found
 
     # constructors ------------------------------------------------------------------------
     @classmethod
@@ -96,6 +134,7 @@ class Profile:
                 "notes": notes,
                 "log_tail": _tail(run_dir / names.log, LOG_TAIL_LINES),
             },
+            sources=source_sites.load(run_dir / names.sources),
         )
 
     @classmethod
@@ -108,7 +147,7 @@ class Profile:
                 "index": ts["index"].astype(int),
                 "duration_s": ts["dur_us"] / 1e6,
                 "data_wait_s": ts["data_wait_us"] / 1e6,
-                "optimizer_s": ts["optimizer_us"] / 1e6,
+                "optimizer_s": (ts["optimizer_us"] - closure_us(trace, ts["index"])).clip(lower=0) / 1e6,
                 "backward_s": float("nan"),
                 "samples": float("nan"),
                 "profiled": True,
@@ -119,6 +158,33 @@ class Profile:
         meta = {"source": "trace", "step_source": "ProfilerStep" if len(ts) else None, "trace": str(path),
                 "notes": list(trace.meta.get("warnings", []))}
         return cls(steps=steps, trace=trace, env=env_from_trace(trace), meta=meta)
+
+
+def closure_us(trace: TraceFrames, index: pd.Series) -> pd.Series:
+    """Per step, the time in ``Optimizer.step`` ranges spent running a closure (LBFGS, Lightning).
+
+    ``step(closure)`` runs forward and backward inside the optimizer's range; that time is the
+    model's, not the optimizer's. A trace does not mark the closure, so it is read as the span
+    from the range's start to the end of the last backward op (``autograd::engine::...``) inside
+    it: torch's optimizers call the closure first, and LBFGS's few vector ops between its closure
+    calls are counted with them (the probe times closures exactly; this is the trace-only view).
+    """
+    out = pd.Series(0.0, index=index.index)
+    ann, ops = trace.annotations, trace.ops
+    if not len(ann) or not len(ops):
+        return out
+    steps = ann[name_mask(ann["name"], _OPTIMIZER_STEP)]
+    if not len(steps):
+        return out
+    backward = ops[name_mask(ops["name"], _BACKWARD_OP)]
+    if not len(backward):
+        return out
+    by_step: dict[int, float] = {}
+    for r in steps.itertuples():
+        inside = backward[(backward["ts_us"] >= r.ts_us) & (backward["end_us"] <= r.end_us) & (backward["pid"] == r.pid)]
+        if len(inside):
+            by_step[r.step] = by_step.get(r.step, 0.0) + float(inside["end_us"].max() - r.ts_us)
+    return index.map(by_step).fillna(0.0).astype(float)
 
 
 def env_from_trace(trace: TraceFrames) -> dict:

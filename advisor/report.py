@@ -11,11 +11,14 @@ import datetime as _dt
 import json
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import __version__, metrics, mfu
+from . import __version__
 from .atomic import write_json_atomic
 from .model import Finding, Recommendation
-from .profile import Profile
+
+if TYPE_CHECKING:  # the CLI imports this module for its exit codes: no pandas at import time
+    from .profile import Profile
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "failed", "timeout", "no-steps", "interrupted")
@@ -55,6 +58,8 @@ def build_report(
 ) -> dict:
     """Assemble the report dict from a Profile, the typed findings and how the run ended: the one
 place the result model becomes report.json."""
+    from . import metrics, mfu, temporal
+
     assert status in STATUSES, status
     steps = profile.steps
     step_rows = []
@@ -81,6 +86,7 @@ place the result model becomes report.json."""
         "breakdown": metrics.breakdown(steps),
         "memory": metrics.memory(profile.memory, profile.samples),
         "mfu": mfu.model_flops_utilization(profile),
+        "hta_breakdown": temporal.hta_breakdown(profile.trace),
         "utilization": metrics.utilization(profile.samples, steps),
         "observed": profile.observed,
         "findings": [f.to_dict() for f in findings or []],

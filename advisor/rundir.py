@@ -18,7 +18,8 @@ def rank_info() -> dict:
         value = os.environ.get(name)
         return int(value) if value and value.isdigit() else None
 
-    return {"rank": _int("RANK"), "local_rank": _int("LOCAL_RANK"), "world_size": _int("WORLD_SIZE")}
+    return {"rank": _int("RANK"), "local_rank": _int("LOCAL_RANK"), "world_size": _int("WORLD_SIZE"),
+            "local_world_size": _int("LOCAL_WORLD_SIZE")}
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class RunFiles:
     plan: str = "plan.json"  # one run, many arms: the parent's next plan for the child
     stop: str = "stop"  # the parent asks the arms child to finish
     arms_jsonl: str = "arms.jsonl"  # one line per arm window the child ran
+    sources: str = "sources.json"  # the user's lines behind syncs, matmuls, copies and fetches (probe/sources.py)
 
 
 def names(rank_suffix: str = "") -> RunFiles:
@@ -52,6 +54,7 @@ def names(rank_suffix: str = "") -> RunFiles:
         plan=f"plan{r}.json",
         stop=f"stop{r}",
         arms_jsonl=f"arms{r}.jsonl",
+        sources=f"sources{r}.json",
     )
 
 
@@ -147,7 +150,7 @@ def own_files(rank_suffix: str = "") -> list[str]:
     """The names an advise run writes for this rank, report first (see :func:`clear_previous`)."""
     f = names(rank_suffix)
     listed = [f.report_json, f.report_html, f.trace, f.steps_csv, f.samples_csv, f.probe_json, f.log, f.steps_jsonl,
-              f".probe-config{rank_suffix}.json"]
+              f.sources, f".probe-config{rank_suffix}.json"]
     return listed + (["compare.json"] if not rank_suffix else [])  # compare.json has no per-rank name
 
 

@@ -26,7 +26,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats as _st
 
 
 def _array(values: Sequence[float]) -> np.ndarray:
@@ -46,6 +45,8 @@ def mann_whitney(a: Sequence[float], b: Sequence[float], alternative: str = "two
         return 1.0
     flipped = {"greater": "less", "less": "greater", "two-sided": "two-sided"}[alternative]
     # scipy's alternative is about its first argument: "less" means x tends to be smaller than y.
+    from scipy import stats as _st  # imported when used: scipy.stats takes ~0.7 s to import
+
     return float(_st.mannwhitneyu(a, b, alternative=flipped).pvalue)
 
 
@@ -121,6 +122,8 @@ def _bootstrap(data: tuple, statistic: Callable, confidence: float, n_resamples:
     Every sample is drawn from the same seeded generator, in order, so an interval is reproducible
     from run to run; None when no method gives a finite interval.
     """
+    from scipy import stats as _st
+
     for method in methods:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -213,5 +216,7 @@ def ratio_of_means_ci_t(a: Sequence[float], b: Sequence[float], confidence: floa
     num = (rel_a + rel_b) ** 2
     den = (rel_a**2 / (len(a) - 1) if rel_a else 0.0) + (rel_b**2 / (len(b) - 1) if rel_b else 0.0)
     df = num / den if den else float(len(a) + len(b) - 2)
+    from scipy import stats as _st
+
     t = float(_st.t.ppf(0.5 + confidence / 2, df))
     return Interval(r, r - t * se, r + t * se, confidence)

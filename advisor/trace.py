@@ -134,27 +134,19 @@ trace in which every timed event is skipped raises :class:`TraceError`.
 from __future__ import annotations
 
 import gc
-import gzip
-import json
 import math
 import os
 import re
-import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-import orjson
-
 from . import intervals
 from .intervals import union_length as interval_union_us  # public name kept: union of intervals in us
+from .trace_read import Columns, TraceError, read_trace
 
 __all__ = ["TraceFrames", "TraceError", "load_trace", "interval_union_us"]
-
-
-class TraceError(ValueError):
-    """The file is missing, unreadable, or not a Kineto Chrome trace."""
 
 
 @dataclass
@@ -226,18 +218,6 @@ _STEP_COLS = {
     "kernel_us": "float64", "n_kernels": "int64",
 }
 
-# Category -> bucket.  Unknown categories (flows, Trace, cuda_sync, ...) are dropped.
-_CAT_BUCKET = {
-    "cpu_op": "ops", "Operator": "ops",
-    "user_annotation": "ann", "gpu_user_annotation": "ann",
-    "kernel": "kernels", "Kernel": "kernels",
-    "gpu_memcpy": "memcpy", "Memcpy": "memcpy",
-    "gpu_memset": "memset", "Memset": "memset",
-    "cuda_runtime": "runtime", "Runtime": "runtime", "cuda_driver": "runtime",
-    "python_function": "python",
-    "cpu_instant_event": "instant", None: "instant",  # old traces: [memory] has no cat
-}
-
 # record_function ranges that the 2021 layout files under "Operator".
 _RECORD_FUNCTION_PREFIXES = (
     "ProfilerStep#", "enumerate(DataLoader)", "Optimizer.step", "Optimizer.zero_grad", "##",
@@ -245,9 +225,6 @@ _RECORD_FUNCTION_PREFIXES = (
 _DATALOADER_PREFIX = "enumerate(DataLoader)"
 _OPTIMIZER_PREFIX = "Optimizer.step"
 _STEP_PREFIX = "ProfilerStep#"
-
-_EMPTY: dict = {}
-_NAN = float("nan")
 
 
 # --------------------------------------------------------------------------
@@ -259,11 +236,12 @@ def load_trace(path: str | os.PathLike) -> TraceFrames:
 
     Raises :class:`TraceError` with a one-line message when the file is
     missing, not (complete) JSON / gzip, or has no ``traceEvents`` list.
+    The file is streamed (see :mod:`advisor.trace_read`): memory grows with the
+    columns kept, not with the JSON text.
     """
     src = os.fspath(path)
-    # json.loads and the bucketing create ~10 containers per event; the cyclic
-    # GC would rescan them over and over (about a third of the load time on
-    # big traces).  Nothing here creates reference cycles.
+    # The decoding makes a few objects per event; the cyclic GC would rescan them
+    # over and over.  Nothing here creates reference cycles.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -274,26 +252,17 @@ def load_trace(path: str | os.PathLike) -> TraceFrames:
 
 
 def _load(src: str) -> TraceFrames:
-    doc = _read_json(src)
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise TraceError(f"{src}: not a Kineto trace (no 'traceEvents' list)")
-    events = doc["traceEvents"]
-
-    b = _bucket(events)
-    guard = _Guard(b)
+    doc, cols, n_events = read_trace(src)
+    guard = _Guard(cols)
 
     # Old layout: record_function ranges are "Operator" events; move them.
-    op_evs = b["ops"]
-    ann_evs = b["ann"]
-    try:
-        rec = [e for e in op_evs if e["name"].startswith(_RECORD_FUNCTION_PREFIXES)]
-    except (KeyError, TypeError, AttributeError):  # malformed events; _x_base drops them
-        rec = [e for e in op_evs
-               if isinstance(e.get("name"), str) and e["name"].startswith(_RECORD_FUNCTION_PREFIXES)]
-    if rec:
-        rec_ids = {id(e) for e in rec}
-        op_evs = [e for e in op_evs if id(e) not in rec_ids]
-    annotations = _build_annotations(ann_evs, rec, guard)
+    op_cols = cols["ops"]
+    rec_cols = None
+    if len(op_cols):
+        rec = _prefix_mask(op_cols["name"], _RECORD_FUNCTION_PREFIXES)
+        if rec.any():
+            rec_cols, op_cols = op_cols.take(rec), op_cols.take(~rec)
+    annotations = _build_annotations(cols["ann"], rec_cols, guard)
 
     steps_span = _step_spans(annotations)
     s_ts = steps_span["ts_us"].to_numpy()
@@ -304,12 +273,12 @@ def _load(src: str) -> TraceFrames:
         return _assign_step(ts, s_ts, s_end, s_idx)
 
     annotations["step"] = assign(annotations["ts_us"].to_numpy())
-    ops = _build_ops(op_evs, assign, guard)
-    runtime = _build_runtime(b["runtime"], assign, guard)
-    kernels = _build_kernels(b["kernels"], assign, runtime, guard)
-    memcpy = _build_memcpy(b["memcpy"], b["memset"], assign, runtime, guard)
-    python = _build_python(b["python"], assign, guard)
-    memory = _build_memory(b["instant"])
+    ops = _build_ops(op_cols, assign, guard)
+    runtime = _build_runtime(cols["runtime"], assign, guard)
+    kernels = _build_kernels(cols["kernels"], assign, runtime, guard)
+    memcpy = _build_memcpy(cols["memcpy"], cols["memset"], assign, runtime, guard)
+    python = _build_python(cols["python"], assign, guard)
+    memory = _build_memory(cols["instant"])
     steps = _build_steps(steps_span, ops, annotations, kernels, memcpy)
 
     warnings = []
@@ -333,7 +302,7 @@ def _load(src: str) -> TraceFrames:
         "display_time_unit": doc.get("displayTimeUnit"),
         "base_time_ns": _opt_int(doc.get("baseTimeNanoseconds")),
         "trace_span_us": float(max(ends) - min(starts)) if starts else 0.0,
-        "n_events": len(events),
+        "n_events": n_events,
         "has_gpu": bool(len(kernels) or len(memcpy)),
         "source": src,
         "skipped_events": guard.skipped,
@@ -344,68 +313,10 @@ def _load(src: str) -> TraceFrames:
                        steps=steps, meta=meta)
 
 
-# --------------------------------------------------------------------------
-# Reading
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def _read_json(src: str):
-    if not os.path.exists(src):
-        raise TraceError(f"trace file not found: {src}")
-    if os.path.isdir(src):
-        raise TraceError(f"trace path is a directory, not a file: {src}")
-    try:
-        with open(src, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        raise TraceError(f"{src}: cannot read ({_one_line(exc)})") from None
-    if raw[:2] == b"\x1f\x8b":  # gzip magic; do not trust the extension
-        try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise TraceError(f"{src}: truncated or corrupt gzip ({_one_line(exc)})") from None
-    if not raw or raw.isspace():
-        raise TraceError(f"{src}: empty file, not JSON")
-    try:
-        return orjson.loads(raw)  # several times faster than json on big traces
-    except orjson.JSONDecodeError:  # NaN/Infinity or odd bytes: let the stdlib decide
-        pass
-    try:
-        return json.loads(raw)
-    except UnicodeDecodeError:
-        # Stack strings occasionally hold invalid UTF-8; keep the trace.
-        try:
-            return json.loads(raw.decode("utf-8", "replace"))
-        except ValueError as exc:
-            raise TraceError(f"{src}: not valid JSON ({_one_line(exc)})") from None
-    except (ValueError, RecursionError) as exc:
-        raise TraceError(f"{src}: not valid JSON ({_one_line(exc)})") from None
-
-
-def _bucket(events: list) -> dict:
-    """The single pass over all events: route each by category."""
-    buckets = {name: [] for name in set(_CAT_BUCKET.values())}
-    appenders = {cat: buckets[name].append for cat, name in _CAT_BUCKET.items()}
-    get = appenders.get
-    try:
-        for e in events:
-            a = get(e.get("cat"))
-            if a is not None:
-                a(e)
-    except (AttributeError, TypeError):  # non-dict entries or unhashable cat
-        buckets = {name: [] for name in buckets}
-        for e in events:
-            if isinstance(e, dict):
-                cat = e.get("cat")
-                if cat is None or isinstance(cat, str):
-                    name = _CAT_BUCKET.get(cat)
-                    if name is not None:
-                        buckets[name].append(e)
-    return buckets
+def _prefix_mask(names: list, prefixes) -> np.ndarray:
+    """Which names start with `prefixes`, decided once per distinct name."""
+    hit = {n: n.startswith(prefixes) for n in set(names)}
+    return np.fromiter(map(hit.__getitem__, names), dtype=bool, count=len(names))
 
 
 # Buckets of complete ('X') events, the ones with a duration.
@@ -425,13 +336,14 @@ class _Guard:
     WORDS = {"nan": "with a null, NaN or infinite time", "negative": "with a negative duration",
              "long": "lasting over a day", "far": "starting over a day away from the rest"}
 
-    def __init__(self, buckets: dict):
+    def __init__(self, columns: dict):
         self.counts = dict.fromkeys(self.WORDS, 0)
-        sample: list = []
+        sample = [np.zeros(0)]
         for name in _TIMED_BUCKETS:  # a spread-out sample is enough to place the median
-            evs = buckets[name]
-            sample += [e.get("ts") for e in evs[:: max(1, len(evs) // 1000)]]
-        ts = np.array([_as_float(v) for v in sample], dtype=np.float64)
+            c = columns[name]
+            if len(c):
+                sample.append(c["ts"][:: max(1, len(c) // 1000)])
+        ts = np.concatenate(sample)
         ts = ts[np.isfinite(ts)]
         self.centre = float(np.median(ts)) if len(ts) else 0.0
 
@@ -457,98 +369,24 @@ class _Guard:
         return ", ".join(f"{n} {self.WORDS[key]}" for key, n in self.counts.items() if n)
 
 
-def _valid_x(e) -> bool:
-    return (e.get("ph", "X") == "X" and isinstance(e.get("name"), str)
-            and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float)))
+def _x_base(c: Columns | None, guard: _Guard | None = None) -> Columns | None:
+    """The usable complete ('X') events of a bucket: malformed ones dropped, impossible ones too (`guard`)."""
+    if c is None or not len(c):
+        return None
+    ok = c["ok"]
+    mask = ok.copy()
+    if guard is not None:
+        sub = guard.keep(c["ts"][ok], c["dur"][ok])
+        if sub is not None:
+            mask[np.flatnonzero(ok)[~sub]] = False
+    if mask.all():
+        return c
+    return c.take(mask) if mask.any() else None
 
 
-def _x_base(evs: list, guard: _Guard | None = None):
-    """name, ts, dur, args for complete ('X') events; drops malformed ones, and impossible ones (`guard`)."""
-    try:
-        names = [e["name"] for e in evs]
-        ts = _floats([e["ts"] for e in evs])
-        dur = _floats([e["dur"] for e in evs])
-        if names and not (isinstance(names[0], str) and all(map(str.__instancecheck__, names))):
-            raise TypeError
-    except (KeyError, TypeError, ValueError, OverflowError):
-        evs = [e for e in evs if _valid_x(e)]
-        names = [e["name"] for e in evs]
-        ts = np.array([_as_float(e["ts"]) for e in evs], dtype=np.float64)
-        dur = np.array([_as_float(e["dur"]) for e in evs], dtype=np.float64)
-    keep = guard.keep(ts, dur) if guard is not None else None
-    if keep is not None:
-        evs = [e for e, k in zip(evs, keep.tolist()) if k]
-        names = [n for n, k in zip(names, keep.tolist()) if k]
-        ts, dur = ts[keep], dur[keep]
-    args = [e.get("args") or _EMPTY for e in evs]
-    if args and not all(map(dict.__instancecheck__, args)):
-        args = [a if isinstance(a, dict) else _EMPTY for a in args]
-    return evs, names, ts, dur, args
-
-
-def _as_float(value) -> float:
-    """A JSON number as a float: NaN if it is not a number, infinite if it is an integer beyond float range."""
-    if not isinstance(value, (int, float)):
-        return _NAN
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
-
-
-def _floats(values: list) -> np.ndarray:
-    """List of numbers -> float64 (fromiter is faster than np.array for big ints)."""
-    return np.fromiter(values, dtype=np.float64, count=len(values))
-
-
-_INT_RE = re.compile(r"-?\d+")
-
-
-def _to_int_ids(values: list, default: int = -1) -> np.ndarray:
-    """pid/tid/device/stream ids -> int64; strings like '25738' or 'stream 7' parsed."""
-    if not values:
-        return np.zeros(0, dtype=np.int64)
-    try:
-        return np.array(values, dtype=np.int64)
-    except (ValueError, TypeError, OverflowError):
-        pass
-    cache: dict = {}
-    out = np.empty(len(values), dtype=np.int64)
-    for i, v in enumerate(values):
-        if isinstance(v, (int, float, np.integer)) and not isinstance(v, bool):
-            r = int(v) if -(2**63) <= v < 2**63 else default
-        else:
-            r = cache.get(v, None) if isinstance(v, str) else None
-            if r is None:
-                m = _INT_RE.search(v) if isinstance(v, str) else None
-                r = int(m.group()) if m else default
-                if not -(2**63) <= r < 2**63:
-                    r = default
-                if isinstance(v, str):
-                    cache[v] = r
-        out[i] = r
-    return out
-
-
-def _nullable_int(values: list) -> pd.arrays.IntegerArray:
-    n = len(values)
-    if n == 0:
-        return pd.array([], dtype="Int64")
-    try:
-        if None not in values:
-            return pd.arrays.IntegerArray(np.array(values, dtype=np.int64), np.zeros(n, dtype=bool))
-        mask = np.fromiter((v is None for v in values), dtype=bool, count=n)
-        vals = np.array([0 if v is None else v for v in values], dtype=np.int64)
-        return pd.arrays.IntegerArray(vals, mask)
-    except (ValueError, TypeError, OverflowError):
-        out = []
-        for v in values:
-            try:
-                iv = int(v)
-                out.append(iv if -(2**63) <= iv < 2**63 else None)
-            except (ValueError, TypeError, OverflowError):
-                out.append(None)
-        return pd.array(out, dtype="Int64")
+def _nullable_int(pair: tuple) -> pd.arrays.IntegerArray:
+    vals, mask = pair
+    return pd.arrays.IntegerArray(np.asarray(vals, dtype=np.int64), np.asarray(mask, dtype=bool))
 
 
 def _frame(cols: dict, schema: dict, order: np.ndarray | None = None) -> pd.DataFrame:
@@ -689,26 +527,28 @@ def _ts_order(ts: np.ndarray, dur: np.ndarray | None = None) -> np.ndarray:
     return np.lexsort((-dur, ts))
 
 
-def _build_annotations(ann_evs: list, rec_evs: list, guard: _Guard | None = None) -> pd.DataFrame:
-    evs = ann_evs + rec_evs
-    if not evs:
+def _build_annotations(ann: Columns, rec: Columns | None, guard: _Guard | None = None) -> pd.DataFrame:
+    if rec is not None:  # old-layout record_function ranges join the annotations, as user_annotation
+        keys = ("name", "ts", "dur", "ok", "pid", "tid")
+        if len(ann):
+            ann = Columns({k: ann[k] + rec[k] if isinstance(ann[k], list) else np.concatenate([ann[k], rec[k]])
+                           for k in keys} | {"gpu": np.concatenate([ann["gpu"], np.zeros(len(rec), dtype=bool)])})
+        else:
+            ann = Columns({k: rec[k] for k in keys} | {"gpu": np.zeros(len(rec), dtype=bool)})
+    c = _x_base(ann, guard)
+    if c is None:
         return _empty(_ANN_COLS)
-    evs, names, ts, dur, _ = _x_base(evs, guard)
-    if not evs:
-        return _empty(_ANN_COLS)
-    cats = [e.get("cat") for e in evs]
-    cats = [c if c in ("user_annotation", "gpu_user_annotation") else "user_annotation" for c in cats]
+    ts, dur = c["ts"], c["dur"]
     cols = {
-        "name": names, "cat": cats, "ts_us": ts, "dur_us": dur, "end_us": ts + dur,
-        "pid": _to_int_ids([e.get("pid") for e in evs]),
-        "tid": _to_int_ids([e.get("tid") for e in evs]),
-        "step": np.full(len(evs), -1, dtype=np.int64),
+        "name": c["name"], "cat": np.where(c["gpu"], "gpu_user_annotation", "user_annotation").astype(object),
+        "ts_us": ts, "dur_us": dur, "end_us": ts + dur, "pid": c["pid"], "tid": c["tid"],
+        "step": np.full(len(ts), -1, dtype=np.int64),
     }
     return _frame(cols, _ANN_COLS, _ts_order(ts))
 
 
-def _build_runtime(evs: list, assign, guard: _Guard | None = None) -> pd.DataFrame:
-    return _build_host_events(evs, assign, _RUNTIME_COLS, with_correlation=True, guard=guard)
+def _build_runtime(c: Columns, assign, guard: _Guard | None = None) -> pd.DataFrame:
+    return _build_host_events(c, assign, _RUNTIME_COLS, with_correlation=True, guard=guard)
 
 
 def _gpu_step(ts: np.ndarray, corr: pd.arrays.IntegerArray, runtime: pd.DataFrame, assign) -> np.ndarray:
@@ -731,35 +571,17 @@ def _gpu_step(ts: np.ndarray, corr: pd.arrays.IntegerArray, runtime: pd.DataFram
     return np.where(found, rst[pos], by_time)
 
 
-def _gpu_ids(evs: list, args: list):
-    dev = [a.get("device") for a in args]
-    if None in dev:
-        dev = [d if d is not None else e.get("pid") for d, e in zip(dev, evs)]
-    stream = [a.get("stream") for a in args]
-    if None in stream:
-        stream = [s if s is not None else e.get("tid") for s, e in zip(stream, evs)]
-    return _to_int_ids(dev), _to_int_ids(stream)
-
-
-def _build_kernels(evs: list, assign, runtime: pd.DataFrame, guard: _Guard | None = None) -> pd.DataFrame:
-    if not evs:
+def _build_kernels(c: Columns, assign, runtime: pd.DataFrame, guard: _Guard | None = None) -> pd.DataFrame:
+    c = _x_base(c, guard)
+    if c is None:
         return _empty(_KERNEL_COLS)
-    evs, names, ts, dur, args = _x_base(evs, guard)
-    if not evs:
-        return _empty(_KERNEL_COLS)
-    dev, stream = _gpu_ids(evs, args)
-    corr = _nullable_int([a.get("correlation") for a in args])
-    regs = [a.get("registers per thread") for a in args]
-    try:
-        regs_arr = np.array(regs, dtype=np.float64)  # None -> nan
-    except (TypeError, ValueError):
-        regs_arr = np.array([r if isinstance(r, (int, float)) else _NAN for r in regs], dtype=np.float64)
+    ts, dur = c["ts"], c["dur"]
+    corr = _nullable_int((c["correlation"], c["correlation_na"]))
     cols = {
-        "name": names, "ts_us": ts, "dur_us": dur, "end_us": ts + dur,
-        "device": dev, "stream": stream, "correlation": corr,
+        "name": c["name"], "ts_us": ts, "dur_us": dur, "end_us": ts + dur,
+        "device": c["device"], "stream": c["stream"], "correlation": corr,
         "step": _gpu_step(ts, corr, runtime, assign),
-        "grid": [a.get("grid") for a in args], "block": [a.get("block") for a in args],
-        "registers_per_thread": regs_arr,
+        "grid": c["grid"], "block": c["block"], "registers_per_thread": c["registers"],
     }
     return _frame(cols, _KERNEL_COLS, _ts_order(ts))
 
@@ -767,7 +589,6 @@ def _build_kernels(evs: list, assign, runtime: pd.DataFrame, guard: _Guard | Non
 _MEM_RE = re.compile(r"^\s*Mem(?:cpy|set)\s*([A-Za-z]+)?\s*(?:\(\s*([A-Za-z]+)\s*(?:->\s*([A-Za-z]+)\s*)?\))?")
 _COPY_KINDS = {"HtoD", "DtoH", "DtoD", "HtoH", "PtoP"}
 _MEM_SIDES = {"Pageable", "Pinned", "Device", "Managed"}
-_MEMSET_CATS = {"gpu_memset", "Memset"}
 
 
 def _parse_mem_name(name: str, is_memset: bool, args_kind):
@@ -786,106 +607,86 @@ def _parse_mem_name(name: str, is_memset: bool, args_kind):
     return kind, src, dst
 
 
-def _build_memcpy(cp_evs: list, set_evs: list, assign, runtime: pd.DataFrame,
+_MEMCPY_KEYS = ("name", "ts", "dur", "ok", "pid", "tid", "device", "stream", "kind", "bytes")
+
+
+def _build_memcpy(cp: Columns, st: Columns, assign, runtime: pd.DataFrame,
                   guard: _Guard | None = None) -> pd.DataFrame:
-    evs = cp_evs + set_evs
-    if not evs:
+    parts = []
+    for cols_in, is_set in ((cp, False), (st, True)):
+        c = _x_base(cols_in, guard)
+        if c is not None:
+            parts.append((c, is_set))
+    if not parts:
         return _empty(_MEMCPY_COLS)
-    evs, names, ts, dur, args = _x_base(evs, guard)
-    if not evs:
-        return _empty(_MEMCPY_COLS)
-    is_set = [e.get("cat") in _MEMSET_CATS for e in evs]
     cache: dict = {}
     kinds, srcs, dsts = [], [], []
-    for name, s, a in zip(names, is_set, args):
-        k = a.get("kind")
-        key = (name, s, k if isinstance(k, str) else None)
-        r = cache.get(key)
-        if r is None:
-            r = cache[key] = _parse_mem_name(name, s, key[2])
-        kinds.append(r[0])
-        srcs.append(r[1])
-        dsts.append(r[2])
-    dev, stream = _gpu_ids(evs, args)
-    nbytes = [a.get("bytes") for a in args]
-    try:
-        nbytes_arr = np.array(nbytes, dtype=np.float64)
-    except (TypeError, ValueError):
-        nbytes_arr = np.array([v if isinstance(v, (int, float)) else _NAN for v in nbytes], dtype=np.float64)
-    corr = _nullable_int([a.get("correlation") for a in args])
+    for c, s in parts:
+        for name, k in zip(c["name"], c["kind"]):
+            key = (name, s, k)
+            r = cache.get(key)
+            if r is None:
+                r = cache[key] = _parse_mem_name(name, s, k)
+            kinds.append(r[0])
+            srcs.append(r[1])
+            dsts.append(r[2])
+    cat = {k: [v for c, _ in parts for v in c[k]] if isinstance(parts[0][0][k], list)
+           else np.concatenate([c[k] for c, _ in parts]) for k in _MEMCPY_KEYS}
+    corr = _nullable_int((np.concatenate([c["correlation"] for c, _ in parts]),
+                          np.concatenate([c["correlation_na"] for c, _ in parts])))
+    ts, dur = cat["ts"], cat["dur"]
     cols = {
-        "name": names, "kind": kinds, "src": srcs, "dst": dsts, "bytes": nbytes_arr,
-        "ts_us": ts, "dur_us": dur, "end_us": ts + dur, "device": dev, "stream": stream,
+        "name": cat["name"], "kind": kinds, "src": srcs, "dst": dsts, "bytes": cat["bytes"],
+        "ts_us": ts, "dur_us": dur, "end_us": ts + dur, "device": cat["device"], "stream": cat["stream"],
         "correlation": corr, "step": _gpu_step(ts, corr, runtime, assign),
     }
     return _frame(cols, _MEMCPY_COLS, _ts_order(ts))
 
 
-def _build_python(evs: list, assign, guard: _Guard | None = None) -> pd.DataFrame:
-    return _build_host_events(evs, assign, _PY_COLS, with_correlation=False, guard=guard)
+def _build_python(c: Columns, assign, guard: _Guard | None = None) -> pd.DataFrame:
+    return _build_host_events(c, assign, _PY_COLS, with_correlation=False, guard=guard)
 
 
-def _build_host_events(evs: list, assign, schema: dict, *, with_correlation: bool,
+def _build_host_events(c: Columns, assign, schema: dict, *, with_correlation: bool,
                        guard: _Guard | None = None) -> pd.DataFrame:
     """Complete events on a host thread (runtime calls, python frames): name, times, pid/tid, step."""
-    if not evs:
+    c = _x_base(c, guard)
+    if c is None:
         return _empty(schema)
-    evs, names, ts, dur, args = _x_base(evs, guard)
-    if not evs:
-        return _empty(schema)
+    ts, dur = c["ts"], c["dur"]
     cols = {
-        "name": names, "ts_us": ts, "dur_us": dur, "end_us": ts + dur,
-        "pid": _to_int_ids([e.get("pid") for e in evs]),
-        "tid": _to_int_ids([e.get("tid") for e in evs]),
-        "step": assign(ts),
+        "name": c["name"], "ts_us": ts, "dur_us": dur, "end_us": ts + dur,
+        "pid": c["pid"], "tid": c["tid"], "step": assign(ts),
     }
     if with_correlation:
-        cols["correlation"] = _nullable_int([a.get("correlation") for a in args])
+        cols["correlation"] = _nullable_int((c["correlation"], c["correlation_na"]))
     return _frame(cols, schema, _ts_order(ts))
 
 
-def _num_list(values: list) -> np.ndarray:
-    try:
-        return np.array(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        return np.array([v if isinstance(v, (int, float)) else _NAN for v in values], dtype=np.float64)
-
-
-def _build_memory(inst: list) -> pd.DataFrame:
-    evs = [e for e in inst if e.get("name") == "[memory]"]
-    try:
-        ts = np.array([e["ts"] for e in evs], dtype=np.float64)
-    except (KeyError, TypeError, ValueError):
-        evs = [e for e in evs if isinstance(e.get("ts"), (int, float))]
-        ts = np.array([e["ts"] for e in evs], dtype=np.float64)
-    if not evs:
+def _build_memory(c: Columns) -> pd.DataFrame:
+    if not len(c):
         return _empty(_MEM_COLS)
-    args = [e.get("args") or _EMPTY for e in evs]
-    if not all(map(dict.__instancecheck__, args)):
-        args = [a if isinstance(a, dict) else _EMPTY for a in args]
+    ok = ~np.isnan(c["ts"])
+    if not ok.all():
+        c = c.take(ok)
+        if not len(c):
+            return _empty(_MEM_COLS)
     cols = {
-        "ts_us": ts,
-        "bytes": _num_list([a.get("Bytes") for a in args]),
-        "total_allocated": _num_list([a.get("Total Allocated") for a in args]),
-        "total_reserved": _num_list([a.get("Total Reserved") for a in args]),
-        "device_type": _to_int_ids([a.get("Device Type", -1) for a in args]),
-        "device_id": _to_int_ids([a.get("Device Id", -1) for a in args]),
+        "ts_us": c["ts"], "bytes": c["bytes"], "total_allocated": c["total_allocated"],
+        "total_reserved": c["total_reserved"], "device_type": c["device_type"], "device_id": c["device_id"],
     }
-    return _frame(cols, _MEM_COLS, _ts_order(ts))
+    return _frame(cols, _MEM_COLS, _ts_order(c["ts"]))
 
 
-def _build_ops(evs: list, assign, guard: _Guard | None = None) -> pd.DataFrame:
-    if not evs:
+def _build_ops(c: Columns, assign, guard: _Guard | None = None) -> pd.DataFrame:
+    c = _x_base(c, guard)
+    if c is None:
         return _empty(_OPS_COLS)
-    evs, names, ts, dur, args = _x_base(evs, guard)
-    n = len(evs)
-    if n == 0:
-        return _empty(_OPS_COLS)
-    pid = _to_int_ids([e.get("pid") for e in evs])
-    tid = _to_int_ids([e.get("tid") for e in evs])
-    dims = [a.get("Input Dims") for a in args]
-    types = [a.get("Input type") for a in args]
-    flops, guessed = _op_flops(names, args, dims)
+    names, ts, dur = c["name"], c["ts"], c["dur"]
+    n = len(ts)
+    pid, tid = c["pid"], c["tid"]
+    dims = c["input_dims"]
+    flops, guessed = _op_flops(names, c["flops"], c["concrete"], dims)
 
     order = _ts_order(ts, dur)
     ts_o, dur_o = ts[order], dur[order]
@@ -905,10 +706,12 @@ def _build_ops(evs: list, assign, guard: _Guard | None = None) -> pd.DataFrame:
     if covered is not None:
         flops_o[covered] = np.nan
 
+    ext_vals, ext_mask = c["external_id"], c["external_id_na"]
+    types = c["input_types"]
     cols = {
         "name": names_o, "ts_us": ts_o, "dur_us": dur_o, "end_us": end_o,
         "self_us": self_o, "depth": depth_o, "pid": pid_o, "tid": tid_o,
-        "external_id": _nullable_int([args[i].get("External id") for i in ol]),
+        "external_id": _nullable_int((ext_vals[order], ext_mask[order])),
         "input_dims": dims_o, "input_types": [types[i] for i in ol],
         "flops": flops_o, "step": assign(ts_o),
     }
@@ -1013,19 +816,13 @@ _CONV_BWD_OPS = {
 _FLOP_OPS = set(_MM_OPS) | set(_CONV_OPS) | set(_CONV_BWD_OPS)
 
 
-def _op_flops(names: list, args: list, dims: list):
+def _op_flops(names: list, given: np.ndarray, concretes: list, dims: list):
     """FLOPs per op (NaN if unknown) and the positions of convs whose output size was guessed."""
-    n = len(names)
-    out = np.full(n, np.nan)
+    out = given.copy()
     guessed: list = []
-    given = [a.get("flops") for a in args]
-    if any(v is not None for v in given):
-        for i, v in enumerate(given):
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                out[i] = v
     for i, name in enumerate(names):
         if name in _FLOP_OPS and not out[i] == out[i] and dims[i]:
-            concrete = args[i].get("Concrete Inputs")
+            concrete = concretes[i]
             try:
                 f = _estimate_flops(name, dims[i], concrete)
             except (TypeError, ValueError, IndexError, ZeroDivisionError):

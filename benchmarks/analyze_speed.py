@@ -1,6 +1,8 @@
-"""How fast `advise analyze` is next to Holistic Trace Analysis on the same trace.
+"""How fast `advise analyze`'s analysis is next to Holistic Trace Analysis's, in one process.
 
-Both sides do comparable work, side by side in one process, alternating, several times:
+An in-process figure (no interpreter start, imports already paid); the whole command as a
+process against a whole HTA process is `benchmarks/analyze_whole.py`. Both sides do comparable
+work, side by side in one process, alternating, several times:
 
 - advise: ``Profile.from_trace`` (the trace into DataFrames) plus every rule (the analysis
   behind ``advise analyze``, without printing);

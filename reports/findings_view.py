@@ -44,6 +44,7 @@ class ExperimentView:
     loss: str
     loss_state: str  # "ok" | "bad" | "" (no check)
     sentence: str  # the whole result in one line
+    memory: str = ""  # the peak memory's change, beside the speed ("peak memory 1.2 GiB → 450 MiB (-62.0%)")
 
 
 @dataclass
@@ -66,6 +67,17 @@ class Snippet:
 
 
 @dataclass
+class LocationRow:
+    """A line of the user's code the finding points at."""
+
+    where: str  # train.py:42
+    path: str  # the full path, as a tooltip
+    function: str
+    op: str
+    calls: str
+
+
+@dataclass
 class FindingView:
     """One finding, ranked: what was found, the numbers, the fix, its measured effect, the rule's doc."""
 
@@ -79,6 +91,7 @@ class FindingView:
     title_text: str
     summary: list[Inline]
     summary_text: str
+    locations: list[LocationRow]
     evidence: list[Row]
     fix_title: str
     fix_kind: str
@@ -113,6 +126,7 @@ class Recommended:
     fixes: str
     overrides: str
     snippets: list[Snippet]
+    confirmed: str = ""  # --confirm: the fresh-run measurement of the same configuration
 
 
 def inline(text: str) -> list[Inline]:
@@ -151,6 +165,8 @@ def finding_view(f: Finding, rank: int, rule_docs: Mapping[str, str], experiment
         title_text=title,
         summary=inline(f.summary),
         summary_text=f.summary,
+        locations=[LocationRow(loc.short, loc.file, loc.function, loc.op, words.plural(loc.count, "call"))
+                   for loc in f.locations],
         evidence=[Row(str(k), fmt.by_suffix(str(k), v)) for k, v in evidence.items()],
         fix_title=f.fix.title,
         fix_kind=f.fix.kind.value,
@@ -177,7 +193,7 @@ def experiment_view(result: Experiment | Recommendation) -> ExperimentView:
         state=state, label=label, speedup=fmt.speedup(result.speedup), interval=words.interval(result.ci_low, result.ci_high),
         ci=fmt.interval(result.ci_low, result.ci_high), detail=words.measured_detail(result),
         baseline=baseline, candidate=candidate, missing=missing,
-        loss=loss, loss_state=loss_state, sentence=words.measured_sentence(result),
+        loss=loss, loss_state=loss_state, sentence=words.measured_sentence(result), memory=words.memory_effect(result),
     )
 
 
@@ -219,7 +235,8 @@ def recommended_view(rec: Recommendation | None, findings: list[Finding]) -> Rec
             snippets.append(Snippet("", item))
     fixes = [f"{codes[x]} {x}" if codes.get(x) else str(x) for x in rec.fixes or []]
     return Recommended(result=experiment_view(rec), fixes=" + ".join(fixes),
-                       overrides=_compact_json(rec.overrides) if rec.overrides else "", snippets=snippets)
+                       overrides=_compact_json(rec.overrides) if rec.overrides else "", snippets=snippets,
+                       confirmed=words.confirmed_words(rec.confirmed))
 
 
 def findings_empty(report: dict) -> str:

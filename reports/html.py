@@ -30,7 +30,16 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        bytecode_cache=_bytecode_cache(),
     )
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates kept in the temp dir: compiling report.html.j2 costs ~0.1 s a command."""
+    try:
+        return jinja2.FileSystemBytecodeCache()
+    except (OSError, RuntimeError):  # no private temp dir to be had: compile each time
+        return None
 
 
 def render_html(page: Page) -> str:

@@ -10,8 +10,10 @@ hands over what was loaded (:meth:`advisor.profile.Profile.from_run_dir`, the ru
 - :mod:`.findings_view`: the ranked findings, the experiments table, the recommended configuration
 - :mod:`.ruledoc`: a rule's documentation as HTML
 - :mod:`.ops_view`: the top operators and kernels of the trace
+- :mod:`.roofline_view`: the top kernels' achieved FLOP/s and bytes/s against the device's peaks
 - :mod:`.timeline_view`: the sampler's utilization timeline
 - :mod:`.run_view`: step breakdown, steps, environment, the run dir's files
+- :mod:`.hta_view`: the GPU time in HTA's temporal-breakdown terms
 - :mod:`.words`: how a measurement is said, everywhere
 """
 
@@ -26,8 +28,9 @@ from types import MappingProxyType
 from advisor import format as fmt
 from advisor.model import Finding, Recommendation, findings_of, recommendation_of
 
-from . import charts, findings_view, ops_view, run_view, timeline_view, words
+from . import charts, findings_view, hta_view, ops_view, roofline_view, run_view, timeline_view, words
 from .findings_view import ExperimentRow, FindingView, Recommended
+from .hta_view import HtaTable
 from .ops_view import OpsTable
 from .run_view import Artifact, Breakdown, Row, StepRow
 
@@ -95,6 +98,7 @@ class Page:
     warnings: list[str]
     notes: list[str]
     breakdown: Breakdown | None
+    hta_tables: list[HtaTable]
     step_chart: charts.StepChart | None
     step_chart_empty: str
     timeline: charts.Timeline | None
@@ -111,7 +115,9 @@ class Page:
     recommended: Recommended | None
     op_tables: list[OpsTable]
     ops_empty: str
+    roofline: roofline_view.RooflineTable | None
     steps: list[StepRow]
+    ranks: list[run_view.RankRow]
     steps_summary: str
     env: list[Row]
     observed: list[Row]
@@ -146,6 +152,7 @@ def build_page(report: dict, profile=None, rule_docs: Mapping[str, str] = NO_DOC
         warnings=[str(w) for w in report.get("warnings") or []],
         notes=[str(n) for n in report.get("notes") or []],
         breakdown=run_view.breakdown(report),
+        hta_tables=hta_view.hta_tables(report),
         step_chart=charts.step_chart(steps),
         step_chart_empty="no measured steps" if not steps else "",
         timeline=timeline_view.timeline(columns, timeline_view.step_spans(profile)),
@@ -162,7 +169,9 @@ def build_page(report: dict, profile=None, rule_docs: Mapping[str, str] = NO_DOC
         recommended=recommended,
         op_tables=op_tables,
         ops_empty=ops_empty,
+        roofline=roofline_view.roofline_table(profile),
         steps=run_view.step_rows(report),
+        ranks=run_view.rank_rows(report),
         steps_summary=run_view.steps_summary(report),
         env=run_view.env_rows(report),
         observed=run_view.observed_rows(report),
@@ -265,5 +274,5 @@ def _seen(report: dict) -> str:
 def nav(page: Page) -> list[NavItem]:
     return [NavItem("breakdown", "Step time"), NavItem("timeline", "Utilization"),
             NavItem("findings", f"Findings ({len(page.findings)})"), NavItem("experiments", "Experiments"),
-            NavItem("ops", "Top ops"), NavItem("steps", "Steps"), NavItem("environment", "Environment"),
-            NavItem("files", "Files")]
+            NavItem("ops", "Top ops"), *([NavItem("ranks", "Ranks")] if page.ranks else []), NavItem("steps", "Steps"),
+            NavItem("environment", "Environment"), NavItem("files", "Files")]

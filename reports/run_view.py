@@ -16,7 +16,7 @@ from .words import plural, throughput_basis
 
 MAX_STEP_ROWS = 200  # the steps table; steps.csv has them all
 ENV_ORDER = ["python", "torch", "cuda", "device", "device_name", "device_capability", "device_memory_bytes", "device_count",
-             "cpu_count", "torch_threads", "platform", "hostname", "rank", "local_rank", "world_size"]
+             "cpu_count", "physical_cores", "torch_threads", "platform", "hostname", "rank", "local_rank", "world_size"]
 BREAKDOWN_PARTS = [  # (report key, css class, label); `other_frac` shows when the report has it
     ("data_wait_frac", "data", "data wait"),
     ("compute_frac", "compute", "forward/backward"),
@@ -30,6 +30,30 @@ ARTIFACT_TEXT = {
     "samples_csv": "the sampler's ticks (CPU, RSS; GPU with NVML)",
     "log": "the script's stdout and stderr",
 }
+
+
+@dataclass
+class RankRow:
+    """One rank of a multi-rank job (report.json `ranks`): how it ended and its step times."""
+
+    rank: str
+    status: str
+    step_median: str
+    step_p90: str
+    exposed_comm: str
+    samples_per_s: str
+    error: str
+
+
+def rank_rows(report: dict) -> list[RankRow]:
+    """A launched job's ranks (their own steps) or an analysed set of traces (their profiled steps)."""
+    rows = []
+    for r in report.get("ranks") or []:
+        median = r.get("step_time_median_s", r.get("duration_s"))
+        rows.append(RankRow(str(r.get("rank")), str(r.get("status") or fmt.DASH), fmt.time_s(finite(median)),
+                            fmt.time_s(finite(r.get("step_time_p90_s"))), fmt.time_s(finite(r.get("exposed_comm_s"))),
+                            fmt.rate(finite(r.get("samples_per_s")), "samples/s"), str(r.get("error") or "")))
+    return rows
 
 
 @dataclass

@@ -102,6 +102,9 @@ def finding_lines(finding: Finding, experiments: str = "ran") -> list[Text]:
     """A finding as the HTML page words it: code, severity and title; the fix, with its one label
     (kind and applicability, from the typed Fix); how the fix fared."""
     lines = [Text.assemble(("  " + finding.code, "bold"), f" [{finding.severity}] ", finding.title)]
+    where = words.where_line(finding)
+    if where:
+        lines.append(Text("      " + where, style="cyan"))
     fix = finding.fix
     if fix.title:
         lines.append(Text.assemble("      fix: ", fix.title, (f" ({words.fix_label(fix)})", "dim")))
@@ -118,7 +121,8 @@ def result_line(finding: Finding, experiments: str = "ran") -> str:
     if exp.sweep and exp.verified and isinstance(exp.overrides, dict):
         text += f"; best of {len(exp.sweep)} values tried: {describe(exp.overrides)}"
     loss, _ = words.loss_words(exp.loss_check)
-    return text + (f"; {loss}" if loss else "")
+    memory = words.memory_effect(exp)
+    return text + (f"; {loss}" if loss else "") + (f"; {memory}" if memory else "")
 
 
 def _state(finding: Finding) -> str:
@@ -147,6 +151,9 @@ def print_summary(report: dict, con: Console, run_dir: str | None = None) -> Non
     name = env.get("device_name")
     table.add_row("device", f"{device}" + (f" ({name})" if name else ""))
     table.add_row("steps", f"{len(report.get('steps', []))} measured, boundaries from {report.get('step_source') or fmt.DASH}")
+    ranks = words.ranks_words(report.get("ranks"))
+    if ranks:
+        table.add_row("ranks", ranks)
     if tp.get("samples_per_s") is not None:
         table.add_row("throughput", fmt.rate(tp["samples_per_s"], "samples/s"))
     elif tp.get("steps_per_s") is not None:
@@ -179,6 +186,8 @@ def print_summary(report: dict, con: Console, run_dir: str | None = None) -> Non
     if rec is not None:
         style = "bold green" if rec.result.state == "verified" else RESULT_STYLE.get(rec.result.state, "")
         con.print(Text.assemble(("recommended: ", "bold"), rec.fixes, "  ", (rec.result.sentence, style)))
+        if rec.confirmed:
+            con.print(Text("      " + rec.confirmed))
         for snippet in rec.snippets:
             con.print(Text(_indent(snippet.code, "      "), style="dim"))
     elif findings:

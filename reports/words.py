@@ -10,8 +10,8 @@ renderer keys on: ``verified``, ``slower``, ``bad``, ``unclear``, ``not-run``, `
 from __future__ import annotations
 
 from advisor import format as fmt
-from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind, Recommendation, Verdict,
-                           estimated_speedup, finite)
+from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind, Recommendation,
+                           SourceLocation, Verdict, estimated_speedup, finite)
 
 # verdict -> (state, label)
 VERDICT_WORDS: dict[Verdict, tuple[str, str]] = {
@@ -153,9 +153,14 @@ MEASURED_BY = {"in-process": "in the profiled run", "fresh-run": "in fresh runs"
 
 
 def _how(result: Measured) -> str:
-    """`, in the profiled run` / `, in fresh runs`: how a result was measured, when the report says."""
+    """`, in the profiled run` / `, in fresh runs`: how a result was measured, when the report says;
+    for torch.compile also what compiling cost (once, kept out of the step times)."""
     how = MEASURED_BY.get(getattr(result, "measured_by", None) or "")
-    return f", {how}" if how else ""
+    text = f", {how}" if how else ""
+    cost = finite(getattr(result, "switch_s", None))
+    if cost and "compile" in (getattr(result, "overrides", None) or {}):
+        text += f"; compiling took {fmt.time_s(cost)}, once"
+    return text
 
 
 def estimate_speedup_words(gain) -> str:
@@ -215,6 +220,20 @@ def finding_sentence(finding: Finding, experiments: str = "ran") -> str:
     if not finding.fix.automatic:
         return MANUAL_NOT_MEASURED
     return UNTRIED.get(experiments, NOT_MEASURED)
+
+
+def location_words(loc: SourceLocation) -> str:
+    """``train.py:42 in train_step (.item(), 2 calls)``: one site of the user's code."""
+    what = ", ".join(x for x in (loc.op, plural(loc.count, "call")) if x)
+    return f"{loc.short}{f' in {loc.function}' if loc.function else ''} ({what})"
+
+
+def where_line(finding: Finding) -> str:
+    """``at train.py:42 in step (.item(), 1 call); 2 more sites``, or '' when no line is known."""
+    if not finding.locations:
+        return ""
+    more = len(finding.locations) - 1
+    return f"at {location_words(finding.locations[0])}" + (f"; {plural(more, 'more site')}" if more else "")
 
 
 def fix_label(fix: Fix) -> str:
@@ -285,6 +304,25 @@ def measure_words(m) -> str:
     if finite(m) is not None:
         return fmt.value(float(m))
     return "" if m is None else str(m)
+
+
+MEMORY_BASIS_SHORT = {"cuda-max-allocated": "max allocated", "cpu-allocator": "CPU allocator",
+                      "rss-high-water": "RSS high-water mark"}
+
+
+def memory_effect(result) -> str:
+    """`peak memory 127.5 MiB → 47.8 MiB (−63%, CPU allocator)`: a fix's memory effect, said next
+    to its speed; '' when either side's peak is unknown."""
+    base, cand = (getattr(result, "baseline", None) or {}), (getattr(result, "candidate", None) or {})
+    b, c = finite(base.get("peak_memory_bytes")), finite(cand.get("peak_memory_bytes"))
+    if b is None or c is None or b <= 0:
+        return ""
+    basis = MEMORY_BASIS_SHORT.get(base.get("memory_basis"), base.get("memory_basis") or "")
+    text = f"peak memory {fmt.bytes_(b)} → {fmt.bytes_(c)} ({fmt.change(c / b - 1)}{', ' + basis if basis else ''})"
+    budget = finite(getattr(result, "memory_budget_bytes", None))
+    if budget:
+        text += f", {'within' if c <= budget else 'over'} the {fmt.bytes_(budget)} budget"
+    return text
 
 
 def loss_words(check) -> tuple[str, str]:
@@ -377,6 +415,24 @@ def memory_words(memory: dict) -> str:
     if finite(mem.get("peak_rss_bytes")) is not None:
         return f"{fmt.bytes_(mem['peak_rss_bytes'])} (RSS summed over the script's processes)"
     return ""
+
+
+def confirmed_words(confirmed: dict | None) -> str:
+    """`--confirm`'s fresh runs in one line: `as you will apply it (...): 4.06× faster (95% CI ...), verified`."""
+    if not confirmed:
+        return ""
+    result = Experiment.from_dict(confirmed)
+    result.measured_by = None  # the line says how
+    return f"as you will apply it (fresh runs of the script, --confirm): {measured_sentence(result)}"
+
+
+def ranks_words(ranks: list[dict] | None) -> str:
+    """A launched job in one line: `2 (figures are rank 0's; median step 12.1 ms · 12.4 ms; rank 1 failed)`."""
+    if not ranks:
+        return ""
+    steps = " · ".join(fmt.time_s(r.get("step_time_median_s", r.get("duration_s"))) for r in ranks)
+    bad = [f"rank {r['rank']} {r['status']}" for r in ranks if r.get("status", "done") not in ("done", "finished")]
+    return f"{len(ranks)} (figures above are rank 0's; median step per rank {steps}" + (f"; {', '.join(bad)}" if bad else "") + ")"
 
 
 def mfu_words(mfu: dict | None) -> tuple[str, str]:

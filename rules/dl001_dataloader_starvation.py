@@ -61,6 +61,7 @@ from typing import Iterator
 import numpy as np
 
 from advisor import intervals, metrics
+from advisor.overrides import cores_per_rank
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
@@ -95,7 +96,7 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> 
     step_s = float(np.median(dur))
     compute_s = max(step_s - median_wait_s, 1e-6)
     device = profile.device
-    cores = profile.env.get("cpu_count")
+    cores = cores_per_rank(profile.env) if profile.env.get("cpu_count") else None  # the node's, shared by its ranks
     io_bound = _io_bound(profile, cores)
     fix, gain = _fix(loader, device, cores, profile.env.get("torch_threads"), median_wait_s, compute_s, step_s, io_bound)
 
@@ -125,6 +126,8 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> 
         evidence={k: v for k, v in evidence.items() if v is not None},
         estimated_gain_frac=h.r3(gain) if gain is not None else None,
         fix=fix,
+        # loading in the main process: the Dataset's __getitem__ (or collate_fn) is where the wait goes
+        locations=profile.locations("dataloader") if not workers else [],
     )
 
 

@@ -124,4 +124,5 @@ def check(profile, *, min_bytes_per_step: int = 1048576, min_time_frac: float = 
         },
         estimated_gain_frac=h.r3(0.8 * cost_frac),
         fix=fix,
+        locations=profile.locations("h2d-copy", device="cuda", pinned=False),
     )

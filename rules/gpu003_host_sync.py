@@ -51,7 +51,7 @@ from typing import Iterator
 
 import numpy as np
 
-from advisor import intervals
+from advisor import intervals, sources
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
@@ -123,6 +123,9 @@ def check(profile, *, min_idle_frac: float = 0.02, min_syncs_per_step: float = 1
             "n_steps": n,
         },
         estimated_gain_frac=h.r3(0.8 * idle_frac),
+        # the probe's exact lines; from a trace alone, the frames around the syncs that drained the GPU
+        locations=sources.locations(profile.sources, "host-sync", device="cuda")
+        or sources.frame_locations([(e["call_site"], e["count"], e["cause"]) for e in top]),
         fix=Fix.manual(
             "Keep values on the GPU and read them every N steps",
             ("running += loss.detach()           # instead of loss.item() every step\n"

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from advisor import intervals, metrics
+from advisor.overrides import cores_per_rank
 
 # --------------------------------------------------------------------------- steps
 
@@ -285,7 +286,7 @@ def oversubscription(profile, min_cpu_busy_frac: float = 0.85) -> dict | None:
     if not cores or not threads or workers == 0:
         return None
     demand = threads + workers if profile.device == "cpu" else workers + 1
-    if demand <= cores:
+    if demand <= cores_per_rank(env):  # each rank's share of the node
         return None
     busy = cpu_busy_frac(profile, cores)
     if busy is None or busy < min_cpu_busy_frac:

@@ -101,7 +101,8 @@ def check(profile, *, min_kernel_frac: float = 0.2, min_step_frac: float = 0.05,
             "achieved_fp32_gflops": h.r3(big["flops"].sum() / (big["dur_us"].sum() * 1e-6) / 1e9),
             "device": "cpu", "cpu_bf16": True,
         }
-        yield _finding(evidence, share, "of step time", dev, tf32_on=False, gain=0.5 * share)
+        yield _finding(evidence, share, "of step time", dev, tf32_on=False, gain=0.5 * share,
+                       locations=profile.locations("matmul", dtype="float32", device="cpu"))
         return
 
     if not dev.fp16_tensor_cores:
@@ -143,10 +144,12 @@ def check(profile, *, min_kernel_frac: float = 0.2, min_step_frac: float = 0.05,
         "device_name": dev.name,
         "device_capability": dev.capability_str,
     }
-    yield _finding(evidence, share, "of GPU kernel time", dev, tf32_on=tf32_frac >= 0.5, gain=gain)
+    yield _finding(evidence, share, "of GPU kernel time", dev, tf32_on=tf32_frac >= 0.5, gain=gain,
+                   locations=profile.locations("matmul", dtype="float32", device="cuda"))
 
 
-def _finding(evidence: dict, share: float, of_what: str, dev: h.Device, *, tf32_on: bool, gain: float) -> Finding:
+def _finding(evidence: dict, share: float, of_what: str, dev: h.Device, *, tf32_on: bool, gain: float,
+             locations: list) -> Finding:
     cap = f" (compute capability {dev.capability_str})" if dev.capability_str else ""
     if dev.kind == "cpu":
         fix = Fix.unsafe(
@@ -198,4 +201,5 @@ def _finding(evidence: dict, share: float, of_what: str, dev: h.Device, *, tf32_
         evidence={k: v for k, v in evidence.items() if v is not None},
         estimated_gain_frac=h.r3(gain),
         fix=fix,
+        locations=locations,
     )

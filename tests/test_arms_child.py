@@ -198,3 +198,13 @@ def test_compile_switch_is_cached_and_a_stop_file_ends_the_run(tmp_path):
     assert [a["applied"] for a in arms] == [{"compile": True}, {}, {"compile": True}]
     assert arms[0]["switch_s"] > 10 * arms[2]["switch_s"]  # compiled once, in the first window
     assert run.wall_s < 25
+
+
+def test_tf32_that_the_libraries_ignore_is_not_reported_applied(tmp_path, monkeypatch):
+    """NVIDIA_TF32_OVERRIDE=0 overrides torch's setting inside cuBLAS/cuDNN: the arm must not claim it."""
+    monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
+    plan = [window("base", {}), window("tf32", {"float32_matmul_precision": "high", "torch_threads": 1}), window("base", {})]
+    got = drive(tmp_path, "arms_loop.py", [plan, []], args=["--log", str(tmp_path / "log.jsonl")])
+    assert got["run"].status == "ok", got["log"][-2000:]
+    by_arm = {a["window"]: a for a in got["arms"]}
+    assert by_arm[1]["applied"] == {"torch_threads": 1}

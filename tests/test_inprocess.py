@@ -95,6 +95,8 @@ def test_a_starved_loader_is_measured_inside_the_profiled_run(tmp_path):
     assert not (tmp_path / "run" / "experiments").exists()
     assert report["recommended"]["measured_by"] == "in-process" and report["recommended"]["verified"]
     assert len(report["steps"]) == 10  # the measured window stays the window; arm steps are not in it
+    shown = proc.stdout + proc.stderr  # the progress names each window, its arm, and the time left
+    assert "window 2 of " in shown and ": arm dataloader-starvation (num_workers=" in shown and "s of the time budget left" in shown
     assert wall < 120
 
 
@@ -108,3 +110,46 @@ def test_an_arm_the_run_never_reached_is_not_measured_not_sent_to_a_fresh_run(tm
     assert session.fresh == [] and finding.experiment is None
     session.finish({"steps": [], "windows": []})
     assert finding.experiment.verdict == "not-measured" and "ended before" in finding.experiment.reason
+
+
+@pytest.mark.slow
+def test_a_fix_the_child_cannot_switch_is_measured_in_fresh_runs_that_finish(tmp_path):
+    """An IterableDataset cannot be mirrored at a step boundary: the DataLoader fix goes to fresh
+    runs. Those children are plain runs: they must not wait for an arms plan nobody sends (found on
+    an H100, where such a fresh baseline waited until --timeout)."""
+    import subprocess
+
+    proc = subprocess.run(advise_cmd("profile", "--steps", "8", "--warmup", "2", "--profile-steps", "2",
+                                     "--max-experiments", "1", "--timeout", "90", "--out", "run",
+                                     str(WORKLOADS / "starved_iterable.py")),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    dl001 = next(f for f in report["findings"] if f["code"] == "DL001")
+    exp = dl001["experiment"]
+    assert exp["measured_by"] == "fresh-run", exp
+    assert exp["verdict"] not in ("failed", "not-measured"), exp
+    assert report["experiments"]["runs"], "the fallback ran no fresh child"
+    assert all(r.get("status") == "ok" for r in report["experiments"]["runs"]), report["experiments"]["runs"]
+
+
+@pytest.mark.slow
+def test_confirm_measures_the_recommendation_again_in_fresh_runs(tmp_path):
+    """--confirm: the in-process recommendation, then B R B R B fresh runs of the script with it."""
+    import subprocess
+
+    proc = subprocess.run(advise_cmd("profile", "--steps", "8", "--warmup", "2", "--profile-steps", "2",
+                                     "--max-experiments", "1", "--confirm", "--out", "run", str(WORKLOADS / "starved_io.py")),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    rec = report["recommended"]
+    assert rec["measured_by"] == "in-process"
+    confirmed = rec["confirmed"]
+    assert confirmed["measured_by"] == "fresh-run" and confirmed["overrides"] == rec["overrides"]
+    assert confirmed["speedup"] > 1.3 and confirmed["verified"], confirmed
+    labels = [r["label"] for r in report["experiments"]["runs"]]
+    assert labels == ["confirm-baseline", "confirm-recommended", "confirm-baseline", "confirm-recommended", "confirm-baseline"]
+    assert "as you will apply it (fresh runs of the script, --confirm): " in proc.stdout
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert "as you will apply it (fresh runs of the script, --confirm)" in page

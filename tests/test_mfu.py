@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import pytest
 import torch
 
-from advisor.mfu import model_flops_utilization, peak_tflops
+from advisor.mfu import kernel_efficiency, model_flops_utilization, op_traffic, peak_bandwidth, peak_tflops
 from advisor.profile import Profile
 from advisor.trace import load_trace
 from conftest import WORKLOADS, trace_path
@@ -40,6 +42,13 @@ def test_gemm_and_conv_flops_match_their_analytic_values(tmp_path, with_flops):
     conv_flops = 2 * B * COUT * out_h * out_w * CIN * KH * KW
     counted = ops[ops["name"].str.contains("conv")]["flops"].sum()  # each conv counted once, whatever its depth
     assert counted == pytest.approx(conv_flops, rel=0.01)
+    # the roofline's bytes: each operand read once, the output (M x N; B x Cout x out_h x out_w) written once
+    (gemm,) = mm.itertuples()
+    assert op_traffic(gemm.name, gemm.input_dims, gemm.input_types, gemm.flops) == (4 * (M * K + K * N + M * N), M * N)
+    (carrier,) = ops[ops["name"].str.contains("conv") & ops["flops"].notna()].itertuples()
+    moved, out_items = op_traffic(carrier.name, carrier.input_dims, carrier.input_types, carrier.flops)
+    assert out_items == pytest.approx(B * COUT * out_h * out_w, rel=0.01)
+    assert moved == pytest.approx(4 * (B * CIN * H * W + COUT * CIN * KH * KW + COUT + B * COUT * out_h * out_w), rel=0.01)
 
 
 def test_the_peak_table_knows_the_common_accelerators():
@@ -51,6 +60,11 @@ def test_the_peak_table_knows_the_common_accelerators():
     assert peak_tflops("AMD Instinct MI300X", "bf16")[0] == 1307.4
     assert peak_tflops("NVIDIA L4", "fp16")[0] == 121.0 and peak_tflops("NVIDIA L40S", "bf16")[0] == 362.05
     assert peak_tflops("Some Future GPU", "bf16") == (None, None)
+    assert peak_bandwidth("NVIDIA H100 80GB HBM3") == (3.35, "NVIDIA H100 datasheet (SXM, HBM3)")
+    assert peak_bandwidth("NVIDIA H100 PCIe")[0] == 2.0 and peak_bandwidth("NVIDIA H200")[0] == 4.8
+    assert peak_bandwidth("NVIDIA A100-SXM4-80GB")[0] == 2.039 and peak_bandwidth("NVIDIA A100-SXM4-40GB")[0] == 1.555
+    assert peak_bandwidth("Tesla V100-DGXS-32GB")[0] == 0.9 and peak_bandwidth("AMD Instinct MI300X")[0] == 5.3
+    assert peak_bandwidth("Some Future GPU") == (None, None)
 
 
 def test_resnet50_fp32_on_a_v100_is_at_a_plausible_mfu():
@@ -61,6 +75,26 @@ def test_resnet50_fp32_on_a_v100_is_at_a_plausible_mfu():
     assert "ProfilerStep" in mfu["basis"] and "V100" in mfu["peak_source"]
     # ResNet-50 is 4.1 GMACs = 8.2 GFLOPs per 224x224 image forward, x3 with backward, x32 images
     assert mfu["flops_per_step"] == pytest.approx(3 * 8.2e9 * 32, rel=0.05)
+
+
+@lru_cache(maxsize=1)
+def _resnet_v100() -> Profile:
+    return Profile.from_trace(trace_path(RESNET_V100))
+
+
+def test_resnet50_on_a_v100_convolutions_are_compute_bound_and_norms_memory_bound():
+    """The roofline of the V100's top kernels: ridge 15.7 TFLOP/s / 0.9 TB/s = 17.4 FLOP/byte.
+    cuDNN's implicit-GEMM convolutions sit far right of it at most of the FP32 peak; batch norm
+    and elementwise kernels far left, moving bytes at a large share of HBM2's 900 GB/s."""
+    eff = kernel_efficiency(_resnet_v100())
+    assert len(eff) == 10 and set(eff["ridge"].round(2)) == {round(15.7 / 0.9, 2)}
+    conv = eff[eff["name"].str.startswith("void implicit_convolve_sgemm")]
+    assert len(conv) == 2 and (conv["bound"] == "compute").all() and (conv["intensity"] > 3 * 17.4).all()
+    assert ((conv["tflops"] > 0.3 * 15.7) & (conv["tflops"] < 15.7)).all()  # direct convs stay under the peak
+    norms = eff[eff["name"].str.contains("bn_|elementwise", regex=True)]
+    assert len(norms) >= 4 and (norms["bound"] == "memory").all() and (norms["intensity"] < 1).all()
+    assert ((norms["tbps"] > 0.2 * 0.9) & (norms["tbps"] < 0.9)).all()
+    assert eff["dur_us"].is_monotonic_decreasing
 
 
 def test_bf16_inference_on_an_h100_uses_the_bf16_peak():
@@ -81,3 +115,17 @@ def test_a_probed_cpu_run_reports_its_flops_and_no_peak(advise):
     assert mfu["achieved_tflops"] > 0 and mfu["peak_tflops"] is None and mfu["mfu"] is None
     assert "outside the profiler" in mfu["basis"] and "CPU" in mfu["peak_source"]
     assert "MFU" in r.stdout and "FLOP/s achieved" in r.stdout  # the terminal says it too (M or GFLOP/s: speed varies)
+
+
+def test_the_html_report_shows_the_kernels_on_the_roofline():
+    from advisor.report import build_report, now_iso
+    from advisor.reports.html import render_html
+    from advisor.reports.page import build_page
+
+    profile = _resnet_v100()
+    report = build_report(profile, status="ok", script="trace.json.gz", argv=[], started_at=now_iso())
+    page = build_page(report, profile)
+    assert [r.bound for r in page.roofline.rows][:3] == ["compute", "memory", "compute"]
+    assert "0.90 TB/s (NVIDIA V100 datasheet (HBM2)); ridge point fp32 17.4 FLOP/byte" in page.roofline.peaks
+    html = render_html(page)
+    assert "GPU kernels on the roofline" in html and '<span class="pill bound-memory">memory</span>' in html

@@ -79,3 +79,39 @@ def test_compile_override_wraps_the_model_in_torch_compile(tmp_path):
     assert run.status == "ok", (tmp_path / "run" / "script.log").read_text()[-2000:]
     assert run.probe["applied"] == {"compile": True}
     assert all(v == v for v in run.probe["losses"])
+
+
+def test_workers_are_a_per_node_budget_shared_by_the_ranks():
+    """DL001 once offered 4 workers per rank to 2 ranks on 2 cores: the ladder plans for the rank's share."""
+    from advisor import overrides as vocabulary
+
+    assert vocabulary.cores_per_rank({"cpu_count": 16}) == 16
+    assert vocabulary.cores_per_rank({"cpu_count": 16, "local_world_size": 4}) == 4
+    assert vocabulary.cores_per_rank({"cpu_count": 2, "local_world_size": 4}) == 1
+    alone = vocabulary.sweep({"dataloader": {"num_workers": 4}}, vocabulary.SweepContext(vocabulary.cores_per_rank({"cpu_count": 16})))
+    shared = vocabulary.sweep({"dataloader": {"num_workers": 4}},
+                              vocabulary.SweepContext(vocabulary.cores_per_rank({"cpu_count": 16, "local_world_size": 4})))
+    assert max(o["dataloader"]["num_workers"] for o in alone) == 16
+    assert max(o["dataloader"]["num_workers"] for o in shared) == 4
+
+
+def test_the_thread_override_holds_against_the_scripts_own_setting(tmp_path):
+    """A script that calls torch.set_num_threads(1) itself runs the fresh-run arm on the override's count."""
+    script = tmp_path / "one_thread.py"
+    script.write_text(
+        "import torch\n"
+        "torch.set_num_threads(1)\n"
+        "model = torch.nn.Linear(8, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(50):\n"
+        "    print(f'THREADS={torch.get_num_threads()}', flush=True)\n"
+        "    loss = model(torch.randn(4, 8)).pow(2).mean()\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n")
+    run = run_probe(ProbeConfig(script=str(script), out=tmp_path / "run", warmup=1, steps=3, profile_steps=0,
+                                overrides={"torch_threads": 2}))
+    log = (tmp_path / "run" / "script.log").read_text()
+    assert run.status == "ok", log
+    assert {line for line in log.splitlines() if line.startswith("THREADS=")} == {"THREADS=2"}
+    assert run.probe["applied"]["torch_threads"] == 2 and run.probe["applied"]["torch_threads_script_asked"] == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,6 +74,32 @@ def test_behaves_like_plain_python(tmp_path):
         return [line.replace("'300'", "'3'") for line in text.splitlines() if line.split("=")[0] in ("ARGV", "NAME", "PATH0")]
 
     assert facts(plain.stderr) and facts(log) == facts(plain.stderr)
+
+
+@pytest.mark.parametrize("steps, code", [("300", 0), ("7", 3)])
+def test_a_module_runs_as_python_m_runs_it(tmp_path, steps, code):
+    """`advise profile -m pkg.mod ARGS` as `python -m pkg.mod ARGS`: relative imports, __spec__,
+    sys.argv, sys.path[0], the script's own flags (even `--steps`), its exit code and output."""
+    shutil.copytree(WORKLOADS / "modpkg", tmp_path / "modpkg")
+    plain = subprocess.run([sys.executable, "-m", "modpkg.train", "--width", "8", "--steps", "7", "--record", "plain.json"],
+                           cwd=tmp_path, capture_output=True, text=True)
+    assert plain.returncode == 3, plain.stderr
+    probed = subprocess.run(advise_cmd("profile", *FAST, "--out", "run", "-m", "modpkg.train", "--width", "8",
+                                       "--steps", steps, "--record", "probed.json"),
+                            cwd=tmp_path, capture_output=True, text=True)
+    record = json.loads((tmp_path / "probed.json").read_text())
+    expected = json.loads((tmp_path / "plain.json").read_text())
+    assert record == dict(expected, argv=["--width", "8", "--steps", steps, "--record", "probed.json"])
+    assert record["spec"] == "modpkg.train" and record["argv0"].endswith("modpkg/train.py") and record["path0"] == str(tmp_path)
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["script"] == "-m modpkg.train"
+    log = (tmp_path / "run" / "script.log").read_text()
+    if code:  # the script ended by itself, before the window: its output and exit status are reported as python gives them
+        assert log.splitlines()[:2] == plain.stdout.splitlines()[:2] == ["training for 7 steps", "done"]
+        assert probed.returncode != 0 and "status 3" in (report.get("error") or ""), (probed.returncode, report.get("error"))
+    else:
+        assert probed.returncode == 0, probed.stderr[-2000:]
+        assert report["status"] == "ok" and len(report["steps"]) == 6
 
 
 def test_modules_in_the_cwd_do_not_shadow_the_probes_imports(advise, tmp_path):

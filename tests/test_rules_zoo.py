@@ -55,7 +55,7 @@ def expectation(script: Path) -> dict:
 
 def test_the_zoo_has_a_plant_for_every_cpu_rule_and_three_healthy_controls():
     planted = set().union(*(expectation(s)["codes"] for s in SCRIPTS))
-    assert {"DL001", "DL003", "PR001", "STEP001"} <= planted
+    assert {"DL001", "DL003", "PR001", "STEP001", "CPU001", "CPU002", "CPU003", "OPT002"} <= planted
     assert sum(1 for s in SCRIPTS if not expectation(s)["codes"]) >= 3
 
 

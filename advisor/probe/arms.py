@@ -16,6 +16,7 @@ The switchers change a live process at a step boundary, so the script is never e
   GradScaler around the script's own backward/step: not switchable);
 - ``optimizer`` foreach / fused: every live torch.optim optimizer's param_groups (and, for
   fused, its ``step`` state tensors moved where the fused kernels want them);
+- ``zero_grad_set_to_none``: one ``zero_grad`` wrapper, installed once, on while the window says so;
 - ``dataloader`` / ``batch_size_scale``: the iterator the script consumes is served by a
   substitute DataLoader (same dataset and collate_fn, the window's keywords) whose batches draw
   their indices from the original iterator's own index stream, so the script's epochs stay
@@ -41,6 +42,8 @@ from torch.optim.optimizer import _device_dtype_check_for_fused
 
 from advisor.overrides import problem
 from .clock import ProbeDone
+from .overrides import force_set_to_none, tf32_blocked
+from .memory import CheckpointSwitch, WindowPeak, persistent_bytes, rss_high_water, tensor_bytes
 
 POLL_S = 0.02
 NOT_SWITCHABLE = {"autocast": ("float16",)}  # fp16 needs a GradScaler around the script's own backward/step
@@ -56,7 +59,8 @@ class BackendSwitch:
         if "float32_matmul_precision" in overrides:
             self.saved["float32_matmul_precision"] = torch.get_float32_matmul_precision()
             torch.set_float32_matmul_precision(overrides["float32_matmul_precision"])
-            applied["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+            if not tf32_blocked():
+                applied["float32_matmul_precision"] = torch.get_float32_matmul_precision()
         if overrides.get("cudnn_benchmark"):
             self.saved["cudnn_benchmark"] = torch.backends.cudnn.benchmark
             torch.backends.cudnn.benchmark = True
@@ -247,13 +251,32 @@ class OptimizerSwitch:
         self.saved, self.moved = [], []
 
 
+# --- zero_grad(set_to_none=False) -> set_to_none=True ------------------------------------------------
+
+class ZeroGradSwitch:
+    def __init__(self) -> None:
+        self.applied: dict | None = None  # the window's applied while switched on
+
+    def install(self) -> None:
+        force_set_to_none(lambda: self.applied)
+
+    def on(self, overrides: dict, applied: dict) -> None:
+        self.applied = applied
+
+    def off(self) -> None:
+        self.applied = None
+
+
 # --- DataLoader: a substitute loader fed from the original iterator's index stream ---------------
 
 class _Pull:
-    """A batch_sampler that pulls each batch's indices from the original iterator's own stream."""
+    """A batch_sampler that pulls each batch's indices from the original iterator's own stream:
+    `scale` original batches per batch, or (scale below 1) each original batch cut in 1/scale parts."""
 
-    def __init__(self, orig: Any, scale: int) -> None:
-        self.orig, self.scale = orig, scale
+    def __init__(self, orig: Any, scale: float) -> None:
+        self.orig = orig
+        self.scale = int(scale) if scale >= 1 else 1
+        self.parts = round(1 / scale) if scale < 1 else 1
         self.handed: deque = deque()  # per substitute batch: the original batches' index lists
         self.closed = False
 
@@ -267,6 +290,15 @@ class _Pull:
                     break
             if not group:
                 return
+            if self.parts > 1:
+                indices = list(group[0])
+                size = -(-len(indices) // self.parts)
+                for k in range(0, len(indices), size):
+                    if self.closed:
+                        return
+                    self.handed.append([indices[k:k + size]])
+                    yield indices[k:k + size]
+                continue
             self.handed.append(group)
             yield [i for indices in group for i in indices]
             if len(group) < self.scale:
@@ -385,11 +417,11 @@ class DataLoaderSwitch:
                 self.observed.dataloaders.pop(key, None)
         sub = _Substitute(sub_loader, sub_it, pull)
         self.subs[id(it)] = (weakref.ref(it), sub)
-        batch = loader.batch_size * self.scale if loader.batch_size else None
+        batch = max(1, int(loader.batch_size * self.scale)) if loader.batch_size else None
         self.applied.setdefault("dataloaders", []).append(
             {"num_workers": sub_loader.num_workers, "pin_memory": bool(sub_it._pin_memory), "batch_size": batch,
              "persistent_workers": sub_loader.persistent_workers, "prefetch_factor": sub_loader.prefetch_factor})
-        if self.scale > 1:
+        if self.scale != 1:
             self.applied["batch_size_scale"] = self.scale
         return self.subs[id(it)]
 
@@ -409,7 +441,7 @@ class DataLoaderSwitch:
         if reason:
             raise NotSwitchable(reason)
         self.kwargs = dict(overrides.get("dataloader") or {})
-        self.scale = int(overrides.get("batch_size_scale") or 1)
+        self.scale = overrides.get("batch_size_scale") or 1
         self.applied = applied
         if not getattr(it, "_advise_epoch_done", False):
             self._build(it)
@@ -422,10 +454,11 @@ class DataLoaderSwitch:
 
 # --- the driver --------------------------------------------------------------------------------------
 
-SWITCH_ORDER = ("backend", "optimizer", "module", "dataloader")
+SWITCH_ORDER = ("backend", "optimizer", "zero_grad", "checkpointing", "module", "dataloader")
 KEY_GROUP = {"float32_matmul_precision": "backend", "cudnn_benchmark": "backend", "torch_threads": "backend",
              "optimizer": "optimizer", "autocast": "module", "compile": "module", "channels_last": "module",
-             "dataloader": "dataloader", "batch_size_scale": "dataloader"}
+             "dataloader": "dataloader", "batch_size_scale": "dataloader", "zero_grad_set_to_none": "zero_grad",
+             "activation_checkpointing": "checkpointing"}
 
 
 class Arms:
@@ -440,7 +473,10 @@ class Arms:
         self.backend = BackendSwitch()
         self.optimizer = OptimizerSwitch()
         self.module = ModuleCallSwitch()
+        self.zero_grad = ZeroGradSwitch()
         self.dataloader = DataLoaderSwitch(observed)
+        self.checkpointing = CheckpointSwitch(self.module.top)
+        self.peak = WindowPeak(getattr(observed, "device", None))
         self.round: int | None = None
         self.windows: list[dict] = []
         self.k = -1
@@ -454,6 +490,7 @@ class Arms:
         self.dataloader.install()
         self.optimizer.install()
         self.module.install()
+        self.zero_grad.install()
 
     # protocol --------------------------------------------------------------------------------
 
@@ -518,6 +555,10 @@ class Arms:
             self.record["switch_s"] = time.monotonic() - t0
             self._fail(exc)
         self.record["switch_s"] = time.monotonic() - t0
+        self.peak.device = getattr(self.dataloader.observed, "device", None)
+        self.peak.start()  # this window's peak is its own (after the switch, before its first step)
+        if self.warmup == 1:
+            self._profile_memory()
         if (overrides and not switchable) or self.total <= 0:
             self._switch_off()
             self._write_arm()
@@ -545,6 +586,9 @@ class Arms:
             try:
                 if name == "optimizer":
                     self.optimizer.on(part["optimizer"], applied)
+                elif name == "checkpointing":
+                    if not self.checkpointing.on(part, applied):
+                        raise NotSwitchable("no Hugging Face model and no ModuleList/Sequential of repeated blocks seen")
                 else:
                     getattr(self, name).on(part, applied)
                 switched = True
@@ -578,8 +622,13 @@ class Arms:
                     "warm": self.i < self.warmup, "index": self.i - self.warmup if self.i >= self.warmup else self.i,
                     **record, "loss": value})
         self.i += 1
+        if self.i == self.warmup:
+            self.peak.end_step()
+        elif self.i == self.warmup - 1:
+            self._profile_memory()  # the last untimed step: the allocator's peak (CPU)
         if self.i < self.total:
             return False
+        self._read_peak()
         try:
             self._switch_off()
         except Exception as exc:  # noqa: BLE001
@@ -589,12 +638,30 @@ class Arms:
             raise ProbeDone()
         return True
 
+    def _profile_memory(self) -> None:
+        try:
+            parts = tensor_bytes(list(self.module.top), list(self.optimizer.optimizers))
+            self.peak.profile_step(persistent_bytes(parts))
+        except Exception:  # noqa: BLE001 - the RSS figure stands
+            pass
+
+    def _read_peak(self) -> None:
+        if self.record is not None:
+            self.record["peak_memory_bytes"], self.record["memory_basis"] = self.peak.read()
+            self.record["peak_rss_hwm_bytes"] = rss_high_water()
+
     def _fail(self, exc: BaseException) -> None:
-        """A switch (or the script, inside a window) raised: keep what was measured, end cleanly."""
+        """A switch (or the script, inside a window) raised: keep what was measured, end cleanly.
+        An out-of-memory error marks the window `oom` and empties the caching allocator."""
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         self.error = error
+        self.peak.end_step()
         if self.record is not None:
             self.record["error"] = error
+            if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in error.lower():
+                self.record["oom"] = True
+                if torch.cuda.is_available() and torch.cuda.is_initialized():
+                    torch.cuda.empty_cache()
             try:
                 self._switch_off()
             except Exception:  # noqa: BLE001 - the run ends anyway

@@ -14,6 +14,7 @@ import builtins
 import gc
 import json
 import os
+import runpy
 import sys
 import threading
 import tokenize
@@ -32,7 +33,9 @@ from .arms import Arms
 from .clock import ProbeDone, StepClock
 from .env import collect_env, memory_stats
 from .hooks import Observed, install
+from .memory import WindowPeak, account, persistent_bytes, rss_bytes, tensor_bytes
 from .overrides import OverrideError, apply as apply_overrides
+from .sources import SourceCapture
 
 _OURS = (str(Path(advisor.__file__).resolve().parent), "runpy.py", "<frozen runpy>")
 
@@ -133,10 +136,24 @@ def run_script(script: str, args: list[str]) -> None:
     exec(code, main.__dict__)
 
 
+def run_module(name: str, args: list[str]) -> None:
+    """Execute module `name` as __main__, as ``python -m name args`` would.
+
+    The working directory goes first on sys.path and runpy's own ``python -m`` entry runs the
+    module in the real ``__main__`` (``__spec__``, ``__package__`` and ``sys.argv[0]`` set as python
+    sets them), so relative imports and pickling of ``__main__`` objects behave the same.
+    """
+    sys.argv = [name, *args]
+    sys.path.insert(0, os.getcwd())
+    runpy._run_module_as_main(name, alter_argv=True)
+
+
 def main(config_path: str) -> int:
     config = json.loads(Path(config_path).read_text())
+    runtime_bytes = rss_bytes()  # the interpreter and torch, before the script: not the script's memory
     out = Path(config["out"])
-    names = rundir.names(config.get("rank_suffix", ""))
+    suffix = config.get("rank_suffix", "")
+    names = rundir.names(rundir.rank_suffix() if suffix is None else suffix)  # None: a rank advise launched
     window = ProfilerWindow(out / names.trace)
     sink = open(out / names.steps_jsonl, "a", buffering=1)
     profile_steps = max(0, min(config["profile_steps"], config["steps"] - 1))
@@ -147,9 +164,43 @@ def main(config_path: str) -> int:
         sink=sink,
         on_profile_start=window.start,
         on_profile_step=window.step,
-        on_window_end=window.stop,
     )
+    clock.capture = SourceCapture(out / names.sources)
     observed = Observed()
+    memory: dict = {}
+    peak = WindowPeak()
+
+    def memory_step(seen: int) -> None:
+        """A run without a profiled window (an experiment's) measures its allocator peak (CPU) in
+        its last warm-up step, as the arms do in theirs."""
+        if profile_steps or not clock.warmup:
+            return
+        if seen == clock.warmup:
+            peak.device = observed.device
+            peak.profile_step(persistent_bytes(tensor_bytes((), list(observed.live_optimizers))))
+        elif seen == clock.warmup + 1:
+            peak.end_step()
+
+    clock.on_boundary = memory_step
+
+    def window_end() -> None:
+        """The measured window's memory, before the profiler lets go of its buffers and arms reset peaks.
+
+        The accounting walks the live tensors in Python: it runs after the profiler stopped, or its
+        with_stack tracer records every call (300k events in a 2-step trace of a small MLP).
+        """
+        try:
+            memory.update(memory_stats(observed.device))
+        except Exception as exc:  # noqa: BLE001 - the timing is still worth reporting
+            memory["error"] = f"{type(exc).__name__}: {exc}"
+        window.stop()
+        try:
+            memory.update(account(observed.device, list(observed.live_optimizers), runtime_bytes,
+                                  config.get("memory_budget_bytes"), list(arms.module.top) if arms else (), peak))
+        except Exception as exc:  # noqa: BLE001 - the timing is still worth reporting
+            memory["error"] = f"{type(exc).__name__}: {exc}"
+
+    clock.on_window_end = window_end
     applied: dict = {}
     # Overrides first: the hooks then wrap the patched torch (e.g. they see the unscaled loss).
     try:
@@ -170,7 +221,7 @@ def main(config_path: str) -> int:
             losses=clock.loss_values(),
             env=collect_env(observed.device),
             observed=observed.to_dict(),
-            memory=memory_stats(observed.device),
+            memory=memory or {**memory_stats(observed.device), **_account_now()},
             trace=names.trace if window.exported else None,
             profiler_error=window.error,
             profiler_errno=window.errno,
@@ -180,6 +231,14 @@ def main(config_path: str) -> int:
         )
         write_json_atomic(out / names.probe_json, result)
         return result
+
+    def _account_now() -> dict:
+        """A run that ended before its window did: its memory as it stands."""
+        try:
+            return account(observed.device, list(observed.live_optimizers), runtime_bytes,
+                           config.get("memory_budget_bytes"))
+        except Exception as exc:  # noqa: BLE001
+            return {"error": f"{type(exc).__name__}: {exc}"}
 
     arms = None
     if config.get("arms"):
@@ -195,7 +254,7 @@ def main(config_path: str) -> int:
     result: dict = {"status": "finished", "error": None, "traceback": None}
     code = 0
     try:
-        run_script(config["script"], config["args"])
+        (run_module if config.get("module") else run_script)(config["script"], config["args"])
         if arms is not None and arms.started:
             arms.script_ended()
     except ProbeDone:
@@ -223,6 +282,7 @@ def main(config_path: str) -> int:
             result.update(status="failed", error=last, traceback=tb)
             code = 1
     finally:
+        clock.capture.stop()  # a script that ended inside the capture step
         window.stop()  # a failure or Ctrl-C inside the window still leaves its trace
         advisor._clock = None
         if arms is not None:

@@ -74,6 +74,8 @@ class StepClock:
     on_profile_step: Callable[[], None] = lambda: None
     on_window_end: Callable[[], None] = lambda: None
     on_unknown_batch: Callable[[], None] = lambda: None  # a step ended without a batch size (called once)
+    capture: Any = None  # advisor.probe.sources.SourceCapture: the user's lines, over the last warm-up step
+    on_boundary: Callable[[int], None] = lambda seen: None  # each window boundary, with the boundaries seen
     arms: Any = None  # advisor.probe.arms.Arms: after the window, run the parent's arms instead of stopping
     in_arms: bool = False
     pid: int = field(default_factory=os.getpid)
@@ -151,11 +153,12 @@ class StepClock:
     def optimizer_pre(self) -> float:
         return time.monotonic()
 
-    def optimizer_post(self, optimizer: Any, started: float | None) -> None:
+    def optimizer_post(self, optimizer: Any, started: float | None, in_closure_s: float = 0.0) -> None:
+        """The step's time, less what its closure (forward and backward, under LBFGS or Lightning) took."""
         if os.getpid() != self.pid:
             return
         if started is not None:
-            self._acc.optimizer_s += time.monotonic() - started
+            self._acc.optimizer_s += max(0.0, time.monotonic() - started - in_closure_s)
         if self.anchor_optimizer is None:
             self.anchor_optimizer = id(optimizer)
         if id(optimizer) == self.anchor_optimizer and self._owns("optimizer"):
@@ -222,6 +225,9 @@ class StepClock:
 
         # `self.boundaries` now counts boundaries seen: act on the one that just happened.
         seen = self.boundaries
+        if self.capture is not None:
+            self.capture.boundary(seen, self.warmup, self.source)
+        self.on_boundary(seen)
         if self.profiling:
             if seen == self.window_end:
                 self.profiling = False

@@ -21,6 +21,7 @@ def collect_env(device: str | None) -> dict:
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
         "cpu_count": os.cpu_count(),
+        "physical_cores": _physical_cores(),
         "torch_threads": torch.get_num_threads(),
         "device": device or "cpu",
         "device_name": platform.processor() or platform.machine(),
@@ -60,6 +61,16 @@ def memory_stats(device: str | None) -> dict:
             "device_free_bytes": int(free),
         }
     return {}
+
+
+def _physical_cores() -> int | None:
+    """Cores without their SMT siblings: intra-op threads beyond them share execution units."""
+    try:
+        import psutil
+
+        return psutil.cpu_count(logical=False)
+    except Exception:
+        return None
 
 
 def _total_ram() -> int | None:

@@ -15,6 +15,7 @@ import os
 import sys
 import time
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +34,15 @@ class Observed:
         self.dataloaders: dict[int, dict] = {}
         self.device: str | None = None
         self.loss_dtype: str | None = None
+        # zero_grad() calls by who made them ("Optimizer"/"Module"): how many, how many kept the grads
+        self.zero_grad: dict[str, dict] = {}
+        self.live_optimizers: weakref.WeakSet = weakref.WeakSet()  # for the memory breakdown (optimizer state)
 
     def to_dict(self) -> dict:
         return {
             "device": self.device or "cpu",
             "loss_dtype": self.loss_dtype,
+            "zero_grad": self.zero_grad,
             "optimizers": list(self.optimizers.values()),
             "dataloaders": list(self.dataloaders.values()),
         }
@@ -145,8 +150,6 @@ def _watch_model_input(clock: StepClock, in_next: list[bool]) -> None:
     dimension of the first tensor argument when that one instance is called. On the class, not
     a hook on the instance: a hook would be pickled with the model (``torch.save(model)``).
     """
-    import weakref
-
     from torch.nn.modules.module import register_module_forward_pre_hook
 
     def count(args) -> None:
@@ -173,6 +176,29 @@ def _watch_model_input(clock: StepClock, in_next: list[bool]) -> None:
     handle = register_module_forward_pre_hook(first_call)
 
 
+def _timed_closure(opt, args, kwargs, in_closure: dict):
+    """`step(closure)` (LBFGS, Lightning) runs forward and backward inside the optimizer's step:
+    the closure is timed so that time counts as forward/backward, not as the optimizer's.
+
+    Returns the (args, kwargs) the step runs with (the optimizer pre-hook contract), or None.
+    """
+    closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # args[0] is the optimizer
+    if not callable(closure):
+        return None
+    key = id(opt)
+
+    def timed(*a, **k):
+        t0 = time.monotonic()
+        try:
+            return closure(*a, **k)
+        finally:
+            in_closure[key] = in_closure.get(key, 0.0) + time.monotonic() - t0
+
+    if "closure" in kwargs:
+        return args, {**kwargs, "closure": timed}
+    return (args[0], timed, *args[2:]), kwargs
+
+
 def install(clock: StepClock, observed: Observed) -> None:
     """Patch torch so every step boundary, batch and backward reaches `clock`."""
     started: dict[int, float] = {}
@@ -180,15 +206,20 @@ def install(clock: StepClock, observed: Observed) -> None:
     warnings.warn = user_facing_warn
     clock.on_unknown_batch = lambda: _watch_model_input(clock, in_next)
 
+    in_closure: dict[int, float] = {}  # per optimizer: seconds its step spent in the closure
+
     def pre_hook(opt, args, kwargs):
         started[id(opt)] = clock.optimizer_pre()
+        in_closure[id(opt)] = 0.0
+        return _timed_closure(opt, args, kwargs, in_closure)
 
     def post_hook(opt, args, kwargs):
         if id(opt) not in observed.optimizers:
             observed.optimizers[id(opt)] = _describe_optimizer(opt)
             device = observed.optimizers[id(opt)]["device"]
             observed.device = observed.device or (device and torch.device(device).type)
-        clock.optimizer_post(opt, started.pop(id(opt), None))
+            observed.live_optimizers.add(opt)
+        clock.optimizer_post(opt, started.pop(id(opt), None), in_closure.pop(id(opt), 0.0))
 
     original_opt_init = torch.optim.Optimizer.__init__
 
@@ -217,7 +248,10 @@ def install(clock: StepClock, observed: Observed) -> None:
             batch = orig_next(self)  # StopIteration passes through untouched
         finally:
             in_next[0] = False
-        clock.batch_fetched(time.monotonic() - t0, batch_size(batch))
+        samples = batch_size(batch)
+        clock.batch_fetched(time.monotonic() - t0, samples)
+        if clock.capture is not None:
+            clock.capture.fetched(self, samples)
         return batch
 
     base_iter.__init__ = iter_init
@@ -238,3 +272,19 @@ def install(clock: StepClock, observed: Observed) -> None:
         return result
 
     torch.autograd.backward = backward
+    _watch_zero_grad(observed)
+
+
+def _watch_zero_grad(observed: Observed) -> None:
+    """Count ``zero_grad`` calls and those that keep gradients (``set_to_none=False``), as the
+    script asked: these wrappers sit outside any override that changes the argument."""
+    for cls, who in ((torch.optim.Optimizer, "Optimizer"), (torch.nn.Module, "Module")):
+        original = cls.zero_grad
+
+        def zero_grad(self, set_to_none: bool = True, _original=original, _who=who):
+            seen = observed.zero_grad.setdefault(_who, {"calls": 0, "kept": 0, "class": type(self).__name__})
+            seen["calls"] += 1
+            seen["kept"] += 0 if set_to_none else 1
+            return _original(self, set_to_none)
+
+        cls.zero_grad = zero_grad

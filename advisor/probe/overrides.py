@@ -11,7 +11,10 @@ script would have made the choice, so the script itself is never edited:
 - ``float32_matmul_precision``, ``cudnn_benchmark``, ``torch_threads``: backend settings;
 - ``optimizer``: ``fused`` / ``foreach`` forced onto every torch.optim optimizer that has them;
 - ``compile``: each top-level module call goes through ``torch.compile``;
-- ``channels_last``: conv models and their 4-D inputs use channels_last memory format.
+- ``channels_last``: conv models and their 4-D inputs use channels_last memory format;
+- ``zero_grad_set_to_none``: ``zero_grad(set_to_none=False)`` calls get ``set_to_none=True``;
+- ``activation_checkpointing``: at a model's first call, its repeated blocks (or a Hugging Face
+  model) are checkpointed (``advisor.probe.memory``).
 
 The keys and their valid values are the vocabulary in :mod:`advisor.overrides`. ``applied``
 records what really took effect, so the experiments can report an override that did nothing
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import threading
 from typing import Any
 
@@ -29,8 +33,34 @@ import torch
 import torch.utils.data as tud
 
 from advisor.overrides import OverrideError, validate  # noqa: F401  (the vocabulary; OverrideError re-exported)
+from .memory import CheckpointSwitch
 
 AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def tf32_blocked() -> bool:
+    """NVIDIA_TF32_OVERRIDE=0 makes cuBLAS/cuDNN ignore torch's TF32 setting: the switch does nothing.
+
+    On an H100 image a TF32 arm measured 1.00x on an fp32-matmul-bound MLP; a precision the
+    libraries ignore must read "not applied", not "no gain"."""
+    return os.environ.get("NVIDIA_TF32_OVERRIDE") == "0"
+
+
+def _hold_threads(n: int, applied: dict) -> None:
+    """The experiment's thread count holds against the script's own ``torch.set_num_threads``.
+
+    A script that sets threads after start-up (cpu_one_thread.py sets 1) would otherwise undo the
+    override: the fresh run measured 1.09x where the in-process arm, switched after that call,
+    measured 1.79x. DataLoader workers (other processes) still set their own.
+    """
+    original, pid = torch.set_num_threads, os.getpid()
+
+    def set_num_threads(k: int) -> None:
+        if os.getpid() != pid:
+            return original(k)
+        applied["torch_threads_script_asked"] = int(k)  # held at the experiment's value
+
+    torch.set_num_threads = set_num_threads
 
 
 def apply(overrides: dict, applied: dict) -> None:
@@ -38,19 +68,43 @@ def apply(overrides: dict, applied: dict) -> None:
     validate(overrides)
     if "float32_matmul_precision" in overrides:
         torch.set_float32_matmul_precision(overrides["float32_matmul_precision"])
-        applied["float32_matmul_precision"] = overrides["float32_matmul_precision"]
+        if not tf32_blocked():
+            applied["float32_matmul_precision"] = overrides["float32_matmul_precision"]
     if overrides.get("cudnn_benchmark"):
         torch.backends.cudnn.benchmark = True
         applied["cudnn_benchmark"] = True
     if "torch_threads" in overrides:
         torch.set_num_threads(int(overrides["torch_threads"]))
+        _hold_threads(int(overrides["torch_threads"]), applied)
         applied["torch_threads"] = torch.get_num_threads()
     if "dataloader" in overrides or "batch_size_scale" in overrides:
         _patch_dataloader(overrides.get("dataloader", {}), overrides.get("batch_size_scale"), applied)
     if "optimizer" in overrides:
         _patch_optimizer(overrides["optimizer"], applied)
-    if "autocast" in overrides or overrides.get("compile") or overrides.get("channels_last"):
+    if ("autocast" in overrides or overrides.get("compile") or overrides.get("channels_last")
+            or overrides.get("activation_checkpointing")):
         _patch_module_call(overrides, applied)
+    if overrides.get("zero_grad_set_to_none"):
+        force_set_to_none(lambda: applied)
+
+
+def force_set_to_none(active) -> None:
+    """Patch ``Optimizer.zero_grad`` and ``Module.zero_grad``: while ``active()`` returns a dict
+    (the window's `applied`), a call that asks to keep the gradients (``set_to_none=False``)
+    drops them instead, counted in ``applied["zero_grad_set_to_none"]``. A call that already
+    sets them to None is left alone, so an override that changed nothing reads "not applied"."""
+    for cls in (torch.optim.Optimizer, torch.nn.Module):
+        original = cls.zero_grad
+
+        @functools.wraps(original)
+        def zero_grad(self, set_to_none: bool = True, _original=original):
+            applied = active()
+            if applied is not None and not set_to_none:
+                set_to_none = True
+                applied["zero_grad_set_to_none"] = int(applied.get("zero_grad_set_to_none") or 0) + 1
+            return _original(self, set_to_none)
+
+        cls.zero_grad = zero_grad
 
 
 def _patch_dataloader(kwargs: dict, scale: Any, applied: dict) -> None:
@@ -69,8 +123,8 @@ def _patch_dataloader(kwargs: dict, scale: Any, applied: dict) -> None:
             forced.pop("prefetch_factor", None)
         arguments.update(forced)
         if scale and arguments.get("batch_sampler") is None:
-            arguments["batch_size"] = int(arguments.get("batch_size", 1) or 1) * int(scale)
-            applied["batch_size_scale"] = int(scale)
+            arguments["batch_size"] = max(1, int(int(arguments.get("batch_size", 1) or 1) * scale))
+            applied["batch_size_scale"] = scale
         original(*bound.args, **bound.kwargs)
         seen.append({"num_workers": self.num_workers, "pin_memory": self.pin_memory, "batch_size": self.batch_size,
                      "persistent_workers": self.persistent_workers, "prefetch_factor": self.prefetch_factor})
@@ -106,6 +160,8 @@ def _patch_module_call(overrides: dict, applied: dict) -> None:
     dtype = AUTOCAST_DTYPES.get(overrides.get("autocast", ""))
     want_compile = bool(overrides.get("compile"))
     want_cl = bool(overrides.get("channels_last"))
+    checkpointing = CheckpointSwitch(()) if overrides.get("activation_checkpointing") else None
+    seen_models: set[int] = set()
     state = _CallState()
     compiled: dict[int, Any] = {}
     original = torch.nn.Module.__call__
@@ -122,6 +178,9 @@ def _patch_module_call(overrides: dict, applied: dict) -> None:
         state.depth += 1
         try:
             target = original.__get__(self)
+            if checkpointing is not None and id(self) not in seen_models:  # the model's first call: wrap it
+                seen_models.add(id(self))
+                checkpointing.enable(self, applied)
             if want_cl and _has_conv(self):
                 if not getattr(self, "_advise_cl", False):
                     self.to(memory_format=torch.channels_last)

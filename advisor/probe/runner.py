@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -48,8 +48,9 @@ class Progress(Protocol):
 
 @dataclass
 class ProbeConfig:
-    script: str
+    script: str  # a path, or with `module` a module name (python -m)
     args: list[str] = field(default_factory=list)
+    module: bool = False
     out: Path = Path("advise-report")
     warmup: int = 5
     steps: int = 20
@@ -60,6 +61,8 @@ class ProbeConfig:
     arms: bool = False  # after the window the child waits for plan files and measures arms itself
     plan_timeout_s: float = 600.0  # how long the child waits for a plan before it finishes
     arms_timeout_s: float = 900.0  # the deadline once the window is done (from the "window-done" line)
+    nproc: int = 1  # ranks started through torch.distributed.run (--standalone: a free rendezvous port)
+    memory_budget_bytes: int | None = None  # --memory-budget (None: the device's capacity)
 
 
 @dataclass
@@ -75,6 +78,22 @@ class ProbeRun:
     signal: int | None = None  # the signal that stopped advise (interrupted runs)
     escaped: int = 0  # processes outside the script's group still alive when it ended: killed
     arms: dict = field(default_factory=dict)  # in-process arms: the child's arm step lines and window lines
+    suffix: str = ""  # the rank whose files `files` names ('.rank0' for a job advise launched)
+    ranks: list[dict] = field(default_factory=list)  # a launched job: each rank's own account
+
+
+def child_command(config: ProbeConfig, cfg_path: Path) -> list[str]:
+    """The probed script's command: the bootstrap, or N of them under torch's own elastic launcher."""
+    boot = [sys.executable, "-c", BOOTSTRAP, str(cfg_path)]
+    if config.nproc <= 1:
+        return boot
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={config.nproc}",
+            "--no-python", *boot]
+
+
+def job_suffix(config: ProbeConfig) -> str:
+    """Whose files the parent watches: its own rank's, or rank 0's of a job it launched."""
+    return ".rank0" if config.nproc > 1 else rank_suffix()
 
 
 def _read_new_lines(path: Path, offset: int) -> tuple[list[dict], int]:
@@ -97,7 +116,8 @@ def _kill_group(pgid: int, sig: int) -> None:
 
 
 def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopRequest | None = None,
-              on_window_done: Callable[[int], None] | None = None) -> ProbeRun:
+              on_window_done: Callable[[int], None] | None = None,
+              on_arm_step: Callable[[dict], None] | None = None) -> ProbeRun:
     """Run the script under the probe until its window ends, it exits, time runs out, or `stop` is set.
 
     With ``config.arms`` the child waits after the window for plan files: `on_window_done` is
@@ -110,25 +130,32 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     """
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    names = rundir.names(rank_suffix())
-    for name in (names.trace, names.steps_jsonl, names.steps_csv, names.samples_csv, names.probe_json, names.log,
-                 names.plan, names.stop, names.arms_jsonl):
-        (out / name).unlink(missing_ok=True)
+    suffix = job_suffix(config)
+    names = rundir.names(suffix)
+    if config.nproc > 1:  # one log and one report for the job (the launcher's and every rank's output)
+        names = replace(names, log="script.log", report_json="report.json", report_html="report.html")
+    every_rank = [rundir.names(f".rank{r}") for r in range(config.nproc)] if config.nproc > 1 else []
+    for files in (names, *every_rank):
+        for name in (files.trace, files.steps_jsonl, files.steps_csv, files.samples_csv, files.probe_json, files.log,
+                     files.plan, files.stop, files.arms_jsonl, files.sources):
+            (out / name).unlink(missing_ok=True)
     cfg_path = out.resolve() / f".probe-config{rank_suffix()}.json"
     write_json_atomic(
         cfg_path,
         {
             "script": config.script,
+            "module": config.module,
             "args": list(config.args),
             "out": str(out.resolve()),
             "warmup": config.warmup,
             "steps": config.steps,
             "profile_steps": config.profile_steps,
-            "rank_suffix": rank_suffix(),
+            "rank_suffix": None if config.nproc > 1 else rank_suffix(),  # launched ranks: from their RANK
             "overrides": config.overrides,
             "atexit_s": ATEXIT_S,
             "arms": config.arms,
             "plan_timeout_s": config.plan_timeout_s,
+            "memory_budget_bytes": config.memory_budget_bytes,
         },
     )
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -138,7 +165,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     try:
         with open(out / names.log, "wb") as log:
             child = subprocess.Popen(
-                [sys.executable, "-c", BOOTSTRAP, str(cfg_path)],
+                child_command(config, cfg_path),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -165,6 +192,8 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
                 records, offset = _read_new_lines(out / names.steps_jsonl, offset)
                 window += [r for r in records if r["phase"] == "measure"]
                 for record in records:
+                    if record["phase"] == "arm" and on_arm_step is not None:
+                        on_arm_step(record)
                     if record["phase"] in ("window-done", "plan-done"):
                         if record["phase"] == "window-done":
                             deadline = time.monotonic() + config.arms_timeout_s
@@ -233,12 +262,43 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     probe.setdefault("measured_steps", len(measured))
     probe.setdefault("step_source", records[-1]["source"] if records else None)
     _write_steps_csv(out / names.steps_csv, measured, probe.get("losses") or [])
+    ranks = [_rank_account(out, r) for r in range(config.nproc)] if config.nproc > 1 else []
     for name in (names.steps_jsonl, names.arms_jsonl, names.plan, names.stop):  # the exchange with the child
         (out / name).unlink(missing_ok=True)
 
     status = _status(probe, child.returncode, timed_out, interrupted, config.timeout_s, signum)
+    failed = sorted((r for r in ranks if r["status"] not in ("done", "finished")), key=lambda r: r["ended_at"])
+    if failed and status in ("ok", "failed"):  # the first rank to fail is the cause; the others broke on it
+        first, then = failed[0], failed[1:]
+        status = "failed"
+        probe["error"] = f"rank {first['rank']} failed first: {first['error'] or first['status']}" + "".join(
+            f"; then rank {r['rank']}: {(r['error'] or r['status'])[:120]}" for r in then)
+        probe["traceback"] = first.pop("traceback", None) or probe.get("traceback")
+    for r in ranks:
+        r.pop("traceback", None), r.pop("ended_at", None)
     return ProbeRun(status=status, exit_code=child.returncode, wall_s=wall_s, probe=probe, files=names, notes=notes,
-                    signal=signum if status == "interrupted" else None, escaped=escaped, arms=arms)
+                    signal=signum if status == "interrupted" else None, escaped=escaped, arms=arms, suffix=suffix,
+                    ranks=ranks)
+
+
+def _rank_account(out: Path, rank: int) -> dict:
+    """One launched rank: its steps written as steps.rankN.csv, and how it ended."""
+    files = rundir.names(f".rank{rank}")
+    probe = _load_probe(out / files.probe_json)
+    records, _ = _read_new_lines(out / files.steps_jsonl, 0)
+    measured = [r for r in records if r["phase"] == "measure"]
+    if rank:  # rank 0's are written with the job's
+        _write_steps_csv(out / files.steps_csv, measured, probe.get("losses") or [])
+        for name in (files.steps_jsonl, files.arms_jsonl, files.plan, files.stop):
+            (out / name).unlink(missing_ok=True)
+    status = probe.get("status") or "died"
+    error = probe.get("error") if probe else "its process ended without writing its results (killed, or crashed in C++)"
+    try:  # when it wrote its account: the first rank to fail is the one the others waited for
+        ended_at = (out / files.probe_json).stat().st_mtime
+    except OSError:
+        ended_at = float("inf")
+    return {"rank": rank, "status": status, "measured_steps": len(measured), "error": error,
+            "traceback": probe.get("traceback"), "ended_at": ended_at}
 
 
 def _load_probe(path: Path) -> dict:

@@ -1,8 +1,20 @@
-"""DistributedDataParallel on CPU (gloo), as torchrun launches it: one probe per rank."""
+"""DistributedDataParallel on CPU (gloo), as torchrun launches it: one probe per rank.
+
+`--crash-rank R --crash-at N`: rank R raises at step N. `--sleep-rank R --sleep-ms MS`: rank R
+computes MS longer each step (a straggler)."""
+import argparse
+import time
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--crash-rank", type=int, default=-1)
+parser.add_argument("--crash-at", type=int, default=0)
+parser.add_argument("--sleep-rank", type=int, default=-1)
+parser.add_argument("--sleep-ms", type=float, default=0.0)
+args = parser.parse_args()
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -10,7 +22,11 @@ torch.manual_seed(rank)
 model = DDP(torch.nn.Linear(32, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for step in range(200):
+    if rank == args.crash_rank and step == args.crash_at:
+        raise RuntimeError(f"planted failure on rank {rank} at step {step}")
     loss = model(torch.randn(16, 32)).pow(2).mean()
+    if rank == args.sleep_rank:
+        time.sleep(args.sleep_ms / 1000)
     opt.zero_grad()
     loss.backward()
     opt.step()

@@ -1,0 +1,586 @@
+"""Read a Kineto trace's events in bounded memory: streamed in blocks, decoded by msgspec into columns.
+
+A trace is one JSON object whose ``traceEvents`` list holds nearly all of its bytes. Loading
+the whole document first (``json.loads``) costs about six times the file in memory, mostly in
+one dict per event. Here the file (plain or gzip) is read in blocks; the events list is cut
+between events (at a ``},`` that decodes as a whole list of events: a cut inside a string or a
+nested object cannot), each piece is decoded by msgspec straight into small typed structs that
+keep only the fields :mod:`advisor.trace` reads, and those are turned into numpy columns at
+once, names and shapes interned (a trace repeats a few hundred names and shapes millions of
+times). So the memory held is the columns plus one block, not the document.
+
+What does not stream (NaN or Infinity literals, invalid UTF-8, an event that is not an object,
+no ``traceEvents`` key found near the top) is decoded whole by the standard library, as
+tolerant as before, and goes through the same columns. :func:`read_trace` returns the
+document's other keys, one :class:`Columns` per bucket, and the events' count.
+
+:func:`prefetch` starts the same read in a forked process, so that ``advise analyze`` reads the
+trace on a second core while the interpreter imports pandas and the rest.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import math
+import os
+import pickle
+import re
+import zlib
+from typing import Any
+
+import msgspec
+from msgspec import field
+import numpy as np
+
+BLOCK = 8 << 20  # bytes read and decoded at a time
+_HEAD_LIMIT = 64 << 20  # "traceEvents" not within this many bytes: decode the whole file instead
+_NAN = float("nan")
+
+
+class TraceError(ValueError):
+    """The file is missing, unreadable, or not a Kineto Chrome trace."""
+
+
+class _Args(msgspec.Struct, gc=False):
+    """The ``args`` keys the frames read; shapes and lists stay raw JSON until interned."""
+
+    input_dims: msgspec.Raw = field(default_factory=msgspec.Raw, name="Input Dims")
+    input_type: msgspec.Raw = field(default_factory=msgspec.Raw, name="Input type")
+    concrete: msgspec.Raw = field(default_factory=msgspec.Raw, name="Concrete Inputs")
+    external_id: Any = field(default=None, name="External id")
+    flops: Any = None
+    correlation: Any = None
+    device: Any = None
+    stream: Any = None
+    grid: msgspec.Raw = field(default_factory=msgspec.Raw)
+    block: msgspec.Raw = field(default_factory=msgspec.Raw)
+    registers: Any = field(default=None, name="registers per thread")
+    kind: Any = None
+    bytes: Any = None
+    mem_bytes: Any = field(default=None, name="Bytes")
+    total_allocated: Any = field(default=None, name="Total Allocated")
+    total_reserved: Any = field(default=None, name="Total Reserved")
+    device_type: Any = field(default=-1, name="Device Type")
+    device_id: Any = field(default=-1, name="Device Id")
+
+
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: Any = "X"
+    cat: Any = None
+    name: Any = None
+    ts: Any = msgspec.UNSET
+    dur: Any = msgspec.UNSET
+    pid: Any = None
+    tid: Any = None
+    args: Any = None  # decoded as _Args below when it is an object
+
+
+class _EventTyped(_Event):
+    args: _Args | None = None
+
+
+_EVENTS = msgspec.json.Decoder(list[_EventTyped])
+_ANY = msgspec.json.Decoder()
+
+# Category -> bucket.  Unknown categories (flows, Trace, cuda_sync, ...) are dropped.
+CAT_BUCKET = {
+    "cpu_op": "ops", "Operator": "ops",
+    "user_annotation": "ann", "gpu_user_annotation": "ann",
+    "kernel": "kernels", "Kernel": "kernels",
+    "gpu_memcpy": "memcpy", "Memcpy": "memcpy",
+    "gpu_memset": "memset", "Memset": "memset",
+    "cuda_runtime": "runtime", "Runtime": "runtime", "cuda_driver": "runtime",
+    "python_function": "python",
+    "cpu_instant_event": "instant", None: "instant",  # old traces: [memory] has no cat
+}
+BUCKETS = ("ops", "ann", "kernels", "memcpy", "memset", "runtime", "python", "instant")
+
+
+# --------------------------------------------------------------------------
+# Columns
+
+
+class _Intern(dict):
+    """value -> the one shared copy (names, shapes: few distinct values, repeated per event)."""
+
+    def __missing__(self, key):
+        self[key] = key
+        return key
+
+
+class Columns:
+    """One bucket's events as columns (numpy arrays, or lists of shared objects); ``ok``: a usable 'X' event."""
+
+    def __init__(self, data: dict | None = None):
+        self.data = data or {}
+
+    def __len__(self) -> int:
+        ts = self.data.get("ts")
+        return 0 if ts is None else len(ts)
+
+    def __getitem__(self, key):
+        return self.data[key]
+
+    def take(self, mask: np.ndarray) -> "Columns":
+        idx = np.flatnonzero(mask)
+        out = {}
+        for k, v in self.data.items():
+            out[k] = v[mask] if isinstance(v, np.ndarray) else [v[i] for i in idx.tolist()]
+        return Columns(out)
+
+
+class _Builder:
+    """Turns decoded events into per-bucket columns, a piece at a time."""
+
+    def __init__(self):
+        self.parts: dict = {b: [] for b in BUCKETS}
+        self.strings = _Intern()
+        self.raw: dict = {}
+        self.n_events = 0
+
+    def add(self, events: list) -> None:
+        self.n_events += len(events)
+        buckets: dict = {b: [] for b in BUCKETS}
+        appenders = {cat: buckets[b].append for cat, b in CAT_BUCKET.items()}
+        get = appenders.get
+        for e in events:
+            try:
+                a = get(e.cat)
+            except TypeError:  # unhashable cat
+                continue
+            if a is not None:
+                a(e)
+        for b, evs in buckets.items():
+            if evs:
+                self.parts[b].append(self._columns(b, evs))
+
+    def finish(self) -> dict:
+        out = {}
+        for b, parts in self.parts.items():
+            if not parts:
+                out[b] = Columns()
+            elif len(parts) == 1:
+                out[b] = Columns(parts[0])
+            else:
+                out[b] = Columns({k: np.concatenate([p[k] for p in parts]) if isinstance(parts[0][k], np.ndarray)
+                                  else [v for p in parts for v in p[k]] for k in parts[0]})
+        return out
+
+    # ---- per piece
+    def _values(self, raws: list) -> list:
+        """Raw JSON values, each distinct text decoded once and shared (None when absent)."""
+        keys = list(map(bytes, raws))
+        table = self.raw
+        for key in set(keys).difference(table):
+            table[key] = _ANY.decode(key) if key else None
+        return list(map(table.__getitem__, keys))
+
+    def _columns(self, bucket: str, evs: list) -> dict:
+        n = len(evs)
+        args = [e.args for e in evs]
+        if not all(map(_Args.__instancecheck__, args)):
+            args = [a if isinstance(a, _Args) else _NO_ARGS for a in args]
+        if bucket == "instant":
+            keep = [i for i, e in enumerate(evs) if e.name == "[memory]"]
+            if len(keep) < n:
+                evs = [evs[i] for i in keep]
+                args = [args[i] for i in keep]
+            ts = _numbers([e.ts for e in evs])
+            return {
+                "ts": ts, "bytes": _numbers([a.mem_bytes for a in args]),
+                "total_allocated": _numbers([a.total_allocated for a in args]),
+                "total_reserved": _numbers([a.total_reserved for a in args]),
+                "device_type": to_int_ids([a.device_type for a in args]),
+                "device_id": to_int_ids([a.device_id for a in args]),
+            }
+        names = [e.name for e in evs]
+        ts_raw = [e.ts for e in evs]
+        dur_raw = [e.dur for e in evs]
+        ok = np.ones(n, dtype=bool)
+        if not all(map(str.__instancecheck__, names)):
+            ok &= np.fromiter((isinstance(x, str) for x in names), bool, n)
+            names = [x if isinstance(x, str) else "" for x in names]
+        phs = [e.ph for e in evs]
+        if phs.count("X") != n:
+            ok &= np.fromiter((p == "X" for p in phs), bool, n)
+        ts, ts_ok = _times(ts_raw)
+        dur, dur_ok = _times(dur_raw)
+        if ts_ok is not None:
+            ok &= ts_ok
+        if dur_ok is not None:
+            ok &= dur_ok
+        strings = self.strings
+        cols = {
+            "name": [strings[x] for x in names], "ts": ts, "dur": dur, "ok": ok,
+            "pid": to_int_ids([e.pid for e in evs]), "tid": to_int_ids([e.tid for e in evs]),
+        }
+        if bucket == "ann":
+            cols["gpu"] = np.fromiter((e.cat == "gpu_user_annotation" for e in evs), bool, n)
+        elif bucket == "ops":
+            values = self._values
+            cols["external_id"], cols["external_id_na"] = nullable_ints([a.external_id for a in args])
+            cols["input_dims"] = values([a.input_dims for a in args])
+            cols["input_types"] = values([a.input_type for a in args])
+            cols["concrete"] = values([a.concrete for a in args])
+            flops = [a.flops for a in args]
+            cols["flops"] = (np.full(n, _NAN) if all(v is None for v in flops) else
+                             np.array([v if isinstance(v, (int, float)) and not isinstance(v, bool) else _NAN
+                                       for v in flops], dtype=np.float64))
+        elif bucket in ("kernels", "memcpy", "memset", "runtime"):
+            cols["correlation"], cols["correlation_na"] = nullable_ints([a.correlation for a in args])
+        if bucket in ("kernels", "memcpy", "memset"):
+            dev = [a.device for a in args]
+            if None in dev:
+                dev = [d if d is not None else e.pid for d, e in zip(dev, evs)]
+            stream = [a.stream for a in args]
+            if None in stream:
+                stream = [s if s is not None else e.tid for s, e in zip(stream, evs)]
+            cols["device"], cols["stream"] = to_int_ids(dev), to_int_ids(stream)
+        if bucket == "kernels":
+            values = self._values
+            cols["grid"] = values([a.grid for a in args])
+            cols["block"] = values([a.block for a in args])
+            cols["registers"] = _numbers([a.registers for a in args])
+        elif bucket in ("memcpy", "memset"):
+            cols["kind"] = [strings[k] if isinstance(k, str) else None for k in (a.kind for a in args)]
+            cols["bytes"] = _numbers([a.bytes for a in args])
+        return cols
+
+
+def _times(values: list):
+    """ts or dur as float64 (null: NaN, to be counted as impossible), and which were usable (None: all)."""
+    try:
+        arr = np.array(values, dtype=np.float64)
+        if arr.ndim == 1:
+            return arr, None
+    except (TypeError, ValueError, OverflowError):
+        pass
+    ok = np.fromiter((v is None or (isinstance(v, (int, float))) for v in values), bool, len(values))
+    return np.array([_as_float(v) for v in values], dtype=np.float64), ok
+
+
+def _as_float(value) -> float:
+    """A JSON number as a float: NaN if it is not a number, infinite if it is an integer beyond float range."""
+    if not isinstance(value, (int, float)):
+        return _NAN
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _numbers(values: list) -> np.ndarray:
+    try:
+        arr = np.array(values, dtype=np.float64)  # None -> NaN
+        if arr.ndim == 1:
+            return arr
+    except (TypeError, ValueError, OverflowError):
+        pass
+    return np.array([v if isinstance(v, (int, float)) else _NAN for v in values], dtype=np.float64)
+
+
+_INT_RE = re.compile(r"-?\d+")
+
+
+def to_int_ids(values: list, default: int = -1) -> np.ndarray:
+    """pid/tid/device/stream ids -> int64; strings like '25738' or 'stream 7' parsed."""
+    if not values:
+        return np.zeros(0, dtype=np.int64)
+    try:
+        return np.array(values, dtype=np.int64)
+    except (ValueError, TypeError, OverflowError):
+        pass
+    cache: dict = {}
+    out = np.empty(len(values), dtype=np.int64)
+    for i, v in enumerate(values):
+        if isinstance(v, (int, float, np.integer)) and not isinstance(v, bool) and v == v:
+            r = int(v) if -(2**63) <= v < 2**63 else default
+        else:
+            r = cache.get(v, None) if isinstance(v, str) else None
+            if r is None:
+                m = _INT_RE.search(v) if isinstance(v, str) else None
+                r = int(m.group()) if m else default
+                if not -(2**63) <= r < 2**63:
+                    r = default
+                if isinstance(v, str):
+                    cache[v] = r
+        out[i] = r
+    return out
+
+
+def nullable_ints(values: list) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 values, missing mask) for a nullable integer column."""
+    n = len(values)
+    try:
+        if None not in values:
+            return np.array(values, dtype=np.int64), np.zeros(n, dtype=bool)
+        mask = np.fromiter((v is None for v in values), dtype=bool, count=n)
+        return np.array([0 if v is None else v for v in values], dtype=np.int64), mask
+    except (ValueError, TypeError, OverflowError):
+        vals, mask = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+        for i, v in enumerate(values):
+            try:
+                iv = int(v)
+                if -(2**63) <= iv < 2**63:
+                    vals[i] = iv
+                    continue
+            except (ValueError, TypeError, OverflowError):
+                pass
+            mask[i] = True
+        return vals, mask
+
+
+# --------------------------------------------------------------------------
+# Reading
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+class _NotStreamable(Exception):
+    """The fast path gives up; the whole-document path decides (and words any error)."""
+
+
+_HEAD_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+
+# --------------------------------------------------------------------------
+# Reading ahead in a second process
+
+PREFETCH_MAX_BYTES = 64 << 20  # bigger files are read in-process: the hand-over would double their columns
+_PENDING: dict = {}  # path -> (pid, read end of the pipe)
+
+
+def prefetch(path: str | os.PathLike) -> None:
+    """Start reading `path` in a forked process, for :func:`read_trace` to collect.
+
+    ``advise analyze`` calls this before importing pandas and the rest (~0.4 s), so the two
+    overlap on a second core. A no-op where :func:`can_fork` says no (no fork, one core, other
+    threads running: a test runner's) or for a file over ``PREFETCH_MAX_BYTES``; whatever goes
+    wrong in the child, read_trace reads the file itself.
+    """
+    src = os.fspath(path)
+    key = os.path.abspath(src)  # read_trace finds it by this, however the path was spelled
+    try:
+        small = os.path.isfile(src) and os.path.getsize(src) <= PREFETCH_MAX_BYTES
+    except OSError:
+        small = False
+    if not small or key in _PENDING or not can_fork():
+        return
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: read, hand the columns over, leave without running any exit handler
+        code = 1
+        try:
+            os.close(r)
+            gc.disable()
+            with os.fdopen(w, "wb") as out:
+                try:
+                    result = ("ok", _read_file(src))
+                except TraceError as exc:
+                    result = ("error", str(exc))
+                pickle.dump(result, out, protocol=pickle.HIGHEST_PROTOCOL)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    _PENDING[key] = (pid, r)
+
+
+def can_fork() -> bool:
+    """A second core to read on, and no other thread whose locks a forked child could inherit held."""
+    import threading
+
+    return hasattr(os, "fork") and threading.active_count() == 1 and _cores() >= 2
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _collect(src: str):
+    """The prefetched result for `src` (None: none pending, or the child failed)."""
+    pid, r = _PENDING.pop(src)
+    try:
+        with os.fdopen(r, "rb") as fh:
+            kind, value = pickle.load(fh)
+    except Exception:  # noqa: BLE001 - a child that died or wrote half: read it here instead
+        kind, value = None, None
+    finally:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    if kind == "error":
+        raise TraceError(value)
+    return value if kind == "ok" else None
+
+
+def read_trace(src: str) -> tuple[dict, dict, int]:
+    """(the document without its events, columns per bucket, number of events); TraceError on bad input."""
+    key = os.path.abspath(src)
+    if key in _PENDING:
+        result = _collect(key)
+        if result is not None:
+            return result
+    return _read_file(src)
+
+
+def _read_file(src: str) -> tuple[dict, dict, int]:
+    if not os.path.exists(src):
+        raise TraceError(f"trace file not found: {src}")
+    if os.path.isdir(src):
+        raise TraceError(f"trace path is a directory, not a file: {src}")
+    try:
+        with open(src, "rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"  # gzip magic; do not trust the extension
+    except OSError as exc:
+        raise TraceError(f"{src}: cannot read ({_one_line(exc)})") from None
+    builder = _Builder()
+    try:
+        doc = _stream(src, gz, builder)
+    except _NotStreamable:
+        builder = _Builder()
+        doc = _whole(src, gz, builder)
+    return doc, builder.finish(), builder.n_events
+
+
+def _open(src: str, gz: bool):
+    return gzip.open(src, "rb") if gz else open(src, "rb")
+
+
+def _read_block(fh, src: str, gz: bool) -> bytes:
+    try:
+        return fh.read(BLOCK)
+    except (EOFError, OSError, zlib.error) as exc:
+        if gz:
+            raise TraceError(f"{src}: truncated or corrupt gzip ({_one_line(exc)})") from None
+        raise TraceError(f"{src}: cannot read ({_one_line(exc)})") from None
+
+
+def _stream(src: str, gz: bool, builder: _Builder) -> dict:
+    with _open(src, gz) as fh:
+        head = bytearray()
+        while True:  # the document's head, up to the events list's '['
+            block = _read_block(fh, src, gz)
+            seen = max(0, len(head) - 64)  # the key may straddle two blocks
+            head += block
+            m = _HEAD_RE.search(head, seen)
+            if m or not block or len(head) > _HEAD_LIMIT:
+                break
+        if not m:
+            raise _NotStreamable
+        head, buf = bytes(head[: m.end()]), b"[" + head[m.end():]
+        eof, want = False, BLOCK
+        while True:
+            while len(buf) < want and not eof:
+                block = _read_block(fh, src, gz)
+                eof = not block
+                buf += block
+            if eof:
+                break
+            rest = _decode_prefix(buf, builder)
+            want = BLOCK if len(rest) < len(buf) else len(buf) + BLOCK  # no cut decoded: read on
+            buf = rest
+        tail = _decode_last(buf, builder)
+    try:
+        doc = _ANY.decode(head + b"]" + tail)
+    except msgspec.DecodeError:
+        raise _NotStreamable from None
+    if not isinstance(doc, dict):
+        raise _NotStreamable
+    return doc
+
+
+def _decode_prefix(buf: bytes, builder: _Builder, tries: int = 8) -> bytes:
+    """Decode the whole events at the front of `buf` ('[' + events...); return '[' + the rest."""
+    end = len(buf)
+    for _ in range(tries):
+        cut = buf.rfind(b"},", 1, end)
+        if cut < 0:
+            break
+        try:
+            events = _EVENTS.decode(buf[: cut + 1] + b"]")
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            end = cut
+            continue
+        builder.add(events)
+        return b"[" + buf[cut + 2:]
+    if len(buf) > max(8 * BLOCK, 64 << 20):  # no cut decodes: something the stream cannot read
+        raise _NotStreamable
+    return buf  # read more and try again
+
+
+_LIST_END = re.compile(rb"}\s*\]")
+
+
+def _decode_last(buf: bytes, builder: _Builder, tries: int = 16) -> bytes:
+    """At the end of the file: decode the last events up to the list's ']'; return what follows it."""
+    if buf[1:].lstrip().startswith(b"]"):  # no events left
+        return buf[1:].lstrip()[1:]
+    ends = [m.end() for m in _LIST_END.finditer(buf)]
+    for end in ends[::-1][:tries]:  # the list's end is '}' then ']'; later ones sit in the trailing keys
+        try:
+            events = _EVENTS.decode(buf[:end])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+        builder.add(events)
+        return buf[end:]
+    raise _NotStreamable
+
+
+def _whole(src: str, gz: bool, builder: _Builder) -> dict:
+    """The tolerant path: the whole document through the standard library, then the same columns."""
+    try:
+        with open(src, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise TraceError(f"{src}: cannot read ({_one_line(exc)})") from None
+    if gz:
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise TraceError(f"{src}: truncated or corrupt gzip ({_one_line(exc)})") from None
+    if not raw or raw.isspace():
+        raise TraceError(f"{src}: empty file, not JSON")
+    try:
+        doc = json.loads(raw)
+    except UnicodeDecodeError:
+        # Stack strings occasionally hold invalid UTF-8; keep the trace.
+        try:
+            doc = json.loads(raw.decode("utf-8", "replace"))
+        except ValueError as exc:
+            raise TraceError(f"{src}: not valid JSON ({_one_line(exc)})") from None
+    except (ValueError, RecursionError) as exc:
+        raise TraceError(f"{src}: not valid JSON ({_one_line(exc)})") from None
+    del raw
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceError(f"{src}: not a Kineto trace (no 'traceEvents' list)")
+    events = doc.pop("traceEvents")
+    builder.n_events = len(events)
+    dicts = [e for e in events if isinstance(e, dict)]
+    del events
+    try:  # NaN/Infinity become null (counted as impossible times, as before); re-read typed
+        decoded = _EVENTS.decode(msgspec.json.encode(dicts))
+    except (msgspec.DecodeError, msgspec.ValidationError, OverflowError, TypeError):
+        decoded = [_event_from_dict(e) for e in dicts]
+    n = builder.n_events
+    builder.add(decoded)
+    builder.n_events = n
+    return doc
+
+
+def _event_from_dict(e: dict) -> _Event:
+    """One event the typed decoder refused (odd args): its top-level fields, args left out."""
+    return _Event(ph=e.get("ph", "X"), cat=e.get("cat"), name=e.get("name"), ts=e.get("ts", msgspec.UNSET),
+                  dur=e.get("dur", msgspec.UNSET), pid=e.get("pid"), tid=e.get("tid"))

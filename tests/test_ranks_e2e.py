@@ -1,0 +1,78 @@
+"""`advise profile --nproc-per-node N`: a real two-rank gloo DDP job started through torch.distributed.run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import WORKLOADS, advise_cmd
+
+pytestmark = pytest.mark.slow
+JOB = ["--nproc-per-node", "2", "--steps", "6", "--warmup", "2", "--profile-steps", "2", "--no-experiments"]
+
+
+def _run(tmp_path, *args, env=None):
+    return subprocess.run(advise_cmd("profile", *args), cwd=tmp_path, capture_output=True, text=True, timeout=240,
+                          env=env)
+
+
+def test_every_rank_is_probed_and_the_job_has_one_report(tmp_path):
+    proc = _run(tmp_path, *JOB, "--out", "run", str(WORKLOADS / "ddp_gloo.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("advise ok") == 1  # one summary for the job, not one per rank
+    printed = next(line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("report: "))
+    report = json.loads((tmp_path / printed).read_text())
+    assert printed == "run/report.json" and (tmp_path / "run" / "report.html").is_file()
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert all(r["status"] == "done" and r["measured_steps"] == 6 and r["step_time_median_s"] > 0 for r in report["ranks"])
+    for rank in (0, 1):
+        assert (tmp_path / "run" / f"trace.rank{rank}.json.gz").is_file()
+        assert (tmp_path / "run" / f"steps.rank{rank}.csv").read_text().count("\n") == 7
+    assert "ranks" in proc.stdout and "2 (figures above are rank 0's" in proc.stdout
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert '<section id="ranks">' in page and page.count('<tr><td class="num">') >= 2 and "rank 0's" in page
+
+
+def test_a_straggler_in_a_launched_job_is_named(tmp_path):
+    """Rank 1 computes 30 ms longer per step: the cross-rank rules read every rank of the live job."""
+    proc = _run(tmp_path, *JOB[:6], "--profile-steps", "4", "--no-experiments", "--out", "run",
+                str(WORKLOADS / "ddp_gloo.py"), "--sleep-rank", "1", "--sleep-ms", "30")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    straggler = next(f for f in report["findings"] if f["code"] == "PAR001")
+    assert straggler["evidence"]["straggler_rank"] == 1, straggler["evidence"]
+    assert 0.02 < straggler["evidence"]["extra_s_per_step"] < 0.05 and straggler["evidence"]["wait_caused_by_rank_s"]["0"] > 0.02
+
+
+def test_the_rank_that_failed_first_is_named_and_no_rank_outlives_the_job(tmp_path):
+    proc = _run(tmp_path, *JOB, "--timeout", "90", "--out", "run", str(WORKLOADS / "ddp_gloo.py"),
+                "--crash-rank", "1", "--crash-at", "4")
+    assert proc.returncode != 0
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["status"] == "failed"
+    assert report["error"].startswith("rank 1 failed first: RuntimeError: planted failure on rank 1 at step 4"), report["error"]
+    assert "planted failure on rank 1" in proc.stdout + proc.stderr  # its traceback, as python prints it
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "ddp_gloo.py" in " ".join(p.info["cmdline"] or [])
+                and "--crash-rank" in (p.info["cmdline"] or [])]
+
+
+def test_nproc_under_an_existing_launcher_is_one_line(tmp_path):
+    proc = _run(tmp_path, *JOB, str(WORKLOADS / "ddp_gloo.py"), env=dict(os.environ, WORLD_SIZE="2", RANK="0"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "under torchrun" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("launcher", [["TORCHRUN"], ["-m", "torch.distributed.run"]])
+def test_profiling_the_launcher_says_what_to_write_instead(tmp_path, launcher):
+    import shutil
+    import sys
+
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    words = [torchrun if w == "TORCHRUN" else w for w in launcher]
+    proc = _run(tmp_path, *words, "--standalone", "--nnodes", "1", "--nproc_per_node", "2", "train.py", "--lr", "0.1")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.strip().endswith("advise profile --nproc-per-node 2 train.py --lr 0.1"), proc.stderr

@@ -1,0 +1,132 @@
+"""The streamed trace reader (advisor/trace_read.py): same frames as a plain json.load would give, bad files one line.
+
+Figures are checked against the raw JSON read with the standard library and plain Python, on
+real shipped traces; the stream is also cut into tiny blocks so that every way an event list
+can be split is taken, and compared with the whole-document path.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from advisor import trace_read
+from advisor.trace import TraceError, load_trace
+from conftest import advise_cmd, trace_path
+
+RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+SAMPLED = "hta/trace_filter/sampled_rank-0.json.gz"  # current layout, two ranks' sample
+FRAMES = ("ops", "kernels", "memcpy", "runtime", "annotations", "python", "memory", "steps")
+
+
+def _raw(path) -> dict:
+    with gzip.open(path, "rt") as fh:
+        return json.load(fh)
+
+
+@pytest.mark.parametrize("rel", [RESNET, SAMPLED])
+def test_figures_match_the_raw_json(rel):
+    """Kernel count and time, op and runtime counts, steps: as counted from json.load by hand."""
+    path = trace_path(rel)
+    raw = _raw(path)["traceEvents"]
+    events = [e for e in raw if e.get("ph") == "X"]
+
+    def of(*cats):
+        return [e for e in events if e.get("cat") in cats]
+
+    kernels = of("kernel", "Kernel")
+    steps = {e["name"] for e in of("user_annotation", "Operator") if e["name"].startswith("ProfilerStep#")}
+    t = load_trace(path)
+    assert len(t.kernels) == len(kernels) > 0
+    assert t.kernels["dur_us"].sum() == pytest.approx(sum(e["dur"] for e in kernels))
+    assert t.steps["index"].tolist() == sorted(int(s.split("#")[1]) for s in steps)
+    assert len(t.runtime) == len(of("cuda_runtime", "Runtime", "cuda_driver"))
+    assert len(t.ops) == len(of("cpu_op", "Operator")) - sum(
+        1 for e in of("Operator") if e["name"].startswith(("ProfilerStep#", "enumerate(DataLoader)", "Optimizer.", "##")))
+    assert len(t.memcpy) == len(of("gpu_memcpy", "Memcpy", "gpu_memset", "Memset"))
+    assert t.meta["n_events"] == len(raw)
+
+
+def _frames_equal(a, b):
+    for name in FRAMES:
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name))
+    assert {k: v for k, v in a.meta.items()} == {k: v for k, v in b.meta.items()}
+
+
+def test_tiny_blocks_and_the_whole_document_give_the_same_frames(monkeypatch):
+    """Cut into 4 KiB blocks (hundreds of cuts) or decoded whole: one answer."""
+    path = trace_path(SAMPLED)
+    normal = load_trace(path)
+    monkeypatch.setattr(trace_read, "BLOCK", 4096)
+    _frames_equal(load_trace(path), normal)
+    monkeypatch.setattr(trace_read, "_HEAD_RE", trace_read.re.compile(rb"(?!)"))  # never found: the tolerant path
+    _frames_equal(load_trace(path), normal)
+
+
+def test_cuts_that_look_like_event_ends(tmp_path, monkeypatch):
+    """'},' and '}]' inside strings and nested args, and keys after the events with ']' in them."""
+    tricky = "x},{\"ph\": \"X\"}] [},"
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i} {tricky}", "pid": 1, "tid": 1, "ts": 10 * i,
+               "dur": 5, "args": {"nested": {"a": [{"b": "},"}], "c": "}]"}, "Input Dims": [[2, 3]]}}
+              for i in range(300)]
+    doc = {"schemaVersion": 1, "traceEvents": events, "traceName": "a ] b }] c", "logs": ["x]", "}]"]}
+    path = tmp_path / "tricky.json"
+    path.write_text(json.dumps(doc, indent=1))
+    monkeypatch.setattr(trace_read, "BLOCK", 512)
+    t = load_trace(path)
+    assert t.ops["name"].tolist() == [f"aten::op{i} {tricky}" for i in range(300)]
+    assert t.ops["input_dims"].iloc[0] == [[2, 3]] and t.meta["n_events"] == 300
+
+
+def test_read_ahead_in_a_second_process_gives_the_same_frames():
+    path = trace_path(SAMPLED)
+    normal = load_trace(path)
+    trace_read.prefetch(path)
+    assert (os.path.abspath(path) in trace_read._PENDING) == trace_read.can_fork()  # no fork under xdist's threads
+    _frames_equal(load_trace(path), normal)
+    assert not trace_read._PENDING
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cut", ["plain", "gzip"])
+def test_truncated_trace_is_one_line(tmp_path, cut):
+    """A real trace cut in the middle of its events: `advise analyze` says so in one line, exit 2."""
+    blob = gzip.decompress(trace_path(SAMPLED).read_bytes())
+    if cut == "plain":
+        bad = tmp_path / "cut.json"
+        bad.write_bytes(blob[: len(blob) * 2 // 3])
+    else:
+        bad = tmp_path / "cut.json.gz"
+        packed = gzip.compress(blob)
+        bad.write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(TraceError):
+        load_trace(bad)
+    r = subprocess.run(advise_cmd("analyze", str(bad), "--out", str(tmp_path / "out")), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("advise: error:") and str(bad) in r.stderr
+    assert ("gzip" if cut == "gzip" else "not valid JSON") in r.stderr
+    assert not (tmp_path / "out" / "report.json").exists()
+
+
+@pytest.mark.slow
+def test_analyze_imports_neither_torch_nor_scipy(tmp_path):
+    """`advise analyze` loads what it uses: the CLI alone imports no pandas, the whole command no torch or scipy."""
+    code = (
+        "import sys\n"
+        "import advisor.cli\n"
+        "light = 'pandas' not in sys.modules\n"
+        f"sys.argv = ['advise', 'analyze', {str(trace_path(SAMPLED))!r}, '--out', {str(tmp_path / 'out')!r}]\n"
+        "try:\n    advisor.cli.main()\nexcept SystemExit as exc:\n    code = exc.code\n"
+        "print(light, code, 'torch' in sys.modules, 'scipy' in sys.modules, file=sys.stderr)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stderr.strip().splitlines()[-1] == "True 0 False False", r.stderr[-2000:]
+    assert (tmp_path / "out" / "report.json").is_file()

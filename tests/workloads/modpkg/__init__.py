@@ -1,0 +1,1 @@
+"""A package run as `python -m modpkg.train`: relative imports, its own flags."""
