@@ -34,10 +34,26 @@ def environment() -> jinja2.Environment:
     )
 
 
+class _BestEffortCache(jinja2.FileSystemBytecodeCache):
+    """A cache that never costs the report: a full or read-only temp dir only means compiling again."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except OSError:
+            pass
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
     """Compiled templates kept in the temp dir: compiling report.html.j2 costs ~0.1 s a command."""
     try:
-        return jinja2.FileSystemBytecodeCache()
+        return _BestEffortCache()
     except (OSError, RuntimeError):  # no private temp dir to be had: compile each time
         return None
 

@@ -197,14 +197,17 @@ def test_file_size_limit_during_the_run_is_exit_2(tmp_path):
     """Works everywhere, no root: RLIMIT_FSIZE of 20 KiB (SIGXFSZ ignored), so any write past
     20 KiB fails with EFBIG, a disk that takes no more bytes. Without a trace (--profile-steps 0)
     the first file over the limit is report.html (~33 KB), written after the run, before
-    report.json: the run ends with exit 2, one line, no temp file, no report.json."""
+    report.json: the run ends with exit 2, one line, no temp file, no report.json. The temp dir is
+    fresh, so the template cache's own write fails first (its file is over the limit too): that
+    failure must cost nothing (CI once caught it swallowing the run dir's error)."""
     def limit_file_size():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (20 * 1024, 20 * 1024))
 
     run = tmp_path / "run"
     r = advise("profile", "--steps", "6", "--warmup", "2", "--profile-steps", "0", "--no-experiments",
-               "--out", str(run), str(WORKLOADS / "train_basic.py"), cwd=tmp_path, preexec_fn=limit_file_size)
+               "--out", str(run), str(WORKLOADS / "train_basic.py"), cwd=tmp_path, preexec_fn=limit_file_size,
+               env={**os.environ, "TMPDIR": str(tmp_path)})
     line = one_error_line(r, alone=False)
     assert line == f"advise: error: file too large writing {run / 'report.html'}", line
     assert not (run / "report.json").exists()
