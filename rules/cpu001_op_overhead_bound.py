@@ -39,7 +39,7 @@ left of the gain.
 
 ## Options
 - `min-ops-per-step` (default 300): fewest top-level operators per step to call the step op-heavy.
-- `min-overhead-frac` (default 0.4): smallest share of the step in per-operator overhead.
+- `min-overhead-frac` (default 0.3): smallest share of the step in per-operator overhead.
 - `op-cost-us` (default 5.0): fixed cost of one eager operator on a CPU, in microseconds
   (Python call, argument parsing, dispatch, output allocation; autograd bookkeeping in backward).
 """
@@ -55,7 +55,7 @@ from .registry import Finding, Fix, rule
 
 
 @rule(code="CPU001", name="op-overhead-bound")
-def check(profile, *, min_ops_per_step: int = 300, min_overhead_frac: float = 0.4,
+def check(profile, *, min_ops_per_step: int = 300, min_overhead_frac: float = 0.3,
           op_cost_us: float = 5.0) -> Iterator[Finding]:
     if profile.has_gpu or not h.is_training(profile):
         return

@@ -191,13 +191,13 @@ def test_compile_switch_is_cached_and_a_stop_file_ends_the_run(tmp_path):
             (out / "stop").touch()  # instead of a plan: finish
 
     run = run_probe(ProbeConfig(script=str(WORKLOADS / "train_basic.py"), out=out, warmup=1, steps=3, profile_steps=0,
-                                arms=True, plan_timeout_s=30), on_window_done=on_window_done)
+                                arms=True, plan_timeout_s=300), on_window_done=on_window_done)
     assert run.status == "ok" and run.probe["status"] == "done" and calls == [0, 1]
     arms = run.arms["windows"]
     assert not (out / "arms.jsonl").exists() and not (out / "stop").exists()  # the exchange files are cleared
     assert [a["applied"] for a in arms] == [{"compile": True}, {}, {"compile": True}]
     assert arms[0]["switch_s"] > 10 * arms[2]["switch_s"]  # compiled once, in the first window
-    assert run.wall_s < 25
+    assert run.wall_s < 200  # the stop file ended the wait for a plan: no 300 s plan timeout
 
 
 def test_tf32_that_the_libraries_ignore_is_not_reported_applied(tmp_path, monkeypatch):

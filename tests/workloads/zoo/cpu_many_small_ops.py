@@ -24,7 +24,7 @@ class Block(nn.Module):
 
 if __name__ == "__main__":
     torch.manual_seed(0)
-    data = TensorDataset(torch.randn(4096, 32), torch.randn(4096, 32))
-    model = nn.Sequential(*[Block(32) for _ in range(48)])
-    loader = DataLoader(data, batch_size=16, shuffle=True)
+    data = TensorDataset(torch.randn(4096, 16), torch.randn(4096, 16))
+    model = nn.Sequential(*[Block(16) for _ in range(48)])
+    loader = DataLoader(data, batch_size=8, shuffle=True)
     train_forever(model, loader, torch.optim.SGD(model.parameters(), lr=0.01, foreach=True))
