@@ -173,6 +173,7 @@ def _compare(base_runs: list[Measurement], cand_runs: list[Measurement] | Measur
     if len(ok_cand) < len(cand_runs) or not ok_base:
         failed = next((m for m in cand_runs if not m.ok), None)
         result.error = (failed.error if failed else None) or "the baseline could not be re-measured"
+        result.oom = True if failed is not None and failed.oom else None
         return result
     result.not_applied = sorted({key for m in ok_cand for key in vocabulary.not_applied(m.overrides, m.applied)}) or None
     ratio, lo, hi = speedup_ci(ok_base, [m.steps for m in ok_cand], by_samples=by_samples)
@@ -416,7 +417,8 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
             tried.append(result)
             sweep.append({"label": point.label, "overrides": point.overrides, "speedup": result.speedup,
                           "ci_low": result.ci_low, "ci_high": result.ci_high, "verdict": result.verdict.value,
-                          "peak_memory_bytes": (result.candidate or {}).get("peak_memory_bytes")})
+                          "peak_memory_bytes": (result.candidate or {}).get("peak_memory_bytes"),
+                          **({"oom": True} if result.oom else {})})
             result.memory_budget_bytes = memory_budget
             if changes_batch and memory_budget:
                 peak = sweep[-1]["peak_memory_bytes"]

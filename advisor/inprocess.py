@@ -54,6 +54,27 @@ def interleave(arms: list[tuple[str, dict]], warmup: Callable[[dict], int], step
     return windows
 
 
+def plan_windows(arms: list[tuple[str, dict]], growing: list[tuple[str, dict]], warmup: Callable[[dict], int],
+                 steps: Callable[[str], int] | int) -> list[Window]:
+    """The round's windows: `arms` interleaved (see :func:`interleave`), then the `growing` ones
+    (larger batches) smallest first, each twice in a row between baselines. An out-of-memory
+    error ends the child's arms, so it may only cost the values larger than the one that ran out:
+    every other arm and every smaller value has been measured in full by then."""
+    length = steps if callable(steps) else (lambda arm: steps)
+    windows = interleave(arms, warmup, length) if arms else []
+    if growing and not windows:
+        windows = [Window(BASELINE, {}, warmup({}), length(BASELINE))]
+    for arm, overrides in sorted(growing, key=lambda a: a[1].get("batch_size_scale") or 0):
+        for _ in range(REPEATS):
+            windows += [Window(arm, overrides, warmup(overrides), length(arm)),
+                        Window(BASELINE, {}, warmup({}), length(BASELINE))]
+    return windows
+
+
+def _grows_memory(overrides: dict) -> bool:
+    return (overrides.get("batch_size_scale") or 0) > 1
+
+
 @dataclass
 class RoundResult:
     """What the child measured in one round: per window its steps and its `arms` line."""
@@ -185,6 +206,7 @@ class ArmsSession:
         self._workers = max([int(dl.get("num_workers") or 0) for dl in profile.observed.get("dataloaders") or []] or [0])
         ctx = vocabulary.SweepContext(vocabulary.cores_per_rank(env), self.io_like(profile))
         arms: list[tuple[str, dict]] = []
+        growing: list[tuple[str, dict]] = []  # larger batches: one may run out of memory and end the run
         for candidate in candidates_from(self.findings, self.safe_only):
             finding = self.findings[candidate.finding_index]
             if "batch_size_scale" in candidate.overrides and not self.by_samples:
@@ -194,8 +216,8 @@ class ArmsSession:
                 arm = f"a{len(self._arms) + 1}"
                 self._arms[arm] = (candidate, point)
                 self._lengths[arm] = _expected_speedup(finding)
-                arms.append((arm, point.overrides))
-        return interleave(arms, self._warmup, self._steps) if arms else []
+                (growing if _grows_memory(point.overrides) else arms).append((arm, point.overrides))
+        return plan_windows(arms, growing, self._warmup, self._steps)
 
     def _steps(self, arm: str) -> int:
         """Timed steps of a window: an arm expected k times faster gets k times the steps (up to 8),
@@ -262,6 +284,7 @@ class ArmsSession:
             best.sweep = [{"label": p.label, "overrides": p.overrides, "speedup": e.speedup, "ci_low": e.ci_low,
                            "ci_high": e.ci_high, "verdict": e.verdict.value,
                            "peak_memory_bytes": (e.candidate or {}).get("peak_memory_bytes"),
+                           **({"oom": True} if e.oom else {}),
                            **({"fits": fits(e, budget)} if budget else {})} for p, e in tried] if len(tried) > 1 else None
             best.applicability = candidate.applicability
             best.memory_budget_bytes = budget

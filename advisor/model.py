@@ -160,6 +160,7 @@ class Experiment:
     switch_s: float | None = None    # in-process: one-off cost of switching the arm on (workers, compile)
     memory_change_frac: float | None = None  # candidate's peak memory / baseline's - 1 (negative: less)
     memory_budget_bytes: int | None = None   # the budget a memory fix or batch search was judged by
+    oom: bool | None = None          # the candidate ran out of memory (True), else not said
 
     def __post_init__(self):
         self.verdict = _enum(Verdict, self.verdict, "experiment verdict")

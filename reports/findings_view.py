@@ -211,6 +211,10 @@ def sweep_rows(exp: Experiment) -> list[SweepRow]:
     for point in exp.sweep or []:
         if isinstance(point, dict):
             state, label = words.verdict_words(point.get("verdict"))
+            if point.get("oom"):
+                state, label = "bad", "out of memory"
+            elif point.get("fits") is False:
+                state, label = "bad", "over the memory budget"
             rows.append(SweepRow(str(point.get("label") or _compact_json(point.get("overrides"))), fmt.speedup(point.get("speedup")),
                                  fmt.interval(point.get("ci_low"), point.get("ci_high")), label, state))
     return rows

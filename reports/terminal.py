@@ -120,6 +120,9 @@ def result_line(finding: Finding, experiments: str = "ran") -> str:
         return text
     if exp.sweep and exp.verified and isinstance(exp.overrides, dict):
         text += f"; best of {len(exp.sweep)} values tried: {describe(exp.overrides)}"
+    oom = [p for p in exp.sweep or [] if isinstance(p, dict) and p.get("oom")]
+    if oom:
+        text += f"; out of memory at {describe(oom[0].get('overrides') or {})}"
     loss, _ = words.loss_words(exp.loss_check)
     memory = words.memory_effect(exp)
     return text + (f"; {loss}" if loss else "") + (f"; {memory}" if memory else "")

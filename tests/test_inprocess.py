@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advisor.inprocess import BASELINE, ArmsSession, RoundResult, interleave
+from advisor.inprocess import BASELINE, ArmsSession, RoundResult, interleave, plan_windows
 from advisor.model import Finding, Fix
 from conftest import WORKLOADS, advise_cmd
 
@@ -22,6 +22,18 @@ def test_arms_are_interleaved_with_the_baseline_and_repeated_in_reverse():
     windows = interleave([("a1", {"x": 1}), ("a2", {"x": 2})], lambda o: 3 if o else 1, 10)
     assert [w.arm for w in windows] == ["baseline", "a1", "baseline", "a2", "baseline", "a2", "baseline", "a1", "baseline"]
     assert all(w.steps == 10 for w in windows) and {w.warmup for w in windows if w.arm == BASELINE} == {1}
+
+
+def test_larger_batches_run_last_smallest_first_so_an_oom_costs_only_larger_values():
+    """An out-of-memory error ends the child's arms: the batch ladder comes after every other arm,
+    smallest first, each value twice in a row, so an OOM at x4 leaves x2 and the other fixes measured."""
+    windows = plan_windows([("a1", {"x": 1})], [("b4", {"batch_size_scale": 4}), ("b2", {"batch_size_scale": 2})],
+                           lambda o: 2, 10)
+    assert [w.arm for w in windows] == ["baseline", "a1", "baseline", "a1", "baseline",
+                                        "b2", "baseline", "b2", "baseline", "b4", "baseline", "b4", "baseline"]
+    alone = plan_windows([], [("b2", {"batch_size_scale": 2})], lambda o: 2, 10)
+    assert [w.arm for w in alone] == ["baseline", "b2", "baseline", "b2", "baseline"]
+    assert plan_windows([], [], lambda o: 2, 10) == []
 
 
 def _steps(seconds: float, n: int = 10, rng=np.random.default_rng(0)) -> pd.DataFrame:

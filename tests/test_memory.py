@@ -112,3 +112,28 @@ def test_headroom_finds_the_largest_batch_that_fits_the_budget(advise, tmp_path)
     fitting = [s for s, p in by_scale.items() if p["fits"]]
     assert exp["overrides"] == {"batch_size_scale": max(fitting)}
     assert exp["candidate"]["peak_memory_bytes"] <= budget and exp["candidate"]["samples_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_an_out_of_memory_batch_ends_the_ladder_and_keeps_every_other_arm(advise, tmp_path):
+    """The script raises torch.OutOfMemoryError above 600 rows, as a full GPU would, from inside its
+    forward pass, in the profiled run's x4 window. The ladder runs after the other arms, smallest
+    first: x2 and the other fixes are measured in full, x4 is reported out of memory, x8 never runs,
+    and the report is written with all of it."""
+    result = advise("profile", *SHORT, "--memory-budget", "100GB", "--select", "MEM001,CPU003", "--out",
+                    str(tmp_path / "run"), DEEP, "--batch", "256", "--width", "64", "--depth", "48",
+                    "--oom-above", "600", timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = {f["code"]: f for f in result.report["findings"]}
+    exp = found["MEM001"]["experiment"]
+    assert exp["measured_by"] == "in-process"
+    by_scale = {p["overrides"]["batch_size_scale"]: p for p in exp["sweep"]}
+    assert by_scale[2]["fits"] and by_scale[2]["speedup"] > 0 and not by_scale[2].get("oom"), by_scale
+    assert by_scale[4]["oom"] and not by_scale[4]["fits"] and by_scale[4]["verdict"] == "failed", by_scale
+    assert 8 not in by_scale  # larger than a value that ran out: not tried
+    assert exp["overrides"] == {"batch_size_scale": 2}
+    other = found["CPU003"]["experiment"]
+    assert other["measured_by"] == "in-process" and other["speedup"] > 0 and len(other["runs"]) == 2  # both passes
+    assert "out of memory at batch_size_scale=4" in result.stdout
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert "out of memory" in html
