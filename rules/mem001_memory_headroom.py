@@ -3,7 +3,8 @@ Compares peak memory with the budget: over it or near OOM, fixes measured; far u
 
 The budget is `--memory-budget`, else the device's capacity. Over budget or close to
 out-of-memory, the rule says where the memory goes and proposes fixes that are measured for
-memory and speed; far under budget, it proposes the largest batch that fits.
+memory and speed; far under budget, it proposes the largest batch that fits (searched through
+the script's DataLoader; a script that builds its own batches gets the change as a manual fix).
 
 The peak is the probe's, measured per window (`torch.cuda.max_memory_allocated` on GPU; on CPU
 the process's resident-set high-water mark, which includes the interpreter and torch), or the
@@ -132,13 +133,21 @@ def check(profile, *, max_used_frac: float = 0.4, near_oom_frac: float = 0.92,
                  f"a {scale}x batch would still fit under 80% (the largest batch that fits is searched, OOM-safe)."),
         severity="low",
         evidence={k: v for k, v in evidence.items() if v is not None},
-        fix=Fix.unsafe(
-            f"Try a {scale}x larger batch (and scale the learning rate)",
-            {"batch_size_scale": scale},
-            snippet=(f"loader = DataLoader(dataset, batch_size={scale} * batch_size, ...)\n"
-                     f"optimizer = torch.optim.AdamW(model.parameters(), lr={scale} * lr)  # or sqrt({scale}) * lr"),
-        ),
+        fix=_batch_fix(profile, scale),
     )
+
+
+def _batch_fix(profile, scale: int) -> Fix:
+    """The batch is scaled through the script's DataLoader; a script that builds its own batches
+    (tensors sliced in a loop, a generator) gets the change as a manual fix, since nothing can be
+    injected there and a measured claim would be a false one."""
+    lr = f"optimizer = torch.optim.AdamW(model.parameters(), lr={scale} * lr)  # or sqrt({scale}) * lr"
+    observed = profile.observed or {}
+    if "dataloaders" in observed and not observed["dataloaders"]:  # a probed run (not a bare trace) without one
+        return Fix.manual(f"Build {scale}x larger batches where the script makes them (and scale the learning rate)",
+                          f"batch_size = {scale} * batch_size  # where the loop slices or generates its batches\n{lr}")
+    return Fix.unsafe(f"Try a {scale}x larger batch (and scale the learning rate)", {"batch_size_scale": scale},
+                      snippet=f"loader = DataLoader(dataset, batch_size={scale} * batch_size, ...)\n{lr}")
 
 
 def _predicted(peak: float, fixed: float, scale: float) -> float:

@@ -137,3 +137,14 @@ def test_an_out_of_memory_batch_ends_the_ladder_and_keeps_every_other_arm(advise
     assert "out of memory at batch_size_scale=4" in result.stdout
     html = (tmp_path / "run" / "report.html").read_text()
     assert "out of memory" in html
+
+
+def test_a_script_without_a_dataloader_gets_the_batch_change_as_a_manual_fix(advise, tmp_path):
+    """manual_sgd.py makes its batches with torch.randn in the loop: batch_size_scale cannot reach
+    them, so the larger batch is a code change shown, not an experiment claimed or skipped."""
+    result = advise("profile", *SHORT, "--memory-budget", "100GB", "--select", "MEM001", "--out",
+                    str(tmp_path / "run"), str(WORKLOADS / "manual_sgd.py"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    (finding,) = result.report["findings"]
+    assert finding["fix"]["kind"] == "manual" and not finding["fix"].get("overrides"), finding["fix"]
+    assert "where the script makes them" in finding["fix"]["title"] and "batch_size" in finding["fix"]["snippet"]
