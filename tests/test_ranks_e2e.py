@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -76,3 +77,31 @@ def test_profiling_the_launcher_says_what_to_write_instead(tmp_path, launcher):
     proc = _run(tmp_path, *words, "--standalone", "--nnodes", "1", "--nproc_per_node", "2", "train.py", "--lr", "0.1")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.strip().endswith("advise profile --nproc-per-node 2 train.py --lr 0.1"), proc.stderr
+
+
+def test_sigterm_stops_every_rank_and_the_job_reports_interrupted(tmp_path):
+    """A cancelled CI job: SIGTERM to advise while both ranks train. Exit 143, one line, the job's
+    report.json says interrupted with what each rank measured, and no rank, launcher or worker
+    outlives advise."""
+    from test_faults_lifecycle import assert_one_line_no_traceback, lines, still_running, tree_of, wait_for
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen(advise_cmd("profile", "--nproc-per-node", "2", "--steps", "150", "--warmup", "2",
+                                       "--profile-steps", "2", "--no-experiments", "--out", "run",
+                                       str(WORKLOADS / "ddp_gloo.py"), "--sleep-rank", "0", "--sleep-ms", "30"),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: all(lines(run / f"steps.rank{r}.jsonl", '"measure"') >= 3 for r in (0, 1)), proc,
+             "three measured steps on both ranks", timeout=120)
+    before = tree_of(proc.pid)
+    assert len(before) >= 4, before  # advise, the launcher, two ranks (and what they started)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 143, (out[-2000:], err[-2000:])
+    assert_one_line_no_traceback(out, err, "advise: interrupted (SIGTERM)")
+    assert not still_running(before)
+    report = json.loads((run / "report.json").read_text())
+    assert report["status"] == "interrupted" and report["error"] == "interrupted (SIGTERM)", report["error"]
+    assert len(report["steps"]) >= 3
+    assert [r["rank"] for r in report["ranks"]] == [0, 1], report.get("ranks")
+    assert all(r["status"] == "interrupted" and r["measured_steps"] >= 3 for r in report["ranks"]), report["ranks"]
+    assert all((run / name).is_file() for name in report["artifacts"].values()), report["artifacts"]
