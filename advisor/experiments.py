@@ -197,6 +197,26 @@ def _compare(base_runs: list[Measurement], cand_runs: list[Measurement] | Measur
     return result
 
 
+def fits_over_budget(finding: Finding, exp: Experiment) -> bool:
+    """A run over its memory budget, and a fix measured to bring its peak within it (numerics kept,
+    the fix applied): the user needs one such fix whatever it costs in speed."""
+    budget, peak = finding.evidence.get("budget_bytes"), finding.evidence.get("peak_memory_bytes")
+    cand = (exp.candidate or {}).get("peak_memory_bytes")
+    return (bool(budget and peak and peak > budget) and cand is not None and cand <= budget and exp.measured
+            and exp.verdict not in (Verdict.FAILED, Verdict.LOSS_CHANGED, Verdict.NOT_APPLIED))
+
+
+def with_fastest_fit(winners: list, fitting: list) -> tuple[list, int | None]:
+    """The winners to stack, plus the fastest fix that fits the memory budget when the run was over
+    it (and no winner is a fix that fits already); the budget it was chosen for, else None."""
+    if not fitting:
+        return winners, None
+    if any(c is f for f, _, _ in fitting for c, _ in winners):
+        return winners, next(b for f, _, b in fitting if any(c is f for c, _ in winners))
+    candidate, exp, budget = max(fitting, key=lambda f: f[1].speedup or 0.0)
+    return [*winners, (candidate, exp)], budget
+
+
 def _confirm(runner: "Runner", label: str, first: Experiment, first_runs: tuple[list, list], baselines: list[Measurement],
              *, by_samples: bool, check_loss: bool, notes: list[str]) -> Experiment:
     """Measure an apparent winner once more (C B) before calling it verified.
@@ -390,6 +410,7 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
     baselines = [runner.measure("baseline", {})]
     ctx = vocabulary.SweepContext(vocabulary.cores_per_rank(env), io_like)
     winners: list[tuple[Candidate, Experiment]] = []
+    fitting: list[tuple[Candidate, Experiment, int]] = []  # memory fixes that bring an over-budget run within it
     planned = sum(len(_sweep_points(c, ctx)) for c in candidates)
     done = 0
 
@@ -447,8 +468,15 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
         if best is not None and best.verified:
             winners.append((candidate, best))
             finding.fix.adopt(best.overrides)
+        if fits_over_budget(finding, chosen):
+            fitting.append((candidate, chosen, finding.evidence["budget_bytes"]))
 
-    return _stack(winners, runner, baselines, by_samples, budget, notes) if winners else None
+    winners, fit_budget = with_fastest_fit(winners, fitting)
+    if not winners:
+        return None
+    rec = _stack(winners, runner, baselines, by_samples, budget, notes)
+    rec.memory_budget_bytes = fit_budget
+    return rec
 
 
 def _stack(winners: list[tuple[Candidate, Experiment]], runner: Runner, baselines, by_samples, budget: Budget,

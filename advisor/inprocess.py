@@ -24,7 +24,7 @@ import pandas as pd
 
 from . import overrides as vocabulary
 from .atomic import write_json_atomic
-from .experiments import Candidate, Measurement, _compare, _sweep_points, candidates_from
+from .experiments import Candidate, Measurement, _compare, _sweep_points, candidates_from, fits_over_budget, with_fastest_fit
 from .model import Applicability, Experiment, Finding, Recommendation, Verdict
 from .rundir import names
 
@@ -152,6 +152,7 @@ class ArmsSession:
     _winners: list[tuple[Candidate, Experiment]] = field(default_factory=list)
     _lengths: dict[str, int] = field(default_factory=dict)  # arm id -> window length, in baseline windows
     _workers: int = 0
+    _fit_budget: int | None = None  # the run was over this budget: the fastest fix that fits joined the winners
 
     # the child asks ------------------------------------------------------------------------
     def on_window_done(self, round_no: int) -> None:
@@ -262,6 +263,7 @@ class ArmsSession:
         return pooled
 
     def _judge_fixes(self, result: RoundResult) -> None:
+        fitting: list[tuple[Candidate, Experiment, int]] = []  # memory fixes that bring an over-budget run within it
         by_candidate: dict[int, list[tuple[Candidate, Experiment]]] = {}
         for arm, (candidate, point) in self._arms.items():
             check_loss = candidate.applicability != Applicability.SAFE.value
@@ -292,10 +294,13 @@ class ArmsSession:
             if best.verified:
                 self._winners.append((candidate, best))
                 finding.fix.adopt(best.overrides)
+            if fits_over_budget(finding, best):
+                fitting.append((candidate, best, budget))
+        self._winners, self._fit_budget = with_fastest_fit(self._winners, fitting)
 
     def _stack_round(self) -> list[Window]:
         if len(self._winners) < 2:
-            self.recommended = _recommendation(self._winners[0][1], [self._winners[0][0]]) if self._winners else None
+            self.recommended = _recommendation(self._winners[0][1], [self._winners[0][0]], budget=self._fit_budget) if self._winners else None
             return []
         overrides = vocabulary.merge(*(e.overrides for _, e in self._winners))
         stacked = Candidate(" + ".join(c.label for c, _ in self._winners), overrides,
@@ -312,9 +317,9 @@ class ArmsSession:
         if isinstance(exp, str):
             best = max(self._winners, key=lambda w: w[1].speedup or 0)
             self.notes.append("the stacked configuration could not be measured in-process; best single fix recommended")
-            self.recommended = _recommendation(best[1], [best[0]])
+            self.recommended = _recommendation(best[1], [best[0]], budget=self._fit_budget)
             return
-        self.recommended = _recommendation(exp, [c for c, _ in self._winners], stacked.applicability)
+        self.recommended = _recommendation(exp, [c for c, _ in self._winners], stacked.applicability, budget=self._fit_budget)
 
     # after the run -------------------------------------------------------------------------
     def finish(self, arms: dict) -> None:
@@ -322,7 +327,7 @@ class ArmsSession:
         if self._arms and self.rounds == 0:
             self._judge_fixes(read_round(self.out, self.rank_suffix, 0, arms))
             self.recommended = self.recommended or (
-                _recommendation(self._winners[0][1], [self._winners[0][0]]) if len(self._winners) == 1 else None)
+                _recommendation(self._winners[0][1], [self._winners[0][0]], budget=self._fit_budget) if len(self._winners) == 1 else None)
         for candidate in {c.finding_index: c for c, _ in self._arms.values()}.values():
             finding = self.findings[candidate.finding_index]
             if finding.experiment is None and candidate not in self.fresh:
@@ -357,10 +362,12 @@ def _unique(items: list[Measurement]) -> list[Measurement]:
     return out
 
 
-def _recommendation(exp: Experiment, candidates: list[Candidate], applicability: str | None = None) -> Recommendation:
+def _recommendation(exp: Experiment, candidates: list[Candidate], applicability: str | None = None, *,
+                    budget: int | None = None) -> Recommendation:
     unsafe = applicability == "unsafe" or any(c.applicability != "safe" for c in candidates)
     return Recommendation(fixes=[c.label for c in candidates], overrides=exp.overrides or {}, verified=exp.verified,
                           speedup=exp.speedup, ci_low=exp.ci_low, ci_high=exp.ci_high, loss_check=exp.loss_check,
                           applicability=(Applicability.UNSAFE if unsafe else Applicability.SAFE).value,
                           baseline=exp.baseline, candidate=exp.candidate,
-                          snippets=vocabulary.snippets(exp.overrides or {}), measured_by=exp.measured_by)
+                          snippets=vocabulary.snippets(exp.overrides or {}), measured_by=exp.measured_by,
+                          memory_budget_bytes=budget)

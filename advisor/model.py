@@ -279,6 +279,7 @@ class Recommendation:
     snippets: list[dict] = field(default_factory=list)
     measured_by: str | None = None
     confirmed: dict | None = None  # --confirm: the same overrides in fresh runs (an Experiment's dict)
+    memory_budget_bytes: int | None = None  # the run was over this budget: the configuration includes the fastest fix that fits it
 
     def to_dict(self) -> dict:
         return asdict(self)

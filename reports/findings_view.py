@@ -238,7 +238,9 @@ def recommended_view(rec: Recommendation | None, findings: list[Finding]) -> Rec
         elif isinstance(item, str) and item:
             snippets.append(Snippet("", item))
     fixes = [f"{codes[x]} {x}" if codes.get(x) else str(x) for x in rec.fixes or []]
-    return Recommended(result=experiment_view(rec), fixes=" + ".join(fixes),
+    result = experiment_view(rec)
+    result.sentence = words.recommended_sentence(rec)
+    return Recommended(result=result, fixes=" + ".join(fixes),
                        overrides=_compact_json(rec.overrides) if rec.overrides else "", snippets=snippets,
                        confirmed=words.confirmed_words(rec.confirmed))
 

@@ -249,7 +249,7 @@ def outcome(findings: list[Finding], recommended: Measured | None, report: dict)
     else why there is none (`no bottleneck found`, `4 fixes measured, none faster`, ...)."""
     if recommended is not None:
         state, _ = state_and_label(recommended)
-        return measured_sentence(recommended), state
+        return recommended_sentence(recommended), state
     if report.get("status", "ok") != "ok":
         return "none: the run did not finish", "not-run"
     if not findings:
@@ -268,6 +268,16 @@ def outcome(findings: list[Finding], recommended: Measured | None, report: dict)
         counts[label] = counts.get(label, 0) + 1
     kinds = ", ".join(f"{n} {label}" for label, n in counts.items())
     return f"none: {plural(len(measured), 'fix')} measured, none faster ({kinds})", "unclear"
+
+
+def recommended_sentence(rec: Measured) -> str:
+    """The recommended configuration's result; for a run over its memory budget also its peak
+    against the budget, the reason it was chosen whatever its speed."""
+    text = measured_sentence(rec)
+    if finite(getattr(rec, "memory_budget_bytes", None)):
+        memory = memory_effect(rec)
+        text += f"; {memory}" if memory else ""
+    return text
 
 
 def missing_why(result: Measured) -> str:

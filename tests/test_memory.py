@@ -170,3 +170,31 @@ def test_a_hugging_face_model_is_checkpointed_through_its_own_switch(advise, tmp
     assert exp["measured_by"] == "in-process" and exp["speedup"] > 0, exp
     assert exp["memory_change_frac"] <= -0.30, exp["memory_change_frac"]
     assert exp["candidate"]["peak_memory_bytes"] <= exp["memory_budget_bytes"] < exp["baseline"]["peak_memory_bytes"]
+    # Over budget, a fix that fits is what the user needs, even a slower one: the fastest that fits is recommended.
+    rec = result.report["recommended"]
+    assert rec is not None and rec["memory_budget_bytes"] == exp["memory_budget_bytes"], rec
+    assert rec["candidate"]["peak_memory_bytes"] <= rec["memory_budget_bytes"]
+    assert "within the 76.3 MiB budget" in next(line for line in result.stdout.splitlines() if line.startswith("recommended:"))
+
+
+def test_over_budget_the_fastest_fix_that_fits_joins_the_winners():
+    from advisor.experiments import Candidate, fits_over_budget, with_fastest_fit
+    from advisor.model import Experiment, Finding, Fix, Verdict
+
+    def exp(speedup, peak, verdict=Verdict.SLOWER):
+        return Experiment(verdict, speedup=speedup, candidate={"peak_memory_bytes": peak})
+
+    over = Finding(rule="memory-headroom", code="MEM001", title="t", summary="s", severity="high",
+                   evidence={"budget_bytes": 100, "peak_memory_bytes": 150}, fix=Fix.manual("f", "x"))
+    under = Finding(rule="memory-headroom", code="MEM001", title="t", summary="s", severity="low",
+                    evidence={"budget_bytes": 100, "peak_memory_bytes": 50}, fix=Fix.manual("f", "x"))
+    assert fits_over_budget(over, exp(0.8, 90)) and not fits_over_budget(over, exp(1.2, 120))
+    assert not fits_over_budget(under, exp(0.8, 40))  # under budget: nothing to fit
+    assert not fits_over_budget(over, exp(0.9, 90, Verdict.LOSS_CHANGED))
+    ckpt, micro, fast = Candidate("ckpt", {}, "safe"), Candidate("micro", {}, "unsafe"), Candidate("dl", {}, "safe")
+    slow_fit, quick_fit, winner = exp(0.8, 90), exp(0.9, 60), exp(2.0, 150, Verdict.FASTER)
+    stacked, budget = with_fastest_fit([(fast, winner)], [(ckpt, slow_fit, 100), (micro, quick_fit, 100)])
+    assert [c.label for c, _ in stacked] == ["dl", "micro"] and budget == 100
+    assert with_fastest_fit([(fast, winner)], []) == ([(fast, winner)], None)
+    same, budget = with_fastest_fit([(micro, quick_fit)], [(micro, quick_fit, 100)])  # a winner that fits already
+    assert [c.label for c, _ in same] == ["micro"] and budget == 100
