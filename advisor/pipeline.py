@@ -198,7 +198,8 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
             results = ExperimentResults(findings, session.recommended, session.notes, [])
         else:
             findings, rule_warnings = _diagnose(profile, rule_settings)
-        fresh = session.fresh if session is not None else None
+        # A session that never saw a window (the script's ranks, spawned by itself, ran the steps): fresh runs of the job.
+        fresh = session.fresh if session is not None and session.findings else None
         if run.status == "ok" and experiments.enabled and findings and not stop and (fresh is None or fresh):
             try:
                 fresh_results = run_experiments(

@@ -21,6 +21,7 @@ import tokenize
 import traceback
 import types
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
@@ -36,6 +37,7 @@ from .hooks import Observed, install
 from .memory import WindowPeak, account, persistent_bytes, rss_bytes, tensor_bytes
 from .overrides import OverrideError, apply as apply_overrides
 from .sources import SourceCapture
+from . import spawned
 
 _OURS = (str(Path(advisor.__file__).resolve().parent), "runpy.py", "<frozen runpy>")
 
@@ -150,6 +152,12 @@ def run_module(name: str, args: list[str]) -> None:
 
 def main(config_path: str) -> int:
     config = json.loads(Path(config_path).read_text())
+    spawned.install(config_path)  # ranks the script starts with torch.multiprocessing are probed too
+    return probe(config, lambda: (run_module if config.get("module") else run_script)(config["script"], config["args"]))
+
+
+def probe(config: dict, target: Callable[[], object]) -> int:
+    """Run `target` (the user's code) under the probe that `config` describes; the exit code."""
     runtime_bytes = rss_bytes()  # the interpreter and torch, before the script: not the script's memory
     out = Path(config["out"])
     suffix = config.get("rank_suffix", "")
@@ -254,7 +262,7 @@ def main(config_path: str) -> int:
     result: dict = {"status": "finished", "error": None, "traceback": None}
     code = 0
     try:
-        (run_module if config.get("module") else run_script)(config["script"], config["args"])
+        target()
         if arms is not None and arms.started:
             arms.script_ended()
     except ProbeDone:

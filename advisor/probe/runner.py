@@ -133,8 +133,12 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     suffix = job_suffix(config)
     names = rundir.names(suffix)
     if config.nproc > 1:  # one log and one report for the job (the launcher's and every rank's output)
-        names = replace(names, log="script.log", report_json="report.json", report_html="report.html")
+        names = _job_names(suffix)
     every_rank = [rundir.names(f".rank{r}") for r in range(config.nproc)] if config.nproc > 1 else []
+    may_spawn = config.nproc <= 1 and suffix == ""  # ranks the script starts itself write .rankN files
+    own = names
+    if may_spawn:
+        every_rank = [rundir.names(f".rank{r}") for r in _spawned_ranks(out)]
     for files in (names, *every_rank):
         for name in (files.trace, files.steps_jsonl, files.steps_csv, files.samples_csv, files.probe_json, files.log,
                      files.plan, files.stop, files.arms_jsonl, files.sources):
@@ -179,6 +183,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     sampler = Sampler(child.pid, interval_s=config.sample_interval_s)
     sampler.start()
     timed_out = interrupted = False
+    spawned: list[int] = []
     signum: int | None = None
     escaped = 0
     offset = 0
@@ -189,6 +194,9 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
         while True:
             try:
                 rc = child.poll()
+                if may_spawn and not spawned and (spawned := _spawned_ranks(out)):
+                    # The script started ranks of its own: rank 0's steps are the job's from now on.
+                    names, suffix, offset = _job_names(".rank0"), ".rank0", 0
                 records, offset = _read_new_lines(out / names.steps_jsonl, offset)
                 window += [r for r in records if r["phase"] == "measure"]
                 for record in records:
@@ -251,7 +259,17 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
         cfg_path.unlink(missing_ok=True)
     wall_s = time.monotonic() - started
 
+    parent = None
+    if may_spawn and (spawned := _spawned_ranks(out)):  # every rank, also those that started after rank 0
+        parent = _load_probe(out / own.probe_json)  # the script's own process: it only started the ranks
+        for name in (own.steps_jsonl, own.probe_json, own.arms_jsonl, own.plan, own.stop, own.sources):
+            (out / name).unlink(missing_ok=True)
+        names, suffix = _job_names(".rank0"), ".rank0"
+        if (out / own.samples_csv).exists():  # the ranks ended between two polls: the samples are the job's
+            os.replace(out / own.samples_csv, out / names.samples_csv)
     probe = _load_probe(out / names.probe_json)
+    if parent and parent.get("status") == "failed" and probe.get("status") in ("done", "finished"):
+        probe.update(status="failed", error=parent.get("error"), traceback=parent.get("traceback"))
     records, _ = _read_new_lines(out / names.steps_jsonl, 0)
     arm_windows, _ = _read_new_lines(out / names.arms_jsonl, 0)
     arms = {"steps": [r for r in records if r["phase"] == "arm"], "windows": arm_windows}
@@ -262,7 +280,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     probe.setdefault("measured_steps", len(measured))
     probe.setdefault("step_source", records[-1]["source"] if records else None)
     _write_steps_csv(out / names.steps_csv, measured, probe.get("losses") or [])
-    ranks = [_rank_account(out, r) for r in range(config.nproc)] if config.nproc > 1 else []
+    ranks = [_rank_account(out, r) for r in (range(config.nproc) if config.nproc > 1 else spawned)]
     for name in (names.steps_jsonl, names.arms_jsonl, names.plan, names.stop):  # the exchange with the child
         (out / name).unlink(missing_ok=True)
 
@@ -279,6 +297,21 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     return ProbeRun(status=status, exit_code=child.returncode, wall_s=wall_s, probe=probe, files=names, notes=notes,
                     signal=signum if status == "interrupted" else None, escaped=escaped, arms=arms, suffix=suffix,
                     ranks=ranks)
+
+
+def _job_names(suffix: str) -> rundir.RunFiles:
+    """Rank 0's files, with one log and one report for the job (the launcher's and every rank's output)."""
+    return replace(rundir.names(suffix), log="script.log", report_json="report.json", report_html="report.html")
+
+
+def _spawned_ranks(out: Path) -> list[int]:
+    """Ranks with step lines in `out` (``steps.rankN.jsonl``): started by the script itself."""
+    found = []
+    for path in out.glob("steps.rank*.jsonl"):
+        digits = path.name[len("steps.rank"):-len(".jsonl")]
+        if digits.isdigit():
+            found.append(int(digits))
+    return sorted(found)
 
 
 def _rank_account(out: Path, rank: int) -> dict:
