@@ -191,6 +191,8 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         profile = Profile.from_run_dir(out, run.suffix)
         if run.ranks:  # a launched job: the cross-rank rules read every rank
             profile.ranks = [profile] + [Profile.from_run_dir(out, f".rank{a['rank']}") for a in run.ranks[1:]]
+            for rank_profile in profile.ranks:  # ranks the script spawned share this node, as torchrun's say
+                rank_profile.env["local_world_size"] = rank_profile.env.get("local_world_size") or len(run.ranks)
         results = None
         if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
             findings, rule_warnings = session.findings, session.rule_warnings

@@ -105,3 +105,49 @@ def test_sigterm_stops_every_rank_and_the_job_reports_interrupted(tmp_path):
     assert [r["rank"] for r in report["ranks"]] == [0, 1], report.get("ranks")
     assert all(r["status"] == "interrupted" and r["measured_steps"] >= 3 for r in report["ranks"]), report["ranks"]
     assert all((run / name).is_file() for name in report["artifacts"].values()), report["artifacts"]
+
+
+SPAWN = str(WORKLOADS / "ddp_spawn.py")
+
+
+def test_ranks_the_script_spawns_itself_are_probed_and_stop_together(tmp_path):
+    """`python ddp_spawn.py` starts its two ranks with torch.multiprocessing.spawn: each is probed in
+    its own files, both stop at the same measured step (so neither breaks on the other), the script's
+    own process goes on past the join, and the job has one report that reads both ranks."""
+    proc = _run(tmp_path, "--steps", "6", "--warmup", "2", "--profile-steps", "4", "--no-experiments", "--out", "run",
+                SPAWN, "--sleep-rank", "1", "--sleep-ms", "30")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "run"
+    report = json.loads((run / "report.json").read_text())
+    assert report["status"] == "ok", report["error"]
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert all(r["status"] == "done" and r["measured_steps"] == 6 for r in report["ranks"]), report["ranks"]
+    for rank in (0, 1):
+        assert (run / f"trace.rank{rank}.json.gz").is_file() and (run / f"probe.rank{rank}.json").is_file()
+    assert "ALL RANKS JOINED" in (run / "script.log").read_text()  # mp.spawn's join saw two clean exits
+    assert not (run / "probe.json").exists() and not list(run.glob("*.jsonl"))  # no file of the spawning process
+    assert all((run / name).is_file() for name in report["artifacts"].values()), report["artifacts"]
+    straggler = next(f for f in report["findings"] if f["code"] == "PAR001")
+    assert straggler["evidence"]["straggler_rank"] == 1 and 0.02 < straggler["evidence"]["extra_s_per_step"] < 0.05
+    assert report["env"]["local_world_size"] == 2  # a per-node budget of cores for workers and threads
+
+
+def test_sigterm_stops_the_ranks_a_script_spawned(tmp_path):
+    from test_faults_lifecycle import assert_one_line_no_traceback, lines, still_running, tree_of, wait_for
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen(advise_cmd("profile", "--steps", "250", "--warmup", "2", "--profile-steps", "2",
+                                       "--no-experiments", "--out", "run", SPAWN, "--sleep-rank", "0", "--sleep-ms", "20"),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: all(lines(run / f"steps.rank{r}.jsonl", '"measure"') >= 3 for r in (0, 1)), proc,
+             "three measured steps on both spawned ranks", timeout=120)
+    before = tree_of(proc.pid)
+    assert len(before) >= 4, before  # advise, the script, two ranks
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 143, (out[-2000:], err[-2000:])
+    assert_one_line_no_traceback(out, err, "advise: interrupted (SIGTERM)")
+    assert not still_running(before)
+    report = json.loads((run / "report.json").read_text())
+    assert report["status"] == "interrupted" and [r["rank"] for r in report["ranks"]] == [0, 1], report.get("ranks")
+    assert all((run / name).is_file() for name in report["artifacts"].values()), report["artifacts"]
