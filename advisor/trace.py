@@ -181,13 +181,13 @@ class TraceFrames:
 
 _STR = "str"
 _OPS_COLS = {
-    "name": _STR, "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
+    "name": "category", "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
     "self_us": "float64", "depth": "int64", "pid": "int64", "tid": "int64",
     "external_id": "Int64", "input_dims": "object", "input_types": "object",
     "flops": "float64", "step": "int64",
 }
 _KERNEL_COLS = {
-    "name": _STR, "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
+    "name": "category", "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
     "device": "int64", "stream": "int64", "correlation": "Int64", "step": "int64",
     "grid": "object", "block": "object", "registers_per_thread": "float64",
 }
