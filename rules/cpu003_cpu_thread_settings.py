@@ -4,8 +4,10 @@ threads than the cores the DataLoader workers leave free (cores sit idle in a co
 step), or more threads than physical cores (SMT siblings share one core's units).
 
 From the probe: `torch.get_num_threads()`, the physical and logical core counts (psutil), the
-DataLoader workers, the step's DataLoader wait and the process tree's CPU use. Threads plus
-workers beyond the cores on a saturated CPU are `cpu-oversubscription`'s, not this rule's.
+DataLoader workers, the step's DataLoader wait and the process tree's CPU use. In a job with
+several ranks on the node (`LOCAL_WORLD_SIZE`, or ranks the script spawned) each rank plans for
+its share of the cores. Threads plus workers beyond the cores on a saturated CPU are
+`cpu-oversubscription`'s, not this rule's.
 
 ## Why is this bad?
 Matmuls, convolutions and large elementwise operators split their work over the intra-op
@@ -53,6 +55,8 @@ def check(profile, *, max_data_wait_frac: float = 0.3) -> Iterator[Finding]:
     physical = env.get("physical_cores") or logical
     if not logical or not threads or not physical or h.oversubscription(profile) is not None:
         return
+    ranks = int(env.get("local_world_size") or 1)  # the node's ranks share its cores: each plans for its part
+    physical, logical = max(1, physical // ranks), max(1, logical // ranks)
     workers = max((dl.get("num_workers") or 0 for dl in profile.observed.get("dataloaders") or []), default=0)
     wait = _data_wait_frac(profile)
     if wait is None or wait > max_data_wait_frac:
@@ -62,7 +66,8 @@ def check(profile, *, max_data_wait_frac: float = 0.3) -> Iterator[Finding]:
     if not idle and threads <= physical:  # more than the workers leave, but not past the cores: DL003's call
         return
     if idle:
-        title = f"{threads} intra-op thread{'s' if threads > 1 else ''} on {physical} physical cores, {physical - threads - workers} idle"
+        cores = f"{physical} physical cores" + (f" (this rank's share of the node's, {ranks} ranks)" if ranks > 1 else "")
+        title = f"{threads} intra-op thread{'s' if threads > 1 else ''} on {cores}, {physical - threads - workers} idle"
         why = (f"the step is compute ({1 - wait:.0%} outside the DataLoader) but torch runs it on {threads} thread"
                f"{'s' if threads > 1 else ''}; {workers} DataLoader worker{'s' if workers != 1 else ''} leave "
                f"{target} cores for it.")
