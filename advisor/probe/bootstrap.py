@@ -37,7 +37,6 @@ from .hooks import Observed, install
 from .memory import WindowPeak, account, persistent_bytes, rss_bytes, tensor_bytes
 from .overrides import OverrideError, apply as apply_overrides
 from .sources import SourceCapture
-from . import spawned
 
 _OURS = (str(Path(advisor.__file__).resolve().parent), "runpy.py", "<frozen runpy>")
 
@@ -152,7 +151,6 @@ def run_module(name: str, args: list[str]) -> None:
 
 def main(config_path: str) -> int:
     config = json.loads(Path(config_path).read_text())
-    spawned.install(config_path)  # ranks the script starts with torch.multiprocessing are probed too
     return probe(config, lambda: (run_module if config.get("module") else run_script)(config["script"], config["args"]))
 
 

@@ -33,7 +33,9 @@ from .tree import ProcessTree
 
 # `python -c` puts the cwd first on sys.path; plain `python train.py` does not, so drop it
 # before torch is imported (a user's ./timeit.py must not shadow the stdlib's).
-BOOTSTRAP = "import sys; sys.path.pop(0); from advisor.probe.bootstrap import main; sys.exit(main(sys.argv[1]))"
+# The spawn hook first: ranks the script starts with torch.multiprocessing are probed too (spawned.py).
+BOOTSTRAP = ("import sys; sys.path.pop(0); from advisor.probe import spawned; spawned.install(sys.argv[1]); "
+             "from advisor.probe.bootstrap import main; sys.exit(main(sys.argv[1]))")
 GRACE_S = 10.0  # after SIGINT, how long the child may take to export its trace
 ATEXIT_S = 5.0  # how long the script's atexit handlers may run once it was stopped (inside GRACE_S)
 HELPERS_GRACE_S = 5.0  # processes that escaped the script's group: SIGTERM, then SIGKILL after this

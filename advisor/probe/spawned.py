@@ -20,6 +20,8 @@ from pathlib import Path
 
 import advisor
 
+from .bootstrap import probe
+
 ENV = "ADVISE_SPAWN_CONFIG"
 _TORCH_SPAWN = "torch.multiprocessing.spawn"
 
@@ -50,8 +52,6 @@ def probed_wrap(fn, i: int, args, error_file) -> None:
     path = os.environ.get(ENV)
     if not path or advisor._clock is not None:  # no config, or forked from a probed process
         return wrap(fn, i, args, error_file)
-    from .bootstrap import probe
-
     try:
         config = json.loads(Path(path).read_text())
     except (OSError, ValueError):  # the run ended and took its config along: run as torch would
