@@ -24,6 +24,7 @@ from .bootstrap import probe
 
 ENV = "ADVISE_SPAWN_CONFIG"
 _TORCH_SPAWN = "torch.multiprocessing.spawn"
+_original = None  # torch's _wrap, once install() replaced it (a forked rank inherits it)
 
 
 def install(config_path: str) -> None:
@@ -37,18 +38,9 @@ def install(config_path: str) -> None:
     module._wrap = probed_wrap
 
 
-def _torch_wrap():
-    import torch.multiprocessing  # noqa: F401  (imports the spawn module)
-
-    return sys.modules[_TORCH_SPAWN]._wrap if sys.modules[_TORCH_SPAWN]._wrap is not probed_wrap else _original
-
-
-_original = None
-
-
 def probed_wrap(fn, i: int, args, error_file) -> None:
     """torch's ``_wrap`` for rank `i`, under the probe (the process target of a spawned rank)."""
-    wrap = _original or _torch_wrap()
+    wrap = _original or sys.modules[_TORCH_SPAWN]._wrap  # a spawned interpreter: torch's, unreplaced
     path = os.environ.get(ENV)
     if not path or advisor._clock is not None:  # no config, or forked from a probed process
         return wrap(fn, i, args, error_file)
