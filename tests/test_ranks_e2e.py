@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import WORKLOADS, advise_cmd
+from conftest import WORKLOADS, advise_cmd, in_ci
 
 pytestmark = pytest.mark.slow
 JOB = ["--nproc-per-node", "2", "--steps", "6", "--warmup", "2", "--profile-steps", "2", "--no-experiments"]
@@ -151,3 +151,30 @@ def test_sigterm_stops_the_ranks_a_script_spawned(tmp_path):
     report = json.loads((run / "report.json").read_text())
     assert report["status"] == "interrupted" and [r["rank"] for r in report["ranks"]] == [0, 1], report.get("ranks")
     assert all((run / name).is_file() for name in report["artifacts"].values()), report["artifacts"]
+
+
+def test_a_lightning_ddp_job_probes_the_rank_it_re_runs(tmp_path):
+    """Lightning's default `ddp` strategy re-runs the script as a new command for rank 1, its own
+    process being rank 0: that command is started under the probe, both ranks stop at the same
+    step, and the straggler is named across them."""
+    try:
+        import lightning  # noqa: F401
+    except ImportError:
+        if in_ci():
+            pytest.fail("lightning is not installed: pip install -e '.[test]' installs it")
+        pytest.skip("LIGHTNING NOT INSTALLED (pip install -e '.[test]'): the Lightning ddp test did not run")
+    proc = _run(tmp_path, "--steps", "6", "--warmup", "2", "--profile-steps", "4", "--no-experiments", "--out", "run",
+                str(WORKLOADS / "lit" / "lit_ddp.py"), "--sleep-rank", "1", "--sleep-ms", "30")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "run"
+    report = json.loads((run / "report.json").read_text())
+    assert report["status"] == "ok", report["error"]
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert all(r["status"] == "done" and r["measured_steps"] == 6 for r in report["ranks"]), report["ranks"]
+    assert (run / "trace.rank1.json.gz").is_file() and (run / "probe.rank1.json").is_file()
+    assert not list(run.glob(".probe-config*")) and not list(run.glob("*.jsonl"))
+    assert all((run / name).is_file() for name in report["artifacts"].values()), report["artifacts"]
+    straggler = next(f for f in report["findings"] if f["code"] == "PAR001")
+    assert straggler["evidence"]["straggler_rank"] == 1 and 0.02 < straggler["evidence"]["extra_s_per_step"] < 0.05
+    if os.cpu_count() == 2:  # two ranks on two cores: no core sits idle (each rank plans for its share)
+        assert "CPU003" not in {f["code"] for f in report["findings"]}

@@ -28,14 +28,10 @@ from advisor import rundir
 from advisor.atomic import write_json_atomic, write_text_atomic
 from advisor.interrupt import StopRequest, describe
 from advisor.rundir import rank_suffix
+from .entry import BOOTSTRAP
 from .sampler import Sampler
 from .tree import ProcessTree
 
-# `python -c` puts the cwd first on sys.path; plain `python train.py` does not, so drop it
-# before torch is imported (a user's ./timeit.py must not shadow the stdlib's).
-# The spawn hook first: ranks the script starts with torch.multiprocessing are probed too (spawned.py).
-BOOTSTRAP = ("import sys; sys.path.pop(0); from advisor.probe import spawned; spawned.install(sys.argv[1]); "
-             "from advisor.probe.bootstrap import main; sys.exit(main(sys.argv[1]))")
 GRACE_S = 10.0  # after SIGINT, how long the child may take to export its trace
 ATEXIT_S = 5.0  # how long the script's atexit handlers may run once it was stopped (inside GRACE_S)
 HELPERS_GRACE_S = 5.0  # processes that escaped the script's group: SIGTERM, then SIGKILL after this
@@ -196,7 +192,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
         while True:
             try:
                 rc = child.poll()
-                if may_spawn and not spawned and (spawned := _spawned_ranks(out)):
+                if may_spawn and not spawned and (spawned := _spawned_ranks(out)) and spawned[0] == 0:
                     # The script started ranks of its own: rank 0's steps are the job's from now on.
                     names, suffix, offset = _job_names(".rank0"), ".rank0", 0
                 records, offset = _read_new_lines(out / names.steps_jsonl, offset)
@@ -211,7 +207,11 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
                             probe_now = _load_probe(out / names.probe_json)
                             _write_steps_csv(out / names.steps_csv, window, probe_now.get("losses") or [])
                             sampler.write_csv(out / names.samples_csv)
-                        if on_window_done is not None:  # round 0 after the window, N + 1 after round N
+                        if may_spawn and _spawned_ranks(out):
+                            # Rank 0 of ranks the script re-ran: arms in one rank would measure a job
+                            # whose other ranks did not switch. No plan: the fixes go to fresh runs of the job.
+                            write_json_atomic(out / names.plan, {"round": 0, "windows": []})
+                        elif on_window_done is not None:  # round 0 after the window, N + 1 after round N
                             on_window_done(0 if record["phase"] == "window-done" else int(record.get("round") or 0) + 1)
                 records = [r for r in records if r["phase"] in _WINDOW_PHASES]
                 if progress is not None and records:
@@ -248,6 +248,8 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
         if child.poll() is None:
             _kill_group(child.pid, signal.SIGKILL)
         child.wait()
+        if may_spawn and not interrupted and not timed_out:
+            _await_rank_accounts(out, time.monotonic() + GRACE_S)  # ranks rank 0 did not wait for
         _kill_group(child.pid, signal.SIGKILL)  # orphaned DataLoader workers share the group
         try:  # helpers outside the group (start_new_session=True) would outlive the run
             escaped = tree.end_escaped(HELPERS_GRACE_S)
@@ -259,10 +261,15 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
         notes.extend(sampler.notes)
         sampler.write_csv(out / names.samples_csv)
         cfg_path.unlink(missing_ok=True)
+        if may_spawn:  # the configs of ranks the script re-ran as new commands (spawned.py)
+            for rank_cfg in out.glob(".probe-config.rank*.json"):
+                rank_cfg.unlink(missing_ok=True)
     wall_s = time.monotonic() - started
 
     parent = None
-    if may_spawn and (spawned := _spawned_ranks(out)):  # every rank, also those that started after rank 0
+    if may_spawn and (spawned := _spawned_ranks(out)) and spawned[0] != 0:  # the script's process is rank 0
+        spawned = [0, *spawned]
+    elif may_spawn and spawned:  # every rank, also those that started after rank 0
         parent = _load_probe(out / own.probe_json)  # the script's own process: it only started the ranks
         for name in (own.steps_jsonl, own.probe_json, own.arms_jsonl, own.plan, own.stop, own.sources):
             (out / name).unlink(missing_ok=True)
@@ -282,7 +289,8 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     probe.setdefault("measured_steps", len(measured))
     probe.setdefault("step_source", records[-1]["source"] if records else None)
     _write_steps_csv(out / names.steps_csv, measured, probe.get("losses") or [])
-    ranks = [_rank_account(out, r) for r in (range(config.nproc) if config.nproc > 1 else spawned)]
+    ranks = [_rank_account(out, r, names if r == 0 and suffix == "" else None)
+             for r in (range(config.nproc) if config.nproc > 1 else spawned)]
     for name in (names.steps_jsonl, names.arms_jsonl, names.plan, names.stop):  # the exchange with the child
         (out / name).unlink(missing_ok=True)
 
@@ -316,9 +324,20 @@ def _spawned_ranks(out: Path) -> list[int]:
     return sorted(found)
 
 
-def _rank_account(out: Path, rank: int) -> dict:
-    """One launched rank: its steps written as steps.rankN.csv, and how it ended."""
-    files = rundir.names(f".rank{rank}")
+def _await_rank_accounts(out: Path, deadline: float) -> None:
+    """Rank 0 ended: give the ranks the script started until `deadline` to write their accounts
+    (a framework's rank 0 need not wait for the others, and the group is killed next)."""
+    while time.monotonic() < deadline:
+        ranks = _spawned_ranks(out)
+        if all((out / rundir.names(f".rank{r}").probe_json).exists() for r in ranks if r):
+            return
+        time.sleep(0.05)
+
+
+def _rank_account(out: Path, rank: int, files: rundir.RunFiles | None = None) -> dict:
+    """One rank: its steps written as steps.rankN.csv, and how it ended (`files`: the rank's
+    files when they are not .rankN's: the script's own process, as rank 0)."""
+    files = files or rundir.names(f".rank{rank}")
     probe = _load_probe(out / files.probe_json)
     records, _ = _read_new_lines(out / files.steps_jsonl, 0)
     measured = [r for r in records if r["phase"] == "measure"]

@@ -1,6 +1,15 @@
-"""Ranks a script starts itself with ``torch.multiprocessing`` (``mp.spawn``, ``start_processes``,
-Lightning's ``ddp_spawn``): each is probed as a rank of its own, in its own files.
+"""Ranks a script starts itself: each is probed as a rank of its own, in its own files.
 
+Two ways frameworks start them, both caught in the probed process:
+
+- ``torch.multiprocessing`` (``mp.spawn``, ``start_processes``, Lightning's ``ddp_spawn``);
+- the script re-run as a new command for each other rank, the probed process being rank 0
+  (Lightning's default ``ddp``: ``subprocess.Popen([sys.executable, script, *argv])`` with
+  ``LOCAL_RANK`` set). Exactly that command, this interpreter on this script (or ``-m`` this
+  module) with a ``LOCAL_RANK`` above 0, is rewritten into the probe's entry line with the
+  rank's own config (``.probe-config.rankN.json``); every other command runs as written.
+
+For ``torch.multiprocessing``:
 torch starts every rank with ``_wrap(fn, i, args, error_file)`` as the process target, looked up
 in ``torch.multiprocessing.spawn`` when the ranks start. The probed script's process replaces it
 with :func:`probed_wrap`, which the spawned interpreter unpickles by name: there it runs
@@ -15,12 +24,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import advisor
 
 from .bootstrap import probe
+from .entry import BOOTSTRAP
 
 ENV = "ADVISE_SPAWN_CONFIG"
 _TORCH_SPAWN = "torch.multiprocessing.spawn"
@@ -36,6 +47,46 @@ def install(config_path: str) -> None:
     global _original
     _original = module._wrap
     module._wrap = probed_wrap
+    subprocess.Popen = _RankPopen
+
+
+class _RankPopen(subprocess.Popen):
+    """Popen that starts a re-run of the probed script, for a rank above 0, under the probe."""
+
+    def __init__(self, args, *rest, **kwargs):
+        rank = _reexec_rank(args, kwargs.get("env"))
+        if rank is not None:
+            args = _probed_command(list(args), rank) or args
+        super().__init__(args, *rest, **kwargs)
+
+
+def _reexec_rank(args, env) -> int | None:
+    """LOCAL_RANK of a command that re-runs the probed script with this interpreter, else None."""
+    if not isinstance(args, (list, tuple)) or len(args) < 2 or not os.environ.get(ENV):
+        return None
+    value = str((env if env is not None else os.environ).get("LOCAL_RANK") or "")
+    return int(value) if value.isdigit() and int(value) > 0 and str(args[0]) == sys.executable else None
+
+
+def _probed_command(args: list, rank: int) -> list | None:
+    """The probe's entry line for this rank, or None when `args` is not a re-run of the script."""
+    path = Path(os.environ[ENV])
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if config.get("module"):
+        if args[1:3] != ["-m", config["script"]]:
+            return None
+        rest = args[3:]
+    else:
+        if os.path.abspath(str(args[1])) != os.path.abspath(config["script"]):
+            return None
+        rest = args[2:]
+    config.update(rank_suffix=f".rank{rank}", arms=False, args=[str(a) for a in rest])
+    rank_config = path.with_name(f".probe-config.rank{rank}.json")
+    rank_config.write_text(json.dumps(config))
+    return [sys.executable, "-c", BOOTSTRAP, str(rank_config)]
 
 
 def probed_wrap(fn, i: int, args, error_file) -> None:
