@@ -79,34 +79,6 @@ def test_profiling_the_launcher_says_what_to_write_instead(tmp_path, launcher):
     assert proc.stderr.strip().endswith("advise profile --nproc-per-node 2 train.py --lr 0.1"), proc.stderr
 
 
-def test_sigterm_stops_every_rank_and_the_job_reports_interrupted(tmp_path):
-    """A cancelled CI job: SIGTERM to advise while both ranks train. Exit 143, one line, the job's
-    report.json says interrupted with what each rank measured, and no rank, launcher or worker
-    outlives advise."""
-    from test_faults_lifecycle import assert_one_line_no_traceback, lines, still_running, tree_of, wait_for
-
-    run = tmp_path / "run"
-    proc = subprocess.Popen(advise_cmd("profile", "--nproc-per-node", "2", "--steps", "150", "--warmup", "2",
-                                       "--profile-steps", "2", "--no-experiments", "--out", "run",
-                                       str(WORKLOADS / "ddp_gloo.py"), "--sleep-rank", "0", "--sleep-ms", "30"),
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: all(lines(run / f"steps.rank{r}.jsonl", '"measure"') >= 3 for r in (0, 1)), proc,
-             "three measured steps on both ranks", timeout=120)
-    before = tree_of(proc.pid)
-    assert len(before) >= 4, before  # advise, the launcher, two ranks (and what they started)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=90)
-    assert proc.returncode == 143, (out[-2000:], err[-2000:])
-    assert_one_line_no_traceback(out, err, "advise: interrupted (SIGTERM)")
-    assert not still_running(before)
-    report = json.loads((run / "report.json").read_text())
-    assert report["status"] == "interrupted" and report["error"] == "interrupted (SIGTERM)", report["error"]
-    assert len(report["steps"]) >= 3
-    assert [r["rank"] for r in report["ranks"]] == [0, 1], report.get("ranks")
-    assert all(r["status"] == "interrupted" and r["measured_steps"] >= 3 for r in report["ranks"]), report["ranks"]
-    assert all((run / name).is_file() for name in report["artifacts"].values()), report["artifacts"]
-
-
 SPAWN = str(WORKLOADS / "ddp_spawn.py")
 
 
@@ -132,24 +104,35 @@ def test_ranks_the_script_spawns_itself_are_probed_and_stop_together(tmp_path):
     assert report["env"]["local_world_size"] == 2  # a per-node budget of cores for workers and threads
 
 
-def test_sigterm_stops_the_ranks_a_script_spawned(tmp_path):
+STOPPED = [(["--nproc-per-node", "2", "--steps", "150"], str(WORKLOADS / "ddp_gloo.py"), "launched"),
+           (["--steps", "250"], SPAWN, "spawned")]
+
+
+@pytest.mark.parametrize("options, script, how", STOPPED, ids=[s[2] for s in STOPPED])
+def test_sigterm_stops_every_rank_and_the_job_reports_interrupted(tmp_path, options, script, how):
+    """A cancelled CI job: SIGTERM to advise while both ranks train (launched by advise, or spawned
+    by the script). Exit 143, one line, the job's report.json says interrupted with what each rank
+    measured, and no rank, launcher or worker outlives advise."""
     from test_faults_lifecycle import assert_one_line_no_traceback, lines, still_running, tree_of, wait_for
 
     run = tmp_path / "run"
-    proc = subprocess.Popen(advise_cmd("profile", "--steps", "250", "--warmup", "2", "--profile-steps", "2",
-                                       "--no-experiments", "--out", "run", SPAWN, "--sleep-rank", "0", "--sleep-ms", "20"),
+    proc = subprocess.Popen(advise_cmd("profile", *options, "--warmup", "2", "--profile-steps", "2", "--no-experiments",
+                                       "--out", "run", script, "--sleep-rank", "0", "--sleep-ms", "30"),
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for(lambda: all(lines(run / f"steps.rank{r}.jsonl", '"measure"') >= 3 for r in (0, 1)), proc,
-             "three measured steps on both spawned ranks", timeout=120)
+             f"three measured steps on both {how} ranks", timeout=120)
     before = tree_of(proc.pid)
-    assert len(before) >= 4, before  # advise, the script, two ranks
+    assert len(before) >= 4, before  # advise, the launcher (or the script), two ranks
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 143, (out[-2000:], err[-2000:])
     assert_one_line_no_traceback(out, err, "advise: interrupted (SIGTERM)")
     assert not still_running(before)
     report = json.loads((run / "report.json").read_text())
-    assert report["status"] == "interrupted" and [r["rank"] for r in report["ranks"]] == [0, 1], report.get("ranks")
+    assert report["status"] == "interrupted" and report["error"] == "interrupted (SIGTERM)", report["error"]
+    assert len(report["steps"]) >= 3
+    assert [r["rank"] for r in report["ranks"]] == [0, 1], report.get("ranks")
+    assert all(r["status"] == "interrupted" and r["measured_steps"] >= 3 for r in report["ranks"]), report["ranks"]
     assert all((run / name).is_file() for name in report["artifacts"].values()), report["artifacts"]
 
 

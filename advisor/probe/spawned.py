@@ -100,4 +100,21 @@ def probed_wrap(fn, i: int, args, error_file) -> None:
     except (OSError, ValueError):  # the run ended and took its config along: run as torch would
         return wrap(fn, i, args, error_file)
     config.update(rank_suffix=f".rank{i}", arms=False)
-    sys.exit(probe(config, lambda: wrap(fn, i, args, error_file)))
+    sys.exit(probe(config, lambda: _run_noting_interrupt(wrap, fn, i, args, error_file)))
+
+
+def _run_noting_interrupt(wrap, fn, i: int, args, error_file) -> None:
+    """torch's `_wrap` swallows a Ctrl-C (the parent's SIGINT) and returns: raise it again, so the
+    rank's account says `interrupted`, not `finished`."""
+    seen: list[KeyboardInterrupt] = []
+
+    def noted(*a):
+        try:
+            return fn(*a)
+        except KeyboardInterrupt as exc:
+            seen.append(exc)
+            raise
+
+    wrap(noted, i, args, error_file)
+    if seen:
+        raise seen[0]
