@@ -115,6 +115,7 @@ def test_headroom_finds_the_largest_batch_that_fits_the_budget(advise, tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # MEM001 proposes a batch only for a compute-bound step: a neighbour test's load can hide it
 def test_an_out_of_memory_batch_ends_the_ladder_and_keeps_every_other_arm(advise, tmp_path):
     """The script raises torch.OutOfMemoryError above 600 rows, as a full GPU would, from inside its
     forward pass, in the profiled run's x4 window. The ladder runs after the other arms, smallest
