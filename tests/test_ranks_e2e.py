@@ -82,18 +82,24 @@ def test_profiling_the_launcher_says_what_to_write_instead(tmp_path, launcher):
 SPAWN = str(WORKLOADS / "ddp_spawn.py")
 
 
-def test_ranks_the_script_spawns_itself_are_probed_and_stop_together(tmp_path):
-    """`python ddp_spawn.py` starts its two ranks with torch.multiprocessing.spawn: each is probed in
-    its own files, both stop at the same measured step (so neither breaks on the other), the script's
-    own process goes on past the join, and the job has one report that reads both ranks."""
+def _straggler_job(tmp_path, script: str) -> tuple[Path, dict]:
+    """`script` profiled with rank 1 sleeping 30 ms a step: its run dir and report, both ranks done."""
     proc = _run(tmp_path, "--steps", "6", "--warmup", "2", "--profile-steps", "4", "--no-experiments", "--out", "run",
-                SPAWN, "--sleep-rank", "1", "--sleep-ms", "30")
+                script, "--sleep-rank", "1", "--sleep-ms", "30")
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "run"
     report = json.loads((run / "report.json").read_text())
     assert report["status"] == "ok", report["error"]
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
     assert all(r["status"] == "done" and r["measured_steps"] == 6 for r in report["ranks"]), report["ranks"]
+    return run, report
+
+
+def test_ranks_the_script_spawns_itself_are_probed_and_stop_together(tmp_path):
+    """`python ddp_spawn.py` starts its two ranks with torch.multiprocessing.spawn: each is probed in
+    its own files, both stop at the same measured step (so neither breaks on the other), the script's
+    own process goes on past the join, and the job has one report that reads both ranks."""
+    run, report = _straggler_job(tmp_path, SPAWN)
     for rank in (0, 1):
         assert (run / f"trace.rank{rank}.json.gz").is_file() and (run / f"probe.rank{rank}.json").is_file()
     assert "ALL RANKS JOINED" in (run / "script.log").read_text()  # mp.spawn's join saw two clean exits
@@ -146,14 +152,7 @@ def test_a_lightning_ddp_job_probes_the_rank_it_re_runs(tmp_path):
         if in_ci():
             pytest.fail("lightning is not installed: pip install -e '.[test]' installs it")
         pytest.skip("LIGHTNING NOT INSTALLED (pip install -e '.[test]'): the Lightning ddp test did not run")
-    proc = _run(tmp_path, "--steps", "6", "--warmup", "2", "--profile-steps", "4", "--no-experiments", "--out", "run",
-                str(WORKLOADS / "lit" / "lit_ddp.py"), "--sleep-rank", "1", "--sleep-ms", "30")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run = tmp_path / "run"
-    report = json.loads((run / "report.json").read_text())
-    assert report["status"] == "ok", report["error"]
-    assert [r["rank"] for r in report["ranks"]] == [0, 1]
-    assert all(r["status"] == "done" and r["measured_steps"] == 6 for r in report["ranks"]), report["ranks"]
+    run, report = _straggler_job(tmp_path, str(WORKLOADS / "lit" / "lit_ddp.py"))
     assert (run / "trace.rank1.json.gz").is_file() and (run / "probe.rank1.json").is_file()
     assert not list(run.glob(".probe-config*")) and not list(run.glob("*.jsonl"))
     assert all((run / name).is_file() for name in report["artifacts"].values()), report["artifacts"]
