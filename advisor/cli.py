@@ -227,11 +227,11 @@ def _all_profile_options(words: list[str]) -> bool:
 @_rule_options
 def analyze(traces, as_json, out, select, ignore, config):
     """Analyze Kineto traces (.json or .json.gz) a user already has: one, or one per rank (or a dir of them)."""
-    settings = _rule_settings(select, ignore, config, Path.cwd())  # a bad selection fails before any work
     if len(traces) == 1:
-        from .trace_read import prefetch
+        from .trace_prefetch import prefetch
 
-        prefetch(traces[0])  # read on a second core while pandas and the rest import
+        prefetch(traces[0])  # read on a second core while the rules, pandas and the rest import
+    settings = _rule_settings(select, ignore, config, Path.cwd())  # a bad selection fails before any work
     from .pipeline import analyze_trace, analyze_traces
 
     with run_dir_errors(Path(out) if out else None):

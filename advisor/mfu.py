@@ -197,7 +197,13 @@ def kernel_efficiency(profile, top: int = 10) -> pd.DataFrame:
     k["share"] = k["dur_us"] / op_time.where(op_time > 0)
     k = k[k["name"].isin(names)]
     columns = {c: ops[c].to_numpy() for c in ("name", "flops", "input_dims", "input_types")}
-    per_op = {int(i): _op_work({c: v[int(i)] for c, v in columns.items()}) for i in k["op"].unique() if i >= 0}
+    per_op, seen = {}, {}  # ops repeat a few hundred (name, FLOPs, shapes) many times; shapes are interned
+    for i in k["op"].unique().tolist():
+        if i >= 0:
+            op = {c: v[i] for c, v in columns.items()}
+            flops = float(op["flops"])
+            key = (op["name"], flops if flops == flops else None, id(op["input_dims"]), id(op["input_types"]))
+            per_op[i] = seen[key] if key in seen else seen.setdefault(key, _op_work(op))
     work = [per_op.get(int(i), (np.nan, np.nan, None)) for i in k["op"]]
     k = k.assign(flops=[w[0] for w in work] * k["share"], bytes=[w[1] for w in work] * k["share"],
                  dtype=[_op_dtype(w[2], kernel) for w, kernel in zip(work, k["name"])])

@@ -192,20 +192,20 @@ _KERNEL_COLS = {
     "grid": "object", "block": "object", "registers_per_thread": "float64",
 }
 _MEMCPY_COLS = {
-    "name": _STR, "kind": _STR, "src": _STR, "dst": _STR, "bytes": "float64",
+    "name": "category", "kind": _STR, "src": _STR, "dst": _STR, "bytes": "float64",
     "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
     "device": "int64", "stream": "int64", "correlation": "Int64", "step": "int64",
 }
 _RUNTIME_COLS = {
-    "name": _STR, "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
+    "name": "category", "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
     "pid": "int64", "tid": "int64", "correlation": "Int64", "step": "int64",
 }
 _ANN_COLS = {
-    "name": _STR, "cat": _STR, "ts_us": "float64", "dur_us": "float64",
+    "name": "category", "cat": "category", "ts_us": "float64", "dur_us": "float64",
     "end_us": "float64", "pid": "int64", "tid": "int64", "step": "int64",
 }
 _PY_COLS = {
-    "name": _STR, "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
+    "name": "category", "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
     "pid": "int64", "tid": "int64", "step": "int64",
 }
 _MEM_COLS = {

@@ -14,8 +14,8 @@ no ``traceEvents`` key found near the top) is decoded whole by the standard libr
 tolerant as before, and goes through the same columns. :func:`read_trace` returns the
 document's other keys, one :class:`Columns` per bucket, and the events' count.
 
-:func:`prefetch` starts the same read in a forked process, so that ``advise analyze`` reads the
-trace on a second core while the interpreter imports pandas and the rest.
+:mod:`advisor.trace_prefetch` runs :func:`read_file` ahead in a forked process, so that
+``advise analyze`` reads the trace on a second core while the interpreter imports the rest.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import gzip
 import json
 import math
 import os
-import pickle
 import re
 import zlib
 from typing import Any
@@ -351,92 +350,15 @@ class _NotStreamable(Exception):
 _HEAD_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
-# --------------------------------------------------------------------------
-# Reading ahead in a second process
-
-PREFETCH_MAX_BYTES = 64 << 20  # bigger files are read in-process: the hand-over would double their columns
-_PENDING: dict = {}  # path -> (pid, read end of the pipe)
-
-
-def prefetch(path: str | os.PathLike) -> None:
-    """Start reading `path` in a forked process, for :func:`read_trace` to collect.
-
-    ``advise analyze`` calls this before importing pandas and the rest (~0.4 s), so the two
-    overlap on a second core. A no-op where :func:`can_fork` says no (no fork, one core, other
-    threads running: a test runner's) or for a file over ``PREFETCH_MAX_BYTES``; whatever goes
-    wrong in the child, read_trace reads the file itself.
-    """
-    src = os.fspath(path)
-    key = os.path.abspath(src)  # read_trace finds it by this, however the path was spelled
-    try:
-        small = os.path.isfile(src) and os.path.getsize(src) <= PREFETCH_MAX_BYTES
-    except OSError:
-        small = False
-    if not small or key in _PENDING or not can_fork():
-        return
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: read, hand the columns over, leave without running any exit handler
-        code = 1
-        try:
-            os.close(r)
-            gc.disable()
-            with os.fdopen(w, "wb") as out:
-                try:
-                    result = ("ok", _read_file(src))
-                except TraceError as exc:
-                    result = ("error", str(exc))
-                pickle.dump(result, out, protocol=pickle.HIGHEST_PROTOCOL)
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(w)
-    _PENDING[key] = (pid, r)
-
-
-def can_fork() -> bool:
-    """A second core to read on, and no other thread whose locks a forked child could inherit held."""
-    import threading
-
-    return hasattr(os, "fork") and threading.active_count() == 1 and _cores() >= 2
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def _collect(src: str):
-    """The prefetched result for `src` (None: none pending, or the child failed)."""
-    pid, r = _PENDING.pop(src)
-    try:
-        with os.fdopen(r, "rb") as fh:
-            kind, value = pickle.load(fh)
-    except Exception:  # noqa: BLE001 - a child that died or wrote half: read it here instead
-        kind, value = None, None
-    finally:
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
-    if kind == "error":
-        raise TraceError(value)
-    return value if kind == "ok" else None
-
-
 def read_trace(src: str) -> tuple[dict, dict, int]:
     """(the document without its events, columns per bucket, number of events); TraceError on bad input."""
-    key = os.path.abspath(src)
-    if key in _PENDING:
-        result = _collect(key)
-        if result is not None:
-            return result
-    return _read_file(src)
+    from .trace_prefetch import collect
+
+    result = collect(src)
+    return result if result is not None else read_file(src)
 
 
-def _read_file(src: str) -> tuple[dict, dict, int]:
+def read_file(src: str) -> tuple[dict, dict, int]:
     if not os.path.exists(src):
         raise TraceError(f"trace file not found: {src}")
     if os.path.isdir(src):
@@ -455,8 +377,28 @@ def _read_file(src: str) -> tuple[dict, dict, int]:
     return doc, builder.finish(), builder.n_events
 
 
-def _open(src: str, gz: bool):
-    return gzip.open(src, "rb") if gz else open(src, "rb")
+class _Inflate:
+    """A gzip file's bytes, a block at a time: zlib directly (it checks each member's CRC and
+    length), without the gzip module's per-call overhead; concatenated members are read on."""
+
+    CHUNK = 512 << 10  # compressed bytes read at a time (a trace inflates ~15x: about one BLOCK)
+
+    def __init__(self, fh):
+        self.fh, self.z = fh, zlib.decompressobj(31)
+
+    def read(self, _n: int = -1) -> bytes:
+        """The next inflated bytes (b"" only at the end); `_n` is ignored: any block size will do."""
+        while True:
+            raw = self.z.unused_data or self.fh.read(self.CHUNK)
+            if self.z.eof:
+                if not raw:
+                    return b""
+                self.z = zlib.decompressobj(31)  # the next member
+            elif not raw:
+                raise EOFError("compressed file ended before the end-of-stream marker was reached")
+            out = self.z.decompress(raw)
+            if out:
+                return out
 
 
 def _read_block(fh, src: str, gz: bool) -> bytes:
@@ -469,7 +411,12 @@ def _read_block(fh, src: str, gz: bool) -> bytes:
 
 
 def _stream(src: str, gz: bool, builder: _Builder) -> dict:
-    with _open(src, gz) as fh:
+    try:
+        raw = open(src, "rb")
+    except OSError as exc:
+        raise TraceError(f"{src}: cannot read ({_one_line(exc)})") from None
+    with raw:
+        fh = _Inflate(raw) if gz else raw
         head = bytearray()
         while True:  # the document's head, up to the events list's '['
             block = _read_block(fh, src, gz)
@@ -480,7 +427,8 @@ def _stream(src: str, gz: bool, builder: _Builder) -> dict:
                 break
         if not m:
             raise _NotStreamable
-        head, buf = bytes(head[: m.end()]), b"[" + head[m.end():]
+        buf = bytearray(b"[") + head[m.end():]
+        head = bytes(head[: m.end()])
         eof, want = False, BLOCK
         while True:
             while len(buf) < want and not eof:
@@ -489,10 +437,10 @@ def _stream(src: str, gz: bool, builder: _Builder) -> dict:
                 buf += block
             if eof:
                 break
-            rest = _decode_prefix(buf, builder)
-            want = BLOCK if len(rest) < len(buf) else len(buf) + BLOCK  # no cut decoded: read on
-            buf = rest
-        tail = _decode_last(buf, builder)
+            before = len(buf)
+            _decode_prefix(buf, builder)
+            want = BLOCK if len(buf) < before else before + BLOCK  # no cut decoded: read on
+        tail = _decode_last(bytes(buf), builder)
     try:
         doc = _ANY.decode(head + b"]" + tail)
     except msgspec.DecodeError:
@@ -502,23 +450,46 @@ def _stream(src: str, gz: bool, builder: _Builder) -> dict:
     return doc
 
 
-def _decode_prefix(buf: bytes, builder: _Builder, tries: int = 8) -> bytes:
-    """Decode the whole events at the front of `buf` ('[' + events...); return '[' + the rest."""
+def _decode_prefix(buf: bytearray, builder: _Builder, tries: int = 8) -> None:
+    """Decode the whole events at the front of `buf` ('[' + events...), leaving '[' + the rest in it.
+
+    In place, no copy of the block: the ',' after the last whole event becomes the ']' that
+    closes the list decoded, then the '[' that opens the rest.
+    """
     end = len(buf)
     for _ in range(tries):
         cut = buf.rfind(b"},", 1, end)
         if cut < 0:
             break
-        try:
-            events = _EVENTS.decode(buf[: cut + 1] + b"]")
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            end = cut
-            continue
-        builder.add(events)
-        return b"[" + buf[cut + 2:]
+        buf[cut + 1] = 0x5D  # ']'
+        if _decode_into(buf, cut + 2, builder):
+            del buf[: cut + 1]
+            buf[0] = 0x5B  # '['
+            return
+        buf[cut + 1] = 0x2C  # ',' again
+        end = cut
     if len(buf) > max(8 * BLOCK, 64 << 20):  # no cut decodes: something the stream cannot read
         raise _NotStreamable
-    return buf  # read more and try again
+    # else: read more and try again
+
+
+def _decode_into(buf: bytearray, stop: int, builder: _Builder) -> bool:
+    """Decode buf[:stop] (a JSON list of events) into the builder; False if it does not decode.
+
+    msgspec's Raw fields keep the buffer exported until the events are gone, so they are handed
+    to the builder and dropped before the view is released (and `buf` can be resized again).
+    """
+    with memoryview(buf) as whole:
+        piece = whole[:stop]
+        try:
+            events = _EVENTS.decode(piece)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            piece.release()
+            return False
+        builder.add(events)
+        del events
+        piece.release()
+    return True
 
 
 _LIST_END = re.compile(rb"}\s*\]")

@@ -10,7 +10,7 @@ a busy machine moves less than wall time) and its peak RSS summed over its proce
   ``get_temporal_breakdown``.
 
 The two alternate, ``--repeat`` times (>= 3), so machine noise hits both alike; the ratios come
-from this one run. ``--big-gb N`` then builds an N GB trace in /tmp (the chosen trace's events
+from this one run. Peak RSS comes from two more runs of each side, watched and not timed. ``--big-gb N`` then builds an N GB trace in /tmp (the chosen trace's events
 copied end to end, timestamps, step numbers and ids shifted; deleted afterwards) and measures
 advise alone on it (HTA needs several times the file in memory).
 
@@ -57,8 +57,12 @@ class Run:
     peak: int  # bytes: the highest RSS summed over the process and its children, polled every 5 ms
 
 
-def run(cmd: list[str]) -> Run:
-    """One process, which must succeed."""
+def run(cmd: list[str], watch: bool = False) -> Run:
+    """One process, which must succeed; `watch`: poll its tree's RSS (peak stays 0 otherwise).
+
+    Timed runs are not watched: the poller's own CPU (a psutil walk every 5 ms) competes with the
+    process on a small machine, and more so with a process that reads on a second core.
+    """
     import psutil
 
     t0 = time.perf_counter()
@@ -84,18 +88,20 @@ def run(cmd: list[str]) -> Run:
             done.wait(0.005)
 
     watcher = threading.Thread(target=poll, daemon=True)
-    watcher.start()
+    if watch:
+        watcher.start()
     err = proc.stderr.read().decode(errors="replace")  # until it exits (stderr closes)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     done.set()
-    watcher.join()
+    if watch:
+        watcher.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     proc.stderr.close()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:3])} ... failed ({proc.returncode}):\n{err[-2000:]}")
     # ru_maxrss (KiB on Linux) is the largest single process; the poll sums the tree
-    return Run(wall, usage.ru_utime + usage.ru_stime, max(peak[0], usage.ru_maxrss * 1024))
+    return Run(wall, usage.ru_utime + usage.ru_stime, max(peak[0], usage.ru_maxrss * 1024) if watch else 0)
 
 
 def advise_cmd(trace: Path, out: Path) -> list[str]:
@@ -177,6 +183,9 @@ def main() -> None:
             for i in range(args.repeat):  # alternate, so machine noise hits both sides alike
                 adv.append(run(advise_cmd(trace, tmp / f"out{i}")))
                 hta_runs.append(run([sys.executable, "-c", HTA_SCRIPT, str(hta_dir)]))
+            for _ in range(2):  # memory: watched runs of their own, not timed
+                adv[-1].peak = max(adv[-1].peak, run(advise_cmd(trace, tmp / "mem"), watch=True).peak)
+                hta_runs[-1].peak = max(hta_runs[-1].peak, run([sys.executable, "-c", HTA_SCRIPT, str(hta_dir)], watch=True).peak)
             for name, runs, what in (("advise", adv, "whole `advise analyze --out`"),
                                      ("HTA", hta_runs, "whole process: load + temporal breakdown")):
                 print(f"{name:10} {statistics.median(r.wall for r in runs):6.2f} s wall, "
@@ -191,7 +200,7 @@ def main() -> None:
         if args.big_gb > 0:
             big = tmp / "big.json"
             n = make_big(trace, int(args.big_gb * 2**30), big)
-            r = run(advise_cmd(big, tmp / "big-out"))
+            r = run(advise_cmd(big, tmp / "big-out"), watch=True)
             print(f"big trace  {n / 2**30:.2f} GiB of JSON: advise {r.wall:.1f} s wall, {r.cpu:.1f} s CPU, "
                   f"peak RSS {r.peak / 2**20:.0f} MiB ({r.peak / n:.2f}x the file)")
 

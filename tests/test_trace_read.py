@@ -84,13 +84,46 @@ def test_cuts_that_look_like_event_ends(tmp_path, monkeypatch):
     assert t.ops["input_dims"].iloc[0] == [[2, 3]] and t.meta["n_events"] == 300
 
 
-def test_read_ahead_in_a_second_process_gives_the_same_frames():
+_READ_AHEAD = """
+import os, pickle, sys
+from advisor import trace_prefetch
+from advisor.trace import load_trace
+path = sys.argv[1]
+trace_prefetch.prefetch(path)
+forked = os.path.abspath(path) in trace_prefetch._PENDING
+frames = load_trace(path)
+print(forked, not trace_prefetch._PENDING)
+sys.stdout.flush()
+with open(sys.argv[2], "wb") as out:
+    pickle.dump(frames, out)
+"""
+
+_ABANDONED = """
+import os, sys
+from advisor import trace_prefetch
+trace_prefetch.prefetch(sys.argv[1])
+(pid, _), = trace_prefetch._PENDING.values()
+print(pid)
+sys.exit(2)  # as a bad --select does, before anything collects the read
+"""
+
+
+def test_read_ahead_in_a_forked_process_gives_the_same_frames(tmp_path):
+    """In a fresh single-threaded process (the CLI's case; xdist's workers run threads, so no fork there)."""
     path = trace_path(SAMPLED)
-    normal = load_trace(path)
-    trace_read.prefetch(path)
-    assert (os.path.abspath(path) in trace_read._PENDING) == trace_read.can_fork()  # no fork under xdist's threads
-    _frames_equal(load_trace(path), normal)
-    assert not trace_read._PENDING
+    out = subprocess.run([sys.executable, "-c", _READ_AHEAD, str(path), str(tmp_path / "f.pkl")],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"], out.stdout  # forked, and the fork's read collected
+    _frames_equal(pd.read_pickle(tmp_path / "f.pkl"), load_trace(path))
+
+
+def test_a_read_ahead_nobody_collects_is_killed_at_exit():
+    """`advise analyze TRACE --select NOPE` fails after the fork: the reader must not outlive it."""
+    out = subprocess.run([sys.executable, "-c", _ABANDONED, str(trace_path(RESNET))], capture_output=True, text=True)
+    assert out.returncode == 2
+    pid = int(out.stdout)
+    with pytest.raises(ProcessLookupError):  # reaped, not an orphan still reading
+        os.kill(pid, 0)
 
 
 @pytest.mark.slow
