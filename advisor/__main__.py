@@ -1,5 +1,5 @@
 """`python -m advisor` is the `advise` command."""
 
-from advisor.cli import main
+from advisor.cli import entry
 
-main(prog_name="advise")
+entry()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -95,7 +94,7 @@ def _create_temp(target: Path) -> tuple[Path, int]:
     ``os.umask`` dance (racy with other threads) is needed to get ordinary permissions.
     """
     while True:
-        tmp = target.with_name(f".tmp-{target.name[:64]}.{secrets.token_hex(6)}")  # short: NAME_MAX
+        tmp = target.with_name(f".tmp-{target.name[:64]}.{os.urandom(6).hex()}")  # short: NAME_MAX
         try:
             return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
         except FileExistsError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -240,7 +241,35 @@ def analyze(traces, as_json, out, select, ignore, config):
         else:
             code = analyze_traces([Path(t) for t in traces], as_json=as_json, out=Path(out) if out else None,
                                   rule_settings=settings)
-    sys.exit(code)
+    _leave(code)
+
+
+_OWN_PROCESS = False  # set by `entry`: the command is the whole process, not a test's CliRunner call
+
+
+def entry() -> None:
+    """The `advise` command as a process (the console script, `python -m advisor`)."""
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
+    main(prog_name="advise")
+
+
+def _leave(code: int) -> NoReturn:
+    """Exit with `code` once the output is out, skipping the interpreter's teardown where the
+    command is the whole process: freeing pandas' frames and modules one by one took 80 ms of a
+    0.9 s `advise analyze`. Exit handlers still run; files are closed by then (atomic writes)."""
+    if not _OWN_PROCESS:
+        sys.exit(code)
+    import atexit
+    import os
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`| head`): nothing more can reach it
+            pass
+    os._exit(code)
 
 
 @main.command("report")

@@ -196,21 +196,31 @@ def kernel_efficiency(profile, top: int = 10) -> pd.DataFrame:
     op_time = k.groupby("op")["dur_us"].transform("sum").where(k["op"] >= 0)
     k["share"] = k["dur_us"] / op_time.where(op_time > 0)
     k = k[k["name"].isin(names)]
-    columns = {c: ops[c].to_numpy() for c in ("name", "flops", "input_dims", "input_types")}
-    per_op, seen = {}, {}  # ops repeat a few hundred (name, FLOPs, shapes) many times; shapes are interned
-    for i in k["op"].unique().tolist():
-        if i >= 0:
-            op = {c: v[i] for c, v in columns.items()}
-            flops = float(op["flops"])
-            key = (op["name"], flops if flops == flops else None, id(op["input_dims"]), id(op["input_types"]))
-            per_op[i] = seen[key] if key in seen else seen.setdefault(key, _op_work(op))
-    work = [per_op.get(int(i), (np.nan, np.nan, None)) for i in k["op"]]
-    k = k.assign(flops=[w[0] for w in work] * k["share"], bytes=[w[1] for w in work] * k["share"],
-                 dtype=[_op_dtype(w[2], kernel) for w, kernel in zip(work, k["name"])])
-    g = k.groupby("name", sort=False).agg(calls=("name", "size"), dur_us=("dur_us", "sum"),
-                                          flops=("flops", lambda s: s.sum(min_count=1)),
-                                          bytes=("bytes", lambda s: s.sum(min_count=1)),
-                                          dtype=("dtype", lambda s: s.dropna().mode().iloc[0] if s.notna().any() else None))
+    # ops repeat a few hundred (name, FLOPs, shapes) many times (shapes are interned): work out each once
+    op_ids = k["op"].unique()
+    op_ids = op_ids[op_ids >= 0]
+    per_op, seen = {}, {}
+    for i, name, flops, dims, types in zip(op_ids.tolist(), *(ops[c].to_numpy()[op_ids] for c in
+                                                              ("name", "flops", "input_dims", "input_types"))):
+        key = (name, flops if flops == flops else None, id(dims), id(types))
+        if key not in seen:
+            seen[key] = _op_work({"name": name, "flops": flops, "input_dims": dims, "input_types": types})
+        per_op[i] = seen[key]
+    missing = (np.nan, np.nan, None)
+    work = [per_op.get(i, missing) for i in k["op"].tolist()]
+    dtypes: dict = {}
+    for w, kernel in zip(work, k["name"].tolist()):
+        if (w[2], kernel) not in dtypes:
+            dtypes[w[2], kernel] = _op_dtype(w[2], kernel)
+    k = k.assign(flops=np.array([w[0] for w in work]) * k["share"].to_numpy(),
+                 bytes=np.array([w[1] for w in work]) * k["share"].to_numpy(),
+                 dtype=[dtypes[w[2], kernel] for w, kernel in zip(work, k["name"].tolist())])
+    by = k.groupby("name", sort=False, observed=True)
+    g = by.agg(calls=("name", "size"), dur_us=("dur_us", "sum"))
+    g["flops"] = by["flops"].sum(min_count=1)
+    g["bytes"] = by["bytes"].sum(min_count=1)
+    g["dtype"] = {name: (d.mode().iloc[0] if len(d := rows.dropna()) else None)
+                  for name, rows in by["dtype"]} if len(g) else []
     g = g.loc[names].reset_index()
     seconds = g["dur_us"] / 1e6
     g["tflops"] = g["flops"] / seconds / 1e12

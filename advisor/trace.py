@@ -144,7 +144,8 @@ import pandas as pd
 
 from . import intervals
 from .intervals import union_length as interval_union_us  # public name kept: union of intervals in us
-from .trace_read import Columns, TraceError, read_trace
+from .trace_prefetch import read_trace
+from .trace_read import Columns, TraceError
 
 __all__ = ["TraceFrames", "TraceError", "load_trace", "interval_union_us"]
 

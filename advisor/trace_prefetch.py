@@ -81,6 +81,14 @@ def collect(src: str | os.PathLike):
     return value if kind == "ok" else None
 
 
+def read_trace(src: str) -> tuple[dict, dict, int]:
+    """:func:`advisor.trace_read.read_file`'s answer, from the read ahead when one was started."""
+    from .trace_read import read_file
+
+    result = collect(src)
+    return result if result is not None else read_file(src)
+
+
 def can_fork() -> bool:
     """A second core to read on, and no other thread whose locks a forked child could inherit held."""
     import threading
