@@ -130,7 +130,7 @@ class ArmsSession:
     """
 
     out: Path
-    rank_suffix: str
+    rank_suffix: str  # whose steps are judged: this process's rank, or rank 0 of a job advise launched
     diagnose: Callable[[], tuple[list[Finding], object]]  # -> (findings, the window's Profile)
     safe_only: bool = False
     max_experiments: int = 12
@@ -145,6 +145,7 @@ class ArmsSession:
     rule_warnings: list[str] = field(default_factory=list)
     rounds: int = 0
     time_budget_s: float = 900.0  # the arms' deadline, counted from the window's end (the runner's)
+    plan_suffixes: list[str] = field(default_factory=list)  # the ranks that run each plan (default: rank_suffix's)
     _windows: list[Window] = field(default_factory=list)  # the plan running now
     _shown: tuple[int, int] | None = None  # (round, window) the progress line names
     _started: float | None = None
@@ -170,8 +171,9 @@ class ArmsSession:
             what = "the fixes" if round_no == 0 else "the winners stacked"
             self.progress.phase(f"measuring {what} inside this run: {arms} arm{'s' if arms != 1 else ''}, "
                                 f"{len(windows)} windows of {windows[0].steps} steps")
-        write_json_atomic(self.out / f"plan{self.rank_suffix}.json",
-                          {"round": round_no, "windows": [w.to_dict() for w in windows]})
+        plan = {"round": round_no, "windows": [w.to_dict() for w in windows]}
+        for suffix in self.plan_suffixes or [self.rank_suffix]:  # every rank of a launched job: the same plan
+            write_json_atomic(self.out / f"plan{suffix}.json", plan)
 
     def on_arm_step(self, record: dict) -> None:
         """The child ran a step of window k: say which window and arm run, and the time left."""

@@ -78,8 +78,9 @@ class ExperimentOptions:
 def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_settings) -> ArmsSession:
     """The parent's side of the in-process experiments: the rules run on the live window's Profile."""
     from .inprocess import ArmsSession
+    from .probe.runner import job_suffix
 
-    out, suffix = Path(config.out), rank_suffix()
+    out, suffix = Path(config.out), job_suffix(config)  # a launched job: rank 0's window and arms are judged
     session: ArmsSession
 
     def diagnose():
@@ -94,7 +95,7 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
     session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
                           max_experiments=experiments.max_experiments, window_steps=max(5, config.steps // 2),
                           time_budget_s=config.arms_timeout_s,
-                          io_like=io_like)
+                          io_like=io_like, plan_suffixes=[f".rank{r}" for r in range(config.nproc)] if config.nproc > 1 else [])
     return session
 
 
@@ -162,8 +163,9 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
 
     baseline_report = check_baseline(baseline) if baseline else None  # bad input: exit 2 before the run
     con = terminal.console(stderr=as_json)
-    # In-process arms switch one process; a launched job's fixes are measured in fresh runs of every rank.
-    in_process = bool(experiments and experiments.enabled and not experiments.fresh_runs and nproc == 1)
+    # In-process arms: every rank of a job advise launches switches at the same step (ranks a script
+    # starts itself get no plan: their fixes go to fresh runs of the job; see probe/runner.py).
+    in_process = bool(experiments and experiments.enabled and not experiments.fresh_runs)
     config = ProbeConfig(script=script, args=script_args, module=module, nproc=nproc, out=out, warmup=warmup, steps=steps,
                          profile_steps=profile_steps, timeout_s=timeout_s, arms=in_process,
                          arms_timeout_s=experiments.time_budget_s if experiments else 900.0,

@@ -62,6 +62,42 @@ def test_the_rank_that_failed_first_is_named_and_no_rank_outlives_the_job(tmp_pa
                 and "--crash-rank" in (p.info["cmdline"] or [])]
 
 
+ARMS_JOB = ["--nproc-per-node", "2", "--steps", "10", "--warmup", "3", "--profile-steps", "3", "--out", "run",
+            str(WORKLOADS / "ddp_gloo.py"), "--item-ms", "1", "--steps", "5000"]
+
+
+@pytest.mark.timing
+def test_a_loader_fix_is_measured_inside_the_launched_job_on_every_rank(tmp_path):
+    """Every rank switches at the same step, so the job's own gain is measured, with no fresh run of
+    the job. (A fix switched on rank 0 alone measures ~1x: DDP waits for the starved rank.)"""
+    proc = _run(tmp_path, *ARMS_JOB)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    exp = next(f for f in report["findings"] if f["code"] == "DL001")["experiment"]
+    assert exp["measured_by"] == "in-process" and exp["verified"] and exp["speedup"] > 2, exp
+    assert report["recommended"]["measured_by"] == "in-process"
+    switched = [r.get("arm_windows_switched") for r in report["ranks"]]
+    assert switched[0] and switched == [switched[0]] * 2, report["ranks"]  # the same windows on both ranks
+    assert not (tmp_path / "run" / "experiments").exists()  # no fresh run of the job
+    assert "in the profiled run" in proc.stdout
+
+
+@pytest.mark.timing
+def test_a_rank_that_fails_during_the_arms_stops_the_job_and_the_window_stands(tmp_path):
+    """Rank 1 raises during the arms: the other rank is stopped (it would wait in a collective until
+    the arms' deadline), the measured window is reported, the note names the rank and its error."""
+    proc = _run(tmp_path, *ARMS_JOB, "--crash-rank", "1", "--crash-at", "16")  # in the first arms window
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["status"] == "ok" and all(r["measured_steps"] == 10 for r in report["ranks"])
+    assert any("ended early, rank 1: RuntimeError: planted failure on rank 1 at step 16" in n
+               for n in report["notes"]), report["notes"]
+    exp = next(f for f in report["findings"] if f["code"] == "DL001")["experiment"]
+    assert exp["estimate"] and exp["verdict"] == "not-measured", exp
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "ddp_gloo.py" in " ".join(p.info["cmdline"] or [])
+                and "--crash-at" in (p.info["cmdline"] or [])]
+
+
 def test_nproc_under_an_existing_launcher_is_one_line(tmp_path):
     proc = _run(tmp_path, *JOB, str(WORKLOADS / "ddp_gloo.py"), env=dict(os.environ, WORLD_SIZE="2", RANK="0"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "under torchrun" in proc.stderr, proc.stderr

@@ -186,6 +186,11 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     escaped = 0
     offset = 0
     window: list[dict] = []  # the measured window's step lines, as they arrive
+    # A launched job's arms: every rank runs the same plan; round N + 1 is written once every rank
+    # ended round N (a rank behind would otherwise find round N + 1's plan in place of round N's).
+    others = {r: [rundir.names(f".rank{r}"), 0, -1] for r in range(1, config.nproc)} if config.arms else {}
+    next_round: int | None = None
+    arms_failed: str | None = None  # a rank whose arm raised: the others are stopped, the window stands
     deadline = started + config.timeout_s
     stop_sent_at: float | None = None
     try:
@@ -200,6 +205,8 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
                 for record in records:
                     if record["phase"] == "arm" and on_arm_step is not None:
                         on_arm_step(record)
+                    if record["phase"] == "plan-done" and record.get("error") and arms_failed is None:
+                        arms_failed = f"rank 0: {record['error']}"
                     if record["phase"] in ("window-done", "plan-done"):
                         if record["phase"] == "window-done":
                             deadline = time.monotonic() + config.arms_timeout_s
@@ -212,7 +219,24 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
                             # whose other ranks did not switch. No plan: the fixes go to fresh runs of the job.
                             write_json_atomic(out / names.plan, {"round": 0, "windows": []})
                         elif on_window_done is not None:  # round 0 after the window, N + 1 after round N
-                            on_window_done(0 if record["phase"] == "window-done" else int(record.get("round") or 0) + 1)
+                            next_round = 0 if record["phase"] == "window-done" else int(record.get("round") or 0) + 1
+                for r, state in others.items():  # the other ranks of a launched job: how far their arms are
+                    lines, state[1] = _read_new_lines(out / state[0].steps_jsonl, state[1])
+                    for line in lines:
+                        if line["phase"] == "plan-done":
+                            state[2] = max(state[2], int(line.get("round") or 0))
+                            if line.get("error") and arms_failed is None:
+                                arms_failed = f"rank {r}: {line['error']}"
+                if next_round is not None and (next_round == 0 or all(st[2] >= next_round - 1 for st in others.values())):
+                    on_window_done(next_round)
+                    next_round = None
+                if arms_failed is not None and others and stop_sent_at is None:
+                    # one rank's arm raised (out of memory, say): the others would wait for it in a collective
+                    notes.append(f"the in-process experiments ended early, {arms_failed}; the other ranks were stopped")
+                    for files in (names, *(st[0] for st in others.values())):
+                        (out / files.stop).touch()
+                    stop_sent_at = time.monotonic()
+                    _kill_group(child.pid, signal.SIGINT)
                 records = [r for r in records if r["phase"] in _WINDOW_PHASES]
                 if progress is not None and records:
                     last = records[-1]
@@ -294,6 +318,11 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     for name in (names.steps_jsonl, names.arms_jsonl, names.plan, names.stop):  # the exchange with the child
         (out / name).unlink(missing_ok=True)
 
+    if arms_failed is not None and others and not (interrupted or timed_out) and len(measured) >= config.steps:
+        # the ranks were stopped after their window, by advise: the window and the arms measured stand
+        probe.update(status="done", error=None, traceback=None)
+        ranks = [dict(r, status="done", error=None, traceback=None) if r["status"] in ("interrupted", "died") else r
+                 for r in ranks]
     status = _status(probe, child.returncode, timed_out, interrupted, config.timeout_s, signum)
     failed = sorted((r for r in ranks if r["status"] not in ("done", "finished")), key=lambda r: r["ended_at"])
     if failed and status in ("ok", "failed"):  # the first rank to fail is the cause; the others broke on it
@@ -341,6 +370,7 @@ def _rank_account(out: Path, rank: int, files: rundir.RunFiles | None = None) ->
     probe = _load_probe(out / files.probe_json)
     records, _ = _read_new_lines(out / files.steps_jsonl, 0)
     measured = [r for r in records if r["phase"] == "measure"]
+    arm_windows, _ = _read_new_lines(out / files.arms_jsonl, 0)
     if rank:  # rank 0's are written with the job's
         _write_steps_csv(out / files.steps_csv, measured, probe.get("losses") or [])
         for name in (files.steps_jsonl, files.arms_jsonl, files.plan, files.stop):
@@ -351,8 +381,11 @@ def _rank_account(out: Path, rank: int, files: rundir.RunFiles | None = None) ->
         ended_at = (out / files.probe_json).stat().st_mtime
     except OSError:
         ended_at = float("inf")
-    return {"rank": rank, "status": status, "measured_steps": len(measured), "error": error,
-            "traceback": probe.get("traceback"), "ended_at": ended_at}
+    account = {"rank": rank, "status": status, "measured_steps": len(measured), "error": error,
+               "traceback": probe.get("traceback"), "ended_at": ended_at}
+    if arm_windows:  # in-process arms: the windows this rank ran with a fix switched on (the same on every rank)
+        account["arm_windows_switched"] = sum(1 for w in arm_windows if w.get("applied"))
+    return account
 
 
 def _load_probe(path: Path) -> dict:

@@ -1,7 +1,8 @@
 """DistributedDataParallel on CPU (gloo), as torchrun launches it: one probe per rank.
 
 `--crash-rank R --crash-at N`: rank R raises at step N. `--sleep-rank R --sleep-ms MS`: rank R
-computes MS longer each step (a straggler)."""
+computes MS longer each step (a straggler). `--item-ms MS`: every sample takes MS to load in a
+DataLoader with no workers (the ranks starve)."""
 import argparse
 import time
 
@@ -14,17 +15,33 @@ parser.add_argument("--crash-rank", type=int, default=-1)
 parser.add_argument("--crash-at", type=int, default=0)
 parser.add_argument("--sleep-rank", type=int, default=-1)
 parser.add_argument("--sleep-ms", type=float, default=0.0)
+parser.add_argument("--item-ms", type=float, default=0.0)
+parser.add_argument("--steps", type=int, default=200)
 args = parser.parse_args()
+
+
+class SlowData(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1 << 20
+
+    def __getitem__(self, i):
+        time.sleep(args.item_ms / 1000)
+        return torch.randn(32)
+
+
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(rank)
 model = DDP(torch.nn.Linear(32, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for step in range(200):
+data = torch.utils.data.DataLoader(SlowData(), batch_size=16) if args.item_ms else None
+loader = iter(data) if data is not None else None
+for step in range(args.steps):
     if rank == args.crash_rank and step == args.crash_at:
         raise RuntimeError(f"planted failure on rank {rank} at step {step}")
-    loss = model(torch.randn(16, 32)).pow(2).mean()
+    x = next(loader) if loader is not None else torch.randn(16, 32)
+    loss = model(x).pow(2).mean()
     if rank == args.sleep_rank:
         time.sleep(args.sleep_ms / 1000)
     opt.zero_grad()
