@@ -156,8 +156,12 @@ class ArmsSession:
     _fit_budget: int | None = None  # the run was over this budget: the fastest fix that fits joined the winners
 
     # the child asks ------------------------------------------------------------------------
-    def on_window_done(self, round_no: int) -> None:
-        """Write the plan for round `round_no` (0: the fixes; 1: the stack; then nothing)."""
+    def on_window_done(self, round_no: int, suffixes: list[str] | None = None) -> None:
+        """Write the plan for round `round_no` (0: the fixes; 1: the stack; then nothing).
+
+        `suffixes`: the ranks that run it, the one whose steps are judged first (a job: rank 0)."""
+        if suffixes:
+            self.rank_suffix, self.plan_suffixes = suffixes[0], list(suffixes)
         try:
             windows = self._plan(round_no)
         except Exception as exc:  # noqa: BLE001  a planning bug must end the child, not hang it

@@ -83,8 +83,10 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
     out, suffix = Path(config.out), job_suffix(config)  # a launched job: rank 0's window and arms are judged
     session: ArmsSession
 
-    def diagnose():
-        profile = Profile.from_run_dir(out, suffix)
+    def diagnose():  # the window of the rank whose steps are judged (the runner names it: rank 0's in a job)
+        profile = Profile.from_run_dir(out, session.rank_suffix)
+        if len(session.plan_suffixes) > 1:  # the job's ranks share this node's cores (spawned ranks do not say so)
+            profile.env["local_world_size"] = profile.env.get("local_world_size") or len(session.plan_suffixes)
         findings, warnings = _diagnose(profile, rule_settings)
         session.rule_warnings = warnings
         return findings, profile
@@ -95,7 +97,7 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
     session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
                           max_experiments=experiments.max_experiments, window_steps=max(5, config.steps // 2),
                           time_budget_s=config.arms_timeout_s,
-                          io_like=io_like, plan_suffixes=[f".rank{r}" for r in range(config.nproc)] if config.nproc > 1 else [])
+                          io_like=io_like)
     return session
 
 

@@ -62,15 +62,33 @@ def test_the_rank_that_failed_first_is_named_and_no_rank_outlives_the_job(tmp_pa
                 and "--crash-rank" in (p.info["cmdline"] or [])]
 
 
-ARMS_JOB = ["--nproc-per-node", "2", "--steps", "10", "--warmup", "3", "--profile-steps", "3", "--out", "run",
-            str(WORKLOADS / "ddp_gloo.py"), "--item-ms", "1", "--steps", "5000"]
+RANKS_OPTIONS = ["--steps", "10", "--warmup", "3", "--profile-steps", "3", "--out", "run"]
+ARMS_JOB = ["--nproc-per-node", "2", *RANKS_OPTIONS, str(WORKLOADS / "ddp_gloo.py"), "--item-ms", "1", "--steps", "5000"]
+LIGHTNING = str(WORKLOADS / "lit" / "lit_ddp.py")
+
+
+def _need_lightning() -> None:
+    """Lightning is in the test extra: missing, CI fails; elsewhere the test skips, saying so."""
+    try:
+        import lightning  # noqa: F401
+    except ImportError:
+        if in_ci():
+            pytest.fail("lightning is not installed: pip install -e '.[test]' installs it")
+        pytest.skip("LIGHTNING NOT INSTALLED (pip install -e '.[test]'): the Lightning ddp test did not run")
 
 
 @pytest.mark.timing
-def test_a_loader_fix_is_measured_inside_the_launched_job_on_every_rank(tmp_path):
+@pytest.mark.parametrize("job", [
+    pytest.param(ARMS_JOB, id="launched"),
+    pytest.param([*RANKS_OPTIONS, str(WORKLOADS / "ddp_spawn.py"), "--item-ms", "1", "--steps", "5000"], id="mp.spawn"),
+    pytest.param([*RANKS_OPTIONS, LIGHTNING, "--item-ms", "1"], id="lightning"),
+])
+def test_a_loader_fix_is_measured_inside_the_job_on_every_rank(tmp_path, job):
     """Every rank switches at the same step, so the job's own gain is measured, with no fresh run of
     the job. (A fix switched on rank 0 alone measures ~1x: DDP waits for the starved rank.)"""
-    proc = _run(tmp_path, *ARMS_JOB)
+    if LIGHTNING in job:
+        _need_lightning()
+    proc = _run(tmp_path, *job)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     exp = next(f for f in report["findings"] if f["code"] == "DL001")["experiment"]
@@ -182,13 +200,8 @@ def test_a_lightning_ddp_job_probes_the_rank_it_re_runs(tmp_path):
     """Lightning's default `ddp` strategy re-runs the script as a new command for rank 1, its own
     process being rank 0: that command is started under the probe, both ranks stop at the same
     step, and the straggler is named across them."""
-    try:
-        import lightning  # noqa: F401
-    except ImportError:
-        if in_ci():
-            pytest.fail("lightning is not installed: pip install -e '.[test]' installs it")
-        pytest.skip("LIGHTNING NOT INSTALLED (pip install -e '.[test]'): the Lightning ddp test did not run")
-    run, report = _straggler_job(tmp_path, str(WORKLOADS / "lit" / "lit_ddp.py"))
+    _need_lightning()
+    run, report = _straggler_job(tmp_path, LIGHTNING)
     assert (run / "trace.rank1.json.gz").is_file() and (run / "probe.rank1.json").is_file()
     assert not list(run.glob(".probe-config*")) and not list(run.glob("*.jsonl"))
     assert all((run / name).is_file() for name in report["artifacts"].values()), report["artifacts"]

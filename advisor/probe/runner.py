@@ -114,14 +114,15 @@ def _kill_group(pgid: int, sig: int) -> None:
 
 
 def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopRequest | None = None,
-              on_window_done: Callable[[int], None] | None = None,
+              on_window_done: Callable[[int, list[str]], None] | None = None,
               on_arm_step: Callable[[dict], None] | None = None) -> ProbeRun:
     """Run the script under the probe until its window ends, it exits, time runs out, or `stop` is set.
 
     With ``config.arms`` the child waits after the window for plan files: `on_window_done` is
     called with 0 for its "window-done" line and with N for each "plan-done" line of round N
-    (it writes the next plan); from the "window-done" line on, the deadline is
-    ``config.arms_timeout_s`` from then.
+    (it writes the next plan), and the rank suffixes that run it (the first is the one whose steps
+    are judged: rank 0's in a job); from the "window-done" line on, the deadline is
+    ``config.arms_timeout_s`` from then. In a job, round N + 1 waits until every rank ended round N.
 
     `stop` (the command's recorded signals) is polled: the first signal stops the script
     politely, a second kills it. Without one, Ctrl-C's KeyboardInterrupt does the same.
@@ -189,6 +190,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     # A launched job's arms: every rank runs the same plan; round N + 1 is written once every rank
     # ended round N (a rank behind would otherwise find round N + 1's plan in place of round N's).
     others = {r: [rundir.names(f".rank{r}"), 0, -1] for r in range(1, config.nproc)} if config.arms else {}
+    plan_to = [suffix, *(f".rank{r}" for r in others)]  # whose steps are judged first, then every other rank
     next_round: int | None = None
     arms_failed: str | None = None  # a rank whose arm raised: the others are stopped, the window stands
     deadline = started + config.timeout_s
@@ -214,11 +216,11 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
                             probe_now = _load_probe(out / names.probe_json)
                             _write_steps_csv(out / names.steps_csv, window, probe_now.get("losses") or [])
                             sampler.write_csv(out / names.samples_csv)
-                        if may_spawn and _spawned_ranks(out):
-                            # Rank 0 of ranks the script re-ran: arms in one rank would measure a job
-                            # whose other ranks did not switch. No plan: the fixes go to fresh runs of the job.
-                            write_json_atomic(out / names.plan, {"round": 0, "windows": []})
-                        elif on_window_done is not None:  # round 0 after the window, N + 1 after round N
+                        if record["phase"] == "window-done" and may_spawn and config.arms and (now_ranks := _spawned_ranks(out)):
+                            # ranks the script started itself (mp.spawn, Lightning): each runs the plan as well
+                            others = {r: [rundir.names(f".rank{r}"), 0, -1] for r in now_ranks if r != 0}
+                            plan_to = [suffix, *(f".rank{r}" for r in others)]
+                        if on_window_done is not None:  # round 0 after the window, N + 1 after round N
                             next_round = 0 if record["phase"] == "window-done" else int(record.get("round") or 0) + 1
                 for r, state in others.items():  # the other ranks of a launched job: how far their arms are
                     lines, state[1] = _read_new_lines(out / state[0].steps_jsonl, state[1])
@@ -228,7 +230,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
                             if line.get("error") and arms_failed is None:
                                 arms_failed = f"rank {r}: {line['error']}"
                 if next_round is not None and (next_round == 0 or all(st[2] >= next_round - 1 for st in others.values())):
-                    on_window_done(next_round)
+                    on_window_done(next_round, plan_to)
                     next_round = None
                 if arms_failed is not None and others and stop_sent_at is None:
                     # one rank's arm raised (out of memory, say): the others would wait for it in a collective

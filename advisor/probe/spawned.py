@@ -15,8 +15,8 @@ in ``torch.multiprocessing.spawn`` when the ranks start. The probed script's pro
 with :func:`probed_wrap`, which the spawned interpreter unpickles by name: there it runs
 ``fn(i, *args)`` under a probe whose files carry the suffix ``.rank{i}``, and ends at the same
 measured step as every other rank, so no rank waits in a collective for one that was stopped.
-The config comes through the environment the ranks inherit. No experiments run inside a spawned
-rank; a forked rank (``start_method="fork"``) inherits the parent's probe and is left as torch
+The config comes through the environment the ranks inherit. Each rank runs the parent's arms
+plans as a launched rank does (the runner writes every rank the same plan); a forked rank (``start_method="fork"``) inherits the parent's probe and is left as torch
 runs it.
 """
 
@@ -83,7 +83,7 @@ def _probed_command(args: list, rank: int) -> list | None:
         if os.path.abspath(str(args[1])) != os.path.abspath(config["script"]):
             return None
         rest = args[2:]
-    config.update(rank_suffix=f".rank{rank}", arms=False, args=[str(a) for a in rest])
+    config.update(rank_suffix=f".rank{rank}", args=[str(a) for a in rest])
     rank_config = path.with_name(f".probe-config.rank{rank}.json")
     rank_config.write_text(json.dumps(config))
     return [sys.executable, "-c", BOOTSTRAP, str(rank_config)]
@@ -99,7 +99,7 @@ def probed_wrap(fn, i: int, args, error_file) -> None:
         config = json.loads(Path(path).read_text())
     except (OSError, ValueError):  # the run ended and took its config along: run as torch would
         return wrap(fn, i, args, error_file)
-    config.update(rank_suffix=f".rank{i}", arms=False)
+    config.update(rank_suffix=f".rank{i}")
     sys.exit(probe(config, lambda: _run_noting_interrupt(wrap, fn, i, args, error_file)))
 
 

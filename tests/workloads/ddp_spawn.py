@@ -26,14 +26,15 @@ class SlowData(torch.utils.data.Dataset):
         return torch.randn(32)
 
 
-def train(rank: int, world: int, port: int, sleep_rank: int, sleep_ms: float, item_ms: float) -> None:
+def train(rank: int, world: int, port: int, sleep_rank: int, sleep_ms: float, item_ms: float, steps: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(rank)
     model = DDP(torch.nn.Linear(32, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = iter(torch.utils.data.DataLoader(SlowData(item_ms), batch_size=16)) if item_ms else None
-    for _ in range(300):
+    data = torch.utils.data.DataLoader(SlowData(item_ms), batch_size=16) if item_ms else None
+    loader = iter(data) if data is not None else None
+    for _ in range(steps):
         x = next(loader) if loader is not None else torch.randn(16, 32)
         loss = model(x).pow(2).mean()
         if rank == sleep_rank:
@@ -50,9 +51,10 @@ if __name__ == "__main__":
     parser.add_argument("--sleep-rank", type=int, default=-1)
     parser.add_argument("--sleep-ms", type=float, default=0.0)
     parser.add_argument("--item-ms", type=float, default=0.0)
+    parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(train, args=(args.nprocs, port, args.sleep_rank, args.sleep_ms, args.item_ms), nprocs=args.nprocs)
+    mp.spawn(train, args=(args.nprocs, port, args.sleep_rank, args.sleep_ms, args.item_ms, args.steps), nprocs=args.nprocs)
     print("ALL RANKS JOINED")
