@@ -20,7 +20,8 @@ def drive(tmp_path: Path, script: str, plans: list[list[dict]], args: list[str] 
     out = tmp_path / "run"
     calls, snapshots = [], []
 
-    def on_window_done(round_no: int) -> None:
+    def on_window_done(round_no: int, suffixes: list[str]) -> None:
+        assert suffixes == [""]  # one process: its own plan, its own steps judged
         calls.append(round_no)
         snapshots.append((out / "steps.jsonl").read_text())
         i = len(calls) - 1
@@ -183,7 +184,7 @@ def test_compile_switch_is_cached_and_a_stop_file_ends_the_run(tmp_path):
     plan = [window("c", {"compile": True}, 2, 3), window("b", {}, 1, 3), window("c", {"compile": True}, 1, 3)]
     calls = []
 
-    def on_window_done(round_no: int) -> None:
+    def on_window_done(round_no: int, suffixes: list[str]) -> None:
         calls.append(round_no)
         if len(calls) == 1:
             write_json_atomic(out / "plan.json", {"round": 0, "windows": plan})

@@ -96,7 +96,7 @@ def test_zero_grad_switch_in_process_only_inside_its_window(tmp_path):
             {"arm": "base", "overrides": {}, "warmup": 1, "steps": 2}]
     sent = []
 
-    def on_window_done(round_no: int) -> None:
+    def on_window_done(round_no: int, suffixes: list[str]) -> None:
         write_json_atomic(out / "plan.json", {"round": round_no, "windows": [] if sent else plan})
         sent.append(round_no)
 

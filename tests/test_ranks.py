@@ -115,6 +115,21 @@ def test_data_parallel_is_not_flagged_on_distributed_data_parallel_traces(relati
     assert "PAR003" not in by_code(profile, "PAR003")
 
 
+def test_data_parallel_is_flagged_when_one_process_drives_two_gpus():
+    """No two-GPU DataParallel trace exists in the shared set (nor a second GPU here): a real
+    one-GPU ResNet-50 trace with every other kernel moved to GPU 1, as DataParallel's replicas
+    would run, and no process group. The same move on a DDP rank's trace (NCCL kernels) is not
+    DataParallel's signature."""
+    profile = Profile.from_trace(trace_path("kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"))
+    profile.kernels.loc[profile.kernels.index[1::2], "device"] = 1
+    found = by_code(profile, "PAR003")["PAR003"]
+    assert found["evidence"]["devices"] == [0, 1] and not found["evidence"]["module_seen"]
+    assert found["fix"]["kind"] == "manual" and "DistributedDataParallel" in found["fix"]["snippet"]
+    ddp = Profile.from_trace(trace_path(SINGLE_RANK_COMM))
+    ddp.kernels.loc[ddp.kernels.index[1::2], "device"] = 1
+    assert "PAR003" not in by_code(ddp, "PAR003")
+
+
 # --------------------------------------------------------------------------- advise analyze
 
 
