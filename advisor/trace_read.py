@@ -20,7 +20,6 @@ document's other keys, one :class:`Columns` per bucket, and the events' count.
 
 from __future__ import annotations
 
-import gc
 import gzip
 import json
 import math

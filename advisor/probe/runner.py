@@ -187,12 +187,8 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     escaped = 0
     offset = 0
     window: list[dict] = []  # the measured window's step lines, as they arrive
-    # A launched job's arms: every rank runs the same plan; round N + 1 is written once every rank
-    # ended round N (a rank behind would otherwise find round N + 1's plan in place of round N's).
-    others = {r: [rundir.names(f".rank{r}"), 0, -1] for r in range(1, config.nproc)} if config.arms else {}
-    plan_to = [suffix, *(f".rank{r}" for r in others)]  # whose steps are judged first, then every other rank
+    job = _JobArms(suffix, range(1, config.nproc) if config.arms else ())
     next_round: int | None = None
-    arms_failed: str | None = None  # a rank whose arm raised: the others are stopped, the window stands
     deadline = started + config.timeout_s
     stop_sent_at: float | None = None
     try:
@@ -207,8 +203,8 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
                 for record in records:
                     if record["phase"] == "arm" and on_arm_step is not None:
                         on_arm_step(record)
-                    if record["phase"] == "plan-done" and record.get("error") and arms_failed is None:
-                        arms_failed = f"rank 0: {record['error']}"
+                    if record["phase"] == "plan-done" and record.get("error"):
+                        job.failed = job.failed or f"rank 0: {record['error']}"
                     if record["phase"] in ("window-done", "plan-done"):
                         if record["phase"] == "window-done":
                             deadline = time.monotonic() + config.arms_timeout_s
@@ -216,26 +212,18 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
                             probe_now = _load_probe(out / names.probe_json)
                             _write_steps_csv(out / names.steps_csv, window, probe_now.get("losses") or [])
                             sampler.write_csv(out / names.samples_csv)
-                        if record["phase"] == "window-done" and may_spawn and config.arms and (now_ranks := _spawned_ranks(out)):
-                            # ranks the script started itself (mp.spawn, Lightning): each runs the plan as well
-                            others = {r: [rundir.names(f".rank{r}"), 0, -1] for r in now_ranks if r != 0}
-                            plan_to = [suffix, *(f".rank{r}" for r in others)]
+                        if record["phase"] == "window-done" and may_spawn and config.arms and (now := _spawned_ranks(out)):
+                            job = _JobArms(suffix, [r for r in now if r != 0])  # ranks the script started run the plans too
                         if on_window_done is not None:  # round 0 after the window, N + 1 after round N
                             next_round = 0 if record["phase"] == "window-done" else int(record.get("round") or 0) + 1
-                for r, state in others.items():  # the other ranks of a launched job: how far their arms are
-                    lines, state[1] = _read_new_lines(out / state[0].steps_jsonl, state[1])
-                    for line in lines:
-                        if line["phase"] == "plan-done":
-                            state[2] = max(state[2], int(line.get("round") or 0))
-                            if line.get("error") and arms_failed is None:
-                                arms_failed = f"rank {r}: {line['error']}"
-                if next_round is not None and (next_round == 0 or all(st[2] >= next_round - 1 for st in others.values())):
-                    on_window_done(next_round, plan_to)
+                job.poll(out)
+                if next_round is not None and job.ended(next_round - 1):
+                    on_window_done(next_round, job.suffixes)
                     next_round = None
-                if arms_failed is not None and others and stop_sent_at is None:
+                if job.failed and job.others and stop_sent_at is None:
                     # one rank's arm raised (out of memory, say): the others would wait for it in a collective
-                    notes.append(f"the in-process experiments ended early, {arms_failed}; the other ranks were stopped")
-                    for files in (names, *(st[0] for st in others.values())):
+                    notes.append(f"the in-process experiments ended early, {job.failed}; the other ranks were stopped")
+                    for files in (names, *job.others.values()):
                         (out / files.stop).touch()
                     stop_sent_at = time.monotonic()
                     _kill_group(child.pid, signal.SIGINT)
@@ -320,7 +308,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     for name in (names.steps_jsonl, names.arms_jsonl, names.plan, names.stop):  # the exchange with the child
         (out / name).unlink(missing_ok=True)
 
-    if arms_failed is not None and others and not (interrupted or timed_out) and len(measured) >= config.steps:
+    if job.failed and job.others and not (interrupted or timed_out) and len(measured) >= config.steps:
         # the ranks were stopped after their window, by advise: the window and the arms measured stand
         probe.update(status="done", error=None, traceback=None)
         ranks = [dict(r, status="done", error=None, traceback=None) if r["status"] in ("interrupted", "died") else r
@@ -338,6 +326,33 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     return ProbeRun(status=status, exit_code=child.returncode, wall_s=wall_s, probe=probe, files=names, notes=notes,
                     signal=signum if status == "interrupted" else None, escaped=escaped, arms=arms, suffix=suffix,
                     ranks=ranks)
+
+
+class _JobArms:
+    """The arms of a job's ranks: every rank runs the same plans, rank `judged`'s steps are judged.
+
+    Round N + 1 is written once every rank has ended round N (a rank behind would otherwise find
+    round N + 1's plan in place of round N's); `failed` names a rank whose arm raised.
+    """
+
+    def __init__(self, judged: str, others) -> None:
+        self.others = {r: rundir.names(f".rank{r}") for r in others}
+        self.suffixes = [judged, *(f".rank{r}" for r in self.others)]  # the judged rank first
+        self._offsets = {r: 0 for r in self.others}
+        self._ended = {r: -1 for r in self.others}  # the last round each rank ended
+        self.failed: str | None = None
+
+    def poll(self, out: Path) -> None:
+        for r, files in self.others.items():
+            lines, self._offsets[r] = _read_new_lines(out / files.steps_jsonl, self._offsets[r])
+            for line in (x for x in lines if x["phase"] == "plan-done"):
+                self._ended[r] = max(self._ended[r], int(line.get("round") or 0))
+                if line.get("error"):
+                    self.failed = self.failed or f"rank {r}: {line['error']}"
+
+    def ended(self, round_no: int) -> bool:
+        """Every other rank has ended round `round_no` (-1: the window, which needs no wait)."""
+        return round_no < 0 or all(done >= round_no for done in self._ended.values())
 
 
 def _job_names(suffix: str) -> rundir.RunFiles:
