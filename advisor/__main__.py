@@ -1,5 +1,5 @@
 """`python -m advisor` is the `advise` command."""
 
-from advisor.cli import entry
+from advisor.launch import main
 
-entry()
+main()

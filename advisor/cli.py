@@ -248,7 +248,7 @@ _OWN_PROCESS = False  # set by `entry`: the command is the whole process, not a 
 
 
 def entry() -> None:
-    """The `advise` command as a process (the console script, `python -m advisor`)."""
+    """The `advise` command as a process (through :mod:`advisor.launch`)."""
     global _OWN_PROCESS
     _OWN_PROCESS = True
     main(prog_name="advise")

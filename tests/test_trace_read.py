@@ -16,7 +16,7 @@ import sys
 import pandas as pd
 import pytest
 
-from advisor import trace_read
+from advisor import trace_prefetch, trace_read
 from advisor.trace import TraceError, load_trace
 from conftest import advise_cmd, trace_path
 
@@ -102,8 +102,8 @@ _ABANDONED = """
 import os, sys
 from advisor import trace_prefetch
 trace_prefetch.prefetch(sys.argv[1])
-(pid, _), = trace_prefetch._PENDING.values()
-print(pid)
+ahead, = trace_prefetch._PENDING.values()
+print(ahead.pid)
 sys.exit(2)  # as a bad --select does, before anything collects the read
 """
 
@@ -163,3 +163,20 @@ def test_analyze_imports_neither_torch_nor_scipy(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.stderr.strip().splitlines()[-1] == "True 0 False False", r.stderr[-2000:]
     assert (tmp_path / "out" / "report.json").is_file()
+
+
+@pytest.mark.parametrize("argv, started", [
+    (["analyze", "t.json"], "t.json"),
+    (["analyze", "--out", "o", "--select", "DL", "t.json", "--json"], "t.json"),
+    (["analyze", "--out=o", "t.json"], "t.json"),
+    (["analyze", "a.json", "b.json"], None),  # several ranks: read in turn, not ahead
+    (["analyze", "--help", "t.json"], None),  # click's business
+    (["analyze", "--frobnicate", "t.json"], None),
+    (["profile", "t.json"], None),
+    ([], None),
+])
+def test_the_trace_read_ahead_is_found_on_argv_before_the_cli_loads(monkeypatch, argv, started):
+    calls: list[str] = []
+    monkeypatch.setattr(trace_prefetch, "prefetch", calls.append)
+    trace_prefetch.prefetch_argv(argv)
+    assert calls == ([started] if started else [])

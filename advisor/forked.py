@@ -1,0 +1,116 @@
+"""Work done ahead in a forked process, its result collected later.
+
+``advise analyze`` is CPU-bound on a small machine: a second core is worth a third of its time.
+The trace is read while the CLI, the rules and pandas import (:mod:`advisor.trace_prefetch`),
+and the page's trace tables are built while the rules run (:func:`advisor.pipeline.analyze_trace`).
+:func:`start` forks (only where that is safe: a second core, no other thread), the child runs
+``fn(*args)`` and pickles the result down a pipe, then leaves without running exit handlers;
+:meth:`Ahead.result` reads it. A child that fails or dies costs nothing but the time: the caller
+does the work itself. A child nobody collects is killed at exit, never left behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+from typing import Any, Callable
+
+
+class Failed(Exception):
+    """The child died or wrote half a result: do the work in this process instead."""
+
+
+class Ahead:
+    """A result being computed in a forked child."""
+
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid, self.fd = pid, fd
+
+    def result(self) -> Any:
+        """The child's return value; its exception re-raised (a picklable one); Failed otherwise."""
+        _RUNNING.discard(self)
+        try:
+            with os.fdopen(self.fd, "rb") as fh:
+                kind, value = pickle.load(fh)
+        except Exception as exc:  # noqa: BLE001 - died, or wrote half: the caller does the work
+            raise Failed(str(exc)) from None
+        finally:
+            _reap(self.pid)
+        if kind == "error":
+            raise value
+        return value
+
+    def cancel(self) -> None:
+        import signal
+
+        _RUNNING.discard(self)
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.close(self.fd)
+        _reap(self.pid)
+
+
+def start(fn: Callable, *args) -> Ahead | None:
+    """Run ``fn(*args)`` in a forked child; None where forking is not safe (see :func:`can_fork`)."""
+    if not can_fork():
+        return None
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: compute, hand the result over, leave without running any exit handler
+        code = 1
+        try:
+            import gc
+
+            os.close(r)
+            gc.disable()  # a short life: collecting cycles is wasted time
+            with os.fdopen(w, "wb") as out:
+                try:
+                    result = ("ok", fn(*args))
+                except Exception as exc:  # noqa: BLE001 - handed to the parent, which decides
+                    result = ("error", exc)
+                try:
+                    pickle.dump(result, out, protocol=pickle.HIGHEST_PROTOCOL)
+                except Exception:  # noqa: BLE001 - an exception that does not pickle: the parent redoes the work
+                    pass
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    ahead = Ahead(pid, r)
+    if not _RUNNING:
+        atexit.register(_abandon)
+    _RUNNING.add(ahead)
+    return ahead
+
+
+def can_fork() -> bool:
+    """A second core to work on, and no other thread whose locks a forked child could inherit held."""
+    import threading
+
+    return hasattr(os, "fork") and threading.active_count() == 1 and _cores() >= 2
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+_RUNNING: set[Ahead] = set()
+
+
+def _abandon() -> None:
+    """At exit: kill and reap the children nobody collected."""
+    for ahead in list(_RUNNING):
+        ahead.cancel()
