@@ -165,6 +165,11 @@ def op_traffic(name: str, dims, types, flops: float | None) -> tuple[float, floa
 
 
 def kernel_efficiency(profile, top: int = 10) -> pd.DataFrame:
+    """The `top` kernels by device time with the roofline (see :func:`_kernel_efficiency`); once per Profile."""
+    return profile.derived(("kernel_efficiency", top), lambda: _kernel_efficiency(profile, top))
+
+
+def _kernel_efficiency(profile, top: int) -> pd.DataFrame:
     """The `top` kernels by device time with the roofline: one row per kernel name.
 
     Each launch is joined (correlation id) to its runtime call and the op around that call: the

@@ -61,6 +61,14 @@ class Profile:
     _trace_sources: dict | None = field(default=None, repr=False)  # derived from the trace on first use
     # every rank's Profile (this one among them) when the job had several; empty for one rank
     ranks: list["Profile"] = field(default_factory=list)
+    # figures derived from the trace, by key: computed once (see `derived`), or ahead in a fork
+    memo: dict = field(default_factory=dict, repr=False)
+
+    def derived(self, key, compute):
+        """``compute()``, once per Profile: a table several readers (or a forked child) want."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
 
     # trace frames, empty when the run has no trace ---------------------------------------
     def _frame(self, name: str) -> pd.DataFrame:

@@ -48,9 +48,13 @@ def top_tables(report: dict, profile) -> tuple[list[OpsTable], str]:
     """The top CPU ops and, with a GPU trace, the top kernels; or why there are none."""
     if profile is None or profile.trace is None:
         return [], _no_trace(report, profile)
-    n_steps = len(profile.trace_steps)
-    tables = [t for t in (ops_table(profile.ops, n_steps), kernels_table(profile.kernels, n_steps)) if t is not None]
+    tables = profile.derived("top_tables", lambda: _tables(profile))
     return tables, "" if tables else "the trace holds no operators"
+
+
+def _tables(profile) -> list[OpsTable]:
+    n_steps = len(profile.trace_steps)
+    return [t for t in (ops_table(profile.ops, n_steps), kernels_table(profile.kernels, n_steps)) if t is not None]
 
 
 def _no_trace(report: dict, profile) -> str:
