@@ -1,0 +1,79 @@
+"""Work done ahead in a forked process (advisor/forked.py): the same answers as in-process, failures
+handed back, nothing left running. Each case runs in a fresh single-threaded interpreter, as the
+`advise` command does (xdist's workers run threads, where advise never forks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import advise_cmd, trace_path
+
+HTA_TRACE = "hta/trace_filter/sampled_rank-0.json.gz"  # kernels, ops and runtime: every page table has rows
+
+_CASES = """
+import os, sys
+from advisor import forked
+
+def double(x):
+    return 2 * x
+
+def boom():
+    raise ValueError("planted in the child")
+
+def die():
+    os._exit(9)
+
+print(forked.start(double, 21).result())
+try:
+    forked.start(boom).result()
+except ValueError as exc:
+    print("raised", exc)
+try:
+    forked.start(die).result()
+except forked.Failed:
+    print("failed")
+"""
+
+
+def test_a_result_an_exception_and_a_dead_child():
+    out = subprocess.run([sys.executable, "-c", _CASES], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:3] == ["42", "raised planted in the child", "failed"], out.stdout + out.stderr
+
+
+def test_the_page_tables_built_in_a_fork_equal_those_built_in_process(tmp_path):
+    """`advise analyze` builds the roofline and top-table rows in a fork while the rules run: the
+    page and report.json are those of a run that never forks."""
+    trace = str(trace_path(HTA_TRACE))
+    subprocess.run(advise_cmd("analyze", trace, "--out", str(tmp_path / "forked")), check=True, capture_output=True)
+    alone = ("import sys; from advisor import forked; forked.can_fork = lambda: False; "
+             "sys.argv = ['advise', 'analyze', sys.argv[1], '--out', sys.argv[2]]; "
+             "from advisor.launch import main; main()")
+    subprocess.run([sys.executable, "-c", alone, trace, str(tmp_path / "alone")], check=True, capture_output=True)
+    reports = [json.loads((tmp_path / d / "report.json").read_text()) for d in ("forked", "alone")]
+    for r in reports:
+        r.pop("started_at")
+    assert reports[0] == reports[1]
+    pages = [(tmp_path / d / "report.html").read_text() for d in ("forked", "alone")]
+    assert "GPU kernels on the roofline" in pages[0] and "CPU operators" in pages[0]
+    assert _without_start(pages[0]) == _without_start(pages[1])  # each page names its own start time
+
+
+def _without_start(page: str) -> str:
+    import re
+
+    return re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+\-]\d\d:\d\d", "", page)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_child_nobody_collects_is_killed_at_exit():
+    code = ("import sys, time; from advisor import forked; "
+            "a = forked.start(time.sleep, 60); print(a.pid); sys.exit(3)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 3
+    with pytest.raises(ProcessLookupError):  # reaped at exit, not an orphan sleeping on
+        os.kill(int(out.stdout), 0)
