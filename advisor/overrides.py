@@ -77,7 +77,7 @@ def _workers_ladder(v: dict, ctx: SweepContext) -> list[dict]:
 
 
 def _autocast_snippet(v: str) -> str:
-    lines = [f'+ with torch.autocast(device_type="cuda", dtype=torch.{v}):',
+    lines = [f"+ with torch.autocast(device_type=inputs.device.type, dtype=torch.{v}):",  # cpu or cuda alike
              "      loss = loss_fn(model(inputs), targets)"]
     if v == "float16":
         lines = ['+ scaler = torch.amp.GradScaler("cuda")', *lines,
@@ -88,7 +88,8 @@ def _autocast_snippet(v: str) -> str:
 
 def _optimizer_snippet(v: dict) -> str:
     flags = ", ".join(f"{k}=True" for k, on in v.items() if on)
-    return f"- optimizer = torch.optim.AdamW(params, lr=lr)\n+ optimizer = torch.optim.AdamW(params, lr=lr, {flags})"
+    return (f"- optimizer = torch.optim.Adam(params, lr=lr)  # your optimizer: Adam, AdamW, SGD, ...\n"
+            f"+ optimizer = torch.optim.Adam(params, lr=lr, {flags})")
 
 
 def _batch_scale_valid(v) -> bool:
