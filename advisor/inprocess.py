@@ -176,7 +176,7 @@ class ArmsSession:
             self.progress.phase(f"measuring {what} inside this run: {arms} arm{'s' if arms != 1 else ''}, "
                                 f"{len(windows)} windows of {windows[0].steps} steps")
         plan = {"round": round_no, "windows": [w.to_dict() for w in windows]}
-        for suffix in self.plan_suffixes or [self.rank_suffix]:  # every rank of a launched job: the same plan
+        for suffix in self.plan_suffixes or [self.rank_suffix]:  # every rank of a job: the same plan
             write_json_atomic(self.out / f"plan{suffix}.json", plan)
 
     def on_arm_step(self, record: dict) -> None:

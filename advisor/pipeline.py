@@ -165,8 +165,8 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
 
     baseline_report = check_baseline(baseline) if baseline else None  # bad input: exit 2 before the run
     con = terminal.console(stderr=as_json)
-    # In-process arms: every rank of a job advise launches switches at the same step (ranks a script
-    # starts itself get no plan: their fixes go to fresh runs of the job; see probe/runner.py).
+    # In-process arms: in a job (ranks advise launched, or ranks the script started itself) every
+    # rank runs the same plan and switches at the same step (see probe/runner.py, _JobArms).
     in_process = bool(experiments and experiments.enabled and not experiments.fresh_runs)
     config = ProbeConfig(script=script, args=script_args, module=module, nproc=nproc, out=out, warmup=warmup, steps=steps,
                          profile_steps=profile_steps, timeout_s=timeout_s, arms=in_process,

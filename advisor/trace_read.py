@@ -390,7 +390,8 @@ class _Inflate:
         while True:
             raw = self.z.unused_data or self.fh.read(self.CHUNK)
             if self.z.eof:
-                if not raw:
+                raw = raw.lstrip(b"\0")  # zero padding after a member, as the gzip module allows
+                if not raw and not (raw := self.fh.read(self.CHUNK).lstrip(b"\0")):
                     return b""
                 self.z = _inflate.decompressobj(31)  # the next member
             elif not raw:

@@ -180,3 +180,21 @@ def test_the_trace_read_ahead_is_found_on_argv_before_the_cli_loads(monkeypatch,
     monkeypatch.setattr(trace_prefetch, "prefetch", calls.append)
     trace_prefetch.prefetch_argv(argv)
     assert calls == ([started] if started else [])
+
+
+def test_gzip_members_padding_and_garbage_as_the_gzip_module_reads_them(tmp_path):
+    """The inflater reads gzip as the standard library does: concatenated members and trailing
+    zero padding are one file; trailing garbage is a corrupt file (one line, TraceError)."""
+    head, event = b'{"traceEvents": [', b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2}]}'
+    whole = gzip.compress(head + event)
+    cases = {"members": gzip.compress(head) + gzip.compress(event), "padded": whole + b"\0" * 64,
+             "garbage": whole + b"not gzip"}
+    for name, blob in cases.items():
+        path = tmp_path / f"{name}.json.gz"
+        path.write_bytes(blob)
+        if name == "garbage":
+            with pytest.raises(TraceError, match="truncated or corrupt gzip"):
+                trace_read.read_file(str(path))
+        else:
+            assert gzip.decompress(blob) == head + event  # the standard library agrees
+            assert load_trace(path).ops["name"].tolist() == ["aten::mm"]

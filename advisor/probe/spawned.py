@@ -16,8 +16,8 @@ with :func:`probed_wrap`, which the spawned interpreter unpickles by name: there
 ``fn(i, *args)`` under a probe whose files carry the suffix ``.rank{i}``, and ends at the same
 measured step as every other rank, so no rank waits in a collective for one that was stopped.
 The config comes through the environment the ranks inherit. Each rank runs the parent's arms
-plans as a launched rank does (the runner writes every rank the same plan); a forked rank (``start_method="fork"``) inherits the parent's probe and is left as torch
-runs it.
+plans as a launched rank does (the runner writes every rank the same plan); a forked rank
+(``start_method="fork"``) inherits the parent's probe and is left as torch runs it.
 """
 
 from __future__ import annotations
