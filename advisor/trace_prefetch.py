@@ -31,11 +31,46 @@ def prefetch(path: str | os.PathLike) -> None:
         small = False
     if not small or key in _PENDING or not forked.can_fork():
         return
+    from . import trace_read  # noqa: F401 - imported once, before the fork (see above)
+
+    ask_r, ask_w = os.pipe()  # this process asks for the second half of what is left to read ...
+    data_r, data_w = os.pipe()  # ... and the reader hands it over (once, maybe empty)
+    ahead = forked.start(_read_ahead, src, ask_r, data_w)
+    os.close(ask_r)
+    os.close(data_w)
+    if ahead is None:
+        os.close(ask_w)
+        os.close(data_r)
+    else:
+        _PENDING[key] = (ahead, ask_w, data_r)
+
+
+class _Share:
+    """The reader's side of the hand-over (see :func:`advisor.trace_read.read_file`)."""
+
+    def __init__(self, ask: int, data: int) -> None:
+        os.set_blocking(ask, False)
+        self.ask, self.data, self.given = ask, data, False
+
+    def asked(self) -> bool:
+        try:
+            return bool(os.read(self.ask, 1))
+        except BlockingIOError:
+            return False
+
+    def give(self, data) -> None:
+        if self.given:
+            return
+        self.given = True
+        with os.fdopen(self.data, "wb") as out:
+            out.write(len(data).to_bytes(8, "little"))
+            out.write(data)
+
+
+def _read_ahead(src: str, ask: int, data: int):
     from .trace_read import read_file
 
-    ahead = forked.start(read_file, src)
-    if ahead is not None:
-        _PENDING[key] = ahead
+    return read_file(src, _Share(ask, data))
 
 
 def prefetch_argv(argv: list[str]) -> None:
@@ -61,18 +96,57 @@ def prefetch_argv(argv: list[str]) -> None:
 _VALUED = ("--out", "--select", "--ignore", "--config")  # `advise analyze`'s options that take a value
 
 
+SPLIT_MIN = 16 << 20  # bytes of JSON: below this, asking for half of the rest is not worth a hand-over
+
+
 def collect(src: str | os.PathLike):
     """The prefetched result for `src`: None when none is pending or the child failed.
 
+    This process comes here idle (its imports ended before the read): where the file is big
+    enough it asks the reader for the second half of the events left and decodes them itself,
+    while the reader decodes the first; the halves are joined (the same columns as one read).
     A TraceError the child met is raised here, as reading in-process would have.
     """
-    ahead = _PENDING.pop(os.path.abspath(os.fspath(src)), None)
-    if ahead is None:
+    from . import trace_read
+
+    pending = _PENDING.pop(os.path.abspath(os.fspath(src)), None)
+    if pending is None:
         return None
+    ahead, ask, data = pending
     try:
-        return ahead.result()
+        if _json_size(os.fspath(src)) >= SPLIT_MIN:
+            os.write(ask, b"1")
+    except BrokenPipeError:  # the reader ended already (a bad file, say): its answer is below
+        pass
+    finally:
+        os.close(ask)
+    shared = None
+    try:
+        with os.fdopen(data, "rb") as fh:
+            size = int.from_bytes(fh.read(8) or b"\0", "little")
+            if size:
+                shared = trace_read.read_shared(fh.read(size))
+    except Exception:  # noqa: BLE001 - a void half (the reader then reads whole, or this read is redone)
+        shared = None
+    try:
+        doc, columns, n = ahead.result()
     except forked.Failed:
         return None
+    if isinstance(doc, trace_read.Shared):
+        return None if shared is None else trace_read.join(doc, shared, columns, n)
+    return doc, columns, n
+
+
+def _json_size(src: str) -> int:
+    """The JSON's size: a plain file's, or a gzip file's (its last member's length field)."""
+    try:
+        with open(src, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b":
+                return os.path.getsize(src)
+            fh.seek(-4, os.SEEK_END)
+            return int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return 0
 
 
 def read_trace(src: str) -> tuple[dict, dict, int]:

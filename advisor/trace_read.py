@@ -26,6 +26,7 @@ import math
 import os
 import re
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -356,8 +357,13 @@ class _NotStreamable(Exception):
 _HEAD_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
-def read_file(src: str) -> tuple[dict, dict, int]:
-    """(the document without its events, columns per bucket, number of events); TraceError on bad input."""
+def read_file(src: str, share=None) -> tuple[dict | Shared, dict, int]:
+    """(the document without its events, columns per bucket, number of events); TraceError on bad input.
+
+    `share` (:mod:`advisor.trace_prefetch`'s reader): ``asked()`` is polled between blocks; when it
+    says yes, the events left are split in two and ``give(bytes)`` hands the second half over
+    (``give(b"")``: none); then a :class:`Shared` takes the document's place. Every read with a
+    `share` gives exactly once."""
     if not os.path.exists(src):
         raise TraceError(f"trace file not found: {src}")
     if os.path.isdir(src):
@@ -369,8 +375,10 @@ def read_file(src: str) -> tuple[dict, dict, int]:
         raise TraceError(f"{src}: cannot read ({_one_line(exc)})") from None
     builder = _Builder()
     try:
-        doc = _stream(src, gz, builder)
+        doc = _stream(src, gz, builder, share)
     except _NotStreamable:
+        if share is not None:
+            share.give(b"")  # (a no-op if it gave already: the asker's half is then void, this read is whole)
         builder = _Builder()
         doc = _whole(src, gz, builder)
     return doc, builder.finish(), builder.n_events
@@ -410,7 +418,11 @@ def _read_block(fh, src: str, gz: bool) -> bytes:
         raise TraceError(f"{src}: cannot read ({_one_line(exc)})") from None
 
 
-def _stream(src: str, gz: bool, builder: _Builder) -> dict:
+def _stream(src: str, gz: bool, builder: _Builder, share=None) -> dict | Shared:
+    """The document without its events, the events into `builder`.
+
+    `share` (see :func:`read_file`): asked between blocks, it may take the second half of the
+    events left; then the first half is decoded here and a :class:`Shared` replaces the document."""
     try:
         raw = open(src, "rb")
     except OSError as exc:
@@ -435,12 +447,81 @@ def _stream(src: str, gz: bool, builder: _Builder) -> dict:
                 block = _read_block(fh, src, gz)
                 eof = not block
                 buf += block
+            if share is not None and share.asked():
+                while not eof and len(buf) < SHARE_MAX:  # the rest, inflated at once (fast)
+                    block = _read_block(fh, src, gz)
+                    eof = not block
+                    buf += block
+                if eof and _share(buf, builder, share):
+                    return Shared(head)
+                share = None  # declined (answered): read on alone
             if eof:
                 break
             before = len(buf)
             _decode_prefix(buf, builder)
             want = BLOCK if len(buf) < before else before + BLOCK  # no cut decoded: read on
         tail = _decode_last(bytes(buf), builder)
+    if share is not None:
+        share.give(b"")  # never asked, or asked too late: the asker reads nothing
+    return _document(head, tail)
+
+
+SHARE_MAX = 256 << 20  # bytes of JSON left: more than this are not shared (held in memory at once)
+
+
+@dataclass
+class Shared:
+    """:func:`read_file`'s answer in place of the document when the second half of the events went
+    to the asker (:func:`read_shared` reads it, :func:`join` puts the two together)."""
+
+    head: bytes
+
+
+def _share(buf: bytearray, builder: _Builder, share, tries: int = 8) -> bool:
+    """Give the events after the middle of `buf` (all that is left) to `share`, decode the first half."""
+    start = len(buf) // 2
+    for _ in range(tries):
+        cut = buf.find(b"},", start)
+        if cut < 0:
+            break
+        buf[cut + 1] = 0x5D  # ']'
+        with memoryview(buf) as whole:
+            share.give(whole[cut + 2:])  # first: the asker decodes its half while this one does the other
+        if _decode_into(buf, cut + 2, builder):
+            return True
+        raise _NotStreamable  # not an event's end after all: the asker's half is void too (read again, whole)
+    share.give(b"")
+    return False
+
+
+def read_shared(data: bytes) -> tuple[bytes, dict, int]:
+    """The events a reader gave away (:class:`Shared`): (the bytes after the events list, columns, count)."""
+    buf = bytearray(b"[") + data
+    builder = _Builder()
+    while True:
+        before = len(buf)
+        _decode_prefix(buf, builder)
+        if len(buf) == before:
+            break
+    tail = _decode_last(bytes(buf), builder)
+    return tail, builder.finish(), builder.n_events
+
+
+def join(head: Shared, shared: tuple[bytes, dict, int], columns: dict, n: int) -> tuple[dict, dict, int]:
+    """A reader's first half and :func:`read_shared`'s second half, as one :func:`read_file` answer."""
+    tail, more, m = shared
+    merged = {}
+    for bucket in BUCKETS:
+        a, b = columns[bucket], more[bucket]
+        merged[bucket] = b if not len(a) else a if not len(b) else Columns(
+            {k: np.concatenate([v, b[k]]) if isinstance(v, np.ndarray) else v + b[k] for k, v in a.data.items()})
+    try:
+        return _document(head.head, tail), merged, n + m
+    except _NotStreamable:
+        raise TraceError("the events list is not followed by a valid document") from None
+
+
+def _document(head: bytes, tail: bytes) -> dict:
     try:
         doc = _ANY.decode(head + b"]" + tail)
     except msgspec.DecodeError:

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -22,6 +23,7 @@ from conftest import advise_cmd, trace_path
 
 RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 SAMPLED = "hta/trace_filter/sampled_rank-0.json.gz"  # current layout, two ranks' sample
+BIG = "hta/df_index_resolver/df_index_resolver.json.gz"  # 51 MiB of JSON: over trace_prefetch.SPLIT_MIN
 FRAMES = ("ops", "kernels", "memcpy", "runtime", "annotations", "python", "memory", "steps")
 
 
@@ -102,7 +104,7 @@ _ABANDONED = """
 import os, sys
 from advisor import trace_prefetch
 trace_prefetch.prefetch(sys.argv[1])
-ahead, = trace_prefetch._PENDING.values()
+(ahead, *_), = trace_prefetch._PENDING.values()
 print(ahead.pid)
 sys.exit(2)  # as a bad --select does, before anything collects the read
 """
@@ -198,3 +200,63 @@ def test_gzip_members_padding_and_garbage_as_the_gzip_module_reads_them(tmp_path
         else:
             assert gzip.decompress(blob) == head + event  # the standard library agrees
             assert load_trace(path).ops["name"].tolist() == ["aten::mm"]
+
+
+class _Asker:
+    """A share that asks at the `when`-th poll between blocks and keeps what it is given."""
+
+    def __init__(self, when: int):
+        self.when, self.polls, self.given = when, 0, []
+
+    def asked(self) -> bool:
+        self.polls += 1
+        return self.polls == self.when
+
+    def give(self, data) -> None:
+        self.given.append(bytes(data))
+
+
+@pytest.mark.parametrize("when", [1, 3, 10_000])
+def test_a_read_that_gives_half_of_what_is_left_joins_into_the_same_columns(tmp_path, monkeypatch, when):
+    """The reader splits what is left when asked (at once, after a few blocks, never): its half and
+    the half it gave, decoded apart and joined, are the whole read's document, columns and count."""
+    path = tmp_path / "trace.json"  # plain JSON: read in blocks of BLOCK bytes (a gzip one, as it inflates)
+    path.write_bytes(gzip.decompress(trace_path(SAMPLED).read_bytes()))
+    path = str(path)
+    whole = trace_read.read_file(path)
+    monkeypatch.setattr(trace_read, "BLOCK", 64 << 10)  # 27 blocks: the ask lands mid-read
+    asker = _Asker(when)
+    doc, columns, n = trace_read.read_file(path, asker)
+    assert len(asker.given) == 1  # exactly one answer, asked or not
+    if when == 10_000:
+        assert asker.given == [b""] and doc == whole[0]
+        return
+    assert isinstance(doc, trace_read.Shared) and len(asker.given[0]) > 1000
+    joined = trace_read.join(doc, trace_read.read_shared(asker.given[0]), columns, n)
+    assert joined[0] == whole[0] and joined[2] == whole[2]
+    for bucket in trace_read.BUCKETS:
+        for key, value in whole[1][bucket].data.items():
+            got = joined[1][bucket][key]
+            if isinstance(value, np.ndarray):
+                assert np.array_equal(got, value, equal_nan=value.dtype.kind == "f"), (bucket, key)
+            else:
+                assert got == value, (bucket, key)
+
+
+_SHARED_READ = """
+import sys
+from advisor import trace_prefetch, trace_read
+joins = []
+join = trace_read.join
+trace_read.join = lambda *a: joins.append(1) or join(*a)
+trace_prefetch.prefetch(sys.argv[1])
+print(bool(trace_prefetch._PENDING), trace_prefetch.collect(sys.argv[1]) is not None, len(joins))
+"""
+
+
+def test_the_idle_parent_reads_half_of_the_rest_itself():
+    """`advise analyze` collects the read as soon as its imports end: on a trace over SPLIT_MIN it
+    asks the reader for half of what is left and decodes it itself (a fresh single-threaded process)."""
+    path = trace_path(BIG)
+    out = subprocess.run([sys.executable, "-c", _SHARED_READ, str(path)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True", "1"], out.stdout + out.stderr  # forked, collected, joined
