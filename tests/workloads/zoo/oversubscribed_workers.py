@@ -22,7 +22,7 @@ class Augmented(Dataset):
 
     def __getitem__(self, i):
         x = torch.randn(256)
-        for _ in range(12):  # real CPU work in every worker
+        for _ in range(40):  # real CPU work in every worker: they stay behind, always busy
             x = torch.tanh(x @ self.w)
         return x, x[:1].clone()
 
@@ -30,7 +30,12 @@ class Augmented(Dataset):
 if __name__ == "__main__":
     torch.set_num_threads(CORES)  # every core for compute, and workers on top
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 1))
-    # batches big enough that the measured window spans several 100 ms sampler ticks
+    layers = [nn.Linear(256, 512), nn.ReLU()]
+    for _ in range(30):  # each matmul ~67 MFLOP: under PR001's floor on a CPU with native bf16
+        layers += [nn.Linear(512, 512), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(512, 1))
+    # steps long enough (~100 ms) that the measured window spans several 100 ms sampler ticks: with
+    # ~15 ms steps the window was shorter than the 3 ticks a mean rests on, and the ticks around it
+    # read the CPU 87-89% busy, against DL003's 85% (a CI run once read less)
     loader = DataLoader(Augmented(), batch_size=128, num_workers=CORES + 2, persistent_workers=True)
     train_forever(model, loader, torch.optim.SGD(model.parameters(), lr=0.01))
