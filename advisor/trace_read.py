@@ -454,7 +454,8 @@ def _stream(src: str, gz: bool, builder: _Builder, share=None) -> dict | Shared:
                     buf += block
                 if eof and _share(buf, builder, share):
                     return Shared(head)
-                share = None  # declined (answered): read on alone
+                share.give(b"")  # too much left to hold at once, or no event end past the middle
+                share = None  # answered: read on alone
             if eof:
                 break
             before = len(buf)
@@ -477,21 +478,18 @@ class Shared:
     head: bytes
 
 
-def _share(buf: bytearray, builder: _Builder, share, tries: int = 8) -> bool:
-    """Give the events after the middle of `buf` (all that is left) to `share`, decode the first half."""
-    start = len(buf) // 2
-    for _ in range(tries):
-        cut = buf.find(b"},", start)
-        if cut < 0:
-            break
-        buf[cut + 1] = 0x5D  # ']'
-        with memoryview(buf) as whole:
-            share.give(whole[cut + 2:])  # first: the asker decodes its half while this one does the other
-        if _decode_into(buf, cut + 2, builder):
-            return True
-        raise _NotStreamable  # not an event's end after all: the asker's half is void too (read again, whole)
-    share.give(b"")
-    return False
+def _share(buf: bytearray, builder: _Builder, share) -> bool:
+    """Give the events after the middle of `buf` (all that is left) to `share`, decode the first
+    half; False (nothing given) where no event ends past the middle."""
+    cut = buf.find(b"},", len(buf) // 2)
+    if cut < 0:
+        return False
+    buf[cut + 1] = 0x5D  # ']'
+    with memoryview(buf) as whole:
+        share.give(whole[cut + 2:])  # first: the asker decodes its half while this one does the other
+    if _decode_into(buf, cut + 2, builder):
+        return True
+    raise _NotStreamable  # not an event's end after all (inside a string): the given half is void, read whole
 
 
 def read_shared(data: bytes) -> tuple[bytes, dict, int]:
