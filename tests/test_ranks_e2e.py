@@ -86,8 +86,8 @@ def test_a_loader_fix_is_measured_inside_the_job_on_every_rank(tmp_path, job):
     """Every rank switches at the same step, so the job's own gain is measured, with no fresh run of
     the job. (A fix switched on rank 0 alone measures ~1x: DDP waits for the starved rank.)
     Lightning's ranks take the path of every rank a script starts itself; mp.spawn's ranks take it
-    too, but start their loader workers by spawning interpreters (their start method), seconds per
-    switch on 2 cores: too slow for the suite (README: 4.33x in 25 s)."""
+    too, but their loader workers start by spawn, which leaves DataLoader fixes to fresh runs of
+    the job (a minute on 2 cores: benchmarks/job_arms.py, not the suite)."""
     if LIGHTNING in job:
         _need_lightning()
     proc = _run(tmp_path, *job)
