@@ -321,6 +321,9 @@ class _Substitute:
             orig._sampler_iter = itertools.chain(unserved, orig._sampler_iter)
 
 
+SUBSTITUTE_TIMEOUT_S = 120.0  # a substitute loader's wait for one batch from its workers
+
+
 class DataLoaderSwitch:
     """Serve the script's ``next()`` from a substitute DataLoader during a window."""
 
@@ -401,7 +404,10 @@ class DataLoaderSwitch:
         kwargs = dict(self.kwargs or {})
         workers = kwargs.get("num_workers", loader.num_workers)
         options = {"num_workers": workers, "pin_memory": kwargs.get("pin_memory", loader.pin_memory),
-                   "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn,
+                   # a worker that never serves (a fork that deadlocked on a lock another thread held:
+                   # seen once, both DDP ranks at the same switch) ends the arm with an error, not the run
+                   "timeout": loader.timeout or (SUBSTITUTE_TIMEOUT_S if workers else 0),
+                   "worker_init_fn": loader.worker_init_fn,
                    "multiprocessing_context": loader.multiprocessing_context, "generator": loader.generator,
                    "pin_memory_device": getattr(loader, "pin_memory_device", "")}
         if workers:
