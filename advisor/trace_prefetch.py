@@ -14,7 +14,7 @@ import os
 from . import forked
 
 PREFETCH_MAX_BYTES = 64 << 20  # bigger files are read in-process: the hand-over would double their columns
-_PENDING: dict = {}  # absolute path -> forked.Ahead
+_PENDING: dict = {}  # absolute path -> (forked.Ahead, the ask pipe, the hand-over pipe)
 
 
 def prefetch(path: str | os.PathLike) -> None:
