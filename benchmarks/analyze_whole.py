@@ -57,7 +57,7 @@ class Run:
     peak: int  # bytes: the highest RSS summed over the process and its children, polled every 5 ms
 
 
-def run(cmd: list[str], watch: bool = False) -> Run:
+def run(cmd: list[str], watch: bool = False, env: dict | None = None) -> Run:
     """One process, which must succeed; `watch`: poll its tree's RSS (peak stays 0 otherwise).
 
     Timed runs are not watched: the poller's own CPU (a psutil walk every 5 ms) competes with the
@@ -66,7 +66,7 @@ def run(cmd: list[str], watch: bool = False) -> Run:
     import psutil
 
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     peak, done = [0], threading.Event()
 
     def poll():
@@ -178,8 +178,11 @@ def main() -> None:
         print(f"trace      {label} ({trace.stat().st_size / 2**20:.1f} MiB on disk, {size / 2**20:.1f} MiB of JSON)")
         if not args.no_hta:
             adv, hta_runs = [], []
-            run(advise_cmd(trace, tmp / "warm"))  # page cache and .pyc files, for both sides
-            run([sys.executable, "-c", HTA_SCRIPT, str(hta_dir)])
+            # Warm-up: the page cache, and .pyc files for both sides, as an installed package has them (the
+            # timed runs otherwise compile advise's modules from source each time where PYTHONDONTWRITEBYTECODE is set)
+            writes_pyc = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            run(advise_cmd(trace, tmp / "warm"), env=writes_pyc)
+            run([sys.executable, "-c", HTA_SCRIPT, str(hta_dir)], env=writes_pyc)
             for i in range(args.repeat):  # alternate, so machine noise hits both sides alike
                 adv.append(run(advise_cmd(trace, tmp / f"out{i}")))
                 hta_runs.append(run([sys.executable, "-c", HTA_SCRIPT, str(hta_dir)]))

@@ -24,7 +24,7 @@ PLAIN_LINES = 5  # plain mode: a line each fifth of a phase (plus its first step
 
 
 def console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)  # a name like :fire: stays text
 
 
 class ProbeProgress:
