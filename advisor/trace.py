@@ -145,7 +145,7 @@ import pandas as pd
 from . import intervals
 from .intervals import union_length as interval_union_us  # public name kept: union of intervals in us
 from .trace_prefetch import read_trace
-from .trace_read import Columns, TraceError
+from .trace_read import Coded, Columns, TraceError, concat
 
 __all__ = ["TraceFrames", "TraceError", "load_trace", "interval_union_us"]
 
@@ -314,10 +314,15 @@ def _load(src: str) -> TraceFrames:
                        steps=steps, meta=meta)
 
 
-def _prefix_mask(names: list, prefixes) -> np.ndarray:
+def _prefix_mask(names: Coded, prefixes) -> np.ndarray:
     """Which names start with `prefixes`, decided once per distinct name."""
-    hit = {n: n.startswith(prefixes) for n in set(names)}
-    return np.fromiter(map(hit.__getitem__, names), dtype=bool, count=len(names))
+    return _per_value(names, lambda name: name.startswith(prefixes))[names.codes]
+
+
+def _per_value(column: Coded, test) -> np.ndarray:
+    """`test` of each of the column's table's values, by code."""
+    values = column.table.values
+    return np.fromiter(map(test, values), dtype=bool, count=len(values))
 
 
 # Buckets of complete ('X') events, the ones with a duration.
@@ -399,11 +404,15 @@ def _frame(cols: dict, schema: dict, order: np.ndarray | None = None) -> pd.Data
             data[c] = pd.Series([], dtype=dt)
             continue
         if order is not None:
-            if isinstance(v, list):
+            if isinstance(v, Coded):
+                v = v.take(order)
+            elif isinstance(v, list):
                 v = [v[i] for i in order.tolist()]
             else:
                 v = v[order]
-        if dt == "object":
+        if isinstance(v, Coded):
+            s = _categorical(v) if dt == "category" else pd.Series(_objects(v), dtype=object)
+        elif dt == "object":
             s = pd.Series(v, dtype=object) if len(v) else pd.Series([], dtype=object)
         elif dt == _STR:
             s = pd.Series(v, dtype=_STR) if len(v) else pd.Series([], dtype=_STR)
@@ -411,6 +420,25 @@ def _frame(cols: dict, schema: dict, order: np.ndarray | None = None) -> pd.Data
             s = pd.Series(v, dtype=dt)
         data[c] = s.reset_index(drop=True) if order is not None else s
     return pd.DataFrame(data)
+
+
+def _categorical(column: Coded) -> pd.Series:
+    """The column as pandas would infer it from its values: categories the distinct values present, sorted."""
+    codes, values = column.codes, column.table.values
+    present = np.flatnonzero(np.bincount(codes, minlength=len(values)))
+    categories = sorted(values[i] for i in present.tolist())
+    position = {value: i for i, value in enumerate(categories)}
+    recode = np.full(len(values), -1, dtype=codes.dtype)
+    recode[present] = [position[values[i]] for i in present.tolist()]
+    return pd.Series(pd.Categorical.from_codes(recode[codes], categories=categories))
+
+
+def _objects(column: Coded) -> np.ndarray:
+    """The column's values (shared objects: one per distinct value) in an object array."""
+    table = np.empty(len(column.table.values), dtype=object)
+    for i, value in enumerate(column.table.values):  # one by one: a list value must stay one element
+        table[i] = value
+    return table[column.codes]
 
 
 def _empty(schema: dict) -> pd.DataFrame:
@@ -532,8 +560,8 @@ def _build_annotations(ann: Columns, rec: Columns | None, guard: _Guard | None =
     if rec is not None:  # old-layout record_function ranges join the annotations, as user_annotation
         keys = ("name", "ts", "dur", "ok", "pid", "tid")
         if len(ann):
-            ann = Columns({k: ann[k] + rec[k] if isinstance(ann[k], list) else np.concatenate([ann[k], rec[k]])
-                           for k in keys} | {"gpu": np.concatenate([ann["gpu"], np.zeros(len(rec), dtype=bool)])})
+            ann = Columns({k: concat([ann[k], rec[k]]) for k in keys}
+                          | {"gpu": np.concatenate([ann["gpu"], np.zeros(len(rec), dtype=bool)])})
         else:
             ann = Columns({k: rec[k] for k in keys} | {"gpu": np.zeros(len(rec), dtype=bool)})
     c = _x_base(ann, guard)
@@ -623,7 +651,7 @@ def _build_memcpy(cp: Columns, st: Columns, assign, runtime: pd.DataFrame,
     cache: dict = {}
     kinds, srcs, dsts = [], [], []
     for c, s in parts:
-        for name, k in zip(c["name"], c["kind"]):
+        for name, k in zip(c["name"].tolist(), c["kind"]):
             key = (name, s, k)
             r = cache.get(key)
             if r is None:
@@ -631,8 +659,7 @@ def _build_memcpy(cp: Columns, st: Columns, assign, runtime: pd.DataFrame,
             kinds.append(r[0])
             srcs.append(r[1])
             dsts.append(r[2])
-    cat = {k: [v for c, _ in parts for v in c[k]] if isinstance(parts[0][0][k], list)
-           else np.concatenate([c[k] for c, _ in parts]) for k in _MEMCPY_KEYS}
+    cat = {k: concat([c[k] for c, _ in parts]) for k in _MEMCPY_KEYS}
     corr = _nullable_int((np.concatenate([c["correlation"] for c, _ in parts]),
                           np.concatenate([c["correlation_na"] for c, _ in parts])))
     ts, dur = cat["ts"], cat["dur"]
@@ -694,9 +721,7 @@ def _build_ops(c: Columns, assign, guard: _Guard | None = None) -> pd.DataFrame:
     end_o = ts_o + dur_o
     pid_o, tid_o = pid[order], tid[order]
     thr = _thread_codes(pid_o, tid_o)
-    ol = order.tolist()
-    names_o = [names[i] for i in ol]
-    dims_o = [dims[i] for i in ol]
+    names_o, dims_o = names.take(order), dims.take(order)
     flops_o = flops[order]
     if guessed:
         inv = np.empty(n, dtype=np.int64)
@@ -708,12 +733,11 @@ def _build_ops(c: Columns, assign, guard: _Guard | None = None) -> pd.DataFrame:
         flops_o[covered] = np.nan
 
     ext_vals, ext_mask = c["external_id"], c["external_id_na"]
-    types = c["input_types"]
     cols = {
         "name": names_o, "ts_us": ts_o, "dur_us": dur_o, "end_us": end_o,
         "self_us": self_o, "depth": depth_o, "pid": pid_o, "tid": tid_o,
         "external_id": _nullable_int((ext_vals[order], ext_mask[order])),
-        "input_dims": dims_o, "input_types": [types[i] for i in ol],
+        "input_dims": dims_o, "input_types": c["input_types"].take(order),
         "flops": flops_o, "step": assign(ts_o),
     }
     return _frame(cols, _OPS_COLS)
@@ -892,21 +916,29 @@ _CONV_BWD_OPS = {
 _FLOP_OPS = set(_MM_OPS) | set(_CONV_OPS) | set(_CONV_BWD_OPS)
 
 
-def _op_flops(names: list, given: np.ndarray, concretes: list, dims: list):
-    """FLOPs per op (NaN if unknown) and the positions of convs whose output size was guessed."""
+def _op_flops(names: Coded, given: np.ndarray, concretes: Coded, dims: Coded):
+    """FLOPs per op (NaN if unknown) and the positions of convs whose output size was guessed.
+
+    Estimated once per distinct (name, shapes, concrete inputs): a trace repeats a few hundred."""
     out = given.copy()
     guessed: list = []
-    for i, name in enumerate(names):
-        if name in _FLOP_OPS and not out[i] == out[i] and dims[i]:
-            concrete = concretes[i]
+    candidates = (_per_value(names, _FLOP_OPS.__contains__)[names.codes] & np.isnan(out)
+                  & _per_value(dims, bool)[dims.codes])
+    done: dict = {}  # key -> (FLOPs or None, whether the conv's output size is a guess)
+    for i in np.flatnonzero(candidates).tolist():
+        key = (names.codes[i], dims.codes[i], concretes.codes[i])
+        known = done.get(key)
+        if known is None:
+            name, concrete = names[i], concretes[i]
             try:
                 f = _estimate_flops(name, dims[i], concrete)
             except (TypeError, ValueError, IndexError, ZeroDivisionError):
                 f = None
-            if f is not None and f >= 0:
-                out[i] = f
-                if name in _CONV_OPS and not concrete:
-                    guessed.append(i)
+            known = done[key] = (f if f is not None and f >= 0 else None, name in _CONV_OPS and not concrete)
+        if known[0] is not None:
+            out[i] = known[0]
+            if known[1]:
+                guessed.append(i)
     return out, guessed
 
 

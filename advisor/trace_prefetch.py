@@ -1,9 +1,9 @@
 """Read a trace ahead in a forked process, while ``advise analyze`` imports the rules and pandas.
 
-The read (:func:`advisor.trace_read.read_file`, ~0.4 s for a 50 MB trace) and the imports
-(~0.35 s) then overlap on two cores (:mod:`advisor.forked`). The reader's own imports (numpy,
-msgspec) happen before the fork, once: importing them in both processes at once was measured
-slower (the child's imports took 80-130 ms instead of ~30 ms). Whatever goes wrong in the child,
+The read (:func:`advisor.trace_read.read_raw`, ~0.3 s for a 50 MB trace) and the imports
+(~0.35 s) then overlap on two cores (:mod:`advisor.forked`). The reader's own imports (msgspec,
+ISA-L) happen before the fork, once; it needs no numpy (this process imports that with pandas).
+Whatever goes wrong in the child,
 :func:`collect` returns None and the caller reads the file itself.
 """
 
@@ -46,7 +46,7 @@ def prefetch(path: str | os.PathLike) -> None:
 
 
 class _Share:
-    """The reader's side of the hand-over (see :func:`advisor.trace_read.read_file`)."""
+    """The reader's side of the hand-over (see :func:`advisor.trace_read.read_raw`)."""
 
     def __init__(self, ask: int, data: int) -> None:
         os.set_blocking(ask, False)
@@ -68,9 +68,30 @@ class _Share:
 
 
 def _read_ahead(src: str, ask: int, data: int):
-    from .trace_read import read_file
+    from .trace_read import read_raw
 
-    return read_file(src, _Share(ask, data))
+    libc = _keep_freed_memory()
+    try:
+        return read_raw(src, _Share(ask, data))
+    finally:
+        if libc is not None:
+            libc.malloc_trim(0)  # what the read freed goes back before the result is handed over (peak RSS)
+
+
+def _keep_freed_memory():
+    """glibc in the reader: serve blocks from the heap and keep what is freed until the read ends.
+    Each block's buffers were mapped and unmapped anew: page faults measured at ~20 ms (6%) of a
+    50 MB read. The C library (to trim at the end), or None where it has no `mallopt`."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: glibc's highest
+        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+        libc.malloc_trim  # noqa: B018 - present where mallopt is (glibc)
+        return libc
+    except (OSError, AttributeError):
+        return None
 
 
 def prefetch_argv(argv: list[str]) -> None:
@@ -134,7 +155,7 @@ def collect(src: str | os.PathLike):
         return None
     if isinstance(doc, trace_read.Shared):
         return None if shared is None else trace_read.join(doc, shared, columns, n)
-    return doc, columns, n
+    return doc, trace_read.arrays(columns), n
 
 
 def _json_size(src: str) -> int:

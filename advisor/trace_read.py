@@ -5,16 +5,16 @@ the whole document first (``json.loads``) costs about six times the file in memo
 one dict per event. Here the file (plain or gzip) is read in blocks; the events list is cut
 between events (at a ``},`` that decodes as a whole list of events: a cut inside a string or a
 nested object cannot), each piece is decoded by msgspec straight into small typed structs that
-keep only the fields :mod:`advisor.trace` reads, and those are turned into numpy columns at
-once, names and shapes interned (a trace repeats a few hundred names and shapes millions of
-times). So the memory held is the columns plus one block, not the document.
+keep only the fields :mod:`advisor.trace` reads, and those are turned into columns at once,
+names and shapes as codes into one table each (a trace repeats a few hundred names and shapes
+millions of times). So the memory held is the columns plus one block, not the document.
 
 What does not stream (NaN or Infinity literals, invalid UTF-8, an event that is not an object,
 no ``traceEvents`` key found near the top) is decoded whole by the standard library, as
 tolerant as before, and goes through the same columns. :func:`read_file` returns the
 document's other keys, one :class:`Columns` per bucket, and the events' count.
 
-:mod:`advisor.trace_prefetch` runs :func:`read_file` ahead in a forked process, so that
+:mod:`advisor.trace_prefetch` runs :func:`read_raw` ahead in a forked process, so that
 ``advise analyze`` reads the trace on a second core while the interpreter imports the rest.
 """
 
@@ -26,12 +26,12 @@ import math
 import os
 import re
 import zlib
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 from msgspec import field
-import numpy as np
 
 try:  # Intel ISA-L's inflate: twice zlib's speed on a trace (36 vs 70 ms for 51 MB), same checks
     from isal import isal_zlib as _inflate
@@ -109,18 +109,91 @@ BUCKETS = ("ops", "ann", "kernels", "memcpy", "memset", "runtime", "python", "in
 
 # --------------------------------------------------------------------------
 # Columns
+#
+# The reader builds its columns without numpy: it runs in a process forked before numpy is
+# imported (:mod:`advisor.trace_prefetch`), so the read starts ~40 ms sooner. Numbers go into
+# ``array.array``, flags into ``bytearray``; :func:`arrays` makes numpy views of them (no copy)
+# in the process that reads the frames.
 
 
-class _Intern(dict):
-    """value -> the one shared copy (names, shapes: few distinct values, repeated per event)."""
+class Table:
+    """The distinct values of a kind of column (names, or JSON texts such as shapes), by code in
+    order of first appearance: ``keys`` (the names; the JSON texts) and ``values`` (the names; the
+    decoded JSON). One table per kind serves every column of a read, so its columns join and
+    concatenate by their codes."""
+
+    def __init__(self, kind: str, decode=None) -> None:
+        self.kind, self.decode, self.keys = kind, decode, []
+        self.values = self.keys if decode is None else []
+        self.index = _Index()
+        self.index.table = self
+
+    def coded(self, keys: list) -> "Coded":
+        """The column of these keys (new ones added)."""
+        return Coded(array("i", map(self.index.__getitem__, keys)), self)
+
+    def add(self, key, value) -> int:
+        """The code of `key`, added with `value` if new (joining another read's table)."""
+        code = self.index.get(key)
+        if code is None:
+            code = self.index[key] = len(self.keys)
+            self.keys.append(key)
+            if self.values is not self.keys:
+                self.values.append(value)
+        return code
+
+    def __getstate__(self):  # the index is rebuilt, the decoder is not needed past the read
+        return self.kind, self.keys, None if self.values is self.keys else self.values
+
+    def __setstate__(self, state) -> None:
+        self.kind, self.keys, values = state
+        self.decode, self.values = None, self.keys if values is None else values
+        self.index = _Index(zip(self.keys, range(len(self.keys))))
+        self.index.table = self
+
+
+class _Index(dict):
+    """key -> code; a new key is added to its table on first sight (the lookup stays in C)."""
 
     def __missing__(self, key):
-        self[key] = key
-        return key
+        table = self.table
+        code = self[key] = len(table.keys)
+        table.keys.append(key)
+        if table.values is not table.keys:
+            table.values.append(table.decode(key))
+        return code
+
+
+class Coded:
+    """A column of few distinct values (names, shapes), as codes into its :class:`Table`:
+    ``array('i')`` in the reader, int32 numpy after :func:`arrays`."""
+
+    __slots__ = ("codes", "table")
+
+    def __init__(self, codes, table: Table) -> None:
+        self.codes, self.table = codes, table
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i: int):
+        return self.table.values[self.codes[i]]
+
+    def take(self, index) -> "Coded":
+        """The rows at `index` (positions or a mask; numpy codes)."""
+        return Coded(self.codes[index], self.table)
+
+    def tolist(self) -> list:
+        return list(map(self.table.values.__getitem__, self.codes.tolist()))
+
+
+def _decode_raw(key: bytes):
+    return _ANY.decode(key) if key else None  # b"": the key was absent
 
 
 class Columns:
-    """One bucket's events as columns (numpy arrays, or lists of shared objects); ``ok``: a usable 'X' event."""
+    """One bucket's events as columns (numpy arrays, :class:`Coded` columns, lists); ``ok``: a usable 'X' event.
+    In the reader they are ``array.array`` and ``bytearray`` until :func:`arrays`."""
 
     def __init__(self, data: dict | None = None):
         self.data = data or {}
@@ -132,12 +205,43 @@ class Columns:
     def __getitem__(self, key):
         return self.data[key]
 
-    def take(self, mask: np.ndarray) -> "Columns":
+    def take(self, mask) -> "Columns":
+        import numpy as np
+
         idx = np.flatnonzero(mask)
         out = {}
         for k, v in self.data.items():
-            out[k] = v[mask] if isinstance(v, np.ndarray) else [v[i] for i in idx.tolist()]
+            out[k] = v.take(mask) if isinstance(v, Coded) else v[mask] if isinstance(v, np.ndarray) else [
+                v[i] for i in idx.tolist()]
         return Columns(out)
+
+
+def concat(parts: list):
+    """One column of several (numpy arrays, Coded columns of one table, lists)."""
+    import numpy as np
+
+    first = parts[0]
+    if isinstance(first, Coded):
+        return Coded(np.concatenate([p.codes for p in parts]), first.table)
+    if isinstance(first, np.ndarray):
+        return np.concatenate(parts)
+    return [v for p in parts for v in p]
+
+
+def arrays(columns: dict) -> dict:
+    """The reader's columns (per bucket) with numpy views of its arrays and flags (no copy)."""
+    import numpy as np
+
+    def view(v):
+        if isinstance(v, array):
+            return np.frombuffer(v, dtype=v.typecode)
+        if isinstance(v, bytearray):
+            return np.frombuffer(v, dtype=bool)
+        if isinstance(v, Coded) and isinstance(v.codes, array):
+            return Coded(np.frombuffer(v.codes, dtype=np.int32), v.table)
+        return v
+
+    return {b: Columns({k: view(v) for k, v in c.data.items()}) for b, c in columns.items()}
 
 
 class _Builder:
@@ -145,8 +249,8 @@ class _Builder:
 
     def __init__(self):
         self.parts: dict = {b: [] for b in BUCKETS}
-        self.strings = _Intern()
-        self.raw: dict = {}
+        self.names = Table("names")
+        self.raws = Table("raws", _decode_raw)  # shapes, types, concrete inputs, grids: JSON texts
         self.n_events = 0
 
     def add(self, events: list) -> None:
@@ -170,21 +274,21 @@ class _Builder:
         for b, parts in self.parts.items():
             if not parts:
                 out[b] = Columns()
-            elif len(parts) == 1:
-                out[b] = Columns(parts[0])
-            else:
-                out[b] = Columns({k: np.concatenate([p[k] for p in parts]) if isinstance(parts[0][k], np.ndarray)
-                                  else [v for p in parts for v in p[k]] for k in parts[0]})
+                continue
+            data = parts[0]
+            for more in parts[1:]:  # in place: the first piece's arrays grow
+                for k, v in more.items():
+                    if isinstance(v, Coded):
+                        data[k].codes += v.codes
+                    else:
+                        data[k] += v
+            out[b] = Columns(data)
         return out
 
     # ---- per piece
-    def _values(self, raws: list) -> list:
-        """Raw JSON values, each distinct text decoded once and shared (None when absent)."""
-        keys = list(map(bytes, raws))
-        table = self.raw
-        for key in set(keys).difference(table):
-            table[key] = _ANY.decode(key) if key else None
-        return list(map(table.__getitem__, keys))
+    def _values(self, raws: list) -> Coded:
+        """Raw JSON values as codes, each distinct text decoded once (None when absent)."""
+        return self.raws.coded(list(map(bytes, raws)))
 
     def _columns(self, bucket: str, evs: list) -> dict:
         n = len(evs)
@@ -196,37 +300,31 @@ class _Builder:
             if len(keep) < n:
                 evs = [evs[i] for i in keep]
                 args = [args[i] for i in keep]
-            ts = _numbers([e.ts for e in evs])
             return {
-                "ts": ts, "bytes": _numbers([a.mem_bytes for a in args]),
+                "ts": _numbers([e.ts for e in evs]), "bytes": _numbers([a.mem_bytes for a in args]),
                 "total_allocated": _numbers([a.total_allocated for a in args]),
                 "total_reserved": _numbers([a.total_reserved for a in args]),
                 "device_type": to_int_ids([a.device_type for a in args]),
                 "device_id": to_int_ids([a.device_id for a in args]),
             }
         names = [e.name for e in evs]
-        ts_raw = [e.ts for e in evs]
-        dur_raw = [e.dur for e in evs]
-        ok = np.ones(n, dtype=bool)
+        ok = None  # None: every event usable; else one 0/1 byte per event
         if not all(map(str.__instancecheck__, names)):
-            ok &= np.fromiter((isinstance(x, str) for x in names), bool, n)
+            ok = _both(ok, bytearray(isinstance(x, str) for x in names))
             names = [x if isinstance(x, str) else "" for x in names]
         phs = [e.ph for e in evs]
         if phs.count("X") != n:
-            ok &= np.fromiter((p == "X" for p in phs), bool, n)
-        ts, ts_ok = _times(ts_raw)
-        dur, dur_ok = _times(dur_raw)
-        if ts_ok is not None:
-            ok &= ts_ok
-        if dur_ok is not None:
-            ok &= dur_ok
-        strings = self.strings
+            ok = _both(ok, bytearray(p == "X" for p in phs))
+        ts, ts_ok = _times([e.ts for e in evs])
+        dur, dur_ok = _times([e.dur for e in evs])
+        ok = _both(_both(ok, ts_ok), dur_ok)
         cols = {
-            "name": [strings[x] for x in names], "ts": ts, "dur": dur, "ok": ok,
+            "name": self.names.coded(names), "ts": ts, "dur": dur,
+            "ok": bytearray(b"\x01") * n if ok is None else ok,
             "pid": to_int_ids([e.pid for e in evs]), "tid": to_int_ids([e.tid for e in evs]),
         }
         if bucket == "ann":
-            cols["gpu"] = np.fromiter((e.cat == "gpu_user_annotation" for e in evs), bool, n)
+            cols["gpu"] = bytearray(e.cat == "gpu_user_annotation" for e in evs)
         elif bucket == "ops":
             values = self._values
             cols["external_id"], cols["external_id_na"] = nullable_ints([a.external_id for a in args])
@@ -234,9 +332,9 @@ class _Builder:
             cols["input_types"] = values([a.input_type for a in args])
             cols["concrete"] = values([a.concrete for a in args])
             flops = [a.flops for a in args]
-            cols["flops"] = (np.full(n, _NAN) if all(v is None for v in flops) else
-                             np.array([v if isinstance(v, (int, float)) and not isinstance(v, bool) else _NAN
-                                       for v in flops], dtype=np.float64))
+            cols["flops"] = (array("d", [_NAN]) * n if all(v is None for v in flops) else
+                             array("d", [v if isinstance(v, (int, float)) and not isinstance(v, bool) else _NAN
+                                         for v in flops]))
         elif bucket in ("kernels", "memcpy", "memset", "runtime"):
             cols["correlation"], cols["correlation_na"] = nullable_ints([a.correlation for a in args])
         if bucket in ("kernels", "memcpy", "memset"):
@@ -253,25 +351,36 @@ class _Builder:
             cols["block"] = values([a.block for a in args])
             cols["registers"] = _numbers([a.registers for a in args])
         elif bucket in ("memcpy", "memset"):
-            cols["kind"] = [strings[k] if isinstance(k, str) else None for k in (a.kind for a in args)]
+            cols["kind"] = [k if isinstance(k, str) else None for k in (a.kind for a in args)]
             cols["bytes"] = _numbers([a.bytes for a in args])
         return cols
+
+
+def _both(a: bytearray | None, b: bytearray | None) -> bytearray | None:
+    """Per event, both flags set (None: all set)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return bytearray(x & y for x, y in zip(a, b))
 
 
 def _times(values: list):
     """ts or dur as float64 (null: NaN, to be counted as impossible), and which were usable (None: all)."""
     try:
-        arr = np.array(values, dtype=np.float64)
-        if arr.ndim == 1:
-            return arr, None
-    except (TypeError, ValueError, OverflowError):
+        return array("d", values), None
+    except (TypeError, OverflowError):
         pass
-    ok = np.fromiter((v is None or (isinstance(v, (int, float))) for v in values), bool, len(values))
-    return np.array([_as_float(v) for v in values], dtype=np.float64), ok
+    floats = [_as_float(v) for v in values]
+    ok = bytearray(v is None or isinstance(v, (int, float)) or f == f for v, f in zip(values, floats))
+    return array("d", floats), ok
 
 
 def _as_float(value) -> float:
     """A JSON number as a float: NaN if it is not a number, infinite if it is an integer beyond float range."""
+    if isinstance(value, str):  # '12.5': a number, as numpy reads it
+        try:
+            return float(value)
+        except ValueError:
+            return _NAN
     if not isinstance(value, (int, float)):
         return _NAN
     try:
@@ -280,38 +389,34 @@ def _as_float(value) -> float:
         return math.inf if value > 0 else -math.inf
 
 
-def _numbers(values: list) -> np.ndarray:
+def _numbers(values: list) -> array:
     try:
-        arr = np.array(values, dtype=np.float64)  # None -> NaN
-        if arr.ndim == 1:
-            return arr
-    except (TypeError, ValueError, OverflowError):
-        pass
-    return np.array([v if isinstance(v, (int, float)) else _NAN for v in values], dtype=np.float64)
+        return array("d", values)
+    except (TypeError, OverflowError):
+        return array("d", [_as_float(v) for v in values])  # None, a string: NaN
 
 
 _INT_RE = re.compile(r"-?\d+")
+_INT64 = range(-(2**63), 2**63)
 
 
-def to_int_ids(values: list, default: int = -1) -> np.ndarray:
+def to_int_ids(values: list, default: int = -1) -> array:
     """pid/tid/device/stream ids -> int64; strings like '25738' or 'stream 7' parsed."""
-    if not values:
-        return np.zeros(0, dtype=np.int64)
     try:
-        return np.array(values, dtype=np.int64)
-    except (ValueError, TypeError, OverflowError):
+        return array("q", values)
+    except (TypeError, OverflowError):
         pass
     cache: dict = {}
-    out = np.empty(len(values), dtype=np.int64)
+    out = array("q", bytes(8 * len(values)))
     for i, v in enumerate(values):
-        if isinstance(v, (int, float, np.integer)) and not isinstance(v, bool) and v == v:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v:
             r = int(v) if -(2**63) <= v < 2**63 else default
         else:
             r = cache.get(v, None) if isinstance(v, str) else None
             if r is None:
                 m = _INT_RE.search(v) if isinstance(v, str) else None
                 r = int(m.group()) if m else default
-                if not -(2**63) <= r < 2**63:
+                if r not in _INT64:
                     r = default
                 if isinstance(v, str):
                     cache[v] = r
@@ -319,25 +424,24 @@ def to_int_ids(values: list, default: int = -1) -> np.ndarray:
     return out
 
 
-def nullable_ints(values: list) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 values, missing mask) for a nullable integer column."""
+def nullable_ints(values: list) -> tuple[array, bytearray]:
+    """(int64 values, missing flags) for a nullable integer column."""
     n = len(values)
     try:
         if None not in values:
-            return np.array(values, dtype=np.int64), np.zeros(n, dtype=bool)
-        mask = np.fromiter((v is None for v in values), dtype=bool, count=n)
-        return np.array([0 if v is None else v for v in values], dtype=np.int64), mask
-    except (ValueError, TypeError, OverflowError):
-        vals, mask = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+            return array("q", values), bytearray(n)
+        return array("q", [0 if v is None else v for v in values]), bytearray(v is None for v in values)
+    except (TypeError, OverflowError):
+        vals, mask = array("q", bytes(8 * n)), bytearray(n)
         for i, v in enumerate(values):
             try:
                 iv = int(v)
-                if -(2**63) <= iv < 2**63:
+                if iv in _INT64:
                     vals[i] = iv
                     continue
             except (ValueError, TypeError, OverflowError):
                 pass
-            mask[i] = True
+            mask[i] = 1
         return vals, mask
 
 
@@ -357,8 +461,15 @@ class _NotStreamable(Exception):
 _HEAD_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
-def read_file(src: str, share=None) -> tuple[dict | Shared, dict, int]:
-    """(the document without its events, columns per bucket, number of events); TraceError on bad input.
+def read_file(src: str) -> tuple[dict, dict, int]:
+    """(the document without its events, columns per bucket, number of events); TraceError on bad input."""
+    doc, columns, n = read_raw(src)
+    return doc, arrays(columns), n
+
+
+def read_raw(src: str, share=None) -> tuple[dict | Shared, dict, int]:
+    """:func:`read_file` without numpy (``array.array`` columns, for :func:`arrays`): the reader forked
+    by :mod:`advisor.trace_prefetch` runs it.
 
     `share` (:mod:`advisor.trace_prefetch`'s reader): ``asked()`` is polled between blocks; when it
     says yes, the events left are split in two and ``give(bytes)`` hands the second half over
@@ -493,7 +604,8 @@ def _share(buf: bytearray, builder: _Builder, share) -> bool:
 
 
 def read_shared(data: bytes) -> tuple[bytes, dict, int]:
-    """The events a reader gave away (:class:`Shared`): (the bytes after the events list, columns, count)."""
+    """The events a reader gave away (:class:`Shared`): (the bytes after the events list, columns as
+    :func:`read_raw` gives them, count)."""
     buf = bytearray(b"[") + data
     builder = _Builder()
     while True:
@@ -508,15 +620,33 @@ def read_shared(data: bytes) -> tuple[bytes, dict, int]:
 def join(head: Shared, shared: tuple[bytes, dict, int], columns: dict, n: int) -> tuple[dict, dict, int]:
     """A reader's first half and :func:`read_shared`'s second half, as one :func:`read_file` answer."""
     tail, more, m = shared
+    columns, more = arrays(columns), arrays(more)
+    tables = {v.table.kind: v.table for c in columns.values() for v in c.data.values() if isinstance(v, Coded)}
     merged = {}
     for bucket in BUCKETS:
-        a, b = columns[bucket], more[bucket]
+        a, b = columns[bucket], _onto(more[bucket], tables)
         merged[bucket] = b if not len(a) else a if not len(b) else Columns(
-            {k: np.concatenate([v, b[k]]) if isinstance(v, np.ndarray) else v + b[k] for k, v in a.data.items()})
+            {k: concat([v, b[k]]) for k, v in a.data.items()})
     try:
         return _document(head.head, tail), merged, n + m
     except _NotStreamable:
         raise TraceError("the events list is not followed by a valid document") from None
+
+
+def _onto(c: Columns, tables: dict) -> Columns:
+    """`c` with its coded columns recoded into `tables` (kind -> Table; a kind not there joins them)."""
+    import numpy as np
+
+    out = {}
+    for k, v in c.data.items():
+        if isinstance(v, Coded):
+            into = tables.setdefault(v.table.kind, v.table)
+            if into is not v.table:
+                remap = np.array([into.add(key, value) for key, value in zip(v.table.keys, v.table.values)],
+                                 dtype=np.int32)
+                v = Coded(remap[v.codes], into)
+        out[k] = v
+    return Columns(out)
 
 
 def _document(head: bytes, tail: bytes) -> dict:

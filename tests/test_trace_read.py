@@ -226,7 +226,7 @@ def test_a_read_that_gives_half_of_what_is_left_joins_into_the_same_columns(tmp_
     whole = trace_read.read_file(path)
     monkeypatch.setattr(trace_read, "BLOCK", 64 << 10)  # 27 blocks: the ask lands mid-read
     asker = _Asker(when)
-    doc, columns, n = trace_read.read_file(path, asker)
+    doc, columns, n = trace_read.read_raw(path, asker)
     assert len(asker.given) == 1  # exactly one answer, asked or not
     if when == 10_000:
         assert asker.given == [b""] and doc == whole[0]
@@ -239,6 +239,8 @@ def test_a_read_that_gives_half_of_what_is_left_joins_into_the_same_columns(tmp_
             got = joined[1][bucket][key]
             if isinstance(value, np.ndarray):
                 assert np.array_equal(got, value, equal_nan=value.dtype.kind == "f"), (bucket, key)
+            elif isinstance(value, trace_read.Coded):  # codes differ (the halves' tables joined), values not
+                assert got.tolist() == value.tolist(), (bucket, key)
             else:
                 assert got == value, (bucket, key)
 
