@@ -17,7 +17,7 @@ import click
 
 from advisor.reports import terminal
 
-from . import compare, forked, metrics, report as report_mod, rundir, temporal
+from . import compare, forked, metrics, report as report_mod, rundir, temporal, trace_prefetch
 from .atomic import check_writable, write_json_atomic, write_text_atomic
 from .chatter import strip_log, without_chatter
 from .cli_exit import DISK_ERRNOS, EXIT_USAGE, STATUS_EXIT, fail, writing_error
@@ -381,6 +381,7 @@ def _diagnose(profile: Profile, rule_settings) -> tuple[list[Finding], list[str]
 
 def analyze_trace(path: Path, *, as_json: bool, out: Path | None, rule_settings=None) -> int:
     """`advise analyze`: the same Profile and rules from a Kineto trace a user already has."""
+    trace_prefetch.ask(path)  # the reader splits what it has left while the renderers import
     _import_renderings()
     try:
         profile = Profile.from_trace(path)

@@ -14,7 +14,7 @@ import os
 from . import forked
 
 PREFETCH_MAX_BYTES = 64 << 20  # bigger files are read in-process: the hand-over would double their columns
-_PENDING: dict = {}  # absolute path -> (forked.Ahead, the ask pipe, the hand-over pipe)
+_PENDING: dict = {}  # absolute path -> (forked.Ahead, the ask pipe (None once asked), the hand-over pipe)
 
 
 def prefetch(path: str | os.PathLike) -> None:
@@ -120,6 +120,27 @@ _VALUED = ("--out", "--select", "--ignore", "--config")  # `advise analyze`'s op
 SPLIT_MIN = 16 << 20  # bytes of JSON: below this, asking for half of the rest is not worth a hand-over
 
 
+def ask(src: str | os.PathLike) -> None:
+    """Ask the reader of `src` for half of the events it has left, where the file is big enough.
+
+    Called a little before this process is free to decode them (:func:`collect`): the reader
+    answers between blocks and inflates the rest first, ~20 ms that then overlap this process's
+    last imports. Once per read; a no-op when none is pending.
+    """
+    pending = _PENDING.get(os.path.abspath(os.fspath(src)))
+    if pending is None or pending[1] is None:
+        return
+    ahead, fd, data = pending
+    _PENDING[os.path.abspath(os.fspath(src))] = (ahead, None, data)
+    try:
+        if _json_size(os.fspath(src)) >= SPLIT_MIN:
+            os.write(fd, b"1")
+    except BrokenPipeError:  # the reader ended already (a bad file, say): its answer comes all the same
+        pass
+    finally:
+        os.close(fd)
+
+
 def collect(src: str | os.PathLike):
     """The prefetched result for `src`: None when none is pending or the child failed.
 
@@ -130,17 +151,11 @@ def collect(src: str | os.PathLike):
     """
     from . import trace_read
 
+    ask(src)
     pending = _PENDING.pop(os.path.abspath(os.fspath(src)), None)
     if pending is None:
         return None
-    ahead, ask, data = pending
-    try:
-        if _json_size(os.fspath(src)) >= SPLIT_MIN:
-            os.write(ask, b"1")
-    except BrokenPipeError:  # the reader ended already (a bad file, say): its answer is below
-        pass
-    finally:
-        os.close(ask)
+    ahead, _, data = pending
     shared = None
     try:
         with os.fdopen(data, "rb") as fh:

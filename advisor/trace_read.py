@@ -595,10 +595,9 @@ def _share(buf: bytearray, builder: _Builder, share) -> bool:
     cut = buf.find(b"},", len(buf) // 2)
     if cut < 0:
         return False
-    buf[cut + 1] = 0x5D  # ']'
     with memoryview(buf) as whole:
         share.give(whole[cut + 2:])  # first: the asker decodes its half while this one does the other
-    if _decode_into(buf, cut + 2, builder):
+    if _decode_pieces(buf, builder, cut + 2) == cut + 1:
         return True
     raise _NotStreamable  # not an event's end after all (inside a string): the given half is void, read whole
 
@@ -608,12 +607,8 @@ def read_shared(data: bytes) -> tuple[bytes, dict, int]:
     :func:`read_raw` gives them, count)."""
     buf = bytearray(b"[") + data
     builder = _Builder()
-    while True:
-        before = len(buf)
-        _decode_prefix(buf, builder)
-        if len(buf) == before:
-            break
-    tail = _decode_last(bytes(buf), builder)
+    pos = _decode_pieces(buf, builder, len(buf))
+    tail = _decode_last(bytes(buf[pos:]), builder)
     return tail, builder.finish(), builder.n_events
 
 
@@ -659,37 +654,63 @@ def _document(head: bytes, tail: bytes) -> dict:
     return doc
 
 
-def _decode_prefix(buf: bytearray, builder: _Builder, tries: int = 8) -> None:
-    """Decode the whole events at the front of `buf` ('[' + events...), leaving '[' + the rest in it.
-
-    In place, no copy of the block: the ',' after the last whole event becomes the ']' that
-    closes the list decoded, then the '[' that opens the rest.
-    """
-    end = len(buf)
-    for _ in range(tries):
-        cut = buf.rfind(b"},", 1, end)
-        if cut < 0:
-            break
-        buf[cut + 1] = 0x5D  # ']'
-        if _decode_into(buf, cut + 2, builder):
-            del buf[: cut + 1]
-            buf[0] = 0x5B  # '['
-            return
-        buf[cut + 1] = 0x2C  # ',' again
-        end = cut
-    if len(buf) > max(8 * BLOCK, 64 << 20):  # no cut decodes: something the stream cannot read
+def _decode_prefix(buf: bytearray, builder: _Builder) -> None:
+    """Decode the whole events at the front of `buf` ('[' + events...), leaving '[' + the rest in it."""
+    pos = _decode_pieces(buf, builder, len(buf))
+    if pos:
+        del buf[:pos]
+    elif len(buf) > max(8 * BLOCK, 64 << 20):  # no cut decodes: something the stream cannot read
         raise _NotStreamable
     # else: read more and try again
 
 
-def _decode_into(buf: bytearray, stop: int, builder: _Builder) -> bool:
-    """Decode buf[:stop] (a JSON list of events) into the builder; False if it does not decode.
+def _decode_pieces(buf: bytearray, builder: _Builder, stop: int) -> int:
+    """Decode the whole events of `buf` (from its '[') that end before `stop`, in pieces of about
+    BLOCK bytes (a piece decoded while its bytes are in cache); the offset of the '[' that opens
+    the events left (0: none decoded).
+
+    In place, no copy: the ',' after a piece's last event becomes the ']' that closes the piece,
+    then the '[' that opens the next. A cut must decode as a whole list of events, so one inside a
+    string or a nested object (which cannot) is passed over for an earlier one; a window with no
+    cut that decodes is widened.
+    """
+    pos, window = 0, BLOCK
+    while pos + 1 < stop:
+        hi = min(pos + window, stop)
+        cut = _cut(buf, pos, hi, builder)
+        if cut < 0:
+            if hi == stop:
+                break
+            window *= 2
+            continue
+        pos, window = cut + 1, BLOCK
+        buf[pos] = 0x5B  # '['
+    return pos
+
+
+def _cut(buf: bytearray, start: int, end: int, builder: _Builder, tries: int = 8) -> int:
+    """Decode buf[start:cut + 2] for the last of the last `tries` event ends ('},') before `end`
+    that decodes; that cut (-1: none). ``buf[cut + 1]`` is then ']'."""
+    for _ in range(tries):
+        cut = buf.rfind(b"},", start + 1, end)
+        if cut < 0:
+            break
+        buf[cut + 1] = 0x5D  # ']'
+        if _decode_into(buf, start, cut + 2, builder):
+            return cut
+        buf[cut + 1] = 0x2C  # ',' again
+        end = cut
+    return -1
+
+
+def _decode_into(buf: bytearray, start: int, stop: int, builder: _Builder) -> bool:
+    """Decode buf[start:stop] (a JSON list of events) into the builder; False if it does not decode.
 
     msgspec's Raw fields keep the buffer exported until the events are gone, so they are handed
     to the builder and dropped before the view is released (and `buf` can be resized again).
     """
     with memoryview(buf) as whole:
-        piece = whole[:stop]
+        piece = whole[start:stop]
         try:
             events = _EVENTS.decode(piece)
         except (msgspec.DecodeError, msgspec.ValidationError):

@@ -59,3 +59,37 @@ def test_no_doc_is_no_html():
 def test_docs_are_keyed_by_name_and_code():
     rules = [SimpleNamespace(name="dataloader-starvation", code="DL001", doc="a"), SimpleNamespace(name="x", code="", doc="b")]
     assert docs_by_key(rules) == {"dataloader-starvation": "a", "DL001": "a", "x": "b"}
+
+
+_RENDER_TWICE = """
+import sys
+from advisor.reports.ruledoc import doc_html
+html = doc_html(sys.argv[1])
+print("markdown_it" in sys.modules)
+print(html)
+"""
+
+
+def test_a_rendered_doc_is_kept_and_read_back_without_markdown_it(tmp_path):
+    """The first report renders a doc (markdown-it imported); the next reads the same HTML back
+    from the private cache folder and never imports markdown-it."""
+    import subprocess
+    import sys
+    import uuid
+
+    doc = f"## What it does\nFlags `x` ({uuid.uuid4().hex}: a text no earlier run kept).\n"
+    runs = [subprocess.run([sys.executable, "-c", _RENDER_TWICE, doc], capture_output=True, text=True, check=True).stdout
+            for _ in range(2)]
+    first, second = (r.split("\n", 1) for r in runs)
+    assert first[0] == "True" and second[0] == "False", runs
+    assert first[1] == second[1] == str(doc_html(doc)) + "\n" and "<h5>What it does</h5>" in first[1]
+
+
+def test_no_cache_folder_or_a_read_only_one_still_renders(tmp_path, monkeypatch):
+    from advisor.reports import ruledoc
+
+    want = str(doc_html(DOC))
+    monkeypatch.setattr(ruledoc, "_cache", lambda: (None, ""))
+    assert str(doc_html(DOC)) == want
+    monkeypatch.setattr(ruledoc, "_cache", lambda: (str(tmp_path / "missing"), "r"))  # every write fails
+    assert str(doc_html(DOC)) == want and not (tmp_path / "missing").exists()

@@ -262,3 +262,30 @@ def test_the_idle_parent_reads_half_of_the_rest_itself():
     path = trace_path(BIG)
     out = subprocess.run([sys.executable, "-c", _SHARED_READ, str(path)], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "True", "1"], out.stdout + out.stderr  # forked, collected, joined
+
+
+_READ_WITHOUT_NUMPY = """
+import sys
+from advisor import trace_read
+doc, columns, n = trace_read.read_raw(sys.argv[1])
+print("numpy" in sys.modules, n, len(columns["ops"]))
+"""
+
+
+def test_the_reader_needs_no_numpy():
+    """The forked reader starts before numpy is imported (it would cost the read ~40 ms): a whole
+    read of a real trace leaves numpy unimported."""
+    out = subprocess.run([sys.executable, "-c", _READ_WITHOUT_NUMPY, str(trace_path(RESNET))],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "False" and int(out[1]) > 1000 and int(out[2]) > 1000, out
+
+
+@pytest.mark.parametrize("rel", [RESNET, BIG])
+def test_names_are_the_categoricals_pandas_would_infer(rel):
+    """Built from codes, a frame's names are what ``pd.Series(names, dtype="category")`` gives:
+    the distinct names present, sorted, whatever the read's other columns hold."""
+    t = load_trace(trace_path(rel))
+    for frame in (t.ops, t.kernels, t.runtime, t.annotations):
+        inferred = pd.Series(frame["name"].astype(object).tolist(), dtype="category")
+        pd.testing.assert_series_equal(frame["name"], inferred, check_names=False)
+        assert len(frame) > 0
