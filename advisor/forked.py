@@ -57,7 +57,7 @@ def start(fn: Callable, *args) -> Ahead | None:
     """Run ``fn(*args)`` in a forked child; None where forking is not safe (see :func:`can_fork`)."""
     if not can_fork():
         return None
-    r, w = os.pipe()
+    r, w = pipe()
     pid = os.fork()
     if pid == 0:  # the child: compute, hand the result over, leave without running any exit handler
         code = 1
@@ -84,6 +84,19 @@ def start(fn: Callable, *args) -> Ahead | None:
         atexit.register(_abandon)
     _RUNNING.add(ahead)
     return ahead
+
+
+def pipe() -> tuple[int, int]:
+    """os.pipe() with a 1 MiB buffer where Linux allows it: a result of several MB then crosses in
+    a few writes, not one 64 KiB turn of each process at a time (an 8 MB result: 11 ms, not 19)."""
+    r, w = os.pipe()
+    try:
+        import fcntl
+
+        fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    except (ImportError, OSError):  # not Linux, or over /proc/sys/fs/pipe-max-size: the default buffer
+        pass
+    return r, w
 
 
 def can_fork() -> bool:

@@ -34,7 +34,7 @@ def prefetch(path: str | os.PathLike) -> None:
     from . import trace_read  # noqa: F401 - imported once, before the fork (see above)
 
     ask_r, ask_w = os.pipe()  # this process asks for the second half of what is left to read ...
-    data_r, data_w = os.pipe()  # ... and the reader hands it over (once, maybe empty)
+    data_r, data_w = forked.pipe()  # ... and the reader hands it over (once, maybe empty)
     ahead = forked.start(_read_ahead, src, ask_r, data_w)
     os.close(ask_r)
     os.close(data_w)
