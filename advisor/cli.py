@@ -228,10 +228,12 @@ def _all_profile_options(words: list[str]) -> bool:
 @_rule_options
 def analyze(traces, as_json, out, select, ignore, config):
     """Analyze Kineto traces (.json or .json.gz) a user already has: one, or one per rank (or a dir of them)."""
-    if len(traces) == 1:
-        from .trace_prefetch import prefetch
+    from .trace_prefetch import prefetch_all, trace_files
 
-        prefetch(traces[0])  # read on a second core while the rules, pandas and the rest import
+    try:
+        prefetch_all(trace_files(traces))  # read on a second core while the rules, pandas and the rest import
+    except ValueError:  # a missing file, an empty folder: said below
+        pass
     settings = _rule_settings(select, ignore, config, Path.cwd())  # a bad selection fails before any work
     from .pipeline import analyze_trace, analyze_traces
 

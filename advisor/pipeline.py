@@ -398,6 +398,7 @@ def analyze_traces(paths: list[Path], *, as_json: bool, out: Path | None, rule_s
     every rank through ``profile.ranks``; ``ranks`` in report.json has each rank's medians.
     """
     files = rank_trace_files(paths)
+    trace_prefetch.prefetch_all(files)  # (a no-op for those already being read)
     _import_renderings()
     profiles = []
     for path in files:
@@ -430,22 +431,11 @@ def analyze_traces(paths: list[Path], *, as_json: bool, out: Path | None, rule_s
 
 
 def rank_trace_files(paths: list[Path]) -> list[Path]:
-    """The trace files named; a folder stands for its ``*.json`` / ``*.json.gz`` files (those named
-    ``*trace*`` when there are any, as in a run dir beside report.json and probe.json)."""
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
-            named = [p for p in found if "trace" in p.name]  # a run dir: its traces, not report/probe .json
-            found = named or found
-            if not found:
-                fail(f"{path}: no .json or .json.gz trace in this folder")
-            files += found
-        elif not path.exists():
-            fail(f"{path}: no such file")
-        else:
-            files.append(path)
-    return files
+    """The trace files named (a folder stands for its traces: :func:`advisor.trace_prefetch.trace_files`)."""
+    try:
+        return trace_prefetch.trace_files(paths)
+    except ValueError as exc:
+        fail(str(exc))
 
 
 def order_by_rank(profiles: list[Profile], files: list[Path]) -> list[Profile]:

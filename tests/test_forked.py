@@ -45,10 +45,18 @@ def test_a_result_an_exception_and_a_dead_child():
     assert out.stdout.split("\n")[:3] == ["42", "raised planted in the child", "failed"], out.stdout + out.stderr
 
 
-def test_the_page_tables_built_in_a_fork_equal_those_built_in_process(tmp_path):
-    """`advise analyze` builds the roofline and top-table rows in a fork while the rules run: the
-    page and report.json are those of a run that never forks."""
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_the_page_tables_built_in_a_fork_equal_those_built_in_process(tmp_path, ranks):
+    """`advise analyze` reads its traces ahead in forks (a job's ranks two at a time) and builds the
+    roofline and top-table rows in a fork while the rules run: the page and report.json are those
+    of a run that never forks."""
     trace = str(trace_path(HTA_TRACE))
+    if ranks == 2:  # a folder of a job's two rank traces
+        (tmp_path / "job").mkdir()
+        for rank in (0, 1):
+            src = trace_path(HTA_TRACE.replace("rank-0", f"rank-{rank}"))
+            (tmp_path / "job" / src.name).write_bytes(src.read_bytes())
+        trace = str(tmp_path / "job")
     subprocess.run(advise_cmd("analyze", trace, "--out", str(tmp_path / "forked")), check=True, capture_output=True)
     alone = ("import sys; from advisor import forked; forked.can_fork = lambda: False; "
              "sys.argv = ['advise', 'analyze', sys.argv[1], '--out', sys.argv[2]]; "
@@ -60,6 +68,7 @@ def test_the_page_tables_built_in_a_fork_equal_those_built_in_process(tmp_path):
     assert reports[0] == reports[1]
     pages = [(tmp_path / d / "report.html").read_text() for d in ("forked", "alone")]
     assert "GPU kernels on the roofline" in pages[0] and "CPU operators" in pages[0]
+    assert len(reports[0].get("ranks", [None])) == ranks
     assert _without_start(pages[0]) == _without_start(pages[1])  # each page names its own start time
 
 
@@ -77,3 +86,29 @@ def test_a_child_nobody_collects_is_killed_at_exit():
     assert out.returncode == 3
     with pytest.raises(ProcessLookupError):  # reaped at exit, not an orphan sleeping on
         os.kill(int(out.stdout), 0)
+
+
+_READ_MANY = """
+import os, sys
+from advisor import forked, trace_prefetch, trace_read
+paths = sys.argv[1:]
+trace_prefetch.prefetch_all(paths)
+print(len(trace_prefetch._PENDING), len(trace_prefetch._WAITING))
+for path in paths:
+    doc, columns, n = trace_prefetch.collect(path)
+    alone = trace_read.read_file(path)
+    print(doc == alone[0] and n == alone[2] and len(columns["ops"]) == len(alone[1]["ops"]),
+          len(trace_prefetch._PENDING), len(trace_prefetch._WAITING))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or len(os.sched_getaffinity(0)) < 2, reason="one core: nothing is forked")
+def test_a_jobs_traces_are_read_ahead_as_many_at_once_as_there_are_cores():
+    """Three traces: as many readers start as there are cores (two in CI), the others wait; each
+    collect frees a reader for the next; every answer is the in-process read's."""
+    paths = [str(trace_path(HTA_TRACE.replace("rank-0", f"rank-{r}"))) for r in (0, 1)] + [
+        str(trace_path("kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"))]
+    out = subprocess.run([sys.executable, "-c", _READ_MANY, *paths], capture_output=True, text=True, check=True)
+    first = min(len(os.sched_getaffinity(0)), 3)
+    want = [f"{first} {3 - first}"] + [f"True {min(first, left)} 0" for left in (2, 1, 0)]
+    assert out.stdout.split("\n")[:4] == want, out.stdout + out.stderr

@@ -168,18 +168,24 @@ def test_analyze_imports_neither_torch_nor_scipy(tmp_path):
 
 
 @pytest.mark.parametrize("argv, started", [
-    (["analyze", "t.json"], "t.json"),
-    (["analyze", "--out", "o", "--select", "DL", "t.json", "--json"], "t.json"),
-    (["analyze", "--out=o", "t.json"], "t.json"),
-    (["analyze", "a.json", "b.json"], None),  # several ranks: read in turn, not ahead
+    (["analyze", "t.json"], ["t.json"]),
+    (["analyze", "--out", "o", "--select", "DL", "t.json", "--json"], ["t.json"]),
+    (["analyze", "--out=o", "t.json"], ["t.json"]),
+    (["analyze", "a.json", "b.json"], ["a.json", "b.json"]),  # several ranks, read ahead together
+    (["analyze", "job"], ["job/r0.json", "job/r1.json"]),  # a folder of them
+    (["analyze", "missing.json"], None),  # the command says so
     (["analyze", "--help", "t.json"], None),  # click's business
     (["analyze", "--frobnicate", "t.json"], None),
     (["profile", "t.json"], None),
     ([], None),
 ])
-def test_the_trace_read_ahead_is_found_on_argv_before_the_cli_loads(monkeypatch, argv, started):
-    calls: list[str] = []
-    monkeypatch.setattr(trace_prefetch, "prefetch", calls.append)
+def test_the_trace_read_ahead_is_found_on_argv_before_the_cli_loads(monkeypatch, tmp_path, argv, started):
+    for name in ("t.json", "a.json", "b.json", "job/r0.json", "job/r1.json"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    calls: list = []
+    monkeypatch.setattr(trace_prefetch, "prefetch_all", lambda paths: calls.append([str(p) for p in paths]))
     trace_prefetch.prefetch_argv(argv)
     assert calls == ([started] if started else [])
 
