@@ -1,10 +1,10 @@
 """Read traces ahead in forked processes, while ``advise analyze`` imports the rules and pandas.
 
-The read (:func:`advisor.trace_read.read_raw`, ~0.3 s for a 50 MB trace) and the imports
-(~0.35 s) then overlap on two cores (:mod:`advisor.forked`). The reader's own imports (msgspec,
-ISA-L) happen before the fork, once; it needs no numpy (this process imports that with pandas).
-Whatever goes wrong in the child,
-:func:`collect` returns None and the caller reads the file itself.
+The read (:func:`advisor.trace_read.read_raw`, ~0.26 s for a 50 MB trace) and the imports
+(~0.25 s) then overlap on two cores (:mod:`advisor.forked`); a job's rank traces are read as many
+at once as there are cores. The reader's own imports (msgspec, ISA-L) happen before the fork,
+once; it needs no numpy (this process imports that with pandas). Whatever goes wrong in a
+child, :func:`collect` returns None and the caller reads the file itself.
 """
 
 from __future__ import annotations
