@@ -17,11 +17,15 @@ PREFETCH_MAX_BYTES = 64 << 20  # bigger files are read in-process: the hand-over
 _PENDING: dict = {}  # absolute path -> (forked.Ahead, the ask pipe (None once asked), the hand-over pipe)
 
 
-def prefetch(path: str | os.PathLike) -> None:
-    """Start reading `path` in a forked process, for :func:`collect` to pick up.
+def prefetch(path: str | os.PathLike, after: int | None = None) -> int | None:
+    """Start reading `path` in a forked process, for :func:`collect` to pick up; the read end of a
+    pipe that says when the read is done (or the reader died), to start another after it.
 
-    A no-op where :func:`advisor.forked.can_fork` says no (no fork, one core, other threads
-    running: a test runner's) or for a file over ``PREFETCH_MAX_BYTES``.
+    `after`: such a pipe of an earlier reader; this one waits for it (a lane of readers, each one
+    starting when the one before it ends, without this process having to be there: see
+    :func:`prefetch_all`). None (nothing started) where :func:`advisor.forked.can_fork` says no
+    (no fork, one core, other threads running: a test runner's) or for a file over
+    ``PREFETCH_MAX_BYTES``.
     """
     src = os.fspath(path)
     key = os.path.abspath(src)  # collect finds it by this, however the path was spelled
@@ -30,19 +34,21 @@ def prefetch(path: str | os.PathLike) -> None:
     except OSError:
         small = False
     if not small or key in _PENDING or not forked.can_fork():
-        return
+        return None
     from . import trace_read  # noqa: F401 - imported once, before the fork (see above)
 
     ask_r, ask_w = os.pipe()  # this process asks for the second half of what is left to read ...
     data_r, data_w = forked.pipe()  # ... and the reader hands it over (once, maybe empty)
-    ahead = forked.start(_read_ahead, src, ask_r, data_w)
-    os.close(ask_r)
-    os.close(data_w)
+    done_r, done_w = os.pipe()  # the reader's read has ended (or the reader has)
+    ahead = forked.start(_read_ahead, src, ask_r, data_w, done_w, after)
+    for fd in (ask_r, data_w, done_w):
+        os.close(fd)
     if ahead is None:
-        os.close(ask_w)
-        os.close(data_r)
-    else:
-        _PENDING[key] = (ahead, ask_w, data_r)
+        for fd in (ask_w, data_r, done_r):
+            os.close(fd)
+        return None
+    _PENDING[key] = (ahead, ask_w, data_r)
+    return done_r
 
 
 class _Share:
@@ -67,13 +73,17 @@ class _Share:
             out.write(data)
 
 
-def _read_ahead(src: str, ask: int, data: int):
+def _read_ahead(src: str, ask: int, data: int, done: int, after: int | None):
     from .trace_read import read_raw
 
+    if after is not None:
+        os.read(after, 1)  # the reader before this one in its lane has ended its read (or died: EOF)
+        os.close(after)
     libc = _keep_freed_memory()
     try:
         return read_raw(src, _Share(ask, data))
     finally:
+        os.close(done)  # the next reader in this lane starts (EOF)
         if libc is not None:
             libc.malloc_trim(0)  # what the read freed goes back before the result is handed over (peak RSS)
 
@@ -141,13 +151,16 @@ def trace_files(paths) -> list:
     return files
 
 
-_WAITING: list = []  # traces to read ahead once a reader is free (prefetch_all)
+_WAITING: list = []  # traces to read ahead once a reader can be started (prefetch_all)
+_LANES: list = []  # per lane (one per core), the pipe that says its last reader's read has ended
+READ_AHEAD = 8  # readers started at once at most (the others start as traces are collected)
 
 
 def prefetch_all(paths) -> None:
-    """Read ahead every trace of `paths` (one per rank, say), as many at once as there are cores;
-    each :func:`collect` frees a reader for the next. HTA reads a job's ranks in a process pool;
-    read one after the other, 4 ranks of 51 MB took advise 1.5 s."""
+    """Read ahead every trace of `paths` (one per rank, say), one lane of readers per core: in a
+    lane each reader waits for the one before it to end its read, so the cores stay busy while
+    this process imports and builds the frames, without waiting for it to collect. HTA reads a
+    job's ranks in a process pool; read one after the other, 4 ranks of 51 MB took advise 1.5 s."""
     for path in paths:
         key = os.path.abspath(os.fspath(path))
         if key not in _PENDING and key not in _WAITING:
@@ -156,8 +169,16 @@ def prefetch_all(paths) -> None:
 
 
 def _start_waiting() -> None:
-    while _WAITING and len(_PENDING) < forked._cores():
-        prefetch(_WAITING.pop(0))  # (declined: too big, no fork; then it is read in-process)
+    while _WAITING and len(_PENDING) < READ_AHEAD:
+        after = _LANES.pop(0) if len(_LANES) >= forked._cores() else None
+        done = prefetch(_WAITING.pop(0), after)  # (declined: too big, no fork; then it is read in-process)
+        if done is None:
+            if after is not None:
+                _LANES.insert(0, after)
+            continue
+        if after is not None:
+            os.close(after)  # the new reader has its copy
+        _LANES.append(done)
 
 
 SPLIT_MIN = 16 << 20  # bytes of JSON: below this, asking for half of the rest is not worth a hand-over

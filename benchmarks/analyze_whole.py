@@ -12,10 +12,11 @@ a busy machine moves less than wall time) and its peak RSS summed over its proce
 The two alternate, ``--repeat`` times (>= 3), so machine noise hits both alike; the ratios come
 from this one run. Peak RSS comes from two more runs of each side, watched and not timed. ``--big-gb N`` then builds an N GB trace in /tmp (the chosen trace's events
 copied end to end, timestamps, step numbers and ids shifted; deleted afterwards) and measures
-advise alone on it (HTA needs several times the file in memory).
+advise alone on it (HTA needs several times the file in memory). ``--ranks N`` times both sides on
+a job of N ranks: N copies of the trace as ranks 0..N-1 in one folder.
 
     pip install -e ".[bench]"
-    python benchmarks/analyze_whole.py [--trace PATH] [--repeat 5] [--big-gb 1]
+    python benchmarks/analyze_whole.py [--trace PATH] [--repeat 5] [--ranks 4] [--big-gb 1]
 
 The default trace is the largest one in shared/traces (by uncompressed size).
 """
@@ -152,12 +153,29 @@ def make_big(trace: Path, target: int, path: Path) -> int:
     return path.stat().st_size
 
 
+def make_ranks(trace: Path, n: int, folder: Path) -> None:
+    """`n` copies of `trace` in `folder`, as ranks 0..n-1 of one job (their distributedInfo)."""
+    import json
+
+    import msgspec
+
+    opener = gzip.open if trace.suffix == ".gz" else open
+    with opener(trace, "rb") as fh:
+        doc = json.loads(fh.read())
+    folder.mkdir()
+    for rank in range(n):
+        doc["distributedInfo"] = {**(doc.get("distributedInfo") or {}), "rank": rank, "world_size": n}
+        (folder / f"rank{rank}.json.gz").write_bytes(gzip.compress(msgspec.json.encode(doc), 6))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=None, help="Kineto trace (default: the largest shared one).")
     parser.add_argument("--repeat", type=int, default=5, help="Runs of each side, alternating (>= 3).")
     parser.add_argument("--big-gb", type=float, default=0.0, help="Also analyze a trace of this many GB (advise only).")
     parser.add_argument("--no-hta", action="store_true", help="Skip HTA (with --big-gb: the big trace alone).")
+    parser.add_argument("--ranks", type=int, default=0,
+                        help="Also time a job of this many ranks: copies of the trace as ranks 0..N-1, one folder, both sides.")
     args = parser.parse_args()
     if args.repeat < 3:
         parser.error("--repeat must be at least 3")
@@ -200,6 +218,18 @@ def main() -> None:
             print(f"ratio      advise is {statistics.median(h.wall for h in hta_runs) / statistics.median(a.wall for a in adv):.1f}x "
                   f"faster than HTA in wall time (per alternating pair: {', '.join(f'{r:.1f}' for r in wall)}), "
                   f"{cpu:.1f}x in CPU time; peak RSS {max(a.peak for a in adv) / max(h.peak for h in hta_runs):.2f}x HTA's")
+        if args.ranks > 0 and not args.no_hta:
+            job = tmp / "job"
+            make_ranks(trace, args.ranks, job)
+            adv, hta_runs = [], []
+            run(advise_cmd(job, tmp / "job-warm"))
+            for i in range(args.repeat):
+                adv.append(run(advise_cmd(job, tmp / f"job-out{i}")))
+                hta_runs.append(run([sys.executable, "-c", HTA_SCRIPT, str(job)]))
+            a, h = statistics.median(r.wall for r in adv), statistics.median(r.wall for r in hta_runs)
+            pairs = sorted(x.wall / y.wall for y, x in zip(adv, hta_runs))
+            print(f"{args.ranks} ranks    advise {a:.2f} s, HTA {h:.2f} s (medians of {args.repeat}, alternating; HTA parses "
+                  f"the ranks in a process pool): {h / a:.1f}x (pairs: {', '.join(f'{r:.1f}' for r in pairs)})")
         if args.big_gb > 0:
             big = tmp / "big.json"
             n = make_big(trace, int(args.big_gb * 2**30), big)
