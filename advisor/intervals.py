@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["merge", "coverage", "union_length"]
+__all__ = ["merge", "coverage", "subtract", "union_length"]
 
 
 def merge(starts, ends) -> tuple[np.ndarray, np.ndarray]:
@@ -61,6 +61,30 @@ def coverage(ms: np.ndarray, me: np.ndarray, lo, hi) -> np.ndarray:
     total -= np.where(has, np.clip(lo - ms[j0], 0.0, None), 0.0)
     total -= np.where(has, np.clip(me[j1] - hi, 0.0, None), 0.0)
     return np.where(hi >= lo, np.clip(total, 0.0, None), 0.0)
+
+
+def subtract(ms, me, cs, ce) -> tuple[np.ndarray, np.ndarray]:
+    """Merged intervals (ms, me) less merged intervals (cs, ce): what no (cs, ce) covers, merged.
+
+    Vectorised: the bounds of both cut the line into pieces; a piece is kept when its start lies in
+    an (ms, me) interval and in no (cs, ce) one (tested at the start, an input value, so no
+    rounding), and kept pieces that touch are joined.
+    """
+    ms, me, cs, ce = (np.asarray(a, dtype=np.float64) for a in (ms, me, cs, ce))
+    if not ms.size or not cs.size:
+        return ms.copy(), me.copy()
+    points = np.unique(np.concatenate([ms, me, cs, ce]))
+    lo, hi = points[:-1], points[1:]
+    keep = _inside(lo, ms, me) & ~_inside(lo, cs, ce)
+    first = keep & np.concatenate(([True], ~keep[:-1]))
+    last = keep & np.concatenate((~keep[1:], [True]))
+    return lo[first], hi[last]
+
+
+def _inside(t: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether each time lies in one of the sorted, disjoint [start, end) intervals."""
+    i = np.searchsorted(starts, t, side="right") - 1
+    return (i >= 0) & (t < ends[np.maximum(i, 0)])
 
 
 def union_length(starts, ends) -> float:

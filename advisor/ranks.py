@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .intervals import coverage, merge
+from .intervals import coverage, merge, subtract
+from .trace import name_mask as trace_name_mask
 
 _GPU_COLLECTIVE = re.compile(r"nccl|rccl", re.IGNORECASE)
 _CPU_COLLECTIVE = re.compile(r"^gloo:")
@@ -42,33 +43,7 @@ COLUMNS = ("rank", "index", "duration_s", "comm_s", "exposed_comm_s", "compute_s
 
 def name_mask(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
     """Which names `pattern` finds, tried once per distinct name (kernel names repeat thousands of times)."""
-    if not len(names):
-        return np.zeros(0, dtype=bool)
-    hits = [n for n in names.unique() if isinstance(n, str) and pattern.search(n)]
-    return names.isin(hits).to_numpy()
-
-
-def subtract(ms, me, cs, ce) -> tuple[np.ndarray, np.ndarray]:
-    """Merged intervals (ms, me) minus merged intervals (cs, ce): what no (cs, ce) covers."""
-    out_s, out_e = [], []
-    j = 0
-    for s, e in zip(ms, me):
-        cur = s
-        while j < len(cs) and ce[j] <= cur:
-            j += 1
-        k = j
-        while k < len(cs) and cs[k] < e:
-            if cs[k] > cur:
-                out_s.append(cur)
-                out_e.append(cs[k])
-            cur = max(cur, ce[k])
-            if ce[k] >= e:
-                break
-            k += 1
-        if cur < e:
-            out_s.append(cur)
-            out_e.append(e)
-    return np.asarray(out_s, dtype=np.float64), np.asarray(out_e, dtype=np.float64)
+    return trace_name_mask(names, pattern.search)
 
 
 def collectives(profile) -> pd.DataFrame:

@@ -489,13 +489,15 @@ def _step_spans(ann: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _name_prefix_mask(names: pd.Series, prefix: str) -> np.ndarray:
-    """names.str.startswith(prefix), via the few distinct names (much faster)."""
-    uniq = pd.unique(names.to_numpy(dtype=object))
-    hits = [u for u in uniq.tolist() if isinstance(u, str) and u.startswith(prefix)]
-    if not hits:
-        return np.zeros(len(names), dtype=bool)
-    return names.isin(hits).to_numpy(dtype=bool)
+def name_mask(names: pd.Series, test) -> np.ndarray:
+    """``test(name)`` for each row, decided once per distinct name: a frame's categories (names
+    repeat thousands of times), else the distinct values. A missing name is False."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        categories = names.cat.categories
+        hit = np.fromiter((isinstance(c, str) and bool(test(c)) for c in categories), bool, len(categories))
+        return np.append(hit, False)[names.cat.codes.to_numpy()]  # code -1 (missing) reads the last slot: False
+    hits = [u for u in pd.unique(names.to_numpy(dtype=object)).tolist() if isinstance(u, str) and test(u)]
+    return names.isin(hits).to_numpy(dtype=bool) if hits else np.zeros(len(names), dtype=bool)
 
 
 def _build_steps(span, ops, ann, kernels, memcpy) -> pd.DataFrame:
@@ -508,7 +510,7 @@ def _build_steps(span, ops, ann, kernels, memcpy) -> pd.DataFrame:
         parts_s, parts_e = [], []
         for f in (ops, ann):
             if len(f):
-                m = _name_prefix_mask(f["name"], prefix)
+                m = name_mask(f["name"], lambda name: name.startswith(prefix))
                 if m.any():
                     parts_s.append(f["ts_us"].to_numpy()[m])
                     parts_e.append(f["end_us"].to_numpy()[m])

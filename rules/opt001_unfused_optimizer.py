@@ -35,7 +35,12 @@ floating-point dtype; `foreach` needs more temporary memory (a copy of the gradi
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
+
+import numpy as np
+
+from advisor.ranks import name_mask
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
@@ -89,6 +94,10 @@ def check(profile, *, min_launches_per_step: int = 50, min_optimizer_frac: float
         return  # one finding per run: the overrides apply to every optimizer
 
 
+_LAUNCH = re.compile("LaunchKernel")
+_MULTI_TENSOR = re.compile("multi_tensor_apply|fused_adam|FusedAdam|fused_sgd", re.IGNORECASE)
+
+
 def _from_trace(profile, min_launches: int) -> dict | None:
     """The trace's Optimizer.step: class, launches per step, whether it is single-tensor."""
     ann = profile.annotations
@@ -97,15 +106,19 @@ def _from_trace(profile, min_launches: int) -> dict | None:
         return None
     cls = opt["name"].iloc[0].split("#", 1)[1].split(".", 1)[0]
     rt = profile.runtime
-    launches = rt[rt["name"].str.contains("LaunchKernel", regex=False)]
+    launches = rt[name_mask(rt["name"], _LAUNCH)]
+    l_tid, l_ts, l_end = (launches[c].to_numpy() for c in ("tid", "ts_us", "end_us"))
+    l_corr = launches["correlation"].to_numpy(dtype="float64", na_value=np.nan)
+    k = profile.kernels
+    k_corr = k["correlation"].to_numpy(dtype="float64", na_value=np.nan)
+    k_multi = name_mask(k["name"], _MULTI_TENSOR)
     per_range = []
     multi = False
-    k = profile.kernels
     for r in opt.itertuples():
-        inside = launches[(launches["tid"] == r.tid) & (launches["ts_us"] >= r.ts_us) & (launches["end_us"] <= r.end_us)]
-        per_range.append(len(inside))
-        names = k.loc[k["correlation"].isin(inside["correlation"]), "name"]
-        multi = multi or names.str.contains("multi_tensor_apply|fused_adam|FusedAdam|fused_sgd", case=False, regex=True).any()
+        inside = (l_tid == r.tid) & (l_ts >= r.ts_us) & (l_end <= r.end_us)
+        per_range.append(int(inside.sum()))
+        corr = l_corr[inside]
+        multi = multi or bool(k_multi[np.isin(k_corr, corr[~np.isnan(corr)])].any())
     n_steps = max(1, opt["step"].nunique())
     per_step = sum(per_range) / n_steps
     single = None if per_step == 0 else (not multi and per_step >= min_launches)

@@ -20,9 +20,8 @@ from click.testing import CliRunner
 
 from advisor.cli import main
 from advisor.engine import Settings, run_rules
-from advisor.intervals import merge
+from advisor.intervals import merge, subtract
 from advisor.profile import Profile
-from advisor.ranks import subtract
 from advisor.rules.registry import load_rules
 from conftest import FAST, WORKLOADS, advise_cmd, trace_path
 
