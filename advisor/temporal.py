@@ -51,10 +51,9 @@ def hta_breakdown(trace: "TraceFrames | None") -> dict | None:
     """HTA's temporal breakdown of one trace (one rank), with the per-step split; None without GPU events."""
     if trace is None:
         return None
-    names, ts, end, corr = _gpu_events(trace)
+    cats, ts, end, corr = _gpu_events(trace)
     if len(ts) == 0:
         return None
-    cats = _categories(names)
     keep = _launched_before_last_step(trace, corr)
     whole = _split(ts[keep], end[keep], cats[keep], None, None)
     steps = trace.steps
@@ -81,19 +80,30 @@ def for_ranks(traces: list) -> dict | None:
 
 
 def _gpu_events(trace: "TraceFrames"):
+    """(category codes: _KINDS' positions, starts, ends, correlations) of the kernels, copies and fills."""
     k, m = trace.kernels, trace.memcpy
-    names = np.concatenate([k["name"].to_numpy(dtype=object), m["name"].to_numpy(dtype=object)])
+    kinds = np.concatenate([_kind_codes(k["name"]), _kind_codes(m["name"])])
     ts = np.concatenate([k["ts_us"].to_numpy(dtype=np.float64), m["ts_us"].to_numpy(dtype=np.float64)])
     end = np.concatenate([k["end_us"].to_numpy(dtype=np.float64), m["end_us"].to_numpy(dtype=np.float64)])
     corr = np.concatenate([k["correlation"].to_numpy(dtype=np.float64, na_value=np.nan),
                            m["correlation"].to_numpy(dtype=np.float64, na_value=np.nan)])
-    return names, ts, end, corr
+    return kinds, ts, end, corr
 
 
-def _categories(names: np.ndarray) -> np.ndarray:
-    """Category per event, decided once per distinct name."""
-    seen = {n: category_of(n) for n in set(names.tolist())}
-    return np.array([seen[n] for n in names.tolist()], dtype=object)
+_KINDS = ("compute", "communication", "memory", "other")  # the order each is taken outside the ones before
+
+
+def _kind_codes(names) -> np.ndarray:
+    """Each event's category as its position in _KINDS, decided once per distinct name (the
+    frames' names are categoricals; a plain column is factorised)."""
+    import pandas as pd
+
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        codes, distinct = names.cat.codes.to_numpy(), names.cat.categories
+    else:
+        codes, distinct = pd.factorize(names.astype(object))
+    per = np.array([_KINDS.index(category_of(n)) for n in distinct] + [_KINDS.index("other")], dtype=np.int8)
+    return per[codes]  # code -1 (missing) reads the last: other
 
 
 def _launched_before_last_step(trace: "TraceFrames", corr: np.ndarray) -> np.ndarray:
@@ -121,8 +131,8 @@ def _split(ts, end, cats, lo, hi) -> dict:
         scalar = False
     covered, out = np.zeros(len(lo)), {}
     mask = np.zeros(len(ts), dtype=bool)
-    for c in ("compute", "communication", "memory", "other"):
-        mask |= cats == c
+    for code, c in enumerate(_KINDS):
+        mask |= cats == code
         upto = intervals.coverage(*intervals.merge(ts[mask], end[mask]), lo, hi)
         out[c] = upto - covered
         covered = upto
