@@ -20,14 +20,11 @@ document's other keys, one :class:`Columns` per bucket, and the events' count.
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import os
 import re
 import zlib
 from array import array
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -581,12 +578,14 @@ def _stream(src: str, gz: bool, builder: _Builder, share=None) -> dict | Shared:
 SHARE_MAX = 256 << 20  # bytes of JSON left: more than this are not shared (held in memory at once)
 
 
-@dataclass
 class Shared:
-    """:func:`read_file`'s answer in place of the document when the second half of the events went
+    """:func:`read_raw`'s answer in place of the document when the second half of the events went
     to the asker (:func:`read_shared` reads it, :func:`join` puts the two together)."""
 
-    head: bytes
+    __slots__ = ("head",)
+
+    def __init__(self, head: bytes) -> None:
+        self.head = head
 
 
 def _share(buf: bytearray, builder: _Builder, share) -> bool:
@@ -742,6 +741,8 @@ def _decode_last(buf: bytes, builder: _Builder, tries: int = 16) -> bytes:
 
 def _whole(src: str, gz: bool, builder: _Builder) -> dict:
     """The tolerant path: the whole document through the standard library, then the same columns."""
+    import gzip  # (here, not above: the reader imports what it needs before it is forked)
+    import json
     try:
         with open(src, "rb") as fh:
             raw = fh.read()
