@@ -58,6 +58,7 @@ def start(fn: Callable, *args) -> Ahead | None:
     if not can_fork():
         return None
     r, w = pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: compute, hand the result over, leave without running any exit handler
         code = 1
@@ -65,6 +66,7 @@ def start(fn: Callable, *args) -> Ahead | None:
             import gc
 
             os.close(r)
+            _die_with(parent)
             gc.disable()  # a short life: collecting cycles is wasted time
             with os.fdopen(w, "wb") as out:
                 try:
@@ -84,6 +86,29 @@ def start(fn: Callable, *args) -> Ahead | None:
         atexit.register(_abandon)
     _RUNNING.add(ahead)
     return ahead
+
+
+def libc():
+    """The C library (ctypes), or None where it cannot be loaded."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None)
+    except (ImportError, OSError):
+        return None
+
+
+def _die_with(parent: int) -> None:
+    """Linux: the kernel kills this child when the parent dies, SIGKILL included (no exit handler
+    of the parent's runs then to kill it); elsewhere the child ends at its next write to the parent."""
+    import signal
+
+    try:
+        libc().prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except AttributeError:  # no prctl (not Linux), or no C library
+        return
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
 
 
 def pipe() -> tuple[int, int]:

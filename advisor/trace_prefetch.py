@@ -1,10 +1,10 @@
 """Read traces ahead in forked processes, while ``advise analyze`` imports the rules and pandas.
 
 The read (:func:`advisor.trace_read.read_raw`, ~0.26 s for a 50 MB trace) and the imports
-(~0.25 s) then overlap on two cores (:mod:`advisor.forked`); a job's rank traces are read as many
-at once as there are cores. The reader's own imports (msgspec, ISA-L) happen before the fork,
-once; it needs no numpy (this process imports that with pandas). Whatever goes wrong in a
-child, :func:`collect` returns None and the caller reads the file itself.
+(~0.25 s) then overlap on two cores (:mod:`advisor.forked`); a job's rank traces are read in
+lanes, one per core. The reader's own imports (msgspec, ISA-L) happen before the fork, once; it
+needs no numpy (this process imports that with pandas). Whatever goes wrong in a child,
+:func:`collect` returns None and the caller reads the file itself.
 """
 
 from __future__ import annotations
@@ -92,15 +92,13 @@ def _keep_freed_memory():
     """glibc in the reader: serve blocks from the heap and keep what is freed until the read ends.
     Each block's buffers were mapped and unmapped anew: page faults measured at ~20 ms (6%) of a
     50 MB read. The C library (to trim at the end), or None where it has no `mallopt`."""
+    c = forked.libc()
     try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: glibc's highest
-        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
-        libc.malloc_trim  # noqa: B018 - present where mallopt is (glibc)
-        return libc
-    except (OSError, AttributeError):
+        c.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: glibc's highest
+        c.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+        c.malloc_trim  # noqa: B018 - present where mallopt is (glibc)
+        return c
+    except AttributeError:  # not glibc, or no C library
         return None
 
 
@@ -160,7 +158,8 @@ def prefetch_all(paths) -> None:
     """Read ahead every trace of `paths` (one per rank, say), one lane of readers per core: in a
     lane each reader waits for the one before it to end its read, so the cores stay busy while
     this process imports and builds the frames, without waiting for it to collect. HTA reads a
-    job's ranks in a process pool; read one after the other, 4 ranks of 51 MB took advise 1.5 s."""
+    job's ranks in a process pool; read one after the other, 4 ranks of 51 MB took advise 1.5 s
+    (in lanes: 1.0 s)."""
     for path in paths:
         key = os.path.abspath(os.fspath(path))
         if key not in _PENDING and key not in _WAITING:

@@ -138,3 +138,32 @@ def test_a_reader_in_a_lane_starts_when_the_one_before_it_ends_or_dies():
     paths = [str(trace_path(HTA_TRACE.replace("rank-0", f"rank-{r}"))) for r in (0, 1)]
     out = subprocess.run([sys.executable, "-c", _LANE, *paths], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split("\n")[:3] == ["True", "True True", "True"], out.stdout + out.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_child_dies_with_its_parent_even_a_killed_one():
+    """SIGKILL runs no exit handler: the kernel ends the child (PR_SET_PDEATHSIG), none is left running."""
+    import signal
+    import time
+
+    code = ("import sys, time; from advisor import forked; "
+            "a = forked.start(time.sleep, 60); print(a.pid, flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        try:
+            with open(f"/proc/{child}/stat") as fh:  # a zombie waiting for init to reap it is gone too
+                if fh.read().split(") ", 1)[1].startswith("Z"):
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.05)
+    os.kill(child, signal.SIGKILL)
+    raise AssertionError("the child outlived its killed parent")
