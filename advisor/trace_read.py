@@ -120,7 +120,7 @@ class Table:
     concatenate by their codes."""
 
     def __init__(self, kind: str, decode=None) -> None:
-        self.kind, self.decode, self.keys = kind, decode, []
+        self.kind, self.decode, self.keys, self.bad = kind, decode, [], False
         self.values = self.keys if decode is None else []
         self.index = _Index()
         self.index.table = self
@@ -144,7 +144,7 @@ class Table:
 
     def __setstate__(self, state) -> None:
         self.kind, self.keys, values = state
-        self.decode, self.values = None, self.keys if values is None else values
+        self.decode, self.bad, self.values = None, False, self.keys if values is None else values
         self.index = _Index(zip(self.keys, range(len(self.keys))))
         self.index.table = self
 
@@ -157,7 +157,11 @@ class _Index(dict):
         code = self[key] = len(table.keys)
         table.keys.append(key)
         if table.values is not table.keys:
-            table.values.append(table.decode(key))
+            try:
+                value = table.decode(key)
+            except (msgspec.DecodeError, UnicodeDecodeError):  # invalid UTF-8 inside a kept JSON text
+                value, table.bad = None, True
+            table.values.append(value)
         return code
 
 
@@ -611,8 +615,9 @@ def read_shared(data: bytes) -> tuple[bytes, dict, int]:
     return tail, builder.finish(), builder.n_events
 
 
-def join(head: Shared, shared: tuple[bytes, dict, int], columns: dict, n: int) -> tuple[dict, dict, int]:
-    """A reader's first half and :func:`read_shared`'s second half, as one :func:`read_file` answer."""
+def join(head: Shared, shared: tuple[bytes, dict, int], columns: dict, n: int) -> tuple[dict, dict, int] | None:
+    """A reader's first half and :func:`read_shared`'s second half, as one :func:`read_file` answer
+    (None where the document around the events does not decode: the file is to be read again whole)."""
     tail, more, m = shared
     columns, more = arrays(columns), arrays(more)
     tables = {v.table.kind: v.table for c in columns.values() for v in c.data.values() if isinstance(v, Coded)}
@@ -624,7 +629,7 @@ def join(head: Shared, shared: tuple[bytes, dict, int], columns: dict, n: int) -
     try:
         return _document(head.head, tail), merged, n + m
     except _NotStreamable:
-        raise TraceError("the events list is not followed by a valid document") from None
+        return None  # read again in one piece: the whole-document path words the error
 
 
 def _onto(c: Columns, tables: dict) -> Columns:
@@ -646,7 +651,7 @@ def _onto(c: Columns, tables: dict) -> Columns:
 def _document(head: bytes, tail: bytes) -> dict:
     try:
         doc = _ANY.decode(head + b"]" + tail)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         raise _NotStreamable from None
     if not isinstance(doc, dict):
         raise _NotStreamable
@@ -715,9 +720,14 @@ def _decode_into(buf: bytearray, start: int, stop: int, builder: _Builder) -> bo
         except (msgspec.DecodeError, msgspec.ValidationError):
             piece.release()
             return False
+        except UnicodeDecodeError:  # invalid UTF-8, which no other cut mends: the whole-document path reads it
+            piece.release()
+            raise _NotStreamable from None
         builder.add(events)
         del events
         piece.release()
+    if builder.raws.bad:  # the same, inside a shape or another JSON text kept raw
+        raise _NotStreamable
     return True
 
 
@@ -734,7 +744,11 @@ def _decode_last(buf: bytes, builder: _Builder, tries: int = 16) -> bytes:
             events = _EVENTS.decode(buf[:end])
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue
+        except UnicodeDecodeError:
+            break
         builder.add(events)
+        if builder.raws.bad:
+            break
         return buf[end:]
     raise _NotStreamable
 

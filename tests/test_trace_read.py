@@ -295,3 +295,25 @@ def test_names_are_the_categoricals_pandas_would_infer(rel):
         inferred = pd.Series(frame["name"].astype(object).tolist(), dtype="category")
         pd.testing.assert_series_equal(frame["name"], inferred, check_names=False)
         assert len(frame) > 0
+
+
+@pytest.mark.parametrize("where", ["name", "shape"])
+def test_invalid_utf8_goes_to_the_whole_document_path_not_a_traceback(tmp_path, monkeypatch, where):
+    """A byte that is not UTF-8 (in a name, or inside a JSON text kept raw such as a shape) cannot be
+    streamed: the tolerant path reads the file, as the standard library would (U+FFFD), in small
+    blocks or large, before the bad event or after it. (Found by fuzzing: msgspec raised
+    UnicodeDecodeError, a traceback.)"""
+    bad = b"aten::\xffmm" if where == "name" else b"aten::mm"
+    dims = b'[["\xff"]]' if where == "shape" else b"[[2, 3]]"
+    events = [b'{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": %d, "dur": 5, '
+              b'"args": {"Input Dims": [[4]]}}' % (10 * i) for i in range(400)]
+    events.insert(200, b'{"ph": "X", "cat": "cpu_op", "name": "' + bad + b'", "pid": 1, "tid": 1, "ts": 2005, "dur": 3, '
+                  b'"args": {"Input Dims": ' + dims + b'}}')
+    path = tmp_path / "bad.json"
+    path.write_bytes(b'{"traceEvents": [' + b",\n".join(events) + b'], "traceName": "x"}')
+    for block in (4096, 1 << 20):
+        monkeypatch.setattr(trace_read, "BLOCK", block)
+        t = load_trace(path)
+        assert len(t.ops) == 401 and t.meta["n_events"] == 401
+        names = set(t.ops["name"].astype(str))
+        assert ("aten::\ufffdmm" in names) == (where == "name") and "aten::add" in names
