@@ -94,16 +94,10 @@ _KINDS = ("compute", "communication", "memory", "other")  # the order each is ta
 
 
 def _kind_codes(names) -> np.ndarray:
-    """Each event's category as its position in _KINDS, decided once per distinct name (the
-    frames' names are categoricals; a plain column is factorised)."""
-    import pandas as pd
+    """Each event's category as its position in _KINDS, decided once per distinct name."""
+    from .trace import per_name
 
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        codes, distinct = names.cat.codes.to_numpy(), names.cat.categories
-    else:
-        codes, distinct = pd.factorize(names.astype(object))
-    per = np.array([_KINDS.index(category_of(n)) for n in distinct] + [_KINDS.index("other")], dtype=np.int8)
-    return per[codes]  # code -1 (missing) reads the last: other
+    return per_name(names, lambda name: _KINDS.index(category_of(name)), np.int8, _KINDS.index("other"))
 
 
 def _launched_before_last_step(trace: "TraceFrames", corr: np.ndarray) -> np.ndarray:

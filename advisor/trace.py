@@ -490,14 +490,20 @@ def _step_spans(ann: pd.DataFrame) -> pd.DataFrame:
 
 
 def name_mask(names: pd.Series, test) -> np.ndarray:
-    """``test(name)`` for each row, decided once per distinct name: a frame's categories (names
-    repeat thousands of times), else the distinct values. A missing name is False."""
+    """``test(name)`` for each row, decided once per distinct name (see :func:`per_name`)."""
+    return per_name(names, lambda name: bool(test(name)), bool, False)
+
+
+def per_name(names: pd.Series, value_of, dtype, missing) -> np.ndarray:
+    """``value_of(name)`` for each row, worked out once per distinct name: a frame's categories
+    (names repeat thousands of times), else the distinct values. A missing or non-text name gets
+    `missing`."""
     if isinstance(names.dtype, pd.CategoricalDtype):
-        categories = names.cat.categories
-        hit = np.fromiter((isinstance(c, str) and bool(test(c)) for c in categories), bool, len(categories))
-        return np.append(hit, False)[names.cat.codes.to_numpy()]  # code -1 (missing) reads the last slot: False
-    hits = [u for u in pd.unique(names.to_numpy(dtype=object)).tolist() if isinstance(u, str) and test(u)]
-    return names.isin(hits).to_numpy(dtype=bool) if hits else np.zeros(len(names), dtype=bool)
+        codes, distinct = names.cat.codes.to_numpy(), names.cat.categories
+    else:
+        codes, distinct = pd.factorize(names.to_numpy(dtype=object))
+    per = np.fromiter((value_of(n) if isinstance(n, str) else missing for n in distinct), dtype, len(distinct))
+    return np.append(per, np.array(missing, dtype=dtype))[codes]  # code -1 (missing) reads the last slot
 
 
 def _build_steps(span, ops, ann, kernels, memcpy) -> pd.DataFrame:
