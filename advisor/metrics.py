@@ -33,25 +33,62 @@ def timed_steps(steps: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return steps, "all"
 
 
+def stalled(durations: pd.Series) -> pd.Series:
+    """Steps far slower than the rest (beyond Tukey's far fence, Q3 + 3 IQR, and over twice the
+    median): a stall of the machine, a checkpoint, an evaluation inside a step. One 500 ms stall
+    beside 6 ms steps would otherwise set the throughput; a loader that is slow every few steps
+    (a quarter of them or more) stays inside the fence and counts."""
+    if len(durations) < 8:
+        return pd.Series(False, index=durations.index)
+    q1, q3, median = durations.quantile(0.25), durations.quantile(0.75), durations.median()
+    return durations > max(q3 + 3 * (q3 - q1), 2 * median)
+
+
 def throughput(steps: pd.DataFrame) -> dict:
-    """samples/s (when every timed step knows its batch size), steps/s, median and p90 step time."""
+    """samples/s and steps/s over the timed steps less stalls (:func:`stalled`), median and p90 step time."""
     timed, basis = timed_steps(steps)
     if timed.empty:
         return {"samples_per_s": None, "steps_per_s": None, "step_time_median_s": None, "step_time_p90_s": None,
-                "step_time_mean_s": None, "n_steps": 0, "basis": basis}
+                "step_time_mean_s": None, "n_steps": 0, "stalled_steps": 0, "basis": basis}
     dur = timed["duration_s"].astype(float)
-    total = float(dur.sum())
+    kept = ~stalled(dur)
+    total = float(dur[kept].sum())
     samples = timed["samples"] if "samples" in timed else pd.Series(dtype=float)
     known = samples.notna().all() and len(samples) == len(timed)
     return {
-        "samples_per_s": float(samples.sum()) / total if known and total > 0 else None,
-        "steps_per_s": len(timed) / total if total > 0 else None,
+        "samples_per_s": float(samples[kept].sum()) / total if known and total > 0 else None,
+        "steps_per_s": int(kept.sum()) / total if total > 0 else None,
+        "stalled_steps": int((~kept).sum()),
         "step_time_median_s": float(dur.median()),
         "step_time_p90_s": float(dur.quantile(0.9)),
         "step_time_mean_s": float(dur.mean()),
         "n_steps": int(len(timed)),
         "basis": basis,
     }
+
+
+OUTSIDE_LOAD_WARN_CORES = 0.5  # other processes' mean CPU use, in cores, that makes the timings suspect
+
+
+def contention_warning(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: int | None) -> str | None:
+    """Say when the machine was not the script's alone: stalled steps (:func:`stalled`), and CPU
+    used by processes outside the script's tree (system CPU less the tree's, sampled)."""
+    timed, _ = timed_steps(steps)
+    dur = timed["duration_s"].astype(float) if not timed.empty else pd.Series(dtype=float)
+    stalls = stalled(dur)
+    said = []
+    if stalls.any():
+        said.append(f"{int(stalls.sum())} of {len(dur)} measured steps stalled (up to {dur.max() * 1e3:,.0f} ms beside "
+                    f"a median of {dur.median() * 1e3:,.1f} ms) and were left out of the throughput")
+    window = window_samples(samples, steps) if not samples.empty and "t" in samples else pd.DataFrame()
+    if cpu_count and {"sys_cpu_percent", "cpu_percent"} <= set(window.columns) and window["sys_cpu_percent"].notna().any():
+        other = (window["sys_cpu_percent"] / 100 * cpu_count - window["cpu_percent"] / 100).clip(lower=0).mean()
+        if other >= OUTSIDE_LOAD_WARN_CORES:
+            said.append(f"processes outside the script used {other:.1f} of {cpu_count} cores on average while it was "
+                        "measured")
+    if not said:
+        return None
+    return "the machine looks contended: " + "; ".join(said) + ". Timings and measured speedups may not reproduce"
 
 
 def probe_cost_warning(tp: dict) -> str | None:

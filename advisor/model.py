@@ -328,6 +328,29 @@ def rank_key(finding: Finding, index: int = 0) -> tuple:
     return tier, -value, SEVERITY_RANK[finding.severity], index
 
 
+MEASURED_HIGH = 1.25    # a verified speedup this large is [high] ...
+MEASURED_MEDIUM = 1.08  # ... this large [medium]; smaller ones, and fixes measured slower, [low]
+
+
+def settle_severity(finding: Finding) -> Finding:
+    """Severity follows the measured effect once there is one, whatever the rule estimated: a
+    fix measured slower is [low] (a [high] finding whose own fix slows the run is a false alarm),
+    one measured without a verified gain at most [medium], a verified gain by its size (a CPU bf16
+    win the rule capped at [medium] is [high] when it measures 1.5x)."""
+    exp = finding.experiment
+    speedup = _finite(exp.speedup) if exp is not None else None
+    if speedup is None:
+        return finding
+    if exp.verified:
+        finding.severity = (Severity.HIGH if speedup >= MEASURED_HIGH else
+                            Severity.MEDIUM if speedup >= MEASURED_MEDIUM else Severity.LOW)
+    elif speedup < 1 or exp.verdict is Verdict.SLOWER:
+        finding.severity = Severity.LOW
+    elif finding.severity is Severity.HIGH:
+        finding.severity = Severity.MEDIUM
+    return finding
+
+
 def rank(findings: list[Finding]) -> list[Finding]:
     """`findings` in the order every renderer shows them (stable for ties)."""
     return [f for _, f in sorted(enumerate(findings), key=lambda item: rank_key(item[1], item[0]))]

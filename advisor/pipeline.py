@@ -22,7 +22,7 @@ from .atomic import check_writable, write_json_atomic, write_text_atomic
 from .chatter import strip_log, without_chatter
 from .cli_exit import DISK_ERRNOS, EXIT_USAGE, STATUS_EXIT, fail, writing_error
 from .interrupt import StopRequest, describe
-from .model import Finding, rank
+from .model import Finding, rank, settle_severity
 from .profile import Profile
 from .rundir import rank_suffix
 from .trace import TraceError
@@ -41,6 +41,16 @@ def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[
     measured = probe.get("measured_steps", 0)
     if run.status == "ok" and measured < config.steps:
         out.append(f"the script finished after {measured} measured steps (asked for {config.steps}); numbers rest on fewer steps")
+    steps = profile.steps if profile is not None else None
+    if run.status == "ok" and steps is not None and len(steps) and "profiled" in steps and not steps["profiled"].any():
+        why = (f"--profile-steps {config.profile_steps}" if not config.profile_steps else
+               f"the script ended after {measured} measured steps, before the last {config.profile_steps}")
+        out.append(f"no step ran under the profiler ({why}): the rules had no trace to read, so their silence "
+                   "and the missing MFU say nothing about this script; give it more steps (--steps, or the "
+                   "script's own iteration count)")
+    contended = metrics.contention_warning(steps, profile.samples, profile.env.get("cpu_count")) if profile else None
+    if contended:
+        out.append(contended)
     if probe.get("profiler_error"):
         out.append(f"the profiler trace could not be written: {probe['profiler_error']}")
     if probe.get("warmup", config.warmup) > config.warmup:
@@ -223,7 +233,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         if results is not None and experiments.confirm and not stop:
             _confirm(results, config, profile, out, progress, stop)
         if results is not None:
-            findings = rank(results.findings)
+            findings = rank([settle_severity(f) for f in results.findings])
     signum = stop.signum or run.signal or (results.interrupted if results else None)
     status, error = run.status, run.probe.get("error")
     if signum and status == "ok":  # the measurements were whole; what came after them was cut short

@@ -246,9 +246,8 @@ def recommended_view(rec: Recommendation | None, findings: list[Finding]) -> Rec
 
 
 def findings_empty(report: dict) -> str:
-    if report.get("status") != "ok":
-        return "none: the rules need a finished measured window"
-    return f"none: {words.NO_BOTTLENECK} (no rule fired in this run)"
+    text = words.no_findings(report)
+    return f"{text} (no rule fired in this run)" if text.endswith(words.NO_BOTTLENECK) else text
 
 
 def experiments_empty(views: list[FindingView], report: dict | None = None) -> str:

@@ -208,7 +208,7 @@ def verdict(report: dict, profile, findings: list[FindingView], typed: list[Find
         script=script,
         command=command,
         stats=_stats(report),
-        top_finding=f"{top.code} {top.title_text}".strip() if top else _no_top(status),
+        top_finding=f"{top.code} {top.title_text}".strip() if top else words.no_findings(report),
         top_finding_anchor=top.anchor if top else "",
         gain=gain,
         gain_state=gain_state,
@@ -218,10 +218,6 @@ def verdict(report: dict, profile, findings: list[FindingView], typed: list[Find
         log_name=str(artifacts.get("log") or ""),
         seen=_seen(report) if bad else "",
     )
-
-
-def _no_top(status: str) -> str:
-    return f"none: {words.NO_BOTTLENECK}" if status == "ok" else "none: the rules need a finished measured window"
 
 
 def _stats(report: dict) -> list[Stat]:

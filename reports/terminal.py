@@ -181,7 +181,7 @@ def print_summary(report: dict, con: Console, run_dir: str | None = None) -> Non
     if findings:
         con.print(Text("findings", style="bold"))
     elif status == "ok":
-        con.print(Text.assemble(("findings: ", "bold"), f"none: {words.NO_BOTTLENECK}"))
+        con.print(Text.assemble(("findings: ", "bold"), words.no_findings(report)))
     for finding in findings:
         for line in finding_lines(finding, experiments):
             con.print(line)

@@ -34,6 +34,7 @@ APPLICABILITY_WORDS = {
 NOT_MEASURED = "not measured"
 MANUAL_NOT_MEASURED = "not measured: a manual fix (the experiments re-run only automatic ones)"
 NO_BOTTLENECK = "no bottleneck found"
+NOT_PROFILED = "no step ran under the profiler, so the rules had nothing to read"
 VERIFIED_MEANS = (f"means the whole 95% interval lies more than {VERIFY_MIN_GAIN:.0%} above 1 (and above the "
                   "drift between the baselines measured around the candidate), confirmed by a second candidate run "
                   "where time allowed, with the loss checked for fixes that change numerics")
@@ -244,6 +245,16 @@ def fix_label(fix: Fix) -> str:
     return f"automatic; {applicability_words(fix.applicability)}"
 
 
+def no_findings(report: dict) -> str:
+    """Why there is no finding: none fired, or none could (no profiled step, an unfinished run)."""
+    if report.get("status", "ok") != "ok":
+        return "none: the rules need a finished measured window"
+    steps = report.get("steps") or []
+    if steps and not any(s.get("profiled") for s in steps):
+        return f"none: {NOT_PROFILED}"
+    return f"none: {NO_BOTTLENECK}"
+
+
 def outcome(findings: list[Finding], recommended: Measured | None, report: dict) -> tuple[str, str]:
     """What the run concluded, in one line, and its state: the recommended configuration's result,
     else why there is none (`no bottleneck found`, `4 fixes measured, none faster`, ...)."""
@@ -253,7 +264,7 @@ def outcome(findings: list[Finding], recommended: Measured | None, report: dict)
     if report.get("status", "ok") != "ok":
         return "none: the run did not finish", "not-run"
     if not findings:
-        return f"none: {NO_BOTTLENECK}", "not-run"
+        return no_findings(report), "not-run"
     state = experiments_state(report)
     if state != "ran":
         return f"none: {UNTRIED[state].split(': ', 1)[1]}", "not-run"

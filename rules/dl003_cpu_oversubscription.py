@@ -2,9 +2,12 @@
 Flags runs that ask for more busy CPU threads than the machine has cores.
 
 On a CPU-trained model, that is the intra-op threads of the training process
-(`torch.get_num_threads()`) plus the DataLoader worker processes; on a GPU-trained model,
-workers that leave no core to the main process. It reports only when the measured window actually saturated the CPU (the script's
-process tree, or the whole machine, at or near full use of every core).
+(`torch.get_num_threads()`) plus the DataLoader workers that are busy; on a GPU-trained model,
+busy workers that leave no core to the main process. Workers count by the CPU they used in the
+measured window (the script's process tree less its main process, sampled): workers that have
+prefetched their batches and wait compete with nothing. It reports only when the measured
+window actually saturated the CPU (the script's process tree, or the whole machine, at or near
+full use of every core).
 
 ## Why is this bad?
 PyTorch's intra-op thread pool (OpenMP) splits each operator across its threads and waits for
@@ -66,13 +69,13 @@ def check(profile, *, min_cpu_busy_frac: float = 0.85) -> Iterator[Finding]:
         snippet = f"torch.set_num_threads({new_threads})  # cores ({cores}) - DataLoader workers ({new_workers})"
         if new_workers != workers:
             snippet += f"\nloader = DataLoader(dataset, ..., num_workers={new_workers})"
-        who = f"{threads} intra-op threads + {workers} DataLoader workers"
+        who = f"{threads} intra-op threads + {_workers_words(over)}"
     else:
         new_workers = max(1, cores - 1)
         overrides = {"dataloader": {"num_workers": new_workers}}
         title = f"Use at most {new_workers} DataLoader workers on {cores} cores"
         snippet = f"loader = DataLoader(dataset, ..., num_workers={new_workers})  # leave a core to the training process"
-        who = f"{workers} DataLoader workers + the training process"
+        who = f"{_workers_words(over)} + the training process"
     ratio = demand / cores
     yield Finding(
         title=f"{demand} busy threads compete for {cores} CPU cores",
@@ -88,6 +91,7 @@ def check(profile, *, min_cpu_busy_frac: float = 0.85) -> Iterator[Finding]:
             "cpu_busy_frac": h.r3(busy),
             "device": profile.device,
             "data_wait_frac": h.r3(_wait_frac(profile)),
+            "workers_busy_cores": over.get("workers_busy_cores"),
         },
         fix=Fix.safe(
             title,
@@ -96,6 +100,12 @@ def check(profile, *, min_cpu_busy_frac: float = 0.85) -> Iterator[Finding]:
         ),
     )
 
+
+
+def _workers_words(over: dict) -> str:
+    busy = over.get("workers_busy_cores")
+    text = f"{over['num_workers']} DataLoader workers"
+    return text if busy is None else f"{text} (busy {busy:.1f} cores on average)"
 
 
 def _wait_frac(profile) -> float | None:

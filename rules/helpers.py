@@ -285,11 +285,27 @@ def oversubscription(profile, min_cpu_busy_frac: float = 0.85) -> dict | None:
     workers = max((l.get("num_workers") or 0 for l in loaders), default=0)
     if not cores or not threads or workers == 0:
         return None
-    demand = threads + workers if profile.device == "cpu" else workers + 1
+    busy_workers = workers_busy(profile)
+    working = workers if busy_workers is None else min(workers, math.ceil(busy_workers - 0.25))
+    demand = threads + working if profile.device == "cpu" else working + 1
     if demand <= cores_per_rank(env):  # each rank's share of the node
         return None
     busy = cpu_busy_frac(profile, cores)
     if busy is None or busy < min_cpu_busy_frac:
         return None
     return {"cpu_count": cores, "torch_threads": threads, "num_workers": workers, "threads_demanded": demand,
-            "cpu_busy_frac": busy}
+            "cpu_busy_frac": busy, "workers_busy_cores": None if busy_workers is None else round(busy_workers, 3)}
+
+
+def workers_busy(profile) -> float | None:
+    """Cores the DataLoader workers (the script's tree less its main process) kept busy on average
+    over the measured window, sampled; None without the per-process column (an older run dir).
+
+    Workers that exist are not threads that compete: workers that prefetched their batches and
+    sleep cost nothing (a minGPT script with 4 idle workers read "6 busy threads on 2 cores")."""
+    samples = profile.samples
+    if samples.empty or not {"t", "main_cpu_percent", "cpu_percent"} <= set(samples.columns):
+        return None
+    window = metrics.window_samples(samples, profile.steps)
+    rest = (window["cpu_percent"] - window["main_cpu_percent"]).dropna()
+    return float(rest.clip(lower=0).mean()) / 100.0 if len(rest) else None

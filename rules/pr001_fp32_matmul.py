@@ -44,8 +44,10 @@ checked; the experiment compares losses.
   GEMM/conv kernels to report.
 - `min-step-frac` (default 0.05): on a GPU, smallest share of step time in those kernels to
   report (a fast GPU idling on something else gains little).
-- `min-cpu-step-frac` (default 0.5): on a CPU, smallest share of step time in large FP32
-  GEMM/conv ops to report.
+- `min-cpu-step-frac` (default 0.3): on a CPU, smallest share of step time in large FP32
+  GEMM/conv ops to report: their time per profiled step against the median step outside the
+  profiler (the profiler slows the many small ops around a GEMM far more than the GEMM itself,
+  so a share of the profiled step reads low: 30-43% read as under 0.5 on nanoGPT and chargpt).
 - `min-cpu-op-mflops` (default 100.0): on a CPU, smallest op (in MFLOP per call) counted as
   large; small GEMMs are bound by overhead, not by arithmetic, and gain nothing.
 
@@ -68,7 +70,7 @@ _TF32_KERNEL = re.compile(r"tf32|tensorop_s1688|xmma_.*tf32", re.I)
 
 
 @rule(code="PR001", name="fp32-matmul")
-def check(profile, *, min_kernel_frac: float = 0.2, min_step_frac: float = 0.05, min_cpu_step_frac: float = 0.5,
+def check(profile, *, min_kernel_frac: float = 0.2, min_step_frac: float = 0.05, min_cpu_step_frac: float = 0.3,
           min_cpu_op_mflops: float = 100.0) -> Iterator[Finding]:
     dev = h.device(profile)
     ops = h.gemm_ops(profile)
@@ -90,7 +92,7 @@ def check(profile, *, min_kernel_frac: float = 0.2, min_step_frac: float = 0.05,
         if not dev.bf16:
             return  # no native bf16: autocast would be emulated and slower, no gain to claim
         big = fp32[fp32["flops"] >= min_cpu_op_mflops * 1e6]
-        share = h.frac(big["dur_us"].sum(), step_us)
+        share = h.frac(big["dur_us"].sum() / n_steps, _clean_step_us(profile) or step_us / n_steps)
         if share < min_cpu_step_frac:
             return
         evidence = {
@@ -155,39 +157,30 @@ def _finding(evidence: dict, share: float, of_what: str, dev: h.Device, *, tf32_
         fix = Fix.unsafe(
             "Run the forward pass under bf16 autocast on the CPU",
             {"autocast": "bfloat16"},
-            snippet='with torch.autocast("cpu", dtype=torch.bfloat16):\n    loss = loss_fn(model(x), y)\nloss.backward()',
         )
         why = "this CPU has native bf16 (AVX512-BF16/AMX)"
     elif dev.kind == "rocm":
         fix = Fix.unsafe(
             "Run the forward pass under bf16 autocast",
             {"autocast": "bfloat16"},
-            snippet='with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = loss_fn(model(x), y)\nloss.backward()',
         )
         why = f"{dev.name} has bf16/fp16 matrix cores"
     elif dev.tf32 and not tf32_on:
         fix = Fix.unsafe(
             "Allow TF32 tensor cores for float32 matmuls",
             {"float32_matmul_precision": "high"},
-            snippet=('torch.set_float32_matmul_precision("high")  # TF32 for matmuls\n'
-                     "torch.backends.cudnn.allow_tf32 = True        # TF32 for convolutions (the default)\n"
-                     '# for ~2x more: with torch.autocast("cuda", dtype=torch.bfloat16): ...'),
         )
         why = f"{dev.name}{cap} has TF32 and bf16 tensor cores"
     elif dev.tf32:
         fix = Fix.unsafe(
             "Run the forward pass under bf16 autocast",
             {"autocast": "bfloat16"},
-            snippet='with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = loss_fn(model(x), y)\nloss.backward()',
         )
         why = f"TF32 is already on; {dev.name}{cap} runs bf16 at twice the TF32 rate"
     else:
         fix = Fix.unsafe(
             "Run the forward pass under fp16 autocast with a GradScaler",
             {"autocast": "float16"},
-            snippet=('scaler = torch.amp.GradScaler("cuda")\n'
-                     'with torch.autocast("cuda", dtype=torch.float16):\n    loss = loss_fn(model(x), y)\n'
-                     "scaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()"),
         )
         why = f"{dev.name}{cap} has fp16 tensor cores but no TF32 or bf16"
     severity = "high" if gain >= 0.2 else "medium" if gain >= 0.08 else "low"
@@ -203,3 +196,11 @@ def _finding(evidence: dict, share: float, of_what: str, dev: h.Device, *, tf32_
         fix=fix,
         locations=locations,
     )
+
+
+def _clean_step_us(profile) -> float | None:
+    """The median step outside the profiler, in microseconds (None when every step was profiled)."""
+    steps = h.timed_steps(profile)
+    if steps.empty or "profiled" not in steps or steps["profiled"].fillna(False).astype(bool).all():
+        return None
+    return float(steps["duration_s"].median()) * 1e6

@@ -223,3 +223,15 @@ def test_loader_workers_started_by_spawn_are_left_to_fresh_runs():
     data = torch.utils.data.TensorDataset(torch.zeros(4, 2))
     assert _worker_start_method(torch.utils.data.DataLoader(data, num_workers=2, multiprocessing_context="spawn")) == "spawn"
     assert _worker_start_method(torch.utils.data.DataLoader(data)) == multiprocessing.get_start_method()
+
+
+def test_the_compile_arm_counts_each_sample_once(tmp_path):
+    """torch.compile(model) calls the model's class __call__ again from its compiled frame: the
+    model-input counter counted every sample twice under the compile arm (64 for 32), and the
+    arm's throughput read 2x what it was."""
+    plan = [window("b", {}, 1, 2), window("c", {"compile": True}, 2, 2), window("b", {}, 1, 2)]
+    got = drive(tmp_path, "model_input_wrappers.py", [plan, []], args=["--steps", "100000"], arms_timeout_s=300)
+    assert got["run"].status == "ok", got["log"][-2000:]
+    assert [a["applied"] for a in got["arms"]] == [{}, {"compile": True}, {}]
+    for k in range(3):
+        assert {r["samples"] for r in arm_steps(got["lines"], k)} == {24}, (k, arm_steps(got["lines"], k))

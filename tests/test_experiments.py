@@ -139,3 +139,22 @@ def test_an_override_the_script_never_reaches_is_reported_not_applied(tmp_path):
     assert exp.verdict == "not-applied" and exp.not_applied == ["optimizer"] and not exp.verified
     assert results.recommended is None
     assert results.runs[1]["applied"] == {"optimizers": []}
+
+
+@pytest.mark.parametrize("severity, speedup, verified, verdict, after", [
+    ("high", 0.62, False, "slower", "low"),            # DL003's fix measured slower: not [high]
+    ("high", 0.98, False, "no-significant-change", "low"),
+    ("high", 1.02, False, "no-significant-change", "medium"),
+    ("medium", 1.54, True, "faster", "high"),          # a CPU bf16 win the rule capped at [medium]
+    ("high", 1.05, True, "faster", "low"),
+    ("low", 1.12, True, "faster", "medium"),
+])
+def test_severity_follows_the_measured_effect(severity, speedup, verified, verdict, after):
+    from advisor.model import Experiment, Finding, Fix, settle_severity
+
+    finding = Finding("t", "s", severity, {}, Fix.safe("f", {"compile": True}),
+                      experiment=Experiment(verdict, verified=verified, speedup=speedup))
+    assert settle_severity(finding).severity.value == after
+    unmeasured = Finding("t", "s", severity, {}, Fix.safe("f", {"compile": True}),
+                         experiment=Experiment.not_measured("budget"))
+    assert settle_severity(unmeasured).severity.value == severity

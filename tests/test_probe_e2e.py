@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import json
 import os
 import shutil
@@ -176,6 +177,12 @@ def test_script_that_finishes_early_reports_what_it_measured(advise):
     assert rep["status"] == "ok" and len(rep["steps"]) == 7  # 10 boundaries - startup - 2 warm-up
     assert any("finished after 7 measured steps" in w for w in rep["warnings"])
     assert "finished normally" in (r.out / "script.log").read_text()
+    # it ended before the profiled window: the rules read nothing, and no report says "no bottleneck found"
+    assert not any(s["profiled"] for s in rep["steps"])
+    assert any(w.startswith("no step ran under the profiler (the script ended after 7 measured steps") for w in rep["warnings"])
+    html = (r.out / "report.html").read_text()
+    for text in (r.stdout, html):
+        assert "no step ran under the profiler" in text and "no bottleneck found" not in text
 
 
 def test_ctrl_c_stops_the_child_and_keeps_what_was_measured(tmp_path):
@@ -309,3 +316,24 @@ def test_cpu_runs_record_the_process_trees_peak_memory(advise):
 
     value, label = peak_memory(r.report)
     assert value == mem.get("peak_pss_bytes", mem["peak_rss_bytes"]) and "script's processes" in label
+
+
+@pytest.mark.parametrize("wrap", ["none", "compile", "ddp", "autocast", "lstm"])
+def test_a_sample_is_counted_once_per_step_whatever_wraps_the_model(advise, wrap):
+    """The batch comes from the model's input: 24 samples a step whether the script compiled its
+    model, wrapped it in DDP or in an autocast module, or feeds a sequence-first LSTM (35, 24, ...)."""
+    r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "model_input_wrappers.py"), "--wrap", wrap)
+    assert r.returncode == 0, r.stderr
+    assert {s["samples"] for s in r.report["steps"]} == {24}, r.report["steps"]
+
+
+def test_a_stalled_step_is_named_and_left_out_of_the_throughput(advise):
+    r = advise("profile", "--steps", "16", "--warmup", "2", "--profile-steps", "2", "--no-experiments", "--out", "run",
+               str(WORKLOADS / "stalls_once.py"))
+    assert r.returncode == 0, r.stderr
+    rep = r.report
+    durations = [s["duration_s"] for s in rep["steps"] if not s["profiled"]]
+    assert max(durations) > 0.5 and rep["throughput"]["stalled_steps"] == 1
+    steady = 32 / statistics.median(durations)
+    assert 0.8 * steady < rep["throughput"]["samples_per_s"] < 1.25 * steady  # the mean with the stall: ~0.5x
+    assert any("1 of 14 measured steps stalled" in w for w in rep["warnings"]), rep["warnings"]

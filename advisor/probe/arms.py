@@ -28,7 +28,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import threading
 import time
 import traceback
 import weakref
@@ -43,6 +42,7 @@ from torch.optim.optimizer import _device_dtype_check_for_fused
 from advisor.overrides import problem
 from .clock import ProbeDone
 from .overrides import force_set_to_none, tf32_blocked
+from .module_call import ModuleCallSwitch
 from .memory import CheckpointSwitch, WindowPeak, persistent_bytes, rss_high_water, tensor_bytes
 
 POLL_S = 0.02
@@ -78,110 +78,6 @@ class BackendSwitch:
             torch.backends.cudnn.benchmark = saved["cudnn_benchmark"]
         if "torch_threads" in saved:
             torch.set_num_threads(saved["torch_threads"])
-
-
-# --- top-level module calls: autocast bf16, compile, channels_last -------------------------------
-
-class _Depth(threading.local):
-    depth = 0
-
-
-def _has_conv(module: torch.nn.Module) -> bool:
-    return any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in module.modules())
-
-
-class ModuleCallSwitch:
-    """One ``Module.__call__`` wrapper for the whole run; each window sets its flags."""
-
-    def __init__(self) -> None:
-        self.autocast: torch.dtype | None = None
-        self.compile = False
-        self.channels_last = False
-        self.applied: dict = {}
-        self.compiled: dict[int, Any] = {}
-        self.compile_s = 0.0  # first calls of freshly compiled modules (compilation) in this window
-        self.top: weakref.WeakSet = weakref.WeakSet()  # top-level modules seen (for channels_last)
-        self.converted: weakref.WeakSet = weakref.WeakSet()
-        self._state = _Depth()
-
-    def install(self) -> None:
-        original = torch.nn.Module.__call__
-        state = self._state
-        switch = self
-
-        def __call__(self, *args, **kwargs):
-            if state.depth:
-                return original(self, *args, **kwargs)
-            state.depth += 1
-            try:
-                return switch._call(original, self, args, kwargs)
-            finally:
-                state.depth -= 1
-
-        torch.nn.Module.__call__ = __call__
-
-    def _call(self, original, module, args, kwargs):
-        try:
-            self.top.add(module)
-        except TypeError:
-            pass
-        if not (self.autocast or self.compile or self.channels_last):
-            return original(module, *args, **kwargs)
-        target = original.__get__(module)
-        if self.channels_last and _has_conv(module):
-            if module not in self.converted:
-                module.to(memory_format=torch.channels_last)
-                self.converted.add(module)
-            self.applied["channels_last"] = True
-            args = tuple(a.contiguous(memory_format=torch.channels_last) if isinstance(a, torch.Tensor) and a.dim() == 4
-                         else a for a in args)
-        fresh = False
-        if self.compile and any(True for _ in module.parameters()):
-            fn = self.compiled.get(id(module))
-            if fn is None:
-                fn = self.compiled[id(module)] = torch.compile(module)
-                fresh = True
-            self.applied["compile"] = True
-            target = fn  # its wrapper calls back into Module.__call__: depth > 0 keeps that plain
-        t0 = time.monotonic()
-        try:
-            if self.autocast is not None:
-                with torch.autocast(_device_type(module, args), dtype=self.autocast):
-                    self.applied["autocast"] = str(self.autocast).replace("torch.", "")
-                    return target(*args, **kwargs)
-            return target(*args, **kwargs)
-        finally:
-            if fresh:
-                self.compile_s += time.monotonic() - t0
-
-    def on(self, overrides: dict, applied: dict) -> None:
-        self.applied = applied
-        self.compile_s = 0.0
-        if overrides.get("autocast") == "bfloat16":
-            self.autocast = torch.bfloat16
-        self.compile = bool(overrides.get("compile"))
-        if overrides.get("channels_last"):
-            self.channels_last = True
-            for module in list(self.top):  # the model seen so far: converted now, not in a timed step
-                if _has_conv(module) and module not in self.converted:
-                    module.to(memory_format=torch.channels_last)
-                    self.converted.add(module)
-                    applied["channels_last"] = True
-
-    def off(self) -> None:
-        self.autocast, self.compile = None, False
-        if self.channels_last:
-            self.channels_last = False
-            for module in list(self.converted):
-                module.to(memory_format=torch.contiguous_format)
-            self.converted = weakref.WeakSet()
-
-
-def _device_type(module, args) -> str:
-    for value in list(args) + [p for p in module.parameters(recurse=True)][:1]:
-        if isinstance(value, torch.Tensor):
-            return value.device.type
-    return "cpu"
 
 
 # --- optimizers: foreach / fused --------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import warnings
 import weakref
@@ -21,6 +22,8 @@ from typing import Any
 
 import torch
 import torch.utils.data.dataloader as dl
+
+from .module_call import compiling
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from .clock import StepClock
@@ -85,10 +88,12 @@ def user_facing_warn(message, category=None, stacklevel=1, source=None, **kwargs
                            globals_.get("__name__", "<string>"), registry, globals_, source)
 
 
-def batch_size(batch: Any, depth: int = 0) -> int | None:
-    """Leading dimension of the first tensor in a (nested) batch, or None: an ``(inputs, targets)``
-    pair of tensors has the inputs' first dimension."""
+def batch_size(batch: Any, depth: int = 0, axis: int = 0) -> int | None:
+    """The batch dimension (`axis`, else the leading one) of the first tensor in a (nested) batch,
+    or None: an ``(inputs, targets)`` pair of tensors has the inputs' batch dimension."""
     if isinstance(batch, torch.Tensor):
+        if batch.dim() > axis:
+            return int(batch.shape[axis])
         return int(batch.shape[0]) if batch.dim() > 0 else None
     if depth > 3:
         return None
@@ -99,10 +104,28 @@ def batch_size(batch: Any, depth: int = 0) -> int | None:
     else:
         items = [getattr(batch, name) for name in ("input_ids", "x", "data") if hasattr(batch, name)]
     for item in items:
-        n = batch_size(item, depth + 1)
+        n = batch_size(item, depth + 1, axis)
         if n is not None:
             return n
     return None
+
+
+_SEQUENCE_FIRST = (torch.nn.RNNBase, torch.nn.Transformer, torch.nn.TransformerEncoderLayer,
+                   torch.nn.TransformerDecoderLayer)
+
+
+def _sequence_first(model: torch.nn.Module) -> bool:
+    """True when the model's recurrent or transformer layers take (sequence, batch, ...) inputs
+    (``batch_first=False``, PyTorch's default for them): its input's batch is its second dimension."""
+    try:
+        layers = [m for m in model.modules() if isinstance(m, _SEQUENCE_FIRST)]
+    except Exception:
+        return False
+    return bool(layers) and not any(getattr(m, "batch_first", False) for m in layers)
+
+
+class _Depth(threading.local):
+    depth = 0
 
 
 def _describe_optimizer(opt: torch.optim.Optimizer) -> dict:
@@ -152,9 +175,16 @@ def _watch_model_input(clock: StepClock, in_next: list[bool]) -> None:
     """
     from torch.nn.modules.module import register_module_forward_pre_hook
 
-    def count(args) -> None:
-        if torch.is_grad_enabled():  # an evaluation under no_grad inside a step is not training samples
-            clock.forward_batch(batch_size(args))
+    inside = _Depth()
+    sequence_first: dict[int, bool] = {}
+
+    def count(args, module) -> None:
+        if not torch.is_grad_enabled():  # an evaluation under no_grad inside a step is not training samples
+            return
+        key = id(module)
+        if key not in sequence_first:
+            sequence_first[key] = _sequence_first(module)
+        clock.forward_batch(batch_size(args, axis=1 if sequence_first[key] else 0))
 
     def first_call(module, args):
         if in_next[0] or os.getpid() != clock.pid or not torch.is_grad_enabled():
@@ -165,12 +195,17 @@ def _watch_model_input(clock: StepClock, in_next: list[bool]) -> None:
         original = cls.__call__
 
         def call(self, *args, **kwargs):
-            if self is model():
-                count(args)
-            return original(self, *args, **kwargs)
+            if compiling() or self is not model() or inside.depth:  # traced code: plain, no guards on our state
+                return original(self, *args, **kwargs)
+            count(args, self)
+            inside.depth += 1
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                inside.depth -= 1
 
         cls.__call__ = call
-        count(args)  # this call too: the wrapper counts from the next one
+        count(args, module)  # this call too: the wrapper counts from the next one
         return None
 
     handle = register_module_forward_pre_hook(first_call)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import threading
 from typing import Any
 
 import torch
@@ -34,8 +33,7 @@ import torch.utils.data as tud
 
 from advisor.overrides import OverrideError, validate  # noqa: F401  (the vocabulary; OverrideError re-exported)
 from .memory import CheckpointSwitch
-
-AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+from .module_call import AUTOCAST_DTYPES, ModuleCallSwitch
 
 
 def tf32_blocked() -> bool:
@@ -151,64 +149,15 @@ def _patch_optimizer(options: dict, applied: dict) -> None:
     torch.optim.Optimizer.__init__ = __init__
 
 
-class _CallState(threading.local):
-    depth = 0
-
-
 def _patch_module_call(overrides: dict, applied: dict) -> None:
-    """Wrap top-level module calls (depth 0): autocast, compile and channels_last apply there."""
-    dtype = AUTOCAST_DTYPES.get(overrides.get("autocast", ""))
-    want_compile = bool(overrides.get("compile"))
-    want_cl = bool(overrides.get("channels_last"))
+    """Autocast, compile and channels_last at top-level module calls: the arms' switch, on from
+    the start; activation checkpointing wraps each model at its first call."""
     checkpointing = CheckpointSwitch(()) if overrides.get("activation_checkpointing") else None
-    seen_models: set[int] = set()
-    state = _CallState()
-    compiled: dict[int, Any] = {}
-    original = torch.nn.Module.__call__
-
-    def device_type(module, args) -> str:
-        for value in list(args) + [p for p in module.parameters(recurse=True)][:1]:
-            if isinstance(value, torch.Tensor):
-                return value.device.type
-        return "cpu"
-
-    def __call__(self, *args, **kwargs):
-        if state.depth:
-            return original(self, *args, **kwargs)
-        state.depth += 1
-        try:
-            target = original.__get__(self)
-            if checkpointing is not None and id(self) not in seen_models:  # the model's first call: wrap it
-                seen_models.add(id(self))
-                checkpointing.enable(self, applied)
-            if want_cl and _has_conv(self):
-                if not getattr(self, "_advise_cl", False):
-                    self.to(memory_format=torch.channels_last)
-                    self._advise_cl = True
-                    applied["channels_last"] = True
-                args = tuple(a.contiguous(memory_format=torch.channels_last) if isinstance(a, torch.Tensor) and a.dim() == 4 else a for a in args)
-            if want_compile and any(True for _ in self.parameters()):
-                fn = compiled.get(id(self))
-                if fn is None:
-                    fn = compiled[id(self)] = torch.compile(self)
-                    applied["compile"] = True
-                # torch.compile's wrapper calls back into Module.__call__: depth > 0 keeps it plain.
-                target = fn
-            if dtype is not None:
-                with torch.autocast(device_type(self, args), dtype=dtype):
-                    applied["autocast"] = str(dtype).replace("torch.", "")
-                    return target(*args, **kwargs)
-            return target(*args, **kwargs)
-        finally:
-            state.depth -= 1
-
-    torch.nn.Module.__call__ = __call__
-    if dtype is torch.float16:
+    switch = ModuleCallSwitch(first_call=checkpointing.enable if checkpointing is not None else None)
+    switch.install()
+    switch.on(overrides, applied)
+    if AUTOCAST_DTYPES.get(overrides.get("autocast") or "") is torch.float16:
         _install_grad_scaler(applied)
-
-
-def _has_conv(module: torch.nn.Module) -> bool:
-    return any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in module.modules())
 
 
 def _install_grad_scaler(applied: dict) -> None:

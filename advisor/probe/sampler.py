@@ -56,7 +56,8 @@ GPU_COLUMNS: list[str] = [
     "gpu_pcie_tx_kbps",
     "gpu_pcie_rx_kbps",
 ]
-COLUMNS: list[str] = ["t", "cpu_percent", "rss_bytes", "pss_bytes", "uss_bytes", "n_procs", "sys_cpu_percent", *GPU_COLUMNS]
+COLUMNS: list[str] = ["t", "cpu_percent", "rss_bytes", "pss_bytes", "uss_bytes", "n_procs", "sys_cpu_percent",
+                      "main_cpu_percent", *GPU_COLUMNS]
 
 # Reading smaps_rollup walks the page tables: ~10 ms for a 400 MB process on a busy 2-core box.
 FULL_MEMORY_BUDGET = 0.03   # at most this share of the wall time goes to PSS/USS readings ...
@@ -402,6 +403,7 @@ class Sampler:
         self._procs = alive
 
         cpu = 0.0
+        main_cpu = NAN  # the script's own process; the rest of the tree is its workers and helpers
         rss = 0
         n = 0
         for proc in alive.values():
@@ -411,6 +413,8 @@ class Sampler:
                     r = proc.memory_info().rss
             except _GONE:
                 continue
+            if proc.pid == self.pid:
+                main_cpu = c
             cpu += c
             rss += r
             n += 1
@@ -424,6 +428,7 @@ class Sampler:
             "uss_bytes": uss,
             "n_procs": n,
             "sys_cpu_percent": psutil.cpu_percent(None),
+            "main_cpu_percent": main_cpu,
         }
         sample.update(self._gpu_sample(alive.keys()) if self._nvml_ok else dict.fromkeys(GPU_COLUMNS, NAN))
         with self._lock:

@@ -1,0 +1,143 @@
+"""One ``Module.__call__`` wrapper: autocast, ``torch.compile`` and channels_last at top-level module calls.
+
+Both ways a fix is measured use it: an in-process arm switches it on and off at step boundaries
+(:mod:`advisor.probe.arms`); a fresh run switches it on before the script starts
+(:mod:`advisor.probe.overrides`). Only the outermost module call of a thread (depth 0) is
+touched: submodules, and the calls a compiled module makes back into ``Module.__call__``, pass
+through plain.
+
+Compilation wraps the module's ``_call_impl`` (its hooks, then ``forward``), not the module:
+``torch.compile(module)`` calls ``type(module).__call__`` again from inside the compiled frame,
+which would re-enter whatever wraps the model's class (the probe's model-input sample counter
+counted every sample twice that way, and dynamo recompiled on the counter's state).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from typing import Any, Callable
+
+import torch
+
+compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or torch._dynamo.is_compiling
+AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class _Depth(threading.local):
+    depth = 0
+
+
+def has_conv(module: torch.nn.Module) -> bool:
+    return any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in module.modules())
+
+
+def device_type(module: torch.nn.Module, args: tuple) -> str:
+    for value in list(args) + [p for p in module.parameters(recurse=True)][:1]:
+        if isinstance(value, torch.Tensor):
+            return value.device.type
+    return "cpu"
+
+
+def _has_parameters(module: torch.nn.Module) -> bool:
+    return any(True for _ in module.parameters())
+
+
+class ModuleCallSwitch:
+    """One ``Module.__call__`` wrapper for the whole run; :meth:`on` / :meth:`off` set its flags.
+
+    `first_call(module, applied)`, when given, runs once per top-level module while the switch
+    is on (activation checkpointing wraps the model there in a fresh run)."""
+
+    def __init__(self, first_call: Callable[[torch.nn.Module, dict], Any] | None = None) -> None:
+        self.autocast: torch.dtype | None = None
+        self.compile = False
+        self.channels_last = False
+        self.applied: dict = {}
+        self.compiled: dict[int, Any] = {}
+        self.compile_s = 0.0  # first calls of freshly compiled modules (compilation) in this window
+        self.top: weakref.WeakSet = weakref.WeakSet()  # top-level modules seen (for channels_last)
+        self.converted: weakref.WeakSet = weakref.WeakSet()
+        self.first_call = first_call
+        self._seen: set[int] = set()
+        self._state = _Depth()
+
+    def install(self) -> None:
+        original = torch.nn.Module.__call__
+        state = self._state
+        switch = self
+
+        def __call__(self, *args, **kwargs):
+            if compiling() or state.depth:  # traced by dynamo: plain, no guard on our thread-local
+                return original(self, *args, **kwargs)
+            state.depth += 1
+            try:
+                return switch._call(original, self, args, kwargs)
+            finally:
+                state.depth -= 1
+
+        torch.nn.Module.__call__ = __call__
+
+    @property
+    def active(self) -> bool:
+        return bool(self.autocast or self.compile or self.channels_last or self.first_call)
+
+    def _call(self, original, module, args, kwargs):
+        try:
+            self.top.add(module)
+        except TypeError:
+            pass
+        if not self.active:
+            return original(module, *args, **kwargs)
+        if self.first_call is not None and id(module) not in self._seen:
+            self._seen.add(id(module))
+            self.first_call(module, self.applied)
+        target = original.__get__(module)
+        if self.channels_last and has_conv(module):
+            self._to_channels_last(module)
+            args = tuple(a.contiguous(memory_format=torch.channels_last) if isinstance(a, torch.Tensor) and a.dim() == 4
+                         else a for a in args)
+        fresh = False
+        if self.compile and _has_parameters(module):
+            fn = self.compiled.get(id(module))
+            if fn is None:
+                fn = self.compiled[id(module)] = torch.compile(module._call_impl)
+                fresh = True
+            self.applied["compile"] = True
+            target = fn
+        t0 = time.monotonic()
+        try:
+            if self.autocast is not None:
+                with torch.autocast(device_type(module, args), dtype=self.autocast):
+                    self.applied["autocast"] = str(self.autocast).replace("torch.", "")
+                    return target(*args, **kwargs)
+            return target(*args, **kwargs)
+        finally:
+            if fresh:
+                self.compile_s += time.monotonic() - t0
+
+    def _to_channels_last(self, module: torch.nn.Module) -> None:
+        if module not in self.converted:
+            module.to(memory_format=torch.channels_last)
+            self.converted.add(module)
+        self.applied["channels_last"] = True
+
+    def on(self, overrides: dict, applied: dict) -> None:
+        self.applied = applied
+        self.compile_s = 0.0
+        self.autocast = AUTOCAST_DTYPES.get(overrides.get("autocast") or "")
+        self.compile = bool(overrides.get("compile"))
+        if overrides.get("channels_last"):
+            self.channels_last = True
+            for module in list(self.top):  # the model seen so far: converted now, not in a timed step
+                if has_conv(module):
+                    self._to_channels_last(module)
+
+    def off(self) -> None:
+        self.autocast, self.compile = None, False
+        if self.channels_last:
+            self.channels_last = False
+            for module in list(self.converted):
+                module.to(memory_format=torch.contiguous_format)
+            self.converted = weakref.WeakSet()
