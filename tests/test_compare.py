@@ -127,10 +127,11 @@ def test_typical_step_slower_but_not_significant_passes():
 
 
 def test_outlier_steps_do_not_fail_the_gate():
-    """A neighbour's burst: 3 of 30 steps take 3x. The mean throughput drops 20%, the typical step does not."""
+    """A neighbour's burst: 3 of 30 steps take 3x. The typical step does not change, and the throughput
+    leaves the stalled steps out (with them the mean would drop 20%)."""
     result = cmp.compare(make_report(noisy(seed=1)), make_report(noisy(seed=2, outliers=3)))
     tput = metric(result, "throughput")
-    assert tput.change < -0.10 and tput.verdict == cmp.NOT_SIGNIFICANT
+    assert abs(tput.change) < 0.05 and tput.verdict == cmp.NOT_SIGNIFICANT
     assert result.exit_code == 0
 
 

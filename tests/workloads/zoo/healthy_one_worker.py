@@ -12,31 +12,9 @@ measured without advise: a step of 20 ms would read as 10% data wait, DL001's th
 advise-expect: none
 """
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
-from _common import train_forever
-
-
-class InMemory(Dataset):
-    def __init__(self):
-        self.x, self.y = torch.randn(8192, 256), torch.randn(8192, 1)
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, idx):  # idx: a list of indices, one call per batch
-        return self.x[idx], self.y[idx]
-
+from _common import train_deep_mlp_from_workers
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    torch.manual_seed(0)
-    data = InMemory()
-    layers = [torch.nn.Linear(256, 512), torch.nn.ReLU()]
-    for _ in range(40):
-        layers += [torch.nn.Linear(512, 512), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers, torch.nn.Linear(512, 1))
-    sampler = BatchSampler(RandomSampler(data), batch_size=128, drop_last=True)
-    loader = DataLoader(data, batch_size=None, sampler=sampler, num_workers=1, persistent_workers=True,
-                        prefetch_factor=4)
-    train_forever(model, loader, torch.optim.SGD(model.parameters(), lr=0.01))
+    train_deep_mlp_from_workers(1)

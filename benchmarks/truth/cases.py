@@ -1,0 +1,291 @@
+"""The cases: public training scripts at pinned commits, and by-hand versions of advise's fixes.
+
+Each case says where the script comes from (repo, commit, the paths to fetch), how to make its
+data, how to run it small on a CPU, how to read its own per-iteration timing (a regex with an
+`ms` group, optional `loss`), and for each fix advise can make there, the text patch (or extra
+arguments) that makes it by hand, with the advise override it stands for.
+
+Patches are exact anchor-string replacements: an anchor that is not found exactly once fails
+the case loudly. Three kinds:
+  fixups          needed to run at all on this torch/CPU: applied everywhere, advise's run included
+  timing_patches  a timing print, applied to every by-hand run, baseline included (never to advise's)
+  Variant.patches the fix itself
+Variant.args are appended to the case's argv (the scripts' parsers let the last value win).
+
+Left out (no case): pytorch/examples regression/main.py (a 4-weight linear fit, ~0.1 ms a step,
+stops by itself after a few hundred; no timing); distributed/minGPT-ddp (exits without two
+GPUs, needs hydra); distributed/ddp-tutorial-series (GPU device 0, a Linear(20, 1));
+gcn, gat (download Cora); mnist*, vae, dcgan, siamese_network, imagenet, super_resolution,
+fast_neural_style (torchvision); language_translation, legacy/snli (torchtext, spacy).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+NANOGPT = ("karpathy/nanoGPT", "3adf61e154c3fe3fca428ad6bc3818b27a3b8291")
+MINGPT = ("karpathy/minGPT", "37baab71b9abea1b76ab957409a1cc2fbfba8a26")
+EXAMPLES = ("pytorch/examples", "77f55b912142e11fcfdf5b530231fb9c52f181e8")
+
+
+@dataclass(frozen=True)
+class Patch:
+    file: str  # relative to the case dir
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Copy:
+    src: str   # relative to --datasets
+    dest: str  # relative to the case dir
+
+
+@dataclass(frozen=True)
+class Run:
+    script: str  # a data-prep script, run in its own folder
+    stub_modules: tuple[str, ...] = ()  # imported but unused here (nanoGPT's prepare.py imports requests for a download it skips)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    overrides: dict  # the advise override this by-hand fix stands for
+    patches: tuple[Patch, ...] = ()
+    args: tuple[str, ...] = ()
+    batch_scale: float = 1.0  # samples per timed unit, relative to the baseline
+    numerics: bool = False    # changes the loss: the final losses are shown
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    repo: str
+    commit: str
+    paths: tuple[str, ...]
+    cwd: str                  # the run's folder, relative to the case dir
+    script: str               # relative to cwd
+    argv: tuple[str, ...]
+    timing: str               # regex over the script's output lines: `ms` (per unit), optional `loss`
+    warmup: int               # timing lines dropped (warm-up, compile)
+    samples: int              # timing lines kept; then the run is stopped
+    variants: tuple[Variant, ...]
+    unit: str = "step"
+    prep: tuple = ()          # Copy / Patch / Run, in order
+    fixups: tuple[Patch, ...] = ()
+    timing_patches: tuple[Patch, ...] = ()
+    pythonpath: tuple[str, ...] = ()  # relative to the case dir
+    pip: tuple[str, ...] = ()         # extra pure packages, pip --target --no-deps
+    advise_args: tuple[str, ...] = ()
+    timeout_s: float = 300.0
+    not_applicable: dict = field(default_factory=dict)  # fix -> why no by-hand variant
+    notes: str = ""
+
+    def variant(self, name: str) -> Variant | None:
+        return next((v for v in self.variants if v.name == name), None)
+
+    def digest(self) -> str:
+        """Changes when anything that shapes a run changes (the by-hand cache is keyed by it)."""
+        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+# ----------------------------------------------------------------------------- variant makers
+
+def bf16(file: str, block: str) -> Variant:
+    """`block` (whole lines: the forward and the loss) under CPU bf16 autocast."""
+    indent = block[:len(block) - len(block.lstrip(" "))]
+    body = "".join(indent + "    " + line[len(indent):] if line.strip() else line for line in block.splitlines(True))
+    new = f"\n{indent}with torch.autocast('cpu', dtype=torch.bfloat16):\n{body}"
+    return Variant("bf16", {"autocast": "bfloat16"}, (Patch(file, "\n" + block, new),), numerics=True)
+
+
+def threads(file: str, n: int) -> Variant:
+    return Variant(f"threads-{n}", {"torch_threads": n},
+                   (Patch(file, "\nimport torch\n", f"\nimport torch\ntorch.set_num_threads({n})\n"),))
+
+
+def patched(name: str, overrides: dict, file: str, old: str, new: str) -> Variant:
+    return Variant(name, overrides, (Patch(file, old, new),))
+
+
+COMPILE = {"compile": True}
+FUSED = {"optimizer": {"fused": True}}
+
+
+def workers(n: int, arg: str) -> Variant:
+    return Variant(f"workers-{n}", {"dataloader": {"num_workers": n}}, args=(f"{arg}={n}",))
+
+
+def batch_x2(arg: str, batch: int) -> Variant:
+    return Variant("batch-x2", {"batch_size_scale": 2}, args=(f"{arg}={2 * batch}",), batch_scale=2.0, numerics=True)
+
+
+# ----------------------------------------------------------------------------- nanoGPT
+
+NANOGPT_TIMING = r"^iter (?P<step>\d+): loss (?P<loss>[^,\s]+), time (?P<ms>[\d.]+)ms"
+NANOGPT_VARIANTS = (
+    patched("bf16", {"autocast": "bfloat16"}, "train.py",
+            "ctx = nullcontext() if device_type == 'cpu' else torch.amp.autocast(device_type=device_type, dtype=ptdtype)",
+            "ctx = torch.amp.autocast(device_type='cpu', dtype=torch.bfloat16)"),
+    Variant("compile", COMPILE, args=("--compile=True",)),  # nanoGPT's own switch: torch.compile(model)
+    patched("fused", FUSED, "model.py", "use_fused = fused_available and device_type == 'cuda'",
+            "use_fused = fused_available"),
+    threads("train.py", 1),
+    threads("train.py", 2),
+)
+
+
+def nanogpt(name: str, argv: tuple[str, ...], warmup: int, samples: int, notes: str) -> Case:
+    return Case(
+        name, *NANOGPT,
+        paths=("train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py",
+               "data/shakespeare_char/prepare.py"),
+        cwd=".", script="train.py",
+        argv=("config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--log_interval=1",
+              "--max_iters=2000", "--lr_decay_iters=2000", "--dropout=0.0", *argv),
+        timing=NANOGPT_TIMING, warmup=warmup, samples=samples, variants=NANOGPT_VARIANTS,
+        prep=(Copy("tinyshakespeare/input.txt", "data/shakespeare_char/input.txt"),
+              Run("data/shakespeare_char/prepare.py", stub_modules=("requests",))),
+        not_applicable={"batch-x2": "batches come from get_batch(), not a DataLoader",
+                        "workers": "no DataLoader", "zero-grad": "already zero_grad(set_to_none=True)"},
+        notes=notes)
+
+
+# ----------------------------------------------------------------------------- minGPT
+
+MINGPT_TIMING = r"^iter_dt (?P<ms>[\d.]+)ms; iter (?P<step>\d+): train loss (?P<loss>\S+)"
+
+
+def mingpt(name: str, project: str, argv: tuple[str, ...], batch: int, warmup: int, samples: int,
+           notes: str, prep: tuple = ()) -> Case:
+    script = f"projects/{project}/{project}.py"
+    return Case(
+        name, *MINGPT,
+        paths=("mingpt", script), cwd=".", script=script,
+        argv=(*argv, f"--trainer.batch_size={batch}"),
+        timing=MINGPT_TIMING, warmup=warmup, samples=samples,
+        variants=(
+            bf16("mingpt/trainer.py", "            logits, self.loss = model(x, y)\n"),
+            patched("compile", COMPILE, script, "trainer = Trainer(config.trainer, model, train_dataset)",
+                    "trainer = Trainer(config.trainer, torch.compile(model), train_dataset)"),
+            patched("fused", FUSED, "mingpt/model.py", "betas=train_config.betas)",
+                    "betas=train_config.betas, fused=True)"),
+            threads(script, 1),
+            threads(script, 2),
+            workers(0, "--trainer.num_workers"),  # the Trainer's default is num_workers=4
+            workers(2, "--trainer.num_workers"),
+            batch_x2("--trainer.batch_size", batch),
+        ),
+        prep=prep,
+        # the script prints iter_dt every 10 iterations; every iteration here (by-hand runs only)
+        timing_patches=(Patch(script, "if trainer.iter_num % 10 == 0:", "if trainer.iter_num % 1 == 0:"),),
+        pythonpath=(".",),  # `from mingpt.model import GPT` (the README has you pip install -e .)
+        not_applicable={"zero-grad": "already model.zero_grad(set_to_none=True)",
+                        "pin-memory": "pin_memory=True is ignored without an accelerator"},
+        notes=notes)
+
+
+# ----------------------------------------------------------------------------- pytorch/examples
+
+WLM_FORWARD = ("        if args.model == 'Transformer':\n"
+               "            output = model(data)\n"
+               "            output = output.view(-1, ntokens)\n"
+               "        else:\n"
+               "            hidden = repackage_hidden(hidden)\n"
+               "            output, hidden = model(data, hidden)\n"
+               "        loss = criterion(output, targets)\n")
+
+
+def word_lm(name: str, argv: tuple[str, ...], notes: str) -> Case:
+    f = "word_language_model/main.py"
+    return Case(
+        name, *EXAMPLES,
+        paths=("word_language_model/main.py", "word_language_model/model.py", "word_language_model/data.py"),
+        cwd="word_language_model", script="main.py",
+        argv=("--epochs", "1", "--log-interval", "3", *argv),
+        # one line per 3 batches: the mean ms/batch over them
+        timing=r"\|\s*(?P<step>\d+)/\s*\d+ batches \| lr \S+ \| ms/batch\s+(?P<ms>[\d.]+) \| loss\s+(?P<loss>\S+)",
+        warmup=2, samples=10, unit="batch",
+        variants=(
+            bf16(f, WLM_FORWARD),
+            patched("compile", COMPILE, f, "criterion = nn.NLLLoss()\n", "criterion = nn.NLLLoss()\nmodel = torch.compile(model)\n"),
+            threads(f, 1),
+            threads(f, 2),
+        ),
+        prep=(Copy("wikitext-2-partial/valid.txt", "word_language_model/data/wikitext-2/train.txt"),
+              Copy("wikitext-2-partial/valid.txt", "word_language_model/data/wikitext-2/valid.txt"),
+              Copy("wikitext-2-partial/test.txt", "word_language_model/data/wikitext-2/test.txt")),
+        advise_args=("--warmup", "3", "--steps", "20"),
+        not_applicable={"fused": "no optimizer: a manual SGD update (AdamW only with --use-optimizer)",
+                        "batch-x2": "batches come from batchify(), not a DataLoader", "workers": "no DataLoader",
+                        "zero-grad": "model.zero_grad() already sets None"},
+        notes=notes)
+
+
+TSP = "time_sequence_prediction/train.py"
+RL = "reinforcement_learning/reinforce.py"
+MPL = ("matplotlib==3.11.2", "contourpy==1.3.3", "cycler==0.12.1", "fonttools==4.68.0", "kiwisolver==1.5.1",
+       "pyparsing==3.3.3", "python-dateutil==4.0.0", "pillow==13.0.0")
+GYM = ("gymnasium==1.4.0", "farama-notifications==0.0.6", "cloudpickle==3.1.2")
+
+CASES: tuple[Case, ...] = (
+    nanogpt("nanogpt-char",
+            ("--eval_iters=20", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128"),
+            warmup=5, samples=25, notes="train.py + config/train_shakespeare_char.py, the README's CPU recipe"),
+    nanogpt("nanogpt-big",
+            ("--eval_iters=5", "--block_size=128", "--batch_size=12", "--n_layer=6", "--n_head=8", "--n_embd=256"),
+            warmup=4, samples=12, notes="the same train.py, a 6x256 model, block 128"),
+    mingpt("mingpt-chargpt", "chargpt",
+           ("--model.model_type=gpt-micro", "--data.block_size=64", "--trainer.max_iters=1000"), batch=16,
+           warmup=4, samples=25, prep=(Copy("tinyshakespeare/input.txt", "input.txt"),),
+           notes="projects/chargpt on tinyshakespeare, gpt-micro (4x128), block 64"),
+    mingpt("mingpt-adder", "adder", ("--data.ndigit=3", "--trainer.max_iters=2000"), batch=64,
+           warmup=5, samples=40,
+           notes="projects/adder, gpt-nano; ndigit=3 so the iteration-0 evaluation reads 5 batches, not all 9,500"),
+    word_lm("wlm-lstm", (), notes="word_language_model/main.py, 2-layer LSTM 200/200, valid.txt as train.txt"),
+    word_lm("wlm-transformer", ("--model", "Transformer"),
+            notes="word_language_model/main.py --model Transformer (2 layers, 200, 2 heads)"),
+    Case(
+        "tsp-lbfgs", *EXAMPLES,
+        paths=("time_sequence_prediction/train.py", "time_sequence_prediction/generate_sine_wave.py"),
+        cwd="time_sequence_prediction", script="train.py", argv=("--steps", "12"),
+        timing=r"^truth-step-ms (?P<ms>[\d.]+)", warmup=1, samples=5,
+        variants=(bf16(TSP, "            out = seq(input)\n            loss = criterion(out, target)\n"), threads(TSP, 1),
+                  threads(TSP, 2)),
+        prep=(Patch("time_sequence_prediction/generate_sine_wave.py", "L = 1000", "L = 100"),
+              Run("time_sequence_prediction/generate_sine_wave.py")),
+        # torch>=2.6 loads weights_only by default, which refuses the numpy array the data script saved
+        fixups=(Patch(TSP, "torch.load('traindata.pt')", "torch.load('traindata.pt', weights_only=False)"),),
+        timing_patches=(Patch(TSP, "        optimizer.step(closure)\n",
+                              "        _t0 = __import__('time').perf_counter()\n"
+                              "        optimizer.step(closure)\n"
+                              "        print('truth-step-ms %.3f' % ((__import__('time').perf_counter() - _t0) * 1e3))\n"),),
+        pip=MPL, advise_args=("--warmup", "1", "--steps", "6"), timeout_s=400,
+        not_applicable={"compile": "not measured: the test prediction after each step unrolls 1,100 LSTMCell steps "
+                                   "under torch.compile (minutes of compiling)",
+                        "fused": "LBFGS has no fused/foreach", "batch-x2": "full-batch LBFGS, no DataLoader"},
+        notes="LBFGS with a closure (20 evaluations a step), float64; sine data at L=100 instead of 1000 "
+              "(the data script patched: 1000 makes a step ~20 s here)"),
+    Case(
+        "rl-reinforce", *EXAMPLES,
+        paths=("reinforcement_learning/reinforce.py",), cwd="reinforcement_learning", script="reinforce.py", argv=(),
+        timing=r"^truth-episode (?P<step>\d+) ms/env-step (?P<ms>[\d.]+)", warmup=5, samples=60, unit="env step",
+        variants=(bf16(RL, "    probs = policy(state)\n"),
+                  patched("compile", COMPILE, RL, "policy = Policy()\n", "policy = torch.compile(Policy())\n"),
+                  patched("fused", FUSED, RL, "optim.Adam(policy.parameters(), lr=1e-2)",
+                          "optim.Adam(policy.parameters(), lr=1e-2, fused=True)"),
+                  threads(RL, 1), threads(RL, 2)),
+        timing_patches=(Patch(RL, "        state, _ = env.reset()\n",
+                              "        _t0 = __import__('time').perf_counter()\n        state, _ = env.reset()\n"),
+                        Patch(RL, "        finish_episode()\n",
+                              "        finish_episode()\n        print('truth-episode %d ms/env-step %.4f' % "
+                              "(i_episode, (__import__('time').perf_counter() - _t0) * 1e3 / t))\n")),
+        pip=GYM, advise_args=("--warmup", "5", "--steps", "30"),
+        not_applicable={"batch-x2": "one episode a step, no DataLoader"},
+        notes="REINFORCE on CartPole-v1 (gymnasium); one optimizer step an episode, timed per env step "
+              "(episodes grow as it learns)"),
+)
+
+BY_NAME = {c.name: c for c in CASES}
