@@ -264,6 +264,10 @@ class ArmsSession:
         pooled.runs = [{"speedup": r.speedup, "ci_low": r.ci_low, "ci_high": r.ci_high} for r in each]
         if pooled.verified and not all(r.verified for r in each):
             pooled.verified, pooled.verdict = False, Verdict.NOT_CONFIRMED
+        if _apart(each):  # one pass says 0.96x, the other 9.37x: no interval over both means anything
+            pooled.verified, pooled.verdict = False, Verdict.NOT_CONFIRMED
+            pooled.reason = (f"its {len(each)} passes disagree ({', '.join(f'{r.speedup:.2f}x' for r in each)}, "
+                             "intervals apart): the machine's load changed during the run")
         pooled.measured_by = "in-process"
         pooled.switch_s = sum(float(line.get("switch_s") or 0.0) for line in lines) or None
         return pooled
@@ -352,6 +356,16 @@ def largest_that_fits(tried: list, budget: float) -> tuple:
     fitting = [(p, e) for p, e in tried if fits(e, budget)]
     scale = lambda pe: pe[0].overrides.get("batch_size_scale") or 0  # noqa: E731
     return max(fitting, key=scale) if fitting else min(tried, key=scale)
+
+
+def _apart(results: list[Experiment]) -> bool:
+    """Whether two passes of one arm disagree: intervals that do not overlap and speedups 1.5x apart."""
+    known = [r for r in results if r.ci_low is not None and r.ci_high is not None and r.speedup]
+    if len(known) < 2:
+        return False
+    lo = min(known, key=lambda r: r.speedup)
+    hi = max(known, key=lambda r: r.speedup)
+    return lo.ci_high < hi.ci_low and hi.speedup / lo.speedup >= 1.5
 
 
 def _expected_speedup(finding: Finding) -> int:

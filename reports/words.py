@@ -107,6 +107,9 @@ def verified_bar(result: Measured) -> float:
     return max(VERIFY_MIN_GAIN, finite(getattr(result, "baseline_drift_frac", None)) or 0.0)
 
 
+NOISY_DRIFT = 0.25  # baselines this far apart say the machine changed, not that the gain is small
+
+
 def _below_the_bar(result: Measured) -> str:
     """Why a gain whose interval excludes 1 is still not verified: its low end is not far enough above 1."""
     if getattr(result, "verdict", Verdict.NO_CHANGE) is not Verdict.NO_CHANGE:
@@ -115,6 +118,9 @@ def _below_the_bar(result: Measured) -> str:
     bar = verified_bar(result)
     if lo is None or lo <= 1 or lo > 1 + bar:
         return ""
+    if bar > NOISY_DRIFT:
+        return (f"the baseline's own windows differ by {fmt.frac(bar)}: the machine's load changed during the run, "
+                "too noisy to call it verified")
     drift = " (the baselines drifted that much between their runs)" if bar > VERIFY_MIN_GAIN else ""
     return f"the interval's low end is within {fmt.frac(bar)} of 1{drift}, too close to call it verified"
 
@@ -130,6 +136,8 @@ def measured_detail(result: Measured) -> str:
         text += ": the interval includes no gain"
     elif state == "unclear" and (remark := _below_the_bar(result)):
         text += f": {remark}"
+    elif getattr(result, "verdict", None) is Verdict.NOT_CONFIRMED and getattr(result, "reason", None):
+        text += f": {result.reason}"
     return text
 
 

@@ -127,6 +127,20 @@ def test_a_gain_under_the_bar_says_why_it_is_not_verified():
     drifted = exp(Verdict.NO_CHANGE, 1.10, 1.05, 1.15, baseline_drift_frac=0.08)
     assert "within 8% of 1 (the baselines drifted that much between their runs)" in words.measured_sentence(drifted)
     assert words.VERIFIED_MEANS.startswith("means the whole 95% interval lies more than 3% above 1")
+    noisy = exp(Verdict.NO_CHANGE, 1.64, 1.22, 1.74, baseline_drift_frac=1.69)
+    assert words.measured_sentence(noisy) == ("1.64× faster (95% CI 1.22–1.74×): the baseline's own windows differ by "
+                                              "169%: the machine's load changed during the run, too noisy to call it verified")
+
+
+def test_passes_that_disagree_are_named_not_pooled_into_a_precise_interval():
+    from advisor.inprocess import _apart
+
+    passes = [exp(Verdict.NO_CHANGE, 0.96, 0.90, 1.02), exp(Verdict.FASTER, 9.37, 8.1, 10.2)]
+    assert _apart(passes) and not _apart([passes[0], exp(Verdict.NO_CHANGE, 1.0, 0.95, 1.05)])
+    pooled = exp(Verdict.NOT_CONFIRMED, 1.64, 1.22, 1.74,
+                 reason="its 2 passes disagree (0.96x, 9.37x, intervals apart): the machine's load changed during the run")
+    assert words.measured_sentence(pooled).endswith("(0.96x, 9.37x, intervals apart): the machine's load changed during "
+                                                    "the run, not confirmed")
 
 
 def test_a_side_without_a_figure_shows_a_dash_and_why():
