@@ -276,7 +276,8 @@ def candidates_from(findings: list[Finding], safe_only: bool) -> list[Candidate]
         if key in seen:
             continue
         seen.add(key)
-        out.append(Candidate(finding.rule or f"fix {i}", fix.overrides, fix.applicability.value, i))
+        label = f"{finding.rule} ({vocabulary.describe(fix.overrides)})" if finding.screen else finding.rule or f"fix {i}"
+        out.append(Candidate(label, fix.overrides, fix.applicability.value, i))
     return out
 
 
@@ -329,10 +330,18 @@ class ExperimentResults:
     notes: list[str]
     runs: list[dict]
     interrupted: int | None = None  # the signal that cut the experiments short (what ran is kept)
+    screened: list[Finding] = field(default_factory=list)  # screened fixes left out: not verified faster
 
     def summary(self) -> dict:
-        """report.json's `experiments` block: what was run and what it cost."""
-        return {"runs": self.runs, "n_runs": len(self.runs), "child_wall_s": sum(r["wall_s"] for r in self.runs)}
+        """report.json's `experiments` block: what was run and what it cost, and the screened fixes
+        left out of the findings (`screened`: each fix, its verdict and speedup)."""
+        screened = [{"fix": f.fix.title, "overrides": f.fix.overrides,
+                     "verdict": f.experiment.verdict.value if f.experiment else Verdict.NOT_MEASURED.value,
+                     "speedup": f.experiment.speedup if f.experiment else None,
+                     "ci_low": f.experiment.ci_low if f.experiment else None,
+                     "ci_high": f.experiment.ci_high if f.experiment else None} for f in self.screened]
+        return {"runs": self.runs, "n_runs": len(self.runs), "child_wall_s": sum(r["wall_s"] for r in self.runs),
+                "screened": screened}
 
 
 def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: pd.DataFrame, *, root: Path,

@@ -29,6 +29,8 @@ from .model import Applicability, Experiment, Finding, Recommendation, Verdict
 from .rundir import names
 
 REPEATS = 2          # each arm is measured twice, the second pass in reverse order
+SCREEN_MARGIN = 0.05  # a screened fix whose one window runs this much faster is measured in full
+FIXES, SCREENS, STACK = "fixes", "screens", "stack"  # what a round measures
 MIN_WINDOW_STEPS = 5
 BASELINE = "baseline"
 
@@ -55,15 +57,19 @@ def interleave(arms: list[tuple[str, dict]], warmup: Callable[[dict], int], step
 
 
 def plan_windows(arms: list[tuple[str, dict]], growing: list[tuple[str, dict]], warmup: Callable[[dict], int],
-                 steps: Callable[[str], int] | int) -> list[Window]:
-    """The round's windows: `arms` interleaved (see :func:`interleave`), then the `growing` ones
-    (larger batches) smallest first, each twice in a row between baselines. An out-of-memory
-    error ends the child's arms, so it may only cost the values larger than the one that ran out:
-    every other arm and every smaller value has been measured in full by then."""
+                 steps: Callable[[str], int] | int, screens: list[tuple[str, dict]] = ()) -> list[Window]:
+    """The round's windows: `arms` interleaved (see :func:`interleave`), then each of the `screens`
+    once, in a short window between baselines (what looks faster is measured in full in a later
+    round), then the `growing` ones (larger batches) smallest first, each twice in a row between
+    baselines. An out-of-memory error ends the child's arms, so it may only cost the values larger
+    than the one that ran out: every other arm and every smaller value has been measured by then."""
     length = steps if callable(steps) else (lambda arm: steps)
     windows = interleave(arms, warmup, length) if arms else []
-    if growing and not windows:
+    if (growing or screens) and not windows:
         windows = [Window(BASELINE, {}, warmup({}), length(BASELINE))]
+    for arm, overrides in screens:
+        short = max(MIN_WINDOW_STEPS, length(BASELINE) // 2)
+        windows += [Window(arm, overrides, warmup(overrides), short), Window(BASELINE, {}, warmup({}), short)]
     for arm, overrides in sorted(growing, key=lambda a: a[1].get("batch_size_scale") or 0):
         for _ in range(REPEATS):
             windows += [Window(arm, overrides, warmup(overrides), length(arm)),
@@ -154,6 +160,9 @@ class ArmsSession:
     _lengths: dict[str, int] = field(default_factory=dict)  # arm id -> window length, in baseline windows
     _workers: int = 0
     _fit_budget: int | None = None  # the run was over this budget: the fastest fix that fits joined the winners
+    _kinds: dict[int, str] = field(default_factory=dict)  # round -> FIXES / SCREENS / STACK
+    _screens: list[str] = field(default_factory=list)  # arms of fixes no rule proposed (screened in round 0)
+    _screen_results: dict[str, object] = field(default_factory=dict)  # screened arm -> its one window's result
 
     # the child asks ------------------------------------------------------------------------
     def on_window_done(self, round_no: int, suffixes: list[str] | None = None) -> None:
@@ -172,7 +181,8 @@ class ArmsSession:
             self._started = time.monotonic()
         if windows and self.progress is not None:
             arms = len({w.arm for w in windows} - {BASELINE})
-            what = "the fixes" if round_no == 0 else "the winners stacked"
+            what = {FIXES: "the fixes", SCREENS: "the screened fixes that looked faster",
+                    STACK: "the winners stacked"}.get(self._kinds.get(round_no, ""), "the fixes")
             self.progress.phase(f"measuring {what} inside this run: {arms} arm{'s' if arms != 1 else ''}, "
                                 f"{len(windows)} windows of {windows[0].steps} steps")
         plan = {"round": round_no, "windows": [w.to_dict() for w in windows]}
@@ -197,14 +207,51 @@ class ArmsSession:
         return point[1].label if point else arm
 
     def _plan(self, round_no: int) -> list[Window]:
+        """Round 0 measures the rules' fixes and screens the untried ones (one short window each);
+        the screened fixes that looked faster are measured in full in a round of their own; then
+        the winners stacked. Each round is judged when the child asks for the next."""
         if round_no == 0:
-            return self._first_round()
-        if round_no == 1:
-            self._judge_fixes(read_round(self.out, self.rank_suffix, 0))
-            return self._stack_round()
-        if round_no == 2 and self._arms.get("stacked"):
-            self._judge_stack(read_round(self.out, self.rank_suffix, 1))
-        return []
+            windows = self._first_round()
+            kind = FIXES
+        else:
+            kind = self._judge_round(round_no - 1, read_round(self.out, self.rank_suffix, round_no - 1))
+            windows = []
+        if kind == FIXES and round_no > 0:
+            promoted = self._promoted()
+            windows, kind = (interleave(promoted, self._warmup, self._steps), SCREENS) if promoted else ([], SCREENS)
+        if kind == SCREENS and not windows:
+            windows, kind = self._stack_round(), STACK
+        if windows:
+            self._kinds[round_no] = kind
+        return windows
+
+    def _judge_round(self, round_no: int, result: RoundResult) -> str:
+        """Judge what round `round_no` measured; returns its kind."""
+        kind = self._kinds.get(round_no, "")
+        if kind == FIXES:
+            self._judge_fixes(result, [a for a in self._arms if a not in self._screens])
+            self._screen_results = {a: self._judge(result, a, self._arms[a][0].applicability != Applicability.SAFE.value)
+                                    for a in self._screens}
+        elif kind == SCREENS:
+            self._judge_fixes(result, [a for a, _ in self._promoted()])
+        elif kind == STACK and self._arms.get("stacked"):
+            self._judge_stack(result)
+        return kind
+
+    def _promoted(self) -> list[tuple[str, dict]]:
+        """The screened arms whose one window ran faster than its baselines by the screening margin."""
+        out = []
+        for arm, exp in self._screen_results.items():
+            if isinstance(exp, Experiment) and (exp.speedup or 0) >= 1 + SCREEN_MARGIN and (
+                    exp.loss_check is None or exp.loss_check.get("passed") is not False):
+                out.append((arm, self._arms[arm][1].overrides))
+            elif isinstance(exp, Experiment):
+                finding = self.findings[self._arms[arm][0].finding_index]
+                exp.measured_by, exp.verified = "in-process", False
+                exp.verdict = Verdict.SLOWER if (exp.speedup or 1) < 1 and exp.ci_high is not None and exp.ci_high < 1 \
+                    else Verdict.NO_CHANGE
+                finding.experiment = exp
+        return out
 
     def _first_round(self) -> list[Window]:
         self.findings, profile = self.diagnose()
@@ -214,6 +261,7 @@ class ArmsSession:
         ctx = vocabulary.SweepContext(vocabulary.cores_per_rank(env), self.io_like(profile))
         arms: list[tuple[str, dict]] = []
         growing: list[tuple[str, dict]] = []  # larger batches: one may run out of memory and end the run
+        screens: list[tuple[str, dict]] = []  # fixes no rule proposed: one short window each
         for candidate in candidates_from(self.findings, self.safe_only):
             finding = self.findings[candidate.finding_index]
             if "batch_size_scale" in candidate.overrides and not self.by_samples:
@@ -223,8 +271,12 @@ class ArmsSession:
                 arm = f"a{len(self._arms) + 1}"
                 self._arms[arm] = (candidate, point)
                 self._lengths[arm] = _expected_speedup(finding)
-                (growing if _grows_memory(point.overrides) else arms).append((arm, point.overrides))
-        return plan_windows(arms, growing, self._warmup, self._steps)
+                if finding.screen:
+                    self._screens.append(arm)
+                    screens.append((arm, point.overrides))
+                else:
+                    (growing if _grows_memory(point.overrides) else arms).append((arm, point.overrides))
+        return plan_windows(arms, growing, self._warmup, self._steps, screens)
 
     def _steps(self, arm: str) -> int:
         """Timed steps of a window: an arm expected k times faster gets k times the steps (up to 8),
@@ -272,10 +324,12 @@ class ArmsSession:
         pooled.switch_s = sum(float(line.get("switch_s") or 0.0) for line in lines) or None
         return pooled
 
-    def _judge_fixes(self, result: RoundResult) -> None:
+    def _judge_fixes(self, result: RoundResult, arms: list[str] | None = None) -> None:
+        arms = list(self._arms) if arms is None else arms
         fitting: list[tuple[Candidate, Experiment, int]] = []  # memory fixes that bring an over-budget run within it
         by_candidate: dict[int, list[tuple[Candidate, Experiment]]] = {}
-        for arm, (candidate, point) in self._arms.items():
+        for arm in arms:
+            candidate, point = self._arms[arm]
             check_loss = candidate.applicability != Applicability.SAFE.value
             exp = self._judge(result, arm, check_loss)
             if exp == "not-switchable" and candidate not in self.fresh:
@@ -284,7 +338,7 @@ class ArmsSession:
                 continue
             by_candidate.setdefault(candidate.finding_index, []).append((point, exp))
         for index, tried in by_candidate.items():
-            candidate = next(c for c, _ in self._arms.values() if c.finding_index == index)
+            candidate = next(self._arms[a][0] for a in arms if self._arms[a][0].finding_index == index)
             if candidate in self.fresh:
                 continue  # one of its values could not be switched: the fresh runs measure it whole
             finding = self.findings[index]
@@ -306,7 +360,8 @@ class ArmsSession:
                 finding.fix.adopt(best.overrides)
             if fits_over_budget(finding, best):
                 fitting.append((candidate, best, budget))
-        self._winners, self._fit_budget = with_fastest_fit(self._winners, fitting)
+        if fitting or self._fit_budget is None:
+            self._winners, self._fit_budget = with_fastest_fit(self._winners, fitting)
 
     def _stack_round(self) -> list[Window]:
         if len(self._winners) < 2:
@@ -334,8 +389,14 @@ class ArmsSession:
     # after the run -------------------------------------------------------------------------
     def finish(self, arms: dict) -> None:
         """The child ended (`arms`: its lines, ProbeRun.arms): judge a round it ended inside."""
-        if self._arms and self.rounds == 0:
-            self._judge_fixes(read_round(self.out, self.rank_suffix, 0, arms))
+        if self._arms and self._kinds.get(self.rounds) in (FIXES, SCREENS):  # the run ended inside this round
+            self._judge_round(self.rounds, read_round(self.out, self.rank_suffix, self.rounds, arms))
+            for arm, _ in self._promoted():  # screened arms left unpromoted got their one window's result above
+                finding = self.findings[self._arms[arm][0].finding_index]
+                if finding.experiment is None and isinstance(exp := self._screen_results[arm], Experiment):
+                    exp.measured_by, exp.verified, exp.verdict = "in-process", False, Verdict.NOT_CONFIRMED
+                    exp.reason = "screened in one short window; the run ended before it was measured in full"
+                    finding.experiment = exp
             self.recommended = self.recommended or (
                 _recommendation(self._winners[0][1], [self._winners[0][0]], budget=self._fit_budget) if len(self._winners) == 1 else None)
         for candidate in {c.finding_index: c for c, _ in self._arms.values()}.values():

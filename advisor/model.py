@@ -214,6 +214,9 @@ class SourceLocation:
                    int(d.get("count") or 1), str(d.get("op") or ""))
 
 
+SCREEN = "screen"  # evidence key of a screened finding (see Finding.screen)
+
+
 @dataclass
 class Finding:
     """One occurrence of a rule's pattern, with the numbers that show it and what to do."""
@@ -231,6 +234,12 @@ class Finding:
 
     def __post_init__(self):
         self.severity = _enum(Severity, self.severity, "severity")
+
+    @property
+    def screen(self) -> bool:
+        """A fix put in front of the experiments with no rule's pattern behind it (EXP001): it
+        belongs in the report only when the experiments verified a gain."""
+        return bool(self.evidence.get(SCREEN))
 
     def problem(self) -> str | None:
         """Why this finding breaks the report.json contract, or None when it is well formed."""
@@ -349,6 +358,12 @@ def settle_severity(finding: Finding) -> Finding:
     elif finding.severity is Severity.HIGH:
         finding.severity = Severity.MEDIUM
     return finding
+
+
+def split_screened(findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """(the findings to report, the screened ones left out: not verified faster)."""
+    keep = [f for f in findings if not f.screen or (f.experiment is not None and f.experiment.verified)]
+    return keep, [f for f in findings if not any(f is k for k in keep)]
 
 
 def rank(findings: list[Finding]) -> list[Finding]:

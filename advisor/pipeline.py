@@ -22,7 +22,7 @@ from .atomic import check_writable, write_json_atomic, write_text_atomic
 from .chatter import strip_log, without_chatter
 from .cli_exit import DISK_ERRNOS, EXIT_USAGE, STATUS_EXIT, fail, writing_error
 from .interrupt import StopRequest, describe
-from .model import Finding, rank, settle_severity
+from .model import Finding, rank, settle_severity, split_screened
 from .profile import Profile
 from .rundir import rank_suffix
 from .trace import TraceError
@@ -97,7 +97,7 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
         profile = Profile.from_run_dir(out, session.rank_suffix)
         if len(session.plan_suffixes) > 1:  # the job's ranks share this node's cores (spawned ranks do not say so)
             profile.env["local_world_size"] = profile.env.get("local_world_size") or len(session.plan_suffixes)
-        findings, warnings = _diagnose(profile, rule_settings)
+        findings, warnings = _diagnose(profile, rule_settings, screen=True)
         session.rule_warnings = warnings
         return findings, profile
 
@@ -233,7 +233,9 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         if results is not None and experiments.confirm and not stop:
             _confirm(results, config, profile, out, progress, stop)
         if results is not None:
-            findings = rank([settle_severity(f) for f in results.findings])
+            findings, screened = split_screened([settle_severity(f) for f in results.findings])
+            findings = rank(findings)
+            results.screened = screened
     signum = stop.signum or run.signal or (results.interrupted if results else None)
     status, error = run.status, run.probe.get("error")
     if signum and status == "ok":  # the measurements were whole; what came after them was cut short
@@ -380,13 +382,16 @@ def _emit(report: dict, con, as_json: bool, run_dir: str | None) -> None:
         terminal.print_summary(report, con, run_dir)
 
 
-def _diagnose(profile: Profile, rule_settings) -> tuple[list[Finding], list[str]]:
-    """Run the selected rules (advisor.engine); a run with no measured step has nothing to diagnose."""
+def _diagnose(profile: Profile, rule_settings, screen: bool = False) -> tuple[list[Finding], list[str]]:
+    """Run the selected rules (advisor.engine); a run with no measured step has nothing to diagnose.
+
+    Screened fixes (EXP001) are kept only where in-process arms will measure them (`screen`)."""
     from .engine import run_rules
 
     if profile.steps.empty:
         return [], []
-    return run_rules(profile, rule_settings)
+    findings, warnings = run_rules(profile, rule_settings)
+    return (findings if screen else split_screened(findings)[0]), warnings
 
 
 def analyze_trace(path: Path, *, as_json: bool, out: Path | None, rule_settings=None) -> int:

@@ -42,7 +42,8 @@ def _steps(seconds: float, n: int = 10, rng=np.random.default_rng(0)) -> pd.Data
 
 
 def _round(windows: list[tuple[str, dict, float, list]]) -> RoundResult:
-    lines = [{"round": 0, "window": k, "arm": arm, "overrides": ov, "applied": {"dataloaders": [{"num_workers": (ov.get("dataloader") or {}).get("num_workers", 0)}]},
+    lines = [{"round": 0, "window": k, "arm": arm, "overrides": ov, "applied": {"dataloaders": [{"num_workers": (ov.get("dataloader") or {}).get("num_workers", 0)}],
+                                                                         **{k: v for k, v in ov.items() if k != "dataloader"}},
               "not_switchable": ns, "switch_s": 0.1, "error": None} for k, (arm, ov, _, ns) in enumerate(windows)]
     return RoundResult(lines, {k: _steps(sec) for k, (_, _, sec, _) in enumerate(windows)})
 
@@ -74,6 +75,40 @@ def test_the_best_sweep_value_is_chosen_by_its_interval_not_by_the_first_that_he
     assert exp.speedup == pytest.approx(2.5, rel=0.05) and len(exp.runs) == 2 and len(exp.sweep) == 2
     assert finding.fix.overrides == four and finding.fix.proposed_overrides == two
     assert session._winners and not session.fresh
+
+
+def test_screened_fixes_get_one_short_window_and_only_those_that_look_faster_are_measured_in_full(tmp_path, monkeypatch):
+    """Experiments decide: fixes no rule proposed (EXP001) are screened in round 0, one short window
+    each after the rules' arms; a screen 1.5x faster gets a round of its own, measured in full like
+    any fix; one that is slower keeps its one window's result and is not measured again."""
+    from advisor import inprocess
+    from advisor.model import SCREEN
+
+    def screen(overrides):
+        return Finding("screened", "s", "low", {SCREEN: True}, Fix.unsafe("f", overrides), rule="untried-fix", code="EXP001")
+
+    fast, slow = screen({"autocast": "bfloat16"}), screen({"compile": True})
+    session = ArmsSession(tmp_path, "", diagnose=None)
+    profile = type("P", (), {"steps": _steps(0.1), "env": {"cpu_count": 2}, "observed": {}})()
+    session.diagnose = lambda: ([_dl001(), fast, slow], profile)
+    first = session._plan(0)
+    arms = [w.arm for w in first]
+    assert arms.count("a1") == 2 and arms.count("a2") == 1 and arms.count("a3") == 1  # DL001 twice, screens once
+    assert arms.index("a2") > max(i for i, a in enumerate(arms) if a == "a1")  # screens come after the rules' arms
+    short = next(w for w in first if w.arm == "a2")
+    assert short.steps < next(w for w in first if w.arm == "a1").steps
+    speed = {"baseline": 0.10, "a1": 0.05, "a2": 0.066, "a3": 0.20}
+    monkeypatch.setattr(inprocess, "read_round", lambda out, suffix, n, arms=None: _round(
+        [(w.arm, w.overrides, speed[w.arm], []) for w in first]))
+    second = session._plan(1)
+    assert {w.arm for w in second} == {"baseline", "a2"} and sum(w.arm == "a2" for w in second) == 2
+    assert slow.experiment is not None and slow.experiment.verdict.value == "slower" and not slow.experiment.verified
+    assert fast.experiment is None  # measured in full next
+    monkeypatch.setattr(inprocess, "read_round", lambda out, suffix, n, arms=None: _round(
+        [(w.arm, w.overrides, speed[w.arm], []) for w in second]))
+    third = session._plan(2)  # the stack: DL001's workers + bf16
+    assert fast.experiment.verified and fast.experiment.speedup == pytest.approx(1.5, rel=0.05)
+    assert {w.arm for w in third} == {"baseline", "stacked"}
 
 
 def test_an_arm_the_child_could_not_switch_goes_to_a_fresh_run(tmp_path):
@@ -165,3 +200,29 @@ def test_confirm_measures_the_recommendation_again_in_fresh_runs(tmp_path):
     assert "as you will apply it (fresh runs of the script, --confirm): " in proc.stdout
     page = (tmp_path / "run" / "report.html").read_text()
     assert "as you will apply it (fresh runs of the script, --confirm)" in page
+
+
+@pytest.mark.slow
+def test_untried_fixes_are_screened_in_the_run_and_kept_only_when_verified(tmp_path):
+    """EXP001 alone (--select): the fused optimizer step and compile apply to this SGD loop and no
+    rule proposed them. Each is measured in the profiled run; one that is not verified faster is
+    left out of the findings and listed in experiments.screened, with its verdict; with
+    --no-experiments nothing of them is reported."""
+    import subprocess
+
+    script = str(WORKLOADS / "tensor_pairs.py")
+    common = ["--steps", "10", "--warmup", "2", "--profile-steps", "2", "--select", "EXP001"]
+    proc = subprocess.run(advise_cmd("profile", *common, "--out", "run", script), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    kept = [f for f in report["findings"] if f["code"] == "EXP001"]
+    screened = report["experiments"]["screened"]
+    tried = [f["fix"]["overrides"] for f in kept] + [s["overrides"] for s in screened]
+    assert {"compile": True} in tried and {"optimizer": {"fused": True}} in tried, (tried, proc.stdout)
+    assert all(f["experiment"]["verified"] and f["experiment"]["measured_by"] == "in-process" for f in kept)
+    assert all(s["verdict"] not in ("faster", "not-measured") and s["speedup"] for s in screened), screened
+    off = subprocess.run(advise_cmd("profile", *common, "--no-experiments", "--out", "off", script), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert off.returncode == 0 and "EXP001" not in off.stdout
+    assert json.loads((tmp_path / "off" / "report.json").read_text())["findings"] == []

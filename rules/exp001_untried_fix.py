@@ -1,0 +1,103 @@
+"""## What it does
+Measures cheap fixes that apply to this run though no other rule proposed them.
+
+They are bf16 autocast where the device computes bf16 natively and the model trains in FP32,
+`torch.compile`, the fused optimizer step, and as many intra-op threads as the rank's cores.
+
+A rule's threshold decides what is explained first; it never hides a fix that can be measured.
+This rule explains nothing by itself: its findings stay in the report only when the experiments
+verify a gain. Unmeasured (`--no-experiments`, `advise analyze`, `--fresh-runs`) or not faster,
+they are left out, and report.json's `experiments.screened` lists what was tried.
+
+## Why is this bad?
+The rules look for known patterns with thresholds set to avoid false alarms; a fix whose gain
+depends on the model, the machine and the library versions (bf16 units, compile's fusion, a
+fused kernel) can be worth 1.1-1.7x below every threshold. On nanoGPT's and minGPT's CPU recipes
+bf16 autocast was 1.14x and 1.73x by hand, while the rule on FP32 matmuls stayed silent.
+
+## Example
+```python
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+```
+
+Use instead:
+```python
+# what the experiments verified, for example bf16 autocast:
+with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+    loss = loss_fn(model(x), y)
+loss.backward()
+optimizer.step()
+```
+
+## Fix safety
+Per fix: bf16 autocast and `torch.compile` change numerics (unsafe: the experiment compares
+losses); the fused optimizer step and the thread count do not (safe).
+
+## Options
+- `fixes` (default "autocast,compile,optimizer,threads"): which fixes to screen, comma-separated.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from advisor.overrides import cores_per_rank
+
+from advisor.model import SCREEN
+
+from . import helpers as h
+from .registry import Finding, Fix, rule
+
+_FUSED = {"Adam", "AdamW", "SGD", "Adagrad"}
+_COMPILED = ("CompiledFunction", "Torch-Compiled Region", "CompiledFxGraph")
+
+
+@rule(code="EXP001", name="untried-fix")
+def check(profile, *, fixes: str = "autocast,compile,optimizer,threads") -> Iterator[Finding]:
+    wanted = {f.strip() for f in fixes.split(",") if f.strip()}
+    if not h.is_training(profile):
+        return
+    dev = h.device(profile)
+    if "autocast" in wanted and dev.bf16 and _fp32_matmuls(profile):
+        yield _screen("bf16 autocast", Fix.unsafe("Run the forward pass under bf16 autocast", {"autocast": "bfloat16"}),
+                      f"this {'CPU' if dev.kind == 'cpu' else 'GPU'} computes bf16 natively and the model's matmuls run in FP32")
+    if "compile" in wanted and not _compiled(profile):
+        yield _screen("torch.compile", Fix.unsafe("Compile the model with torch.compile", {"compile": True}),
+                      "the model runs eagerly")
+    optimizers = [o for o in profile.observed.get("optimizers") or [] if o.get("class") in _FUSED and not o.get("fused")]
+    if "optimizer" in wanted and optimizers:
+        names = ", ".join(sorted({o["class"] for o in optimizers}))
+        yield _screen("fused optimizer step", Fix.safe(f"Build {names} with fused=True", {"optimizer": {"fused": True}}),
+                      f"{names} steps one tensor or one group at a time")
+    cores, threads = cores_per_rank(profile.env), profile.env.get("torch_threads")
+    if "threads" in wanted and not profile.has_gpu and cores and threads and threads < cores:
+        yield _screen(f"{cores} intra-op threads", Fix.safe(f"Run {cores} intra-op threads", {"torch_threads": cores}),
+                      f"the script runs {threads} intra-op thread{'s' if threads > 1 else ''} on {cores} cores")
+
+
+def _screen(what: str, fix: Fix, why: str) -> Finding:
+    return Finding(
+        title=f"{what[0].upper()}{what[1:]} was measured: no rule predicted its effect",
+        summary=f"No rule's threshold was met, but {why}, so the experiments measured {what} in this run.",
+        severity="low",
+        evidence={SCREEN: True, "why": why},
+        fix=fix,
+    )
+
+
+def _fp32_matmuls(profile) -> bool:
+    """Matmuls or convolutions ran, mostly in FP32 (not already under autocast)."""
+    ops = h.gemm_ops(profile)
+    known = ops[ops["dtype"].notna()] if not ops.empty else ops
+    if known.empty:
+        return False
+    low = known.loc[known["dtype"].isin(h.LOW_PRECISION), "flops"].sum()
+    return bool(known["dtype"].isin(h.FP32).any()) and low < 0.5 * known["flops"].sum()
+
+
+def _compiled(profile) -> bool:
+    names = set(profile.ops["name"].astype(str)) if not profile.ops.empty else set()
+    return any(marker in name for name in names for marker in _COMPILED)
