@@ -44,8 +44,16 @@ class Candidate:
 
     label: str
     overrides: dict
-    applicability: str = "safe"
+    applicability: Applicability = Applicability.SAFE
     finding_index: int | None = None
+
+    def __post_init__(self):
+        self.applicability = Applicability(self.applicability)
+
+    @property
+    def changes_numerics(self) -> bool:
+        """Not a safe fix: its loss must stay finite and close to the baseline's."""
+        return self.applicability is not Applicability.SAFE
 
 
 @dataclass
@@ -277,7 +285,7 @@ def candidates_from(findings: list[Finding], safe_only: bool) -> list[Candidate]
             continue
         seen.add(key)
         label = f"{finding.rule} ({vocabulary.describe(fix.overrides)})" if finding.screen else finding.rule or f"fix {i}"
-        out.append(Candidate(label, fix.overrides, fix.applicability.value, i))
+        out.append(Candidate(label, fix.overrides, fix.applicability, i))
     return out
 
 
@@ -391,7 +399,7 @@ def confirm_recommendation(rec: Recommendation, base: ProbeConfig, baseline_step
     """
     by_samples = bool(baseline_steps["samples"].notna().all()) if "samples" in baseline_steps and len(baseline_steps) else False
     runner = Runner(base, root, progress, Budget(2 * pairs + 1, float("inf")), stop)
-    check_loss = rec.applicability != Applicability.SAFE.value
+    check_loss = Applicability(rec.applicability) is not Applicability.SAFE
     try:
         baselines, cands = [runner.measure("confirm-baseline", {})], []
         for k in range(pairs):
@@ -429,7 +437,7 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
         if changes_batch and not by_samples:
             finding.experiment = Experiment.not_measured("the batch size is unknown, so samples/s cannot be compared")
             continue
-        check_loss = candidate.applicability != Applicability.SAFE.value
+        check_loss = candidate.changes_numerics
         memory_budget = finding.evidence.get("budget_bytes")
         best, sweep, runs_of, tried = None, [], {}, []
         for point in _sweep_points(candidate, ctx):
@@ -472,7 +480,7 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
         chosen = best or next((t for t in tried if t.verdict != Verdict.FAILED), tried[0])
         chosen.sweep = sweep if len(sweep) > 1 else None
         chosen.memory_budget_bytes = memory_budget
-        chosen.applicability = candidate.applicability
+        chosen.applicability = candidate.applicability.value
         finding.experiment = chosen
         if best is not None and best.verified:
             winners.append((candidate, best))
@@ -491,8 +499,9 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
 def _stack(winners: list[tuple[Candidate, Experiment]], runner: Runner, baselines, by_samples, budget: Budget,
            notes) -> Recommendation:
     overrides = vocabulary.merge(*(result.overrides for _, result in winners))
-    labels = [candidate.label for candidate, _ in winners]
-    unsafe = any(candidate.applicability != Applicability.SAFE.value for candidate, _ in winners)
+    candidates = [candidate for candidate, _ in winners]
+    labels = [candidate.label for candidate in candidates]
+    unsafe = any(candidate.changes_numerics for candidate in candidates)
     if len(winners) == 1:
         result = winners[0][1]
     elif budget.allows(2, runner.per_run_s):
@@ -504,9 +513,17 @@ def _stack(winners: list[tuple[Candidate, Experiment]], runner: Runner, baseline
     else:
         notes.append("no time left to measure the stacked configuration; best single fix recommended")
         candidate, result = max(winners, key=lambda w: w[1].speedup)
-        overrides, labels = result.overrides, [candidate.label]
-    return Recommendation(fixes=labels, overrides=overrides, verified=result.verified, speedup=result.speedup,
-                          ci_low=result.ci_low, ci_high=result.ci_high, loss_check=result.loss_check,
+        candidates = [candidate]
+    return recommendation(result, candidates, overrides=result.overrides if len(candidates) == 1 else overrides)
+
+
+def recommendation(exp: Experiment, candidates: list[Candidate], *, overrides: dict | None = None,
+                   budget: int | None = None) -> Recommendation:
+    """The recommended configuration: `candidates` stacked, as `exp` measured them (both modes)."""
+    overrides = exp.overrides or {} if overrides is None else overrides
+    unsafe = any(c.changes_numerics for c in candidates)
+    return Recommendation(fixes=[c.label for c in candidates], overrides=overrides, verified=exp.verified,
+                          speedup=exp.speedup, ci_low=exp.ci_low, ci_high=exp.ci_high, loss_check=exp.loss_check,
                           applicability=(Applicability.UNSAFE if unsafe else Applicability.SAFE).value,
-                          baseline=result.baseline, candidate=result.candidate,
-                          snippets=vocabulary.snippets(overrides), measured_by=result.measured_by)
+                          baseline=exp.baseline, candidate=exp.candidate, snippets=vocabulary.snippets(overrides),
+                          measured_by=exp.measured_by, memory_budget_bytes=budget)

@@ -24,8 +24,9 @@ import pandas as pd
 
 from . import overrides as vocabulary
 from .atomic import write_json_atomic
-from .experiments import Candidate, Measurement, _compare, _sweep_points, candidates_from, fits_over_budget, with_fastest_fit
-from .model import Applicability, Experiment, Finding, Recommendation, Verdict
+from .experiments import (Candidate, Measurement, _compare, _sweep_points, candidates_from, fits_over_budget,
+                          recommendation, with_fastest_fit)
+from .model import Applicability, Experiment, Finding, Recommendation, Verdict, estimated_speedup
 from .rundir import names
 
 REPEATS = 2          # each arm is measured twice, the second pass in reverse order
@@ -230,7 +231,7 @@ class ArmsSession:
         kind = self._kinds.get(round_no, "")
         if kind == FIXES:
             self._judge_fixes(result, [a for a in self._arms if a not in self._screens])
-            self._screen_results = {a: self._judge(result, a, self._arms[a][0].applicability != Applicability.SAFE.value)
+            self._screen_results = {a: self._judge(result, a, self._arms[a][0].changes_numerics)
                                     for a in self._screens}
         elif kind == SCREENS:
             self._judge_fixes(result, [a for a, _ in self._promoted()])
@@ -330,7 +331,7 @@ class ArmsSession:
         by_candidate: dict[int, list[tuple[Candidate, Experiment]]] = {}
         for arm in arms:
             candidate, point = self._arms[arm]
-            check_loss = candidate.applicability != Applicability.SAFE.value
+            check_loss = candidate.changes_numerics
             exp = self._judge(result, arm, check_loss)
             if exp == "not-switchable" and candidate not in self.fresh:
                 self.fresh.append(candidate)
@@ -352,7 +353,7 @@ class ArmsSession:
                            "peak_memory_bytes": (e.candidate or {}).get("peak_memory_bytes"),
                            **({"oom": True} if e.oom else {}),
                            **({"fits": fits(e, budget)} if budget else {})} for p, e in tried] if len(tried) > 1 else None
-            best.applicability = candidate.applicability
+            best.applicability = candidate.applicability.value
             best.memory_budget_bytes = budget
             finding.experiment = best
             if best.verified:
@@ -365,12 +366,11 @@ class ArmsSession:
 
     def _stack_round(self) -> list[Window]:
         if len(self._winners) < 2:
-            self.recommended = _recommendation(self._winners[0][1], [self._winners[0][0]], budget=self._fit_budget) if self._winners else None
+            self.recommended = recommendation(self._winners[0][1], [self._winners[0][0]], budget=self._fit_budget) if self._winners else None
             return []
         overrides = vocabulary.merge(*(e.overrides for _, e in self._winners))
         stacked = Candidate(" + ".join(c.label for c, _ in self._winners), overrides,
-                            Applicability.UNSAFE.value if any(c.applicability != "safe" for c, _ in self._winners)
-                            else Applicability.SAFE.value)
+                            Applicability.UNSAFE if any(c.changes_numerics for c, _ in self._winners) else Applicability.SAFE)
         self._arms["stacked"] = (stacked, stacked)
         best = max((e.speedup or 1.0) for _, e in self._winners)
         self._lengths["stacked"] = max(1, min(8, round(best)))
@@ -378,13 +378,13 @@ class ArmsSession:
 
     def _judge_stack(self, result: RoundResult) -> None:
         stacked, _ = self._arms["stacked"]
-        exp = self._judge(result, "stacked", stacked.applicability != "safe")
+        exp = self._judge(result, "stacked", stacked.changes_numerics)
         if isinstance(exp, str):
             best = max(self._winners, key=lambda w: w[1].speedup or 0)
             self.notes.append("the stacked configuration could not be measured in-process; best single fix recommended")
-            self.recommended = _recommendation(best[1], [best[0]], budget=self._fit_budget)
+            self.recommended = recommendation(best[1], [best[0]], budget=self._fit_budget)
             return
-        self.recommended = _recommendation(exp, [c for c, _ in self._winners], stacked.applicability, budget=self._fit_budget)
+        self.recommended = recommendation(exp, [c for c, _ in self._winners], budget=self._fit_budget)
 
     # after the run -------------------------------------------------------------------------
     def finish(self, arms: dict) -> None:
@@ -398,7 +398,7 @@ class ArmsSession:
                     exp.reason = "screened in one short window; the run ended before it was measured in full"
                     finding.experiment = exp
             self.recommended = self.recommended or (
-                _recommendation(self._winners[0][1], [self._winners[0][0]], budget=self._fit_budget) if len(self._winners) == 1 else None)
+                recommendation(self._winners[0][1], [self._winners[0][0]], budget=self._fit_budget) if len(self._winners) == 1 else None)
         for candidate in {c.finding_index: c for c, _ in self._arms.values()}.values():
             finding = self.findings[candidate.finding_index]
             if finding.experiment is None and candidate not in self.fresh:
@@ -430,9 +430,8 @@ def _apart(results: list[Experiment]) -> bool:
 
 
 def _expected_speedup(finding: Finding) -> int:
-    """The rule's estimate as a whole speedup factor, 1 to 8 (saving f of the step is 1/(1-f))."""
-    gain = finding.estimated_gain_frac or 0.0
-    return max(1, min(8, round(1 / (1 - min(gain, 0.9)))))
+    """The rule's estimate as a whole speedup factor, 1 to 8 (model.estimated_speedup's)."""
+    return max(1, min(8, round(estimated_speedup(finding.estimated_gain_frac) or 1)))
 
 
 def _unique(items: list[Measurement]) -> list[Measurement]:
@@ -441,14 +440,3 @@ def _unique(items: list[Measurement]) -> list[Measurement]:
         if not any(m is o for o in out):
             out.append(m)
     return out
-
-
-def _recommendation(exp: Experiment, candidates: list[Candidate], applicability: str | None = None, *,
-                    budget: int | None = None) -> Recommendation:
-    unsafe = applicability == "unsafe" or any(c.applicability != "safe" for c in candidates)
-    return Recommendation(fixes=[c.label for c in candidates], overrides=exp.overrides or {}, verified=exp.verified,
-                          speedup=exp.speedup, ci_low=exp.ci_low, ci_high=exp.ci_high, loss_check=exp.loss_check,
-                          applicability=(Applicability.UNSAFE if unsafe else Applicability.SAFE).value,
-                          baseline=exp.baseline, candidate=exp.candidate,
-                          snippets=vocabulary.snippets(exp.overrides or {}), measured_by=exp.measured_by,
-                          memory_budget_bytes=budget)

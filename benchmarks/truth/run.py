@@ -271,7 +271,7 @@ def fmt_hand(s: dict | None) -> str:
 def fmt_loss(r: dict) -> str:
     s = r["hand"] or {}
     if r.get("numerics") and s.get("base_loss") is not None:
-        return f"{s['base_loss']:.3f}->{s['fix_loss']:.3f}"
+        return f"{s['base_loss']:.4g}->{s['fix_loss']:.4g}"
     return ""
 
 
