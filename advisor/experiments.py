@@ -347,7 +347,9 @@ class ExperimentResults:
                      "verdict": f.experiment.verdict.value if f.experiment else Verdict.NOT_MEASURED.value,
                      "speedup": f.experiment.speedup if f.experiment else None,
                      "ci_low": f.experiment.ci_low if f.experiment else None,
-                     "ci_high": f.experiment.ci_high if f.experiment else None} for f in self.screened]
+                     "ci_high": f.experiment.ci_high if f.experiment else None,
+                     "baseline_drift_frac": f.experiment.baseline_drift_frac if f.experiment else None,
+                     "reason": f.experiment.reason if f.experiment else None} for f in self.screened]
         return {"runs": self.runs, "n_runs": len(self.runs), "child_wall_s": sum(r["wall_s"] for r in self.runs),
                 "screened": screened}
 

@@ -30,7 +30,7 @@ from .model import Applicability, Experiment, Finding, Recommendation, Verdict, 
 from .rundir import names
 
 REPEATS = 2          # each arm is measured twice, the second pass in reverse order
-SCREEN_MARGIN = 0.05  # a screened fix whose one window runs this much faster is measured in full
+SCREEN_MARGIN = 0.05  # a screened fix whose one window may be this much faster is measured in full
 FIXES, SCREENS, STACK = "fixes", "screens", "stack"  # what a round measures
 MIN_WINDOW_STEPS = 5
 BASELINE = "baseline"
@@ -240,10 +240,13 @@ class ArmsSession:
         return kind
 
     def _promoted(self) -> list[tuple[str, dict]]:
-        """The screened arms whose one window ran faster than its baselines by the screening margin."""
+        """The screened arms whose one window leaves room for a gain of the screening margin (the
+        interval's high end reaches it): a short window is noisy, so only a fix shown not to gain
+        that much stops here."""
         out = []
         for arm, exp in self._screen_results.items():
-            if isinstance(exp, Experiment) and (exp.speedup or 0) >= 1 + SCREEN_MARGIN and (
+            high = exp.ci_high if isinstance(exp, Experiment) and exp.ci_high is not None else None
+            if isinstance(exp, Experiment) and (high if high is not None else exp.speedup or 0) >= 1 + SCREEN_MARGIN and (
                     exp.loss_check is None or exp.loss_check.get("passed") is not False):
                 out.append((arm, self._arms[arm][1].overrides))
             elif isinstance(exp, Experiment):
@@ -268,7 +271,8 @@ class ArmsSession:
             if "batch_size_scale" in candidate.overrides and not self.by_samples:
                 finding.experiment = Experiment.not_measured("the batch size is unknown, so samples/s cannot be compared")
                 continue
-            for point in _sweep_points(candidate, ctx)[: self.max_experiments]:
+            points = [candidate] if finding.screen else _sweep_points(candidate, ctx)  # a screen is one value
+            for point in points[: self.max_experiments]:
                 arm = f"a{len(self._arms) + 1}"
                 self._arms[arm] = (candidate, point)
                 self._lengths[arm] = _expected_speedup(finding)
@@ -399,7 +403,7 @@ class ArmsSession:
                     finding.experiment = exp
             self.recommended = self.recommended or (
                 recommendation(self._winners[0][1], [self._winners[0][0]], budget=self._fit_budget) if len(self._winners) == 1 else None)
-        for candidate in {c.finding_index: c for c, _ in self._arms.values()}.values():
+        for candidate in {c.finding_index: c for c, _ in self._arms.values() if c.finding_index is not None}.values():
             finding = self.findings[candidate.finding_index]
             if finding.experiment is None and candidate not in self.fresh:
                 finding.experiment = Experiment.not_measured("the run ended before this fix was measured")

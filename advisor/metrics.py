@@ -10,6 +10,8 @@ import math
 
 import pandas as pd
 
+from .stats import stalled
+
 MIN_CLEAN_STEPS = 3  # fewer un-profiled steps than this: fall back to all measured steps
 # What the probe itself costs each step, on the training thread: the step clock's bookkeeping
 # (~10 µs on a 2-core CPU, `bookkeeping_us` in benchmarks/probe_overhead.py) plus the hooks'
@@ -31,17 +33,6 @@ def timed_steps(steps: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         if len(clean) >= MIN_CLEAN_STEPS:
             return clean, "unprofiled"
     return steps, "all"
-
-
-def stalled(durations: pd.Series) -> pd.Series:
-    """Steps far slower than the rest (beyond Tukey's far fence, Q3 + 3 IQR, and over twice the
-    median): a stall of the machine, a checkpoint, an evaluation inside a step. One 500 ms stall
-    beside 6 ms steps would otherwise set the throughput; a loader that is slow every few steps
-    (a quarter of them or more) stays inside the fence and counts."""
-    if len(durations) < 8:
-        return pd.Series(False, index=durations.index)
-    q1, q3, median = durations.quantile(0.25), durations.quantile(0.75), durations.median()
-    return durations > max(q3 + 3 * (q3 - q1), 2 * median)
 
 
 def throughput(steps: pd.DataFrame) -> dict:

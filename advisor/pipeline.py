@@ -51,6 +51,8 @@ def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[
     contended = metrics.contention_warning(steps, profile.samples, profile.env.get("cpu_count")) if profile else None
     if contended:
         out.append(contended)
+    if probe.get("profiler_cut"):
+        out.append(probe["profiler_cut"] + "; the rules read those steps only")
     if probe.get("profiler_error"):
         out.append(f"the profiler trace could not be written: {probe['profiler_error']}")
     if probe.get("warmup", config.warmup) > config.warmup:

@@ -138,8 +138,21 @@ def _bootstrap(data: tuple, statistic: Callable, confidence: float, n_resamples:
     return None
 
 
+def stalled(durations: pd.Series) -> pd.Series:
+    """Steps far slower than the rest (beyond Tukey's far fence, Q3 + 3 IQR, and over twice the
+    median): a stall of the machine, a checkpoint, an evaluation inside a step. One 500 ms stall
+    beside 6 ms steps would otherwise set the throughput; a loader that is slow every few steps
+    (a quarter of them or more) stays inside the fence and counts."""
+    if len(durations) < 8:
+        return pd.Series(False, index=durations.index)
+    q1, q3, median = durations.quantile(0.25), durations.quantile(0.75), durations.median()
+    return durations > max(q3 + 3 * (q3 - q1), 2 * median)
+
+
 def _per_step(steps: pd.DataFrame, by_samples: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(seconds, work) per step; work is the batch size for samples/s, else 1 for steps/s."""
+    """(seconds, work) per step, stalls left out (:func:`stalled`); work is the batch size for
+    samples/s, else 1 for steps/s."""
+    steps = steps[~stalled(steps["duration_s"].astype(float))]
     dur = steps["duration_s"].to_numpy(float)
     work = steps["samples"].to_numpy(float) if by_samples else np.ones_like(dur)
     return dur, work

@@ -90,7 +90,7 @@ def check(profile, *, min_cpu_busy_frac: float = 0.85) -> Iterator[Finding]:
             "oversubscription_ratio": h.r3(ratio),
             "cpu_busy_frac": h.r3(busy),
             "device": profile.device,
-            "data_wait_frac": h.r3(_wait_frac(profile)),
+            "data_wait_frac": h.r3(h.data_wait_frac(profile)),
             "workers_busy_cores": over.get("workers_busy_cores"),
         },
         fix=Fix.safe(
@@ -106,10 +106,3 @@ def _workers_words(over: dict) -> str:
     busy = over.get("workers_busy_cores")
     text = f"{over['num_workers']} DataLoader workers"
     return text if busy is None else f"{text} (busy {busy:.1f} cores on average)"
-
-
-def _wait_frac(profile) -> float | None:
-    steps = h.timed_steps(profile)
-    if steps.empty or "data_wait_s" not in steps:
-        return None
-    return h.frac(steps["data_wait_s"].fillna(0).sum(), steps["duration_s"].sum())

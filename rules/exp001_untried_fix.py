@@ -2,7 +2,9 @@
 Measures cheap fixes that apply to this run though no other rule proposed them.
 
 They are bf16 autocast where the device computes bf16 natively and the model trains in FP32,
-`torch.compile`, the fused optimizer step, and as many intra-op threads as the rank's cores.
+`torch.compile`, the fused optimizer step, as many intra-op threads as the rank's cores, loading
+in the training process where DataLoader workers keep up with it (a worker's hand-over costs
+more than a small batch takes to load), and a batch twice as large where a DataLoader sets it.
 
 A rule's threshold decides what is explained first; it never hides a fix that can be measured.
 This rule explains nothing by itself: its findings stay in the report only when the experiments
@@ -33,11 +35,13 @@ optimizer.step()
 ```
 
 ## Fix safety
-Per fix: bf16 autocast and `torch.compile` change numerics (unsafe: the experiment compares
-losses); the fused optimizer step and the thread count do not (safe).
+Per fix: bf16 autocast, `torch.compile` and a larger batch change numerics (unsafe: the
+experiment compares losses; a larger batch usually wants its learning rate re-tuned); the fused
+optimizer step, the thread count and the workers do not (safe).
 
 ## Options
-- `fixes` (default "autocast,compile,optimizer,threads"): which fixes to screen, comma-separated.
+- `fixes` (default "autocast,compile,optimizer,threads,workers,batch"): which fixes to screen,
+  comma-separated.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ _COMPILED = ("CompiledFunction", "Torch-Compiled Region", "CompiledFxGraph")
 
 
 @rule(code="EXP001", name="untried-fix")
-def check(profile, *, fixes: str = "autocast,compile,optimizer,threads") -> Iterator[Finding]:
+def check(profile, *, fixes: str = "autocast,compile,optimizer,threads,workers,batch") -> Iterator[Finding]:
     wanted = {f.strip() for f in fixes.split(",") if f.strip()}
     if not h.is_training(profile):
         return
@@ -72,6 +76,17 @@ def check(profile, *, fixes: str = "autocast,compile,optimizer,threads") -> Iter
         names = ", ".join(sorted({o["class"] for o in optimizers}))
         yield _screen("fused optimizer step", Fix.safe(f"Build {names} with fused=True", {"optimizer": {"fused": True}}),
                       f"{names} steps one tensor or one group at a time")
+    loaders = profile.observed.get("dataloaders") or []
+    workers = max((int(dl.get("num_workers") or 0) for dl in loaders), default=0)
+    if "workers" in wanted and workers and (h.data_wait_frac(profile) or 0.0) < 0.1:
+        yield _screen("loading in the training process", Fix.safe("Load batches in the training process (num_workers=0)",
+                                                                 {"dataloader": {"num_workers": 0}}),
+                      f"the DataLoader's {workers} workers keep up (the loop hardly waits), and handing each batch "
+                      "over from a worker has a cost of its own")
+    if "batch" in wanted and any(dl.get("batch_size") for dl in loaders):
+        yield _screen("a batch twice as large", Fix.unsafe("Double the batch size (and re-tune the learning rate)",
+                                                           {"batch_size_scale": 2}),
+                      "the DataLoader sets the batch size, and a larger batch often does more per second")
     cores, threads = cores_per_rank(profile.env), profile.env.get("torch_threads")
     if "threads" in wanted and not profile.has_gpu and cores and threads and threads < cores:
         yield _screen(f"{cores} intra-op threads", Fix.safe(f"Run {cores} intra-op threads", {"torch_threads": cores}),

@@ -28,6 +28,14 @@ def timed_steps(profile) -> pd.DataFrame:
     return steps[steps["duration_s"].astype(float) > 0]
 
 
+def data_wait_frac(profile) -> float | None:
+    """Share of the timed steps spent waiting for the DataLoader, or None without the column."""
+    steps = timed_steps(profile)
+    if steps.empty or "data_wait_s" not in steps:
+        return None
+    return frac(steps["data_wait_s"].fillna(0).sum(), steps["duration_s"].sum())
+
+
 def trace_steps(profile) -> pd.DataFrame:
     """The trace's ProfilerStep rows that have a duration (a cut-off last step has none)."""
     ts = profile.trace_steps

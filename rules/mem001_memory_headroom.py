@@ -112,7 +112,7 @@ def check(profile, *, max_used_frac: float = 0.4, near_oom_frac: float = 0.92,
     if used > max_used_frac:
         return
     busy = _gpu_busy_frac(profile)
-    wait = _data_wait_frac(profile)
+    wait = h.data_wait_frac(profile)
     if busy is not None and busy >= max_gpu_busy_frac:
         return
     if wait is not None and wait >= 0.10:
@@ -286,10 +286,3 @@ def _gpu_busy_frac(profile) -> float | None:
     if util is not None and util.notna().any():
         return float(util.mean()) / 100.0
     return None
-
-
-def _data_wait_frac(profile) -> float | None:
-    steps = h.timed_steps(profile)
-    if steps.empty or "data_wait_s" not in steps:
-        return None
-    return h.frac(steps["data_wait_s"].fillna(0).sum(), steps["duration_s"].sum())

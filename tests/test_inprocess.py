@@ -109,6 +109,9 @@ def test_screened_fixes_get_one_short_window_and_only_those_that_look_faster_are
     third = session._plan(2)  # the stack: DL001's workers + bf16
     assert fast.experiment.verified and fast.experiment.speedup == pytest.approx(1.5, rel=0.05)
     assert {w.arm for w in third} == {"baseline", "stacked"}
+    session.rounds = 2  # the run ends inside the stack round: the stacked arm answers no finding
+    session.finish({"steps": [], "windows": []})
+    assert fast.experiment.verified and slow.experiment.verdict.value == "slower"
 
 
 def test_an_arm_the_child_could_not_switch_goes_to_a_fresh_run(tmp_path):

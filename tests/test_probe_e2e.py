@@ -13,6 +13,7 @@ import time
 
 import psutil
 import pytest
+import torch
 
 from conftest import FAST, WORKLOADS, advise_cmd
 
@@ -337,3 +338,25 @@ def test_a_stalled_step_is_named_and_left_out_of_the_throughput(advise):
     steady = 32 / statistics.median(durations)
     assert 0.8 * steady < rep["throughput"]["samples_per_s"] < 1.25 * steady  # the mean with the stall: ~0.5x
     assert any("1 of 14 measured steps stalled" in w for w in rep["warnings"]), rep["warnings"]
+
+
+def test_a_profiler_window_that_outgrows_its_memory_limit_stops_and_keeps_its_steps(tmp_path, monkeypatch):
+    """The profiler holds every event in memory: past the growth limit the window stops at a step
+    boundary and exports the steps it recorded (an LBFGS script grew 3.5 GiB a step, to 17 GiB)."""
+    import gzip
+
+    from advisor.probe import bootstrap
+
+    monkeypatch.setattr(bootstrap, "PROFILER_GROWTH_LIMIT", 1)  # any growth at all
+    window = bootstrap.ProfilerWindow(tmp_path / "trace.json")
+    x = torch.randn(64, 64)
+    window.start()
+    for _ in range(5):
+        for _ in range(200):
+            x = torch.tanh(x @ x) / 64
+        window.step()
+    window.stop()
+    assert window.cut and window.cut.startswith("the profiler stopped after 1 profiled step: its buffers grew")
+    assert window.exported and window.error is None
+    text = (tmp_path / "trace.json").read_text()
+    assert "ProfilerStep#1" in text and "ProfilerStep#2" not in text

@@ -41,8 +41,17 @@ from .sources import SourceCapture
 _OURS = (str(Path(advisor.__file__).resolve().parent), "runpy.py", "<frozen runpy>")
 
 
+PROFILER_GROWTH_LIMIT = 4 << 30  # the profiler's buffers may grow the process by this much, at most ...
+PROFILER_GROWTH_SHARE = 0.2      # ... or this share of the machine's memory, whichever is less
+
+
 class ProfilerWindow:
-    """torch.profiler over the last measured steps; exports a Kineto trace when it stops."""
+    """torch.profiler over the last measured steps; exports a Kineto trace when it stops.
+
+    The profiler keeps every event of the window in memory (shapes, stacks, memory events): a
+    step of many thousand ops (LBFGS's 20 closures over a 1000-step LSTM) grew one script by
+    3.5 GiB a step, to 17 GiB over five. After each profiled step the growth is checked; past the
+    limit the window stops there, exports the steps it has, and says so (`cut`)."""
 
     def __init__(self, trace_path: Path):
         self.trace_path = trace_path
@@ -50,6 +59,9 @@ class ProfilerWindow:
         self.error: str | None = None
         self.errno: int | None = None  # the export's OSError errno: a full or read-only run dir
         self.exported = False
+        self.cut: str | None = None  # why the window stopped before its last step
+        self._rss0: int | None = None
+        self._recorded = 0
 
     def start(self) -> None:
         # Kineto prints status lines (USDT profiler_start, STAGE ...) into the script's stderr at its
@@ -78,10 +90,20 @@ class ProfilerWindow:
             with_stack=True,
         )
         self.prof.start()
+        self._rss0 = rss_bytes()
 
     def step(self) -> None:
-        if self.prof is not None:
-            self.prof.step()
+        if self.prof is None:
+            return
+        rss = rss_bytes()  # a boundary: the step that just ended is whole in the buffers
+        if self._recorded and rss is not None and self._rss0 is not None and rss - self._rss0 > _growth_limit():
+            grown = (rss - self._rss0) / (1 << 30)
+            self.cut = (f"the profiler stopped after {self._recorded} profiled step"
+                        f"{'s' if self._recorded > 1 else ''}: its buffers grew the process by {grown:.1f} GiB")
+            self.stop()
+            return
+        self.prof.step()
+        self._recorded += 1  # the first call ends the profiler's warm-up step: from then on, steps are recorded
 
     def stop(self) -> None:
         """Stop and export once; an export failure is recorded, never raised into the script."""
@@ -101,6 +123,14 @@ class ProfilerWindow:
                 tmp.unlink(missing_ok=True)  # never leave half a trace behind (a full disk)
             except OSError:
                 pass
+
+
+def _growth_limit() -> int:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return PROFILER_GROWTH_LIMIT
+    return min(PROFILER_GROWTH_LIMIT, int(PROFILER_GROWTH_SHARE * total))
 
 
 def _is_ours(filename: str) -> bool:
@@ -230,6 +260,7 @@ def probe(config: dict, target: Callable[[], object]) -> int:
             memory=memory or {**memory_stats(observed.device), **_account_now()},
             trace=names.trace if window.exported else None,
             profiler_error=window.error,
+            profiler_cut=window.cut,
             profiler_errno=window.errno,
             profile_steps=profile_steps,
             overrides=config.get("overrides") or {},

@@ -77,7 +77,7 @@ class Case:
     fixups: tuple[Patch, ...] = ()
     timing_patches: tuple[Patch, ...] = ()
     pythonpath: tuple[str, ...] = ()  # relative to the case dir
-    pip: tuple[str, ...] = ()         # extra pure packages, pip --target --no-deps
+    pip: tuple[str, ...] = ()         # extra packages (pinned, with their deps listed), pip --target --no-deps
     advise_args: tuple[str, ...] = ()
     timeout_s: float = 300.0
     not_applicable: dict = field(default_factory=dict)  # fix -> why no by-hand variant
@@ -86,9 +86,17 @@ class Case:
     def variant(self, name: str) -> Variant | None:
         return next((v for v in self.variants if v.name == name), None)
 
-    def digest(self) -> str:
-        """Changes when anything that shapes a run changes (the by-hand cache is keyed by it)."""
-        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True, default=str).encode()).hexdigest()[:12]
+    def digest(self, variant: Variant | None = None) -> str:
+        """Changes when anything that shapes the case's runs (or this variant's) changes: the
+        working copies are rebuilt and cached by-hand results are marked stale."""
+        shape = {k: v for k, v in asdict(self).items() if k in RUN_SHAPING}
+        if variant is not None:
+            shape["variant"] = [asdict(p) for p in variant.patches], variant.args
+        return hashlib.sha1(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
+
+
+RUN_SHAPING = ("repo", "commit", "paths", "cwd", "script", "argv", "timing", "warmup", "prep", "fixups",
+               "timing_patches", "pythonpath", "pip")
 
 
 # ----------------------------------------------------------------------------- variant makers
@@ -106,8 +114,8 @@ def threads(file: str, n: int) -> Variant:
                    (Patch(file, "\nimport torch\n", f"\nimport torch\ntorch.set_num_threads({n})\n"),))
 
 
-def patched(name: str, overrides: dict, file: str, old: str, new: str) -> Variant:
-    return Variant(name, overrides, (Patch(file, old, new),))
+def patched(name: str, overrides: dict, file: str, old: str, new: str, numerics: bool = False) -> Variant:
+    return Variant(name, overrides, (Patch(file, old, new),), numerics=numerics)
 
 
 COMPILE = {"compile": True}
@@ -128,7 +136,7 @@ NANOGPT_TIMING = r"^iter (?P<step>\d+): loss (?P<loss>[^,\s]+), time (?P<ms>[\d.
 NANOGPT_VARIANTS = (
     patched("bf16", {"autocast": "bfloat16"}, "train.py",
             "ctx = nullcontext() if device_type == 'cpu' else torch.amp.autocast(device_type=device_type, dtype=ptdtype)",
-            "ctx = torch.amp.autocast(device_type='cpu', dtype=torch.bfloat16)"),
+            "ctx = torch.amp.autocast(device_type='cpu', dtype=torch.bfloat16)", numerics=True),
     Variant("compile", COMPILE, args=("--compile=True",)),  # nanoGPT's own switch: torch.compile(model)
     patched("fused", FUSED, "model.py", "use_fused = fused_available and device_type == 'cuda'",
             "use_fused = fused_available"),
@@ -262,7 +270,9 @@ CASES: tuple[Case, ...] = (
                               "        _t0 = __import__('time').perf_counter()\n"
                               "        optimizer.step(closure)\n"
                               "        print('truth-step-ms %.3f' % ((__import__('time').perf_counter() - _t0) * 1e3))\n"),),
-        pip=MPL, advise_args=("--warmup", "1", "--steps", "6"), timeout_s=400,
+        pip=MPL, timeout_s=400,
+        # 5 profiled steps of 20 closures each took the probed script to 17 GiB here: one is enough
+        advise_args=("--warmup", "1", "--steps", "6", "--profile-steps", "1"),
         not_applicable={"compile": "not measured: the test prediction after each step unrolls 1,100 LSTMCell steps "
                                    "under torch.compile (minutes of compiling)",
                         "fused": "LBFGS has no fused/foreach", "batch-x2": "full-batch LBFGS, no DataLoader"},

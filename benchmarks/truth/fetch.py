@@ -82,7 +82,7 @@ def apply(patch: Patch, root: Path) -> None:
 
 
 def pip_target(case: Case, work: Path) -> Path | None:
-    """A folder with the case's extra pure packages (pip --target, --no-deps), made once."""
+    """A folder with the case's extra packages (pip --target, --no-deps), made once."""
     if not case.pip:
         return None
     key = hashlib.sha1(json.dumps(sorted(case.pip)).encode()).hexdigest()[:10]

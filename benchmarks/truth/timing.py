@@ -27,6 +27,7 @@ class RunResult:
     ms: list[float] = field(default_factory=list)      # the kept per-unit times
     losses: list[float] = field(default_factory=list)  # the loss on each kept line, where the script prints one
     wall_s: float = 0.0
+    load1: float = 0.0  # the machine's 1-minute load average when the run started (2 cores: >1 means company)
     error: str | None = None
     log: str = ""
 
@@ -39,7 +40,7 @@ class RunResult:
         return self.losses[-1] if self.losses else None
 
     def to_dict(self) -> dict:
-        return {"median_ms": self.median_ms, "ms": self.ms, "last_loss": self.last_loss, "wall_s": round(self.wall_s, 2),
+        return {"median_ms": self.median_ms, "ms": self.ms, "last_loss": self.last_loss, "wall_s": round(self.wall_s, 2), "load1": self.load1,
                 "error": self.error, "log": self.log}
 
 
@@ -68,7 +69,7 @@ def run_once(cmd: list[str], cwd: Path, env: dict, pattern: str, warmup: int, sa
     """Run `cmd` until `warmup + samples` lines match `pattern` (or it ends, or times out)."""
     regex = re.compile(pattern)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    result = RunResult(log=str(log_path))
+    result = RunResult(log=str(log_path), load1=os.getloadavg()[0])
     t0 = time.monotonic()
     with open(log_path, "w") as log:
         log.write(f"$ cd {cwd} && {' '.join(cmd)}\n")
