@@ -360,3 +360,17 @@ def test_a_profiler_window_that_outgrows_its_memory_limit_stops_and_keeps_its_st
     assert window.exported and window.error is None
     text = (tmp_path / "trace.json").read_text()
     assert "ProfilerStep#1" in text and "ProfilerStep#2" not in text
+
+
+@pytest.mark.parametrize("model, first", [
+    (lambda: torch.nn.LSTM(8, 8), True),
+    (lambda: torch.nn.LSTM(8, 8, batch_first=True), False),
+    (lambda: torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(16, 2), 1, enable_nested_tensor=False), True),
+    (lambda: torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(16, 2, batch_first=True), 1), False),
+    (lambda: torch.nn.Linear(8, 8), False),
+])
+def test_sequence_first_models_are_told_by_their_layers_batch_first(model, first):
+    """The encoder and decoder layers keep batch_first on their attention, not on themselves."""
+    from advisor.probe.hooks import _sequence_first
+
+    assert _sequence_first(model()) is first

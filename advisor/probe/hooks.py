@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
 import warnings
 import weakref
@@ -22,11 +21,10 @@ from typing import Any
 
 import torch
 import torch.utils.data.dataloader as dl
-
-from .module_call import compiling
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from .clock import StepClock
+from .module_call import Depth, compiling
 
 
 class Observed:
@@ -121,11 +119,14 @@ def _sequence_first(model: torch.nn.Module) -> bool:
         layers = [m for m in model.modules() if isinstance(m, _SEQUENCE_FIRST)]
     except Exception:
         return False
-    return bool(layers) and not any(getattr(m, "batch_first", False) for m in layers)
+    return bool(layers) and not any(_batch_first(m) for m in layers)
 
 
-class _Depth(threading.local):
-    depth = 0
+def _batch_first(layer: torch.nn.Module) -> bool:
+    """RNNs and nn.Transformer keep `batch_first`; the encoder and decoder layers keep it on their attention."""
+    if hasattr(layer, "batch_first"):
+        return bool(layer.batch_first)
+    return bool(getattr(getattr(layer, "self_attn", None), "batch_first", False))
 
 
 def _describe_optimizer(opt: torch.optim.Optimizer) -> dict:
@@ -175,7 +176,7 @@ def _watch_model_input(clock: StepClock, in_next: list[bool]) -> None:
     """
     from torch.nn.modules.module import register_module_forward_pre_hook
 
-    inside = _Depth()
+    inside = Depth()
     sequence_first: dict[int, bool] = {}
 
     def count(args, module) -> None:

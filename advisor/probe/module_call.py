@@ -25,7 +25,9 @@ compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or t
 AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class _Depth(threading.local):
+class Depth(threading.local):
+    """How deep this thread is in calls a wrapper counts (0: outside them)."""
+
     depth = 0
 
 
@@ -61,7 +63,7 @@ class ModuleCallSwitch:
         self.converted: weakref.WeakSet = weakref.WeakSet()
         self.first_call = first_call
         self._seen: set[int] = set()
-        self._state = _Depth()
+        self._state = Depth()
 
     def install(self) -> None:
         original = torch.nn.Module.__call__
