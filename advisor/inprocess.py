@@ -163,7 +163,8 @@ class ArmsSession:
     _fit_budget: int | None = None  # the run was over this budget: the fastest fix that fits joined the winners
     _kinds: dict[int, str] = field(default_factory=dict)  # round -> FIXES / SCREENS / STACK
     _screens: list[str] = field(default_factory=list)  # arms of fixes no rule proposed (screened in round 0)
-    _screen_results: dict[str, object] = field(default_factory=dict)  # screened arm -> its one window's result
+    _screened: dict[str, Experiment] = field(default_factory=dict)  # screened arm -> its one window's result
+    _promoted: list[tuple[str, dict]] = field(default_factory=list)  # screened arms to measure in full
 
     # the child asks ------------------------------------------------------------------------
     def on_window_done(self, round_no: int, suffixes: list[str] | None = None) -> None:
@@ -218,8 +219,7 @@ class ArmsSession:
             kind = self._judge_round(round_no - 1, read_round(self.out, self.rank_suffix, round_no - 1))
             windows = []
         if kind == FIXES and round_no > 0:
-            promoted = self._promoted()
-            windows, kind = (interleave(promoted, self._warmup, self._steps), SCREENS) if promoted else ([], SCREENS)
+            windows, kind = interleave(self._promoted, self._warmup, self._steps) if self._promoted else [], SCREENS
         if kind == SCREENS and not windows:
             windows, kind = self._stack_round(), STACK
         if windows:
@@ -231,31 +231,29 @@ class ArmsSession:
         kind = self._kinds.get(round_no, "")
         if kind == FIXES:
             self._judge_fixes(result, [a for a in self._arms if a not in self._screens])
-            self._screen_results = {a: self._judge(result, a, self._arms[a][0].changes_numerics)
-                                    for a in self._screens}
+            self._judge_screens(result)
         elif kind == SCREENS:
-            self._judge_fixes(result, [a for a, _ in self._promoted()])
+            self._judge_fixes(result, [a for a, _ in self._promoted])
         elif kind == STACK and self._arms.get("stacked"):
             self._judge_stack(result)
         return kind
 
-    def _promoted(self) -> list[tuple[str, dict]]:
-        """The screened arms whose one window leaves room for a gain of the screening margin (the
-        interval's high end reaches it): a short window is noisy, so only a fix shown not to gain
-        that much stops here."""
-        out = []
-        for arm, exp in self._screen_results.items():
-            high = exp.ci_high if isinstance(exp, Experiment) and exp.ci_high is not None else None
-            if isinstance(exp, Experiment) and (high if high is not None else exp.speedup or 0) >= 1 + SCREEN_MARGIN and (
-                    exp.loss_check is None or exp.loss_check.get("passed") is not False):
-                out.append((arm, self._arms[arm][1].overrides))
-            elif isinstance(exp, Experiment):
-                finding = self.findings[self._arms[arm][0].finding_index]
-                exp.measured_by, exp.verified = "in-process", False
-                exp.verdict = Verdict.SLOWER if (exp.speedup or 1) < 1 and exp.ci_high is not None and exp.ci_high < 1 \
-                    else Verdict.NO_CHANGE
-                finding.experiment = exp
-        return out
+    def _judge_screens(self, result: RoundResult) -> None:
+        """Each screened arm's one short window: an arm whose interval's high end reaches the
+        screening margin (a short window is noisy: only a fix shown not to gain that much stops
+        here) is promoted, to be measured in full; the rest keep this window's result."""
+        for arm in self._screens:
+            exp = self._judge(result, arm, self._arms[arm][0].changes_numerics)
+            if not isinstance(exp, Experiment):
+                continue
+            self._screened[arm] = exp
+            high = exp.ci_high if exp.ci_high is not None else exp.speedup or 0
+            if high >= 1 + SCREEN_MARGIN and (exp.loss_check is None or exp.loss_check.get("passed") is not False):
+                self._promoted.append((arm, self._arms[arm][1].overrides))
+                continue
+            exp.verified = False
+            exp.verdict = Verdict.SLOWER if exp.ci_high is not None and exp.ci_high < 1 else Verdict.NO_CHANGE
+            self.findings[self._arms[arm][0].finding_index].experiment = exp
 
     def _first_round(self) -> list[Window]:
         self.findings, profile = self.diagnose()
@@ -395,10 +393,11 @@ class ArmsSession:
         """The child ended (`arms`: its lines, ProbeRun.arms): judge a round it ended inside."""
         if self._arms and self._kinds.get(self.rounds) in (FIXES, SCREENS):  # the run ended inside this round
             self._judge_round(self.rounds, read_round(self.out, self.rank_suffix, self.rounds, arms))
-            for arm, _ in self._promoted():  # screened arms left unpromoted got their one window's result above
+            for arm, _ in self._promoted:  # promoted, but the run ended before they were measured in full
                 finding = self.findings[self._arms[arm][0].finding_index]
-                if finding.experiment is None and isinstance(exp := self._screen_results[arm], Experiment):
-                    exp.measured_by, exp.verified, exp.verdict = "in-process", False, Verdict.NOT_CONFIRMED
+                if finding.experiment is None:
+                    exp = self._screened[arm]
+                    exp.verified, exp.verdict = False, Verdict.NOT_CONFIRMED
                     exp.reason = "screened in one short window; the run ended before it was measured in full"
                     finding.experiment = exp
             self.recommended = self.recommended or (
