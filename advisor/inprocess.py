@@ -381,9 +381,11 @@ class ArmsSession:
     def _judge_stack(self, result: RoundResult) -> None:
         stacked, _ = self._arms["stacked"]
         exp = self._judge(result, "stacked", stacked.changes_numerics)
-        if isinstance(exp, str):
+        if isinstance(exp, str) or not exp.verified:  # each winner was verified alone: recommend the best of them
             best = max(self._winners, key=lambda w: w[1].speedup or 0)
-            self.notes.append("the stacked configuration could not be measured in-process; best single fix recommended")
+            why = ("could not be measured in-process" if isinstance(exp, str) else
+                   f"measured {exp.speedup:.2f}x, not verified" if exp.speedup else "failed")
+            self.notes.append(f"the stacked configuration {why}; the best single fix is recommended")
             self.recommended = recommendation(best[1], [best[0]], budget=self._fit_budget)
             return
         self.recommended = recommendation(exp, [c for c, _ in self._winners], budget=self._fit_budget)

@@ -109,6 +109,11 @@ def test_screened_fixes_get_one_short_window_and_only_those_that_look_faster_are
     third = session._plan(2)  # the stack: DL001's workers + bf16
     assert fast.experiment.verified and fast.experiment.speedup == pytest.approx(1.5, rel=0.05)
     assert {w.arm for w in third} == {"baseline", "stacked"}
+    monkeypatch.setattr(inprocess, "read_round", lambda out, suffix, n, arms=None: _round(
+        [(w.arm, w.overrides, 0.10 if w.arm == "stacked" else speed[w.arm], []) for w in third]))
+    assert session._plan(3) == []  # the stack gained nothing: the best single winner, each verified alone
+    assert session.recommended.verified and session.recommended.fixes == [session._arms["a1"][0].label]
+    assert any(n.startswith("the stacked configuration measured 0.") and "not verified" in n for n in session.notes)
     session.rounds = 2  # the run ends inside the stack round: the stacked arm answers no finding
     session.finish({"steps": [], "windows": []})
     assert fast.experiment.verified and slow.experiment.verdict.value == "slower"
