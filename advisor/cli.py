@@ -276,20 +276,32 @@ def _leave(code: int) -> NoReturn:
 
 @main.command("report")
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(exists=True))
-@click.option("--format", "fmt", default="html", show_default=True, type=click.Choice(["html", "markdown"]),
-              help="html: rewrite report.html in RUN_DIR; markdown: print the summary to stdout.")
+@click.option("--format", "fmt", default="html", show_default=True, type=click.Choice(["html", "markdown", "json"]),
+              help="html: rewrite report.html in RUN_DIR; markdown: print the summary to stdout; "
+                   "json: print the short summary for agents and bots (`advise schema summary`).")
 def report_command(run_dir, fmt):
     """Re-render RUN_DIR's report (its report.json) without re-running anything."""
-    from advisor.profile import Profile
     from advisor.report import ReportError, load_report
-    from advisor.reports import html, markdown, ruledoc
-    from advisor.trace import TraceError
 
     path = Path(run_dir) / "report.json" if Path(run_dir).is_dir() else Path(run_dir)
     try:
         report = load_report(path)
     except ReportError as exc:
         fail(str(exc))
+    if fmt == "json":
+        import json
+
+        from advisor.reports.agent import summary
+
+        try:
+            click.echo(json.dumps(summary(report, str(path)), indent=2, ensure_ascii=False))
+        except ValueError as exc:  # a finding or experiment outside the report.json contract
+            fail(f"{path}: {exc}")
+        sys.exit(0)
+    from advisor.profile import Profile
+    from advisor.reports import html, markdown, ruledoc
+    from advisor.trace import TraceError
+
     profile = Profile.from_run_dir(path.parent)
     trace = (report.get("artifacts") or {}).get("trace")
     if profile.trace is None and trace and Path(trace).is_absolute() and Path(trace).is_file():
@@ -349,6 +361,15 @@ def rules_command(name, as_json):
         click.echo("Defaults: " + ", ".join(f"{o.key} = {o.default!r}" for o in found.options) + ".")
     click.echo("")
     click.echo(found.doc.rstrip())
+
+
+@main.command("schema")
+@click.argument("name", default="report", type=click.Choice(["report", "compare", "summary"]))
+def schema_command(name):
+    """Print the JSON Schema of report.json (or compare.json, or `advise report --format json`'s summary)."""
+    from .schema import schema_text
+
+    click.echo(schema_text(name), nl=False)
 
 
 def _size(text: str, option: str) -> int:

@@ -53,6 +53,7 @@ DEFAULT_MAX_MEMORY_REGRESSION = 0.20
 DEFAULT_ALPHA = 0.01
 MEMORY_FLOOR_BYTES = 64 * 2**20
 CI_LEVEL = 0.95
+COMPARE_SCHEMA_VERSION = 1  # compare.json: fields only added within a version, as report.json's
 
 # Verdicts of one metric row.
 REGRESSION, IMPROVEMENT, OK, NOT_SIGNIFICANT, REPORTED, NA = (
@@ -124,6 +125,7 @@ class Comparison:
 
     def to_dict(self) -> dict:
         return metrics.clean({
+            "schema_version": COMPARE_SCHEMA_VERSION,  # compare.json's own (advisor/schema.py `Compare`)
             "verdict": "regression" if self.failed else "pass",
             "exit_code": self.exit_code,
             "rule": self.rule,

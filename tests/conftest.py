@@ -140,3 +140,69 @@ def _timing_alone(request):
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+# --------------------------------------------------------------------------- the published schema
+# Every report.json (report.rankN.json) and compare.json a test leaves behind, written by a real
+# `advise` or by the library, is validated against the schema generated from advisor/schema.py,
+# closed (strict): a field the code writes and the schema does not describe, a type or an enum
+# value it does not allow, fails the test that wrote it. Files under tmp_path are checked after
+# each test; the rest of the session's temp folder (module- and session-scoped fixtures) at the end.
+
+_CHECKED: set[Path] = set()
+
+
+def _written_by_advise(path: Path) -> tuple[str, dict] | None:
+    """("report" | "compare", the document) for a file advise wrote; None for anything else (a test's
+    own hand-made or deliberately broken file)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    if path.name.startswith("report") and (doc.get("tool") or {}).get("name") == "advise":
+        return "report", doc
+    if path.name == "compare.json" and doc.get("verdict") in ("pass", "regression") and "metrics" in doc:
+        return "compare", doc
+    return None
+
+
+def schema_problems(root: Path) -> list[str]:
+    """Each advise report under `root` that breaks the strict schema: the file and its first errors."""
+    from advisor import schema
+
+    problems = []
+    for path in sorted([*root.rglob("report*.json"), *root.rglob("compare.json")]):
+        if path in _CHECKED or not path.is_file():
+            continue
+        _CHECKED.add(path)
+        found = _written_by_advise(path)
+        if found is None:
+            continue
+        kind, doc = found
+        errors = sorted(schema.checker(kind, strict=True).iter_errors(doc), key=lambda e: list(e.absolute_path))
+        if errors:
+            problems.append(f"{path}: " + "; ".join(
+                f"at {'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:300]}" for e in errors[:5]))
+    return problems
+
+
+def _fail_on(problems: list[str]) -> None:
+    if problems:
+        pytest.fail("report outside the published schema (describe the field in advisor/schema.py, then "
+                    "regenerate advisor/schemas/ with `advise schema`):\n" + "\n".join(problems), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _reports_match_the_schema(request):
+    folder = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if folder is not None:
+        _fail_on(schema_problems(folder))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_reports_match_the_schema(tmp_path_factory):
+    yield
+    _fail_on(schema_problems(tmp_path_factory.getbasetemp()))
