@@ -8,31 +8,28 @@ failed write leaves the old file and no temp file behind.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 from pathlib import Path
 
-__all__ = ["write_bytes_atomic", "write_text_atomic", "write_json_atomic", "check_writable"]
+__all__ = ["NotAFile", "check_replaceable", "write_bytes_atomic", "write_text_atomic", "write_json_atomic", "check_writable"]
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` through a temp file and :func:`os.replace`.
+    """Write `data` to `path` through a temp file made beside it and :func:`os.replace`.
 
-    The file gets ``0o666 & ~umask`` like any file the user creates (it is meant to be shared),
-    not the 0600 of a temp file. A symlink is written through, not replaced. A target that is not
-    a regular file (``/dev/stdout``, a FIFO) cannot be renamed over and is written directly.
+    The one way advise creates a file (README "The run dir"). The name itself is replaced, never
+    followed: a symlink at `path` is replaced by the new file and whatever it pointed at is left
+    alone, so a link planted in a run dir cannot make advise overwrite a file elsewhere. A name
+    taken by something that is not a regular file or a link (a folder, a FIFO that would block
+    forever, a device) is refused with :class:`NotAFile`. The file gets ``0o666 & ~umask`` like
+    any file the user creates (it is meant to be shared), not the 0600 of a temp file.
     """
-    target = Path(os.path.realpath(path))
+    target = Path(path)
     try:
-        special = not stat.S_ISREG(target.stat().st_mode)
-    except FileNotFoundError:
-        special = False
-    try:
-        if special:
-            with open(target, "wb") as f:
-                f.write(data)
-            return
+        check_replaceable(target)
         tmp, fd = _create_temp(target)
     except OSError as exc:
         raise _naming(exc, path)
@@ -45,6 +42,21 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
         if isinstance(exc, OSError):
             raise _naming(exc, path)
         raise
+
+
+class NotAFile(OSError):
+    """A name advise would replace is taken by a folder, a FIFO, a socket or a device."""
+
+
+def check_replaceable(path: str | os.PathLike) -> None:
+    """Raise :class:`NotAFile` unless `path` is absent, a regular file or a symlink (not followed)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise NotAFile(errno.EEXIST, f"{kind}, not a file advise can replace", os.fspath(path))
 
 
 def check_writable(folder: str | os.PathLike, nbytes: int = 16384) -> None:
@@ -87,6 +99,9 @@ def write_json_atomic(path: str | os.PathLike, obj, *, indent: int | None = 2) -
     write_text_atomic(path, json.dumps(obj, indent=indent, default=_jsonable) + "\n")
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
 def _create_temp(target: Path) -> tuple[Path, int]:
     """A new hidden file beside `target`, opened for writing.
 
@@ -96,7 +111,7 @@ def _create_temp(target: Path) -> tuple[Path, int]:
     while True:
         tmp = target.with_name(f".tmp-{target.name[:64]}.{os.urandom(6).hex()}")  # short: NAME_MAX
         try:
-            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666)
         except FileExistsError:
             continue
 

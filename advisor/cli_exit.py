@@ -11,6 +11,7 @@ from typing import Iterator, NoReturn
 
 import click
 
+from .atomic import NotAFile
 from .report import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT, EXIT_USAGE, STATUS_EXIT  # noqa: F401
 from .rundir import remove_scratch
 
@@ -26,6 +27,8 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 def writing_error(exc: OSError, where: str | os.PathLike) -> str:
     """'no space left on device writing run/report.json': the reason, then the file (else `where`)."""
+    if isinstance(exc, NotAFile):
+        return f"{exc.filename} is {exc.strerror}; remove it or choose another run dir"
     reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
     return f"{reason[:1].lower()}{reason[1:]} writing {exc.filename or where}"
 
@@ -40,7 +43,7 @@ def run_dir_errors(run_dir: Path | None) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        if run_dir is None or exc.errno not in DISK_ERRNOS:
+        if run_dir is None or not (exc.errno in DISK_ERRNOS or isinstance(exc, NotAFile)):
             raise
         remove_scratch(run_dir)
         fail(writing_error(exc, run_dir))

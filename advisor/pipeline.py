@@ -18,7 +18,7 @@ import click
 from advisor.reports import terminal
 
 from . import compare, forked, metrics, report as report_mod, rundir, temporal, trace_prefetch
-from .atomic import check_writable, write_json_atomic, write_text_atomic
+from .atomic import NotAFile, check_writable, write_json_atomic, write_text_atomic
 from .chatter import strip_log, without_chatter
 from .cli_exit import DISK_ERRNOS, EXIT_USAGE, STATUS_EXIT, fail, writing_error
 from .interrupt import StopRequest, describe
@@ -28,8 +28,8 @@ from .rundir import rank_suffix
 from .trace import TraceError
 
 if TYPE_CHECKING:  # `advise analyze` and `compare` never run a script: the probe and experiments load on use
-    from .experiments import ExperimentResults
-    from .inprocess import ArmsSession
+    from .experiments.judge import ExperimentResults
+    from .experiments.inprocess import ArmsSession
     from .probe.runner import ProbeConfig
 
 
@@ -89,7 +89,7 @@ class ExperimentOptions:
 
 def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_settings) -> ArmsSession:
     """The parent's side of the in-process experiments: the rules run on the live window's Profile."""
-    from .inprocess import ArmsSession
+    from .experiments.inprocess import ArmsSession
     from .probe.runner import job_suffix
 
     out, suffix = Path(config.out), job_suffix(config)  # a launched job: rank 0's window and arms are judged
@@ -115,7 +115,7 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
 
 def _combine(first: ExperimentResults | None, fresh: ExperimentResults) -> ExperimentResults:
     """In-process results with the fresh runs of the fixes that could not be switched live."""
-    from .experiments import ExperimentResults
+    from .experiments.judge import ExperimentResults
 
     if first is None:
         return fresh
@@ -152,9 +152,12 @@ def _take_run_dir(lock: rundir.RunDirLock, out: Path) -> None:
     A run dir another live run holds: one line naming its pid, exit 2, nothing touched.
     """
     try:
+        rundir.check_own_names(out, rank_suffix())  # a folder, FIFO or linked experiments/: refused now
         lock.acquire()
-    except rundir.RunDirBusy as exc:
+    except (rundir.RunDirBusy, rundir.OutsideRunDir) as exc:
         fail(str(exc))
+    except NotAFile as exc:
+        fail(writing_error(exc, out))
     except OSError as exc:
         fail(f"cannot lock the run dir {out}: {exc.strerror or exc}")
     try:
@@ -172,7 +175,8 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
 
     With `baseline`, then compare against it (as `advise compare`): exit 3 on a regression.
     """
-    from .experiments import ExperimentResults, run_experiments
+    from .experiments.fresh import run_experiments
+    from .experiments.judge import ExperimentResults
     from .probe.runner import ProbeConfig, run_probe
 
     baseline_report = check_baseline(baseline) if baseline else None  # bad input: exit 2 before the run
@@ -221,7 +225,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         if run.status == "ok" and experiments.enabled and findings and not stop and (fresh is None or fresh):
             try:
                 fresh_results = run_experiments(
-                    findings, config, profile.steps, root=out / rundir.EXPERIMENTS, env=profile.env,
+                    findings, config, profile.steps, root=rundir.make_subdir(out, rundir.EXPERIMENTS), env=profile.env,
                     io_like=_io_like(metrics.utilization(profile.samples, profile.steps), profile.env),
                     safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
                     time_budget_s=experiments.time_budget_s, progress=progress, stop=stop,
@@ -280,7 +284,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
 
 def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, out: Path, progress, stop) -> None:
     """--confirm: the recommendation the arms measured, measured again in fresh runs of the script."""
-    from .experiments import confirm_recommendation
+    from .experiments.fresh import confirm_recommendation
 
     rec = results.recommended
     if rec is None or rec.measured_by != "in-process" or not rec.overrides:
@@ -288,7 +292,7 @@ def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, 
             results.notes.append("--confirm: the recommendation was already measured in fresh runs")
         return
     try:
-        exp, runs = confirm_recommendation(rec, config, profile.steps, root=out / rundir.EXPERIMENTS / "confirm",
+        exp, runs = confirm_recommendation(rec, config, profile.steps, root=rundir.make_subdir(out, rundir.EXPERIMENTS, "confirm"),
                                            progress=progress, stop=stop)
     except Exception as exc:  # noqa: BLE001 - the in-process result stands; say why there is no confirmation
         results.notes.append(f"--confirm failed: {type(exc).__name__}: {exc}")

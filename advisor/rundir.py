@@ -6,10 +6,14 @@ run dir cleared of the last run's files (:func:`clear_previous`).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from .atomic import NotAFile, check_replaceable
 
 
 def rank_info() -> dict:
@@ -97,7 +101,7 @@ class RunDirLock:
     def acquire(self) -> "RunDirLock":
         """Take the lock or raise :class:`RunDirBusy` naming the holder; a busy run dir is left as it was."""
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+            fd = _open_lock(self.path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -133,6 +137,28 @@ class RunDirLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _open_lock(path: Path) -> int:
+    """Open (or create) the lock file itself, never what a symlink of that name points at.
+
+    A link planted as ``.advise.lock`` would have the pid written into its target; the link is
+    removed instead (it is advise's own name in advise's own folder) and a real file created.
+    """
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | os.O_NONBLOCK
+    while True:
+        try:
+            fd = os.open(path, flags, 0o666)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP or not path.is_symlink():
+                raise
+            path.unlink(missing_ok=True)
+            continue
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+        os.close(fd)
+        check_replaceable(path)  # a FIFO or a device: NotAFile, naming it
+        raise NotAFile(errno.EEXIST, "not a regular file, not a file advise can replace", str(path))
 
 
 def _read_pid(fd: int) -> int | None:
@@ -218,3 +244,55 @@ def remove_scratch(run_dir: str | os.PathLike) -> list[str]:
             except OSError:
                 pass
     return removed
+
+
+# --- nothing written outside the run dir ------------------------------------------------------
+
+class OutsideRunDir(ValueError):
+    """A path read from a report (or a folder advise would write into) leaves the run dir."""
+
+
+def check_own_names(run_dir: Path, rank_suffix: str = "") -> None:
+    """Before a run: every name advise will write in `run_dir` is free, a file or a link (replaced,
+    not followed), and ``experiments`` is a real folder; else :class:`NotAFile` or
+    :class:`OutsideRunDir`, so a run that could not keep its results never starts."""
+    run_dir = Path(run_dir)
+    for name in own_files(rank_suffix):
+        check_replaceable(run_dir / name)
+    experiments = run_dir / EXPERIMENTS
+    if experiments.is_symlink() or (experiments.exists() and not experiments.is_dir()):
+        raise OutsideRunDir(f"{experiments} is {'a symlink' if experiments.is_symlink() else 'not a folder'}; advise "
+                            "writes only inside its run dir: remove it or choose another --out")
+
+
+def make_subdir(run_dir: Path, *parts: str) -> Path:
+    """`run_dir`/`parts...` as real folders: created where missing, a symlink on the way refused
+    (:class:`OutsideRunDir`), so a linked ``experiments`` cannot send the runs' files elsewhere."""
+    path = Path(run_dir)
+    for part in parts:
+        path = path / part
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            pass
+        if path.is_symlink() or not path.is_dir():
+            raise OutsideRunDir(f"{path} is {'a symlink' if path.is_symlink() else 'not a folder'}; advise writes "
+                                "only inside its run dir: remove it or choose another --out")
+    return path
+
+
+def resolve_inside(run_dir: str | os.PathLike, value: object, what: str = "path") -> Path:
+    """The one way to resolve a path read from a report: `value` relative to `run_dir`, refused
+    (:class:`OutsideRunDir`) when it is not a plain relative name that stays inside it.
+
+    A report.json travels (CI artifacts, a teammate's upload): nothing in it may choose where advise
+    writes. Absolute paths, ``..`` and symlinked folders that lead out are all refused.
+    """
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise OutsideRunDir(f"the report's {what} {value!r} is not a file name in its run dir")
+    root = Path(os.path.realpath(run_dir))
+    candidate = Path(value)
+    resolved = Path(os.path.realpath(root / candidate.parent)) / candidate.name
+    if candidate.is_absolute() or ".." in candidate.parts or (resolved.parent != root and root not in resolved.parents):
+        raise OutsideRunDir(f"the report's {what} {value!r} leads outside its run dir {run_dir}; refused")
+    return Path(run_dir) / candidate

@@ -16,6 +16,7 @@ import jinja2
 from markupsafe import Markup
 
 from advisor.atomic import write_text_atomic
+from advisor.rundir import resolve_inside
 
 from .page import NO_DOCS, Page, build_page
 from .templates import TEMPLATES, asset
@@ -77,6 +78,6 @@ def write_html(report: dict, run_dir: str | Path, profile=None, rule_docs: Mappi
     `profile` is the run's :class:`advisor.profile.Profile` (timeline, top ops, log tail) or None;
     `rule_docs` maps rule names and/or codes to their documentation.
     """
-    target = Path(path) if path is not None else Path(run_dir) / html_name(report)
+    target = Path(path) if path is not None else resolve_inside(run_dir, html_name(report), "artifacts.report_html")
     write_text_atomic(target, render_html(build_page(report, profile, rule_docs)))
     return target

@@ -60,25 +60,27 @@ def test_permissions_follow_the_umask_not_the_temp_file(tmp_path):
     assert stat.S_IMODE((tmp_path / "report.html").stat().st_mode) == 0o640
 
 
-def test_a_symlink_is_written_through(tmp_path):
+def test_a_symlink_is_replaced_not_followed(tmp_path):
+    """A link planted under a name advise writes must not make it overwrite the link's target."""
     real = tmp_path / "real.xml"
     real.write_text("old")
     link = tmp_path / "junit.xml"
     link.symlink_to(real)
     write_text_atomic(link, "new")
-    assert link.is_symlink() and real.read_text() == "new"
+    assert not link.is_symlink() and link.read_text() == "new" and real.read_text() == "old"
 
 
-def test_a_special_file_is_written_directly(tmp_path):
-    fifo = tmp_path / "pipe"
-    os.mkfifo(fifo)
-    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # so that opening for writing does not block
-    try:
-        write_text_atomic(fifo, "to the pipe")
-        assert os.read(reader, 100) == b"to the pipe"
-    finally:
-        os.close(reader)
-    assert stat.S_ISFIFO(fifo.stat().st_mode)
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_name_taken_by_a_fifo_or_folder_is_refused(tmp_path, kind):
+    """A FIFO would block the write forever; a folder cannot be renamed over: both are NotAFile."""
+    from advisor.atomic import NotAFile
+
+    taken = tmp_path / "report.json"
+    os.mkfifo(taken) if kind == "fifo" else taken.mkdir()
+    with pytest.raises(NotAFile) as caught:
+        write_text_atomic(taken, "{}")
+    assert caught.value.filename == str(taken)
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no temp file left
 
 
 def test_missing_folder_is_an_oserror(tmp_path):

@@ -7,10 +7,10 @@ dir (no `.tmp-*`, `.probe-config*`, `steps*.jsonl`; report.json either absent or
 files that exist).
 
 The full-disk cases use the real thing where they can: a 1 MiB tmpfs mounted for the test
-(needs root, as in this project's sandbox and CI containers; skipped loudly otherwise). Two
-simulations work everywhere, without root: writing through a symlink to /dev/full (every
-write fails with ENOSPC, as on a full disk) and RLIMIT_FSIZE (every write past the limit
-fails with EFBIG, a disk that takes no more bytes).
+(needs root, as in this project's sandbox and CI containers; skipped loudly otherwise). One
+simulation works everywhere, without root: RLIMIT_FSIZE (every write past the limit fails with
+EFBIG, a disk that takes no more bytes). (A symlink to /dev/full no longer simulates one: advise
+replaces a link in its run dir instead of writing through it; see test_faults_security.py.)
 """
 
 from __future__ import annotations
@@ -177,20 +177,6 @@ def test_unwritable_run_dir_is_refused_before_the_script_runs(tmp_path, marker_s
     r = advise("profile", *TINY, "--out", str(locked), str(marker_script), cwd=tmp_path)
     assert one_error_line(r) == f"advise: error: permission denied writing {locked}"
     assert ran(marker_script) is None
-
-
-def test_enospc_simulated_with_dev_full(tmp_path):
-    """Works everywhere, no root: report.json is a symlink to /dev/full, so writing it fails with
-    ENOSPC exactly as on a full disk (advise writes through symlinks; /dev/full is a device, so
-    the write goes to it directly and no temp file is involved)."""
-    if not os.path.exists("/dev/full"):
-        pytest.skip("NO /dev/full on this system")
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "report.json").symlink_to("/dev/full")
-    r = advise("analyze", str(_absurd_trace(tmp_path)), "--out", str(out), cwd=tmp_path)
-    assert one_error_line(r) == f"advise: error: no space left on device writing {out / 'report.json'}"
-    assert sorted(p.name for p in out.iterdir()) == ["report.json"]  # the symlink, nothing else
 
 
 def test_file_size_limit_during_the_run_is_exit_2(tmp_path):
