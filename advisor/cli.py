@@ -403,17 +403,78 @@ def _percent(text: str, option: str) -> float:
 @click.option("--junit", default=None, metavar="FILE", help="Also write JUnit XML: one testcase per metric.")
 @click.option("--fail-on-new-findings", is_flag=True, help="A finding CURRENT has and BASELINE lacks fails the gate.")
 @click.option("--force", is_flag=True, help="Compare even different scripts, devices or schema versions (with a warning).")
+@click.option("--ops", is_flag=True, help="Name the ops and kernels whose time per step grew even without a regression.")
 def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt, as_json, junit,
-            fail_on_new_findings, force):
+            fail_on_new_findings, force, ops):
     """Regression gate: exit 3 when CURRENT is slower than BASELINE beyond noise.
 
     BASELINE and CURRENT are report.json files (or run dirs). Markdown is also appended to
-    $GITHUB_STEP_SUMMARY when that is set.
+    $GITHUB_STEP_SUMMARY when that is set. Two Kineto traces (A.json.gz B.json.gz) are compared
+    op by op: the ops and kernels whose time per step grew most (exit 0).
     """
+    from .gate import compare_traces, is_trace
+
+    if is_trace(baseline) and is_trace(current):
+        sys.exit(compare_traces(baseline, current, fmt="json" if as_json else fmt))
     from .pipeline import run_compare
 
     sys.exit(run_compare(
         baseline, current, max_regression=_percent(max_regression, "--max-regression"),
         max_memory_regression=_percent(max_memory_regression, "--max-memory-regression"), alpha=alpha,
-        fmt="json" if as_json else fmt, junit=junit, fail_on_new_findings=fail_on_new_findings, force=force,
+        fmt="json" if as_json else fmt, junit=junit, fail_on_new_findings=fail_on_new_findings, force=force, ops=ops,
     ))
+
+
+@main.command(context_settings={"allow_interspersed_args": False})
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--base", "base", required=True, metavar="DIR", help="A checkout of the base revision.")
+@click.option("--candidate", "candidate", required=True, metavar="DIR", help="A checkout of the candidate revision.")
+@click.option("-m", "module", is_flag=True, help="SCRIPT is a module name, run as `python -m SCRIPT` in each checkout.")
+@click.option("--nproc-per-node", "nproc", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Start this many ranks per run through torch.distributed.run.")
+@click.option("--steps", default=20, show_default=True, type=click.IntRange(min=2), help="Measured steps per run.")
+@click.option("--warmup", default=5, show_default=True, type=click.IntRange(min=0), help="Un-measured warm-up steps per run.")
+@click.option("--profile-steps", default=3, show_default=True, type=click.IntRange(min=0),
+              help="Steps of each run under torch.profiler, for the slower-ops table (0: none).")
+@click.option("--rounds", default=6, show_default=True, type=click.IntRange(min=2),
+              help="Pairs of runs (base, candidate) before the first look.")
+@click.option("--max-rounds", default=15, show_default=True, type=click.IntRange(min=2),
+              help="The budget: a suspected regression gets more rounds, up to this many pairs.")
+@click.option("--max-regression", default="5%", show_default=True, metavar="PCT",
+              help="Worse than this (throughput or median step), beyond the noise floor and significant, fails.")
+@click.option("--max-memory-regression", default="20%", show_default=True, metavar="PCT",
+              help="Peak memory higher than this (and by 64 MiB or more), significant, fails.")
+@click.option("--alpha", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True),
+              help="The gate's false-alarm rate, over all gated metrics and all looks together.")
+@click.option("--ops", is_flag=True, help="Name the slower ops even without a regression.")
+@click.option("--out", default="ab-report", show_default=True, type=click.Path(file_okay=False),
+              help="Output dir: base/round-NN and candidate/round-NN run dirs, ab.json, ab.html, summary.md.")
+@click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds before one run's script is stopped.")
+@click.option("--format", "fmt", default="terminal", show_default=True, type=click.Choice(["terminal", "markdown", "json"]))
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+def ab(script, script_args, base, candidate, module, nproc, steps, warmup, profile_steps, rounds, max_rounds,
+       max_regression, max_memory_regression, alpha, ops, out, timeout_s, fmt, as_json):
+    """CI gate: profile SCRIPT in two checkouts, interleaved; exit 3 on a regression.
+
+    advise ab --base ../base --candidate . train.py --epochs 1
+
+    SCRIPT (a path relative to each checkout) runs in each checkout as a whole process, base and
+    candidate alternating; the decision reads the paired rounds. Markdown is also appended to
+    $GITHUB_STEP_SUMMARY when that is set.
+    """
+    from .ab import ABOptions
+    from .gate import run_ab
+
+    if max_rounds < rounds:
+        fail(f"--max-rounds {max_rounds} is below --rounds {rounds}")
+    if profile_steps >= steps:
+        fail(f"--profile-steps {profile_steps} leaves no un-profiled step of --steps {steps} to time")
+    options = ABOptions(steps=steps, warmup=warmup, profile_steps=profile_steps, module=module, nproc=nproc,
+                        timeout_s=timeout_s, rounds=rounds, max_rounds=max_rounds, alpha=alpha,
+                        max_regression=_percent(max_regression, "--max-regression"),
+                        max_memory_regression=_percent(max_memory_regression, "--max-memory-regression"), ops=ops)
+    args = list(script_args)
+    sys.exit(run_ab(base, candidate, script, args[1:] if args[:1] == ["--"] else args, options, Path(out),
+                    fmt="json" if as_json else fmt))

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import metrics, stats
+from . import fingerprint, metrics, stats
 from .report import EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.10
@@ -96,6 +96,16 @@ class Comparison:
     resolved_findings: list[dict] = field(default_factory=list)
     fail_on_new_findings: bool = False
     warnings: list[str] = field(default_factory=list)
+    resolvable: float | None = None  # half the 95% CI of the median step's change: the smallest change these runs resolve
+    slower_ops: list[dict] | None = None  # where the time went (advisor.opdiff), when both runs have a trace
+
+    @property
+    def floor_note(self) -> str:
+        """Saved-baseline mode, said plainly: one run per side cannot measure the runner's noise."""
+        resolves = (f"these runs resolve changes of about ±{self.resolvable:.1%} (half the 95% CI of the median step)"
+                    if self.resolvable is not None else "these runs are too short to say how small a change they resolve")
+        return ("noise floor unknown: two runs made at different times cannot tell a slower commit from a slower "
+                f"runner; {resolves}. `advise ab` measures both revisions in one job, interleaved, and calibrates the floor")
 
     @property
     def regressions(self) -> list[Metric]:
@@ -143,6 +153,8 @@ class Comparison:
             "findings": {"new": self.new_findings, "resolved": self.resolved_findings,
                          "fail_on_new": self.fail_on_new_findings},
             "warnings": self.warnings,
+            "noise_floor": {"known": False, "resolvable_change": self.resolvable, "note": self.floor_note},
+            "slower_ops": self.slower_ops,
         })
 
 
@@ -216,22 +228,16 @@ def same_script(a: str | None, b: str | None) -> bool:
 
 
 def compatibility(baseline: dict, current: dict) -> tuple[list[str], list[str]]:
-    """(problems, warnings): problems make the comparison meaningless (exit 2 unless --force)."""
+    """(problems, warnings): problems make the comparison meaningless (exit 2 unless --force).
+
+    Every difference of the environment fingerprint (:mod:`advisor.fingerprint`) is listed: another
+    device or GPU model is a problem, the rest (CPU model, versions, clocks, arguments) warnings.
+    """
     problems, warnings = [], []
     if not same_script(baseline.get("script"), current.get("script")):
         problems.append(f"different scripts: baseline {baseline.get('script')!r}, current {current.get('script')!r}")
-    eb, ec = baseline.get("env") or {}, current.get("env") or {}
-    if eb.get("device") != ec.get("device"):
-        problems.append(f"different devices: baseline {eb.get('device')!r}, current {ec.get('device')!r}")
-    elif eb.get("device_name") != ec.get("device_name"):
-        text = f"different {eb.get('device')} models: baseline {eb.get('device_name')!r}, current {ec.get('device_name')!r}"
-        # Hosted CI runners change CPU models under you; a different GPU is a different machine.
-        (problems if eb.get("device") not in (None, "cpu") else warnings).append(text)
-    if list(baseline.get("argv") or []) != list(current.get("argv") or []):
-        warnings.append(f"the script's arguments differ: baseline {baseline.get('argv')}, current {current.get('argv')}")
-    for key, what in (("torch", "torch versions"), ("cpu_count", "CPU counts"), ("torch_threads", "torch thread counts")):
-        if eb.get(key) is not None and ec.get(key) is not None and eb.get(key) != ec.get(key):
-            warnings.append(f"different {what}: baseline {eb.get(key)}, current {ec.get(key)}")
+    for diff in fingerprint.differences(baseline, current):
+        (problems if diff.invalidating else warnings).append(diff.text())
     return problems, warnings
 
 
@@ -290,11 +296,13 @@ def compare(
         _data_wait_metric(baseline, current),
     ]
     new, resolved = _findings_diff(baseline, current)
+    ci = rows[1].ci
     return Comparison(
         baseline_path=str(baseline_path), current_path=str(current_path), script=str(current.get("script") or ""),
         max_regression=max_regression, max_memory_regression=max_memory_regression, alpha=alpha,
         n_baseline=nb, n_current=nc, testable=testable, metrics=[r for r in rows if r is not None],
         new_findings=new, resolved_findings=resolved, fail_on_new_findings=fail_on_new_findings, warnings=warnings,
+        resolvable=(ci[1] - ci[0]) / 2 if ci else None,
     )
 
 

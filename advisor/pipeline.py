@@ -17,7 +17,7 @@ import click
 
 from advisor.reports import terminal
 
-from . import compare, forked, metrics, report as report_mod, rundir, temporal, trace_prefetch
+from . import compare, fingerprint, forked, metrics, report as report_mod, rundir, temporal, trace_prefetch
 from .atomic import NotAFile, check_writable, write_json_atomic, write_text_atomic
 from .chatter import strip_log, without_chatter
 from .cli_exit import DISK_ERRNOS, EXIT_USAGE, STATUS_EXIT, fail, writing_error
@@ -190,6 +190,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
                          memory_budget_bytes=memory_budget_bytes)
     started_at = report_mod.now_iso()
     started = time.monotonic()
+    load_start = fingerprint.load_avg()  # how busy the machine was before the script started
     try:
         out.mkdir(parents=True, exist_ok=True)
         check_writable(out)  # read-only, forbidden or full: say so now, not after the run
@@ -260,7 +261,9 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         recommended=results.recommended if results else None,
         warnings=_warnings(run, config, profile) + profile.meta.get("notes", []) + rule_warnings + (results.notes if results else []),
         artifacts=_artifacts(out, run.files),
-        extra={"notes": run.notes, "wall_s": run.wall_s, "total_wall_s": time.monotonic() - started,
+        extra={"fingerprint": fingerprint.collect(profile.env, script_args, load_start=load_start,
+                                                  with_gpu=profile.device == "cuda"),
+               "notes": run.notes, "wall_s": run.wall_s, "total_wall_s": time.monotonic() - started,
                "experiments": results.summary() if results else None, "ranks": _ranks(run, profile)},
     )
     report["artifacts"]["report_html"] = run.files.report_html
@@ -550,8 +553,10 @@ def emit_comparison(result: compare.Comparison, *, fmt: str = "terminal", junit:
 def run_compare(baseline: str, current: str, *, max_regression: float = compare.DEFAULT_MAX_REGRESSION,
                 max_memory_regression: float = compare.DEFAULT_MAX_MEMORY_REGRESSION, alpha: float = compare.DEFAULT_ALPHA,
                 fmt: str = "terminal", junit: str | None = None, fail_on_new_findings: bool = False,
-                force: bool = False) -> int:
-    """`advise compare BASELINE CURRENT`: the exit code (0 pass, 3 regression; 2 via fail())."""
+                force: bool = False, ops: bool = False) -> int:
+    """`advise compare BASELINE CURRENT`: the exit code (0 pass, 3 regression; 2 via fail()).
+
+    On a regression (or with `ops`) the slower ops of the two runs' traces are named (advisor.opdiff)."""
     try:
         base, warn_b = compare.load(baseline, "baseline", force=force)
         cur, warn_c = compare.load(current, "current", force=force)
@@ -563,8 +568,21 @@ def run_compare(baseline: str, current: str, *, max_regression: float = compare.
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a hand-edited or --force'd odd report
         fail(f"cannot compare {baseline} with {current}: {type(exc).__name__}: {exc}", EXIT_USAGE)
     result.warnings[:0] = warn_b + warn_c
+    if result.failed or ops:
+        result.slower_ops = _slower_ops(baseline, base, current, cur)
     emit_comparison(result, fmt=fmt, junit=junit)
     return result.exit_code
+
+
+def _slower_ops(baseline: str, base: dict, current: str, cur: dict) -> list[dict] | None:
+    """The slower ops between two run dirs' traces, None when either has none."""
+    from .opdiff import run_dir_trace, slower_ops
+
+    def folder(path: str) -> Path:
+        return Path(path) if Path(path).is_dir() else Path(path).parent
+
+    ta, tb = run_dir_trace(folder(baseline), base), run_dir_trace(folder(current), cur)
+    return [r.to_dict() for r in slower_ops([ta], [tb])] if ta is not None and tb is not None else None
 
 
 def check_baseline(path: str) -> dict:

@@ -15,6 +15,8 @@ from rich.text import Text
 
 from advisor import format as fmt
 
+from . import slower_ops
+
 VERDICT_TEXT = {
     "regression": "REGRESSION",
     "improvement": "improved",
@@ -64,6 +66,7 @@ def print_table(result, con: Console) -> None:
         )
     con.print(table)
     con.print(Text("* reported, not gating. " + result.rule, style="dim"))
+    con.print(Text(result.floor_note, style="dim"))
     for f in result.new_findings:
         style = "bold red" if result.fail_on_new_findings else "yellow"
         con.print(Text("new finding: " + _finding_text(f), style=style))
@@ -72,6 +75,8 @@ def print_table(result, con: Console) -> None:
     for m in result.metrics:
         if m.verdict == "not-significant" or (m.verdict == "reported" and m.note):
             con.print(Text(f"note: {m.label}: {m.note}", style="yellow"))
+    if result.slower_ops is not None:
+        slower_ops.print_table(result.slower_ops, "", con)
     for w in result.warnings:
         con.print(Text("warning: " + w, style="yellow"))
     con.print(Text(_verdict_line(result), style="bold red" if result.failed else "bold green"))
@@ -94,7 +99,7 @@ def markdown(result) -> str:
             fmt.change_interval(m.ci, m.unit), fmt.p_value(m.p_value) if m.gated else fmt.DASH,
             MD_MARK.get(m.verdict, m.verdict) + " |",
         ]))
-    lines += ["", f"\\* reported, not gating. {result.rule}."]
+    lines += ["", f"\\* reported, not gating. {result.rule}.", "", f"_{result.floor_note}._"]
     if result.new_findings:
         lines += ["", "**New findings** (not in the baseline"
                   + (", failing the gate: `--fail-on-new-findings`" if result.fail_on_new_findings else "") + "):"]
@@ -105,6 +110,8 @@ def markdown(result) -> str:
     notes = [f"{m.label}: {m.note}" for m in result.metrics if m.verdict == "not-significant" or (m.verdict == "reported" and m.note)]
     if notes or result.warnings:
         lines += [""] + [f"> ⚠️ {text}" + "  " for text in notes + result.warnings]
+    if result.slower_ops is not None:
+        lines += [""] + slower_ops.markdown(result.slower_ops, "")
     return "\n".join(lines) + "\n"
 
 

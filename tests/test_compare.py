@@ -239,10 +239,10 @@ def test_incompatible_runs_are_refused_unless_forced(change, message):
 
 def test_another_gpu_model_is_incompatible_another_cpu_model_is_a_warning():
     gpu = dict(device="cuda", peak_allocated=MiB)
-    with pytest.raises(cmp.CompareError, match="different cuda models"):
+    with pytest.raises(cmp.CompareError, match="different GPU models"):
         cmp.compare(make_report(noisy(), device_name="NVIDIA A100", **gpu), make_report(noisy(), device_name="NVIDIA H100", **gpu))
     result = cmp.compare(make_report(noisy(), device_name="x86_64"), make_report(noisy(), device_name="aarch64"))
-    assert any("different cpu models" in w for w in result.warnings)
+    assert any("different CPU models" in w for w in result.warnings)
 
 
 def write(tmp_path, name, report) -> str:

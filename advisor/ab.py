@@ -1,0 +1,239 @@
+"""`advise ab`: base and candidate revisions profiled in one job, interleaved, and judged in pairs.
+
+Two runs made at different times (a saved baseline) cannot tell a slower commit from a slower
+runner: shared runners drift 13-40% between jobs while the noise inside one job is under 1%.
+So both revisions run here, on this runner, now, as whole processes (`advise profile` of SCRIPT
+in each checkout, fresh runs: the code differs), alternating in counterbalanced pairs (B C, C B,
+B C, ...: a drift, or a warm cache that favours the second run of a pair, hits both sides alike).
+Round i is the pair (B_i, C_i); :mod:`advisor.sequential` decides from the paired rounds, asks for
+more when a regression is suspected but not settled, and calibrates the noise floor from the
+base's rounds against each other. On a regression (or with ``ops``) :mod:`advisor.opdiff` names
+the ops and kernels that got slower, from the rounds' traces.
+
+Layout of the output dir: ``base/round-NN/`` and ``candidate/round-NN/`` (ordinary run dirs),
+``ab.json`` (the decision) and ``summary.md``. This module runs and judges; the command prints.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import compare, fingerprint, metrics, opdiff, sequential
+from .report import ReportError, load_report
+
+DEFAULT_MAX_REGRESSION = 0.05  # paired rounds resolve smaller changes than one pair of runs
+DEFAULT_ALPHA = 0.05  # the gate's false-alarm rate: all metrics, all looks
+DEFAULT_ROUNDS, DEFAULT_MAX_ROUNDS = 6, 15
+
+
+class ABError(ValueError):
+    """Input `advise ab` cannot use: one line, exit 2."""
+
+
+class RoundFailed(RuntimeError):
+    """A round's script failed: one line naming the side, the round and its run dir (exit 1)."""
+
+
+@dataclass
+class ABOptions:
+    steps: int = 20
+    warmup: int = 5
+    profile_steps: int = 3
+    module: bool = False
+    nproc: int = 1
+    timeout_s: float = 600.0
+    rounds: int = DEFAULT_ROUNDS
+    max_rounds: int = DEFAULT_MAX_ROUNDS
+    alpha: float = DEFAULT_ALPHA
+    max_regression: float = DEFAULT_MAX_REGRESSION
+    max_memory_regression: float = compare.DEFAULT_MAX_MEMORY_REGRESSION
+    ops: bool = False  # name the slower ops even without a regression
+
+
+@dataclass
+class ABResult:
+    base_dir: str
+    candidate_dir: str
+    script: str
+    decision: sequential.Decision
+    rounds: list[dict]  # each run: side, round, run_dir, wall_s, and its figures
+    warnings: list[str] = field(default_factory=list)
+    slower_ops: list[opdiff.OpChange] | None = None
+    ops_note: str = ""
+    wall_s: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.decision.regressions)
+
+    @property
+    def exit_code(self) -> int:
+        return compare.EXIT_REGRESSION if self.failed else compare.EXIT_OK
+
+    def to_dict(self) -> dict:
+        d = self.decision
+        return metrics.clean({
+            "verdict": "regression" if self.failed else "pass",
+            "exit_code": self.exit_code,
+            "mode": "interleaved",
+            "base": self.base_dir,
+            "candidate": self.candidate_dir,
+            "script": self.script,
+            "rule": d.rule,
+            "statistics": {"test": sequential.TEST, "correction": sequential.CORRECTION,
+                           "sequential": sequential.SPENDING, "alpha": d.alpha, "looks": d.looks,
+                           "decided_at_look": d.look, "rounds": d.rounds,
+                           "noise_floor": "A/A: the base's even rounds against its odd ones"},
+            "metrics": [asdict(m) for m in d.metrics],
+            "regressions": [m.name for m in d.regressions],
+            "history": d.history,
+            "runs": self.rounds,
+            "slower_ops": [r.to_dict() for r in self.slower_ops] if self.slower_ops is not None else None,
+            "slower_ops_note": self.ops_note,
+            "warnings": self.warnings,
+            "wall_s": self.wall_s,
+        })
+
+
+def resolve(checkout: str | Path, script: str, module: bool, role: str) -> Path:
+    """The checkout dir, checked: it exists and holds SCRIPT (a module: its top package or file)."""
+    root = Path(checkout)
+    if not root.is_dir():
+        raise ABError(f"--{role}: {checkout!r} is not a directory (a checkout of the {role} revision)")
+    if module:
+        top = script.split(".")[0]
+        if not ((root / top).is_dir() or (root / f"{top}.py").is_file()):
+            raise ABError(f"--{role}: no module {top!r} in {root}")
+        return root.resolve()
+    if Path(script).is_absolute():
+        raise ABError(f"SCRIPT must be a path relative to the checkouts, found in each: {script!r} is absolute")
+    if not (root / script).is_file():
+        raise ABError(f"--{role}: {root / script} does not exist (SCRIPT is resolved in each checkout)")
+    return root.resolve()
+
+
+def _command(options: ABOptions, run_dir: Path, script: str, args: list[str]) -> list[str]:
+    # -P: the checkout is the working directory; a package of its own named `advisor` must not shadow advise.
+    cmd = [sys.executable, "-P", "-m", "advisor", "profile", "--steps", str(options.steps), "--warmup", str(options.warmup),
+           "--profile-steps", str(options.profile_steps), "--no-experiments", "--timeout", str(options.timeout_s),
+           "--nproc-per-node", str(options.nproc), "--out", str(run_dir)]
+    return cmd + (["-m"] if options.module else []) + [script, *args]
+
+
+def _figures(report: dict) -> dict:
+    tp = report.get("throughput") or {}
+    return {"samples_per_s": tp.get("samples_per_s"), "steps_per_s": tp.get("steps_per_s"),
+            "step_time_median_s": tp.get("step_time_median_s"),
+            "memory": {k: v for k, (v, _) in compare.memory_figures(report).items()}}
+
+
+def run_round(side: str, checkout: Path, index: int, options: ABOptions, script: str, args: list[str],
+              out: Path) -> dict:
+    """One whole `advise profile` of SCRIPT in `checkout`; its report.json (RoundFailed when not ok)."""
+    run_dir = out / side / f"round-{index:02d}"
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}  # the rounds' own summaries stay out of it
+    started = time.monotonic()
+    proc = subprocess.run(_command(options, run_dir, script, args), cwd=checkout, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.monotonic() - started
+    if proc.returncode in (130, 129, 143):
+        raise KeyboardInterrupt
+    try:
+        report = load_report(run_dir / "report.json")
+    except ReportError:
+        last = (proc.stderr.strip().splitlines() or ["no report written"])[-1]
+        raise RoundFailed(f"{side} round {index}: advise profile exited {proc.returncode}: {last}") from None
+    if report.get("status") != "ok":
+        raise RoundFailed(f"{side} round {index}: the script's run is {report.get('status')!r}"
+                          + (f" ({report['error']})" if report.get("error") else "") + f": see {run_dir}")
+    report["_run_dir"], report["_wall_s"] = str(run_dir), wall
+    return report
+
+
+def specs(options: ABOptions, unit: str, memory_label: str | None) -> list[sequential.MetricSpec]:
+    out = [sequential.MetricSpec("throughput", f"throughput ({unit})", unit, True, options.max_regression),
+           sequential.MetricSpec("step_time_median", "step time median", "s", False, options.max_regression)]
+    if memory_label:
+        out.append(sequential.MetricSpec("peak_memory", memory_label, "bytes", False, options.max_memory_regression,
+                                         min_abs=compare.MEMORY_FLOOR_BYTES))
+    return out
+
+
+def series(base: list[dict], cand: list[dict]) -> tuple[dict, str, str | None]:
+    """Per metric, (base rounds, candidate rounds); the throughput's unit; the memory figure's label."""
+    reports = base + cand
+    by_samples = all(r["throughput"].get("samples_per_s") for r in reports)
+    unit, key = ("samples/s", "samples_per_s") if by_samples else ("steps/s", "steps_per_s")
+    out = {"throughput": ([r["throughput"].get(key) for r in base], [r["throughput"].get(key) for r in cand]),
+           "step_time_median": ([r["throughput"].get("step_time_median_s") for r in base],
+                                [r["throughput"].get("step_time_median_s") for r in cand])}
+    figures = [compare.memory_figures(r) for r in reports]
+    common = [b for b, _, _ in compare.MEMORY_FIGURES if all(b in f for f in figures)]
+    label = None
+    if common:
+        basis = common[0]
+        label = figures[0][basis][1]
+        out["peak_memory"] = ([compare.memory_figures(r)[basis][0] for r in base],
+                              [compare.memory_figures(r)[basis][0] for r in cand])
+    return out, unit, label
+
+
+def _traces(reports: list[dict]) -> list:
+    return [t for t in (opdiff.run_dir_trace(r["_run_dir"], r) for r in reports) if t is not None]
+
+
+def where_the_time_went(base: list[dict], cand: list[dict]) -> tuple[list[opdiff.OpChange] | None, str]:
+    """The slower ops from the rounds' traces, or why there are none."""
+    tb, tc = _traces(base), _traces(cand)
+    if not tb or not tc:
+        return None, "no trace in the rounds of one side (--profile-steps 0?): no ops to compare"
+    return opdiff.slower_ops(tb, tc), f"from {len(tb)} base and {len(tc)} candidate traces (median per op over them)"
+
+
+def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], options: ABOptions, out: Path,
+           on_run: Callable[[str, int, dict], None] | None = None) -> ABResult:
+    """Profile SCRIPT in both checkouts in interleaved rounds until the sequential decision is final."""
+    base_root = resolve(base_dir, script, options.module, "base")
+    cand_root = resolve(candidate_dir, script, options.module, "candidate")
+    if base_root == cand_root:
+        raise ABError(f"--base and --candidate are the same directory ({base_root}): give two checkouts")
+    plan = sequential.looks(options.rounds, options.max_rounds)
+    started = time.monotonic()
+    base, cand, runs, history = [], [], [], []
+    decision = None
+    for index in range(1, plan[-1] + 1):
+        order = (("base", base_root, base), ("candidate", cand_root, cand))
+        for side, root, into in (order if index % 2 else order[::-1]):  # B C, C B, B C, ...
+            report = run_round(side, root, index, options, script, args, out)
+            into.append(report)
+            runs.append({"side": side, "round": index, "run_dir": os.path.relpath(report["_run_dir"], out),
+                         "wall_s": report["_wall_s"], **_figures(report)})
+            if on_run is not None:
+                on_run(side, index, report)
+        if index not in plan:
+            continue
+        data, unit, memory_label = series(base, cand)
+        decision = sequential.decide(data, specs(options, unit, memory_label), alpha=options.alpha, plan=plan)
+        history.append({"rounds": index, "look": decision.look, "final": decision.final,
+                        "slowdowns": {m.name: m.slowdown for m in decision.metrics},
+                        "p_values": {m.name: m.p_value for m in decision.metrics},
+                        "regressions": [m.name for m in decision.regressions]})
+        if decision.final:
+            break
+    assert decision is not None
+    decision.history = history
+    warnings = [d.text() for d in fingerprint.differences(base[0], cand[0])]
+    result = ABResult(str(base_dir), str(candidate_dir), script, decision, runs, warnings, wall_s=time.monotonic() - started)
+    if result.failed or options.ops:
+        result.slower_ops, result.ops_note = where_the_time_went(base, cand)
+    if any(m.floor is not None and math.isfinite(m.floor) and m.floor > m.threshold for m in decision.metrics):
+        result.warnings.append("this runner's noise floor is above the threshold: only changes beyond the floor can fail "
+                               "the gate (more --steps per round, or a quieter runner, lower it)")
+    return result

@@ -1,0 +1,238 @@
+"""The interleaved gate's decision: paired rounds, a sequential test, one error rate for all metrics.
+
+`advise ab` measures base and candidate in pairs of rounds (B C B C ...). Each gated metric gives
+one figure per round and side; its per-round slowdown is the log ratio ``d_i = log(C_i / B_i)``
+(``log(B_i / C_i)`` for throughput, where higher is better), so a runner that slows down for a
+while slows both sides of a round and cancels out. The decision reads those paired slowdowns:
+
+- **test**: a one-sided paired t-test of ``mean(d) > 0`` (the geometric mean ratio is above 1).
+  One huge round inflates the variance as much as the mean, so a single burst does not reject.
+- **sequential looks**: the first look after ``rounds`` pairs; a metric that is *suspected* (slower,
+  and its 95% upper bound above the threshold) gets more rounds, looking again every ``every``
+  pairs up to ``max_rounds``. The false-alarm rate is spent over the planned looks, ``alpha / K``
+  at each of K looks (Bonferroni spending): by the union bound the rate over all looks stays at
+  most ``alpha`` whatever the rule that decides to continue, so "rerun until red" cannot happen.
+- **several metrics**: at each look, Holm's step-down correction over the gated metrics
+  (throughput, median step, peak memory), so ``alpha`` is the gate's family-wise error rate.
+- **noise floor**: the base's own rounds against each other (an A/A split: rounds 2 against 1,
+  4 against 3, ...) measure this runner's noise now. The floor is the slowdown an unchanged
+  revision measured over the same number of rounds exceeds 5% of the time,
+  ``1.645 * rms(a) / sqrt(n)``; a systematic drift of the base counts in it.
+
+A metric regresses when its slowdown is beyond the threshold **and** beyond the floor **and**
+Holm-significant at the look's level. Memory also needs its byte floor (compare.MEMORY_FLOOR_BYTES).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .compare import IMPROVEMENT, NOT_SIGNIFICANT, OK, REGRESSION
+
+Z95 = 1.6448536269514722  # one-sided 95%
+TEST = "one-sided paired t-test of the per-round log ratios"
+CORRECTION = "Holm"
+SPENDING = "Bonferroni spending over the planned looks"
+
+
+def looks(rounds: int, max_rounds: int, every: int | None = None) -> list[int]:
+    """The planned looks (pairs of rounds seen at each): ``rounds``, then every ``every`` up to ``max_rounds``."""
+    max_rounds = max(rounds, max_rounds)
+    every = every or max(2, rounds // 2)
+    out = list(range(rounds, max_rounds + 1, every))
+    if out[-1] != max_rounds:
+        out.append(max_rounds)
+    return out
+
+
+def holm(p_values: list[float], alpha: float) -> list[bool]:
+    """Holm's step-down: which hypotheses are rejected with family-wise error rate `alpha`."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    rejected = [False] * len(p_values)
+    m = len(p_values)
+    for rank, i in enumerate(order):
+        if not p_values[i] < alpha / (m - rank):
+            break
+        rejected[i] = True
+    return rejected
+
+
+@dataclass
+class Paired:
+    """One metric's paired slowdowns over the rounds so far (log ratios; > 0: the candidate is worse)."""
+
+    d: np.ndarray
+    aa: np.ndarray  # A/A: the base's even rounds against its odd ones (log ratios)
+
+    @property
+    def n(self) -> int:
+        return len(self.d)
+
+    def estimate(self) -> float:
+        return float(np.mean(self.d)) if self.n else math.nan
+
+    def sd(self) -> float:
+        return float(np.std(self.d, ddof=1)) if self.n > 1 else math.nan
+
+    def p_value(self) -> float:
+        """One-sided p of mean(d) > 0; an exact zero spread decides by the sign alone."""
+        if self.n < 2:
+            return 1.0
+        mean, sd = self.estimate(), self.sd()
+        if not sd > 0:
+            return 0.0 if mean > 0 else 1.0
+        from scipy import stats as _st
+
+        return float(_st.t.sf(mean / (sd / math.sqrt(self.n)), self.n - 1))
+
+    def interval(self, confidence: float = 0.95) -> tuple[float, float]:
+        """Two-sided t interval of the mean log slowdown."""
+        if self.n < 2 or not self.sd() > 0:
+            return self.estimate(), self.estimate()
+        from scipy import stats as _st
+
+        half = float(_st.t.ppf(0.5 + confidence / 2, self.n - 1)) * self.sd() / math.sqrt(self.n)
+        return self.estimate() - half, self.estimate() + half
+
+    def upper(self) -> float:
+        """One-sided 95% upper bound of the mean log slowdown."""
+        if self.n < 2 or not self.sd() > 0:
+            return self.estimate()
+        from scipy import stats as _st
+
+        return self.estimate() + float(_st.t.ppf(0.95, self.n - 1)) * self.sd() / math.sqrt(self.n)
+
+    def floor(self) -> float | None:
+        """The log slowdown an unchanged revision exceeds 5% of the time over `n` rounds (A/A), None without A/A pairs."""
+        if not len(self.aa) or not self.n:
+            return None
+        return Z95 * float(np.sqrt(np.mean(self.aa ** 2))) / math.sqrt(self.n)
+
+
+def paired(base: list[float], cand: list[float], higher_is_better: bool) -> Paired | None:
+    """Per-round log slowdowns of `cand` against `base` (rounds where either figure is missing are left out)."""
+    b, c = np.asarray(base, float), np.asarray(cand, float)
+    ok = np.isfinite(b) & np.isfinite(c) & (b > 0) & (c > 0)
+    if not ok.any():
+        return None
+    b, c = b[ok], c[ok]
+    d = np.log(b / c) if higher_is_better else np.log(c / b)
+    pairs = len(b) // 2
+    aa = np.log(b[1:2 * pairs:2] / b[0:2 * pairs:2])  # the base against itself, one round apart
+    if higher_is_better:
+        aa = -aa
+    return Paired(d, aa)
+
+
+@dataclass
+class MetricSpec:
+    name: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    threshold: float  # a fraction: 0.05 is 5% worse
+    min_abs: float = 0.0  # and at least this much worse in the metric's unit (memory: bytes)
+
+
+@dataclass
+class MetricDecision:
+    name: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    base: float | None  # the median over rounds of each side's figure
+    current: float | None
+    change: float | None = None  # the metric's own change, current / base - 1 (geometric mean over rounds)
+    slowdown: float | None = None  # exp(mean d) - 1: > 0 is worse
+    ci: list[float] | None = None  # 95% CI of `change`
+    p_value: float | None = None
+    alpha: float | None = None  # the look's level (before Holm)
+    significant: bool = False
+    floor: float | None = None  # the A/A noise floor as a slowdown fraction
+    aa_change: float | None = None  # the base against itself (geometric mean, as a slowdown)
+    threshold: float = 0.0
+    suspected: bool = False
+    verdict: str = OK
+    note: str = ""
+    gated: bool = True
+
+
+@dataclass
+class Decision:
+    metrics: list[MetricDecision]
+    rounds: int
+    look: int  # 1-based index of the look that decided
+    looks: list[int]
+    alpha: float
+    final: bool  # no more rounds wanted (a verdict, or the budget spent)
+    rule: str = ""
+    history: list[dict] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[MetricDecision]:
+        return [m for m in self.metrics if m.verdict == REGRESSION]
+
+
+def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[MetricSpec], *,
+           alpha: float, plan: list[int]) -> Decision:
+    """The verdict at the current look: `series` maps a metric's name to (base rounds, candidate rounds).
+
+    The look is the last planned look not beyond the rounds seen; `final` says whether the gate
+    stops here (a regression, nothing suspected, or the last planned look).
+    """
+    n = min((len(b) for b, _ in series.values()), default=0)
+    k = max((i for i, at in enumerate(plan) if at <= n), default=0)
+    level = alpha / len(plan)
+    rows, tests = [], []
+    for spec in specs:
+        b, c = series.get(spec.name, ([], []))
+        pr = paired(b, c, spec.higher_is_better)
+        mid_b = float(np.median(b)) if len(b) else None
+        mid_c = float(np.median(c)) if len(c) else None
+        row = MetricDecision(spec.name, spec.label, spec.unit, spec.higher_is_better, mid_b, mid_c,
+                             threshold=spec.threshold, alpha=level)
+        rows.append(row)
+        if pr is None or pr.n < 2:
+            row.gated, row.verdict, row.note = False, "n/a", "missing in some rounds"
+            continue
+        sign = -1 if spec.higher_is_better else 1  # the metric's own change from a slowdown
+        row.slowdown = math.expm1(pr.estimate())
+        row.change = math.expm1(sign * pr.estimate())
+        lo, hi = pr.interval()
+        row.ci = sorted([math.expm1(sign * lo), math.expm1(sign * hi)])
+        row.p_value = pr.p_value()
+        floor = pr.floor()
+        row.floor = math.expm1(floor) if floor is not None else None
+        row.aa_change = math.expm1(float(np.mean(pr.aa))) if len(pr.aa) else None
+        row.suspected = pr.estimate() > 0 and math.expm1(pr.upper()) > max(spec.threshold, row.floor or 0.0)
+        tests.append((row, pr))
+    for (row, _), rejected in zip(tests, holm([r.p_value for r, _ in tests], level)):
+        row.significant = rejected
+    for row, pr in tests:
+        spec = next(s for s in specs if s.name == row.name)
+        beyond_floor = row.floor is None or row.slowdown > row.floor
+        big_enough = spec.min_abs <= 0 or abs((row.current or 0) - (row.base or 0)) >= spec.min_abs
+        if row.slowdown > row.threshold and beyond_floor and big_enough and row.significant:
+            row.verdict = REGRESSION
+            row.note = f"{row.slowdown:.1%} worse over {pr.n} paired rounds (p = {row.p_value:.2g})"
+        elif row.slowdown > row.threshold:
+            row.verdict = NOT_SIGNIFICANT
+            why = ([] if row.significant else [f"p = {row.p_value:.2g} not below Holm's level"]) + \
+                  ([] if beyond_floor else [f"within this runner's noise floor ({row.floor:.1%})"]) + \
+                  ([] if big_enough else ["too small in absolute terms"])
+            row.note = f"{row.slowdown:.1%} worse but " + "; ".join(why)
+        elif math.expm1(pr.interval()[1]) < 0 and -row.slowdown > row.threshold / (1 + row.threshold):
+            row.verdict = IMPROVEMENT
+            row.note = f"{abs(row.change):.1%} better"
+        else:
+            row.verdict = OK
+    regressed = any(r.verdict == REGRESSION for r in rows)
+    suspected = any(r.suspected and r.verdict != REGRESSION for r in rows)
+    final = regressed or not suspected or k >= len(plan) - 1 or n >= plan[-1]
+    rule = (f"regression = worse than the threshold, beyond this runner's A/A noise floor, and significant: "
+            f"{TEST}, {CORRECTION} over the gated metrics, {SPENDING} ({len(plan)} looks at {', '.join(map(str, plan))} "
+            f"rounds: alpha {alpha:g} / {len(plan)} = {level:.3g} per look)")
+    return Decision(rows, n, k + 1, plan, alpha, final, rule)
