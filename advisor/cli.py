@@ -56,7 +56,7 @@ def _one_line(exc: click.UsageError) -> click.ClickException:
 
 
 class _Advise(click.Group):
-    """The command group; its parse errors, and its commands', are one line (README: exit codes)."""
+    """The command group; its parse errors, and its commands', are one line (docs/reference/exit-codes.md)."""
 
     def make_context(self, *args, **kwargs):
         try:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the CLI imports this module for its exit codes: no pandas a
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "failed", "timeout", "no-steps", "interrupted")
-# The exit codes of the CLI contract (README "Exit codes"), beside the statuses they follow from.
+# The exit codes of the CLI contract (docs/reference/exit-codes.md), beside the statuses they follow from.
 EXIT_OK, EXIT_SCRIPT, EXIT_USAGE, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_HANGUP, EXIT_TERMINATED = 129, 143  # 128 + the signal, as a shell reports a process it ended
 STATUS_EXIT = {"ok": EXIT_OK, "failed": EXIT_SCRIPT, "timeout": EXIT_SCRIPT, "no-steps": EXIT_SCRIPT,
