@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["NotAFile", "check_replaceable", "write_bytes_atomic", "write_text_atomic", "write_json_atomic", "check_writable"]
+__all__ = ["NotAFile", "check_replaceable", "open_nofollow", "write_bytes_atomic", "write_text_atomic", "write_json_atomic", "check_writable"]
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
@@ -42,6 +42,13 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
         if isinstance(exc, OSError):
             raise _naming(exc, path)
         raise
+
+
+def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o666) -> int:
+    """``os.open`` that never opens through a symlink at `path` (ELOOP): for the few files a
+    process appends to while it runs (the script's log, the step lines), where a rename cannot
+    stand in for the write. Usable as ``open(..., opener=open_nofollow)``."""
+    return os.open(path, flags | _NOFOLLOW, mode)
 
 
 class NotAFile(OSError):

@@ -68,10 +68,13 @@ def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[
     return out
 
 
-def _artifacts(out: Path, names: rundir.RunFiles) -> dict:
+def _artifacts(out: Path, names: rundir.RunFiles, profile: Profile) -> dict:
+    """The run's files, relative to the run dir; a trace that did not load is not listed as one that works."""
     wanted = {"report_json": names.report_json, "trace": names.trace, "steps_csv": names.steps_csv,
               "samples_csv": names.samples_csv, "log": names.log, "probe_json": names.probe_json,
               "sources_json": names.sources}
+    if profile.trace is None:
+        del wanted["trace"]
     return {key: name for key, name in wanted.items() if key == "report_json" or (out / name).exists()}
 
 
@@ -260,7 +263,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         findings=findings,
         recommended=results.recommended if results else None,
         warnings=_warnings(run, config, profile) + profile.meta.get("notes", []) + rule_warnings + (results.notes if results else []),
-        artifacts=_artifacts(out, run.files),
+        artifacts=_artifacts(out, run.files, profile),
         extra={"fingerprint": fingerprint.collect(profile.env, script_args, load_start=load_start,
                                                   with_gpu=profile.device == "cuda"),
                "notes": run.notes, "wall_s": run.wall_s, "total_wall_s": time.monotonic() - started,

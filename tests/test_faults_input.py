@@ -16,6 +16,7 @@ replaces a link in its run dir instead of writing through it; see test_faults_se
 from __future__ import annotations
 
 import errno
+import gzip
 import json
 import os
 import resource
@@ -198,6 +199,55 @@ def test_file_size_limit_during_the_run_is_exit_2(tmp_path):
     assert line == f"advise: error: file too large writing {run / 'report.html'}", line
     assert not (run / "report.json").exists()
     assert_nothing_half_written(run)
+
+
+def test_a_file_size_limit_that_cuts_the_trace_is_exit_2_and_keeps_no_half_trace(tmp_path):
+    """`ulimit -f 40`: Kineto's C++ writer stops at 40 KiB without a word, and torch wrote the whole
+    trace to $TMPDIR first and left it there. The export is checked: exit 2 naming the trace, no
+    truncated trace.json.gz listed or left, nothing in $TMPDIR."""
+    def limit_file_size():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (40 * 1024, 40 * 1024))
+
+    run, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
+    r = advise("profile", *FAST, "--out", str(run), str(WORKLOADS / "train_basic.py"), cwd=tmp_path,
+               preexec_fn=limit_file_size, env={**os.environ, "TMPDIR": str(tmp)})
+    assert one_error_line(r, alone=False) == f"advise: error: file too large writing {run / 'trace.json.gz'}"
+    assert not (run / "trace.json.gz").exists() and not (run / "report.json").exists()
+    assert_nothing_half_written(run)
+    assert [p.name for p in tmp.iterdir() if p.suffix == ".json"] == []
+
+
+def test_a_full_tmpdir_costs_the_trace_nothing(tmpfs, tmp_path):
+    """A $TMPDIR with 64 KiB left (where torch wrote a .gz trace first: an empty trace.json.gz was
+    listed and a 64 KiB `tmp*.json.tmp` left there): the trace is exported in the run dir, so it is
+    whole, and no file of ours is left in $TMPDIR. (A $TMPDIR with no byte left is skipped by
+    python's tempfile, which falls back to /tmp.)"""
+    tmp = tmpfs()
+    fill(tmp, 64 * 1024)
+    run = tmp_path / "run"
+    r = advise("profile", *FAST, "--out", str(run), str(WORKLOADS / "train_basic.py"), cwd=tmp_path,
+               env={**os.environ, "TMPDIR": str(tmp)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads((run / "report.json").read_text())
+    assert report["artifacts"]["trace"] == "trace.json.gz"
+    assert json.loads(gzip.decompress((run / "trace.json.gz").read_bytes()))["traceEvents"]
+    assert [p.name for p in tmp.iterdir() if p.is_file() and p.name != "filler"] == []
+
+
+def test_a_script_name_that_needs_quoting_keeps_its_trace(tmp_path):
+    """Kineto writes a frame's file name unquoted: `it's "quoted".py` made every trace invalid JSON
+    while the run said ok. The export is checked and its names re-quoted."""
+    script = tmp_path / 'it\'s "quoted".py'
+    script.write_text((WORKLOADS / "train_basic.py").read_text())
+    r = advise("profile", *FAST, "--out", "run", script.name, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["artifacts"]["trace"] == "trace.json.gz"
+    assert not [w for w in report["warnings"] if "trace" in w], report["warnings"]
+    events = json.loads(gzip.decompress((tmp_path / "run" / "trace.json.gz").read_bytes()))["traceEvents"]
+    assert any(str(e.get("name", "")).startswith('it\'s "quoted".py(') for e in events)
 
 
 def test_the_cleanup_after_a_disk_error_removes_scratch_files_only(tmp_path):

@@ -29,7 +29,7 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 import advisor
 
 from advisor import rundir
-from advisor.atomic import write_json_atomic
+from advisor.atomic import open_nofollow, write_json_atomic
 from .arms import Arms
 from .clock import ProbeDone, StepClock
 from .env import collect_env, memory_stats
@@ -37,6 +37,7 @@ from .hooks import Observed, install
 from .memory import WindowPeak, account, persistent_bytes, rss_bytes, tensor_bytes
 from .overrides import OverrideError, apply as apply_overrides
 from .sources import SourceCapture
+from .trace_export import TraceLost, export_trace
 
 _OURS = (str(Path(advisor.__file__).resolve().parent), "runpy.py", "<frozen runpy>")
 
@@ -110,19 +111,15 @@ class ProfilerWindow:
         prof, self.prof = self.prof, None
         if prof is None:
             return
-        tmp = self.trace_path.with_name(".tmp-" + self.trace_path.name)
         try:
             prof.stop()
-            prof.export_chrome_trace(str(tmp))
-            os.replace(tmp, self.trace_path)
+            export_trace(prof, self.trace_path)  # checked: a trace that does not parse is lost, not kept
             self.exported = True
+        except TraceLost as exc:
+            self.error, self.errno = str(exc), exc.errno
         except Exception as exc:  # the run's timing is still worth reporting
             self.error = f"{type(exc).__name__}: {exc}"
             self.errno = getattr(exc, "errno", None)
-            try:
-                tmp.unlink(missing_ok=True)  # never leave half a trace behind (a full disk)
-            except OSError:
-                pass
 
 
 def _growth_limit() -> int:
@@ -191,7 +188,7 @@ def probe(config: dict, target: Callable[[], object]) -> int:
     suffix = config.get("rank_suffix", "")
     names = rundir.names(rundir.rank_suffix() if suffix is None else suffix)  # None: a rank advise launched
     window = ProfilerWindow(out / names.trace)
-    sink = open(out / names.steps_jsonl, "a", buffering=1)
+    sink = open(out / names.steps_jsonl, "a", buffering=1, opener=open_nofollow)
     profile_steps = max(0, min(config["profile_steps"], config["steps"] - 1))
     clock = StepClock(
         warmup=config["warmup"],

@@ -25,7 +25,7 @@ from typing import Callable, Protocol
 import pandas as pd
 
 from advisor import rundir
-from advisor.atomic import write_json_atomic, write_text_atomic
+from advisor.atomic import open_nofollow, write_json_atomic, write_text_atomic
 from advisor.interrupt import StopRequest, describe
 from advisor.rundir import rank_suffix
 from .entry import BOOTSTRAP
@@ -166,7 +166,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     started = time.monotonic()
     tree = ProcessTree().__enter__()  # from here on, orphans of the script are re-parented to advise
     try:
-        with open(out / names.log, "wb") as log:
+        with open(out / names.log, "wb", opener=open_nofollow) as log:  # (unlinked above: a new file)
             child = subprocess.Popen(
                 child_command(config, cfg_path),
                 stdin=subprocess.DEVNULL,

@@ -1,0 +1,97 @@
+"""The profiler's trace, written into the run dir only once it is known to parse.
+
+torch's ``export_chrome_trace`` cannot be trusted to write valid JSON: Kineto writes names as
+they are, so a script named ``it's "quoted".py`` puts a bare quote into every frame of it; and
+its C++ writer does not report a failed write, so a file-size limit or a full disk leaves a
+silently truncated file. Given a ``.gz`` name it also writes the whole trace to ``$TMPDIR`` first
+and leaves it there when anything fails. So the trace is exported as plain JSON to a temp file in
+the run dir, parsed, repaired where only a name's quoting is wrong, then compressed and written
+with :func:`advisor.atomic.write_bytes_atomic`. A trace that still does not parse is reported as
+lost (:class:`TraceLost`), never left behind as an artifact that looks usable.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import os
+import re
+import resource
+from pathlib import Path
+
+from advisor.atomic import check_writable, write_bytes_atomic
+
+# One ``"key": "value"`` field on a line of its own, as Kineto writes every string field.
+_FIELD = re.compile(rb'^(\s*"[^"\\]*": ")(.*)("\s*,?\s*)$')
+
+
+class TraceLost(Exception):
+    """The profiler's trace could not be kept; `errno` is set when the disk is the cause."""
+
+    def __init__(self, message: str, errno_: int | None = None):
+        super().__init__(message)
+        self.errno = errno_
+
+
+def export_trace(prof, trace_path: Path) -> None:
+    """Export `prof`'s trace to `trace_path` (``.json.gz``), checked; :class:`TraceLost` or an OSError."""
+    raw = trace_path.with_name(f".tmp-{trace_path.name}.export.json")  # a run dir scratch name (rundir.SCRATCH)
+    partial = raw.with_name(raw.name + ".tmp")  # Kineto's own temp name: left behind when its write failed
+    try:
+        prof.export_chrome_trace(str(raw))
+        data = raw.read_bytes() if raw.exists() else partial.read_bytes() if partial.exists() else b""
+        for path in (raw, partial):
+            path.unlink(missing_ok=True)
+        data = _parsed(data, raw.parent)
+        write_bytes_atomic(trace_path, gzip.compress(data, compresslevel=6))
+    finally:
+        for path in (raw, partial):
+            path.unlink(missing_ok=True)
+
+
+def _parsed(data: bytes, folder: Path) -> bytes:
+    """`data` if it parses as JSON, else its names re-quoted if that makes it parse, else TraceLost."""
+    try:
+        json.loads(data)
+        return data
+    except ValueError as exc:
+        first = exc
+    repaired = _requote(data)
+    try:
+        json.loads(repaired)
+        return repaired
+    except ValueError:
+        pass
+    code = _disk_errno(len(data), folder)
+    cause = os.strerror(code).lower() if code else f"{type(first).__name__}: {first}"
+    raise TraceLost(f"the profiler wrote a trace that is not valid JSON ({cause}); the trace is lost", code)
+
+
+def _requote(data: bytes) -> bytes:
+    """Each ``"key": "value"`` line whose value is not a valid JSON string, with the value escaped."""
+    lines = data.split(b"\n")
+    for i, line in enumerate(lines):
+        match = _FIELD.match(line)
+        if match is None:
+            continue
+        head, value, tail = match.groups()
+        try:
+            json.loads(b'"' + value + b'"')
+        except ValueError:
+            text = value.decode("utf-8", "surrogateescape")
+            escaped = json.dumps(text, ensure_ascii=False)[1:-1].encode("utf-8", "surrogateescape")
+            lines[i] = head + escaped + tail
+    return b"\n".join(lines)
+
+
+def _disk_errno(size: int, folder: Path) -> int | None:
+    """Why a write may have stopped short: a file-size limit reached (EFBIG), or a full disk."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY and size >= soft:
+        return errno.EFBIG
+    try:
+        check_writable(folder)
+    except OSError as exc:
+        return exc.errno
+    return None
