@@ -29,6 +29,25 @@ def _rule_options(command):
                         help="Only these rules: codes, prefixes, names or ALL, comma-separated.")(command)
 
 
+class _Number(click.FloatRange):
+    """A float option in a range; NaN is refused (it passes every range comparison, as a timeout never
+    reached and a budget never spent)."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if number != number:
+            self.fail(f"{value!r} is not a number.", param, ctx)
+        return number
+
+
+def _run_dir(ctx, param, value):
+    """--out: an empty path (an unset ``$OUT`` in a CI script) would be the current directory,
+    where advise would clear and write the user's own files; refused."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("an empty path is not a run dir (an unset variable?); name a folder", ctx, param)
+    return value
+
+
 def _rule_settings(select, ignore, config, search_from: Path):
     """Rule settings from the config and the command line; a mistake is one line and exit 2."""
     from .engine import ConfigError, load_settings
@@ -90,14 +109,15 @@ def main() -> None:
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(min=0), help="Un-measured warm-up steps.")
 @click.option("--profile-steps", default=5, show_default=True, type=click.IntRange(min=0),
               help="How many of the last measured steps run under torch.profiler (0: none).")
-@click.option("--out", default="advise-report", show_default=True, type=click.Path(file_okay=False), help="Run dir.")
-@click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--out", default="advise-report", show_default=True, type=click.Path(file_okay=False), callback=_run_dir,
+              help="Run dir.")
+@click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=_Number(min=0, min_open=True),
               help="Seconds before the script's whole process group is stopped.")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json to stdout instead of the summary.")
 @click.option("--no-experiments", is_flag=True, help="Diagnose only: do not re-run the script to measure fixes.")
 @click.option("--max-experiments", default=12, show_default=True, type=click.IntRange(min=0),
               help="At most this many fix measurements (sweep points count one each).")
-@click.option("--time-budget", "time_budget_s", default=900.0, show_default=True, type=click.FloatRange(min=0),
+@click.option("--time-budget", "time_budget_s", default=900.0, show_default=True, type=_Number(min=0),
               help="Seconds the experiments may take in all.")
 @click.option("--safe-only", is_flag=True, help="Skip fixes that change numerics (bf16, TF32, bigger batch).")
 @click.option("--fresh-runs", is_flag=True,
@@ -224,7 +244,8 @@ def _all_profile_options(words: list[str]) -> bool:
 @main.command()
 @click.argument("traces", nargs=-1, required=True, metavar="TRACE...", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON to stdout.")
-@click.option("--out", default=None, type=click.Path(file_okay=False), help="Also write report.json into this dir.")
+@click.option("--out", default=None, type=click.Path(file_okay=False), callback=_run_dir,
+              help="Also write report.json into this dir.")
 @_rule_options
 def analyze(traces, as_json, out, select, ignore, config):
     """Analyze Kineto traces (.json or .json.gz) a user already has: one, or one per rank (or a dir of them)."""
@@ -395,7 +416,7 @@ def _percent(text: str, option: str) -> float:
               help="Slower than this (throughput or median step time) AND significant is a regression.")
 @click.option("--max-memory-regression", default="20%", show_default=True, metavar="PCT",
               help="Peak memory higher than this (and by 64 MiB or more) is a regression.")
-@click.option("--alpha", default=0.01, show_default=True, type=click.FloatRange(0, 0.5, min_open=True),
+@click.option("--alpha", default=0.01, show_default=True, type=_Number(0, 0.5, min_open=True),
               help="Significance level of the one-sided Mann-Whitney U test over per-step times.")
 @click.option("--format", "fmt", default="terminal", show_default=True,
               type=click.Choice(["terminal", "markdown", "json"]))
@@ -445,7 +466,7 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
               help="Worse than this (throughput or median step), beyond the noise floor and significant, fails.")
 @click.option("--max-memory-regression", default="20%", show_default=True, metavar="PCT",
               help="Peak memory higher than this (and by 64 MiB or more), significant, fails.")
-@click.option("--alpha", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True),
+@click.option("--alpha", default=0.05, show_default=True, type=_Number(0, 0.5, min_open=True),
               help="The gate's false-alarm rate, over all gated metrics and all looks together.")
 @click.option("--ops", is_flag=True, help="Name the slower ops even without a regression.")
 @click.option("--out", default="ab-report", show_default=True, type=click.Path(file_okay=False),

@@ -290,6 +290,10 @@ def _load(src: str) -> TraceFrames:
         events_word = "event" if guard.skipped == 1 else "events"
         warnings.append(f"skipped {guard.skipped} trace {events_word} with negative or absurd times ({guard.why()})")
 
+    if not any(len(f) for f in (ops, kernels, memcpy, runtime, annotations, python)):
+        raise TraceError(f"{src}: no usable events: " + (f"none of its {n_events} events is a timed trace event (an op, "
+                                                           "a kernel, a step or an annotation)" if n_events else "it has none"))
+
     starts = [f["ts_us"].min() for f in (ops, kernels, memcpy, runtime, annotations, python) if len(f)]
     ends = [f["end_us"].max() for f in (ops, kernels, memcpy, runtime, annotations, python) if len(f)]
     dist = doc.get("distributedInfo")

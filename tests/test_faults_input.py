@@ -434,11 +434,26 @@ def test_the_old_form_with_advise_options_after_the_script_says_how_to_write_it(
                                                  "(see `advise rules`)"),
     (["compare", "missing.json", "{trace}"], "advise: error: baseline: missing.json: no such file"),
     (["analyze", "{text}"], "advise: error: {text}: not valid JSON"),
+    (["profile", "--timeout", "nan", "{script}"], "advise: error: Invalid value for '--timeout': 'nan' is not a number."),
+    (["profile", "--time-budget", "nan", "{script}"],
+     "advise: error: Invalid value for '--time-budget': 'nan' is not a number."),
+    (["profile", "--out", "", "{script}"], "advise: error: Invalid value for '--out': an empty path is not a run dir"),
+    (["analyze", "--out", " ", "{trace}"], "advise: error: Invalid value for '--out': an empty path is not a run dir"),
+    (["analyze", "{junk_events}"], "advise: error: {junk_events}: no usable events: none of its 3 events is a timed "
+                                   "trace event"),
+    (["analyze", "{no_events}"], "advise: error: {no_events}: no usable events: it has none"),
 ])
 def test_bad_input_is_one_line(tmp_path, marker_script, args, message):
     text = tmp_path / "notes.txt"
     text.write_text("not json at all\n")
-    fmt = {"script": marker_script, "trace": _absurd_trace(tmp_path), "text": text}
+    junk, empty = tmp_path / "junk.json", tmp_path / "empty.json"
+    junk.write_text('{"traceEvents": [1, "x", null]}')
+    empty.write_text('{"traceEvents": []}')
+    mine = tmp_path / "steps.csv"  # the user's own file where an empty --out would have written
+    mine.write_text("mine\n")
+    fmt = {"script": marker_script, "trace": _absurd_trace(tmp_path), "text": text, "junk_events": junk,
+           "no_events": empty}
     r = advise(*[a.format(**fmt) for a in args], cwd=tmp_path)
     assert one_error_line(r).startswith(message.format(**fmt))
     assert ran(marker_script) is None
+    assert mine.read_text() == "mine\n" and not (tmp_path / "report.json").exists()

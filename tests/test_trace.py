@@ -463,13 +463,16 @@ def test_json_without_trace_events(tmp_path):
     _one_line_error(lst)
 
 
-def test_minimal_trace_empty_frames(tmp_path):
+def test_a_trace_with_no_usable_event_is_refused(tmp_path):
+    """An empty events list, or one of non-events, is unusable input, not a run with no bottleneck
+    (the frames' shape when empty is TraceFrames.empty's, below)."""
     p = tmp_path / "min.json"
     p.write_text(json.dumps({"traceEvents": []}))
-    t = load_trace(p)
-    for frame, cols in COLUMNS.items():
-        assert list(getattr(t, frame).columns) == cols and getattr(t, frame).empty
-    assert t.meta["has_gpu"] is False and t.meta["trace_span_us"] == 0.0 and t.meta["n_events"] == 0
+    with pytest.raises(TraceError, match="no usable events: it has none"):
+        load_trace(p)
+    p.write_text(json.dumps({"traceEvents": [1, "x", None]}))
+    with pytest.raises(TraceError, match="no usable events: none of its 3 events"):
+        load_trace(p)
 
 
 def test_empty_trace_frames():
