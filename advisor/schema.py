@@ -236,6 +236,30 @@ class Rank(TypedDict, total=False):
     samples: _d("samples per step", Num)
 
 
+class Fingerprint(TypedDict, total=False):
+    """What makes two runs comparable: the software, the machine and how busy it was (advise compare
+    lists every difference; another device or GPU model makes two runs incomparable)."""
+
+    device: str
+    cpu_model: Optional[str]
+    cpu_count: Optional[int]
+    torch: Optional[str]
+    cuda: Optional[str]
+    python: Optional[str]
+    torch_threads: Optional[int]
+    argv: list[str]
+    platform: str
+    load_avg_1m_start: _d("the machine's 1-minute load average before the script started", Num)
+    load_avg_1m_end: Num
+    gpu_name: Optional[str]
+    gpu_count: Optional[int]
+    driver_version: Optional[str]
+    gpu_max_sm_clock_mhz: Num
+    gpu_app_sm_clock_mhz: Num
+    gpu_app_mem_clock_mhz: Num
+    gpu_power_limit_w: Num
+
+
 class _ReportBase(TypedDict):
     schema_version: _d("1: within a version fields are only added, never changed or removed", Literal[1])
     tool: Tool
@@ -269,6 +293,7 @@ class Report(_ReportBase, total=False):
     total_wall_s: _d("the whole command: run, analysis and experiments", Num)
     experiments: Optional[Experiments]
     ranks: _d("each rank of a job (empty for one process)", list[Rank])
+    fingerprint: _d("advise profile: what makes two runs comparable (advise compare)", Fingerprint)
 
 
 # --- compare.json ------------------------------------------------------------------------------

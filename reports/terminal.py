@@ -7,9 +7,12 @@ prints at most about six lines however many steps it has (``--steps 2000`` inclu
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -45,14 +48,14 @@ class ProbeProgress:
             self._status = self.con.status(f"{self.label}: starting the script")
             self._status.__enter__()
         else:
-            self.con.print(f"{self.label}: starting the script")
+            say(self.con, Text(f"{self.label}: starting the script"), hang=2)
         return self
 
     def phase(self, text: str) -> None:
         if self._status is not None:
             self._status.update(f"{self.label}: {text}")
         else:
-            self.con.print(f"{self.label}: {text}")
+            say(self.con, Text(f"{self.label}: {text}"), hang=2)
 
     def update(self, phase: str, done: int, total: int) -> None:
         """Step `done` of `total` in `phase` ("warmup" or "measure") has ended.
@@ -72,7 +75,7 @@ class ProbeProgress:
         if self._status is not None:
             self._status.update(f"{self.label}: {text}")
         elif not self._quiet_steps and self._plain_due(phase, done, total):
-            self.con.print(f"{self.label}: {text}")
+            say(self.con, Text(f"{self.label}: {text}"), hang=2)
 
     def _plain_due(self, phase: str, done: int, total: int) -> bool:
         """Plain mode: the first step, then a line each time a fifth of the phase is crossed, and the last."""
@@ -142,61 +145,111 @@ RESULT_STYLE = {"verified": "green", "slower": "red", "bad": "red", "unclear": "
 STATUS_STYLE = {"ok": "bold green", "failed": "bold red", "timeout": "bold red", "no-steps": "bold yellow", "interrupted": "bold yellow"}
 
 
+# A value and its unit, a figure and its interval: wrapped lines never split these (nor a number,
+# which has no space in it): "11.5 MiB", "1,176.3 samples/s", "95% CI 3.51–3.84×", "3 of 20".
+_GLUED = re.compile(r"(?<![\w.])(?:\d[\d,.]* of \d[\d,.]*(?: [A-Za-z]+)?"
+                    r"|\d[\d,.]*%? (?:CI [\d.]+[–-][\d.]+×?|[A-Za-zµ%×/]+(?:/s)?))")
+_NBSP = "\u00a0"
+
+
+def wrapping(con: Console) -> bool:
+    """Whether lines are wrapped to the console's width here: on a terminal, or where COLUMNS is set
+    (`COLUMNS=80 advise profile ...`). Logs and pipes otherwise keep one line per item, for grep."""
+    return con.is_terminal or bool(os.environ.get("COLUMNS"))
+
+
+def glue(text: str) -> str:
+    """`text` with the spaces inside each value made non-breaking (a wrapped line breaks between values)."""
+    return _GLUED.sub(lambda m: m.group(0).replace(" ", _NBSP), text)
+
+
+def say(con: Console, line: Text, hang: int = 0) -> None:
+    """Print one line; when wrapping, at word boundaries only, continuation lines `hang` columns
+    further in than its first."""
+    if not wrapping(con):
+        con.print(line)
+        return
+    plain = line.plain
+    indent = len(plain) - len(plain.lstrip(" "))
+    body = line[indent:]
+    body.plain = glue(body.plain)  # same length: the styles stay where they were
+    for i, part in enumerate(body.wrap(con, max(20, con.width - indent - hang))):
+        part.rstrip()
+        part.plain = part.plain.replace(_NBSP, " ")
+        con.print(Text(" " * (indent + (hang if i else 0))) + part, soft_wrap=True)
+
+
 def print_summary(report: dict, con: Console, run_dir: str | None = None) -> None:
-    """The summary a user reads after `advise profile`."""
+    """The summary a user reads after `advise profile`; wrapped to the width where it is wrapped
+    (:func:`wrapping`), with no value split across lines."""
+    if not wrapping(con):
+        _print_summary(report, con, run_dir)
+        return
+    with con.capture() as captured:
+        _print_summary(report, con, run_dir, glued=True)
+    con.file.write(captured.get().replace(_NBSP, " "))  # the table's cells were glued too
+    con.file.flush()
+
+
+def _print_summary(report: dict, con: Console, run_dir: str | None = None, glued: bool = False) -> None:
+    cell = glue if glued else str
     env, tp, bd = report.get("env") or {}, report.get("throughput") or {}, report.get("breakdown") or {}
     status = report["status"]
     title = Text.assemble(("advise ", "bold"), (status, STATUS_STYLE.get(status, "bold")), f"  {report.get('script', '')}")
     table = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
     table.add_column(style="dim")
     table.add_column()
+
+    def add(label: str, value) -> None:
+        table.add_row(label, cell(value) if isinstance(value, str) else value)
+
     device = env.get("device", "cpu")
     name = env.get("device_name")
-    table.add_row("device", f"{device}" + (f" ({name})" if name else ""))
-    table.add_row("steps", f"{len(report.get('steps', []))} measured, boundaries from {report.get('step_source') or fmt.DASH}")
+    add("device", f"{device}" + (f" ({name})" if name else ""))
+    add("steps", f"{len(report.get('steps', []))} measured, boundaries from {report.get('step_source') or fmt.DASH}")
     ranks = words.ranks_words(report.get("ranks"))
     if ranks:
-        table.add_row("ranks", ranks)
+        add("ranks", ranks)
     if tp.get("samples_per_s") is not None:
-        table.add_row("throughput", fmt.rate(tp["samples_per_s"], "samples/s"))
+        add("throughput", fmt.rate(tp["samples_per_s"], "samples/s"))
     elif tp.get("steps_per_s") is not None:
-        table.add_row("throughput", fmt.rate(tp["steps_per_s"], "steps/s") + " (batch size unknown)")
-    table.add_row("step time", f"median {fmt.time_s(tp.get('step_time_median_s'))}, p90 {fmt.time_s(tp.get('step_time_p90_s'))}")
+        add("throughput", fmt.rate(tp["steps_per_s"], "steps/s") + " (batch size unknown)")
+    add("step time", f"median {fmt.time_s(tp.get('step_time_median_s'))}, p90 {fmt.time_s(tp.get('step_time_p90_s'))}")
     if bd.get("data_wait_frac") is not None:
-        table.add_row(
+        add(
             "step breakdown",
             f"data wait {fmt.frac(bd['data_wait_frac'])} · forward/backward {fmt.frac(bd.get('compute_frac'))} · optimizer {fmt.frac(bd.get('optimizer_frac'))}",
         )
     memory = words.memory_words(report.get("memory") or {})
     if memory:
-        table.add_row("peak memory", memory)
+        add("peak memory", memory)
     mfu, detail = words.mfu_words(report.get("mfu"))
     if mfu:
-        table.add_row("MFU", f"{mfu} ({detail})")
+        add("MFU", f"{mfu} ({detail})")
     if report.get("error"):
-        table.add_row("error", Text(report["error"], style="red"))
+        add("error", Text(cell(report["error"]), style="red"))
     con.print(table)
     findings = findings_of(report)
     experiments = words.experiments_state(report)
     if findings:
         con.print(Text("findings", style="bold"))
     elif status == "ok":
-        con.print(Text.assemble(("findings: ", "bold"), words.no_findings(report)))
+        say(con, Text.assemble(("findings: ", "bold"), words.no_findings(report)))
     for finding in findings:
         for line in finding_lines(finding, experiments):
-            con.print(line)
+            say(con, line, hang=0 if line.plain.startswith("      ") else 4)
     rec = recommended_view(recommendation_of(report), findings)
     if rec is not None:
         style = "bold green" if rec.result.state == "verified" else RESULT_STYLE.get(rec.result.state, "")
-        con.print(Text.assemble(("recommended: ", "bold"), rec.fixes, "  ", (rec.result.sentence, style)))
+        say(con, Text.assemble(("recommended: ", "bold"), rec.fixes, "  ", (rec.result.sentence, style)))
         if rec.confirmed:
-            con.print(Text("      " + rec.confirmed))
+            say(con, Text("      " + rec.confirmed))
         for snippet in rec.snippets:
             con.print(Text(_indent(snippet.code, "      "), style="dim"))
     elif findings:
         text, state = words.outcome(findings, None, report)
-        con.print(Text.assemble(("recommended: ", "bold"), (text, RESULT_STYLE.get(state, ""))))
+        say(con, Text.assemble(("recommended: ", "bold"), (text, RESULT_STYLE.get(state, ""))))
     for warning in report.get("warnings", []):
-        con.print(Text("warning: " + warning, style="yellow"))
+        say(con, Text("warning: " + warning, style="yellow"), hang=2)
     if run_dir:
         con.print(Text(f"report: {run_dir}/{(report.get('artifacts') or {}).get('report_json') or 'report.json'}", style="dim"))

@@ -9,6 +9,8 @@ renderer keys on: ``verified``, ``slower``, ``bad``, ``unclear``, ``not-run``, `
 
 from __future__ import annotations
 
+import os
+
 from advisor import format as fmt
 from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind, Recommendation,
                            SourceLocation, Verdict, estimated_speedup, finite)
@@ -205,13 +207,21 @@ UNTRIED = {
 }
 
 
+def from_trace(report: dict) -> bool:
+    """Whether `report` is `advise analyze`'s: its traces are named by absolute path (a profiled
+    run's files are relative to its run dir), one or several (`rank_traces`), or it is named for its trace."""
+    artifacts = report.get("artifacts") or {}
+    trace = artifacts.get("trace")
+    return ("rank_traces" in artifacts or (isinstance(trace, str) and os.path.isabs(trace))
+            or bool(report.get("script")) and report.get("script") == trace)
+
+
 def experiments_state(report: dict) -> str:
     """"ran" (report.json has an `experiments` block), "trace" (`advise analyze`: nothing to re-run),
     "off" (an ok run without one: --no-experiments) or "not-run" (the run did not end well)."""
     if isinstance(report.get("experiments"), dict):
         return "ran"
-    script, trace = report.get("script"), (report.get("artifacts") or {}).get("trace")
-    if script and script == trace:
+    if from_trace(report):
         return "trace"
     return "off" if report.get("status", "ok") == "ok" else "not-run"
 
