@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 
 from advisor import overrides as vocabulary
-from advisor.experiments import candidates_from, loss_check, run_experiments
+from advisor.experiments.fresh import run_experiments
+from advisor.experiments.judge import loss_check
+from advisor.experiments.plan import candidates_from
 from advisor.model import Finding, Fix
 from advisor.stats import baseline_drift, speedup_ci
 from advisor.probe.runner import ProbeConfig, run_probe
@@ -74,11 +76,11 @@ def test_an_automatic_fix_left_untried_says_why(tmp_path):
     assert findings[0].experiment.reason == "--safe-only: this fix may change numerics, so it was not tried"
     assert findings[1].experiment is None
 
-    from advisor.experiments import _say_why_untried
+    from advisor.experiments.plan import say_why_untried
 
     twins = [finding("a", {"dataloader": {"num_workers": 4}}), finding("d", {"dataloader": {"num_workers": 4}})]
     twins[0].code = "DL001"
-    _say_why_untried(twins, candidates_from(twins, safe_only=False), safe_only=False)
+    say_why_untried(twins, candidates_from(twins, safe_only=False), safe_only=False)
     assert twins[0].experiment is None  # the candidate itself: measured by the experiments
     assert twins[1].experiment.reason == "the same change as DL001's fix, measured there"
 

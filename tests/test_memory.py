@@ -179,7 +179,8 @@ def test_a_hugging_face_model_is_checkpointed_through_its_own_switch(advise, tmp
 
 
 def test_over_budget_the_fastest_fix_that_fits_joins_the_winners():
-    from advisor.experiments import Candidate, fits_over_budget, with_fastest_fit
+    from advisor.experiments.judge import fits_over_budget, with_fastest_fit
+    from advisor.experiments.plan import Candidate
     from advisor.model import Experiment, Finding, Fix, Verdict
 
     def exp(speedup, peak, verdict=Verdict.SLOWER):

@@ -133,7 +133,7 @@ def test_a_gain_under_the_bar_says_why_it_is_not_verified():
 
 
 def test_passes_that_disagree_are_named_not_pooled_into_a_precise_interval():
-    from advisor.inprocess import _apart
+    from advisor.experiments.judge import apart as _apart
 
     passes = [exp(Verdict.NO_CHANGE, 0.96, 0.90, 1.02), exp(Verdict.FASTER, 9.37, 8.1, 10.2)]
     assert _apart(passes) and not _apart([passes[0], exp(Verdict.NO_CHANGE, 1.0, 0.95, 1.05)])

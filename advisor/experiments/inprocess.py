@@ -4,12 +4,13 @@ After its measured window the child waits at a step boundary for a plan (see
 ``advisor/probe/arms.py`` for the child's side and the file protocol). The plan is fixed before it
 runs, so every rank of a job switches at the same step: windows of `warmup` untimed and `steps`
 timed steps, each arm between two baseline windows, the whole sequence run twice, the second
-time in reverse (B P1 B P2 B ... B P2 B P1 B), so a drift over the run weighs on both sides
-alike. Every sweep value is tried (switching is cheap) and the best is chosen by its interval.
+time in reverse (B P1 P2 B ... B P2 P1 B), so a drift over the run weighs on both sides
+alike (:func:`advisor.experiments.plan.interleave`). Every sweep value is tried (switching is cheap) and the best is chosen by its interval.
 
 Round 0 measures every switchable fix and sweep value; round 1 the winners stacked; then an
 empty plan ends the script. A fix the child cannot switch in a live process (fp16 without a
-consistent GradScaler, say) is left to a fresh-run experiment (:mod:`advisor.experiments`).
+consistent GradScaler, say) is left to a fresh-run experiment (:mod:`advisor.experiments.fresh`).
+Every verdict comes from :mod:`advisor.experiments.judge`.
 """
 
 from __future__ import annotations
@@ -22,60 +23,17 @@ from typing import Callable
 
 import pandas as pd
 
-from . import overrides as vocabulary
-from .atomic import write_json_atomic
-from .experiments import (Candidate, Measurement, _compare, _sweep_points, candidates_from, fits_over_budget,
-                          recommendation, with_fastest_fit)
-from .model import Applicability, Experiment, Finding, Recommendation, Verdict, estimated_speedup
-from .rundir import names
+from .. import overrides as vocabulary
+from ..atomic import write_json_atomic
+from ..model import Experiment, Finding, Recommendation, Verdict
+from ..rundir import names
+from . import judge
+from .judge import Measurement
+from .plan import (BASELINE, MIN_WINDOW_STEPS, Candidate, Window, candidates_from, expected_speedup, interleave,
+                   plan_windows, sweep_points)
 
-REPEATS = 2          # each arm is measured twice, the second pass in reverse order
 SCREEN_MARGIN = 0.05  # a screened fix whose one window may be this much faster is measured in full
 FIXES, SCREENS, STACK = "fixes", "screens", "stack"  # what a round measures
-MIN_WINDOW_STEPS = 5
-BASELINE = "baseline"
-
-
-@dataclass
-class Window:
-    arm: str
-    overrides: dict
-    warmup: int
-    steps: int
-
-    def to_dict(self) -> dict:
-        return {"arm": self.arm, "overrides": self.overrides, "warmup": self.warmup, "steps": self.steps}
-
-
-def interleave(arms: list[tuple[str, dict]], warmup: Callable[[dict], int], steps: Callable[[str], int] | int) -> list[Window]:
-    """B A1 B A2 ... B, then the arms again in reverse, each between baselines; `steps(arm)` timed steps."""
-    length = steps if callable(steps) else (lambda arm: steps)
-    order = arms + list(reversed(arms)) if REPEATS > 1 else arms
-    windows = [Window(BASELINE, {}, warmup({}), length(BASELINE))]
-    for arm, overrides in order:
-        windows += [Window(arm, overrides, warmup(overrides), length(arm)), Window(BASELINE, {}, warmup({}), length(BASELINE))]
-    return windows
-
-
-def plan_windows(arms: list[tuple[str, dict]], growing: list[tuple[str, dict]], warmup: Callable[[dict], int],
-                 steps: Callable[[str], int] | int, screens: list[tuple[str, dict]] = ()) -> list[Window]:
-    """The round's windows: `arms` interleaved (see :func:`interleave`), then each of the `screens`
-    once, in a short window between baselines (what looks faster is measured in full in a later
-    round), then the `growing` ones (larger batches) smallest first, each twice in a row between
-    baselines. An out-of-memory error ends the child's arms, so it may only cost the values larger
-    than the one that ran out: every other arm and every smaller value has been measured by then."""
-    length = steps if callable(steps) else (lambda arm: steps)
-    windows = interleave(arms, warmup, length) if arms else []
-    if (growing or screens) and not windows:
-        windows = [Window(BASELINE, {}, warmup({}), length(BASELINE))]
-    for arm, overrides in screens:
-        short = max(MIN_WINDOW_STEPS, length(BASELINE) // 2)
-        windows += [Window(arm, overrides, warmup(overrides), short), Window(BASELINE, {}, warmup({}), short)]
-    for arm, overrides in sorted(growing, key=lambda a: a[1].get("batch_size_scale") or 0):
-        for _ in range(REPEATS):
-            windows += [Window(arm, overrides, warmup(overrides), length(arm)),
-                        Window(BASELINE, {}, warmup({}), length(BASELINE))]
-    return windows
 
 
 def _grows_memory(overrides: dict) -> bool:
@@ -258,7 +216,7 @@ class ArmsSession:
     def _first_round(self) -> list[Window]:
         self.findings, profile = self.diagnose()
         steps, env = profile.steps, profile.env
-        self.by_samples = bool(steps["samples"].notna().all()) if "samples" in steps and len(steps) else False
+        self.by_samples = judge.by_samples(steps)
         self._workers = max([int(dl.get("num_workers") or 0) for dl in profile.observed.get("dataloaders") or []] or [0])
         ctx = vocabulary.SweepContext(vocabulary.cores_per_rank(env), self.io_like(profile))
         arms: list[tuple[str, dict]] = []
@@ -269,11 +227,11 @@ class ArmsSession:
             if "batch_size_scale" in candidate.overrides and not self.by_samples:
                 finding.experiment = Experiment.not_measured("the batch size is unknown, so samples/s cannot be compared")
                 continue
-            points = [candidate] if finding.screen else _sweep_points(candidate, ctx)  # a screen is one value
+            points = [candidate] if finding.screen else sweep_points(candidate, ctx)  # a screen is one value
             for point in points[: self.max_experiments]:
                 arm = f"a{len(self._arms) + 1}"
                 self._arms[arm] = (candidate, point)
-                self._lengths[arm] = _expected_speedup(finding)
+                self._lengths[arm] = expected_speedup(finding)
                 if finding.screen:
                     self._screens.append(arm)
                     screens.append((arm, point.overrides))
@@ -294,13 +252,14 @@ class ArmsSession:
 
     # judging -------------------------------------------------------------------------------
     def _pairs(self, result: RoundResult, arm: str) -> list[tuple[list[Measurement], Measurement]]:
-        """Each window of `arm` with the baseline windows on either side of it."""
+        """Each window of `arm` with the nearest baseline window on either side of it."""
         out = []
         for k, line in enumerate(result.windows):
             if line["arm"] != arm:
                 continue
-            around = [result.measurement(j, self.out) for j in (k - 1, k + 1)
-                      if 0 <= j < len(result.windows) and result.windows[j]["arm"] == BASELINE]
+            before = next((j for j in range(k - 1, -1, -1) if result.windows[j]["arm"] == BASELINE), None)
+            after = next((j for j in range(k + 1, len(result.windows)) if result.windows[j]["arm"] == BASELINE), None)
+            around = [result.measurement(j, self.out) for j in (before, after) if j is not None]
             out.append((around, result.measurement(k, self.out)))
         return out
 
@@ -313,17 +272,10 @@ class ArmsSession:
         pairs = self._pairs(result, arm)
         if not pairs:
             return "unmeasured"
-        bases = _unique([m for around, _ in pairs for m in around])
-        pooled = _compare(bases, [cand for _, cand in pairs], by_samples=self.by_samples, check_loss=check_loss)
-        each = [_compare(around, cand, by_samples=self.by_samples, check_loss=check_loss) for around, cand in pairs]
-        pooled.runs = [{"speedup": r.speedup, "ci_low": r.ci_low, "ci_high": r.ci_high} for r in each]
-        if pooled.verified and not all(r.verified for r in each):
-            pooled.verified, pooled.verdict = False, Verdict.NOT_CONFIRMED
-        if _apart(each):  # one pass says 0.96x, the other 9.37x: no interval over both means anything
-            pooled.verified, pooled.verdict = False, Verdict.NOT_CONFIRMED
-            pooled.reason = (f"its {len(each)} passes disagree ({', '.join(f'{r.speedup:.2f}x' for r in each)}, "
-                             "intervals apart): the machine's load changed during the run")
-        pooled.measured_by = "in-process"
+        bases = judge.distinct([m for around, _ in pairs for m in around])
+        compare = lambda base, cand: judge.compare(base, cand, by_samples=self.by_samples, check_loss=check_loss,  # noqa: E731
+                                                   measured_by="in-process")
+        pooled = judge.confirm(compare(bases, [cand for _, cand in pairs]), [compare(around, cand) for around, cand in pairs])
         pooled.switch_s = sum(float(line.get("switch_s") or 0.0) for line in lines) or None
         return pooled
 
@@ -333,8 +285,7 @@ class ArmsSession:
         by_candidate: dict[int, list[tuple[Candidate, Experiment]]] = {}
         for arm in arms:
             candidate, point = self._arms[arm]
-            check_loss = candidate.changes_numerics
-            exp = self._judge(result, arm, check_loss)
+            exp = self._judge(result, arm, candidate.changes_numerics)
             if exp == "not-switchable" and candidate not in self.fresh:
                 self.fresh.append(candidate)
             if isinstance(exp, str):
@@ -346,49 +297,27 @@ class ArmsSession:
                 continue  # one of its values could not be switched: the fresh runs measure it whole
             finding = self.findings[index]
             budget = finding.evidence.get("budget_bytes")
-            verified = [(p, e) for p, e in tried if e.verified]
-            point, best = max(verified or tried, key=lambda pe: (pe[1].ci_low if pe[1].ci_low is not None else -1.0))
-            if budget and (candidate.overrides.get("batch_size_scale") or 0) >= 2:
-                point, best = largest_that_fits(tried, budget)
-            best.sweep = [{"label": p.label, "overrides": p.overrides, "speedup": e.speedup, "ci_low": e.ci_low,
-                           "ci_high": e.ci_high, "verdict": e.verdict.value,
-                           "peak_memory_bytes": (e.candidate or {}).get("peak_memory_bytes"),
-                           **({"oom": True} if e.oom else {}),
-                           **({"fits": fits(e, budget)} if budget else {})} for p, e in tried] if len(tried) > 1 else None
-            best.applicability = candidate.applicability.value
-            best.memory_budget_bytes = budget
-            finding.experiment = best
-            if best.verified:
-                self._winners.append((candidate, best))
-                finding.fix.adopt(best.overrides)
-            if fits_over_budget(finding, best):
-                fitting.append((candidate, best, budget))
+            _, best = judge.sweep_winner(tried, budget)
+            best.sweep = [judge.sweep_row(p, e, budget) for p, e in tried] if len(tried) > 1 else None
+            judge.settle(finding, candidate, best, budget, self._winners, fitting)
         if fitting or self._fit_budget is None:
-            self._winners, self._fit_budget = with_fastest_fit(self._winners, fitting)
+            self._winners, self._fit_budget = judge.with_fastest_fit(self._winners, fitting)
 
     def _stack_round(self) -> list[Window]:
         if len(self._winners) < 2:
-            self.recommended = recommendation(self._winners[0][1], [self._winners[0][0]], budget=self._fit_budget) if self._winners else None
+            self.recommended = judge.recommend(self._winners, None, budget=self._fit_budget, notes=self.notes)
             return []
-        overrides = vocabulary.merge(*(e.overrides for _, e in self._winners))
-        stacked = Candidate(" + ".join(c.label for c, _ in self._winners), overrides,
-                            Applicability.UNSAFE if any(c.changes_numerics for c, _ in self._winners) else Applicability.SAFE)
+        stacked = judge.stacked_candidate(self._winners)
         self._arms["stacked"] = (stacked, stacked)
         best = max((e.speedup or 1.0) for _, e in self._winners)
         self._lengths["stacked"] = max(1, min(8, round(best)))
-        return interleave([("stacked", overrides)], self._warmup, self._steps)
+        return interleave([("stacked", stacked.overrides)], self._warmup, self._steps)
 
     def _judge_stack(self, result: RoundResult) -> None:
         stacked, _ = self._arms["stacked"]
         exp = self._judge(result, "stacked", stacked.changes_numerics)
-        if isinstance(exp, str) or not exp.verified:  # each winner was verified alone: recommend the best of them
-            best = max(self._winners, key=lambda w: w[1].speedup or 0)
-            why = ("could not be measured in-process" if isinstance(exp, str) else
-                   f"measured {exp.speedup:.2f}x, not verified" if exp.speedup else "failed")
-            self.notes.append(f"the stacked configuration {why}; the best single fix is recommended")
-            self.recommended = recommendation(best[1], [best[0]], budget=self._fit_budget)
-            return
-        self.recommended = recommendation(exp, [c for c, _ in self._winners], budget=self._fit_budget)
+        exp = "could not be measured in-process" if isinstance(exp, str) else exp
+        self.recommended = judge.recommend(self._winners, exp, budget=self._fit_budget, notes=self.notes)
 
     # after the run -------------------------------------------------------------------------
     def finish(self, arms: dict) -> None:
@@ -402,46 +331,9 @@ class ArmsSession:
                     exp.verified, exp.verdict = False, Verdict.NOT_CONFIRMED
                     exp.reason = "screened in one short window; the run ended before it was measured in full"
                     finding.experiment = exp
-            self.recommended = self.recommended or (
-                recommendation(self._winners[0][1], [self._winners[0][0]], budget=self._fit_budget) if len(self._winners) == 1 else None)
+            if self.recommended is None and len(self._winners) == 1:
+                self.recommended = judge.recommend(self._winners, None, budget=self._fit_budget, notes=self.notes)
         for candidate in {c.finding_index: c for c, _ in self._arms.values() if c.finding_index is not None}.values():
             finding = self.findings[candidate.finding_index]
             if finding.experiment is None and candidate not in self.fresh:
                 finding.experiment = Experiment.not_measured("the run ended before this fix was measured")
-
-
-def fits(exp: Experiment, budget: float) -> bool:
-    """The candidate ran (no OOM) and its measured peak stayed within the budget."""
-    peak = (exp.candidate or {}).get("peak_memory_bytes")
-    return exp.verdict is not Verdict.FAILED and peak is not None and peak <= budget
-
-
-def largest_that_fits(tried: list, budget: float) -> tuple:
-    """The batch-size search's answer: the largest scale whose window fit the budget (an OOM or an
-    over-budget peak does not fit), else the smallest tried, reported as it fared."""
-    fitting = [(p, e) for p, e in tried if fits(e, budget)]
-    scale = lambda pe: pe[0].overrides.get("batch_size_scale") or 0  # noqa: E731
-    return max(fitting, key=scale) if fitting else min(tried, key=scale)
-
-
-def _apart(results: list[Experiment]) -> bool:
-    """Whether two passes of one arm disagree: intervals that do not overlap and speedups 1.5x apart."""
-    known = [r for r in results if r.ci_low is not None and r.ci_high is not None and r.speedup]
-    if len(known) < 2:
-        return False
-    lo = min(known, key=lambda r: r.speedup)
-    hi = max(known, key=lambda r: r.speedup)
-    return lo.ci_high < hi.ci_low and hi.speedup / lo.speedup >= 1.5
-
-
-def _expected_speedup(finding: Finding) -> int:
-    """The rule's estimate as a whole speedup factor, 1 to 8 (model.estimated_speedup's)."""
-    return max(1, min(8, round(estimated_speedup(finding.estimated_gain_frac) or 1)))
-
-
-def _unique(items: list[Measurement]) -> list[Measurement]:
-    out: list[Measurement] = []
-    for m in items:
-        if not any(m is o for o in out):
-            out.append(m)
-    return out

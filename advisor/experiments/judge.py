@@ -1,0 +1,305 @@
+"""The one judge: what a fix's measurements say, whichever scheduler measured them.
+
+Both schedulers (fresh runs, in-process arms) hand the judge :class:`Measurement`\\ s: a fix's
+windows or runs and the baseline's around them. Everything decided from them is decided here:
+the speedup and its interval (:func:`compare`), whether repeated passes agree (:func:`confirm`),
+the best value of a sweep, whether a memory fix fits the budget, and the recommended
+configuration (:func:`recommendation`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .. import memory, metrics
+from .. import overrides as vocabulary
+from ..model import VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Recommendation, Verdict
+from ..stats import baseline_drift, speedup_ci
+from .plan import Candidate
+
+MIN_GAIN = 0.05        # a sweep step must add 5% over the best so far to go on
+MIN_EFFECT = VERIFY_MIN_GAIN  # verified needs the interval's low end above 1 + max(3%, baseline drift)
+LOSS_REL_TOL = 0.10    # numerics: mean loss within 10% of the baseline's ...
+LOSS_SEM_K = 3.0       # ... or within 3 standard errors, whichever is wider
+APART = 1.5            # two passes of one fix whose intervals do not overlap and whose speedups differ this much
+
+
+@dataclass
+class Measurement:
+    """One fresh run or one arm window: its timed steps and what the child says took effect."""
+
+    label: str
+    overrides: dict
+    status: str
+    run_dir: Path
+    steps: pd.DataFrame
+    wall_s: float
+    error: str | None = None
+    applied: dict = field(default_factory=dict)  # what the child says took effect
+    peak_memory_bytes: int | None = None  # the measurement's own peak (see advisor.memory)
+    memory_basis: str | None = None
+    oom: bool = False  # it ran out of memory
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and not self.steps.empty
+
+
+@dataclass
+class ExperimentResults:
+    """Findings with `experiment` filled, the stacked recommendation, and every child run."""
+
+    findings: list[Finding]
+    recommended: Recommendation | None
+    notes: list[str]
+    runs: list[dict]
+    interrupted: int | None = None  # the signal that cut the experiments short (what ran is kept)
+    screened: list[Finding] = field(default_factory=list)  # screened fixes left out: not verified faster
+
+    def summary(self) -> dict:
+        """report.json's `experiments` block: what was run and what it cost, and the screened fixes
+        left out of the findings (`screened`: each fix, its verdict and speedup)."""
+        screened = [{"fix": f.fix.title, "overrides": f.fix.overrides,
+                     "verdict": f.experiment.verdict.value if f.experiment else Verdict.NOT_MEASURED.value,
+                     "speedup": f.experiment.speedup if f.experiment else None,
+                     "ci_low": f.experiment.ci_low if f.experiment else None,
+                     "ci_high": f.experiment.ci_high if f.experiment else None,
+                     "baseline_drift_frac": f.experiment.baseline_drift_frac if f.experiment else None,
+                     "reason": f.experiment.reason if f.experiment else None} for f in self.screened]
+        return {"runs": self.runs, "n_runs": len(self.runs), "child_wall_s": sum(r["wall_s"] for r in self.runs),
+                "screened": screened}
+
+
+def by_samples(steps: pd.DataFrame) -> bool:
+    """Whether every step's batch size is known: then speed is samples/s (a bigger batch is judged
+    fairly), else steps/s."""
+    return bool(steps["samples"].notna().all()) if "samples" in steps and len(steps) else False
+
+
+def loss_check(baseline: list[pd.DataFrame], candidate: pd.DataFrame) -> dict:
+    """Finite and close: the candidate's mean loss within tolerance of the baseline's."""
+    b = pd.concat([f["loss"] for f in baseline if "loss" in f]).dropna().to_numpy(float) if baseline else np.array([])
+    c = candidate["loss"].dropna().to_numpy(float) if "loss" in candidate else np.array([])
+    flags = candidate["loss_finite"].dropna() if "loss_finite" in candidate else pd.Series(dtype=bool)
+    if len(flags) and not flags.astype(bool).all():
+        return {"checked": True, "finite": False, "passed": False, "rule": "the loss must stay finite"}
+    if len(b) < 2 or len(c) < 2:
+        return {"checked": False, "reason": "loss not visible to the probe", "passed": None}
+    finite = bool(np.isfinite(c).all())
+    b_mean, c_mean = float(b.mean()), float(c[np.isfinite(c)].mean()) if finite else float("nan")
+    sem = math.sqrt(b.var(ddof=1) / len(b) + c.var(ddof=1) / len(c)) if finite else float("nan")
+    tol = max(LOSS_REL_TOL * abs(b_mean), LOSS_SEM_K * sem) if finite else float("nan")
+    passed = finite and abs(c_mean - b_mean) <= tol
+    return {"checked": True, "finite": finite, "baseline_mean": b_mean, "candidate_mean": c_mean,
+            "tolerance": tol, "rule": f"finite, and |mean difference| <= max({LOSS_REL_TOL:.0%} of baseline, {LOSS_SEM_K:g} SE)",
+            "passed": bool(passed)}
+
+
+def compare(base_runs: list[Measurement], cand_runs: list[Measurement] | Measurement, *, by_samples: bool,
+            check_loss: bool, measured_by: str = "fresh-run") -> Experiment:
+    """Judge candidate run(s) against the baseline runs measured around them."""
+    cand_runs = [cand_runs] if isinstance(cand_runs, Measurement) else cand_runs
+    ok_base = [m.steps for m in base_runs if m.ok]
+    ok_cand = [m for m in cand_runs if m.ok]
+    result = Experiment(Verdict.FAILED, baseline=pool_summary(base_runs), candidate=pool_summary(cand_runs),
+                        overrides=cand_runs[0].overrides, measured_by=measured_by)
+    if len(ok_cand) < len(cand_runs) or not ok_base:
+        failed = next((m for m in cand_runs if not m.ok), None)
+        result.error = (failed.error if failed else None) or "the baseline could not be re-measured"
+        result.oom = True if failed is not None and failed.oom else None
+        return result
+    result.not_applied = sorted({key for m in ok_cand for key in vocabulary.not_applied(m.overrides, m.applied)}) or None
+    ratio, lo, hi = speedup_ci(ok_base, [m.steps for m in ok_cand], by_samples=by_samples)
+    drift = baseline_drift(ok_base, by_samples)
+    result.speedup, result.ci_low, result.ci_high, result.baseline_drift_frac = ratio, lo, hi, drift
+    result.memory_change_frac = memory.change_frac((result.baseline or {}).get("peak_memory_bytes"),
+                                                   (result.candidate or {}).get("peak_memory_bytes"))
+    if check_loss:
+        result.loss_check = loss_check(ok_base, pd.concat([m.steps for m in ok_cand], ignore_index=True))
+    loss_ok = not check_loss or result.loss_check["passed"] is not False
+    if result.not_applied:  # the child says the fix never took effect: whatever was measured is noise
+        result.verdict = Verdict.NOT_APPLIED
+    elif lo > 1.0 + max(MIN_EFFECT, drift) and loss_ok:
+        result.verified, result.verdict = True, Verdict.FASTER
+    elif hi < 1.0 - max(MIN_EFFECT, drift):
+        result.verdict = Verdict.SLOWER
+    elif not loss_ok:
+        result.verdict = Verdict.LOSS_CHANGED
+    else:
+        result.verdict = Verdict.NO_CHANGE
+    return result
+
+
+def confirm(pooled: Experiment, passes: list[Experiment]) -> Experiment:
+    """A pooled result stays verified only where its passes (each window or run of the fix between
+    its own baselines) agree: every pass at least the minimum effect faster, and no two passes
+    far apart. Requiring each short pass to clear the bar on its own would throw away the power
+    the pooling gives; a pass pointing the other way, or a machine whose load changed between
+    passes, is what a verified claim must not rest on."""
+    pooled.runs = [{"speedup": r.speedup, "ci_low": r.ci_low, "ci_high": r.ci_high} for r in passes]
+    if not pooled.verified or len(passes) < 2:
+        return pooled
+    if apart(passes):  # one pass says 0.96x, the other 9.37x: no interval over both means anything
+        pooled.verified, pooled.verdict = False, Verdict.NOT_CONFIRMED
+        pooled.reason = (f"its {len(passes)} passes disagree ({', '.join(f'{r.speedup:.2f}x' for r in passes)}, "
+                         "intervals apart): the machine's load changed during the run")
+    elif not all(r.verified or (r.speedup or 0.0) > 1.0 + MIN_EFFECT for r in passes):
+        pooled.verified, pooled.verdict = False, Verdict.NOT_CONFIRMED
+    return pooled
+
+
+def apart(results: list[Experiment]) -> bool:
+    """Whether two passes of one fix disagree: intervals that do not overlap and speedups 1.5x apart."""
+    known = [r for r in results if r.ci_low is not None and r.ci_high is not None and r.speedup]
+    if len(known) < 2:
+        return False
+    lo = min(known, key=lambda r: r.speedup)
+    hi = max(known, key=lambda r: r.speedup)
+    return lo.ci_high < hi.ci_low and hi.speedup / lo.speedup >= APART
+
+
+def distinct(items: list[Measurement]) -> list[Measurement]:
+    """The measurements, each once (a baseline window borders two arms' windows)."""
+    out: list[Measurement] = []
+    for m in items:
+        if not any(m is o for o in out):
+            out.append(m)
+    return out
+
+
+def pool_summary(runs: list[Measurement]) -> dict:
+    ok = [m for m in runs if m.ok]
+    if not ok:
+        return {"runs": len(runs), "samples_per_s": None}
+    steps = pd.concat([m.steps for m in ok], ignore_index=True)
+    tp = metrics.throughput(steps)
+    peaks = [m.peak_memory_bytes for m in ok if m.peak_memory_bytes]
+    return {"runs": len(ok), "samples_per_s": tp["samples_per_s"], "steps_per_s": tp["steps_per_s"],
+            "step_time_median_s": tp["step_time_median_s"], "run_dirs": [str(m.run_dir) for m in ok],
+            "peak_memory_bytes": max(peaks) if peaks else None,
+            "memory_basis": next((m.memory_basis for m in ok if m.memory_basis), None)}
+
+
+# sweeps and memory budgets --------------------------------------------------------------------
+
+def better(a: Experiment | None, b: Experiment) -> bool:
+    """Does sweep point `b` beat the best so far `a` by a real margin?"""
+    if b.speedup is None or not b.verified:
+        return False
+    return a is None or b.speedup >= a.speedup * (1 + MIN_GAIN)
+
+
+def sweep_row(point: Candidate, exp: Experiment, budget: float | None) -> dict:
+    """One value a sweep tried, as report.json's `sweep` lists it."""
+    return {"label": point.label, "overrides": point.overrides, "speedup": exp.speedup, "ci_low": exp.ci_low,
+            "ci_high": exp.ci_high, "verdict": exp.verdict.value,
+            "peak_memory_bytes": (exp.candidate or {}).get("peak_memory_bytes"),
+            **({"oom": True} if exp.oom else {}),
+            **({"fits": fits(exp, budget)} if budget else {})}
+
+
+def sweep_winner(tried: list[tuple[Candidate, Experiment]], budget: float | None) -> tuple[Candidate, Experiment]:
+    """The value to report from a sweep: with a memory budget and a batch search, the largest batch
+    that fits; else the verified value whose interval's low end is highest (any value if none is)."""
+    if budget and any((p.overrides.get("batch_size_scale") or 0) >= 2 for p, _ in tried):
+        return largest_that_fits(tried, budget)
+    verified = [(p, e) for p, e in tried if e.verified]
+    return max(verified or tried, key=lambda pe: (pe[1].ci_low if pe[1].ci_low is not None else -1.0))
+
+
+def fits(exp: Experiment, budget: float) -> bool:
+    """The candidate ran (no OOM) and its measured peak stayed within the budget."""
+    peak = (exp.candidate or {}).get("peak_memory_bytes")
+    return exp.verdict is not Verdict.FAILED and peak is not None and peak <= budget
+
+
+def largest_that_fits(tried: list, budget: float) -> tuple:
+    """The batch-size search's answer: the largest scale whose window fit the budget (an OOM or an
+    over-budget peak does not fit), else the smallest tried, reported as it fared."""
+    fitting = [(p, e) for p, e in tried if fits(e, budget)]
+    scale = lambda pe: pe[0].overrides.get("batch_size_scale") or 0  # noqa: E731
+    return max(fitting, key=scale) if fitting else min(tried, key=scale)
+
+
+def fits_over_budget(finding: Finding, exp: Experiment) -> bool:
+    """A run over its memory budget, and a fix measured to bring its peak within it (numerics kept,
+    the fix applied): the user needs one such fix whatever it costs in speed."""
+    budget, peak = finding.evidence.get("budget_bytes"), finding.evidence.get("peak_memory_bytes")
+    cand = (exp.candidate or {}).get("peak_memory_bytes")
+    return (bool(budget and peak and peak > budget) and cand is not None and cand <= budget and exp.measured
+            and exp.verdict not in (Verdict.FAILED, Verdict.LOSS_CHANGED, Verdict.NOT_APPLIED))
+
+
+def with_fastest_fit(winners: list, fitting: list) -> tuple[list, int | None]:
+    """The winners to stack, plus the fastest fix that fits the memory budget when the run was over
+    it (and no winner is a fix that fits already); the budget it was chosen for, else None."""
+    if not fitting:
+        return winners, None
+    if any(c is f for f, _, _ in fitting for c, _ in winners):
+        return winners, next(b for f, _, b in fitting if any(c is f for c, _ in winners))
+    candidate, exp, budget = max(fitting, key=lambda f: f[1].speedup or 0.0)
+    return [*winners, (candidate, exp)], budget
+
+
+def settle(finding: Finding, candidate: Candidate, exp: Experiment, budget: float | None,
+           winners: list, fitting: list) -> None:
+    """Record a fix's chosen result on its finding: a verified one joins the winners (and becomes
+    the fix's value), one that brings an over-budget run within its budget joins `fitting`."""
+    exp.applicability = candidate.applicability
+    exp.memory_budget_bytes = budget
+    finding.experiment = exp
+    if exp.verified:
+        winners.append((candidate, exp))
+        finding.fix.adopt(exp.overrides)
+    if fits_over_budget(finding, exp):
+        fitting.append((candidate, exp, finding.evidence["budget_bytes"]))
+
+
+# the recommendation ---------------------------------------------------------------------------
+
+def stacked_candidate(winners: list[tuple[Candidate, Experiment]]) -> Candidate:
+    """The winners as one candidate: their overrides merged, unsafe if any of them is."""
+    unsafe = any(c.changes_numerics for c, _ in winners)
+    return Candidate(" + ".join(c.label for c, _ in winners), vocabulary.merge(*(e.overrides for _, e in winners)),
+                     Applicability.UNSAFE if unsafe else Applicability.SAFE)
+
+
+def best_single(winners: list[tuple[Candidate, Experiment]]) -> tuple[Candidate, Experiment]:
+    return max(winners, key=lambda w: w[1].speedup or 0.0)
+
+
+def recommendation(exp: Experiment, candidates: list[Candidate], *, overrides: dict | None = None,
+                   budget: int | None = None) -> Recommendation:
+    """The recommended configuration: `candidates` stacked, as `exp` measured them (both modes)."""
+    overrides = exp.overrides or {} if overrides is None else overrides
+    unsafe = any(c.changes_numerics for c in candidates)
+    return Recommendation(fixes=[c.label for c in candidates], overrides=overrides, verified=exp.verified,
+                          speedup=exp.speedup, ci_low=exp.ci_low, ci_high=exp.ci_high, loss_check=exp.loss_check,
+                          applicability=Applicability.UNSAFE if unsafe else Applicability.SAFE,
+                          baseline=exp.baseline, candidate=exp.candidate, snippets=vocabulary.snippets(overrides),
+                          measured_by=exp.measured_by, memory_budget_bytes=budget)
+
+
+def recommend(winners: list[tuple[Candidate, Experiment]], stacked: Experiment | None | str, *,
+              budget: int | None, notes: list[str]) -> Recommendation | None:
+    """The recommendation from the winners (each verified alone) and, with two or more, the stacked
+    run's result (`stacked`: the Experiment, or why there is none). A stack that is not verified is
+    not recommended: the best single winner is, with a note saying what the stack measured."""
+    if not winners:
+        return None
+    if len(winners) == 1:
+        return recommendation(winners[0][1], [winners[0][0]], budget=budget)
+    if isinstance(stacked, Experiment) and stacked.verified:
+        return recommendation(stacked, [c for c, _ in winners], overrides=stacked_candidate(winners).overrides,
+                              budget=budget)
+    why = (stacked if isinstance(stacked, str) else
+           f"measured {stacked.speedup:.2f}x, not verified" if stacked is not None and stacked.speedup else
+           "failed" if stacked is not None else "was not measured (no time left)")
+    notes.append(f"the stacked configuration {why}; the best single fix is recommended")
+    candidate, exp = best_single(winners)
+    return recommendation(exp, [candidate], budget=budget)

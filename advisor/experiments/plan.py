@@ -1,0 +1,151 @@
+"""What to measure: the candidates (one per distinct automatic fix), the values a sweep tries,
+and the order of the windows an in-process round runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import overrides as vocabulary
+from ..model import Applicability, Experiment, Finding, estimated_speedup
+
+REPEATS = 2          # each arm is measured twice, the second pass in reverse order
+ARMS_PER_BASELINE = 2  # arm windows between two baseline windows
+MIN_WINDOW_STEPS = 5
+BASELINE = "baseline"
+
+
+@dataclass
+class Candidate:
+    """One override to measure, and the finding it answers (None for the stacked run)."""
+
+    label: str
+    overrides: dict
+    applicability: Applicability = Applicability.SAFE
+    finding_index: int | None = None
+
+    def __post_init__(self):
+        self.applicability = Applicability(self.applicability)
+
+    @property
+    def changes_numerics(self) -> bool:
+        """Not a safe fix: its loss must stay finite and close to the baseline's."""
+        return self.applicability is not Applicability.SAFE
+
+
+def candidates_from(findings: list[Finding], safe_only: bool) -> list[Candidate]:
+    """One candidate per distinct automatic fix; unsafe ones only when allowed."""
+    out, seen = [], set()
+    for i, finding in enumerate(findings):
+        fix = finding.fix
+        if not fix.automatic or not fix.overrides:
+            continue
+        if safe_only and fix.applicability is not Applicability.SAFE:
+            continue
+        key = repr(sorted(fix.overrides.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        label = f"{finding.rule} ({vocabulary.describe(fix.overrides)})" if finding.screen else finding.rule or f"fix {i}"
+        out.append(Candidate(label, fix.overrides, fix.applicability, i))
+    return out
+
+
+def say_why_untried(findings: list[Finding], candidates: list[Candidate], safe_only: bool) -> None:
+    """An automatic fix the experiments did not try gets a `not-measured` experiment saying why
+    (a manual fix keeps none: there is nothing to inject)."""
+    tried = {repr(sorted(c.overrides.items())): findings[c.finding_index] for c in candidates}
+    for finding in findings:
+        fix = finding.fix
+        if finding.experiment is not None or not fix.automatic or not fix.overrides:
+            continue
+        other = tried.get(repr(sorted(fix.overrides.items())))
+        if other is finding:
+            continue  # a candidate: the experiments measure it
+        if safe_only and fix.applicability is not Applicability.SAFE:
+            reason = "--safe-only: this fix may change numerics, so it was not tried"
+        elif other is not None:
+            reason = f"the same change as {other.code or other.rule}'s fix, measured there"
+        else:
+            reason = "not tried"
+        finding.experiment = Experiment.not_measured(reason)
+
+
+def sweep_points(candidate: Candidate, ctx: vocabulary.SweepContext) -> list[Candidate]:
+    """The values to try for knobs whose best value can't be known in advance (the vocabulary's ladders)."""
+    points = vocabulary.sweep(candidate.overrides, ctx)
+    if len(points) == 1:
+        return [candidate]
+    return [Candidate(f"{candidate.label} ({_changed(candidate.overrides, p)})", p, candidate.applicability,
+                      candidate.finding_index) for p in points]
+
+
+def _changed(original: dict, point: dict) -> str:
+    """`num_workers=4`: what a sweep point sets differently from the rule's proposal (or the point itself)."""
+    for key, value in point.items():
+        if isinstance(value, dict):
+            diff = {k: v for k, v in value.items() if k == "num_workers" or original.get(key, {}).get(k) != v}
+            return vocabulary.describe({key: diff})
+        if key in original and original[key] != value or key == "batch_size_scale":
+            return vocabulary.describe({key: value})
+    return vocabulary.describe(point)
+
+
+def expected_speedup(finding: Finding) -> int:
+    """The rule's estimate as a whole speedup factor, 1 to 8 (model.estimated_speedup's): an arm
+    expected k times faster gets k times a baseline window's steps, so both last about as long."""
+    return max(1, min(8, round(estimated_speedup(finding.estimated_gain_frac) or 1)))
+
+
+# the windows of an in-process round ---------------------------------------------------------------
+
+@dataclass
+class Window:
+    arm: str
+    overrides: dict
+    warmup: int
+    steps: int
+
+    def to_dict(self) -> dict:
+        return {"arm": self.arm, "overrides": self.overrides, "warmup": self.warmup, "steps": self.steps}
+
+
+def _groups(arms: list, size: int) -> list[list]:
+    return [arms[i:i + size] for i in range(0, len(arms), size)]
+
+
+def interleave(arms: list[tuple[str, dict]], warmup: Callable[[dict], int], steps: Callable[[str], int] | int,
+               *, per_baseline: int = ARMS_PER_BASELINE) -> list[Window]:
+    """B A1 A2 B A3 A4 B ..., then the arms again in reverse (B A4 A3 B A2 A1 B): each arm window
+    has a baseline window beside it and one a window further, on its other side, so a drift over the
+    run weighs on both alike, and half as many baseline windows are run as with one arm per pair."""
+    length = steps if callable(steps) else (lambda arm: steps)
+    base = lambda: Window(BASELINE, {}, warmup({}), length(BASELINE))  # noqa: E731
+    passes = [arms, list(reversed(arms))] if REPEATS > 1 else [arms]
+    windows = [base()]
+    for order in passes:
+        for group in _groups(order, per_baseline):
+            windows += [Window(arm, overrides, warmup(overrides), length(arm)) for arm, overrides in group] + [base()]
+    return windows
+
+
+def plan_windows(arms: list[tuple[str, dict]], growing: list[tuple[str, dict]], warmup: Callable[[dict], int],
+                 steps: Callable[[str], int] | int, screens: list[tuple[str, dict]] = ()) -> list[Window]:
+    """The round's windows: `arms` interleaved (see :func:`interleave`), then the `screens` once
+    each, in short windows, two between baselines (what looks faster is measured in full in a later
+    round), then the `growing` ones (larger batches) smallest first, each twice in a row between
+    baselines. An out-of-memory error ends the child's arms, so it may only cost the values larger
+    than the one that ran out: every other arm and every smaller value has been measured by then."""
+    length = steps if callable(steps) else (lambda arm: steps)
+    windows = interleave(arms, warmup, length) if arms else []
+    if (growing or screens) and not windows:
+        windows = [Window(BASELINE, {}, warmup({}), length(BASELINE))]
+    short = max(MIN_WINDOW_STEPS, length(BASELINE) // 2)
+    for group in _groups(list(screens), ARMS_PER_BASELINE):
+        windows += [Window(arm, overrides, warmup(overrides), short) for arm, overrides in group]
+        windows.append(Window(BASELINE, {}, warmup({}), short))
+    for arm, overrides in sorted(growing, key=lambda a: a[1].get("batch_size_scale") or 0):
+        for _ in range(REPEATS):
+            windows += [Window(arm, overrides, warmup(overrides), length(arm)),
+                        Window(BASELINE, {}, warmup({}), length(BASELINE))]
+    return windows
