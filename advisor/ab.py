@@ -90,7 +90,7 @@ class ABResult:
             "statistics": {"test": sequential.TEST, "correction": sequential.CORRECTION,
                            "sequential": sequential.SPENDING, "alpha": d.alpha, "looks": d.looks,
                            "decided_at_look": d.look, "rounds": d.rounds,
-                           "noise_floor": "A/A: the base's even rounds against its odd ones"},
+                           "noise_floor": "A/A: the base's back-to-back runs (rounds 2k and 2k+1) against each other"},
             "metrics": [asdict(m) for m in d.metrics],
             "regressions": [m.name for m in d.regressions],
             "history": d.history,
@@ -205,6 +205,7 @@ def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], opti
     if base_root == cand_root:
         raise ABError(f"--base and --candidate are the same directory ({base_root}): give two checkouts")
     plan = sequential.looks(options.rounds, options.max_rounds)
+    out = Path(out).resolve()  # the rounds run in the checkouts: their run dirs must not follow them there
     started = time.monotonic()
     base, cand, runs, history = [], [], [], []
     decision = None

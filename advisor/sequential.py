@@ -5,19 +5,22 @@ one figure per round and side; its per-round slowdown is the log ratio ``d_i = l
 (``log(B_i / C_i)`` for throughput, where higher is better), so a runner that slows down for a
 while slows both sides of a round and cancels out. The decision reads those paired slowdowns:
 
-- **test**: a one-sided paired t-test of ``mean(d) > 0`` (the geometric mean ratio is above 1).
-  One huge round inflates the variance as much as the mean, so a single burst does not reject.
+- **test**: Yuen's one-sided trimmed-mean t-test of the paired slowdowns (20% trimmed at each
+  end, winsorized variance): a neighbour that turns on during one run of a pair makes that pair's
+  slowdown wild; trimming keeps a few such pairs from deciding either way.
 - **sequential looks**: the first look after ``rounds`` pairs; a metric that is *suspected* (slower,
-  and its 95% upper bound above the threshold) gets more rounds, looking again every ``every``
-  pairs up to ``max_rounds``. The false-alarm rate is spent over the planned looks, ``alpha / K``
+  and its 95% upper bound above the threshold) gets more rounds, looking again half way to
+  ``max_rounds`` and at ``max_rounds``. The false-alarm rate is spent over the planned looks, ``alpha / K``
   at each of K looks (Bonferroni spending): by the union bound the rate over all looks stays at
   most ``alpha`` whatever the rule that decides to continue, so "rerun until red" cannot happen.
 - **several metrics**: at each look, Holm's step-down correction over the gated metrics
   (throughput, median step, peak memory), so ``alpha`` is the gate's family-wise error rate.
-- **noise floor**: the base's own rounds against each other (an A/A split: rounds 2 against 1,
-  4 against 3, ...) measure this runner's noise now. The floor is the slowdown an unchanged
-  revision measured over the same number of rounds exceeds 5% of the time,
-  ``1.645 * rms(a) / sqrt(n)``; a systematic drift of the base counts in it.
+- **noise floor**: each revision's own runs against each other (an A/A split: the rounds alternate
+  B C, C B, so the base runs of rounds 2 and 3, 4 and 5, ... run back to back, as a round's pair
+  does; the candidate's of rounds 1 and 2, 3 and 4 too) measure this runner's noise now. The
+  floor is the slowdown an unchanged revision measured over the same number of rounds exceeds 5%
+  of the time, ``1.645 * 1.4826 * median(|a|) / sqrt(n)`` (a robust scale about 0, so a drift
+  counts and a few wild pairs do not).
 
 A metric regresses when its slowdown is beyond the threshold **and** beyond the floor **and**
 Holm-significant at the look's level. Memory also needs its byte floor (compare.MEMORY_FLOOR_BYTES).
@@ -33,19 +36,17 @@ import numpy as np
 from .compare import IMPROVEMENT, NOT_SIGNIFICANT, OK, REGRESSION
 
 Z95 = 1.6448536269514722  # one-sided 95%
-TEST = "one-sided paired t-test of the per-round log ratios"
+TEST = "Yuen's one-sided 20%-trimmed paired t-test of the per-round log ratios"
 CORRECTION = "Holm"
 SPENDING = "Bonferroni spending over the planned looks"
 
 
-def looks(rounds: int, max_rounds: int, every: int | None = None) -> list[int]:
-    """The planned looks (pairs of rounds seen at each): ``rounds``, then every ``every`` up to ``max_rounds``."""
+def looks(rounds: int, max_rounds: int) -> list[int]:
+    """The planned looks (pairs of rounds seen at each): ``rounds``, half way to the budget, and ``max_rounds``.
+
+    Three looks at most: every look costs its share of alpha, and most decisions are made at the first."""
     max_rounds = max(rounds, max_rounds)
-    every = every or max(2, rounds // 2)
-    out = list(range(rounds, max_rounds + 1, every))
-    if out[-1] != max_rounds:
-        out.append(max_rounds)
-    return out
+    return sorted({rounds, (rounds + max_rounds + 1) // 2, max_rounds})
 
 
 def holm(p_values: list[float], alpha: float) -> list[bool]:
@@ -60,56 +61,68 @@ def holm(p_values: list[float], alpha: float) -> list[bool]:
     return rejected
 
 
+TRIM = 0.2  # Yuen's trimmed mean: a fifth of the rounds at each end
+
+
 @dataclass
 class Paired:
     """One metric's paired slowdowns over the rounds so far (log ratios; > 0: the candidate is worse)."""
 
     d: np.ndarray
-    aa: np.ndarray  # A/A: the base's even rounds against its odd ones (log ratios)
+    aa: np.ndarray  # A/A: each revision's back-to-back runs against each other (log ratios)
 
     @property
     def n(self) -> int:
         return len(self.d)
 
-    def estimate(self) -> float:
-        return float(np.mean(self.d)) if self.n else math.nan
+    def _yuen(self) -> tuple[float, float, int]:
+        """(trimmed mean, its standard error, degrees of freedom): Yuen's, from the winsorized variance."""
+        d = np.sort(self.d)
+        n = len(d)
+        g = int(TRIM * n)
+        mean = float(d[g:n - g].mean())
+        w = np.clip(d, d[g], d[n - g - 1])
+        se = float(w.std(ddof=1)) / ((1 - 2 * g / n) * math.sqrt(n)) if n > 1 else math.nan
+        return mean, se, n - 2 * g - 1
 
-    def sd(self) -> float:
-        return float(np.std(self.d, ddof=1)) if self.n > 1 else math.nan
+    def estimate(self) -> float:
+        return self._yuen()[0] if self.n else math.nan
 
     def p_value(self) -> float:
-        """One-sided p of mean(d) > 0; an exact zero spread decides by the sign alone."""
+        """One-sided p of a trimmed mean above 0; an exact zero spread decides by the sign alone."""
         if self.n < 2:
             return 1.0
-        mean, sd = self.estimate(), self.sd()
-        if not sd > 0:
+        mean, se, df = self._yuen()
+        if not se > 0:
             return 0.0 if mean > 0 else 1.0
         from scipy import stats as _st
 
-        return float(_st.t.sf(mean / (sd / math.sqrt(self.n)), self.n - 1))
+        return float(_st.t.sf(mean / se, df))
+
+    def _bound(self, q: float) -> float:
+        mean, se, df = self._yuen()
+        if self.n < 2 or not se > 0:
+            return mean
+        from scipy import stats as _st
+
+        return mean + float(_st.t.ppf(q, df)) * se
 
     def interval(self, confidence: float = 0.95) -> tuple[float, float]:
-        """Two-sided t interval of the mean log slowdown."""
-        if self.n < 2 or not self.sd() > 0:
-            return self.estimate(), self.estimate()
-        from scipy import stats as _st
-
-        half = float(_st.t.ppf(0.5 + confidence / 2, self.n - 1)) * self.sd() / math.sqrt(self.n)
-        return self.estimate() - half, self.estimate() + half
+        """Two-sided interval of the trimmed mean log slowdown."""
+        return self._bound(0.5 - confidence / 2), self._bound(0.5 + confidence / 2)
 
     def upper(self) -> float:
-        """One-sided 95% upper bound of the mean log slowdown."""
-        if self.n < 2 or not self.sd() > 0:
-            return self.estimate()
-        from scipy import stats as _st
-
-        return self.estimate() + float(_st.t.ppf(0.95, self.n - 1)) * self.sd() / math.sqrt(self.n)
+        """One-sided 95% upper bound of the trimmed mean log slowdown."""
+        return self._bound(0.95)
 
     def floor(self) -> float | None:
-        """The log slowdown an unchanged revision exceeds 5% of the time over `n` rounds (A/A), None without A/A pairs."""
+        """The log slowdown an unchanged revision exceeds 5% of the time over `n` rounds (A/A), None without A/A pairs.
+
+        The A/A scale is robust (1.4826 x the median |log ratio|, about 0 so a drift counts): a
+        neighbour that hits a few pairs does not raise it; one that hits most of them does."""
         if not len(self.aa) or not self.n:
             return None
-        return Z95 * float(np.sqrt(np.mean(self.aa ** 2))) / math.sqrt(self.n)
+        return Z95 * 1.4826 * float(np.median(np.abs(self.aa))) / math.sqrt(self.n)
 
 
 def paired(base: list[float], cand: list[float], higher_is_better: bool) -> Paired | None:
@@ -120,10 +133,11 @@ def paired(base: list[float], cand: list[float], higher_is_better: bool) -> Pair
         return None
     b, c = b[ok], c[ok]
     d = np.log(b / c) if higher_is_better else np.log(c / b)
-    pairs = len(b) // 2
-    aa = np.log(b[1:2 * pairs:2] / b[0:2 * pairs:2])  # the base against itself, one round apart
-    if higher_is_better:
-        aa = -aa
+    # Each revision against itself, back to back: rounds run B C, C B, B C, ... so the base runs of
+    # rounds 2k and 2k+1 (and the candidate's of 2k-1 and 2k) are adjacent in time, as a round's pair
+    # is: the same noise, and no change of code.
+    pairs_b, pairs_c = (len(b) - 1) // 2, len(c) // 2
+    aa = np.concatenate([np.log(b[2:2 * pairs_b + 1:2] / b[1:2 * pairs_b:2]), np.log(c[1:2 * pairs_c:2] / c[0:2 * pairs_c:2])])
     return Paired(d, aa)
 
 
@@ -207,7 +221,7 @@ def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[Metri
         floor = pr.floor()
         row.floor = math.expm1(floor) if floor is not None else None
         row.aa_change = math.expm1(float(np.mean(pr.aa))) if len(pr.aa) else None
-        row.suspected = pr.estimate() > 0 and math.expm1(pr.upper()) > max(spec.threshold, row.floor or 0.0)
+        row.suspected = pr.estimate() > 0 and math.expm1(pr.upper()) > spec.threshold  # the floor shrinks with more rounds
         tests.append((row, pr))
     for (row, _), rejected in zip(tests, holm([r.p_value for r, _ in tests], level)):
         row.significant = rejected

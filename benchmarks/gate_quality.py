@@ -1,0 +1,187 @@
+"""Does the CI gate cry wolf, and does it catch real slowdowns? Whole `advise` commands, a noisy neighbour.
+
+A shared runner's neighbour switches on and off: here a CPU-burning process that turns on or off at
+random every 1-5 s (seeded) runs beside every command. Each trial makes two checkouts of
+tests/workloads/slowdown_knob.py (pure CPU work, ``--step-ms 0``); the candidate's copy plants a
+slowdown by changing the knob's default in its code (1.05, 1.10, 1.20), the base's is unchanged.
+
+- **interleaved**: ``advise ab --base B --candidate C`` (its own defaults: 5% threshold, alpha 0.05
+  over all metrics and looks, 6 rounds then up to 15 when suspected); exit 3 is a regression.
+- **saved baseline**: ``advise compare`` of the previous trial's first base run (a baseline saved
+  minutes earlier, as a main-branch artifact is) against this trial's first candidate run.
+- beside them, on the same report pairs: a fixed 10% threshold on the mean step
+  (pytest-benchmark's ``--benchmark-compare-fail=mean:10%``), and asv's rule (ratio of medians
+  above 1.1 and a Mann-Whitney U p < 0.05 over the steps), on the saved pair and on the same job's
+  first pair of runs.
+
+    python benchmarks/gate_quality.py [--aa-trials 40] [--trials 20] [--slowdowns 5,10,20]
+
+Prints a markdown table: false alarms over the A/A trials, detections per planted slowdown, and
+the median time one decision took. Full size (the defaults) takes hours on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from advisor import stats  # noqa: E402
+
+WORKLOAD = REPO / "tests" / "workloads" / "slowdown_knob.py"
+KNOB = 'parser.add_argument("--slowdown", type=float, default=1.0,'
+NEIGHBOUR = """
+import random, sys, time
+rng = random.Random(int(sys.argv[1]))
+while True:
+    until = time.monotonic() + rng.uniform(1.0, 5.0)
+    if rng.random() < 0.5:
+        while time.monotonic() < until:
+            sum(i * i for i in range(2000))
+    else:
+        time.sleep(max(0.0, until - time.monotonic()))
+"""
+
+
+def advise(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+    return subprocess.run([sys.executable, "-P", "-m", "advisor", *args], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def checkout(root: Path, slowdown: float) -> Path:
+    """A folder holding train.py: the knob's workload, its default slowdown planted in the code."""
+    root.mkdir(parents=True)
+    text = WORKLOAD.read_text()
+    assert KNOB in text, "the workload's --slowdown line changed: update KNOB"
+    (root / "train.py").write_text(text.replace(KNOB, KNOB.replace("default=1.0", f"default={slowdown}")))
+    return root
+
+
+def steps_of(report: dict) -> np.ndarray:
+    return np.array([s["duration_s"] for s in report["steps"] if not s.get("profiled")], float)
+
+
+def fixed_threshold(base: dict, cur: dict) -> bool:
+    """pytest-benchmark: the mean step more than 10% slower."""
+    return steps_of(cur).mean() > 1.10 * steps_of(base).mean()
+
+
+def asv_rule(base: dict, cur: dict) -> bool:
+    """asv: the ratio of medians above 1.1, and the samples differ (Mann-Whitney U, p < 0.05)."""
+    a, b = steps_of(base), steps_of(cur)
+    return np.median(b) / np.median(a) > 1.1 and stats.mann_whitney(a, b, "two-sided") < 0.05
+
+
+def trial(tmp: Path, name: str, slowdown: float, args: argparse.Namespace, saved: dict | None) -> dict:
+    base, cand = checkout(tmp / name / "base", 1.0), checkout(tmp / name / "cand", slowdown)
+    out = tmp / name / "ab"
+    started = time.monotonic()
+    proc = advise("ab", "--base", str(base), "--candidate", str(cand), "--steps", str(args.steps), "--warmup", str(args.warmup),
+                  "--profile-steps", "0", "--rounds", str(args.rounds), "--max-rounds", str(args.max_rounds), "--out", str(out),
+                  "--json", "train.py", *args.workload)
+    wall = time.monotonic() - started
+    if proc.returncode not in (0, 3):
+        raise SystemExit(f"advise ab exited {proc.returncode}: {proc.stderr[-2000:]}")
+    decision = json.loads(proc.stdout)
+    first_b = json.loads((out / "base" / "round-01" / "report.json").read_text())
+    first_c = json.loads((out / "candidate" / "round-01" / "report.json").read_text())
+    row = {"slowdown": slowdown, "ab": proc.returncode == 3, "ab_s": wall, "rounds": decision["statistics"]["rounds"],
+           "job_fixed": fixed_threshold(first_b, first_c), "job_asv": asv_rule(first_b, first_c), "first_base": first_b}
+    if saved is not None:
+        saved_path, cur_path = tmp / name / "saved.json", out / "candidate" / "round-01" / "report.json"
+        saved_path.write_text(json.dumps(saved))
+        cmp = advise("compare", str(saved_path), str(cur_path), "--json")
+        if cmp.returncode not in (0, 3):
+            raise SystemExit(f"advise compare exited {cmp.returncode}: {cmp.stderr[-2000:]}")
+        row.update(saved=cmp.returncode == 3, saved_fixed=fixed_threshold(saved, first_c), saved_asv=asv_rule(saved, first_c),
+                   saved_s=first_c.get("total_wall_s"))
+    return row
+
+
+def start_neighbour(seed: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed)])
+
+
+def rate(rows: list[dict], key: str) -> str:
+    have = [r[key] for r in rows if key in r]
+    return f"{sum(have)}/{len(have)}" if have else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--aa-trials", type=int, default=40, help="A/A comparisons of the unchanged workload")
+    parser.add_argument("--trials", type=int, default=20, help="trials per planted slowdown")
+    parser.add_argument("--slowdowns", default="5,10,20", help="planted slowdowns, percent")
+    parser.add_argument("--rounds", type=int, default=6, help="advise ab --rounds")
+    parser.add_argument("--max-rounds", type=int, default=15, help="advise ab --max-rounds")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--no-neighbour", action="store_true", help="run without the CPU-burning neighbour")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("workload", nargs="*", default=["--step-ms", "0", "--width", "4096", "--batch-size", "512"],
+                        help="after --: the workload's own arguments")
+    args = parser.parse_args()
+    plan = [0.0] * args.aa_trials + [float(s) for s in args.slowdowns.split(",") for _ in range(args.trials)]
+    random.Random(args.seed).shuffle(plan)  # the neighbour's phases and the machine's drift hit every kind alike
+
+    neighbour = None if args.no_neighbour else start_neighbour(args.seed)
+    rows: list[dict] = []
+    saved = None
+    started = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for i, pct in enumerate(plan):
+                row = trial(Path(tmp), f"t{i:03d}", 1 + pct / 100, args, saved)
+                saved = row.pop("first_base")
+                rows.append(row)
+                print(f"trial {i + 1}/{len(plan)}: planted {pct:g}%: ab {'REGRESSION' if row['ab'] else 'pass'} "
+                      f"after {row['rounds']} rounds ({row['ab_s']:.0f} s)"
+                      + (f"; saved-baseline compare {'REGRESSION' if row['saved'] else 'pass'}" if "saved" in row else ""),
+                      flush=True)
+    finally:
+        if neighbour is not None:
+            neighbour.kill()
+            neighbour.wait()
+
+    kinds = [0.0] + [float(s) for s in args.slowdowns.split(",")]
+    by = {k: [r for r in rows if abs(r["slowdown"] - (1 + k / 100)) < 1e-9] for k in kinds}
+    head = ["gate", "A/A false alarms"] + [f"{k:g}% caught" for k in kinds[1:]] + ["time per decision (median)"]
+    gates = [
+        ("`advise ab` (interleaved, sequential)", "ab", f"{statistics.median(r['ab_s'] for r in rows):.0f} s, "
+                                                        f"{statistics.median(r['rounds'] for r in rows):g} rounds"),
+        ("`advise compare` (saved baseline)", "saved", "one run + compare"),
+        ("fixed 10% on the mean (pytest-benchmark), saved baseline", "saved_fixed", "one run"),
+        ("ratio > 1.1 + Mann-Whitney (asv), saved baseline", "saved_asv", "one run"),
+        ("fixed 10% on the mean (pytest-benchmark), same job", "job_fixed", "two runs"),
+        ("ratio > 1.1 + Mann-Whitney (asv), same job", "job_asv", "two runs"),
+    ]
+    print(f"\n{len(rows)} trials in {(time.monotonic() - started) / 60:.0f} min; neighbour "
+          f"{'off' if args.no_neighbour else 'on (one CPU burner, on/off at random every 1-5 s)'}; "
+          f"advise ab --rounds {args.rounds} --max-rounds {args.max_rounds} --steps {args.steps}; "
+          f"workload {WORKLOAD.name} {' '.join(args.workload)}\n")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for label, key, cost in gates:
+        cells = [rate(by[0.0], key)] + [rate(by[k], key) for k in kinds[1:]]
+        print(f"| {label} | " + " | ".join(cells) + f" | {cost} |")
+    for k in kinds[1:]:
+        caught = [r["ab_s"] for r in by[k] if r["ab"]]
+        if caught:
+            print(f"\n{k:g}% slowdowns caught by advise ab: median {statistics.median(caught):.0f} s per decision", end="")
+    print()
+
+
+if __name__ == "__main__":
+    main()

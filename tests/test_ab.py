@@ -1,0 +1,232 @@
+"""`advise ab` and the gate's parts: the sequential decision, the fingerprint, where the time went.
+
+The decision's error control is checked by simulation (seeded, exact and fast); the command runs
+for real: two checkouts of tests/workloads/ab_matmul.py, the candidate's matmul made larger in
+its code, as a pull request would; the slower-ops table is also checked on a real Kineto trace
+from tests/data/traces with a planted change.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from advisor import compare as cmp
+from advisor import fingerprint, opdiff, sequential
+from advisor.cli import main
+from advisor.trace import load_trace
+from conftest import WORKLOADS, advise_cmd, trace_path
+
+ENV = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+SPECS = [sequential.MetricSpec("step_time_median", "step time median", "s", False, 0.05),
+         sequential.MetricSpec("throughput", "throughput", "samples/s", True, 0.05)]
+
+
+# --- the sequential decision -------------------------------------------------------------------
+
+def test_looks_and_holm():
+    assert sequential.looks(6, 15) == [6, 11, 15]
+    assert sequential.looks(3, 3) == [3]
+    assert sequential.holm([0.01, 0.04, 0.03], 0.05) == [True, False, False]  # 0.03 is not below 0.05 / 2
+    assert sequential.holm([0.01, 0.02, 0.03], 0.05) == [True, True, True]
+
+
+def simulated_rounds(rng, n, slowdown, noise=0.03):
+    """n rounds of (base, candidate) median steps on a shared runner: a neighbour that turns on and
+    off (runs 30% slower while on; it switches between two runs with probability 0.1), in the order
+    advise ab runs them (B C, C B, ...), plus each run's own heavy-tailed noise."""
+    on, base, cand = False, [], []
+    for i in range(n):
+        for side in (("b", "c") if i % 2 == 0 else ("c", "b")):
+            on = on != (rng.random() < 0.1)
+            t = 0.04 * (1.3 if on else 1.0) * np.exp(noise * rng.standard_t(3))
+            (base if side == "b" else cand).append(t if side == "b" else t * slowdown)
+    return base, cand
+
+
+def gate(rng, slowdown, alpha=0.05, threshold=0.05):
+    """The sequential gate over simulated rounds, as `advise ab` runs it: look, continue while suspected."""
+    plan = sequential.looks(6, 15)
+    base, cand = simulated_rounds(rng, plan[-1], slowdown)
+    specs = [sequential.MetricSpec(s.name, s.label, s.unit, s.higher_is_better, threshold) for s in SPECS]
+    for n in plan:
+        data = {"step_time_median": (base[:n], cand[:n]), "throughput": ([1 / b for b in base[:n]], [1 / c for c in cand[:n]])}
+        decision = sequential.decide(data, specs, alpha=alpha, plan=plan)
+        if decision.final:
+            return decision
+    raise AssertionError("the last look is final")
+
+
+def test_a_drifting_runner_cancels_out_in_paired_rounds():
+    rng = np.random.default_rng(0)
+    same = [gate(rng, 1.0) for _ in range(200)]
+    slower = [gate(rng, 1.10) for _ in range(100)]
+    # A neighbour that costs 30%, yet the same code almost never fails and 10% slower code nearly always does.
+    assert sum(bool(d.regressions) for d in same) <= 5  # 2.5%; alpha is 5%
+    assert sum(bool(d.regressions) for d in slower) >= 85
+
+
+def test_the_error_rate_is_spent_over_the_looks_not_rerun_until_red():
+    """With no threshold at all, only the test guards: false alarms stay near alpha over every look.
+
+    A gate that tested each look at the full alpha ('rerun until red') would go off far more often."""
+    rng = np.random.default_rng(1)
+    runs = [gate(rng, 1.0, alpha=0.10, threshold=0.0) for _ in range(300)]
+    rate = sum(bool(d.regressions) for d in runs) / len(runs)
+    assert rate <= 0.10
+    assert any(d.rounds > 6 for d in runs)  # suspected cases did get more rounds
+
+    rng = np.random.default_rng(1)
+    naive = [gate(rng, 1.0, alpha=0.10 * 4, threshold=0.0) for _ in range(300)]  # alpha per look, undivided
+    assert sum(bool(d.regressions) for d in naive) / len(naive) > rate
+
+
+def test_the_noise_floor_holds_back_a_change_this_runner_cannot_resolve():
+    base = [0.040, 0.052, 0.041, 0.053, 0.040, 0.052]  # back-to-back base runs (rounds 2-3, 4-5) differ by 25%
+    cand = [b * 1.08 for b in base]
+    decision = sequential.decide({"step_time_median": (base, cand)}, SPECS[:1], alpha=0.05, plan=[6])
+    row = decision.metrics[0]
+    assert row.slowdown == pytest.approx(0.08) and row.significant  # significant, beyond 5% ...
+    assert row.floor > 0.08 and row.verdict == cmp.NOT_SIGNIFICANT  # ... but within this runner's A/A floor
+    assert "noise floor" in row.note
+
+
+# --- the fingerprint ---------------------------------------------------------------------------
+
+def report_with(**fp):
+    return {"script": "train.py", "argv": [], "env": {"device": fp.get("device", "cpu")}, "fingerprint": fp}
+
+
+def test_fingerprint_differences_another_gpu_is_invalid_the_rest_warn():
+    a = report_with(device="cuda", gpu_name="NVIDIA H100", driver_version="550.54", gpu_power_limit_w=700.0, torch="2.5.0")
+    b = report_with(device="cuda", gpu_name="NVIDIA H100", driver_version="560.35", gpu_power_limit_w=500.0, torch="2.6.0")
+    diffs = {d.key: d for d in fingerprint.differences(a, b)}
+    assert set(diffs) == {"driver_version", "gpu_power_limit_w", "torch"} and not any(d.invalidating for d in diffs.values())
+    problems, warnings = cmp.compatibility(a, b)
+    assert not problems and any("GPU power limits" in w for w in warnings)
+    c = report_with(device="cuda", gpu_name="NVIDIA A100", driver_version="550.54")
+    problems, _ = cmp.compatibility(a, c)
+    assert problems == ["different GPU models: baseline 'NVIDIA H100', current 'NVIDIA A100'"]
+
+
+# --- where the time went: a real trace with a planted change ------------------------------------
+
+def planted(path: Path, out: Path, scale: dict[str, float]) -> Path:
+    """A copy of a real Kineto trace with the durations of the named events scaled."""
+    doc = json.loads(gzip.open(path).read())
+    for event in doc["traceEvents"]:
+        if event.get("name") in scale and "dur" in event:
+            event["dur"] = event["dur"] * scale[event["name"]]
+    out.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return out
+
+
+def test_slower_ops_of_two_real_traces_name_the_planted_op_and_kernel(tmp_path):
+    real = trace_path(RESNET)
+    frames = load_trace(real)
+    kernel = str(frames.kernels.groupby("name", observed=True)["dur_us"].sum().idxmax())
+    # The base ran aten::add_ (a leaf op) twice as fast and the top kernel 1.5x as fast: the real trace is the candidate.
+    base = planted(real, tmp_path / "base.json.gz", {"aten::add_": 0.5, kernel: 1 / 1.5})
+    rows = opdiff.slower_ops([load_trace(base)], [frames])
+    assert {(r.kind, r.name) for r in rows} == {("op", "aten::add_"), ("kernel", kernel)}
+    add = next(r for r in rows if r.name == "aten::add_")
+    assert add.current_us == pytest.approx(2 * add.base_us, rel=0.01) and add.base_calls == add.current_calls
+
+    # The same through the command, as a torch.profiler user would run it.
+    result = CliRunner().invoke(main, ["compare", str(base), str(real), "--json"])
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert shown["slower_ops"][0]["name"] in ("aten::add_", kernel) and len(shown["slower_ops"]) == 2
+
+
+# --- the command, for real ---------------------------------------------------------------------
+
+def checkouts(tmp_path: Path, hidden: int) -> tuple[Path, Path]:
+    base, cand = tmp_path / "base", tmp_path / "cand"
+    base.mkdir()
+    cand.mkdir()
+    text = (WORKLOADS / "ab_matmul.py").read_text()
+    assert "HIDDEN = 128\n" in text
+    (base / "train.py").write_text(text)
+    (cand / "train.py").write_text(text.replace("HIDDEN = 128\n", f"HIDDEN = {hidden}\n"))
+    return base, cand
+
+
+def ab(tmp_path, *args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(advise_cmd("ab", *args), cwd=cwd or tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+QUICK = ["--steps", "8", "--warmup", "2", "--profile-steps", "2", "--rounds", "3", "--max-rounds", "3"]
+
+
+@pytest.mark.slow
+def test_a_larger_matmul_fails_the_gate_and_is_named(tmp_path):
+    base, cand = checkouts(tmp_path, hidden=1024)
+    run = ab(tmp_path, "--base", "base", "--candidate", "cand", *QUICK, "--out", "gate", "--json", "train.py",
+             "--batch-size", "256")
+    assert run.returncode == 3, run.stderr[-3000:]
+    decision = json.loads(run.stdout)
+    assert decision["verdict"] == "regression" and "step_time_median" in decision["regressions"]
+    assert decision["statistics"]["correction"] == "Holm" and decision["statistics"]["rounds"] == 3
+    top = decision["slower_ops"][0]
+    assert top["name"] in ("aten::mm", "aten::addmm") and "1024" in top["current_shapes"]
+    out = tmp_path / "gate"
+    assert {p.name for p in (out / "base").iterdir()} == {"round-01", "round-02", "round-03"}
+    assert "aten::mm" in (out / "summary.md").read_text() and "aten::mm" in (out / "ab.html").read_text()
+    report = json.loads((out / "candidate" / "round-01" / "report.json").read_text())
+    fp = report["fingerprint"]
+    assert fp["cpu_count"] == os.cpu_count() and fp["argv"] == ["--batch-size", "256"] and fp["torch"] and fp["cpu_model"]
+    assert isinstance(fp["load_avg_1m_start"], float)
+
+    # One pair of those runs through the saved-baseline gate: it says what it cannot know, and names the op.
+    saved = subprocess.run(advise_cmd("compare", str(out / "base" / "round-01"), str(out / "candidate" / "round-01"), "--json"),
+                           cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    assert saved.returncode == 3, saved.stdout[-2000:] + saved.stderr[-2000:]
+    result = json.loads(saved.stdout)
+    assert result["noise_floor"]["known"] is False and result["noise_floor"]["resolvable_change"] > 0
+    assert result["slower_ops"][0]["name"] in ("aten::mm", "aten::addmm")
+
+
+@pytest.mark.slow
+def test_the_same_code_on_both_sides_passes(tmp_path):
+    base, cand = checkouts(tmp_path, hidden=128)
+    run = ab(tmp_path, "--base", "base", "--candidate", "cand", *QUICK, "--profile-steps", "0", "--out", "gate",
+             "train.py", "--batch-size", "512")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "advise ab pass" in run.stdout and "A/A floor" in run.stdout
+    assert "no trace" not in run.stdout  # the slower ops are asked for only on a regression or with --ops
+
+
+@pytest.mark.slow
+def test_a_candidate_that_crashes_is_exit_1_naming_it(tmp_path):
+    base, cand = checkouts(tmp_path, hidden=128)
+    (cand / "train.py").write_text("raise SystemExit('the candidate is broken')\n")
+    run = ab(tmp_path, "--base", "base", "--candidate", "cand", *QUICK, "train.py")
+    assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith("advise: error: candidate round 1:")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--base", "nowhere", "--candidate", "cand"], "--base: 'nowhere' is not a directory"),
+    (["--base", "base", "--candidate", "base"], "the same directory"),
+    (["--base", "base", "--candidate", "cand", "--rounds", "6", "--max-rounds", "4"], "--max-rounds 4 is below --rounds 6"),
+])
+def test_unusable_input_is_one_line_and_exit_2(tmp_path, args, message):
+    checkouts(tmp_path, hidden=128)
+    run = ab(tmp_path, *args, "train.py")
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and message in run.stderr, run.stderr
+
+
+def test_a_script_missing_from_one_checkout_is_exit_2(tmp_path):
+    base, cand = checkouts(tmp_path, hidden=128)
+    (cand / "train.py").unlink()
+    run = ab(tmp_path, "--base", "base", "--candidate", "cand", "train.py")
+    assert run.returncode == 2 and "cand/train.py does not exist" in run.stderr and run.stderr.count("\n") == 1
