@@ -221,7 +221,9 @@ def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[Metri
         floor = pr.floor()
         row.floor = math.expm1(floor) if floor is not None else None
         row.aa_change = math.expm1(float(np.mean(pr.aa))) if len(pr.aa) else None
-        row.suspected = pr.estimate() > 0 and math.expm1(pr.upper()) > spec.threshold  # the floor shrinks with more rounds
+        big_enough = spec.min_abs <= 0 or abs((mid_c or 0) - (mid_b or 0)) >= spec.min_abs
+        # More rounds can settle a close call (the floor shrinks with them); they cannot make 10 MiB into 64.
+        row.suspected = big_enough and pr.estimate() > 0 and math.expm1(pr.upper()) > spec.threshold
         tests.append((row, pr))
     for (row, _), rejected in zip(tests, holm([r.p_value for r, _ in tests], level)):
         row.significant = rejected

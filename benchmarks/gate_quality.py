@@ -92,8 +92,11 @@ def trial(tmp: Path, name: str, slowdown: float, args: argparse.Namespace, saved
                   "--profile-steps", "0", "--rounds", str(args.rounds), "--max-rounds", str(args.max_rounds), "--out", str(out),
                   "--json", "train.py", *args.workload)
     wall = time.monotonic() - started
-    if proc.returncode not in (0, 3):
-        raise SystemExit(f"advise ab exited {proc.returncode}: {proc.stderr[-2000:]}")
+    if proc.returncode not in (0, 3):  # a failed round: said, counted, and the benchmark goes on
+        logs = sorted(out.glob("*/round-*/script*.log"), key=lambda p: p.stat().st_mtime)
+        tail = logs[-1].read_text(errors="replace")[-1500:] if logs else ""
+        print(f"{name}: advise ab exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}\n{tail}", flush=True)
+        return {"slowdown": slowdown, "error": True, "first_base": saved}
     decision = json.loads(proc.stdout)
     first_b = json.loads((out / "base" / "round-01" / "report.json").read_text())
     first_c = json.loads((out / "candidate" / "round-01" / "report.json").read_text())
@@ -138,13 +141,16 @@ def main() -> None:
 
     neighbour = None if args.no_neighbour else start_neighbour(args.seed)
     rows: list[dict] = []
-    saved = None
+    saved, errors = None, 0
     started = time.monotonic()
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for i, pct in enumerate(plan):
                 row = trial(Path(tmp), f"t{i:03d}", 1 + pct / 100, args, saved)
                 saved = row.pop("first_base")
+                if row.get("error"):
+                    errors += 1
+                    continue
                 rows.append(row)
                 print(f"trial {i + 1}/{len(plan)}: planted {pct:g}%: ab {'REGRESSION' if row['ab'] else 'pass'} "
                       f"after {row['rounds']} rounds ({row['ab_s']:.0f} s)"
@@ -167,7 +173,7 @@ def main() -> None:
         ("fixed 10% on the mean (pytest-benchmark), same job", "job_fixed", "two runs"),
         ("ratio > 1.1 + Mann-Whitney (asv), same job", "job_asv", "two runs"),
     ]
-    print(f"\n{len(rows)} trials in {(time.monotonic() - started) / 60:.0f} min; neighbour "
+    print(f"\n{len(rows)} trials ({errors} failed to run) in {(time.monotonic() - started) / 60:.0f} min; neighbour "
           f"{'off' if args.no_neighbour else 'on (one CPU burner, on/off at random every 1-5 s)'}; "
           f"advise ab --rounds {args.rounds} --max-rounds {args.max_rounds} --steps {args.steps}; "
           f"workload {WORKLOAD.name} {' '.join(args.workload)}\n")

@@ -230,3 +230,13 @@ def test_a_script_missing_from_one_checkout_is_exit_2(tmp_path):
     (cand / "train.py").unlink()
     run = ab(tmp_path, "--base", "base", "--candidate", "cand", "train.py")
     assert run.returncode == 2 and "cand/train.py does not exist" in run.stderr and run.stderr.count("\n") == 1
+
+
+def test_a_small_memory_growth_neither_fails_nor_asks_for_more_rounds():
+    mib = 2**20
+    spec = sequential.MetricSpec("peak_memory", "peak memory", "bytes", False, 0.20, min_abs=cmp.MEMORY_FLOOR_BYTES)
+    base = [30 * mib] * 6
+    decision = sequential.decide({"peak_memory": (base, [40 * mib] * 6)}, [spec], alpha=0.05, plan=[6, 11, 15])
+    row = decision.metrics[0]
+    assert row.slowdown == pytest.approx(1 / 3) and row.significant and row.verdict == cmp.NOT_SIGNIFICANT
+    assert "too small in absolute terms" in row.note and decision.final  # 10 MiB: more rounds cannot make it 64
