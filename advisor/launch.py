@@ -1,16 +1,65 @@
 """The `advise` executable (and `python -m advisor`).
 
-`advise analyze TRACE` starts reading the trace in a second process before the CLI (click, the
-rules, pandas) is imported, so the read overlaps all of it (see :mod:`advisor.trace_prefetch`).
+First the stop signals (:func:`advisor.interrupt.install_at_launch`: Ctrl-C at any moment is
+exit 130, never a traceback or click's "Aborted!") and a stdout that a closed pipe cannot break.
+Then `advise analyze TRACE` starts reading the trace in a second process before the CLI (click,
+the rules, pandas) is imported, so the read overlaps all of it (see :mod:`advisor.trace_prefetch`).
 """
 
+import os
 import sys
 
 
 def main() -> None:
-    from .trace_prefetch import prefetch_argv
+    from .interrupt import describe, exit_code, install_at_launch
 
-    prefetch_argv(sys.argv[1:])
-    from .cli import entry
+    install_at_launch()
+    _survive_a_closed_stdout()
+    try:
+        from .trace_prefetch import prefetch_argv
 
-    entry()
+        prefetch_argv(sys.argv[1:])
+        from .cli import entry
+
+        entry()
+    except KeyboardInterrupt as exc:  # before click runs (its commands turn it into the same line)
+        signum = getattr(exc, "signum", None)
+        sys.stderr.write(f"advise: interrupted ({describe(signum)})\n")
+        sys.exit(exit_code(signum))
+
+
+class _PipeSafe:
+    """sys.stdout whose reader went away (`advise profile ... | head -1`): the rest of the output
+    goes to /dev/null instead of raising BrokenPipeError into the run. The run is the user's; a
+    closed terminal or pipe is no reason to lose it (click would exit 1 on the first EPIPE)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())
+        finally:
+            os.close(devnull)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _survive_a_closed_stdout() -> None:
+    if sys.stdout is not None and not isinstance(sys.stdout, _PipeSafe):
+        sys.stdout = _PipeSafe(sys.stdout)

@@ -21,7 +21,7 @@ from . import compare, fingerprint, forked, metrics, report as report_mod, rundi
 from .atomic import NotAFile, check_writable, write_json_atomic, write_text_atomic
 from .chatter import strip_log, without_chatter
 from .cli_exit import DISK_ERRNOS, EXIT_USAGE, STATUS_EXIT, fail, writing_error
-from .interrupt import StopRequest, describe
+from .interrupt import StopRequest, deferred, describe
 from .model import Finding, rank, settle_severity, split_screened
 from .profile import Profile
 from .rundir import rank_suffix
@@ -143,9 +143,8 @@ def profile_script(**options) -> int:
     Ctrl-C, SIGTERM and SIGHUP are recorded, not raised (advisor.interrupt): the probe and
     the experiments stop the script when they see one, and the report is still written.
     """
-    stop = StopRequest()
     lock = rundir.RunDirLock(Path(options["out"]), rank_suffix())
-    with stop.installed(), lock:
+    with deferred() as stop, lock:
         return _profile(**options, stop=stop, lock=lock)
 
 
@@ -276,6 +275,14 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
     report_mod.write_report(report, out / run.files.report_json)
     _emit(report, con, as_json, str(out))
     _say_html(html_path, con, as_json)
+    if stop.signum and not signum:  # a signal while the report was written: the report says so too
+        signum = stop.signum
+        if status == "ok":
+            status = report["status"] = "interrupted"
+            report["error"] = f"interrupted ({describe(signum)}) while the report was written"
+            if html_path is not None:
+                _write_renderings(report, out, profile, con, summary=False)
+            report_mod.write_report(report, out / run.files.report_json)
     if status == "failed":
         _show_failure(run, out, con)
     if signum:
@@ -353,8 +360,8 @@ def _import_renderings() -> None:
     from advisor.reports import html, markdown, ruledoc  # noqa: F401
 
 
-def _write_renderings(report: dict, out: Path | None, profile: Profile | None, con) -> Path | None:
-    """report.html beside report.json, and the markdown summary when $GITHUB_STEP_SUMMARY is set.
+def _write_renderings(report: dict, out: Path | None, profile: Profile | None, con, summary: bool = True) -> Path | None:
+    """report.html beside report.json, and (`summary`) the markdown summary when $GITHUB_STEP_SUMMARY is set.
 
     A rendering problem is a warning: it never costs the user the run or report.json.
     """
@@ -366,7 +373,8 @@ def _write_renderings(report: dict, out: Path | None, profile: Profile | None, c
         rule_docs = ruledoc.docs_by_key(load_rules().rules)
         if out is not None:
             path = html.write_html(report, out, profile, rule_docs)
-        markdown.append_step_summary(report, profile, rule_docs)
+        if summary:
+            markdown.append_step_summary(report, profile, rule_docs)
     except Exception as exc:  # noqa: BLE001
         if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS and _inside(exc.filename, out):
             raise  # the run dir itself is full or read-only: exit 2 (cli.run_dir_errors)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
 from .atomic import write_json_atomic
+from .interrupt import exit_code
 from .model import Finding, Recommendation
 
 if TYPE_CHECKING:  # the CLI imports this module for its exit codes: no pandas at import time
@@ -28,12 +28,7 @@ EXIT_HANGUP, EXIT_TERMINATED = 129, 143  # 128 + the signal, as a shell reports 
 STATUS_EXIT = {"ok": EXIT_OK, "failed": EXIT_SCRIPT, "timeout": EXIT_SCRIPT, "no-steps": EXIT_SCRIPT,
                "interrupted": EXIT_INTERRUPTED}
 # An interrupted run exits with its signal's code: Ctrl-C 130, a closed terminal 129, SIGTERM 143.
-SIGNAL_EXIT = {signal.SIGINT: EXIT_INTERRUPTED, signal.SIGHUP: EXIT_HANGUP, signal.SIGTERM: EXIT_TERMINATED}
-
-
-def signal_exit(signum: int | None) -> int:
-    """The exit code of a run stopped by `signum` (None: Ctrl-C seen as KeyboardInterrupt)."""
-    return SIGNAL_EXIT.get(signum, 128 + signum) if signum else EXIT_INTERRUPTED
+signal_exit = exit_code
 STEP_FIELDS = ("index", "duration_s", "data_wait_s", "samples", "optimizer_s", "backward_s", "profiled", "loss")
 
 

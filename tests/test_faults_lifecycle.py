@@ -333,6 +333,147 @@ def test_a_signal_after_the_measurements_still_writes_the_report(tmp_path):
     assert not alive_with(str(tmp_path))
 
 
+@pytest.mark.slow
+def test_three_fast_ctrl_cs_leave_no_process_behind(tmp_path):
+    """The third signal gives up on the report, not on the script's tree: the helper in a session of
+    its own that ignores SIGTERM is killed too (it used to outlive advise)."""
+    run, marker = tmp_path / "run", tmp_path / "marker"
+    proc = start(tmp_path, "--steps", "400", "--warmup", "1", "--no-experiments", "--out", "run", "--",
+                 "--marker", str(marker), "--step-ms", "30", "--stubborn-helper")
+    wait_for(lambda: lines(run / "steps.jsonl", '"measure"') >= 3, proc, "three measured steps")
+    wait_for(lambda: helpers_in(run), proc, "the helper")
+    before = tree_of(proc.pid) + helpers_in(run)
+    for _ in range(3):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.02)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("advise: interrupted (Ctrl-C)"), err
+    assert not still_running(before) and not alive_with(str(tmp_path))
+
+
+# A rule plugin that hangs at import (its module), or takes 3 s in its check (a rule), after leaving a mark.
+HANGING_PLUGIN = """
+import os, time
+from pathlib import Path
+from advisor.rules.registry import rule
+
+if os.environ.get("HANG_AT") == "import":
+    Path(os.environ["MARK"]).write_text("importing")
+    time.sleep(60)
+
+
+@rule(code="HNG001", name="hangs-in-check")
+def check(profile):
+    \"\"\"## What it does
+    Hangs.
+
+    ## Why is this bad?
+    A test.
+
+    ## Example
+    ```python
+    pass
+    ```
+
+    Use instead:
+    ```python
+    pass
+    ```
+
+    ## Fix safety
+    Display-only.
+    \"\"\"
+    Path(os.environ["MARK"]).write_text("checking")
+    time.sleep(3)  # the rules are not cut short: the signal is seen when they end
+    return []
+"""
+
+
+def hanging_plugin(tmp_path: Path, at: str) -> dict:
+    """The environment of an advise that loads HANGING_PLUGIN (hanging `at` import or check)."""
+    from test_rules import _fake_distribution
+
+    site = tmp_path / "site"
+    site.mkdir()
+    _fake_distribution(site, "advise-hangs", "advise_hangs", HANGING_PLUGIN, "hangs = advise_hangs")
+    return dict(os.environ, PYTHONPATH=str(site), MARK=str(tmp_path / "mark"), HANG_AT=at)
+
+
+def interrupted_at_the_mark(cmd: list[str], tmp_path: Path, env: dict | None, mark: Path | None) -> subprocess.CompletedProcess:
+    """Run `cmd`, Ctrl-C it once `mark` exists (or after 1.5 s of a blocked command), return how it ended."""
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if mark is not None:
+        wait_for(mark.exists, proc, "the plugin's mark")
+    else:
+        time.sleep(1.5)
+        assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+COMMANDS = ["profile", "analyze", "report", "rules", "compare"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_ctrl_c_in_any_command_is_130_not_aborted(tmp_path, command):
+    """Ctrl-C while a command starts (a rule plugin still importing; `compare` reading a FIFO):
+    exit 130 and one line, never click's "Aborted!" and exit 1; for `profile` the script never runs
+    (a plugin that hung at import used to be skipped, and the run went on)."""
+    from test_faults_input import _absurd_trace
+
+    trace = _absurd_trace(tmp_path)
+    analysed = subprocess.run(advise_cmd("analyze", str(trace), "--out", "done"), cwd=tmp_path, capture_output=True)
+    assert analysed.returncode == 0
+    script = tmp_path / "train.py"
+    script.write_text("from pathlib import Path\nPath(__file__).with_suffix('.ran').write_text('ran')\n")
+    env, mark = hanging_plugin(tmp_path, "import"), tmp_path / "mark"
+    if command == "compare":
+        os.mkfifo(tmp_path / "fifo.json")
+        env, mark = None, None
+    args = {"profile": ["profile", *FAST_ARGS, "--out", "run", str(script)], "analyze": ["analyze", str(trace)],
+            "report": ["report", "done"], "rules": ["rules"], "compare": ["compare", "fifo.json", "done/report.json"]}
+    r = interrupted_at_the_mark(advise_cmd(*args[command]), tmp_path, env, mark)
+    assert r.returncode == 130, (r.returncode, r.stderr[-2000:])
+    assert r.stderr.strip().splitlines() == ["advise: interrupted (Ctrl-C)"], r.stderr
+    assert not script.with_suffix(".ran").exists()
+
+
+FAST_ARGS = ["--steps", "4", "--warmup", "1", "--profile-steps", "2", "--no-experiments"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_run_is_analysed_reports_interrupted(tmp_path):
+    """Ctrl-C while the rules run on the finished measurements: report.json says `interrupted` and
+    advise exits 130 (it used to exit by the raw signal, -2, with report.json saying `ok`)."""
+    env = hanging_plugin(tmp_path, "check")
+    cmd = advise_cmd("profile", *FAST_ARGS, "--out", "run", str(WORKLOADS / "train_basic.py"))
+    r = interrupted_at_the_mark(cmd, tmp_path, env, tmp_path / "mark")
+    assert r.returncode == 130, (r.returncode, r.stderr[-2000:])
+    assert_one_line_no_traceback(r.stdout, r.stderr, "advise: interrupted (Ctrl-C)")
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["status"] == "interrupted" and report["error"].startswith("interrupted (Ctrl-C) after the measurements")
+    assert_report_is_the_run_dir(tmp_path / "run", report, others=())
+
+
+@pytest.mark.slow
+def test_a_closed_stdout_costs_nothing(tmp_path):
+    """`advise profile ... | head -1`: the reader goes after one line; the run goes on, its report is
+    written and advise exits with the run's code (it used to exit 1 with steps.jsonl left behind)."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen(advise_cmd("profile", *FAST_ARGS, "--out", "run", str(WORKLOADS / "train_basic.py")),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "Traceback" not in err
+    report = json.loads((run / "report.json").read_text())
+    assert report["status"] == "ok"
+    assert_report_is_the_run_dir(run, report, others=())
+
+
 # --- the lock and the clearing, in process ----------------------------------------------------
 
 def test_the_lock_is_per_run_dir_and_rank_and_names_its_holder(tmp_path):

@@ -11,6 +11,7 @@ ended too (see ``tree.py``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -179,6 +180,13 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
         tree.__exit__(None, None, None)
         raise
     tree.watch(child.pid)
+
+    def kill_everything() -> None:  # advise gives up (a third signal): nothing of the script may outlive it
+        _kill_group(child.pid, signal.SIGKILL)
+        tree.kill_now()
+
+    giving_up = stop.on_give_up(kill_everything) if stop is not None else contextlib.nullcontext()
+    giving_up.__enter__()
     sampler = Sampler(child.pid, interval_s=config.sample_interval_s)
     sampler.start()
     timed_out = interrupted = False
@@ -266,10 +274,11 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
             _await_rank_accounts(out, time.monotonic() + GRACE_S)  # ranks rank 0 did not wait for
         _kill_group(child.pid, signal.SIGKILL)  # orphaned DataLoader workers share the group
         try:  # helpers outside the group (start_new_session=True) would outlive the run
-            escaped = tree.end_escaped(HELPERS_GRACE_S)
+            escaped = tree.end_escaped(HELPERS_GRACE_S, hurry=lambda: stop is not None and stop.hurry)
         except Exception as exc:  # noqa: BLE001 - never lose the run over this clean-up
             notes.append(f"processes the script started outside its group were not checked: {type(exc).__name__}: {exc}")
         finally:
+            giving_up.__exit__(None, None, None)
             tree.__exit__(None, None, None)
         sampler.stop()
         notes.extend(sampler.notes)

@@ -21,6 +21,7 @@ import ctypes
 import os
 import signal
 import time
+from typing import Callable
 
 import psutil
 
@@ -116,17 +117,23 @@ class ProcessTree:
             out.append(proc)
         return out
 
-    def end_escaped(self, grace_s: float) -> int:
-        """SIGTERM, `grace_s`, SIGKILL to every escaped process; reap the adopted; how many there were."""
+    def end_escaped(self, grace_s: float, hurry: Callable[[], bool] = lambda: False) -> int:
+        """SIGTERM, `grace_s` (cut short once `hurry()`), SIGKILL to every escaped process; reap the
+        adopted; how many there were."""
         procs = self.escaped()
         for proc in procs:
             self._signal(proc, signal.SIGTERM)
-        alive = _wait_gone(procs, grace_s)
+        alive = _wait_gone(procs, grace_s, hurry)
         for proc in alive:
             self._signal(proc, signal.SIGKILL)
         _wait_gone(alive, 2.0)
         self.reap()
         return len(procs)
+
+    def kill_now(self) -> None:
+        """SIGKILL to every escaped process at once, no grace: advise is giving up (a third signal)."""
+        for proc in self.escaped():
+            self._signal(proc, signal.SIGKILL)
 
     def reap(self, wait_s: float = 1.0) -> None:
         """Collect the exit status of processes re-parented to advise, so none stays a zombie."""
@@ -185,10 +192,11 @@ def _alive(proc: psutil.Process) -> bool:
     return False
 
 
-def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+def _wait_gone(procs: list[psutil.Process], timeout_s: float, hurry: Callable[[], bool] = lambda: False
+               ) -> list[psutil.Process]:
     deadline = time.monotonic() + timeout_s
     alive = [p for p in procs if _alive(p)]
-    while alive and time.monotonic() < deadline:
+    while alive and time.monotonic() < deadline and not hurry():
         time.sleep(0.05)
         alive = [p for p in alive if _alive(p)]
     return alive

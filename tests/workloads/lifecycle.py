@@ -9,6 +9,7 @@
   and the experiments run;
 - prints ``HELPER=<pid>`` on stderr (script.log);
 - with ``--crash-at N``, raises ValueError at step N;
+- with ``--stubborn-helper``, the helper ignores SIGTERM, as a server that only stops on SIGKILL;
 - with ``--ignore-interrupts``, catches Ctrl-C's KeyboardInterrupt and trains on, as a script
   stuck in a blocking call would.
 """
@@ -28,10 +29,12 @@ parser.add_argument("--step-ms", type=float, default=30.0)
 parser.add_argument("--data-ms", type=float, default=0.0)
 parser.add_argument("--ignore-interrupts", action="store_true", help="catch KeyboardInterrupt and train on")
 parser.add_argument("--crash-at", type=int, default=None, help="raise ValueError at this step")
+parser.add_argument("--stubborn-helper", action="store_true", help="the helper ignores SIGTERM (only SIGKILL ends it)")
 args = parser.parse_args()
 
 os.makedirs(args.marker, exist_ok=True)
-helper = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(600)", args.marker],
+ignore = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); " if args.stubborn_helper else ""
+helper = subprocess.Popen([sys.executable, "-c", ignore + "import sys, time; time.sleep(600)", args.marker],
                           start_new_session=True, stdin=subprocess.DEVNULL)
 print(f"HELPER={helper.pid}", file=sys.stderr, flush=True)
 
