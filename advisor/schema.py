@@ -16,7 +16,7 @@ it writes against that, so a field added to the code without its description fai
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, TypedDict
+from typing import Annotated, Any, Literal, Optional, TypedDict, Union
 
 import msgspec
 
@@ -58,7 +58,7 @@ class Env(TypedDict, total=False):
     torch_threads: Optional[int]
     device: str
     device_name: Optional[str]
-    device_capability: Optional[list[int]]
+    device_capability: _d("[major, minor] from the probe; a trace's deviceProperties give it as text", Union[list[int], str, None])
     device_memory_bytes: Optional[int]
     float32_matmul_precision: Optional[str]
     cudnn_benchmark: Optional[bool]

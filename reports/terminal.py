@@ -149,7 +149,7 @@ STATUS_STYLE = {"ok": "bold green", "failed": "bold red", "timeout": "bold red",
 # which has no space in it): "11.5 MiB", "1,176.3 samples/s", "95% CI 3.51–3.84×", "3 of 20".
 _GLUED = re.compile(r"(?<![\w.])(?:\d[\d,.]* of \d[\d,.]*(?: [A-Za-z]+)?"
                     r"|\d[\d,.]*%? (?:CI [\d.]+[–-][\d.]+×?|[A-Za-zµ%×/]+(?:/s)?))")
-_NBSP = "\u00a0"
+_JOIN = "\ue000"  # stands for a space inside a value while lines are wrapped: not whitespace, one cell wide
 
 
 def wrapping(con: Console) -> bool:
@@ -159,8 +159,8 @@ def wrapping(con: Console) -> bool:
 
 
 def glue(text: str) -> str:
-    """`text` with the spaces inside each value made non-breaking (a wrapped line breaks between values)."""
-    return _GLUED.sub(lambda m: m.group(0).replace(" ", _NBSP), text)
+    """`text` with the spaces inside each value held (:data:`_JOIN`), so a wrapped line breaks between values."""
+    return _GLUED.sub(lambda m: m.group(0).replace(" ", _JOIN), text)
 
 
 def say(con: Console, line: Text, hang: int = 0) -> None:
@@ -175,7 +175,7 @@ def say(con: Console, line: Text, hang: int = 0) -> None:
     body.plain = glue(body.plain)  # same length: the styles stay where they were
     for i, part in enumerate(body.wrap(con, max(20, con.width - indent - hang))):
         part.rstrip()
-        part.plain = part.plain.replace(_NBSP, " ")
+        part.plain = part.plain.replace(_JOIN, " ")
         con.print(Text(" " * (indent + (hang if i else 0))) + part, soft_wrap=True)
 
 
@@ -187,7 +187,7 @@ def print_summary(report: dict, con: Console, run_dir: str | None = None) -> Non
         return
     with con.capture() as captured:
         _print_summary(report, con, run_dir, glued=True)
-    con.file.write(captured.get().replace(_NBSP, " "))  # the table's cells were glued too
+    con.file.write(captured.get().replace(_JOIN, " "))  # the table's cells were glued too
     con.file.flush()
 
 
