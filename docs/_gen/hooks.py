@@ -84,7 +84,8 @@ def _fields(name: str) -> str:
     required = set(top.get("required", []))
     rows = ["| field | type | always | what it is |", "|---|---|---|---|"]
     for field, node in top["properties"].items():
-        target = defs.get(node.get("$ref", "").rsplit("/", 1)[-1], {}) if "$ref" in node else {}
+        ref = node.get("$ref") or next((n["$ref"] for n in node.get("anyOf", []) if "$ref" in n), "")
+        target = defs.get(ref.rsplit("/", 1)[-1], {}) if ref else {}
         text = node.get("description") or target.get("description") or ""
         text = " ".join(text.split()).replace("|", "\\|")
         rows.append(f"| `{field}` | {_type(node, defs)} | {'yes' if field in required else ''} | {text} |")
