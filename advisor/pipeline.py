@@ -208,7 +208,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
             session.progress = progress
         run = run_probe(config, progress, stop, on_window_done=session.on_window_done if session else None,
                         on_arm_step=session.on_arm_step if session else None)
-        _check_run_dir_after(run, out)
+        _check_run_dir_after(run, out, lock)
         strip_log(out / run.files.log)  # the profiler's status lines are not the script's output
         progress.phase("analysing")
         profile = Profile.from_run_dir(out, run.suffix)
@@ -326,12 +326,16 @@ def _ranks(run, profile: Profile) -> list[dict]:
     return rows
 
 
-def _check_run_dir_after(run, out: Path) -> None:
-    """Raise the OSError of a disk that filled up (or went read-only) while the script ran.
+def _check_run_dir_after(run, out: Path, lock: rundir.RunDirLock) -> None:
+    """Raise the OSError of a disk that filled up (or went read-only) while the script ran; exit 2
+    when the run dir itself was removed or emptied under the run (its lock file is not ours).
 
     The child's trace export and its own files fail inside the child; the run is then the disk's
     failure, not the script's, and `advise` exits 2 (cli.run_dir_errors) instead of reporting it.
     """
+    if not lock.still_held():
+        fail(f"the run dir {out} was removed or emptied while the script ran (does the script clear its own "
+             "output folder?); give advise a --out of its own")
     code = run.probe.get("profiler_errno")
     if code in DISK_ERRNOS:
         raise OSError(code, os.strerror(code), str(out / run.files.trace))

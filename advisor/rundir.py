@@ -122,6 +122,16 @@ class RunDirLock:
         self._fd = fd
         return self
 
+    def still_held(self) -> bool:
+        """The lock file this run holds is still the one in the run dir: False when the folder was
+        removed or emptied under the run (a script that clears its own output folder, given as --out)."""
+        if self._fd is None:
+            return True
+        try:
+            return os.path.samestat(os.fstat(self._fd), os.stat(self.path))
+        except OSError:
+            return False
+
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is None:

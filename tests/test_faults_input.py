@@ -250,6 +250,20 @@ def test_a_script_name_that_needs_quoting_keeps_its_trace(tmp_path):
     assert any(str(e.get("name", "")).startswith('it\'s "quoted".py(') for e in events)
 
 
+def test_a_script_that_clears_its_output_folder_given_as_out_is_exit_2(tmp_path):
+    """The script empties its own output folder, which is also --out: the run's files went with it.
+    That used to be "advise ok, 0 measured, no bottleneck found" and exit 0."""
+    script = tmp_path / "train.py"
+    script.write_text("import shutil, sys\nfrom pathlib import Path\n\nimport advisor\n\n"
+                      "out = Path(sys.argv[1])\nfor i in range(60):\n    if i == 4:\n"
+                      "        shutil.rmtree(out)\n        out.mkdir()\n    advisor.step()\n")
+    r = advise("profile", *TINY, "--steps", "20", "--out", "out", str(script), "out", cwd=tmp_path)
+    assert one_error_line(r, alone=False) == ("advise: error: the run dir out was removed or emptied while the "
+                                              "script ran (does the script clear its own output folder?); give "
+                                              "advise a --out of its own")
+    assert not (tmp_path / "out" / "report.json").exists()
+
+
 def test_the_cleanup_after_a_disk_error_removes_scratch_files_only(tmp_path):
     """What `advise` removes before its one-line exit: a failed writer's temp files, the probe's
     config and raw step lines, in the run dir and its experiments; never the results."""
