@@ -3,8 +3,9 @@
 One table, torch-free, read by everyone who deals in overrides: the rules propose them
 (:class:`advisor.model.Fix`), the probe applies them (``advisor.probe.overrides``), the
 experiments sweep and combine them, and the reports show the code change that makes each one
-permanent. A key's validator, description, snippet, sweep ladder and "did it take effect"
-check sit together here, so adding a knob is one entry, not five edits.
+permanent. A key's validator, description, snippet, sweep ladder, "did it take effect" check
+and the name of the probe's switch that carries it sit together here, so adding a knob is one
+entry here and, for a new kind of change, one switch in ``advisor.probe.switches``.
 
 An override is plain data: ``{"dataloader": {"num_workers": 4}, "autocast": "bfloat16"}``.
 """
@@ -51,6 +52,7 @@ class Knob:
     valid: Callable[[Any], bool]
     snippet: Callable[[Any], str]
     took_effect: Callable[[Any, dict], bool]
+    switch: str  # the probe's switch that turns it on and off (advisor.probe.switches)
     ladder: Callable[[Any, SweepContext], list[Any]] | None = None  # values to try when the best is unknowable
 
 
@@ -118,37 +120,37 @@ def _present(key: str) -> Callable[[Any, dict], bool]:
 
 VOCABULARY: dict[str, Knob] = {k.key: k for k in (
     Knob("dataloader", "DataLoader keyword arguments forced onto every DataLoader(...)",
-         _dataloader_valid, _dataloader_snippet, _dataloader_effect,
+         _dataloader_valid, _dataloader_snippet, _dataloader_effect, "dataloader",
          ladder=lambda v, ctx: _workers_ladder(v, ctx) if "num_workers" in v else [v]),
     Knob("batch_size_scale", "every DataLoader's batch_size multiplied (below 1: a smaller micro-batch)",
          _batch_scale_valid, _batch_scale_snippet,
-         _present("batch_size_scale"), ladder=lambda v, ctx: [v] if v in MICRO_BATCH_CUTS else list(BATCH_LADDER)),
+         _present("batch_size_scale"), "dataloader", ladder=lambda v, ctx: [v] if v in MICRO_BATCH_CUTS else list(BATCH_LADDER)),
     Knob("activation_checkpointing", "activations recomputed in backward: a Hugging Face model's "
          "gradient_checkpointing_enable(), else each block of the model's largest ModuleList/Sequential "
          "of repeated blocks under torch.utils.checkpoint (use_reentrant=False)",
-         lambda v: v is True, _checkpoint_snippet, _present("activation_checkpointing")),
+         lambda v: v is True, _checkpoint_snippet, _present("activation_checkpointing"), "checkpointing"),
     Knob("autocast", "forward and loss under torch.autocast (fp16 with a GradScaler)",
-         lambda v: v in AUTOCAST_DTYPES, _autocast_snippet, lambda v, applied: applied.get("autocast") == v),
+         lambda v: v in AUTOCAST_DTYPES, _autocast_snippet, lambda v, applied: applied.get("autocast") == v, "module"),
     Knob("float32_matmul_precision", "torch.set_float32_matmul_precision (TF32 / bf16 tensor cores for float32)",
          lambda v: v in ("high", "medium"), lambda v: f'+ torch.set_float32_matmul_precision("{v}")',
-         _present("float32_matmul_precision")),
+         _present("float32_matmul_precision"), "backend"),
     Knob("cudnn_benchmark", "torch.backends.cudnn.benchmark on",
-         lambda v: v is True, lambda v: "+ torch.backends.cudnn.benchmark = True", _present("cudnn_benchmark")),
+         lambda v: v is True, lambda v: "+ torch.backends.cudnn.benchmark = True", _present("cudnn_benchmark"), "backend"),
     Knob("optimizer", "fused= / foreach= forced onto every torch.optim optimizer that has it",
          lambda v: v in ({"fused": True}, {"foreach": True}), _optimizer_snippet,
-         lambda v, applied: any(o.get(k) for o in applied.get("optimizers") or [] for k in v)),
+         lambda v, applied: any(o.get(k) for o in applied.get("optimizers") or [] for k in v), "optimizer"),
     Knob("compile", "each top-level module call goes through torch.compile",
-         lambda v: v is True, lambda v: "+ model = torch.compile(model)", _present("compile")),
+         lambda v: v is True, lambda v: "+ model = torch.compile(model)", _present("compile"), "module"),
     Knob("channels_last", "conv models and their 4-D inputs in channels_last memory format",
          lambda v: v is True,
          lambda v: "+ model = model.to(memory_format=torch.channels_last)\n"
-                   "+ images = images.to(memory_format=torch.channels_last)", _present("channels_last")),
+                   "+ images = images.to(memory_format=torch.channels_last)", _present("channels_last"), "module"),
     Knob("torch_threads", "torch.set_num_threads (intra-op threads)",
-         lambda v: type(v) is int and v >= 1, lambda v: f"+ torch.set_num_threads({v})", _present("torch_threads")),
+         lambda v: type(v) is int and v >= 1, lambda v: f"+ torch.set_num_threads({v})", _present("torch_threads"), "backend"),
     Knob("zero_grad_set_to_none", "Optimizer.zero_grad / Module.zero_grad called with set_to_none=False get set_to_none=True",
          lambda v: v is True,
          lambda v: "- optimizer.zero_grad(set_to_none=False)\n+ optimizer.zero_grad()  # set_to_none=True, the default",
-         _present("zero_grad_set_to_none")),
+         _present("zero_grad_set_to_none"), "zero_grad"),
 )}
 KEYS = tuple(VOCABULARY)
 

@@ -218,7 +218,7 @@ def test_loader_workers_started_by_spawn_are_left_to_fresh_runs():
     fresh runs measure 4.95x (benchmarks/job_arms.py). Its start method is read off the loader."""
     import multiprocessing
 
-    from advisor.probe.arms import _worker_start_method
+    from advisor.probe.switches import _worker_start_method
 
     data = torch.utils.data.TensorDataset(torch.zeros(4, 2))
     assert _worker_start_method(torch.utils.data.DataLoader(data, num_workers=2, multiprocessing_context="spawn")) == "spawn"

@@ -115,3 +115,37 @@ def test_the_thread_override_holds_against_the_scripts_own_setting(tmp_path):
     assert run.status == "ok", log
     assert {line for line in log.splitlines() if line.startswith("THREADS=")} == {"THREADS=2"}
     assert run.probe["applied"]["torch_threads"] == 2 and run.probe["applied"]["torch_threads_script_asked"] == 1
+
+
+def test_a_new_knob_is_one_vocabulary_entry_and_one_switch(monkeypatch):
+    """The vocabulary names each knob's switch; both modes go through it: an arm switches it on and
+    off at a step boundary, a fresh run turns it on before the script (live=False)."""
+    from advisor import overrides as vocabulary
+    from advisor.probe import switches
+
+    class Toy:
+        def __init__(self):
+            self.calls = []
+
+        def on(self, overrides, applied, *, live=True):
+            self.calls.append(("on", overrides["toy"], live))
+            applied["toy"] = overrides["toy"]
+
+        def off(self):
+            self.calls.append(("off",))
+
+    monkeypatch.setitem(vocabulary.VOCABULARY, "toy", vocabulary.Knob(
+        "toy", "a toy knob", lambda v: v in (1, 2), lambda v: f"+ toy({v})", lambda v, applied: applied.get("toy") == v, "toy"))
+    monkeypatch.setitem(switches.SWITCH_TYPES, "toy", lambda run: Toy())
+
+    run = switches.Switches()
+    applied: dict = {}
+    assert run.on({"toy": 2, "torch_threads": 1}, applied, live=True) == {}
+    assert applied["toy"] == 2 and applied["torch_threads"] == 1
+    assert vocabulary.not_applied({"toy": 2}, applied) == [] and vocabulary.snippet("toy", 2) == "+ toy(2)"
+    run.off()
+    fresh = switches.Switches()
+    fresh.on({"toy": 1}, {}, live=False)
+    assert run.toy.calls == [("on", 2, True), ("off",)] and fresh.toy.calls == [("on", 1, False)]
+    with pytest.raises(vocabulary.OverrideError):
+        fresh.on({"toy": 3}, {})  # the vocabulary's validator guards both modes

@@ -229,7 +229,7 @@ def probe(config: dict, target: Callable[[], object]) -> int:
         window.stop()
         try:
             memory.update(account(observed.device, list(observed.live_optimizers), runtime_bytes,
-                                  config.get("memory_budget_bytes"), list(arms.module.top) if arms else (), peak))
+                                  config.get("memory_budget_bytes"), arms.models if arms else (), peak))
         except Exception as exc:  # noqa: BLE001 - the timing is still worth reporting
             memory["error"] = f"{type(exc).__name__}: {exc}"
 
@@ -237,7 +237,7 @@ def probe(config: dict, target: Callable[[], object]) -> int:
     applied: dict = {}
     # Overrides first: the hooks then wrap the patched torch (e.g. they see the unscaled loss).
     try:
-        apply_overrides(config.get("overrides") or {}, applied)
+        apply_overrides(config.get("overrides") or {}, applied, observed)
     except OverrideError as exc:
         write_json_atomic(out / names.probe_json, {"status": "failed", "error": str(exc), "boundaries": 0})
         print(f"advise: {exc}", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 Both ways a fix is measured use it: an in-process arm switches it on and off at step boundaries
 (:mod:`advisor.probe.arms`); a fresh run switches it on before the script starts
-(:mod:`advisor.probe.overrides`). Only the outermost module call of a thread (depth 0) is
+(:mod:`advisor.probe.overrides`), both through :mod:`advisor.probe.switches`. Only the outermost module call of a thread (depth 0) is
 touched: submodules, and the calls a compiled module makes back into ``Module.__call__``, pass
 through plain.
 
