@@ -319,10 +319,12 @@ def test_cpu_runs_record_the_process_trees_peak_memory(advise):
     assert value == mem.get("peak_pss_bytes", mem["peak_rss_bytes"]) and "script's processes" in label
 
 
-@pytest.mark.parametrize("wrap", ["none", "compile", "ddp", "autocast", "lstm"])
+@pytest.mark.parametrize("wrap", ["none", "compile", "ddp", "autocast", "lstm", "fabric", "lightning"])
 def test_a_sample_is_counted_once_per_step_whatever_wraps_the_model(advise, wrap):
     """The batch comes from the model's input: 24 samples a step whether the script compiled its
-    model, wrapped it in DDP or in an autocast module, or feeds a sequence-first LSTM (35, 24, ...)."""
+    model, wrapped it in DDP or in an autocast module, feeds a sequence-first LSTM (35, 24, ...),
+    set it up with Lightning Fabric (a wrapper module around it, bf16-mixed) or fits a
+    LightningModule (which calls its inner model from training_step) on a list of batches."""
     r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "model_input_wrappers.py"), "--wrap", wrap)
     assert r.returncode == 0, r.stderr
     assert {s["samples"] for s in r.report["steps"]} == {24}, r.report["steps"]
