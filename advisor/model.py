@@ -80,14 +80,15 @@ class Fix:
         self.applicability = _enum(Applicability, self.applicability, "fix applicability")
 
     @classmethod
-    def safe(cls, title: str, overrides: dict, snippet: str | None = None) -> "Fix":
-        """An automatic fix that leaves numerics unchanged."""
-        return cls(title, FixKind.AUTOMATIC, Applicability.SAFE, snippet if snippet is not None else _snippet(overrides), overrides)
+    def safe(cls, title: str, overrides: dict) -> "Fix":
+        """An automatic fix that leaves numerics unchanged. Its snippet is the vocabulary's for its
+        overrides: one snippet per fix in every renderer and in the rule docs."""
+        return cls(title, FixKind.AUTOMATIC, Applicability.SAFE, _snippet(overrides), overrides)
 
     @classmethod
-    def unsafe(cls, title: str, overrides: dict, snippet: str | None = None) -> "Fix":
+    def unsafe(cls, title: str, overrides: dict) -> "Fix":
         """An automatic fix that may change numerics: measured only without --safe-only, loss checked."""
-        return cls(title, FixKind.AUTOMATIC, Applicability.UNSAFE, snippet if snippet is not None else _snippet(overrides), overrides)
+        return cls(title, FixKind.AUTOMATIC, Applicability.UNSAFE, _snippet(overrides), overrides)
 
     @classmethod
     def manual(cls, title: str, snippet: str) -> "Fix":

@@ -12,7 +12,9 @@ An override is plain data: ``{"dataloader": {"num_workers": 4}, "autocast": "bfl
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -193,6 +195,20 @@ def snippet(key: str, value) -> str:
 def snippets(overrides: dict) -> list[dict]:
     """[{key, value, snippet}] for each key of `overrides` (report.json's `recommended.snippets`)."""
     return [{"key": key, "value": value, "snippet": snippet(key, value)} for key, value in (overrides or {}).items()]
+
+
+_FIX_BLOCK = re.compile(r"^```fix\n(.*?)\n```$", re.M | re.S)
+
+
+def expand_fix_blocks(doc: str) -> str:
+    """A rule doc's ```` ```fix ```` block (an override as JSON) becomes the snippets advise shows
+    for that fix everywhere else (a ```` ```diff ```` block), so the rule's documentation cannot
+    show the fix differently from the terminal, the page and report.json."""
+    def expand(match: re.Match) -> str:
+        overrides = json.loads(match.group(1))
+        validate(overrides)
+        return "```diff\n" + "\n".join(snippet(k, v) for k, v in overrides.items()) + "\n```"
+    return _FIX_BLOCK.sub(expand, doc)
 
 
 def not_applied(overrides: dict, applied: dict) -> list[str]:

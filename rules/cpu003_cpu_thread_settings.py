@@ -22,8 +22,8 @@ torch.set_num_threads(1)          # 8 physical cores, no DataLoader workers
 ```
 
 Use instead:
-```python
-torch.set_num_threads(8)          # physical cores - DataLoader workers
+```fix
+{"torch_threads": 2}
 ```
 
 ## Fix safety
@@ -85,8 +85,8 @@ def check(profile, *, max_data_wait_frac: float = 0.3) -> Iterator[Finding]:
                   "num_workers": workers, "suggested_threads": target, "data_wait_frac": h.r3(wait),
                   "cpu_busy_frac": h.r3(_tree_busy(profile, logical))},
         estimated_gain_frac=h.r3(gain),
-        fix=Fix.safe(f"Run {target} intra-op threads", {"torch_threads": target},
-                     snippet=f"+ torch.set_num_threads({target})  # physical cores ({physical}) - DataLoader workers ({workers})"),
+        fix=Fix.safe(f"Run {target} intra-op threads (physical cores {physical} - DataLoader workers {workers})",
+                     {"torch_threads": target}),
     )
 
 

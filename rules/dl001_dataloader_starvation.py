@@ -27,9 +27,8 @@ loader = DataLoader(dataset, batch_size=64, shuffle=True)
 ```
 
 Use instead:
-```python
-loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4,
-                    pin_memory=True, persistent_workers=True)
+```fix
+{"dataloader": {"num_workers": 4, "persistent_workers": true}}
 ```
 
 ## Fix safety
@@ -203,14 +202,7 @@ def _fix(loader, device: str, cores, threads, wait_s: float, compute_s: float, s
         new_compute = compute_s * threads / overrides["torch_threads"]
     new_step = max(new_compute, per_batch / workers + 0.1 * wait_s)
     gain = max(0.0, 1.0 - new_step / step_s)
-    snippet = ("loader = DataLoader(dataset, batch_size=..., num_workers=%d,\n"
-               "                    persistent_workers=True%s)" % (workers, ", pin_memory=True" if on_gpu else ""))
-    if "torch_threads" in overrides:
-        snippet += "\ntorch.set_num_threads(%d)  # leave a core to each worker" % overrides["torch_threads"]
-    if on_gpu:
-        snippet += "\n# and copy batches with .to(device, non_blocking=True)"
     return Fix.safe(
         f"Load batches in {workers} worker process{'es' if workers > 1 else ''}",
         overrides,
-        snippet=snippet,
     ), gain

@@ -20,10 +20,8 @@ for x, y in loader:
 ```
 
 Use instead:
-```python
-loader = DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True)
-for x, y in loader:
-    x, y = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)
+```fix
+{"dataloader": {"pin_memory": true}}
 ```
 
 ## Fix safety
@@ -101,8 +99,6 @@ def check(profile, *, min_bytes_per_step: int = 1048576, min_time_frac: float = 
         fix = Fix.safe(
             "Pin the DataLoader's batches and copy them with non_blocking=True",
             {"dataloader": {"pin_memory": True}},
-            snippet=("loader = DataLoader(dataset, ..., pin_memory=True)\n"
-                     "x = x.to(device, non_blocking=True)"),
         )
     gbps = (pageable["bytes"].fillna(0).sum() / (copy_us * 1e-6) / 1e9) if copy_us > 0 else None
     severity = "medium" if cost_frac >= 0.05 else "low"

@@ -25,9 +25,8 @@ loader = DataLoader(dataset, batch_size=64, num_workers=4)
 ```
 
 Use instead:
-```python
-torch.set_num_threads(4)  # cores - num_workers
-loader = DataLoader(dataset, batch_size=64, num_workers=4)
+```fix
+{"torch_threads": 1, "dataloader": {"num_workers": 1}}
 ```
 
 ## Fix safety
@@ -66,15 +65,11 @@ def check(profile, *, min_cpu_busy_frac: float = 0.85) -> Iterator[Finding]:
         title = f"Run {new_threads} intra-op thread{'s' if new_threads > 1 else ''}" + (
             f" and {new_workers} DataLoader worker{'s' if new_workers > 1 else ''}" if new_workers != workers else
             f" beside the {workers} DataLoader worker{'s' if workers > 1 else ''}")
-        snippet = f"torch.set_num_threads({new_threads})  # cores ({cores}) - DataLoader workers ({new_workers})"
-        if new_workers != workers:
-            snippet += f"\nloader = DataLoader(dataset, ..., num_workers={new_workers})"
         who = f"{threads} intra-op threads + {_workers_words(over)}"
     else:
         new_workers = max(1, cores - 1)
         overrides = {"dataloader": {"num_workers": new_workers}}
         title = f"Use at most {new_workers} DataLoader workers on {cores} cores"
-        snippet = f"loader = DataLoader(dataset, ..., num_workers={new_workers})  # leave a core to the training process"
         who = f"{_workers_words(over)} + the training process"
     ratio = demand / cores
     yield Finding(
@@ -93,11 +88,7 @@ def check(profile, *, min_cpu_busy_frac: float = 0.85) -> Iterator[Finding]:
             "data_wait_frac": h.r3(h.data_wait_frac(profile)),
             "workers_busy_cores": over.get("workers_busy_cores"),
         },
-        fix=Fix.safe(
-            title,
-            overrides,
-            snippet=snippet,
-        ),
+        fix=Fix.safe(title, overrides),
     )
 
 

@@ -28,12 +28,8 @@ for x, y in loader:
 ```
 
 Use instead:
-```python
-# what the experiments verified, for example bf16 autocast:
-with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
-    loss = loss_fn(model(x), y)
-loss.backward()
-optimizer.step()
+```fix
+{"autocast": "bfloat16"}
 ```
 
 ## Fix safety

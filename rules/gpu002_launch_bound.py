@@ -22,10 +22,8 @@ for x, y in loader:
 ```
 
 Use instead:
-```python
-model = torch.compile(MyModel().cuda())   # or mode="reduce-overhead" for CUDA graphs
-for x, y in loader:
-    loss = loss_fn(model(x), y)
+```fix
+{"compile": true}
 ```
 
 ## Fix safety
@@ -101,7 +99,5 @@ def check(profile, *, max_busy_frac: float = 0.6, min_kernels_per_step: int = 50
         fix=Fix.unsafe(
             "Fuse kernels with torch.compile (or capture CUDA graphs)",
             {"compile": True},
-            snippet=('model = torch.compile(model)  # fuses elementwise ops into fewer kernels\n'
-                     '# static shapes: torch.compile(model, mode="reduce-overhead") replays CUDA graphs'),
         ),
     )

@@ -19,9 +19,8 @@ model = torchvision.models.resnet50().cuda()
 ```
 
 Use instead:
-```python
-torch.backends.cudnn.benchmark = True
-model = torchvision.models.resnet50().cuda()
+```fix
+{"cudnn_benchmark": true}
 ```
 
 ## Fix safety
@@ -84,6 +83,5 @@ def check(profile, *, min_conv_kernel_frac: float = 0.1) -> Iterator[Finding]:
         fix=Fix.safe(
             "Enable cudnn.benchmark",
             {"cudnn_benchmark": True},
-            snippet="torch.backends.cudnn.benchmark = True  # input shapes are fixed",
         ),
     )

@@ -146,8 +146,7 @@ def _batch_fix(profile, scale: int) -> Fix:
     if "dataloaders" in observed and not observed["dataloaders"]:  # a probed run (not a bare trace) without one
         return Fix.manual(f"Build {scale}x larger batches where the script makes them (and scale the learning rate)",
                           f"batch_size = {scale} * batch_size  # where the loop slices or generates its batches\n{lr}")
-    return Fix.unsafe(f"Try a {scale}x larger batch (and scale the learning rate)", {"batch_size_scale": scale},
-                      snippet=f"loader = DataLoader(dataset, batch_size={scale} * batch_size, ...)\n{lr}")
+    return Fix.unsafe(f"Try a {scale}x larger batch (and scale the learning rate)", {"batch_size_scale": scale})
 
 
 def _predicted(peak: float, fixed: float, scale: float) -> float:

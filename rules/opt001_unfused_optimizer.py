@@ -17,8 +17,8 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=False)
 ```
 
 Use instead:
-```python
-optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+```fix
+{"optimizer": {"fused": true}}
 ```
 
 ## Fix safety
@@ -88,7 +88,6 @@ def check(profile, *, min_launches_per_step: int = 50, min_optimizer_frac: float
             fix=Fix.safe(
                 f"Build {cls} with {'fused' if use_fused else 'foreach'}=True",
                 {"optimizer": kw},
-                snippet=f"optimizer = torch.optim.{cls}(model.parameters(), ..., {'fused' if use_fused else 'foreach'}=True)",
             ),
         )
         return  # one finding per run: the overrides apply to every optimizer

@@ -25,8 +25,8 @@ for p in model.parameters():
 ```
 
 Use instead:
-```python
-optimizer.zero_grad()  # set_to_none=True
+```fix
+{"zero_grad_set_to_none": true}
 ```
 
 ## Fix safety

@@ -25,12 +25,13 @@ for x, y in loader:
 ```
 
 Use instead:
-```python
-torch.set_float32_matmul_precision("high")  # TF32 on compute capability >= 8.0
-for x, y in loader:
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = loss_fn(model(x), y)
-    loss.backward()
+```fix
+{"float32_matmul_precision": "high"}
+```
+
+On a CPU with native bf16, an AMD GPU, or where TF32 is already on:
+```fix
+{"autocast": "bfloat16"}
 ```
 
 ## Fix safety

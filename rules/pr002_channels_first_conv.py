@@ -19,11 +19,8 @@ with torch.autocast("cuda", dtype=torch.bfloat16):
 ```
 
 Use instead:
-```python
-model = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
-images = images.to(memory_format=torch.channels_last)
-with torch.autocast("cuda", dtype=torch.bfloat16):
-    loss = loss_fn(model(images), labels)
+```fix
+{"channels_last": true}
 ```
 
 ## Fix safety
@@ -87,7 +84,5 @@ def check(profile, *, min_transpose_frac: float = 0.03) -> Iterator[Finding]:
         fix=Fix.safe(
             "Use the channels_last memory format for the model and its inputs",
             {"channels_last": True},
-            snippet=("model = model.to(memory_format=torch.channels_last)\n"
-                     "images = images.to(device, memory_format=torch.channels_last, non_blocking=True)"),
         ),
     )

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable
 
 from advisor.interrupt import Interrupted
 from advisor.model import Finding, Fix  # noqa: F401  (rules and plugins import them from here)
+from advisor.overrides import expand_fix_blocks
 
 STATUSES = ("stable", "preview", "deprecated", "removed")
 REQUIRED_SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Fix safety", "## Options")
@@ -126,7 +127,7 @@ def rule(*, code: str, name: str, status: str = "stable") -> Callable[[Callable]
 
     def wrap(func: Callable) -> Rule:
         module = sys.modules.get(func.__module__)
-        doc = inspect.cleandoc((module.__doc__ if module else None) or func.__doc__ or "")
+        doc = expand_fix_blocks(inspect.cleandoc((module.__doc__ if module else None) or func.__doc__ or ""))
         options = tuple(
             Option(p.name, p.default)
             for p in inspect.signature(func).parameters.values()

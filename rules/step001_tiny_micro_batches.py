@@ -23,9 +23,8 @@ for i, (x, y) in enumerate(loader):
 ```
 
 Use instead:
-```python
-loader = DataLoader(dataset, batch_size=16)
-accum = 2                                   # same effective batch 32
+```fix
+{"batch_size_scale": 2}
 ```
 
 ## Fix safety
@@ -86,10 +85,9 @@ def check(profile, *, min_micro_batches: int = 4, max_micro_batch: int = 8) -> I
             "suggested_batch_scale": scale,
         },
         fix=Fix.unsafe(
-            f"Use {scale}x larger micro-batches and {scale}x fewer accumulation steps",
+            f"Use {scale}x larger micro-batches and {scale}x fewer accumulation steps "
+            f"(accum_steps = {int(k) // scale}, was {int(k)}: the effective batch stays {int(samples)})",
             {"batch_size_scale": scale},
-            snippet=(f"loader = DataLoader(dataset, batch_size={micro * scale}, ...)\n"
-                     f"accum_steps = {int(k) // scale}  # was {int(k)}: the effective batch stays {int(samples)}"),
         ),
     )
 
