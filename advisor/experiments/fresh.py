@@ -22,6 +22,7 @@ from ..interrupt import Interrupted, StopRequest, describe
 from ..model import Applicability, Experiment, Finding, Recommendation, Verdict
 from ..probe.runner import ProbeConfig, run_probe
 from ..profile import Profile
+from ..rundir import make_subdir
 from . import judge
 from .judge import ExperimentResults, Measurement, by_samples
 from .plan import Candidate, candidates_from, say_why_untried, sweep_points
@@ -64,7 +65,8 @@ class Runner:
     def __init__(self, base: ProbeConfig, root: Path, progress: Progress | None, budget: Budget,
                  stop: StopRequest | None = None):
         self.base = base
-        self.root = root
+        self.root = root  # the pipeline's make_subdir(run dir, "experiments"): checked there
+        root.mkdir(parents=True, exist_ok=True)
         self.progress = progress or Progress()
         self.budget = budget
         self.stop = stop
@@ -78,7 +80,8 @@ class Runner:
         if self.stop:  # asked to stop between two runs: start no other
             raise Interrupted(self.stop.signum)
         self.counter += 1
-        run_dir = self.root / f"{self.counter:02d}-{_slug(label) or 'baseline'}"
+        # made here, not by the child: a symlink planted under the run dir while it runs is refused
+        run_dir = make_subdir(self.root, f"{self.counter:02d}-{_slug(label) or 'baseline'}")
         # A fresh child is a plain run: it must not wait for an arms plan after its window.
         config = replace(self.base, out=run_dir, overrides=overrides, profile_steps=0, arms=False)
         run = run_probe(config, self.progress, self.stop)
