@@ -133,6 +133,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-neighbour", action="store_true", help="run without the CPU-burning neighbour")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log", type=Path, default=None, help="append each trial's outcome here (JSON lines) as it ends")
     parser.add_argument("workload", nargs="*", default=["--step-ms", "0", "--width", "4096", "--batch-size", "512"],
                         help="after --: the workload's own arguments")
     args = parser.parse_args()
@@ -148,6 +149,9 @@ def main() -> None:
             for i, pct in enumerate(plan):
                 row = trial(Path(tmp), f"t{i:03d}", 1 + pct / 100, args, saved)
                 saved = row.pop("first_base")
+                if args.log is not None:
+                    with open(args.log, "a", encoding="utf-8") as fh:
+                        fh.write(json.dumps(row) + "\n")
                 if row.get("error"):
                     errors += 1
                     continue
