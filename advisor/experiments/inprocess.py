@@ -15,7 +15,6 @@ Every verdict comes from :mod:`advisor.experiments.judge`.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ import pandas as pd
 from .. import overrides as vocabulary
 from ..atomic import write_json_atomic
 from ..model import Experiment, Finding, Recommendation, Verdict
+from ..probe.protocol import Phase, read_lines
 from ..rundir import names
 from . import judge
 from .judge import Measurement
@@ -62,28 +62,14 @@ def read_round(out: Path, rank_suffix: str, round_no: int, arms: dict | None = N
     from `arms` (the runner's copy, ProbeRun.arms) once it has ended."""
     if arms is None:
         files = names(rank_suffix)
-        arms = {"steps": _lines(out / files.steps_jsonl), "windows": _lines(out / files.arms_jsonl)}
+        arms = {"steps": read_lines(out / files.steps_jsonl)[0], "windows": read_lines(out / files.arms_jsonl)[0]}
     steps: dict[int, list[dict]] = {}
     for record in arms.get("steps") or []:
-        if record.get("phase") == "arm" and record.get("round") == round_no and not record.get("warm"):
+        if record.get("phase") == Phase.ARM and record.get("round") == round_no and not record.get("warm"):
             steps.setdefault(int(record["window"]), []).append(record)
     windows = sorted((w for w in arms.get("windows") or [] if w.get("round") == round_no), key=lambda w: w["window"])
     frames = {k: pd.DataFrame(rows).assign(profiled=False) for k, rows in steps.items()}
     return RoundResult(windows, frames)
-
-
-def _lines(path: Path) -> list[dict]:
-    try:
-        text = path.read_text()
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # a line being written
-    return out
 
 
 @dataclass
@@ -111,6 +97,7 @@ class ArmsSession:
     rounds: int = 0
     time_budget_s: float = 900.0  # the arms' deadline, counted from the window's end (the runner's)
     plan_suffixes: list[str] = field(default_factory=list)  # the ranks that run each plan (default: rank_suffix's)
+    publish: Callable[[dict], None] | None = None  # a job a launcher started: the plan to every rank (probe/job_link.py)
     _windows: list[Window] = field(default_factory=list)  # the plan running now
     _shown: tuple[int, int] | None = None  # (round, window) the progress line names
     _started: float | None = None
@@ -148,6 +135,8 @@ class ArmsSession:
         plan = {"round": round_no, "windows": [w.to_dict() for w in windows]}
         for suffix in self.plan_suffixes or [self.rank_suffix]:  # every rank of a job: the same plan
             write_json_atomic(self.out / f"plan{suffix}.json", plan)
+        if self.publish is not None:
+            self.publish(plan)
 
     def on_arm_step(self, record: dict) -> None:
         """The child ran a step of window k: say which window and arm run, and the time left."""

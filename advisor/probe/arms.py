@@ -25,6 +25,7 @@ from typing import Any, Callable
 import torch
 
 from .clock import ProbeDone
+from .protocol import Phase, write_line
 from .memory import WindowPeak, persistent_bytes, rss_high_water, tensor_bytes
 from .switches import Switches
 
@@ -64,15 +65,11 @@ class Arms:
 
     # protocol --------------------------------------------------------------------------------
 
-    def _line(self, record: dict) -> None:
-        self.sink.write(json.dumps(record) + "\n")
-        self.sink.flush()
-
     def window_done(self) -> bool:
         """The profiled window ended: report it, then wait for a plan. True: arms run from here."""
         self.started = True
         self.write_probe()
-        self._line({"phase": "window-done"})
+        write_line(self.sink, {"phase": Phase.WINDOW_DONE})
         return self._next_plan()
 
     def _wait_plan(self) -> dict | None:
@@ -106,7 +103,7 @@ class Arms:
         while True:
             self.k += 1
             if self.k >= len(self.windows):
-                self._line({"phase": "plan-done", "round": self.round})
+                write_line(self.sink, {"phase": Phase.PLAN_DONE, "round": self.round})
                 return self._next_plan()
             if self._begin(self.windows[self.k]):
                 return True
@@ -164,7 +161,7 @@ class Arms:
         except Exception:  # noqa: BLE001 - a loss we cannot read is just unknown
             value = None
         window = self.windows[self.k]
-        self._line({"phase": "arm", "round": self.round, "window": self.k, "arm": window.get("arm"),
+        write_line(self.sink, {"phase": Phase.ARM, "round": self.round, "window": self.k, "arm": window.get("arm"),
                     "warm": self.i < self.warmup, "index": self.i - self.warmup if self.i >= self.warmup else self.i,
                     **record, "loss": value})
         self.i += 1
@@ -213,7 +210,7 @@ class Arms:
             except Exception:  # noqa: BLE001 - the run ends anyway
                 pass
             self._write_arm()
-        self._line({"phase": "plan-done", "round": self.round, "error": error})
+        write_line(self.sink, {"phase": Phase.PLAN_DONE, "round": self.round, "error": error})
         self.windows, self.k = [], 0
         raise ProbeDone()
 

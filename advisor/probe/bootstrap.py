@@ -36,6 +36,7 @@ from .env import collect_env, memory_stats
 from .hooks import Observed, install
 from .memory import WindowPeak, account, persistent_bytes, rss_bytes, tensor_bytes
 from .overrides import OverrideError, apply as apply_overrides
+from .protocol import Phase
 from .sources import SourceCapture
 from .trace_export import TraceLost, export_trace
 
@@ -277,7 +278,7 @@ def probe(config: dict, target: Callable[[], object]) -> int:
     arms = None
     if config.get("arms"):
         def window_done_probe() -> None:
-            finish({"status": "done", "error": None, "traceback": None, "phase": "window-done"})
+            finish({"status": "done", "error": None, "traceback": None, "phase": Phase.WINDOW_DONE})
 
         arms = Arms(out, names, sink, float(config.get("plan_timeout_s", 600.0)), window_done_probe, observed)
         arms.install()  # before the hooks: their DataLoader timing wraps the arms' substitute loaders

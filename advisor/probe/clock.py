@@ -16,11 +16,12 @@ a few dict updates and one line of buffered JSON per step: nothing that syncs th
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from .protocol import Phase, write_line
 
 SOURCES = ("backward", "dataloader", "optimizer", "explicit")
 _RANK = {name: i for i, name in enumerate(SOURCES)}
@@ -106,15 +107,15 @@ class StepClock:
         """(phase, measured index) of step `n` (step 0 = start-up)."""
         index = n - 1 - self.warmup
         if n == 0:
-            return "startup", index
+            return Phase.STARTUP, index
         if index < 0:
-            return "warmup", index
+            return Phase.WARMUP, index
         unprofiled = self.steps - self.profile_steps
         if self.profile_steps and index == unprofiled:
-            return "profiler-warmup", -1
+            return Phase.PROFILER_WARMUP, -1
         if self.profile_steps and index > unprofiled:
             index -= 1
-        return "measure", index
+        return Phase.MEASURE, index
 
     def _owns(self, source: str) -> bool:
         """Adopt `source` if it outranks the current one; say whether it drives the clock."""
@@ -211,13 +212,12 @@ class StepClock:
             "source": self.source,
             "warmup": self.warmup,
         }
-        self.sink.write(json.dumps(record) + "\n")
-        self.sink.flush()
+        write_line(self.sink, record)
         # (A DataLoader-driven start-up step ends at the first batch, so it never has one.)
         if record["samples"] is None and not self._asked_batch and (n > 0 or self.source != "dataloader"):
             self._asked_batch = True
             self.on_unknown_batch()
-        if phase == "measure":
+        if phase == Phase.MEASURE:
             self.measured.append(record)
             self.losses.append(acc.loss)
         self._acc = carry or StepAccumulator()

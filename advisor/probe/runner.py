@@ -30,6 +30,8 @@ from advisor.atomic import open_nofollow, write_json_atomic, write_text_atomic
 from advisor.interrupt import StopRequest, describe
 from advisor.rundir import rank_suffix
 from .entry import BOOTSTRAP
+from .job_link import JobLink
+from .protocol import WINDOW_PHASES, Phase, read_lines
 from .sampler import Sampler
 from .tree import ProcessTree
 
@@ -38,7 +40,6 @@ ATEXIT_S = 5.0  # how long the script's atexit handlers may run once it was stop
 HELPERS_GRACE_S = 5.0  # processes that escaped the script's group: SIGTERM, then SIGKILL after this
 
 
-_WINDOW_PHASES = ("startup", "warmup", "profiler-warmup", "measure")  # the profiled run's own step lines
 
 
 class Progress(Protocol):
@@ -95,18 +96,6 @@ def job_suffix(config: ProbeConfig) -> str:
     return ".rank0" if config.nproc > 1 else rank_suffix()
 
 
-def _read_new_lines(path: Path, offset: int) -> tuple[list[dict], int]:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            chunk = f.read()
-    except FileNotFoundError:
-        return [], offset
-    end = chunk.rfind(b"\n") + 1  # only whole lines; the rest is read next time
-    lines = [json.loads(line) for line in chunk[:end].splitlines() if line.strip()]
-    return lines, offset + end
-
-
 def _kill_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -116,7 +105,7 @@ def _kill_group(pgid: int, sig: int) -> None:
 
 def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopRequest | None = None,
               on_window_done: Callable[[int, list[str]], None] | None = None,
-              on_arm_step: Callable[[dict], None] | None = None) -> ProbeRun:
+              on_arm_step: Callable[[dict], None] | None = None, link: JobLink | None = None) -> ProbeRun:
     """Run the script under the probe until its window ends, it exits, time runs out, or `stop` is set.
 
     With ``config.arms`` the child waits after the window for plan files: `on_window_done` is
@@ -124,6 +113,9 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     (it writes the next plan), and the rank suffixes that run it (the first is the one whose steps
     are judged: rank 0's in a job); from the "window-done" line on, the deadline is
     ``config.arms_timeout_s`` from then. In a job, round N + 1 waits until every rank ended round N.
+
+    `link`: this rank's tie to the other ranks of a job a launcher started (torchrun, srun): their
+    plans come from rank 0 over the job's channel, and rank 0 waits for every rank's round end.
 
     `stop` (the command's recorded signals) is polled: the first signal stops the script
     politely, a second kills it. Without one, Ctrl-C's KeyboardInterrupt does the same.
@@ -206,40 +198,52 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
                 if may_spawn and not spawned and (spawned := _spawned_ranks(out)) and spawned[0] == 0:
                     # The script started ranks of its own: rank 0's steps are the job's from now on.
                     names, suffix, offset = _job_names(".rank0"), ".rank0", 0
-                records, offset = _read_new_lines(out / names.steps_jsonl, offset)
-                window += [r for r in records if r["phase"] == "measure"]
+                records, offset = read_lines(out / names.steps_jsonl, offset)
+                window += [r for r in records if r["phase"] == Phase.MEASURE]
                 for record in records:
-                    if record["phase"] == "arm" and on_arm_step is not None:
+                    if link is not None and record["phase"] in (Phase.WINDOW_DONE, Phase.PLAN_DONE):
+                        link.line(record)
+                    if record["phase"] == Phase.ARM and on_arm_step is not None:
                         on_arm_step(record)
-                    if record["phase"] == "plan-done" and record.get("error"):
-                        job.failed = job.failed or f"rank 0: {record['error']}"
-                    if record["phase"] in ("window-done", "plan-done"):
-                        if record["phase"] == "window-done":
+                    if record["phase"] == Phase.PLAN_DONE and record.get("error"):
+                        job.failed = job.failed or f"rank {link.job.rank if link else 0}: {record['error']}"
+                    if record["phase"] in (Phase.WINDOW_DONE, Phase.PLAN_DONE):
+                        if record["phase"] == Phase.WINDOW_DONE:
                             deadline = time.monotonic() + config.arms_timeout_s
                             # the parent's rules read the window as a run dir: its steps and samples so far
                             probe_now = _load_probe(out / names.probe_json)
                             _write_steps_csv(out / names.steps_csv, window, probe_now.get("losses") or [])
                             sampler.write_csv(out / names.samples_csv)
-                        if record["phase"] == "window-done" and may_spawn and config.arms and (now := _spawned_ranks(out)):
+                        if record["phase"] == Phase.WINDOW_DONE and may_spawn and config.arms and (now := _spawned_ranks(out)):
                             job = _JobArms(suffix, [r for r in now if r != 0])  # ranks the script started run the plans too
                         if on_window_done is not None:  # round 0 after the window, N + 1 after round N
-                            next_round = 0 if record["phase"] == "window-done" else int(record.get("round") or 0) + 1
+                            next_round = 0 if record["phase"] == Phase.WINDOW_DONE else int(record.get("round") or 0) + 1
                 job.poll(out)
-                if next_round is not None and job.ended(next_round - 1):
+                if link is not None:
+                    link.poll()
+                    job.failed = job.failed or link.failed
+                if next_round is not None and job.ended(next_round - 1) and (link is None or link.ended(next_round - 1)):
                     on_window_done(next_round, job.suffixes)
                     next_round = None
-                if job.failed and job.others and stop_sent_at is None:
+                if job.failed and (job.others or link) and stop_sent_at is None:
                     # one rank's arm raised (out of memory, say): the others would wait for it in a collective
                     notes.append(f"the in-process experiments ended early, {job.failed}; the other ranks were stopped")
                     for files in (names, *job.others.values()):
                         (out / files.stop).touch()
+                    if link is not None:
+                        link.stop_job()
                     stop_sent_at = time.monotonic()
                     _kill_group(child.pid, signal.SIGINT)
-                records = [r for r in records if r["phase"] in _WINDOW_PHASES]
+                if link is not None and link.stop_asked and stop_sent_at is None:  # rank 0 stopped the job's arms
+                    job.failed = "rank 0 stopped the job's arms"
+                    (out / names.stop).touch()
+                    stop_sent_at = time.monotonic()
+                    _kill_group(child.pid, signal.SIGINT)
+                records = [r for r in records if r["phase"] in WINDOW_PHASES]
                 if progress is not None and records:
                     last = records[-1]
-                    if last["phase"] == "measure":
-                        progress.update("measure", last["index"] + 1, config.steps)
+                    if last["phase"] == Phase.MEASURE:
+                        progress.update(Phase.MEASURE, last["index"] + 1, config.steps)
                     else:
                         progress.update("warmup", last["index"] + last["warmup"] + 1, last["warmup"])
                 if rc is not None:
@@ -302,11 +306,11 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     probe = _load_probe(out / names.probe_json)
     if parent and parent.get("status") == "failed" and probe.get("status") in ("done", "finished"):
         probe.update(status="failed", error=parent.get("error"), traceback=parent.get("traceback"))
-    records, _ = _read_new_lines(out / names.steps_jsonl, 0)
-    arm_windows, _ = _read_new_lines(out / names.arms_jsonl, 0)
-    arms = {"steps": [r for r in records if r["phase"] == "arm"], "windows": arm_windows}
-    records = [r for r in records if r["phase"] in _WINDOW_PHASES]  # not the arms' lines
-    measured = [r for r in records if r["phase"] == "measure"]
+    records, _ = read_lines(out / names.steps_jsonl, 0)
+    arm_windows, _ = read_lines(out / names.arms_jsonl, 0)
+    arms = {"steps": [r for r in records if r["phase"] == Phase.ARM], "windows": arm_windows}
+    records = [r for r in records if r["phase"] in WINDOW_PHASES]  # not the arms' lines
+    measured = [r for r in records if r["phase"] == Phase.MEASURE]
     # A child killed at the deadline never wrote probe.json: its step lines still tell.
     probe.setdefault("boundaries", len(records))
     probe.setdefault("measured_steps", len(measured))
@@ -317,7 +321,9 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     for name in (names.steps_jsonl, names.arms_jsonl, names.plan, names.stop):  # the exchange with the child
         (out / name).unlink(missing_ok=True)
 
-    if job.failed and job.others and not (interrupted or timed_out) and len(measured) >= config.steps:
+    if link is not None:
+        notes.extend(link.notes)
+    if job.failed and (job.others or link) and not (interrupted or timed_out) and len(measured) >= config.steps:
         # the ranks were stopped after their window, by advise: the window and the arms measured stand
         probe.update(status="done", error=None, traceback=None)
         ranks = [dict(r, status="done", error=None, traceback=None) if r["status"] in ("interrupted", "died") else r
@@ -353,8 +359,8 @@ class _JobArms:
 
     def poll(self, out: Path) -> None:
         for r, files in self.others.items():
-            lines, self._offsets[r] = _read_new_lines(out / files.steps_jsonl, self._offsets[r])
-            for line in (x for x in lines if x["phase"] == "plan-done"):
+            lines, self._offsets[r] = read_lines(out / files.steps_jsonl, self._offsets[r])
+            for line in (x for x in lines if x["phase"] == Phase.PLAN_DONE):
                 self._ended[r] = max(self._ended[r], int(line.get("round") or 0))
                 if line.get("error"):
                     self.failed = self.failed or f"rank {r}: {line['error']}"
@@ -394,9 +400,9 @@ def _rank_account(out: Path, rank: int, files: rundir.RunFiles | None = None) ->
     files when they are not .rankN's: the script's own process, as rank 0)."""
     files = files or rundir.names(f".rank{rank}")
     probe = _load_probe(out / files.probe_json)
-    records, _ = _read_new_lines(out / files.steps_jsonl, 0)
-    measured = [r for r in records if r["phase"] == "measure"]
-    arm_windows, _ = _read_new_lines(out / files.arms_jsonl, 0)
+    records, _ = read_lines(out / files.steps_jsonl, 0)
+    measured = [r for r in records if r["phase"] == Phase.MEASURE]
+    arm_windows, _ = read_lines(out / files.arms_jsonl, 0)
     if rank:  # rank 0's are written with the job's
         _write_steps_csv(out / files.steps_csv, measured, probe.get("losses") or [])
         for name in (files.steps_jsonl, files.arms_jsonl, files.plan, files.stop):

@@ -35,7 +35,8 @@ class TraceLost(Exception):
 
 
 def export_trace(prof, trace_path: Path) -> None:
-    """Export `prof`'s trace to `trace_path` (``.json.gz``), checked; :class:`TraceLost` or an OSError."""
+    """Export `prof`'s trace to `trace_path` (gzipped when it ends in ``.gz``), checked; :class:`TraceLost`
+    or an OSError."""
     raw = trace_path.with_name(f".tmp-{trace_path.name}.export.json")  # a run dir scratch name (rundir.SCRATCH)
     partial = raw.with_name(raw.name + ".tmp")  # Kineto's own temp name: left behind when its write failed
     try:
@@ -44,7 +45,7 @@ def export_trace(prof, trace_path: Path) -> None:
         for path in (raw, partial):
             path.unlink(missing_ok=True)
         data = _parsed(data, raw.parent)
-        write_bytes_atomic(trace_path, gzip.compress(data, compresslevel=6))
+        write_bytes_atomic(trace_path, gzip.compress(data, compresslevel=6) if trace_path.suffix == ".gz" else data)
     finally:
         for path in (raw, partial):
             path.unlink(missing_ok=True)
