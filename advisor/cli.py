@@ -180,9 +180,9 @@ def profile(script, script_args, module, nproc, steps, warmup, profile_steps, ou
 
 
 def _under_a_launcher() -> bool:
-    import os
+    from .job import detect
 
-    return int(os.environ.get("WORLD_SIZE") or 1) > 1
+    return detect().multi
 
 
 LAUNCHERS = {"torchrun", "torch.distributed.run", "torch.distributed.launch"}
@@ -334,6 +334,8 @@ def report_command(run_dir, fmt):
     from advisor.report import ReportError, load_report
 
     path = Path(run_dir) / "report.json" if Path(run_dir).is_dir() else Path(run_dir)
+    if Path(run_dir).is_dir() and not path.exists():
+        _report_from_traces(Path(run_dir))
     try:
         report = load_report(path)
     except ReportError as exc:
@@ -352,8 +354,8 @@ def report_command(run_dir, fmt):
     from advisor.reports import html, markdown, ruledoc
     from advisor.trace import TraceError
 
-    profile = Profile.from_run_dir(path.parent)
     trace = (report.get("artifacts") or {}).get("trace")
+    profile = Profile.from_run_dir(path.parent, _rank_of_trace(trace))
     if profile.trace is None and trace and Path(trace).is_absolute() and Path(trace).is_file():
         try:  # `advise analyze --out`: the trace stays where the user keeps it
             profile = Profile.from_trace(trace)
@@ -375,6 +377,30 @@ def report_command(run_dir, fmt):
     except OSError as exc:
         fail(f"cannot write the report into {path.parent}: {exc.strerror or exc}")
     sys.exit(0)
+
+
+def _report_from_traces(run_dir: Path) -> None:
+    """A run dir without report.json but with traces (one node's part of a job: the job's report is
+    on rank 0's node; or a report removed): its ranks analysed together become its report.json."""
+    from .pipeline import analyze_traces
+    from .trace_prefetch import trace_files
+
+    try:
+        traces = trace_files([run_dir])
+    except ValueError:
+        return  # load_report says what is missing
+    click.echo(f"advise: {run_dir} has no report.json; analysing its {len(traces)} trace"
+               f"{'s' if len(traces) > 1 else ''} into one", err=True)
+    with run_dir_errors(run_dir):
+        analyze_traces([run_dir], as_json=False, out=run_dir, quiet=True)
+
+
+def _rank_of_trace(trace) -> str:
+    """The rank suffix of a run dir's trace named in its report (``trace.rank0.json.gz``: '.rank0')."""
+    import re
+
+    found = re.fullmatch(r"trace(\.rank\d+)?\.json(\.gz)?", trace) if isinstance(trace, str) else None
+    return (found.group(1) or "") if found else ""
 
 
 @main.command("rules")

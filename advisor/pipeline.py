@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,12 +24,15 @@ from .cli_exit import DISK_ERRNOS, EXIT_USAGE, STATUS_EXIT, fail, writing_error
 from .interrupt import StopRequest, deferred, describe
 from .model import Finding, rank, settle_severity, split_screened
 from .profile import Profile
+from .job import detect as detect_job
+from .model import Verdict
 from .rundir import rank_suffix
 from .trace import TraceError
 
 if TYPE_CHECKING:  # `advise analyze` and `compare` never run a script: the probe and experiments load on use
     from .experiments.judge import ExperimentResults
     from .experiments.inprocess import ArmsSession
+    from .probe.job_link import JobLink
     from .probe.runner import ProbeConfig
 
 
@@ -90,8 +93,12 @@ class ExperimentOptions:
     confirm: bool = False  # also measure the in-process recommendation in fresh runs (B R B R B)
 
 
-def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_settings) -> ArmsSession:
-    """The parent's side of the in-process experiments: the rules run on the live window's Profile."""
+def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_settings, link: JobLink | None = None,
+                  stop: StopRequest | None = None) -> ArmsSession:
+    """The parent's side of the in-process experiments: the rules run on the live window's Profile.
+
+    `link`: rank 0 of a job a launcher started: the plan goes to every rank, and the rules read
+    every rank's window (their summaries, :func:`_merge_windows`)."""
     from .experiments.inprocess import ArmsSession
     from .probe.runner import job_suffix
 
@@ -100,6 +107,8 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
 
     def diagnose():  # the window of the rank whose steps are judged (the runner names it: rank 0's in a job)
         profile = Profile.from_run_dir(out, session.rank_suffix)
+        if link is not None:
+            session.notes.extend(_merge_windows(profile, link, stop))
         if len(session.plan_suffixes) > 1:  # the job's ranks share this node's cores (spawned ranks do not say so)
             profile.env["local_world_size"] = profile.env.get("local_world_size") or len(session.plan_suffixes)
         findings, warnings = _diagnose(profile, rule_settings, screen=True)
@@ -112,8 +121,189 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
     session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
                           max_experiments=experiments.max_experiments, window_steps=max(5, config.steps // 2),
                           time_budget_s=config.arms_timeout_s,
-                          io_like=io_like)
+                          io_like=io_like, publish=link.publish_plan if link is not None else None)
     return session
+
+
+# --- a job a launcher started (torchrun, srun): rank 0 writes the job's report ---------------------
+
+WINDOW_WAIT_S = 60.0  # rank 0's rules wait this long for the other ranks' windows before planning alone
+FINAL_WAIT_S = 60.0   # rank 0 waits this long (after its own run) for the other ranks' summaries ...
+STOPPED_WAIT_S = 5.0  # ... or this long once the job is being stopped (the launcher kills it soon after)
+
+
+def _job_wait(default: float) -> float:
+    """ADVISE_JOB_WAIT_S bounds both waits (a job whose ranks end far apart, or a test)."""
+    try:
+        return float(os.environ.get("ADVISE_JOB_WAIT_S") or default)
+    except ValueError:
+        return default
+
+
+def _merge_windows(profile: Profile, link: JobLink, stop: StopRequest | None) -> list[str]:
+    """Rank 0's window joined by the other ranks' (their summaries): the cross-rank rules read the job."""
+    from .job_channel import ChannelError, wait_for
+    from .rank_summary import to_profile
+
+    keys = [f"window/{r}" for r in link.others]
+    wait = _job_wait(WINDOW_WAIT_S)
+    try:
+        found = wait_for(link.channel, keys, time.monotonic() + wait, stop)
+    except ChannelError as exc:
+        return [f"the rules read rank 0's window alone: {exc}"]
+    windows = [found[k] for k in keys if k in found and "steps" in found[k]]
+    profile.ranks = [profile] + [to_profile(w) for w in windows]
+    missing = [r for r, k in zip(link.others, keys) if k not in found or "steps" not in found[k]]
+    return [f"the rules read the job without rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}: "
+            f"no window summary within {wait:.0f} s"] if missing else []
+
+
+def _job_link(job, out: Path) -> JobLink:
+    """This rank's tie to the rest of its job, over the job's channel (:mod:`advisor.job_channel`)."""
+    from .job_channel import ChannelError, DirChannel, open_channel
+    from .probe.job_link import JobLink
+
+    try:
+        channel = open_channel(job, out)
+    except ChannelError as exc:  # rank 0 could not serve its store (the port is taken): files, on one node
+        click.echo(f"advise: warning: {exc}; the ranks meet in the run dir instead (ADVISE_JOB_PORT picks a free port)",
+                   err=True)
+        channel = DirChannel(out, (job.job_id or "job") + ".")
+
+    def window() -> dict:  # this rank's window, for rank 0's rules
+        from .rank_summary import summarize
+
+        return summarize(Profile.from_run_dir(out, job.suffix), {"status": "window"}, job.rank, job.node)
+
+    return JobLink(channel, job, out, rundir.names(job.suffix), on_window=window)
+
+
+def _no_fresh_runs(findings: list[Finding], fresh) -> None:
+    """A job a launcher started: a fix only a fresh run can switch stays unmeasured (one rank re-run
+    alone would wait for the others in its first collective)."""
+    for candidate in fresh or []:
+        finding = findings[candidate.finding_index]
+        if finding.experiment is None or finding.experiment.verdict == Verdict.NOT_MEASURED:
+            from .model import Experiment
+
+            finding.experiment = Experiment.not_measured(
+                "only a fresh run can switch it, and a fresh run of one rank needs the job's other ranks: "
+                "apply it and profile the job again")
+
+
+def _own_account(run, out: Path) -> dict:
+    """This rank's account, as the runner gives one for each rank it launched."""
+    probe = run.probe
+    try:
+        ended_at = (out / run.files.probe_json).stat().st_mtime
+    except OSError:
+        ended_at = time.time()
+    account = {"rank": detect_job().rank, "status": probe.get("status") or "died",
+               "measured_steps": int(probe.get("measured_steps") or 0), "error": probe.get("error"),
+               "traceback": probe.get("traceback"), "ended_at": ended_at}
+    windows = run.arms.get("windows") or []
+    if windows:
+        account["arm_windows_switched"] = sum(1 for w in windows if w.get("applied"))
+    return account
+
+
+def _summarize_rank(run, profile: Profile, out: Path, job) -> dict:
+    """This rank's summary (rank_summary.summarize), also kept beside its files as summary.rankN.json."""
+    from .rank_summary import summarize
+
+    summary = summarize(profile, _own_account(run, out), job.rank, job.node, run.arms.get("windows") or [])
+    write_json_atomic(out / rundir.names(job.suffix).summary, summary)
+    return summary
+
+
+def _finish_rank(run, config: ProbeConfig, link: JobLink, out: Path, lock: rundir.RunDirLock, stop: StopRequest) -> int:
+    """A rank other than 0 of a job a launcher started: its files, its summary to rank 0, one line.
+
+    Its verdict is the job's, in rank 0's report: a rank alone would misread waiting for a
+    straggler as slow communication."""
+    from .job_channel import ChannelError
+
+    job = link.job
+    _check_run_dir_after(run, out, lock)
+    strip_log(out / run.files.log)
+    profile = Profile.from_run_dir(out, run.suffix)
+    summary = _summarize_rank(run, profile, out, job)
+    where = "rank 0's run dir"
+    try:
+        link.channel.put(f"final/{job.rank}", summary)
+    except ChannelError as exc:
+        where = f"nowhere: {exc}"
+    status = run.status
+    click.echo(f"advise: {job.describe()}: {status}, {run.probe.get('measured_steps', 0)} measured steps; its files are "
+               f"in {out}, its summary went to {where} (the job's report is rank 0's)", err=True)
+    if status == "failed" and run.probe.get("traceback"):
+        click.echo(run.probe["traceback"].rstrip(), err=True)
+    signum = stop.signum or run.signal
+    return report_mod.signal_exit(signum) if signum else STATUS_EXIT[status]
+
+
+def _merge_job(profile: Profile, run, link: JobLink, out: Path, stop: StopRequest) -> dict:
+    """Rank 0 of a job a launcher started: wait (bounded) for every other rank's summary and give the
+    cross-rank rules the job. Returns report.json's `ranks` (rows), `warnings`, the rank that failed
+    first (`first`, `then`), the job's `hta` breakdown and the arms the ranks did not all switch (`disagree`)."""
+    from .job_channel import ChannelError, wait_for
+    from .rank_summary import missing_row, rank_row, to_profile
+
+    job = link.job
+    own = _summarize_rank(run, profile, out, job)
+    keys = [f"final/{r}" for r in link.others]
+    wait = _job_wait(STOPPED_WAIT_S if stop else FINAL_WAIT_S)
+    warnings: list[str] = []
+    try:
+        found = wait_for(link.channel, keys, time.monotonic() + wait, None if stop else stop)
+    except ChannelError as exc:
+        found = {}
+        warnings.append(f"the other ranks' summaries could not be read: {exc}")
+    summaries = [found[k] for k in keys if k in found]
+    profile.ranks = [profile] + [to_profile(s) for s in summaries]
+    rows = {0: rank_row(own)}
+    rows.update({s["rank"]: rank_row(s) for s in summaries})
+    missing = [r for r, k in zip(link.others, keys) if k not in found]
+    rows.update({r: dict(missing_row(r, wait), node=None, host=None) for r in missing})
+    if missing:
+        warnings.append(f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} sent no summary within "
+                        f"{wait:.0f} s: the cross-rank figures are of the ranks that did")
+    failed = sorted((s["account"] for s in [own, *summaries] if s["account"].get("status") not in ("done", "finished")),
+                    key=lambda a: a.get("ended_at") or float("inf"))
+    first = None
+    if failed and failed[0].get("status") == "failed":
+        first = failed[0]
+    hta = [row for s in [own, *summaries] for row in s.get("hta") or []]
+    return {"rows": [rows[r] for r in sorted(rows)], "warnings": warnings, "first": first, "then": failed[1:],
+            "hta": {"basis": temporal.BASIS, "ranks": sorted(hta, key=lambda r: r["rank"])} if hta else None,
+            "disagree": _disagreements(own, summaries)}
+
+
+def _disagreements(own: dict, summaries: list[dict]) -> dict[str, list[str]]:
+    from .rank_summary import disagreements
+
+    return disagreements(own.get("arm_windows") or [], {s["rank"]: s.get("arm_windows") or [] for s in summaries})
+
+
+def _settle_disagreements(results, arms_disagree: dict[str, list[str]], notes: list[str]) -> None:
+    """An arm the ranks did not all switch measured another configuration: its verdict does not stand."""
+    if results is None or not arms_disagree:
+        return
+    for key, ranks_said in arms_disagree.items():
+        notes.append(f"the ranks did not all switch {key}: {'; '.join(ranks_said)}; its measurement is not the fix's")
+    for finding in results.findings:
+        exp = finding.experiment
+        if exp is None or exp.measured_by != "in-process" or not exp.overrides:
+            continue
+        key = json.dumps(exp.overrides, sort_keys=True)
+        if key in arms_disagree:
+            exp.verified, exp.verdict = False, Verdict.NOT_CONFIRMED
+            exp.reason = "not switched on every rank (" + "; ".join(arms_disagree[key]) + ")"
+    rec = results.recommended
+    if rec is not None and rec.measured_by == "in-process" and any(
+            all(rec.overrides.get(k) == v for k, v in json.loads(key).items()) for key in arms_disagree):
+        notes.append("no recommendation: a fix in it was not switched on every rank")
+        results.recommended = None
 
 
 def _combine(first: ExperimentResults | None, fresh: ExperimentResults) -> ExperimentResults:
@@ -185,7 +375,11 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
     con = terminal.console(stderr=as_json)
     # In-process arms: in a job (ranks advise launched, or ranks the script started itself) every
     # rank runs the same plan and switches at the same step (see probe/runner.py, _JobArms).
-    in_process = bool(experiments and experiments.enabled and not experiments.fresh_runs)
+    # A job a launcher started (torchrun, srun: advise in every rank) has no fresh runs: one rank
+    # re-run alone would wait for the others in its first collective.
+    job = detect_job()
+    launched_by_other = job.multi and nproc <= 1
+    in_process = bool(experiments and experiments.enabled and (not experiments.fresh_runs or launched_by_other))
     config = ProbeConfig(script=script, args=script_args, module=module, nproc=nproc, out=out, warmup=warmup, steps=steps,
                          profile_steps=profile_steps, timeout_s=timeout_s, arms=in_process,
                          arms_timeout_s=experiments.time_budget_s if experiments else 900.0,
@@ -201,13 +395,20 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
              else f"cannot create the run dir {out}: {exc.strerror}")
     _take_run_dir(lock, out)
     experiments = experiments or ExperimentOptions()
-    session = _arms_session(config, experiments, rule_settings) if config.arms else None
+    link = _job_link(job, out) if launched_by_other else None
+    if link is not None and not link.leader:  # its summary goes to rank 0, which writes the job's report
+        return _finish_rank(run_probe(config, None, stop, link=link), config, link, out, lock, stop)
+    if link is not None:
+        rundir.clear_job_report(out)
+    session = _arms_session(config, experiments, rule_settings, link, stop) if config.arms else None
     shown = f"-m {script}" if module else script  # how the report and the progress name the job
     with terminal.ProbeProgress(con, f"profiling {shown}") as progress:
         if session is not None:
             session.progress = progress
         run = run_probe(config, progress, stop, on_window_done=session.on_window_done if session else None,
-                        on_arm_step=session.on_arm_step if session else None)
+                        on_arm_step=session.on_arm_step if session else None, link=link)
+        if link is not None:  # the job's report, whoever launched it
+            run.files = replace(run.files, report_json="report.json", report_html="report.html")
         _check_run_dir_after(run, out, lock)
         strip_log(out / run.files.log)  # the profiler's status lines are not the script's output
         progress.phase("analysing")
@@ -216,6 +417,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
             profile.ranks = [profile] + [Profile.from_run_dir(out, f".rank{a['rank']}") for a in run.ranks[1:]]
             for rank_profile in profile.ranks:  # ranks the script spawned share this node, as torchrun's say
                 rank_profile.env["local_world_size"] = rank_profile.env.get("local_world_size") or len(run.ranks)
+        merged = _merge_job(profile, run, link, out, stop) if link is not None else None
         results = None
         if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
             findings, rule_warnings = session.findings, session.rule_warnings
@@ -225,7 +427,9 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
             findings, rule_warnings = _diagnose(profile, rule_settings)
         # A session that never saw a window (the script's ranks, spawned by itself, ran the steps): fresh runs of the job.
         fresh = session.fresh if session is not None and session.findings else None
-        if run.status == "ok" and experiments.enabled and findings and not stop and (fresh is None or fresh):
+        if link is not None:
+            _no_fresh_runs(findings, fresh)
+        elif run.status == "ok" and experiments.enabled and findings and not stop and (fresh is None or fresh):
             try:
                 fresh_results = run_experiments(
                     findings, config, profile.steps, root=rundir.make_subdir(out, rundir.EXPERIMENTS), env=profile.env,
@@ -239,14 +443,21 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
                 rule_warnings.append("experiments interrupted (Ctrl-C): findings are unmeasured estimates")
             except Exception as exc:  # the diagnosis is still worth writing
                 rule_warnings.append(f"experiments failed: {type(exc).__name__}: {exc}")
-        if results is not None and experiments.confirm and not stop:
+        if merged is not None:
+            _settle_disagreements(results, merged["disagree"], rule_warnings)
+        if results is not None and experiments.confirm and not stop and link is None:
             _confirm(results, config, profile, out, progress, stop)
         if results is not None:
             findings, screened = split_screened([settle_severity(f) for f in results.findings])
             findings = rank(findings)
             results.screened = screened
     signum = stop.signum or run.signal or (results.interrupted if results else None)
-    status, error = run.status, run.probe.get("error")
+    status, error, tb = run.status, run.probe.get("error"), run.probe.get("traceback")
+    if merged is not None and merged["first"] is not None:  # the launcher stopped rank 0 because another rank failed
+        first = merged["first"]
+        status, signum, tb = "failed", None, first.get("traceback") or tb
+        error = f"rank {first['rank']} failed first: {first.get('error') or first['status']}" + "".join(
+            f"; then rank {a['rank']}: {(a.get('error') or a['status'])[:120]}" for a in merged["then"])
     if signum and status == "ok":  # the measurements were whole; what came after them was cut short
         cut = "; the experiments were cut short" if results else "; the experiments did not run"
         status, error = "interrupted", f"interrupted ({describe(signum)}) after the measurements" + (
@@ -258,16 +469,21 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         argv=script_args,
         started_at=started_at,
         error=error,
-        traceback=run.probe.get("traceback"),
+        traceback=tb,
         findings=findings,
         recommended=results.recommended if results else None,
-        warnings=_warnings(run, config, profile) + profile.meta.get("notes", []) + rule_warnings + (results.notes if results else []),
+        warnings=_warnings(run, config, profile) + profile.meta.get("notes", []) + rule_warnings + (results.notes if results else [])
+        + (merged["warnings"] if merged else []),
         artifacts=_artifacts(out, run.files, profile),
         extra={"fingerprint": fingerprint.collect(profile.env, script_args, load_start=load_start,
                                                   with_gpu=profile.device == "cuda"),
                "notes": run.notes, "wall_s": run.wall_s, "total_wall_s": time.monotonic() - started,
-               "experiments": results.summary() if results else None, "ranks": _ranks(run, profile)},
+               "experiments": results.summary() if results else None,
+               "ranks": merged["rows"] if merged else _ranks(run, profile),
+               **({"hta_breakdown": merged["hta"]} if merged and merged["hta"] else {})},
     )
+    if link is not None:
+        link.channel.close()
     report["artifacts"]["report_html"] = run.files.report_html
     html_path = _write_renderings(report, out, profile, con)
     if html_path is None:
@@ -430,7 +646,7 @@ def analyze_trace(path: Path, *, as_json: bool, out: Path | None, rule_settings=
                     rule_settings=rule_settings)
 
 
-def analyze_traces(paths: list[Path], *, as_json: bool, out: Path | None, rule_settings=None) -> int:
+def analyze_traces(paths: list[Path], *, as_json: bool, out: Path | None, rule_settings=None, quiet: bool = False) -> int:
     """`advise analyze` of a multi-rank job: one trace per rank (files, or folders of them), analysed together.
 
     The report's steps and single-rank findings are the lowest rank's; the cross-rank rules read
@@ -466,7 +682,8 @@ def analyze_traces(paths: list[Path], *, as_json: bool, out: Path | None, rule_s
                        for p, row in zip(profiles, per_rank.to_dict("records"))]} if len(per_rank) == len(profiles) else {}
     extra["hta_breakdown"] = temporal.for_ranks([p.trace for p in profiles])  # every rank, not the lowest's alone
     artifacts = {"trace": str(files[0].resolve()), "rank_traces": [str(f.resolve()) for f in files]}
-    return _analyze(primary, script, artifacts, as_json=as_json, out=out, rule_settings=rule_settings, extra=extra)
+    return _analyze(primary, script, artifacts, as_json=as_json, out=out, rule_settings=rule_settings, extra=extra,
+                    quiet=quiet)
 
 
 def rank_trace_files(paths: list[Path]) -> list[Path]:
@@ -509,8 +726,8 @@ def _page_tables(profile: Profile) -> dict:
 
 
 def _analyze(profile: Profile, script: str, artifacts: dict, *, as_json: bool, out: Path | None, rule_settings=None,
-             extra: dict | None = None) -> int:
-    """Rules over the Profile, report.json (with `out`), the renderings and the summary."""
+             extra: dict | None = None, quiet: bool = False) -> int:
+    """Rules over the Profile, report.json (with `out`), the renderings and (unless `quiet`) the summary."""
     warnings = profile.meta.get("notes", []) + (
         [] if len(profile.steps) else ["the trace has no ProfilerStep#N spans: per-step numbers are unavailable"])
     ahead = forked.start(_page_tables, profile) if profile.trace is not None and _small_heap() else None  # on the other core
@@ -533,9 +750,10 @@ def _analyze(profile: Profile, script: str, artifacts: dict, *, as_json: bool, o
         except Exception:  # noqa: BLE001 - the page builds its tables itself (and says what went wrong)
             pass
     con = terminal.console(stderr=as_json)
-    html_path = _write_renderings(report, out, profile, con)
-    _emit(report, con, as_json, str(out) if out else None)
-    _say_html(html_path, con, as_json)
+    html_path = _write_renderings(report, out, profile, con, summary=not quiet)
+    if not quiet:
+        _emit(report, con, as_json, str(out) if out else None)
+        _say_html(html_path, con, as_json)
     return 0
 
 

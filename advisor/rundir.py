@@ -14,16 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .atomic import NotAFile, check_replaceable
-
-
-def rank_info() -> dict:
-    """RANK / LOCAL_RANK / WORLD_SIZE as torchrun sets them (None when not distributed)."""
-    def _int(name: str) -> int | None:
-        value = os.environ.get(name)
-        return int(value) if value and value.isdigit() else None
-
-    return {"rank": _int("RANK"), "local_rank": _int("LOCAL_RANK"), "world_size": _int("WORLD_SIZE"),
-            "local_world_size": _int("LOCAL_WORLD_SIZE")}
+from .job import detect as detect_job, rank_info  # noqa: F401 - rank_info: the probe's env reads it here
 
 
 @dataclass(frozen=True)
@@ -42,6 +33,7 @@ class RunFiles:
     stop: str = "stop"  # the parent asks the arms child to finish
     arms_jsonl: str = "arms.jsonl"  # one line per arm window the child ran
     sources: str = "sources.json"  # the user's lines behind syncs, matmuls, copies and fetches (probe/sources.py)
+    summary: str = "summary.json"  # the rank's own reduction, which rank 0 merges into the job's report (advisor.rank_summary)
 
 
 def names(rank_suffix: str = "") -> RunFiles:
@@ -59,13 +51,13 @@ def names(rank_suffix: str = "") -> RunFiles:
         stop=f"stop{r}",
         arms_jsonl=f"arms{r}.jsonl",
         sources=f"sources{r}.json",
+        summary=f"summary{r}.json",
     )
 
 
 def rank_suffix() -> str:
-    """``.rank1`` for rank 1 of a multi-rank job, '' for a single process."""
-    info = rank_info()
-    return f".rank{info['rank']}" if (info["world_size"] or 1) > 1 else ""
+    """``.rank1`` for rank 1 of a multi-rank job (any launcher: :mod:`advisor.job`), '' for a single process."""
+    return detect_job().suffix
 
 
 # --- one run at a time per run dir (per rank), and no file left from the last run -------------
@@ -186,8 +178,19 @@ def own_files(rank_suffix: str = "") -> list[str]:
     """The names an advise run writes for this rank, report first (see :func:`clear_previous`)."""
     f = names(rank_suffix)
     listed = [f.report_json, f.report_html, f.trace, f.steps_csv, f.samples_csv, f.probe_json, f.log, f.steps_jsonl,
-              f.sources, f".probe-config{rank_suffix}.json"]
+              f.sources, f.summary, f".probe-config{rank_suffix}.json"]
     return listed + (["compare.json"] if not rank_suffix else [])  # compare.json has no per-rank name
+
+
+JOB_REPORT = ("report.json", "report.html", "compare.json")  # a job's report, whichever rank writes it
+
+
+def clear_job_report(run_dir: Path) -> None:
+    """Rank 0 of a job a launcher started writes the job's report (not report.rank0.json): the last one goes first."""
+    for name in JOB_REPORT:
+        path = Path(run_dir) / name
+        if path.is_file() or path.is_symlink():
+            path.unlink(missing_ok=True)
 
 
 def clear_previous(run_dir: Path, rank_suffix: str = "") -> list[Path]:
@@ -235,7 +238,7 @@ def _rmdir_if_empty(folder: Path) -> None:
 
 # What a run leaves only while it writes: atomic writes' temp files (advisor.atomic, the probe's
 # trace export), the probe's config for its child, the raw step lines it turns into steps.csv.
-SCRATCH = (".tmp-*", ".probe-config*.json", "steps*.jsonl")
+SCRATCH = (".tmp-*", ".probe-config*.json", "steps*.jsonl", ".advise-job.*")
 
 
 def remove_scratch(run_dir: str | os.PathLike) -> list[str]:

@@ -217,7 +217,10 @@ class Rank(TypedDict, total=False):
     """One rank of a job: how it ended (advise profile) or its trace's figures (advise analyze)."""
 
     rank: int
-    status: _d("profile: the rank's status (ok, failed, died, ...)", str)
+    status: _d("profile: the rank's status (done, finished, failed, interrupted, died; missing: it sent rank 0 "
+               "no summary)", str)
+    node: _d("profile, a job a launcher started: the node the rank ran on (GROUP_RANK, SLURM_NODEID)", Optional[int])
+    host: _d("profile, a job a launcher started: the rank's host name", Optional[str])
     measured_steps: int
     error: Optional[str]
     traceback: Optional[str]

@@ -201,8 +201,6 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
                 records, offset = read_lines(out / names.steps_jsonl, offset)
                 window += [r for r in records if r["phase"] == Phase.MEASURE]
                 for record in records:
-                    if link is not None and record["phase"] in (Phase.WINDOW_DONE, Phase.PLAN_DONE):
-                        link.line(record)
                     if record["phase"] == Phase.ARM and on_arm_step is not None:
                         on_arm_step(record)
                     if record["phase"] == Phase.PLAN_DONE and record.get("error"):
@@ -218,6 +216,8 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
                             job = _JobArms(suffix, [r for r in now if r != 0])  # ranks the script started run the plans too
                         if on_window_done is not None:  # round 0 after the window, N + 1 after round N
                             next_round = 0 if record["phase"] == Phase.WINDOW_DONE else int(record.get("round") or 0) + 1
+                        if link is not None:  # (after the window's steps.csv: a rank's window summary reads it)
+                            link.line(record)
                 job.poll(out)
                 if link is not None:
                     link.poll()

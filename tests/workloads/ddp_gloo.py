@@ -2,7 +2,10 @@
 
 `--crash-rank R --crash-at N`: rank R raises at step N. `--sleep-rank R --sleep-ms MS`: rank R
 computes MS longer each step (a straggler). `--item-ms MS`: every sample takes MS to load in a
-DataLoader with no workers (the ranks starve)."""
+DataLoader with no workers (the ranks starve). `--slurm`: the rank and world size come from
+SLURM_PROCID / SLURM_NTASKS, as a script started by `srun` with no launcher reads them (the
+address from MASTER_ADDR / MASTER_PORT, which the job script sets)."""
+import os
 import argparse
 import time
 
@@ -17,6 +20,7 @@ parser.add_argument("--sleep-rank", type=int, default=-1)
 parser.add_argument("--sleep-ms", type=float, default=0.0)
 parser.add_argument("--item-ms", type=float, default=0.0)
 parser.add_argument("--steps", type=int, default=200)
+parser.add_argument("--slurm", action="store_true")
 args = parser.parse_args()
 
 
@@ -30,7 +34,10 @@ class SlowData(torch.utils.data.Dataset):
 
 
 
-dist.init_process_group("gloo")
+if args.slurm:
+    dist.init_process_group("gloo", rank=int(os.environ["SLURM_PROCID"]), world_size=int(os.environ["SLURM_NTASKS"]))
+else:
+    dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(rank)
 model = DDP(torch.nn.Linear(32, 1))

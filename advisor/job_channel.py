@@ -1,0 +1,128 @@
+"""How the ranks of one job reach each other: each rank's summary up to rank 0, rank 0's plan down.
+
+Values are small JSON objects under keys every rank can name without asking (``plan/0``,
+``final/3``). The channel is the one the job already has, so the user sets nothing:
+
+- torchrun: its agent's store (``MASTER_ADDR:MASTER_PORT`` with ``TORCHELASTIC_USE_AGENT_STORE``),
+  the TCPStore the script's own ``init_process_group`` joins; the agent on rank 0's node hosts it
+  for the whole job, so it is there before the first rank asks and after the last one ends, on
+  every node, shared filesystem or not.
+- ranks with an address but no agent (``srun``, hand-set ``RANK``): ``MASTER_PORT`` is the
+  script's own store, so advise's rank 0 hosts one beside it, on ``MASTER_PORT + 1``
+  (``ADVISE_JOB_PORT`` names another port).
+- no address at all: files in the run dir (one node, or a filesystem the nodes share).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from .atomic import write_json_atomic
+from .job import JobRank
+
+CONNECT_S = 60.0  # how long a rank tries to reach the store (rank 0's advise may start later)
+POLL_S = 0.1
+FILE_PREFIX = ".advise-job."  # the run dir's channel files (no address: one node or a shared filesystem)
+
+
+class ChannelError(RuntimeError):
+    """The job's channel could not be reached (the store's host is gone, the port was taken)."""
+
+
+class StoreChannel:
+    """A TCPStore: a client of torchrun's agent store, or (`host`) the store advise's rank 0 serves."""
+
+    def __init__(self, addr: str, port: int, prefix: str, host: bool = False):
+        self.addr, self.port, self.prefix, self.host = addr, port, prefix, host
+        self._store = None
+        self.where = f"the job's store at {addr}:{port}" + (" (served by rank 0's advise)" if host else "")
+        if host:
+            self._connect()  # before the other ranks ask for it
+
+    def _connect(self):
+        if self._store is None:
+            try:
+                from torch.distributed import TCPStore
+
+                self._store = TCPStore(self.addr, self.port, is_master=self.host, wait_for_workers=False,
+                                       timeout=timedelta(seconds=CONNECT_S))
+            except Exception as exc:  # noqa: BLE001 - RuntimeError / DistStoreError / OSError, by torch version
+                raise ChannelError(f"cannot reach {self.where}: {exc}") from None
+        return self._store
+
+    def put(self, key: str, value: dict) -> None:
+        try:
+            self._connect().set(self.prefix + key, json.dumps(value))
+        except ChannelError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise ChannelError(f"cannot write {key} to {self.where}: {exc}") from None
+
+    def get(self, key: str) -> dict | None:
+        """The value, or None while no rank has put it (never blocks)."""
+        store = self._connect()
+        try:
+            if not store.check([self.prefix + key]):
+                return None
+            return json.loads(store.get(self.prefix + key))
+        except Exception as exc:  # noqa: BLE001
+            raise ChannelError(f"cannot read {key} from {self.where}: {exc}") from None
+
+    def close(self) -> None:
+        self._store = None
+
+
+class DirChannel:
+    """Files in the run dir, one per key (atomic writes: a reader never sees half a value)."""
+
+    def __init__(self, folder: Path, prefix: str):
+        self.folder, self.prefix = Path(folder), prefix
+        self.where = f"files in {folder}"
+
+    def _path(self, key: str) -> Path:
+        return self.folder / f"{FILE_PREFIX}{self.prefix}{key.replace('/', '.')}.json"
+
+    def put(self, key: str, value: dict) -> None:
+        try:
+            write_json_atomic(self._path(key), value)
+        except OSError as exc:
+            raise ChannelError(f"cannot write {key} in {self.folder}: {exc.strerror or exc}") from None
+
+    def get(self, key: str) -> dict | None:
+        try:
+            return json.loads(self._path(key).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def close(self) -> None:
+        for path in self.folder.glob(f"{FILE_PREFIX}{self.prefix}*"):
+            path.unlink(missing_ok=True)
+
+
+def open_channel(job: JobRank, run_dir: Path):
+    """The channel of `job` (see the module docstring); rank 0 of a job without an agent serves its store."""
+    prefix = f"advise/{job.job_id or 'job'}/"
+    if job.master_addr and job.master_port and job.agent_store:
+        return StoreChannel(job.master_addr, job.master_port, prefix)
+    if job.master_addr and job.master_port:
+        port = int(os.environ.get("ADVISE_JOB_PORT") or job.master_port + 1)
+        return StoreChannel(job.master_addr, port, prefix, host=job.rank == 0)
+    return DirChannel(run_dir, (job.job_id or "job") + ".")
+
+
+def wait_for(channel, keys: list[str], deadline: float, stop=None) -> dict[str, dict]:
+    """The values of `keys` put by `deadline` (monotonic) or before `stop` is set; missing keys are left out."""
+    found: dict[str, dict] = {}
+    while True:
+        for key in keys:
+            if key not in found:
+                value = channel.get(key)
+                if value is not None:
+                    found[key] = value
+        if len(found) == len(keys) or time.monotonic() >= deadline or (stop is not None and stop):
+            return found
+        time.sleep(POLL_S)
