@@ -8,6 +8,11 @@ worker's hand-over, and the cores its process takes from the training threads, c
 than a small batch takes to load: minGPT's adder, 12% data wait with 4 workers on 2 cores, is
 1.14x faster by hand with none), and a batch twice as large where a DataLoader sets it.
 
+Screening is cheap, not free (a short window each; compile's compilation): a fix of the compute
+is not screened where the loop waits on data for over 90% of the step (halving everything else
+would gain under 5%), nor a larger batch where it waits over half the step (the loop is
+input-bound: a larger batch loads no more samples a second).
+
 A rule's threshold decides what is explained first; it never hides a fix that can be measured.
 This rule explains nothing by itself: its findings stay in the report only when the experiments
 verify a gain. Unmeasured (`--no-experiments`, `advise analyze`, `--fresh-runs`) or not faster,
@@ -54,6 +59,8 @@ from . import helpers as h
 from .registry import Finding, Fix, rule
 
 WORKERS_MAX_WAIT = 0.3  # above it, loading in the loop would surely cost more than the hand-over it saves
+COMPUTE_MAX_WAIT = 0.9  # above it, a fix of the compute (2x at best) gains under 5% of the step
+BATCH_MAX_WAIT = 0.5    # above it, the loop is input-bound: a larger batch does not load faster
 _FUSED = {"Adam", "AdamW", "SGD", "Adagrad"}
 _COMPILED = ("CompiledFunction", "Torch-Compiled Region", "CompiledFxGraph")
 
@@ -64,6 +71,11 @@ def check(profile, *, fixes: str = "autocast,compile,optimizer,threads,workers,b
     if not h.is_training(profile):
         return
     dev = h.device(profile)
+    waits = h.data_wait_frac(profile) or 0.0
+    if waits > COMPUTE_MAX_WAIT:  # Amdahl: halving the rest of the step gains under the screening margin
+        wanted -= {"autocast", "compile", "optimizer", "threads"}
+    if waits > BATCH_MAX_WAIT:  # loading sets the pace: a larger batch loads as many samples a second
+        wanted.discard("batch")
     if "autocast" in wanted and dev.bf16 and _fp32_matmuls(profile):
         yield _screen("bf16 autocast", Fix.unsafe("Run the forward pass under bf16 autocast", {"autocast": "bfloat16"}),
                       f"this {'CPU' if dev.kind == 'cpu' else 'GPU'} computes bf16 natively and the model's matmuls run in FP32")
@@ -77,7 +89,7 @@ def check(profile, *, fixes: str = "autocast,compile,optimizer,threads,workers,b
                       f"{names} steps one tensor or one group at a time")
     loaders = profile.observed.get("dataloaders") or []
     workers = max((int(dl.get("num_workers") or 0) for dl in loaders), default=0)
-    if "workers" in wanted and workers and (h.data_wait_frac(profile) or 0.0) < WORKERS_MAX_WAIT:
+    if "workers" in wanted and workers and waits < WORKERS_MAX_WAIT:
         yield _screen("loading in the training process", Fix.safe("Load batches in the training process (num_workers=0)",
                                                                  {"dataloader": {"num_workers": 0}}),
                       f"the loop waits on the DataLoader's {workers} workers for under {WORKERS_MAX_WAIT:.0%} of the step, and "
