@@ -54,6 +54,8 @@ class Env(TypedDict, total=False):
     platform: str
     hostname: str
     cpu_count: Optional[int]
+    cpu_usable: _d("the CPUs the script's process may run on (its affinity mask: a cgroup, taskset, srun --cpu-bind)",
+                   Optional[int])
     physical_cores: Optional[int]
     torch_threads: Optional[int]
     device: str

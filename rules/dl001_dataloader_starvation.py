@@ -15,6 +15,10 @@ and the trainer's threads oversubscribe a saturated CPU, the wait is a symptom o
 it is left to `cpu-oversubscription`. On a GPU trace, wait during which the GPU
 was still busy with queued work is not counted: only the exposed wait is.
 
+The workers proposed, and the values the experiments try, are capped by the CPUs this rank may
+use: its affinity mask where a scheduler bound it to a subset (`srun --cpu-bind`, `taskset`, a
+cgroup), else the node's CPUs shared by the ranks on it; the finding says which.
+
 ## Why is this bad?
 While the main process loads and collates a batch, nothing else happens: the GPU (or the
 CPU's compute threads) sits idle and throughput is capped by the input pipeline. With
@@ -60,7 +64,7 @@ from typing import Iterator
 import numpy as np
 
 from advisor import intervals, metrics
-from advisor.overrides import cores_per_rank
+from advisor.overrides import cores_per_rank, cores_said
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
@@ -114,13 +118,15 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> 
         "pin_memory": loader.get("pin_memory") if loader else None,
         "batch_size": loader.get("batch_size") if loader else None,
         "cpu_count": cores,
+        "cpus_basis": cores_said(profile.env) if cores else None,
         "io_bound": io_bound,
     }
     yield Finding(
         title=f"The training loop waits on the DataLoader for {total_frac:.0%} of each step",
         summary=(f"A median {median_wait_s * 1e3:.1f} ms of each {step_s * 1e3:.1f} ms step is spent in next(DataLoader) "
                  f"over {len(dur)} steps ({workers_text}); {where} while batches are loaded"
-                 f"{' (the loading process mostly waits: I/O, not CPU)' if io_bound else ''}."),
+                 f"{' (the loading process mostly waits: I/O, not CPU)' if io_bound else ''}."
+                 f"{f' Workers are planned for {cores_said(profile.env)}.' if cores else ''}"),
         severity=severity,
         evidence={k: v for k, v in evidence.items() if v is not None},
         estimated_gain_frac=h.r3(gain) if gain is not None else None,

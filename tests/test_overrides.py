@@ -149,3 +149,27 @@ def test_a_new_knob_is_one_vocabulary_entry_and_one_switch(monkeypatch):
     assert run.toy.calls == [("on", 2, True), ("off",)] and fresh.toy.calls == [("on", 1, False)]
     with pytest.raises(vocabulary.OverrideError):
         fresh.on({"toy": 3}, {})  # the vocabulary's validator guards both modes
+
+
+def test_the_worker_ladder_is_capped_by_the_cpus_this_rank_may_use(tmp_path):
+    """Under `taskset -c 0` the probe records one usable CPU (of the machine's), the workers are
+    planned for it, and the starved-loader finding says so."""
+    import shutil
+    import subprocess
+
+    from conftest import advise_cmd
+
+    from advisor.overrides import cores_per_rank
+
+    assert cores_per_rank({"cpu_count": 16, "cpu_usable": 4, "local_world_size": 4}) == 4  # bound: already split
+    assert cores_per_rank({"cpu_count": 16, "cpu_usable": 16, "local_world_size": 4}) == 4  # shared by the ranks
+    assert shutil.which("taskset"), "taskset (util-linux) is needed for this test"
+    proc = subprocess.run(["taskset", "-c", "0", *advise_cmd("profile", "--steps", "8", "--warmup", "2", "--profile-steps",
+                                                             "2", "--no-experiments", "--out", "run",
+                                                             str(WORKLOADS / "starved_io.py"))],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["env"]["cpu_usable"] == 1
+    dl001 = next(f for f in report["findings"] if f["code"] == "DL001")
+    assert dl001["evidence"]["cpu_count"] == 1 and "the 1 CPU this rank may use" in dl001["summary"], dl001["summary"]

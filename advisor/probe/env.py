@@ -21,6 +21,7 @@ def collect_env(device: str | None) -> dict:
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
         "cpu_count": os.cpu_count(),
+        "cpu_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "physical_cores": _physical_cores(),
         "torch_threads": torch.get_num_threads(),
         "device": device or "cpu",
