@@ -13,6 +13,7 @@ srun started) is one process, whatever ``SLURM_NTASKS`` says of the allocation.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -46,10 +47,11 @@ class JobRank:
 
 
 def _int(env: Mapping[str, str], *names: str) -> int | None:
+    """The first of `names` set to a number (SLURM's per-node counts read ``4(x2)``: 4 on each of 2 nodes)."""
     for name in names:
-        value = (env.get(name) or "").strip()
-        if value.isdigit():
-            return int(value)
+        found = re.match(r"\d+", (env.get(name) or "").strip())
+        if found:
+            return int(found.group())
     return None
 
 

@@ -228,7 +228,7 @@ def _finish_rank(run, config: ProbeConfig, link: JobLink, out: Path, lock: rundi
     strip_log(out / run.files.log)
     profile = Profile.from_run_dir(out, run.suffix)
     summary = _summarize_rank(run, profile, out, job)
-    where = "rank 0's run dir"
+    where = f"rank 0 through {link.channel.where}"
     try:
         link.channel.put(f"final/{job.rank}", summary)
     except ChannelError as exc:

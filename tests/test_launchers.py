@@ -1,0 +1,216 @@
+"""Multi-rank jobs as people launch them: advise inside torchrun, srun (its variables set by hand
+around two processes) and two torchrun "nodes" over a c10d rendezvous on localhost. Whoever
+launched the job, rank 0 writes one report.json that reads every rank (PAR001 names the
+straggler), the other ranks send it their summaries, and `advise report DIR` opens the result.
+
+Rank 1 of `ddp_gloo.py --sleep-rank 1 --sleep-ms 30` does 30 ms more work per step: rank 0 waits
+for it in the all-reduce, which rank 0's report alone would misread as exposed communication."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from advisor.job import detect
+from conftest import WORKLOADS, advise_cmd
+
+SCRIPT = str(WORKLOADS / "ddp_gloo.py")
+OPTIONS = ["--steps", "6", "--warmup", "2", "--profile-steps", "4", "--no-experiments"]
+STRAGGLER = ["--sleep-rank", "1", "--sleep-ms", "30"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+# --- how ranks find each other ---------------------------------------------------------------------
+
+def test_torchrun_variables_name_the_rank_its_node_and_the_agent_store():
+    job = detect({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
+                  "TORCHELASTIC_RUN_ID": "abc", "MASTER_ADDR": "n0", "MASTER_PORT": "29500",
+                  "TORCHELASTIC_USE_AGENT_STORE": "True"})
+    assert (job.rank, job.world_size, job.local_rank, job.local_world_size, job.node) == (3, 4, 1, 2, 1)
+    assert job.launcher == "torchrun" and job.agent_store and job.suffix == ".rank3" and job.job_id == "abc.0"
+
+
+def test_srun_variables_name_the_rank_and_torchrun_inside_srun_wins():
+    slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "2",
+             "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "SLURM_STEP_TASKS_PER_NODE": "4(x2)"}
+    job = detect(slurm)
+    assert (job.rank, job.world_size, job.local_rank, job.node, job.launcher) == (5, 8, 1, 2, "slurm")
+    assert job.local_world_size == 4 and job.job_id == "77.0" and job.suffix == ".rank5"
+    inside = detect({**slurm, "RANK": "1", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "x"})  # srun torchrun ...
+    assert (inside.rank, inside.world_size, inside.launcher) == (1, 2, "torchrun")
+
+
+def test_a_slurm_batch_script_is_one_process_whatever_the_allocation():
+    job = detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_ID": "77"})  # no SLURM_STEP_ID: not an srun task
+    assert not job.multi and job.suffix == ""
+
+
+# --- one job report, whoever launched it -------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(cmd: list[str], cwd: Path, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, **(env or {})))
+
+
+def _finish(procs: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str, str]]:
+    out = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        out.append((proc.returncode, stdout, stderr))
+    return out
+
+
+def _one_job_report(run: Path, terminal: str) -> dict:
+    """The job's one report: both ranks, PAR001 naming rank 1 (not PAR002 on rank 0 alone), one
+    summary in the terminal, the per-rank files beside it, and `advise report DIR` opens it."""
+    report = json.loads((run / "report.json").read_text())
+    assert report["status"] == "ok", report["error"]
+    assert [(r["rank"], r["status"], r["measured_steps"]) for r in report["ranks"]] == [(0, "done", 6), (1, "done", 6)]
+    codes = [f["code"] for f in report["findings"]]
+    straggler = next((f for f in report["findings"] if f["code"] == "PAR001"), None)
+    assert straggler is not None and straggler["evidence"]["straggler_rank"] == 1, codes
+    assert 0.02 < straggler["evidence"]["extra_s_per_step"] < 0.05, straggler["evidence"]
+    assert "PAR002" not in codes  # rank 0 waits for rank 1: not slow communication
+    assert terminal.count("advise ok") == 1 and "Rank 1 is a straggler" in terminal
+    assert not list(run.glob("report.rank*.json"))  # no per-rank verdicts beside the job's
+    for rank in (0, 1):
+        assert (run / f"trace.rank{rank}.json.gz").is_file() and (run / f"summary.rank{rank}.json").is_file()
+    shown = subprocess.run(advise_cmd("report", str(run)), capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and shown.stdout.strip().endswith("report.html"), shown.stderr
+    return report
+
+
+@pytest.mark.slow
+def test_under_torchrun_rank_0_writes_the_job_report(tmp_path):
+    (code, stdout, stderr), = _finish([_start([*TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "advisor",
+                                              "profile", *OPTIONS, "--out", "run", SCRIPT, *STRAGGLER], tmp_path)])
+    assert code == 0, stderr[-3000:]
+    report = _one_job_report(tmp_path / "run", stdout)
+    assert [r["node"] for r in report["ranks"]] == [0, 0]
+    assert "rank 1 of 2 (torchrun, node 0): ok" in stderr and "the job's store" in stderr
+
+
+@pytest.mark.slow
+def test_under_srun_the_slurm_variables_make_one_job(tmp_path):
+    """srun with no launcher: each task's SLURM_PROCID is its rank; the script reads them itself."""
+    port = _free_port()
+    procs = [_start(advise_cmd("profile", *OPTIONS, "--out", "run", SCRIPT, "--slurm", *STRAGGLER), tmp_path,
+                    {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(r), "SLURM_NTASKS": "2",
+                     "SLURM_LOCALID": str(r), "SLURM_NODEID": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+             for r in (0, 1)]
+    (code0, out0, err0), (code1, out1, err1) = _finish(procs)
+    assert code0 == 0 and code1 == 0, (err0[-2000:], err1[-2000:])
+    _one_job_report(tmp_path / "run", out0 + out1)
+    assert f"127.0.0.1:{port + 1}" in err1  # the store rank 0's advise serves beside the script's own
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-run-dir", "run-dir-per-node"])
+def test_two_nodes_over_a_c10d_rendezvous(tmp_path, shared):
+    """Two torchrun launches (--nnodes 2), one rank each: a shared run dir holds the whole job;
+    without one, each node keeps its own rank's files and rank 0's node has the job's report."""
+    port = _free_port()
+    dirs = ["run", "run"] if shared else ["node0", "node1"]
+    procs = [_start([*TORCHRUN, "--nnodes", "2", "--nproc_per_node", "1", "--node-rank", str(n), "--rdzv-backend", "c10d",
+                     "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes", "-m", "advisor", "profile",
+                     *OPTIONS, "--out", dirs[n], SCRIPT, *STRAGGLER], tmp_path) for n in (0, 1)]
+    results = _finish(procs)
+    assert all(code == 0 for code, _, _ in results), [err[-2000:] for _, _, err in results]
+    terminal = "".join(out for _, out, _ in results)
+    if shared:
+        report = _one_job_report(tmp_path / "run", terminal)
+    else:  # c10d orders the nodes as they join: either launch may hold rank 0
+        job_dir = next(tmp_path / d for d in dirs if (tmp_path / d / "report.json").exists())
+        part = next(tmp_path / d for d in dirs if tmp_path / d != job_dir)
+        assert (job_dir / "trace.rank0.json.gz").is_file() and not (job_dir / "trace.rank1.json.gz").exists()
+        assert (part / "trace.rank1.json.gz").is_file() and (part / "summary.rank1.json").is_file()
+        for rank, where in ((0, job_dir), (1, part)):
+            (tmp_path / "run").mkdir(exist_ok=True)
+            for f in where.glob(f"*.rank{rank}.*"):
+                shutil.copy(f, tmp_path / "run")
+        shutil.copy(job_dir / "report.json", tmp_path / "run")
+        report = _one_job_report(tmp_path / "run", terminal)
+        # one node's part of the job: `advise report` and `advise analyze` read its rank's trace
+        shown = subprocess.run(advise_cmd("report", str(part)), capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0 and "has no report.json" in shown.stderr, shown.stderr
+        assert [r["rank"] for r in json.loads((part / "report.json").read_text())["ranks"]] == [1]
+        analyzed = subprocess.run(advise_cmd("analyze", "--json", str(part)), capture_output=True, text=True, timeout=120)
+        assert analyzed.returncode == 0 and json.loads(analyzed.stdout)["steps"], analyzed.stderr
+    assert sorted(r["node"] for r in report["ranks"]) == [0, 1]
+
+
+@pytest.mark.slow
+def test_a_rank_that_never_reports_is_named_and_the_report_is_written(tmp_path):
+    """Rank 1's advise is killed mid-run (its script, in a session of its own, runs on and ends):
+    rank 0 waits its bounded time for the summary, then writes the job's report naming rank 1."""
+    port = _free_port()
+    env = {"SLURM_JOB_ID": "99", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_NODEID": "0",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "ADVISE_JOB_WAIT_S": "3"}
+    options = ["--steps", "30", "--warmup", "2", "--profile-steps", "2", "--no-experiments", "--out", "run"]
+    procs = [_start(advise_cmd("profile", *options, SCRIPT, "--slurm", "--sleep-rank", "1", "--sleep-ms", "20"), tmp_path,
+                    dict(env, SLURM_PROCID=str(r), SLURM_LOCALID=str(r))) for r in (0, 1)]
+    steps = tmp_path / "run" / "steps.rank1.jsonl"
+    deadline = time.monotonic() + 120
+    while '"measure"' not in (steps.read_text() if steps.exists() else ""):
+        assert time.monotonic() < deadline and procs[1].poll() is None, "rank 1 never measured a step"
+        time.sleep(0.1)
+    procs[1].send_signal(signal.SIGKILL)
+    (code, stdout, stderr), _ = _finish(procs)
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert code == 0 and report["status"] == "ok", stderr[-2000:]
+    assert [(r["rank"], r["status"]) for r in report["ranks"]] == [(0, "done"), (1, "missing")]
+    assert "sent no summary to rank 0 within 3 s" in report["ranks"][1]["error"]
+    assert any(w.startswith("rank 1 sent no summary") for w in report["warnings"]), report["warnings"]
+
+
+# --- one plan for the job ------------------------------------------------------------------------------
+
+ARMS = ["--steps", "10", "--warmup", "3", "--profile-steps", "3", "--out", "run", SCRIPT, "--item-ms", "1",
+        "--steps", "5000"]
+
+
+def _loader_fix(run: Path) -> tuple[dict, dict]:
+    report = json.loads((run / "report.json").read_text())
+    exp = next(f for f in report["findings"] if f["code"] == "DL001")["experiment"]
+    assert exp["measured_by"] == "in-process" and exp["verified"], exp
+    switched = [r.get("arm_windows_switched") for r in report["ranks"]]
+    assert switched[0] and switched == [switched[0]] * 2, report["ranks"]  # one plan: the same windows on both ranks
+    return report, exp
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+def test_experiments_under_torchrun_run_one_plan_and_match_the_launched_job(tmp_path):
+    """A DataLoader-bound 2-rank job under an external torchrun: rank 0 decides the plan, both ranks
+    run it, and the loader fix measures what `--nproc-per-node 2` measures, within their intervals.
+    One terminal summary for the job, rank 0's."""
+    (tmp_path / "ext").mkdir()
+    (code, stdout, stderr), = _finish([_start([*TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "advisor",
+                                              "profile", *ARMS], tmp_path / "ext")], timeout=400)
+    assert code == 0, stderr[-3000:]
+    assert stdout.count("advise ok") == 1 and stdout.count("recommended:") == 1
+    report, external = _loader_fix(tmp_path / "ext" / "run")
+    assert report["recommended"]["measured_by"] == "in-process"
+    (tmp_path / "own").mkdir()
+    launched = subprocess.run(advise_cmd("profile", "--nproc-per-node", "2", *ARMS), cwd=tmp_path / "own",
+                              capture_output=True, text=True, timeout=400)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    _, own = _loader_fix(tmp_path / "own" / "run")
+    print(f"DL001 under torchrun {external['speedup']:.2f}x ({external['ci_low']:.2f}-{external['ci_high']:.2f}), "
+          f"--nproc-per-node {own['speedup']:.2f}x ({own['ci_low']:.2f}-{own['ci_high']:.2f})")
+    assert external["ci_low"] <= own["ci_high"] and own["ci_low"] <= external["ci_high"], (external, own)
