@@ -109,6 +109,8 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
         profile = Profile.from_run_dir(out, session.rank_suffix)
         if link is not None:
             session.notes.extend(_merge_windows(profile, link, stop))
+        elif len(session.plan_suffixes) > 1:  # ranks advise (or the script) started: their windows are in the run dir
+            session.notes.extend(_read_windows(profile, out, session.plan_suffixes[1:], stop))
         if len(session.plan_suffixes) > 1:  # the job's ranks share this node's cores (spawned ranks do not say so)
             profile.env["local_world_size"] = profile.env.get("local_world_size") or len(session.plan_suffixes)
         findings, warnings = _diagnose(profile, rule_settings, screen=True)
@@ -189,6 +191,27 @@ def _no_fresh_runs(findings: list[Finding], fresh) -> None:
             finding.experiment = Experiment.not_measured(
                 "only a fresh run can switch it, and a fresh run of one rank needs the job's other ranks: "
                 "apply it and profile the job again")
+
+
+def _read_windows(profile: Profile, out: Path, suffixes: list[str], stop: StopRequest | None) -> list[str]:
+    """Rank 0's window joined by the other ranks' windows in the run dir, each read once its child
+    says its window is over (its probe file: ``phase: window-done``, written after its trace): the
+    cross-rank rules then read the job, as they do after the run."""
+    deadline, pending, ranks = time.monotonic() + _job_wait(WINDOW_WAIT_S), list(suffixes), {}
+    while pending and time.monotonic() < deadline and not (stop is not None and stop):
+        for suffix in list(pending):
+            try:
+                done = json.loads((out / rundir.names(suffix).probe_json).read_text()).get("phase") == "window-done"
+            except (OSError, ValueError):
+                done = False
+            if done:
+                ranks[suffix] = Profile.from_run_dir(out, suffix)
+                pending.remove(suffix)
+        if pending:
+            time.sleep(0.05)
+    profile.ranks = [profile] + [ranks[s] for s in suffixes if s in ranks]
+    return [f"the rules read the job without {', '.join(s.lstrip('.') for s in pending)}: no window in "
+            f"{_job_wait(WINDOW_WAIT_S):.0f} s"] if pending else []
 
 
 def _own_account(run, out: Path) -> dict:

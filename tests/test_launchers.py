@@ -214,3 +214,20 @@ def test_experiments_under_torchrun_run_one_plan_and_match_the_launched_job(tmp_
     print(f"DL001 under torchrun {external['speedup']:.2f}x ({external['ci_low']:.2f}-{external['ci_high']:.2f}), "
           f"--nproc-per-node {own['speedup']:.2f}x ({own['ci_low']:.2f}-{own['ci_high']:.2f})")
     assert external["ci_low"] <= own["ci_high"] and own["ci_low"] <= external["ci_high"], (external, own)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["nproc-per-node", "torchrun"])
+def test_the_plan_is_decided_on_every_rank_s_window(tmp_path, how):
+    """With experiments on, the rules run on the live window to plan the arms: they read every
+    rank's window there too (rank 0's alone misread the wait for rank 1 as exposed communication)."""
+    options = ["--steps", "6", "--warmup", "2", "--profile-steps", "4", "--max-experiments", "0", "--out", "run",
+               SCRIPT, *STRAGGLER]
+    cmd = (advise_cmd("profile", "--nproc-per-node", "2", *options) if how == "nproc-per-node" else
+           [*TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "advisor", "profile", *options])
+    (code, stdout, stderr), = _finish([_start(cmd, tmp_path)])
+    assert code == 0, stderr[-3000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    codes = [f["code"] for f in report["findings"]]
+    assert "PAR001" in codes and "PAR002" not in codes, codes
+    assert not [w for w in report["warnings"] if "without" in w], report["warnings"]
