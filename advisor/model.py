@@ -159,6 +159,7 @@ class Experiment:
     not_applied: list[str] | None = None  # override keys the child reported no effect for
     measured_by: str | None = None   # "in-process" (arms of the profiled run) or "fresh-run" (a re-run per arm)
     switch_s: float | None = None    # in-process: one-off cost of switching the arm on (workers, compile)
+    payoff_steps: int | None = None  # compile: the steps after which its one-off cost is paid back by the time saved
     memory_change_frac: float | None = None  # candidate's peak memory / baseline's - 1 (negative: less)
     memory_budget_bytes: int | None = None   # the budget a memory fix or batch search was judged by
     oom: bool | None = None          # the candidate ran out of memory (True), else not said

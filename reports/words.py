@@ -171,6 +171,9 @@ def _how(result: Measured) -> str:
     cost = finite(getattr(result, "switch_s", None))
     if cost and "compile" in (getattr(result, "overrides", None) or {}):
         text += f"; compiling took {fmt.time_s(cost)}, once"
+        payoff = getattr(result, "payoff_steps", None)
+        if payoff:
+            text += f", paid back after {payoff:,} steps"
     return text
 
 

@@ -206,3 +206,18 @@ def test_mfu_is_said_against_the_dtype_peak_or_as_a_rate_alone():
            "peak_source": "CPU run: no peak table for CPUs"}
     assert words.mfu_words(cpu) == ("12.00 GFLOP/s achieved", "fp32; CPU run: no peak table for CPUs")
     assert words.mfu_words(None) == ("", "")
+
+
+def test_a_compile_fix_says_when_its_compilation_is_paid_back():
+    from advisor.experiments.judge import payoff_steps
+
+    exp = Experiment(Verdict.FASTER, verified=True, speedup=1.25, ci_low=1.2, ci_high=1.3, overrides={"compile": True},
+                     measured_by="in-process", switch_s=2.7, baseline={"step_time_median_s": 0.050},
+                     candidate={"step_time_median_s": 0.040})
+    exp.payoff_steps = payoff_steps(exp)
+    assert exp.payoff_steps == 270  # 2.7 s over 10 ms saved a step
+    assert words.measured_sentence(exp).endswith("in the profiled run; compiling took 2.70 s, once, paid back after 270 steps")
+    slower = Experiment(Verdict.SLOWER, speedup=0.8, overrides={"compile": True}, switch_s=2.7,
+                        baseline={"step_time_median_s": 0.040}, candidate={"step_time_median_s": 0.050})
+    assert payoff_steps(slower) is None and payoff_steps(Experiment(Verdict.FASTER, overrides={"autocast": "bfloat16"},
+                                                                     switch_s=1.0)) is None

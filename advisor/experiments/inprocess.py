@@ -266,6 +266,7 @@ class ArmsSession:
                                                    measured_by="in-process")
         pooled = judge.confirm(compare(bases, [cand for _, cand in pairs]), [compare(around, cand) for around, cand in pairs])
         pooled.switch_s = sum(float(line.get("switch_s") or 0.0) for line in lines) or None
+        pooled.payoff_steps = judge.payoff_steps(pooled)
         return pooled
 
     def _judge_fixes(self, result: RoundResult, arms: list[str] | None = None) -> None:

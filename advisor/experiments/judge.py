@@ -153,6 +153,16 @@ def confirm(pooled: Experiment, passes: list[Experiment]) -> Experiment:
     return pooled
 
 
+def payoff_steps(exp: Experiment) -> int | None:
+    """For a compile fix: after how many steps its one-off compilation (`switch_s`) is paid back by
+    the time it saves per step (the medians'), or None where it saves nothing."""
+    base = (exp.baseline or {}).get("step_time_median_s")
+    cand = (exp.candidate or {}).get("step_time_median_s")
+    if not (exp.overrides or {}).get("compile") or not exp.switch_s or not base or not cand or cand >= base:
+        return None
+    return max(1, math.ceil(exp.switch_s / (base - cand)))
+
+
 def apart(results: list[Experiment]) -> bool:
     """Whether two passes of one fix disagree: intervals that do not overlap and speedups 1.5x apart."""
     known = [r for r in results if r.ci_low is not None and r.ci_high is not None and r.speedup]
