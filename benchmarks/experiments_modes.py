@@ -9,7 +9,11 @@ every DataLoader setting of a grid, each a fresh probe run, with B's and C's rec
 configurations re-measured beside it. Reports B/A and C/A wall time (goal for B: <= 2.5x), the
 speedups each mode found, and each recommendation's share of the oracle's best (goal >= 80%).
 
-    python benchmarks/experiments_modes.py [--repeats 2] [--steps 20]
+    python benchmarks/experiments_modes.py [--repeats 2] [--steps 20] [--modes no-experiments,in-process]
+                                           [--no-oracle]
+
+`--modes` runs only those modes (the time-to-report check needs the first two); `--no-oracle`
+skips the grid.
 """
 
 from __future__ import annotations
@@ -54,13 +58,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, from: " + ", ".join(MODES))
+    parser.add_argument("--no-oracle", action="store_true", help="skip the DataLoader grid")
     args = parser.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if "no-experiments" not in modes or set(modes) - set(MODES):
+        parser.error(f"--modes: no-experiments (the reference) and any of {', '.join(MODES)}")
     tmp = Path(tempfile.mkdtemp(prefix="advise-modes-"))
     for workload in WORKLOADS:
-        walls: dict[str, list[float]] = {m: [] for m in MODES}
-        recs: dict[str, list[dict]] = {m: [] for m in MODES}
+        walls: dict[str, list[float]] = {m: [] for m in modes}
+        recs: dict[str, list[dict]] = {m: [] for m in modes}
         for r in range(args.repeats):
-            order = list(MODES) if r % 2 == 0 else list(reversed(MODES))
+            order = list(modes) if r % 2 == 0 else list(reversed(modes))
             for mode in order:
                 wall, report = advise(mode, workload, tmp / f"{workload.stem}-{mode}-{r}", args.steps)
                 walls[mode].append(wall)
@@ -68,12 +77,16 @@ def main() -> None:
                     recs[mode].append(report["recommended"])
         base = statistics.median(walls["no-experiments"])
         print(f"\n{workload.name}")
-        for mode in MODES:
+        for mode in modes:
             w = statistics.median(walls[mode])
+            ratios = ", ".join(f"{a / b:.2f}" for a, b in zip(walls[mode], walls["no-experiments"]))
             found = ", ".join(f"{rec['speedup']:.2f}x {json.dumps(rec['overrides'])}" for rec in recs[mode]) or "-"
-            print(f"  {mode:15s} wall median {w:6.1f} s ({w / base:4.2f}x of --no-experiments); recommended: {found}")
+            print(f"  {mode:15s} wall median {w:6.1f} s ({w / base:4.2f}x of --no-experiments; per round {ratios}); "
+                  f"recommended: {found}")
+        if args.no_oracle:
+            continue
         grid = [{}] + [{"dataloader": {"num_workers": w}} for w in (1, 2, 4, 8, 16)]
-        rates, rec_rates = [], {m: [] for m in ("in-process", "fresh-runs")}
+        rates, rec_rates = [], {m: [] for m in ("in-process", "fresh-runs") if m in modes}
         for i, overrides in enumerate(grid):
             rates.append((throughput(workload, tmp / f"{workload.stem}-grid{i}", overrides, args.steps), overrides))
             for mode in rec_rates:
