@@ -207,9 +207,6 @@ def _print_summary(report: dict, con: Console, run_dir: str | None = None, glued
     name = env.get("device_name")
     add("device", f"{device}" + (f" ({name})" if name else ""))
     add("steps", f"{len(report.get('steps', []))} measured, boundaries from {report.get('step_source') or fmt.DASH}")
-    ranks = words.ranks_words(report.get("ranks"))
-    if ranks:
-        add("ranks", ranks)
     if tp.get("samples_per_s") is not None:
         add("throughput", fmt.rate(tp["samples_per_s"], "samples/s"))
     elif tp.get("steps_per_s") is not None:
@@ -226,6 +223,9 @@ def _print_summary(report: dict, con: Console, run_dir: str | None = None, glued
     mfu, detail = words.mfu_words(report.get("mfu"))
     if mfu:
         add("MFU", f"{mfu} ({detail})")
+    ranks = words.ranks_words(report.get("ranks"))
+    if ranks:  # below the figures it says are rank 0's
+        add("ranks", ranks)
     if report.get("error"):
         add("error", Text(cell(report["error"]), style="red"))
     con.print(table)

@@ -101,3 +101,11 @@ def test_an_automatic_fix_without_experiments_says_they_were_off():
 def test_cpu_peak_memory_is_on_the_summary():
     text = summary(base_report(memory={"peak_rss_bytes": 900 * 2**20, "peak_pss_bytes": 400 * 2**20, "basis": "pss"}))
     assert "peak memory     400.0 MiB (PSS of the script's processes; RSS summed 900.0 MiB)" in text
+
+
+def test_the_ranks_line_sits_below_the_figures_it_says_are_rank_0s():
+    ranks = [{"rank": 0, "status": "done", "step_time_median_s": 0.012}, {"rank": 1, "status": "done", "step_time_median_s": 0.043}]
+    lines = summary(base_report(ranks=ranks)).splitlines()
+    at = {line.split()[0]: i for i, line in enumerate(lines) if line.strip()}
+    assert "figures above are rank 0's" in lines[at["ranks"]]
+    assert at["ranks"] > max(at["throughput"], at["step"], at["peak"]), lines
