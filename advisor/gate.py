@@ -40,9 +40,9 @@ def run_ab(base: str, candidate: str, script: str, args: list[str], options: ab.
     con = terminal.console(stderr=fmt == "json")
 
     def progress(side: str, index: int, report: dict) -> None:
-        tp = report.get("throughput") or {}
-        step = tp.get("step_time_median_s")
-        con.print(f"round {index:>2} {side:<9} median step {step * 1e3:8.2f} ms" if step else f"round {index} {side}",
+        step = ab.fast_step(report)
+        con.print(f"round {index:>2} {side:<9} step (p{ab.FAST_QUANTILE * 100:.0f}) {step * 1e3:8.2f} ms" if step
+                  else f"round {index} {side}",
                   style="dim", highlight=False)
 
     try:

@@ -149,6 +149,7 @@ class MetricSpec:
     higher_is_better: bool
     threshold: float  # a fraction: 0.05 is 5% worse
     min_abs: float = 0.0  # and at least this much worse in the metric's unit (memory: bytes)
+    mirrors: str | None = None  # not tested on its own: the same figure as this metric, inverted (its verdict)
 
 
 @dataclass
@@ -212,18 +213,26 @@ def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[Metri
         if pr is None or pr.n < 2:
             row.gated, row.verdict, row.note = False, "n/a", "missing in some rounds"
             continue
+        if spec.mirrors:
+            row.gated, row.alpha = False, None
         sign = -1 if spec.higher_is_better else 1  # the metric's own change from a slowdown
         row.slowdown = math.expm1(pr.estimate())
         row.change = math.expm1(sign * pr.estimate())
         lo, hi = pr.interval()
         row.ci = sorted([math.expm1(sign * lo), math.expm1(sign * hi)])
+        if spec.mirrors:
+            continue  # shown, not tested: one hypothesis per figure, so Holm's alpha is not split over copies
         row.p_value = pr.p_value()
         floor = pr.floor()
         row.floor = math.expm1(floor) if floor is not None else None
         row.aa_change = math.expm1(float(np.mean(pr.aa))) if len(pr.aa) else None
         big_enough = spec.min_abs <= 0 or abs((mid_c or 0) - (mid_b or 0)) >= spec.min_abs
         # More rounds can settle a close call (the floor shrinks with them); they cannot make 10 MiB into 64.
-        row.suspected = big_enough and pr.estimate() > 0 and math.expm1(pr.upper()) > spec.threshold
+        # Suspected: at least half the threshold slower, and the threshold still inside its 95% bound. An
+        # unchanged revision's wobble about 0 stops at the first look; this choice cannot raise the error
+        # rate (alpha is spent per planned look, whatever decides to continue).
+        row.suspected = (big_enough and pr.estimate() > math.log1p(spec.threshold / 2)
+                         and math.expm1(pr.upper()) > spec.threshold)
         tests.append((row, pr))
     for (row, _), rejected in zip(tests, holm([r.p_value for r, _ in tests], level)):
         row.significant = rejected
@@ -245,6 +254,11 @@ def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[Metri
             row.note = f"{abs(row.change):.1%} better"
         else:
             row.verdict = OK
+    for spec, row in zip(specs, rows):
+        source = next((r for r in rows if r.name == spec.mirrors), None)
+        if source is not None and row.slowdown is not None:
+            row.verdict, row.note = source.verdict, (f"the same figure as {source.label}, inverted: its test decides"
+                                                     if source.verdict != OK else "")
     regressed = any(r.verdict == REGRESSION for r in rows)
     suspected = any(r.suspected and r.verdict != REGRESSION for r in rows)
     final = regressed or not suspected or k >= len(plan) - 1 or n >= plan[-1]

@@ -6,7 +6,8 @@ tests/workloads/slowdown_knob.py (pure CPU work, ``--step-ms 0``); the candidate
 slowdown by changing the knob's default in its code (1.05, 1.10, 1.20), the base's is unchanged.
 
 - **interleaved**: ``advise ab --base B --candidate C`` (its own defaults: 5% threshold, alpha 0.05
-  over all metrics and looks, 6 rounds then up to 15 when suspected); exit 3 is a regression.
+  over all metrics and looks, 6 rounds then up to 12 when suspected; 150 steps a run here, so a
+  run's fast steps (its 5th percentile) are there to read); exit 3 is a regression.
 - **saved baseline**: ``advise compare`` of the previous trial's first base run (a baseline saved
   minutes earlier, as a main-branch artifact is) against this trial's first candidate run.
 - beside them, on the same report pairs: a fixed 10% threshold on the mean step
@@ -128,8 +129,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20, help="trials per planted slowdown")
     parser.add_argument("--slowdowns", default="5,10,20", help="planted slowdowns, percent")
     parser.add_argument("--rounds", type=int, default=6, help="advise ab --rounds")
-    parser.add_argument("--max-rounds", type=int, default=15, help="advise ab --max-rounds")
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--max-rounds", type=int, default=12, help="advise ab --max-rounds")
+    parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-neighbour", action="store_true", help="run without the CPU-burning neighbour")
     parser.add_argument("--seed", type=int, default=0)

@@ -20,20 +20,22 @@ from click.testing import CliRunner
 
 from advisor import compare as cmp
 from advisor import fingerprint, opdiff, sequential
+from advisor.ab import fast_step, fast_throughput
 from advisor.cli import main
 from advisor.trace import load_trace
 from conftest import WORKLOADS, advise_cmd, trace_path
 
 ENV = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
 RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
-SPECS = [sequential.MetricSpec("step_time_median", "step time median", "s", False, 0.05),
-         sequential.MetricSpec("throughput", "throughput", "samples/s", True, 0.05)]
+SPECS = [sequential.MetricSpec("step_time", "step time", "s", False, 0.05),
+         sequential.MetricSpec("throughput", "throughput", "samples/s", True, 0.05, mirrors="step_time")]
 
 
 # --- the sequential decision -------------------------------------------------------------------
 
 def test_looks_and_holm():
     assert sequential.looks(6, 15) == [6, 11, 15]
+    assert sequential.looks(6, 12) == [6, 9, 12]
     assert sequential.looks(3, 3) == [3]
     assert sequential.holm([0.01, 0.04, 0.03], 0.05) == [True, False, False]  # 0.03 is not below 0.05 / 2
     assert sequential.holm([0.01, 0.02, 0.03], 0.05) == [True, True, True]
@@ -58,7 +60,7 @@ def gate(rng, slowdown, alpha=0.05, threshold=0.05):
     base, cand = simulated_rounds(rng, plan[-1], slowdown)
     specs = [sequential.MetricSpec(s.name, s.label, s.unit, s.higher_is_better, threshold) for s in SPECS]
     for n in plan:
-        data = {"step_time_median": (base[:n], cand[:n]), "throughput": ([1 / b for b in base[:n]], [1 / c for c in cand[:n]])}
+        data = {"step_time": (base[:n], cand[:n]), "throughput": ([1 / b for b in base[:n]], [1 / c for c in cand[:n]])}
         decision = sequential.decide(data, specs, alpha=alpha, plan=plan)
         if decision.final:
             return decision
@@ -89,10 +91,80 @@ def test_the_error_rate_is_spent_over_the_looks_not_rerun_until_red():
     assert sum(bool(d.regressions) for d in naive) / len(naive) > rate
 
 
+def simulated_step_rounds(rng, n, slowdown, steps=150, gap=250):
+    """n rounds of whole runs' per-step times (B C, C B, ...) on a shared runner, step by step: a
+    neighbour that switches on or off every 75-380 steps' time (1-5 s of ~13 ms steps) makes four
+    steps in five 1.5-2.5x slower while on; `gap` steps' time pass between runs (a process start); each run
+    has its own state (7%) and each step its own jitter (5%). Returns the two sides' reports."""
+    total = 2 * n * (steps + gap)
+    on = np.zeros(total, bool)
+    at = 0
+    while at < total:
+        length = int(rng.integers(75, 380))
+        on[at:at + length] = rng.random() < 0.5
+        at += length
+    base, cand = [], []
+    for i in range(n):
+        for j, side in enumerate(("b", "c") if i % 2 == 0 else ("c", "b")):
+            start = (2 * i + j) * (steps + gap) + gap
+            hit = on[start:start + steps] & (rng.random(steps) < 0.8)  # the scheduler lets a fifth of the steps through
+            load = np.where(hit, rng.uniform(1.5, 2.5), 1.0)
+            t = 0.013 * np.exp(0.07 * rng.standard_normal()) * load * np.exp(0.05 * np.abs(rng.standard_normal(steps)))
+            t = t * (slowdown if side == "c" else 1.0)
+            (base if side == "b" else cand).append({"steps": [{"duration_s": float(x)} for x in t],
+                                                     "throughput": {"step_time_median_s": float(np.median(t))}})
+    return base, cand
+
+
+def step_gate(rng, slowdown, figure, plan=(6, 9, 12)):
+    base, cand = simulated_step_rounds(rng, plan[-1], slowdown)
+    b, c = [figure(r) for r in base], [figure(r) for r in cand]
+    for n in plan:
+        decision = sequential.decide({"step_time": (b[:n], c[:n])}, SPECS[:1], alpha=0.05, plan=list(plan))
+        if decision.final:
+            return decision
+    raise AssertionError("the last look is final")
+
+
+def test_a_run_is_read_from_its_fast_steps():
+    """A burst over part of a run moves its median, not its fast steps; the report's median when it lists too few."""
+    steps = [0.010] * 40 + [0.020] * 60  # a neighbour on for 60% of the run doubles those steps
+    report = {"steps": [{"duration_s": d} for d in steps] + [{"duration_s": 5.0, "profiled": True}] * 10,
+              "throughput": {"step_time_median_s": 0.020, "samples_per_s": 64 / 0.016, "steps_per_s": 1 / 0.016}}
+    assert np.median(steps) == 0.020 and fast_step(report) == pytest.approx(0.010)
+    assert fast_throughput(report, "samples_per_s") == pytest.approx(6400) and fast_throughput(report, "steps_per_s") == pytest.approx(100)
+    assert fast_step({"steps": [{"duration_s": 0.01}] * 3, "throughput": {"step_time_median_s": 0.02}}) == 0.02
+
+
+def test_fast_steps_keep_the_error_rate_and_catch_what_the_median_misses():
+    """Step by step, a neighbour that covers parts of runs: the gate on the fast steps stays within alpha on A/A
+    and catches a 10% slowdown far more often than the same gate on each run's median step."""
+    rng = np.random.default_rng(3)
+    median = lambda r: r["throughput"]["step_time_median_s"]  # noqa: E731
+    same = [step_gate(rng, 1.0, fast_step) for _ in range(150)]
+    fast = [step_gate(rng, 1.10, fast_step) for _ in range(60)]
+    slow = [step_gate(rng, 1.10, median) for _ in range(60)]
+    assert sum(bool(d.regressions) for d in same) <= 150 * 0.05
+    caught_fast, caught_median = sum(bool(d.regressions) for d in fast), sum(bool(d.regressions) for d in slow)
+    assert caught_fast >= 35 and caught_fast >= caught_median + 25, (caught_fast, caught_median)  # 38 and 3
+    assert np.median([d.rounds for d in fast]) <= np.median([d.rounds for d in slow])
+
+
+def test_throughput_is_the_step_time_inverted_and_tested_once():
+    base = [0.040, 0.041, 0.040, 0.042, 0.040, 0.041]
+    cand = [b * 1.2 for b in base]
+    data = {"step_time": (base, cand), "throughput": ([1 / b for b in base], [1 / c for c in cand])}
+    decision = sequential.decide(data, SPECS, alpha=0.05, plan=[6])
+    step, tp = decision.metrics
+    assert step.gated and step.verdict == cmp.REGRESSION and step.p_value is not None
+    assert not tp.gated and tp.p_value is None and tp.verdict == cmp.REGRESSION and "its test decides" in tp.note
+    assert tp.change == pytest.approx(1 / 1.2 - 1)
+
+
 def test_the_noise_floor_holds_back_a_change_this_runner_cannot_resolve():
     base = [0.040, 0.052, 0.041, 0.053, 0.040, 0.052]  # back-to-back base runs (rounds 2-3, 4-5) differ by 25%
     cand = [b * 1.08 for b in base]
-    decision = sequential.decide({"step_time_median": (base, cand)}, SPECS[:1], alpha=0.05, plan=[6])
+    decision = sequential.decide({"step_time": (base, cand)}, SPECS[:1], alpha=0.05, plan=[6])
     row = decision.metrics[0]
     assert row.slowdown == pytest.approx(0.08) and row.significant  # significant, beyond 5% ...
     assert row.floor > 0.08 and row.verdict == cmp.NOT_SIGNIFICANT  # ... but within this runner's A/A floor
@@ -174,7 +246,7 @@ def test_a_larger_matmul_fails_the_gate_and_is_named(tmp_path):
              "--batch-size", "256")
     assert run.returncode == 3, run.stderr[-3000:]
     decision = json.loads(run.stdout)
-    assert decision["verdict"] == "regression" and "step_time_median" in decision["regressions"]
+    assert decision["verdict"] == "regression" and "step_time" in decision["regressions"]
     assert decision["statistics"]["correction"] == "Holm" and decision["statistics"]["rounds"] == 3
     top = decision["slower_ops"][0]
     assert top["name"] in ("aten::mm", "aten::addmm") and "1024" in top["current_shapes"]
