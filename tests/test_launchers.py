@@ -231,3 +231,21 @@ def test_the_plan_is_decided_on_every_rank_s_window(tmp_path, how):
     codes = [f["code"] for f in report["findings"]]
     assert "PAR001" in codes and "PAR002" not in codes, codes
     assert not [w for w in report["warnings"] if "without" in w], report["warnings"]
+
+
+@pytest.mark.slow
+def test_ranks_that_could_not_switch_a_fix_are_named_and_its_verdict_does_not_stand(tmp_path):
+    """Rank 1 reads its batches without a DataLoader, so the loader fix switches on rank 0 only: rank 1
+    still runs every window's steps (no rank waits for another in a collective), the report names
+    the rank and what it could not switch, and the fix is not verified on rank 0's steps alone."""
+    (code, stdout, stderr), = _finish([_start([*TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "advisor",
+                                              "profile", *ARMS, "--no-loader-rank", "1"], tmp_path)], timeout=400)
+    assert code == 0, stderr[-3000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert any(w.startswith('the ranks did not all switch {"dataloader"') and "rank 1: dataloader" in w
+               for w in report["warnings"]), report["warnings"]
+    exp = next(f for f in report["findings"] if f["code"] == "DL001")["experiment"]
+    assert not exp["verified"] and exp["reason"] == "not switched on every rank (rank 1: dataloader)", exp
+    assert (report["recommended"] or {}).get("overrides", {}).get("dataloader") is None
+    switched = {r["rank"]: r["arm_windows_switched"] for r in report["ranks"]}
+    assert switched[0] > switched[1], report["ranks"]

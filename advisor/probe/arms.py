@@ -39,8 +39,9 @@ class Arms:
     :meth:`step` once the profiled window is over."""
 
     def __init__(self, out: Path, names: Any, sink: Any, plan_timeout_s: float, write_probe: Callable[[], None],
-                 observed: Any = None) -> None:
+                 observed: Any = None, in_job: bool = False) -> None:
         self.out, self.names, self.sink = out, names, sink
+        self.in_job = in_job  # one rank of a job: every window's steps run, switched or not (see _begin)
         self.plan_timeout_s = plan_timeout_s
         self.write_probe = write_probe
         self.switches = Switches(observed)
@@ -126,7 +127,10 @@ class Arms:
         self.peak.start()  # this window's peak is its own (after the switch, before its first step)
         if self.warmup == 1:
             self._profile_memory()
-        if (overrides and not switchable) or self.total <= 0:
+        # A window this rank cannot switch is skipped, unless the rank is one of a job's: the others
+        # run its steps, and a rank that moved on would wait for them in its next collective (its
+        # line says what it could not switch; rank 0 reports the ranks that disagreed).
+        if (overrides and not switchable and not self.in_job) or self.total <= 0:
             self._switch_off()
             self._write_arm()
             return False

@@ -280,7 +280,8 @@ def probe(config: dict, target: Callable[[], object]) -> int:
         def window_done_probe() -> None:
             finish({"status": "done", "error": None, "traceback": None, "phase": Phase.WINDOW_DONE})
 
-        arms = Arms(out, names, sink, float(config.get("plan_timeout_s", 600.0)), window_done_probe, observed)
+        arms = Arms(out, names, sink, float(config.get("plan_timeout_s", 600.0)), window_done_probe, observed,
+                    in_job=names.trace != rundir.names("").trace)  # a rank's files: one rank of a job
         arms.install()  # before the hooks: their DataLoader timing wraps the arms' substitute loaders
         clock.arms = arms
     install(clock, observed)
