@@ -221,7 +221,8 @@ def _own_account(run, out: Path) -> dict:
         ended_at = (out / run.files.probe_json).stat().st_mtime
     except OSError:
         ended_at = time.time()
-    account = {"rank": detect_job().rank, "status": probe.get("status") or "died",
+    status = "interrupted" if run.status == "interrupted" else probe.get("status") or "died"  # stopped by a signal
+    account = {"rank": detect_job().rank, "status": status,
                "measured_steps": int(probe.get("measured_steps") or 0), "error": probe.get("error"),
                "traceback": probe.get("traceback"), "ended_at": ended_at}
     windows = run.arms.get("windows") or []

@@ -249,3 +249,21 @@ def test_ranks_that_could_not_switch_a_fix_are_named_and_its_verdict_does_not_st
     assert (report["recommended"] or {}).get("overrides", {}).get("dataloader") is None
     switched = {r["rank"]: r["arm_windows_switched"] for r in report["ranks"]}
     assert switched[0] > switched[1], report["ranks"]
+
+
+@pytest.mark.slow
+def test_under_torchrun_the_rank_that_failed_first_is_named(tmp_path):
+    """Rank 1's script raises: its advise reports it and exits 1, torchrun stops rank 0 (SIGTERM), and
+    rank 0's report says which rank failed first, with its error, not that rank 0 was interrupted."""
+    import psutil
+
+    (code, stdout, stderr), = _finish([_start([*TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "advisor",
+                                              "profile", *OPTIONS, "--timeout", "90", "--out", "run", SCRIPT,
+                                              "--crash-rank", "1", "--crash-at", "4"], tmp_path)])
+    assert code != 0
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["status"] == "failed"
+    assert report["error"].startswith("rank 1 failed first: RuntimeError: planted failure on rank 1 at step 4"), report["error"]
+    assert [(r["rank"], r["status"]) for r in report["ranks"]] == [(0, "interrupted"), (1, "failed")]
+    assert "planted failure on rank 1" in report["traceback"]
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "--crash-rank" in (p.info["cmdline"] or [])]
