@@ -54,6 +54,48 @@ def test_a_slurm_batch_script_is_one_process_whatever_the_allocation():
     assert not job.multi and job.suffix == ""
 
 
+# --- what travels: summaries and plans --------------------------------------------------------------
+
+def test_a_rank_summary_gives_rank_0_the_same_cross_rank_findings_as_the_rank_s_trace():
+    """The HTA pair (two ranks of a 128-rank NCCL job): rank 1 reduced to its summary where it ran
+    and merged by rank 0 gives PAR002 the evidence that rank 1's whole trace gives, and rank 0
+    never reads that trace."""
+    from advisor.profile import Profile
+    from advisor.rank_summary import summarize, to_profile
+    from test_ranks import PAIR, by_code, trace_path
+
+    rank0, rank1 = (Profile.from_trace(trace_path(p)) for p in PAIR)
+    whole = Profile.from_trace(trace_path(PAIR[0]))
+    whole.ranks = [whole, rank1]
+    summary = json.loads(json.dumps(summarize(rank1, {"status": "done"}, rank=1, node=3)))  # as it travels
+    assert len(json.dumps(summary)) < 64_000 and summary["node"] == 3 and summary["hta"][0]["rank"] == 1
+    rank0.ranks = [rank0, to_profile(summary)]
+    merged, direct = by_code(rank0), by_code(whole)
+    assert merged.keys() == direct.keys() and "PAR002" in merged
+    assert merged["PAR002"]["evidence"] == direct["PAR002"]["evidence"]
+    assert list(rank0.job.per_rank()["rank"]) == [0, 1]
+
+
+def test_the_run_dir_channel_and_the_store_rank_0_serves_carry_the_same_values(tmp_path):
+    from advisor.job_channel import DirChannel, StoreChannel, open_channel, wait_for
+
+    port = _free_port()
+    served = open_channel(detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "5",
+                                  "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port - 1)}), tmp_path)
+    client = open_channel(detect({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "5",
+                                  "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port - 1)}), tmp_path)
+    assert isinstance(served, StoreChannel) and served.host and not client.host and served.port == port
+    files = open_channel(detect({"RANK": "1", "WORLD_SIZE": "2"}), tmp_path)  # no address: the run dir
+    assert isinstance(files, DirChannel)
+    for a, b in ((client, served), (files, DirChannel(tmp_path, files.prefix))):
+        assert a.get("plan/0") is None
+        a.put("plan/0", {"round": 0, "windows": [{"arm": "a1"}]})
+        assert b.get("plan/0") == {"round": 0, "windows": [{"arm": "a1"}]}
+        assert wait_for(b, ["plan/0", "final/1"], time.monotonic() + 0.3) == {"plan/0": {"round": 0, "windows": [{"arm": "a1"}]}}
+    files.close()
+    assert not list(tmp_path.glob(".advise-job.*"))
+
+
 # --- one job report, whoever launched it -------------------------------------------------------------
 
 def _free_port() -> int:
