@@ -1,8 +1,9 @@
 """The interleaved gate's decision: paired rounds, a sequential test, one error rate for all metrics.
 
 `advise ab` measures base and candidate in pairs of rounds (B C B C ...). Each gated metric gives
-one figure per round and side; its per-round slowdown is the log ratio ``d_i = log(C_i / B_i)``
-(``log(B_i / C_i)`` for throughput, where higher is better), so a runner that slows down for a
+one figure per round and side (the step time: each run's fast steps, :data:`advisor.ab.FAST_QUANTILE`);
+its per-round slowdown is the log ratio ``d_i = log(C_i / B_i)`` (``log(B_i / C_i)`` for
+throughput, where higher is better), so a runner that slows down for a
 while slows both sides of a round and cancels out. The decision reads those paired slowdowns:
 
 - **test**: Yuen's one-sided trimmed-mean t-test of the paired slowdowns (20% trimmed at each
@@ -10,11 +11,13 @@ while slows both sides of a round and cancels out. The decision reads those pair
   slowdown wild; trimming keeps a few such pairs from deciding either way.
 - **sequential looks**: the first look after ``rounds`` pairs; a metric that is *suspected* (slower,
   and its 95% upper bound above the threshold) gets more rounds, looking again half way to
-  ``max_rounds`` and at ``max_rounds``. The false-alarm rate is spent over the planned looks, ``alpha / K``
-  at each of K looks (Bonferroni spending): by the union bound the rate over all looks stays at
-  most ``alpha`` whatever the rule that decides to continue, so "rerun until red" cannot happen.
+  ``max_rounds`` and at ``max_rounds``. (Suspected also needs half the threshold or more: an
+  unchanged revision's wobble about 0 stops at the first look.) The false-alarm rate is spent
+  over the planned looks, ``alpha / K`` at each of K looks (Bonferroni spending): by the union
+  bound the rate over all looks stays at most ``alpha`` whatever the rule that decides to continue, so "rerun until red" cannot happen.
 - **several metrics**: at each look, Holm's step-down correction over the gated metrics
-  (throughput, median step, peak memory), so ``alpha`` is the gate's family-wise error rate.
+  (step time, peak memory; throughput is the step time inverted, a ``mirrors`` row shown and not
+  tested twice), so ``alpha`` is the gate's family-wise error rate.
 - **noise floor**: each revision's own runs against each other (an A/A split: the rounds alternate
   B C, C B, so the base runs of rounds 2 and 3, 4 and 5, ... run back to back, as a round's pair
   does; the candidate's of rounds 1 and 2, 3 and 4 too) measure this runner's noise now. The

@@ -76,13 +76,13 @@ def steps_of(report: dict) -> np.ndarray:
 
 def fixed_threshold(base: dict, cur: dict) -> bool:
     """pytest-benchmark: the mean step more than 10% slower."""
-    return steps_of(cur).mean() > 1.10 * steps_of(base).mean()
+    return bool(steps_of(cur).mean() > 1.10 * steps_of(base).mean())
 
 
 def asv_rule(base: dict, cur: dict) -> bool:
     """asv: the ratio of medians above 1.1, and the samples differ (Mann-Whitney U, p < 0.05)."""
     a, b = steps_of(base), steps_of(cur)
-    return np.median(b) / np.median(a) > 1.1 and stats.mann_whitney(a, b, "two-sided") < 0.05
+    return bool(np.median(b) / np.median(a) > 1.1 and stats.mann_whitney(a, b, "two-sided") < 0.05)
 
 
 def trial(tmp: Path, name: str, slowdown: float, args: argparse.Namespace, saved: dict | None) -> dict:
@@ -135,12 +135,19 @@ def main() -> None:
     parser.add_argument("--no-neighbour", action="store_true", help="run without the CPU-burning neighbour")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", type=Path, default=None, help="append each trial's outcome here (JSON lines) as it ends")
+    parser.add_argument("--from-log", type=Path, default=None,
+                        help="print the table from a --log file (a run cut short) instead of running trials")
     parser.add_argument("workload", nargs="*", default=["--step-ms", "0", "--width", "4096", "--batch-size", "512"],
                         help="after --: the workload's own arguments")
     args = parser.parse_args()
     plan = [0.0] * args.aa_trials + [float(s) for s in args.slowdowns.split(",") for _ in range(args.trials)]
     random.Random(args.seed).shuffle(plan)  # the neighbour's phases and the machine's drift hit every kind alike
 
+    if args.from_log is not None:
+        logged = [json.loads(line) for line in args.from_log.read_text().splitlines() if line.strip()]
+        rows = [r for r in logged if not r.get("error")]
+        table(rows, len(logged) - len(rows), None, args)
+        return
     neighbour = None if args.no_neighbour else start_neighbour(args.seed)
     rows: list[dict] = []
     saved, errors = None, 0
@@ -165,7 +172,10 @@ def main() -> None:
         if neighbour is not None:
             neighbour.kill()
             neighbour.wait()
+    table(rows, errors, time.monotonic() - started, args)
 
+
+def table(rows: list[dict], errors: int, elapsed: float | None, args: argparse.Namespace) -> None:
     kinds = [0.0] + [float(s) for s in args.slowdowns.split(",")]
     by = {k: [r for r in rows if abs(r["slowdown"] - (1 + k / 100)) < 1e-9] for k in kinds}
     head = ["gate", "A/A false alarms"] + [f"{k:g}% caught" for k in kinds[1:]] + ["time per decision (median)"]
@@ -178,7 +188,8 @@ def main() -> None:
         ("fixed 10% on the mean (pytest-benchmark), same job", "job_fixed", "two runs"),
         ("ratio > 1.1 + Mann-Whitney (asv), same job", "job_asv", "two runs"),
     ]
-    print(f"\n{len(rows)} trials ({errors} failed to run) in {(time.monotonic() - started) / 60:.0f} min; neighbour "
+    took = f" in {elapsed / 60:.0f} min" if elapsed is not None else f" (from {args.from_log})"
+    print(f"\n{len(rows)} trials ({errors} failed to run){took}; neighbour "
           f"{'off' if args.no_neighbour else 'on (one CPU burner, on/off at random every 1-5 s)'}; "
           f"advise ab --rounds {args.rounds} --max-rounds {args.max_rounds} --steps {args.steps}; "
           f"workload {WORKLOAD.name} {' '.join(args.workload)}\n")
@@ -187,6 +198,10 @@ def main() -> None:
     for label, key, cost in gates:
         cells = [rate(by[0.0], key)] + [rate(by[k], key) for k in kinds[1:]]
         print(f"| {label} | " + " | ".join(cells) + f" | {cost} |")
+    spans = [f"{'A/A' if k == 0 else f'{k:g}%'} {statistics.median(r['ab_s'] for r in by[k]):.0f} s "
+             f"(max {max(r['ab_s'] for r in by[k]):.0f} s, {statistics.median(r['rounds'] for r in by[k]):g} rounds)"
+             for k in kinds if by[k]]
+    print("\nadvise ab, time per decision (median) by planted change: " + "; ".join(spans), end="")
     for k in kinds[1:]:
         caught = [r["ab_s"] for r in by[k] if r["ab"]]
         if caught:
