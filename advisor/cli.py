@@ -518,7 +518,8 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
 @click.option("--max-rounds", default=12, show_default=True, type=click.IntRange(min=2),
               help="The budget: a suspected regression gets more rounds, up to this many pairs.")
 @click.option("--max-regression", default="5%", show_default=True, metavar="PCT",
-              help="Worse than this (throughput or median step), beyond the noise floor and significant, fails.")
+              help="A step time (each run's 5th-percentile step) worse than this, beyond the noise floor and "
+                   "significant, fails.")
 @click.option("--max-memory-regression", default="20%", show_default=True, metavar="PCT",
               help="Peak memory higher than this (and by 64 MiB or more), significant, fails.")
 @click.option("--alpha", default=0.05, show_default=True, type=_Number(0, 0.5, min_open=True),
