@@ -43,6 +43,7 @@ class RankRow:
     exposed_comm: str
     samples_per_s: str
     error: str
+    node: str = ""  # a job a launcher started: the node it ran on and its host ("1 (gpu-07)")
 
 
 def rank_rows(report: dict) -> list[RankRow]:
@@ -52,8 +53,15 @@ def rank_rows(report: dict) -> list[RankRow]:
         median = r.get("step_time_median_s", r.get("duration_s"))
         rows.append(RankRow(str(r.get("rank")), str(r.get("status") or fmt.DASH), fmt.time_s(finite(median)),
                             fmt.time_s(finite(r.get("step_time_p90_s"))), fmt.time_s(finite(r.get("exposed_comm_s"))),
-                            fmt.rate(finite(r.get("samples_per_s")), "samples/s"), str(r.get("error") or "")))
+                            fmt.rate(finite(r.get("samples_per_s")), "samples/s"), str(r.get("error") or ""),
+                            _node(r)))
     return rows
+
+
+def _node(rank: dict) -> str:
+    if rank.get("node") is None:
+        return ""
+    return f"{rank['node']} ({rank['host']})" if rank.get("host") else str(rank["node"])
 
 
 @dataclass

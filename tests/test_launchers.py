@@ -136,6 +136,8 @@ def _one_job_report(run: Path, terminal: str) -> dict:
         assert (run / f"trace.rank{rank}.json.gz").is_file() and (run / f"summary.rank{rank}.json").is_file()
     shown = subprocess.run(advise_cmd("report", str(run)), capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0 and shown.stdout.strip().endswith("report.html"), shown.stderr
+    page = (run / "report.html").read_text()
+    assert '<section id="ranks">' in page and "<th>node</th>" in page  # each rank's node on the page
     return report
 
 
