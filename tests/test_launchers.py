@@ -151,6 +151,36 @@ def test_under_torchrun_rank_0_writes_the_job_report(tmp_path):
     assert not [w for w in report["warnings"] if "without" in w], report["warnings"]
     assert [r["node"] for r in report["ranks"]] == [0, 0]
     assert "rank 1 of 2 (torchrun, node 0): ok" in stderr and "the job's store" in stderr
+    _analyzed(tmp_path / "run", ranks=[0, 1])
+
+
+def _analyzed(run: Path, ranks: list[int]) -> dict:
+    """`advise analyze DIR`: the run dir's traces, read as one job."""
+    proc = subprocess.run(advise_cmd("analyze", "--json", str(run)), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert [r["rank"] for r in report.get("ranks") or []] == ranks and report["steps"]
+    return report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["one-process", "launched"])
+def test_report_and_analyze_read_every_kind_of_run_dir(tmp_path, kind):
+    """One process and a job advise launched (a job a launcher started, and one node's part of a
+    job, are in the tests above): `advise report` opens it, also once its report.json is gone, and
+    `advise analyze` reads its traces."""
+    args = ([*OPTIONS, "--out", "run", str(WORKLOADS / "healthy_inmemory.py")] if kind == "one-process" else
+            ["--nproc-per-node", "2", *OPTIONS, "--out", "run", SCRIPT])
+    proc = subprocess.run(advise_cmd("profile", *args), cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run, ranks = tmp_path / "run", [0] if kind == "one-process" else [0, 1]
+    for gone in (False, True):
+        if gone:
+            (run / "report.json").unlink()
+        shown = subprocess.run(advise_cmd("report", str(run)), capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0 and ("has no report.json" in shown.stderr) == gone, shown.stderr
+    assert [r["rank"] for r in json.loads((run / "report.json").read_text()).get("ranks") or []] == ranks
+    _analyzed(run, ranks)
 
 
 @pytest.mark.slow
