@@ -180,6 +180,15 @@ def _job_link(job, out: Path) -> JobLink:
     return JobLink(channel, job, out, rundir.names(job.suffix), on_window=window)
 
 
+def _launcher_notes(link: JobLink | None, experiments: ExperimentOptions) -> list[str]:
+    """What a job a launcher started did not do of what was asked, and why."""
+    if link is None or not experiments.enabled:
+        return []
+    asked = [o for o, on in (("--fresh-runs", experiments.fresh_runs), ("--confirm", experiments.confirm)) if on]
+    return [f"{' and '.join(asked)} not run: a fresh run of one rank would wait for the job's other ranks in its first "
+            "collective; the fixes were measured inside the profiled run, on every rank"] if asked else []
+
+
 def _no_fresh_runs(findings: list[Finding], fresh) -> None:
     """A job a launcher started: a fix only a fresh run can switch stays unmeasured (one rank re-run
     alone would wait for the others in its first collective)."""
@@ -497,7 +506,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         findings=findings,
         recommended=results.recommended if results else None,
         warnings=_warnings(run, config, profile) + profile.meta.get("notes", []) + rule_warnings + (results.notes if results else [])
-        + (merged["warnings"] if merged else []),
+        + (merged["warnings"] if merged else []) + _launcher_notes(link, experiments),
         artifacts=_artifacts(out, run.files, profile),
         extra={"fingerprint": fingerprint.collect(profile.env, script_args, load_start=load_start,
                                                   with_gpu=profile.device == "cuda"),
