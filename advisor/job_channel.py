@@ -39,11 +39,14 @@ class StoreChannel:
     def __init__(self, addr: str, port: int, prefix: str, host: bool = False):
         self.addr, self.port, self.prefix, self.host = addr, port, prefix, host
         self._store = None
+        self._failed: str | None = None
         self.where = f"the job's store at {addr}:{port}" + (" (served by rank 0's advise)" if host else "")
         if host:
             self._connect()  # before the other ranks ask for it
 
     def _connect(self):
+        if self._failed is not None:  # tried for CONNECT_S once already: no second wait
+            raise ChannelError(self._failed)
         if self._store is None:
             try:
                 from torch.distributed import TCPStore
@@ -51,7 +54,8 @@ class StoreChannel:
                 self._store = TCPStore(self.addr, self.port, is_master=self.host, wait_for_workers=False,
                                        timeout=timedelta(seconds=CONNECT_S))
             except Exception as exc:  # noqa: BLE001 - RuntimeError / DistStoreError / OSError, by torch version
-                raise ChannelError(f"cannot reach {self.where}: {exc}") from None
+                self._failed = f"cannot reach {self.where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                raise ChannelError(self._failed) from None
         return self._store
 
     def put(self, key: str, value: dict) -> None:
