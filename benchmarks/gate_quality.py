@@ -101,7 +101,9 @@ def trial(tmp: Path, name: str, slowdown: float, args: argparse.Namespace, saved
     decision = json.loads(proc.stdout)
     first_b = json.loads((out / "base" / "round-01" / "report.json").read_text())
     first_c = json.loads((out / "candidate" / "round-01" / "report.json").read_text())
+    step = next((m for m in decision["metrics"] if m["name"] == "step_time"), {})
     row = {"slowdown": slowdown, "ab": proc.returncode == 3, "ab_s": wall, "rounds": decision["statistics"]["rounds"],
+           "ab_step": {k: step.get(k) for k in ("slowdown", "p_value", "floor", "verdict")},
            "job_fixed": fixed_threshold(first_b, first_c), "job_asv": asv_rule(first_b, first_c), "first_base": first_b}
     if saved is not None:
         saved_path, cur_path = tmp / name / "saved.json", out / "candidate" / "round-01" / "report.json"
