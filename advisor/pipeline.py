@@ -17,7 +17,7 @@ import click
 
 from advisor.reports import terminal
 
-from . import compare, fingerprint, forked, metrics, report as report_mod, rundir, temporal, trace_prefetch
+from . import compare, fingerprint, forked, job_report, metrics, report as report_mod, rundir, temporal, trace_prefetch
 from .atomic import NotAFile, check_writable, write_json_atomic, write_text_atomic
 from .chatter import strip_log, without_chatter
 from .cli_exit import DISK_ERRNOS, EXIT_USAGE, STATUS_EXIT, fail, writing_error
@@ -25,7 +25,8 @@ from .interrupt import StopRequest, deferred, describe
 from .model import Finding, rank, settle_severity, split_screened
 from .profile import Profile
 from .job import detect as detect_job
-from .model import Verdict
+from .job_channel import ChannelError, DirChannel, open_channel
+from .rank_summary import summarize
 from .rundir import rank_suffix
 from .trace import TraceError
 
@@ -108,9 +109,9 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
     def diagnose():  # the window of the rank whose steps are judged (the runner names it: rank 0's in a job)
         profile = Profile.from_run_dir(out, session.rank_suffix)
         if link is not None:
-            session.notes.extend(_merge_windows(profile, link, stop))
+            session.notes.extend(job_report.merge_windows(profile, link, stop))
         elif len(session.plan_suffixes) > 1:  # ranks advise (or the script) started: their windows are in the run dir
-            session.notes.extend(_read_windows(profile, out, session.plan_suffixes[1:], stop))
+            session.notes.extend(job_report.read_windows(profile, out, session.plan_suffixes[1:], stop))
         if len(session.plan_suffixes) > 1:  # the job's ranks share this node's cores (spawned ranks do not say so)
             profile.env["local_world_size"] = profile.env.get("local_world_size") or len(session.plan_suffixes)
         findings, warnings = _diagnose(profile, rule_settings, screen=True)
@@ -129,40 +130,8 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
 
 # --- a job a launcher started (torchrun, srun): rank 0 writes the job's report ---------------------
 
-WINDOW_WAIT_S = 60.0  # rank 0's rules wait this long for the other ranks' windows before planning alone
-FINAL_WAIT_S = 60.0   # rank 0 waits this long (after its own run) for the other ranks' summaries ...
-STOPPED_WAIT_S = 5.0  # ... or this long once the job is being stopped (the launcher kills it soon after)
-
-
-def _job_wait(default: float) -> float:
-    """ADVISE_JOB_WAIT_S bounds both waits (a job whose ranks end far apart, or a test)."""
-    try:
-        return float(os.environ.get("ADVISE_JOB_WAIT_S") or default)
-    except ValueError:
-        return default
-
-
-def _merge_windows(profile: Profile, link: JobLink, stop: StopRequest | None) -> list[str]:
-    """Rank 0's window joined by the other ranks' (their summaries): the cross-rank rules read the job."""
-    from .job_channel import ChannelError, wait_for
-    from .rank_summary import to_profile
-
-    keys = [f"window/{r}" for r in link.others]
-    wait = _job_wait(WINDOW_WAIT_S)
-    try:
-        found = wait_for(link.channel, keys, time.monotonic() + wait, stop)
-    except ChannelError as exc:
-        return [f"the rules read rank 0's window alone: {exc}"]
-    windows = [found[k] for k in keys if k in found and "steps" in found[k]]
-    profile.ranks = [profile] + [to_profile(w) for w in windows]
-    missing = [r for r, k in zip(link.others, keys) if k not in found or "steps" not in found[k]]
-    return [f"the rules read the job without rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}: "
-            f"no window summary within {wait:.0f} s"] if missing else []
-
-
 def _job_link(job, out: Path) -> JobLink:
     """This rank's tie to the rest of its job, over the job's channel (:mod:`advisor.job_channel`)."""
-    from .job_channel import ChannelError, DirChannel, open_channel
     from .probe.job_link import JobLink
 
     try:
@@ -173,8 +142,6 @@ def _job_link(job, out: Path) -> JobLink:
         channel = DirChannel(out, (job.job_id or "job") + ".")
 
     def window() -> dict:  # this rank's window, for rank 0's rules
-        from .rank_summary import summarize
-
         return summarize(Profile.from_run_dir(out, job.suffix), {"status": "window"}, job.rank, job.node)
 
     return JobLink(channel, job, out, rundir.names(job.suffix), on_window=window)
@@ -189,78 +156,16 @@ def _launcher_notes(link: JobLink | None, experiments: ExperimentOptions) -> lis
             "collective; the fixes were measured inside the profiled run, on every rank"] if asked else []
 
 
-def _no_fresh_runs(findings: list[Finding], fresh) -> None:
-    """A job a launcher started: a fix only a fresh run can switch stays unmeasured (one rank re-run
-    alone would wait for the others in its first collective)."""
-    for candidate in fresh or []:
-        finding = findings[candidate.finding_index]
-        if finding.experiment is None or finding.experiment.verdict == Verdict.NOT_MEASURED:
-            from .model import Experiment
-
-            finding.experiment = Experiment.not_measured(
-                "only a fresh run can switch it, and a fresh run of one rank needs the job's other ranks: "
-                "apply it and profile the job again")
-
-
-def _read_windows(profile: Profile, out: Path, suffixes: list[str], stop: StopRequest | None) -> list[str]:
-    """Rank 0's window joined by the other ranks' windows in the run dir, each read once its child
-    says its window is over (its probe file: ``phase: window-done``, written after its trace): the
-    cross-rank rules then read the job, as they do after the run."""
-    deadline, pending, ranks = time.monotonic() + _job_wait(WINDOW_WAIT_S), list(suffixes), {}
-    while pending and time.monotonic() < deadline and not (stop is not None and stop):
-        for suffix in list(pending):
-            try:
-                done = json.loads((out / rundir.names(suffix).probe_json).read_text()).get("phase") == "window-done"
-            except (OSError, ValueError):
-                done = False
-            if done:
-                ranks[suffix] = Profile.from_run_dir(out, suffix)
-                pending.remove(suffix)
-        if pending:
-            time.sleep(0.05)
-    profile.ranks = [profile] + [ranks[s] for s in suffixes if s in ranks]
-    return [f"the rules read the job without {', '.join(s.lstrip('.') for s in pending)}: no window in "
-            f"{_job_wait(WINDOW_WAIT_S):.0f} s"] if pending else []
-
-
-def _own_account(run, out: Path) -> dict:
-    """This rank's account, as the runner gives one for each rank it launched."""
-    probe = run.probe
-    try:
-        ended_at = (out / run.files.probe_json).stat().st_mtime
-    except OSError:
-        ended_at = time.time()
-    status = "interrupted" if run.status == "interrupted" else probe.get("status") or "died"  # stopped by a signal
-    account = {"rank": detect_job().rank, "status": status,
-               "measured_steps": int(probe.get("measured_steps") or 0), "error": probe.get("error"),
-               "traceback": probe.get("traceback"), "ended_at": ended_at}
-    windows = run.arms.get("windows") or []
-    if windows:
-        account["arm_windows_switched"] = sum(1 for w in windows if w.get("applied"))
-    return account
-
-
-def _summarize_rank(run, profile: Profile, out: Path, job) -> dict:
-    """This rank's summary (rank_summary.summarize), also kept beside its files as summary.rankN.json."""
-    from .rank_summary import summarize
-
-    summary = summarize(profile, _own_account(run, out), job.rank, job.node, run.arms.get("windows") or [])
-    write_json_atomic(out / rundir.names(job.suffix).summary, summary)
-    return summary
-
-
 def _finish_rank(run, config: ProbeConfig, link: JobLink, out: Path, lock: rundir.RunDirLock, stop: StopRequest) -> int:
     """A rank other than 0 of a job a launcher started: its files, its summary to rank 0, one line.
 
     Its verdict is the job's, in rank 0's report: a rank alone would misread waiting for a
     straggler as slow communication."""
-    from .job_channel import ChannelError
-
     job = link.job
     _check_run_dir_after(run, out, lock)
     strip_log(out / run.files.log)
     profile = Profile.from_run_dir(out, run.suffix)
-    summary = _summarize_rank(run, profile, out, job)
+    summary = job_report.summarize_rank(run, profile, out, job)
     where = f"rank 0 through {link.channel.where}"
     try:
         link.channel.put(f"final/{job.rank}", summary)
@@ -273,70 +178,6 @@ def _finish_rank(run, config: ProbeConfig, link: JobLink, out: Path, lock: rundi
         click.echo(run.probe["traceback"].rstrip(), err=True)
     signum = stop.signum or run.signal
     return report_mod.signal_exit(signum) if signum else STATUS_EXIT[status]
-
-
-def _merge_job(profile: Profile, run, link: JobLink, out: Path, stop: StopRequest) -> dict:
-    """Rank 0 of a job a launcher started: wait (bounded) for every other rank's summary and give the
-    cross-rank rules the job. Returns report.json's `ranks` (rows), `warnings`, the rank that failed
-    first (`first`, `then`), the job's `hta` breakdown and the arms the ranks did not all switch (`disagree`)."""
-    from .job_channel import ChannelError, wait_for
-    from .rank_summary import missing_row, rank_row, to_profile
-
-    job = link.job
-    own = _summarize_rank(run, profile, out, job)
-    keys = [f"final/{r}" for r in link.others]
-    wait = _job_wait(STOPPED_WAIT_S if stop else FINAL_WAIT_S)
-    warnings: list[str] = []
-    try:
-        found = wait_for(link.channel, keys, time.monotonic() + wait, None if stop else stop)
-    except ChannelError as exc:
-        found = {}
-        warnings.append(f"the other ranks' summaries could not be read: {exc}")
-    summaries = [found[k] for k in keys if k in found]
-    profile.ranks = [profile] + [to_profile(s) for s in summaries]
-    rows = {0: rank_row(own)}
-    rows.update({s["rank"]: rank_row(s) for s in summaries})
-    missing = [r for r, k in zip(link.others, keys) if k not in found]
-    rows.update({r: dict(missing_row(r, wait), node=None, host=None) for r in missing})
-    if missing:
-        warnings.append(f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} sent no summary within "
-                        f"{wait:.0f} s: the cross-rank figures are of the ranks that did")
-    failed = sorted((s["account"] for s in [own, *summaries] if s["account"].get("status") not in ("done", "finished")),
-                    key=lambda a: a.get("ended_at") or float("inf"))
-    first = None
-    if failed and failed[0].get("status") == "failed":
-        first = failed[0]
-    hta = [row for s in [own, *summaries] for row in s.get("hta") or []]
-    return {"rows": [rows[r] for r in sorted(rows)], "warnings": warnings, "first": first, "then": failed[1:],
-            "hta": {"basis": temporal.BASIS, "ranks": sorted(hta, key=lambda r: r["rank"])} if hta else None,
-            "disagree": _disagreements(own, summaries)}
-
-
-def _disagreements(own: dict, summaries: list[dict]) -> dict[str, list[str]]:
-    from .rank_summary import disagreements
-
-    return disagreements(own.get("arm_windows") or [], {s["rank"]: s.get("arm_windows") or [] for s in summaries})
-
-
-def _settle_disagreements(results, arms_disagree: dict[str, list[str]], notes: list[str]) -> None:
-    """An arm the ranks did not all switch measured another configuration: its verdict does not stand."""
-    if results is None or not arms_disagree:
-        return
-    for key, ranks_said in arms_disagree.items():
-        notes.append(f"the ranks did not all switch {key}: {'; '.join(ranks_said)}; its measurement is not the fix's")
-    for finding in results.findings:
-        exp = finding.experiment
-        if exp is None or exp.measured_by != "in-process" or not exp.overrides:
-            continue
-        key = json.dumps(exp.overrides, sort_keys=True)
-        if key in arms_disagree:
-            exp.verified, exp.verdict = False, Verdict.NOT_CONFIRMED
-            exp.reason = "not switched on every rank (" + "; ".join(arms_disagree[key]) + ")"
-    rec = results.recommended
-    if rec is not None and rec.measured_by == "in-process" and any(
-            all(rec.overrides.get(k) == v for k, v in json.loads(key).items()) for key in arms_disagree):
-        notes.append("no recommendation: a fix in it was not switched on every rank")
-        results.recommended = None
 
 
 def _combine(first: ExperimentResults | None, fresh: ExperimentResults) -> ExperimentResults:
@@ -450,7 +291,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
             profile.ranks = [profile] + [Profile.from_run_dir(out, f".rank{a['rank']}") for a in run.ranks[1:]]
             for rank_profile in profile.ranks:  # ranks the script spawned share this node, as torchrun's say
                 rank_profile.env["local_world_size"] = rank_profile.env.get("local_world_size") or len(run.ranks)
-        merged = _merge_job(profile, run, link, out, stop) if link is not None else None
+        merged = job_report.merge_job(profile, run, link, out, stop) if link is not None else None
         results = None
         if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
             findings, rule_warnings = session.findings, session.rule_warnings
@@ -461,7 +302,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         # A session that never saw a window (the script's ranks, spawned by itself, ran the steps): fresh runs of the job.
         fresh = session.fresh if session is not None and session.findings else None
         if link is not None:
-            _no_fresh_runs(findings, fresh)
+            job_report.no_fresh_runs(findings, fresh)
         elif run.status == "ok" and experiments.enabled and findings and not stop and (fresh is None or fresh):
             try:
                 fresh_results = run_experiments(
@@ -477,7 +318,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
             except Exception as exc:  # the diagnosis is still worth writing
                 rule_warnings.append(f"experiments failed: {type(exc).__name__}: {exc}")
         if merged is not None:
-            _settle_disagreements(results, merged["disagree"], rule_warnings)
+            job_report.settle_disagreements(results, merged["disagree"], rule_warnings)
         if results is not None and experiments.confirm and not stop and link is None:
             _confirm(results, config, profile, out, progress, stop)
         if results is not None:
