@@ -61,14 +61,14 @@ def test_a_rank_summary_gives_rank_0_the_same_cross_rank_findings_as_the_rank_s_
     """The HTA pair (two ranks of a 128-rank NCCL job): rank 1 reduced to its summary where it ran
     and merged by rank 0 gives PAR002 the evidence that rank 1's whole trace gives, and rank 0
     never reads that trace."""
-    from advisor.profile import Profile
-    from advisor.rank_summary import summarize, to_profile
-    from test_ranks import PAIR, by_code, trace_path
+    from dataclasses import replace
 
-    rank0, rank1 = (Profile.from_trace(trace_path(p)) for p in PAIR)
-    whole = Profile.from_trace(trace_path(PAIR[0]))
-    whole.ranks = [whole, rank1]
-    summary = json.loads(json.dumps(summarize(rank1, {"status": "done"}, rank=1, node=3)))  # as it travels
+    from advisor.rank_summary import summarize, to_profile
+    from test_ranks import _pair, by_code
+
+    whole = _pair()  # rank 0 with both ranks' traces (read once per session, test_ranks' too)
+    rank0 = replace(whole, ranks=[], memo={})  # rank 0's own trace, and no other
+    summary = json.loads(json.dumps(summarize(replace(whole.ranks[1], memo={}), {"status": "done"}, rank=1, node=3)))
     assert len(json.dumps(summary)) < 64_000 and summary["node"] == 3 and summary["hta"][0]["rank"] == 1
     rank0.ranks = [rank0, to_profile(summary)]
     merged, direct = by_code(rank0), by_code(whole)
