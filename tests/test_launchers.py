@@ -149,7 +149,7 @@ def test_under_torchrun_rank_0_writes_the_job_report(tmp_path):
     assert code == 0, stderr[-3000:]
     report = _one_job_report(tmp_path / "run", stdout)
     assert not [w for w in report["warnings"] if "without" in w], report["warnings"]
-    assert [r["node"] for r in report["ranks"]] == [0, 0]
+    assert [r["node"] for r in report["ranks"]] == [0, 0] and report["env"]["local_world_size"] == 2  # a node's cores: 2 ranks
     assert "rank 1 of 2 (torchrun, node 0): ok" in stderr and "the job's store" in stderr
     _analyzed(tmp_path / "run", ranks=[0, 1])
 
@@ -187,13 +187,15 @@ def test_report_and_analyze_read_every_kind_of_run_dir(tmp_path, kind):
 def test_under_srun_the_slurm_variables_make_one_job(tmp_path):
     """srun with no launcher: each task's SLURM_PROCID is its rank; the script reads them itself."""
     port = _free_port()
-    procs = [_start(advise_cmd("profile", *OPTIONS, "--out", "run", SCRIPT, "--slurm", *STRAGGLER), tmp_path,
+    procs = [_start(advise_cmd("profile", *PLANNED, "--out", "run", SCRIPT, "--slurm", *STRAGGLER), tmp_path,
                     {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(r), "SLURM_NTASKS": "2",
-                     "SLURM_LOCALID": str(r), "SLURM_NODEID": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+                     "SLURM_LOCALID": str(r), "SLURM_NODEID": "0", "SLURM_STEP_TASKS_PER_NODE": "2",
+                     "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
              for r in (0, 1)]
     (code0, out0, err0), (code1, out1, err1) = _finish(procs)
     assert code0 == 0 and code1 == 0, (err0[-2000:], err1[-2000:])
-    _one_job_report(tmp_path / "run", out0 + out1)
+    report = _one_job_report(tmp_path / "run", out0 + out1)
+    assert report["env"]["local_world_size"] == 2 and [r["node"] for r in report["ranks"]] == [0, 0]
     assert f"127.0.0.1:{port + 1}" in err1  # the store rank 0's advise serves beside the script's own
 
 
