@@ -81,7 +81,10 @@ def _dataloader_valid(v) -> bool:
 
 def _dataloader_snippet(v: dict) -> str:
     extra = ", ".join(f"{k}={v[k]!r}" for k in DATALOADER_KEYS if k in v)
-    return f"- loader = DataLoader(dataset, batch_size=B, ...)\n+ loader = DataLoader(dataset, batch_size=B, ..., {extra})"
+    text = f"- loader = DataLoader(dataset, batch_size=B, ...)\n+ loader = DataLoader(dataset, batch_size=B, ..., {extra})"
+    if v.get("pin_memory"):  # pinned batches pay off only when copied asynchronously
+        text += "\n- x = x.to(device)\n+ x = x.to(device, non_blocking=True)"
+    return text
 
 
 def _dataloader_effect(v: dict, applied: dict) -> bool:

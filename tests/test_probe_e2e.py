@@ -236,19 +236,21 @@ def _alive_with(marker: str) -> list[int]:
     return found
 
 
-def test_torchrun_gives_each_rank_its_own_files(tmp_path):
+def test_torchrun_gives_each_rank_its_own_files_and_the_job_one_report(tmp_path):
+    """Under an external torchrun each rank keeps its own files; rank 0 writes the job's one report
+    (every rank in `ranks`) and the job prints one summary."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "advisor", "profile", *FAST, "--out", "run", str(WORKLOADS / "ddp_gloo.py")]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert rep["status"] == "ok" and rep["env"]["rank"] == 0 and rep["env"]["world_size"] == 2 and len(rep["steps"]) == 6
+    assert [(r["rank"], r["status"]) for r in rep["ranks"]] == [(0, "done"), (1, "done")]
+    assert rep["artifacts"]["report_html"] == "report.html" and (tmp_path / "run" / "report.html").is_file()
     for rank in (0, 1):
-        rep = json.loads((tmp_path / "run" / f"report.rank{rank}.json").read_text())
-        assert rep["status"] == "ok" and rep["env"]["rank"] == rank and rep["env"]["world_size"] == 2
-        assert len(rep["steps"]) == 6
-        assert (tmp_path / "run" / rep["artifacts"]["trace"]).name == f"trace.rank{rank}.json.gz"
-        assert rep["artifacts"]["report_html"] == f"report.rank{rank}.html"  # each rank's page, as linked
-        assert (tmp_path / "run" / rep["artifacts"]["report_html"]).is_file()
-        assert f"report: run/report.rank{rank}.json" in proc.stdout
+        assert (tmp_path / "run" / f"trace.rank{rank}.json.gz").is_file() and (tmp_path / "run" / f"steps.rank{rank}.csv").is_file()
+    assert not list((tmp_path / "run").glob("report.rank*.json"))
+    assert proc.stdout.count("report: run/report.json") == 1 and proc.stdout.count("advise ok") == 1, proc.stdout
 
 
 def test_gradient_accumulation_counts_optimizer_steps_not_micro_batches(advise):
