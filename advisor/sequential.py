@@ -3,8 +3,8 @@
 `advise ab` measures base and candidate in pairs of rounds (B C B C ...). Each gated metric gives
 one figure per round and side (the step time: each run's fast steps, :data:`advisor.ab.FAST_QUANTILE`);
 its per-round slowdown is the log ratio ``d_i = log(C_i / B_i)`` (``log(B_i / C_i)`` for
-throughput, where higher is better), so a runner that slows down for a
-while slows both sides of a round and cancels out. The decision reads those paired slowdowns:
+throughput, where higher is better), so a runner that slows down for a while slows both sides
+of a round and cancels out. The decision reads those paired slowdowns:
 
 - **test**: Yuen's one-sided trimmed-mean t-test of the paired slowdowns (20% trimmed at each
   end, winsorized variance): a neighbour that turns on during one run of a pair makes that pair's
@@ -14,7 +14,8 @@ while slows both sides of a round and cancels out. The decision reads those pair
   ``max_rounds`` and at ``max_rounds``. (Suspected also needs half the threshold or more: an
   unchanged revision's wobble about 0 stops at the first look.) The false-alarm rate is spent
   over the planned looks, ``alpha / K`` at each of K looks (Bonferroni spending): by the union
-  bound the rate over all looks stays at most ``alpha`` whatever the rule that decides to continue, so "rerun until red" cannot happen.
+  bound the rate over all looks stays at most ``alpha`` whatever the rule that decides to
+  continue, so "rerun until red" cannot happen.
 - **several metrics**: at each look, Holm's step-down correction over the gated metrics
   (step time, peak memory; throughput is the step time inverted, a ``mirrors`` row shown and not
   tested twice), so ``alpha`` is the gate's family-wise error rate.
