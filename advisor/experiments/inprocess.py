@@ -32,7 +32,9 @@ from .judge import Measurement
 from .plan import (BASELINE, MIN_WINDOW_STEPS, Candidate, Window, candidates_from, expected_speedup, interleave,
                    plan_windows, sweep_points)
 
-SCREEN_MARGIN = 0.05  # a screened fix whose one window may be this much faster is measured in full
+SCREEN_MARGIN = 0.05  # a screened fix whose one window may be this much faster is measured in full ...
+SCREEN_LEAN = 1.02    # ... and that leans that way (its point estimate at least this): a 0.99x window whose
+                      # interval reaches 1.05 only by its noise cost a full round for nothing (a starved loop's bf16)
 FIXES, SCREENS, STACK = "fixes", "screens", "stack"  # what a round measures
 
 
@@ -195,7 +197,8 @@ class ArmsSession:
                 continue
             self._screened[arm] = exp
             high = exp.ci_high if exp.ci_high is not None else exp.speedup or 0
-            if high >= 1 + SCREEN_MARGIN and (exp.loss_check is None or exp.loss_check.get("passed") is not False):
+            lean = (exp.speedup or 0.0) >= SCREEN_LEAN
+            if high >= 1 + SCREEN_MARGIN and lean and (exp.loss_check is None or exp.loss_check.get("passed") is not False):
                 self._promoted.append((arm, self._arms[arm][1].overrides))
                 continue
             exp.verified = False
