@@ -49,6 +49,18 @@ def test_baseline_drift_measures_run_to_run_spread():
     assert baseline_drift([frame([0.01] * 5), frame([0.0125] * 5)], True) == pytest.approx(0.2 / 0.9, rel=1e-6)
 
 
+def test_step_noise_is_not_drift():
+    """Windows of ten uneven steps (a loader's hand-over: CV 30%) differ by chance; that spread is
+    the per-step interval's already, not drift: only the excess over it counts."""
+    rng = np.random.default_rng(1)
+    noisy = [frame(list(rng.normal(0.016, 0.005, 10).clip(0.005))) for _ in range(6)]
+    rates = [10 / f["duration_s"].sum() for f in noisy]
+    assert (max(rates) - min(rates)) / np.mean(rates) > 0.1  # the old range-over-mean reading
+    assert baseline_drift(noisy, False) < 0.05
+    drifting = [frame(list(rng.normal(0.016 * (1 + 0.25 * (k % 2)), 0.0005, 10))) for k in range(6)]
+    assert baseline_drift(drifting, False) > 0.15  # a machine whose load comes and goes
+
+
 def test_loss_check_needs_finite_and_close():
     base = [frame([0.01] * 20, losses=list(np.linspace(1.0, 0.9, 20)))]
     assert loss_check(base, frame([0.01] * 20, losses=list(np.linspace(1.01, 0.91, 20))))["passed"] is True
