@@ -44,26 +44,24 @@ class OpChange:
         return {**asdict(self), "delta_us": self.delta_us}
 
 
+def _by_name(frame: pd.DataFrame, self_col: str, shape_col: str, trace: TraceFrames) -> pd.DataFrame | None:
+    """Self and total time, calls and the most frequent shape per name, over the trace's steps."""
+    if not len(frame):
+        return None
+    if len(trace.steps):
+        frame = frame[frame["step"] >= 0]
+    g = frame.groupby("name", sort=False, observed=True)
+    table = g.agg(self_us=(self_col, "sum"), total_us=("dur_us", "sum"), calls=("name", "size"))
+    table["shapes"] = g[shape_col].agg(_common_shape) if shape_col in frame else None
+    return table
+
+
 def _per_step(trace: TraceFrames) -> pd.DataFrame:
     """One row per (kind, name): per-step self/total time (us), calls, and the most frequent shapes."""
     n = len(trace.steps) or 1
-    frames = []
-    ops = trace.ops
-    if len(ops):
-        if len(trace.steps):
-            ops = ops[ops["step"] >= 0]
-        g = ops.groupby("name", sort=False, observed=True)
-        table = g.agg(self_us=("self_us", "sum"), total_us=("dur_us", "sum"), calls=("name", "size"))
-        table["shapes"] = g["input_dims"].agg(_common_shape) if "input_dims" in ops else None
-        frames.append(table.assign(kind="op"))
-    kernels = trace.kernels
-    if len(kernels):
-        if len(trace.steps):
-            kernels = kernels[kernels["step"] >= 0]
-        g = kernels.groupby("name", sort=False, observed=True)
-        table = g.agg(self_us=("dur_us", "sum"), total_us=("dur_us", "sum"), calls=("name", "size"))
-        table["shapes"] = g["grid"].agg(_common_shape)
-        frames.append(table.assign(kind="kernel"))
+    frames = [table.assign(kind=kind) for kind, table in (
+        ("op", _by_name(trace.ops, "self_us", "input_dims", trace)),  # a kernel's own time is its whole time
+        ("kernel", _by_name(trace.kernels, "dur_us", "grid", trace))) if table is not None]
     if not frames:
         return pd.DataFrame(columns=["kind", "name", "self_us", "total_us", "calls", "shapes"])
     out = pd.concat(frames).reset_index().rename(columns={"index": "name"})
