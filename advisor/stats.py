@@ -212,7 +212,8 @@ def baseline_drift(baseline: list[pd.DataFrame], by_samples: bool) -> float:
         return 0.0
     rates = np.array([_rate(dur, work) for dur, work in runs])
     within = np.array([_rate_var(dur, work) for dur, work in runs])
-    excess = max(0.0, float(rates.var(ddof=1)) - float(np.nanmean(within)) if np.isfinite(within).any() else float(rates.var(ddof=1)))
+    noise = float(np.nanmean(within)) if np.isfinite(within).any() else 0.0  # runs of one step: no noise known
+    excess = max(0.0, float(rates.var(ddof=1)) - noise)
     return float(np.sqrt(2 * excess) / rates.mean())
 
 

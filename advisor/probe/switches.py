@@ -442,9 +442,9 @@ class DataLoaderSwitch:
         return ref() if ref is not None else None
 
     def next(self, it: Any) -> Any:
-        self.current = weakref.ref(it)
         if self.construct is not None:  # on from the start: the loaders were built with the keywords
             return self._next(it)
+        self.current = weakref.ref(it)
         entry = self.subs.get(id(it))
         if entry is None and self.kwargs is not None and not getattr(it, "_advise_epoch_done", False):
             t0 = time.monotonic()
