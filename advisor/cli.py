@@ -268,33 +268,30 @@ def _all_profile_options(words: list[str]) -> bool:
 @_rule_options
 def analyze(traces, as_json, out, select, ignore, config):
     """Analyze Kineto traces (.json or .json.gz) a user already has: one, or one per rank (or a dir of them)."""
-    from .trace_prefetch import prefetch_all, trace_files
+    from .trace import ReadAhead, start_reading
 
-    try:
-        prefetch_all(trace_files(traces))  # read on a second core while the rules, pandas and the rest import
-    except ValueError:  # a missing file, an empty folder: said below
-        pass
+    reads = click.get_current_context().obj  # started by advisor.launch from argv, before click imported
+    if not isinstance(reads, ReadAhead):  # (launch did not: a test's CliRunner call) read while the rest imports
+        reads = start_reading(traces)
     settings = _rule_settings(select, ignore, config, Path.cwd())  # a bad selection fails before any work
-    from .pipeline import analyze_trace, analyze_traces
+    from .analyze import analyze as run
 
     with run_dir_errors(Path(out) if out else None):
-        if len(traces) == 1 and not Path(traces[0]).is_dir():
-            code = analyze_trace(Path(traces[0]), as_json=as_json, out=Path(out) if out else None, rule_settings=settings)
-        else:
-            code = analyze_traces([Path(t) for t in traces], as_json=as_json, out=Path(out) if out else None,
-                                  rule_settings=settings)
+        code = run([Path(t) for t in traces], reads, as_json=as_json, out=Path(out) if out else None,
+                   rule_settings=settings)
     _leave(code)
 
 
 _OWN_PROCESS = False  # set by `entry`: the command is the whole process, not a test's CliRunner call
 
 
-def entry() -> None:
-    """The `advise` command as a process (through :mod:`advisor.launch`)."""
+def entry(reads=None) -> None:
+    """The `advise` command as a process (through :mod:`advisor.launch`); `reads`: the traces
+    `advise analyze` names, being read ahead already (an :class:`advisor.trace.ReadAhead`)."""
     global _OWN_PROCESS
     _OWN_PROCESS = True
     try:
-        main(prog_name="advise")
+        main(prog_name="advise", obj=reads)
     except SystemExit as exc:  # every command's exit, click's own included: no teardown (see _leave)
         code = exc.code
         _leave(code if isinstance(code, int) else 0 if code is None else 1)
@@ -382,8 +379,8 @@ def report_command(run_dir, fmt):
 def _report_from_traces(run_dir: Path) -> None:
     """A run dir without report.json but with traces (one node's part of a job: the job's report is
     on rank 0's node; or a report removed): its ranks analysed together become its report.json."""
-    from .pipeline import analyze_traces
-    from .trace_prefetch import trace_files
+    from .analyze import analyze_traces
+    from .trace import ReadAhead, trace_files
 
     try:
         traces = trace_files([run_dir])
@@ -392,7 +389,7 @@ def _report_from_traces(run_dir: Path) -> None:
     click.echo(f"advise: {run_dir} has no report.json; analysing its {len(traces)} trace"
                f"{'s' if len(traces) > 1 else ''} into one", err=True)
     with run_dir_errors(run_dir):
-        analyze_traces([run_dir], as_json=False, out=run_dir, quiet=True)
+        analyze_traces([run_dir], ReadAhead().start(traces), as_json=False, out=run_dir, quiet=True)
 
 
 def _rank_of_trace(trace) -> str:

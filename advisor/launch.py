@@ -3,7 +3,8 @@
 First the stop signals (:func:`advisor.interrupt.install_at_launch`: Ctrl-C at any moment is
 exit 130, never a traceback or click's "Aborted!") and a stdout that a closed pipe cannot break.
 Then `advise analyze TRACE` starts reading the trace in a second process before the CLI (click,
-the rules, pandas) is imported, so the read overlaps all of it (see :mod:`advisor.trace_prefetch`).
+the rules, pandas) is imported, so the read overlaps all of it (:func:`advisor.trace.start_reading`);
+the command collects it (:mod:`advisor.analyze`).
 """
 
 import os
@@ -16,16 +17,42 @@ def main() -> None:
     install_at_launch()
     _survive_a_closed_stdout()
     try:
-        from .trace_prefetch import prefetch_argv
+        reads = None
+        paths = analyze_paths(sys.argv[1:])
+        if paths:
+            from .trace import start_reading
 
-        prefetch_argv(sys.argv[1:])
+            reads = start_reading(paths)
         from .cli import entry
 
-        entry()
+        entry(reads)
     except KeyboardInterrupt as exc:  # before click runs (its commands turn it into the same line)
         signum = getattr(exc, "signum", None)
         sys.stderr.write(f"advise: interrupted ({describe(signum)})\n")
         sys.exit(exit_code(signum))
+
+
+ANALYZE_VALUED = ("--out", "--select", "--ignore", "--config")  # `advise analyze`'s options that take a value
+
+
+def analyze_paths(argv: list[str]) -> list[str] | None:
+    """The traces `advise analyze ...` names (files, folders of rank traces), read from argv before
+    click and the CLI are imported (the read then starts sooner: benchmarks/README.md). Anything
+    else, or an option this does not know, is None; a wrong guess costs nothing (reads are
+    collected by their path, and an uncollected one is killed at exit). `ANALYZE_VALUED` is
+    checked against the command's click options by a test."""
+    if argv[:1] != ["analyze"]:
+        return None
+    found, words = [], iter(argv[1:])
+    for word in words:
+        if word in ANALYZE_VALUED:
+            next(words, None)
+        elif word.startswith("-"):
+            if word != "--json" and word.split("=", 1)[0] not in ANALYZE_VALUED:
+                return None  # --help, or an option not known here: click decides
+        else:
+            found.append(word)
+    return found
 
 
 class _PipeSafe:

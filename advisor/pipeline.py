@@ -17,7 +17,7 @@ import click
 
 from advisor.reports import terminal
 
-from . import compare, fingerprint, forked, job_report, metrics, report as report_mod, rundir, temporal, trace_prefetch
+from . import compare, fingerprint, job_report, metrics, report as report_mod, rundir
 from .atomic import NotAFile, check_writable, write_json_atomic, write_text_atomic
 from .chatter import strip_log, without_chatter
 from .cli_exit import DISK_ERRNOS, EXIT_USAGE, STATUS_EXIT, fail, writing_error
@@ -28,7 +28,6 @@ from .job import detect as detect_job
 from .job_channel import ChannelError, DirChannel, open_channel
 from .rank_summary import summarize
 from .rundir import rank_suffix
-from .trace import TraceError
 
 if TYPE_CHECKING:  # `advise analyze` and `compare` never run a script: the probe and experiments load on use
     from .experiments.judge import ExperimentResults
@@ -447,13 +446,6 @@ def _show_failure(run, out: Path, con) -> None:
         click.echo("\n".join(tail), err=True)
 
 
-def _import_renderings() -> None:
-    """Import the page's renderers (Jinja and the views, ~40 ms) before the trace is collected:
-    while a forked reader still reads (:mod:`advisor.trace_prefetch`) that time is shared, after it
-    every millisecond is the user's."""
-    from advisor.reports import html, markdown, ruledoc  # noqa: F401
-
-
 def _write_renderings(report: dict, out: Path | None, profile: Profile | None, con, summary: bool = True) -> Path | None:
     """report.html beside report.json, and (`summary`) the markdown summary when $GITHUB_STEP_SUMMARY is set.
 
@@ -506,129 +498,6 @@ def _diagnose(profile: Profile, rule_settings, screen: bool = False) -> tuple[li
         return [], []
     findings, warnings = run_rules(profile, rule_settings)
     return (findings if screen else split_screened(findings)[0]), warnings
-
-
-def analyze_trace(path: Path, *, as_json: bool, out: Path | None, rule_settings=None) -> int:
-    """`advise analyze`: the same Profile and rules from a Kineto trace a user already has."""
-    trace_prefetch.ask(path)  # the reader splits what it has left while the renderers import
-    _import_renderings()
-    try:
-        profile = Profile.from_trace(path)
-    except TraceError as exc:
-        fail(str(exc))
-    return _analyze(profile, str(path), {"trace": str(path.resolve())}, as_json=as_json, out=out,
-                    rule_settings=rule_settings)
-
-
-def analyze_traces(paths: list[Path], *, as_json: bool, out: Path | None, rule_settings=None, quiet: bool = False) -> int:
-    """`advise analyze` of a multi-rank job: one trace per rank (files, or folders of them), analysed together.
-
-    The report's steps and single-rank findings are the lowest rank's; the cross-rank rules read
-    every rank through ``profile.ranks``; ``ranks`` in report.json has each rank's medians.
-    """
-    files = rank_trace_files(paths)
-    trace_prefetch.prefetch_all(files)  # (a no-op for those already being read)
-    _import_renderings()
-    profiles = []
-    for path in files:
-        try:
-            profiles.append(Profile.from_trace(path))
-        except TraceError as exc:
-            fail(str(exc))
-    try:
-        profiles = order_by_rank(profiles, files)
-    except ValueError as exc:
-        fail(str(exc))
-    primary = profiles[0]
-    primary.ranks = profiles
-    if len(profiles) > 1:
-        for p in profiles[1:]:
-            primary.meta["notes"] += [f"rank {p.env['rank']}: {note}" for note in p.meta.get("notes", [])]
-    ranks = [p.env["rank"] for p in profiles]
-    sizes = sorted({p.env["world_size"] for p in profiles if p.env.get("world_size")})
-    if len(sizes) > 1:
-        primary.meta["notes"].append(f"the traces come from jobs of different sizes (world_size {', '.join(map(str, sizes))}): "
-                                     "cross-rank figures compare ranks of different jobs")
-    script = str(files[0]) if len(files) == 1 else f"{len(files)} traces, ranks {', '.join(map(str, ranks))}"
-    per_rank = primary.job.per_rank()
-    extra = {"ranks": [{"rank": int(row["rank"]), "trace": str(p.meta["trace"]),
-                        **{k: float(v) for k, v in row.items() if k != "rank"}}  # NaN: null (report.clean)
-                       for p, row in zip(profiles, per_rank.to_dict("records"))]} if len(per_rank) == len(profiles) else {}
-    extra["hta_breakdown"] = temporal.for_ranks([p.trace for p in profiles])  # every rank, not the lowest's alone
-    artifacts = {"trace": str(files[0].resolve()), "rank_traces": [str(f.resolve()) for f in files]}
-    return _analyze(primary, script, artifacts, as_json=as_json, out=out, rule_settings=rule_settings, extra=extra,
-                    quiet=quiet)
-
-
-def rank_trace_files(paths: list[Path]) -> list[Path]:
-    """The trace files named (a folder stands for its traces: :func:`advisor.trace_prefetch.trace_files`)."""
-    try:
-        return trace_prefetch.trace_files(paths)
-    except ValueError as exc:
-        fail(str(exc))
-
-
-def order_by_rank(profiles: list[Profile], files: list[Path]) -> list[Profile]:
-    """The Profiles by rank (the trace's distributedInfo, else the order given); ValueError on a clash."""
-    by_rank: dict[int, tuple[Profile, Path]] = {}
-    for i, (profile, path) in enumerate(zip(profiles, files)):
-        rank = profile.env.get("rank")
-        rank = i if rank is None else int(rank)
-        if rank in by_rank:
-            raise ValueError(f"{by_rank[rank][1]} and {path} are both rank {rank}: give one trace per rank")
-        profile.env["rank"] = rank
-        by_rank[rank] = (profile, path)
-    return [by_rank[r][0] for r in sorted(by_rank)]
-
-
-def _small_heap(limit: int = 512 << 20) -> bool:
-    """This process's peak RSS is under `limit`: a fork of a bigger heap costs more to set up, and
-    its copy-on-write pages count twice in the tree's RSS (a 1 GiB trace: 2.2 GiB instead of 1.1)."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 < limit  # KiB on Linux
-
-
-def _page_tables(profile: Profile) -> dict:
-    """The page's trace tables (roofline, top ops and kernels; ~45 ms on a 50 MB trace): built in
-    a forked child while the rules run, handed back as the Profile's derived figures."""
-    from advisor.reports import ops_view, roofline_view
-
-    roofline_view.roofline_table(profile)
-    ops_view.top_tables({}, profile)
-    return profile.memo
-
-
-def _analyze(profile: Profile, script: str, artifacts: dict, *, as_json: bool, out: Path | None, rule_settings=None,
-             extra: dict | None = None, quiet: bool = False) -> int:
-    """Rules over the Profile, report.json (with `out`), the renderings and (unless `quiet`) the summary."""
-    warnings = profile.meta.get("notes", []) + (
-        [] if len(profile.steps) else ["the trace has no ProfilerStep#N spans: per-step numbers are unavailable"])
-    ahead = forked.start(_page_tables, profile) if profile.trace is not None and _small_heap() else None  # on the other core
-    findings, rule_warnings = _diagnose(profile, rule_settings)
-    report = report_mod.build_report(
-        profile, status="ok", script=script, argv=[], started_at=report_mod.now_iso(),
-        warnings=warnings + rule_warnings, findings=findings, artifacts=artifacts, extra=extra,
-    )
-    if out is not None:
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            if exc.errno in DISK_ERRNOS:
-                raise
-            fail(f"cannot create the output dir {out}: {exc.strerror}")
-        report_mod.write_report(report, out / "report.json")
-    if ahead is not None:
-        try:
-            profile.memo.update(ahead.result())
-        except Exception:  # noqa: BLE001 - the page builds its tables itself (and says what went wrong)
-            pass
-    con = terminal.console(stderr=as_json)
-    html_path = _write_renderings(report, out, profile, con, summary=not quiet)
-    if not quiet:
-        _emit(report, con, as_json, str(out) if out else None)
-        _say_html(html_path, con, as_json)
-    return 0
 
 
 # --- advise compare (and profile --baseline) ---------------------------------------------------

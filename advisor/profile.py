@@ -146,9 +146,11 @@ class Profile:
         )
 
     @classmethod
-    def from_trace(cls, path: str | Path) -> "Profile":
-        """A Profile from a Kineto trace alone: steps from its ``ProfilerStep#N`` spans."""
-        trace = load_trace(path)
+    def from_trace(cls, path: str | Path, read=load_trace) -> "Profile":
+        """A Profile from a Kineto trace alone: steps from its ``ProfilerStep#N`` spans.
+
+        `read`: path -> TraceFrames (a command's read-ahead, :meth:`advisor.trace.ReadAhead.frames`)."""
+        trace = read(path)
         ts = trace.steps
         steps = pd.DataFrame(
             {

@@ -1,4 +1,4 @@
-"""Work done ahead in a forked process (advisor/forked.py): the same answers as in-process, failures
+"""Work done ahead in a forked process (advisor/trace/forked.py): the same answers as in-process, failures
 handed back, nothing left running. Each case runs in a fresh single-threaded interpreter, as the
 `advise` command does (xdist's workers run threads, where advise never forks)."""
 
@@ -17,7 +17,7 @@ HTA_TRACE = "hta/trace_filter/sampled_rank-0.json.gz"  # kernels, ops and runtim
 
 _CASES = """
 import os, sys
-from advisor import forked
+from advisor.trace import forked
 
 def double(x):
     return 2 * x
@@ -58,7 +58,7 @@ def test_the_page_tables_built_in_a_fork_equal_those_built_in_process(tmp_path, 
             (tmp_path / "job" / src.name).write_bytes(src.read_bytes())
         trace = str(tmp_path / "job")
     subprocess.run(advise_cmd("analyze", trace, "--out", str(tmp_path / "forked")), check=True, capture_output=True)
-    alone = ("import sys; from advisor import forked; forked.can_fork = lambda: False; "
+    alone = ("import sys; from advisor.trace import forked; forked.can_fork = lambda: False; "
              "sys.argv = ['advise', 'analyze', sys.argv[1], '--out', sys.argv[2]]; "
              "from advisor.launch import main; main()")
     subprocess.run([sys.executable, "-c", alone, trace, str(tmp_path / "alone")], check=True, capture_output=True)
@@ -80,7 +80,7 @@ def _without_start(page: str) -> str:
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 def test_a_child_nobody_collects_is_killed_at_exit():
-    code = ("import sys, time; from advisor import forked; "
+    code = ("import sys, time; from advisor.trace import forked; "
             "a = forked.start(time.sleep, 60); print(a.pid); sys.exit(3)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 3
@@ -90,15 +90,15 @@ def test_a_child_nobody_collects_is_killed_at_exit():
 
 _READ_MANY = """
 import os, sys
-from advisor import forked, trace_prefetch, trace_read
+from advisor.trace import ReadAhead, read
 paths = sys.argv[1:]
-trace_prefetch.prefetch_all(paths)
-print(len(trace_prefetch._PENDING), len(trace_prefetch._WAITING))
+reads = ReadAhead().start(paths)
+print(len(reads.pending), len(reads.waiting))
 for path in paths:
-    doc, columns, n = trace_prefetch.collect(path)
-    alone = trace_read.read_file(path)
+    doc, columns, n = reads.collect(path)
+    alone = read.read_file(path)
     print(doc == alone[0] and n == alone[2] and len(columns["ops"]) == len(alone[1]["ops"]),
-          len(trace_prefetch._PENDING), len(trace_prefetch._WAITING))
+          len(reads.pending), len(reads.waiting))
 """
 
 
@@ -112,24 +112,25 @@ def test_a_jobs_traces_are_all_read_ahead_and_each_answer_is_the_in_process_read
 
 _LANE = """
 import os, select, sys
-from advisor import trace_prefetch
+from advisor.trace import ReadAhead
 first, second = sys.argv[1:]
+reads = ReadAhead()
 gate_r, gate_w = os.pipe()
-done = trace_prefetch.prefetch(first, after=gate_r)  # held at the gate
+done = reads.read_one(first, after=gate_r)  # held at the gate
 os.close(gate_r)
-after_first = trace_prefetch.prefetch(second, after=done)
+after_first = reads.read_one(second, after=done)
 os.close(done)
-data = trace_prefetch._PENDING[os.path.abspath(second)][2]
+data = reads.pending[os.path.abspath(second)][2]
 print(select.select([data], [], [], 1.0)[0] == [])  # the second has not read: the first has not ended
 os.write(gate_w, b"1")  # (a write: the second reader holds a copy of gate_w, forked after it) the first reads, then the second
-print(trace_prefetch.collect(second) is not None, trace_prefetch.collect(first) is not None)
+print(reads.collect(second) is not None, reads.collect(first) is not None)
 gate_r, gate_w = os.pipe()
-done = trace_prefetch.prefetch(first, after=gate_r)
+done = reads.read_one(first, after=gate_r)
 os.close(gate_r)
-trace_prefetch.prefetch(second, after=done)
+reads.read_one(second, after=done)
 os.close(done)
-trace_prefetch._PENDING.pop(os.path.abspath(first))[0].cancel()  # the first reader dies at the gate
-print(trace_prefetch.collect(second) is not None)  # the second reads all the same
+reads.pending.pop(os.path.abspath(first))[0].cancel()  # the first reader dies at the gate
+print(reads.collect(second) is not None)  # the second reads all the same
 """
 
 
@@ -146,7 +147,7 @@ def test_a_child_dies_with_its_parent_even_a_killed_one():
     import signal
     import time
 
-    code = ("import sys, time; from advisor import forked; "
+    code = ("import sys, time; from advisor.trace import forked; "
             "a = forked.start(time.sleep, 60); print(a.pid, flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     child = int(proc.stdout.readline())
@@ -175,12 +176,12 @@ def test_the_early_argv_reader_knows_every_option_of_analyze():
     not to the list would silently stop the read-ahead (or take its value for a trace)."""
     import click
 
-    from advisor import trace_prefetch
     from advisor.cli import main
+    from advisor.launch import ANALYZE_VALUED
 
     analyze = main.commands["analyze"]
     valued = {name for p in analyze.params if isinstance(p, click.Option) and not p.is_flag and not p.count
               for name in p.opts}
     flags = {name for p in analyze.params if isinstance(p, click.Option) and (p.is_flag or p.count) for name in p.opts}
-    assert valued == set(trace_prefetch._VALUED), (valued, trace_prefetch._VALUED)
-    assert flags - {"--help"} == {"--json"}, flags  # the one flag prefetch_argv lets through
+    assert valued == set(ANALYZE_VALUED), (valued, ANALYZE_VALUED)
+    assert flags - {"--help"} == {"--json"}, flags  # the one flag analyze_paths lets through

@@ -19,14 +19,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def stage(root: Path, extra: str = "") -> Path:
-    """advisor/ with rules/ and reports/ inside, as installed; `extra` is appended to advisor/trace.py."""
+    """advisor/ with rules/ and reports/ inside, as installed; `extra` is appended to advisor/trace/build.py (a core module)."""
     pkg = root / "advisor"
     ignore = shutil.ignore_patterns("__pycache__")
     shutil.copytree(REPO / "advisor", pkg, ignore=ignore)
     shutil.copytree(REPO / "rules", pkg / "rules", ignore=ignore)
     shutil.copytree(REPO / "reports", pkg / "reports", ignore=ignore)
     if extra:
-        with open(pkg / "trace.py", "a", encoding="utf-8") as f:
+        with open(pkg / "trace" / "build.py", "a", encoding="utf-8") as f:
             f.write(extra)
     return root
 

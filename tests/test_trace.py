@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advisor import trace
+from advisor.trace import nesting
 from advisor.trace import TraceError, TraceFrames, interval_union_us, load_trace
 from conftest import SHARED_TRACES, SHIPPED_TRACES, known_traces, trace_path
 
@@ -598,7 +598,7 @@ def test_impossible_times_are_skipped_and_said(tmp_path):
                                  "hta/nccl_parser_config/nccl_data.json.gz"])
 def test_nesting_in_array_operations_equals_the_stack_on_real_traces(rel):
     """Self time, depth and FLOP cover from the array version are the stack's, to the bit."""
-    from advisor.trace_read import read_file
+    from advisor.trace.read import read_file
 
     _, cols, _ = read_file(str(trace_path(rel)))
     c = cols["ops"]
@@ -606,10 +606,10 @@ def test_nesting_in_array_operations_equals_the_stack_on_real_traces(rel):
     ts, dur = c["ts"][keep], c["dur"][keep]
     order = np.lexsort((-dur, ts))
     ts, dur = ts[order], dur[order]
-    thr = trace._thread_codes(c["pid"][keep][order], c["tid"][keep][order])
+    thr = nesting.thread_codes(c["pid"][keep][order], c["tid"][keep][order])
     flops = ~np.isnan(c["flops"][keep][order])
-    fast = trace._nesting_nested(ts, dur, ts + dur, thr, flops)
-    slow = trace._nesting_stack(ts, dur, ts + dur, thr, flops)
+    fast = nesting._nesting_nested(ts, dur, ts + dur, thr, flops)
+    slow = nesting._nesting_stack(ts, dur, ts + dur, thr, flops)
     assert fast is not None
     for a, b in zip(fast, slow):
         assert (a is None and b is None) or np.array_equal(a, b)
@@ -623,9 +623,9 @@ def test_nesting_with_zero_length_ops_and_a_partial_overlap():
     order = np.lexsort((-dur, ts))
     ts, dur = ts[order], dur[order]
     thr, flops = np.zeros(6, dtype=np.int64), np.array([True, False, False, False, False, False])
-    fast = trace._nesting_nested(ts, dur, ts + dur, thr, flops)
-    slow = trace._nesting_stack(ts, dur, ts + dur, thr, flops)
+    fast = nesting._nesting_nested(ts, dur, ts + dur, thr, flops)
+    slow = nesting._nesting_stack(ts, dur, ts + dur, thr, flops)
     assert fast is not None and all(np.array_equal(a, b) for a, b in zip(fast, slow))
     overlap = np.array([0.0, 5.0]), np.array([10.0, 10.0])  # [0, 10) then [5, 15): not nested
-    assert trace._nesting_nested(overlap[0], overlap[1], overlap[0] + overlap[1], np.zeros(2, dtype=np.int64),
+    assert nesting._nesting_nested(overlap[0], overlap[1], overlap[0] + overlap[1], np.zeros(2, dtype=np.int64),
                                  np.zeros(2, dtype=bool)) is None

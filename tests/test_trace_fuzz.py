@@ -17,21 +17,22 @@ from conftest import trace_path
 
 _FUZZ = """
 import gzip, random, sys, traceback
-from advisor import trace_prefetch
-from advisor.trace import TraceError, load_trace
+from advisor.trace import ReadAhead, TraceError, ahead as read_ahead, load_trace
 
-trace_prefetch.SPLIT_MIN = 0  # every read-ahead is split: the asker decodes half
+read_ahead.SPLIT_MIN = 0  # every read-ahead is split: the asker decodes half
 source = gzip.decompress(open(sys.argv[1], "rb").read())
 rng = random.Random(int(sys.argv[2]))
 path = sys.argv[4]
 
 
 def outcome(ahead):
-    if ahead:
-        trace_prefetch.prefetch(path)
-        trace_prefetch.ask(path)
     try:
-        t = load_trace(path)
+        if ahead:
+            reads = ReadAhead().start([path])
+            reads.ask(path)
+            t = reads.frames(path)
+        else:
+            t = load_trace(path)
     except TraceError as exc:
         return "error", str(exc)
     return ("frames", len(t.ops), len(t.kernels), len(t.runtime), len(t.annotations), t.meta["n_events"],

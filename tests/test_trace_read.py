@@ -1,4 +1,4 @@
-"""The streamed trace reader (advisor/trace_read.py): same frames as a plain json.load would give, bad files one line.
+"""The streamed trace reader (advisor/trace/read.py): same frames as a plain json.load would give, bad files one line.
 
 Figures are checked against the raw JSON read with the standard library and plain Python, on
 real shipped traces; the stream is also cut into tiny blocks so that every way an event list
@@ -17,13 +17,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advisor import trace_prefetch, trace_read
-from advisor.trace import TraceError, load_trace
+from advisor.trace import TraceError, load_trace, read as trace_read
 from conftest import advise_cmd, trace_path
 
 RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 SAMPLED = "hta/trace_filter/sampled_rank-0.json.gz"  # current layout, two ranks' sample
-BIG = "hta/df_index_resolver/df_index_resolver.json.gz"  # 51 MiB of JSON: over trace_prefetch.SPLIT_MIN
+BIG = "hta/df_index_resolver/df_index_resolver.json.gz"  # 51 MiB of JSON: over advisor.trace.ahead.SPLIT_MIN
 FRAMES = ("ops", "kernels", "memcpy", "runtime", "annotations", "python", "memory", "steps")
 
 
@@ -88,13 +87,12 @@ def test_cuts_that_look_like_event_ends(tmp_path, monkeypatch):
 
 _READ_AHEAD = """
 import os, pickle, sys
-from advisor import trace_prefetch
-from advisor.trace import load_trace
+from advisor.trace import start_reading
 path = sys.argv[1]
-trace_prefetch.prefetch(path)
-forked = os.path.abspath(path) in trace_prefetch._PENDING
-frames = load_trace(path)
-print(forked, not trace_prefetch._PENDING)
+reads = start_reading([path])
+forked = os.path.abspath(path) in reads.pending
+frames = reads.frames(path)
+print(forked, not reads.pending)
 sys.stdout.flush()
 with open(sys.argv[2], "wb") as out:
     pickle.dump(frames, out)
@@ -102,9 +100,9 @@ with open(sys.argv[2], "wb") as out:
 
 _ABANDONED = """
 import os, sys
-from advisor import trace_prefetch
-trace_prefetch.prefetch(sys.argv[1])
-(ahead, *_), = trace_prefetch._PENDING.values()
+from advisor.trace import start_reading
+reads = start_reading([sys.argv[1]])
+(ahead, *_), = reads.pending.values()
 print(ahead.pid)
 sys.exit(2)  # as a bad --select does, before anything collects the read
 """
@@ -184,10 +182,15 @@ def test_the_trace_read_ahead_is_found_on_argv_before_the_cli_loads(monkeypatch,
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text("{}")
     monkeypatch.chdir(tmp_path)
-    calls: list = []
-    monkeypatch.setattr(trace_prefetch, "prefetch_all", lambda paths: calls.append([str(p) for p in paths]))
-    trace_prefetch.prefetch_argv(argv)
-    assert calls == ([started] if started else [])
+    from advisor.launch import analyze_paths
+    from advisor.trace import trace_files
+
+    paths = analyze_paths(argv)  # launch's reading of argv, before click; then what start_reading reads
+    try:
+        files = [str(p) for p in trace_files(paths)] if paths else None
+    except ValueError:  # a missing file: nothing is read ahead, the command says so
+        files = None
+    assert files == started
 
 
 def test_gzip_members_padding_and_garbage_as_the_gzip_module_reads_them(tmp_path):
@@ -253,12 +256,12 @@ def test_a_read_that_gives_half_of_what_is_left_joins_into_the_same_columns(tmp_
 
 _SHARED_READ = """
 import sys
-from advisor import trace_prefetch, trace_read
+from advisor.trace import ReadAhead, read as trace_read
 joins = []
 join = trace_read.join
 trace_read.join = lambda *a: joins.append(1) or join(*a)
-trace_prefetch.prefetch(sys.argv[1])
-print(bool(trace_prefetch._PENDING), trace_prefetch.collect(sys.argv[1]) is not None, len(joins))
+reads = ReadAhead().start([sys.argv[1]])
+print(bool(reads.pending), reads.collect(sys.argv[1]) is not None, len(joins))
 """
 
 
@@ -272,7 +275,7 @@ def test_the_idle_parent_reads_half_of_the_rest_itself():
 
 _READ_WITHOUT_NUMPY = """
 import sys
-from advisor import trace_read
+from advisor.trace import read as trace_read
 doc, columns, n = trace_read.read_raw(sys.argv[1])
 print("numpy" in sys.modules, n, len(columns["ops"]))
 """

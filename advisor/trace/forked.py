@@ -1,12 +1,13 @@
 """Work done ahead in a forked process, its result collected later.
 
-``advise analyze`` is CPU-bound on a small machine: a second core is worth a third of its time.
-The trace is read while the CLI, the rules and pandas import (:mod:`advisor.trace_prefetch`),
-and the page's trace tables are built while the rules run (:func:`advisor.pipeline.analyze_trace`).
-:func:`start` forks (only where that is safe: a second core, no other thread), the child runs
-``fn(*args)`` and pickles the result down a pipe, then leaves without running exit handlers;
-:meth:`Ahead.result` reads it. A child that fails or dies costs nothing but the time: the caller
-does the work itself. A child nobody collects is killed at exit, never left behind.
+``advise analyze`` is CPU-bound on a small machine: a second core is worth a third of its time
+(benchmarks/README.md). The traces are read while the CLI, the rules and pandas import
+(:mod:`advisor.trace.ahead`), and the page's trace tables are built while the rules run
+(:mod:`advisor.analyze`). :func:`start` forks (only where that is safe: a second core, no other
+thread), the child runs ``fn(*args)`` and pickles the result down a pipe, then leaves without
+running exit handlers; :meth:`Ahead.result` reads it. A child that fails or dies costs nothing but
+the time: the caller does the work itself. A child nobody collects is killed at exit, never left
+behind: each :class:`Ahead` holds its own exit handler until it is collected or cancelled.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ class Ahead:
 
     def __init__(self, pid: int, fd: int) -> None:
         self.pid, self.fd = pid, fd
+        atexit.register(self.cancel)  # killed at exit unless collected first
 
     def result(self) -> Any:
         """The child's return value; its exception re-raised (a picklable one); Failed otherwise."""
-        _RUNNING.discard(self)
+        atexit.unregister(self.cancel)
         try:
             with os.fdopen(self.fd, "rb") as fh:
                 kind, value = pickle.load(fh)
@@ -44,7 +46,7 @@ class Ahead:
     def cancel(self) -> None:
         import signal
 
-        _RUNNING.discard(self)
+        atexit.unregister(self.cancel)
         try:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -81,11 +83,7 @@ def start(fn: Callable, *args) -> Ahead | None:
         finally:
             os._exit(code)
     os.close(w)
-    ahead = Ahead(pid, r)
-    if not _RUNNING:
-        atexit.register(_abandon)
-    _RUNNING.add(ahead)
-    return ahead
+    return Ahead(pid, r)
 
 
 def libc():
@@ -113,7 +111,7 @@ def _die_with(parent: int) -> None:
 
 def pipe() -> tuple[int, int]:
     """os.pipe() with a 1 MiB buffer where Linux allows it: a result of several MB then crosses in
-    a few writes, not one 64 KiB turn of each process at a time (an 8 MB result: 11 ms, not 19)."""
+    a few writes, not one 64 KiB turn of each process at a time (benchmarks/README.md)."""
     r, w = os.pipe()
     try:
         import fcntl
@@ -128,10 +126,10 @@ def can_fork() -> bool:
     """A second core to work on, and no other thread whose locks a forked child could inherit held."""
     import threading
 
-    return hasattr(os, "fork") and threading.active_count() == 1 and _cores() >= 2
+    return hasattr(os, "fork") and threading.active_count() == 1 and cores() >= 2
 
 
-def _cores() -> int:
+def cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -144,11 +142,3 @@ def _reap(pid: int) -> None:
     except ChildProcessError:
         pass
 
-
-_RUNNING: set[Ahead] = set()
-
-
-def _abandon() -> None:
-    """At exit: kill and reap the children nobody collected."""
-    for ahead in list(_RUNNING):
-        ahead.cancel()
