@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Protocol
 
 import pandas as pd
 
@@ -82,15 +82,6 @@ class ProbeRun:
     ranks: list[dict] = field(default_factory=list)  # a launched job: each rank's own account
 
 
-def child_command(config: ProbeConfig, cfg_path: Path) -> list[str]:
-    """The probed script's command: the bootstrap, or N of them under torch's own elastic launcher."""
-    boot = [sys.executable, "-c", BOOTSTRAP, str(cfg_path)]
-    if config.nproc <= 1:
-        return boot
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={config.nproc}",
-            "--no-python", *boot]
-
-
 def job_suffix(config: ProbeConfig) -> str:
     """Whose files the parent watches: its own rank's, or rank 0's of a job it launched."""
     return ".rank0" if config.nproc > 1 else rank_suffix()
@@ -120,217 +111,413 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     `stop` (the command's recorded signals) is polled: the first signal stops the script
     politely, a second kills it. Without one, Ctrl-C's KeyboardInterrupt does the same.
     """
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    suffix = job_suffix(config)
-    names = rundir.names(suffix)
-    if config.nproc > 1:  # one log and one report for the job (the launcher's and every rank's output)
-        names = _job_names(suffix)
-    every_rank = [rundir.names(f".rank{r}") for r in range(config.nproc)] if config.nproc > 1 else []
-    may_spawn = config.nproc <= 1 and suffix == ""  # ranks the script starts itself write .rankN files
-    own = names
-    if may_spawn:
-        every_rank = [rundir.names(f".rank{r}") for r in _spawned_ranks(out)]
-    for files in (names, *every_rank):
-        for name in (files.trace, files.steps_jsonl, files.steps_csv, files.samples_csv, files.probe_json, files.log,
-                     files.plan, files.stop, files.arms_jsonl, files.sources):
-            (out / name).unlink(missing_ok=True)
-    cfg_path = out.resolve() / f".probe-config{rank_suffix()}.json"
-    write_json_atomic(
-        cfg_path,
-        {
-            "script": config.script,
-            "module": config.module,
-            "args": list(config.args),
-            "out": str(out.resolve()),
-            "warmup": config.warmup,
-            "steps": config.steps,
-            "profile_steps": config.profile_steps,
-            "rank_suffix": None if config.nproc > 1 else rank_suffix(),  # launched ranks: from their RANK
-            "overrides": config.overrides,
-            "atexit_s": ATEXIT_S,
-            "arms": config.arms,
-            "plan_timeout_s": config.plan_timeout_s,
-            "memory_budget_bytes": config.memory_budget_bytes,
-        },
-    )
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    notes: list[str] = []
-    started = time.monotonic()
-    tree = ProcessTree().__enter__()  # from here on, orphans of the script are re-parented to advise
-    try:
-        with open(out / names.log, "wb", opener=open_nofollow) as log:  # (unlinked above: a new file)
-            child = subprocess.Popen(
-                child_command(config, cfg_path),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-    except BaseException:
-        tree.__exit__(None, None, None)
-        raise
-    tree.watch(child.pid)
+    return ProbeSession(config, progress, stop, on_window_done, on_arm_step, link).run()
 
-    def kill_everything() -> None:  # advise gives up (a third signal): nothing of the script may outlive it
-        _kill_group(child.pid, signal.SIGKILL)
-        tree.kill_now()
 
-    giving_up = stop.on_give_up(kill_everything) if stop is not None else contextlib.nullcontext()
-    giving_up.__enter__()
-    sampler = Sampler(child.pid, interval_s=config.sample_interval_s)
-    sampler.start()
-    timed_out = interrupted = False
-    spawned: list[int] = []
-    signum: int | None = None
-    escaped = 0
-    offset = 0
-    window: list[dict] = []  # the measured window's step lines, as they arrive
-    job = _JobArms(suffix, range(1, config.nproc) if config.arms else ())
-    next_round: int | None = None
-    deadline = started + config.timeout_s
-    stop_sent_at: float | None = None
-    try:
-        while True:
-            try:
-                rc = child.poll()
-                if may_spawn and not spawned and (spawned := _spawned_ranks(out)) and spawned[0] == 0:
-                    # The script started ranks of its own: rank 0's steps are the job's from now on.
-                    names, suffix, offset = _job_names(".rank0"), ".rank0", 0
-                records, offset = read_lines(out / names.steps_jsonl, offset)
-                window += [r for r in records if r["phase"] == Phase.MEASURE]
-                for record in records:
-                    if record["phase"] == Phase.ARM and on_arm_step is not None:
-                        on_arm_step(record)
-                    if record["phase"] == Phase.PLAN_DONE and record.get("error"):
-                        job.failed = job.failed or f"rank {link.job.rank if link else 0}: {record['error']}"
-                    if record["phase"] in (Phase.WINDOW_DONE, Phase.PLAN_DONE):
-                        if record["phase"] == Phase.WINDOW_DONE:
-                            deadline = time.monotonic() + config.arms_timeout_s
-                            # the parent's rules read the window as a run dir: its steps and samples so far
-                            probe_now = _load_probe(out / names.probe_json)
-                            _write_steps_csv(out / names.steps_csv, window, probe_now.get("losses") or [])
-                            sampler.write_csv(out / names.samples_csv)
-                        if record["phase"] == Phase.WINDOW_DONE and may_spawn and config.arms and (now := _spawned_ranks(out)):
-                            job = _JobArms(suffix, [r for r in now if r != 0])  # ranks the script started run the plans too
-                        if on_window_done is not None:  # round 0 after the window, N + 1 after round N
-                            next_round = 0 if record["phase"] == Phase.WINDOW_DONE else int(record.get("round") or 0) + 1
-                        if link is not None:  # (after the window's steps.csv: a rank's window summary reads it)
-                            link.line(record)
-                job.poll(out)
-                if link is not None:
-                    link.poll()
-                    job.failed = job.failed or link.failed
-                if next_round is not None and job.ended(next_round - 1) and (link is None or link.ended(next_round - 1)):
-                    on_window_done(next_round, job.suffixes)
-                    next_round = None
-                if job.failed and (job.others or link) and stop_sent_at is None:
-                    # one rank's arm raised (out of memory, say): the others would wait for it in a collective
-                    notes.append(f"the in-process experiments ended early, {job.failed}; the other ranks were stopped")
-                    for files in (names, *job.others.values()):
-                        (out / files.stop).touch()
-                    if link is not None:
-                        link.stop_job()
-                    stop_sent_at = time.monotonic()
-                    _kill_group(child.pid, signal.SIGINT)
-                if link is not None and link.stop_asked and stop_sent_at is None:  # rank 0 stopped the job's arms
-                    job.failed = "rank 0 stopped the job's arms"
-                    (out / names.stop).touch()
-                    stop_sent_at = time.monotonic()
-                    _kill_group(child.pid, signal.SIGINT)
-                records = [r for r in records if r["phase"] in WINDOW_PHASES]
-                if progress is not None and records:
-                    last = records[-1]
-                    if last["phase"] == Phase.MEASURE:
-                        progress.update(Phase.MEASURE, last["index"] + 1, config.steps)
-                    else:
-                        progress.update("warmup", last["index"] + last["warmup"] + 1, last["warmup"])
-                if rc is not None:
-                    break
-                tree.poll()
-                now = time.monotonic()
-                if stop and not interrupted:  # advise was asked to stop: stop the script as Ctrl-C would
-                    interrupted, signum = True, stop.signum
-                    stop_sent_at = stop_sent_at or now
-                    _kill_group(child.pid, signal.SIGINT)
-                if stop is not None and stop.hurry:
-                    _kill_group(child.pid, signal.SIGKILL)
-                elif stop_sent_at is None and now >= deadline:
-                    timed_out = True
-                    stop_sent_at = now
-                    _kill_group(child.pid, signal.SIGINT)
-                elif stop_sent_at is not None and now - stop_sent_at > GRACE_S:
-                    _kill_group(child.pid, signal.SIGKILL)
-                time.sleep(0.05)
-            except KeyboardInterrupt:
-                if interrupted:  # a second Ctrl-C: stop waiting for a clean exit
-                    _kill_group(child.pid, signal.SIGKILL)
-                else:
-                    interrupted, signum = True, signum or signal.SIGINT
-                    stop_sent_at = time.monotonic()
-                    _kill_group(child.pid, signal.SIGINT)
-    finally:
-        if child.poll() is None:
-            _kill_group(child.pid, signal.SIGKILL)
-        child.wait()
-        if may_spawn and not interrupted and not timed_out:
-            _await_rank_accounts(out, time.monotonic() + GRACE_S)  # ranks rank 0 did not wait for
-        _kill_group(child.pid, signal.SIGKILL)  # orphaned DataLoader workers share the group
-        try:  # helpers outside the group (start_new_session=True) would outlive the run
-            escaped = tree.end_escaped(HELPERS_GRACE_S, hurry=lambda: stop is not None and stop.hurry)
-        except Exception as exc:  # noqa: BLE001 - never lose the run over this clean-up
-            notes.append(f"processes the script started outside its group were not checked: {type(exc).__name__}: {exc}")
-        finally:
-            giving_up.__exit__(None, None, None)
-            tree.__exit__(None, None, None)
-        sampler.stop()
-        notes.extend(sampler.notes)
-        sampler.write_csv(out / names.samples_csv)
-        cfg_path.unlink(missing_ok=True)
-        if may_spawn:  # the configs of ranks the script re-ran as new commands (spawned.py)
-            for rank_cfg in out.glob(".probe-config.rank*.json"):
-                rank_cfg.unlink(missing_ok=True)
-    wall_s = time.monotonic() - started
+# --- the job's shape: which process advise starts, whose files it watches, which ranks it accounts for ---
 
-    parent = None
-    if may_spawn and (spawned := _spawned_ranks(out)) and spawned[0] != 0:  # the script's process is rank 0
-        spawned = [0, *spawned]
-    elif may_spawn and spawned:  # every rank, also those that started after rank 0
+
+class OneProcess:
+    """The script in one process: one rank of a job an outside launcher started (torchrun, srun,
+    advise running on every rank), whose files carry that rank's suffix. The base of the shapes:
+    `names` and `suffix` are the files the parent watches (rank 0's, in a job's shapes)."""
+
+    def __init__(self, config: ProbeConfig, out: Path) -> None:
+        self.config, self.out = config, out
+        self.suffix = rank_suffix()
+        self.names = rundir.names(self.suffix)
+
+    def stale(self) -> list[rundir.RunFiles]:
+        """The files a previous run may have left, removed before the child starts."""
+        return [self.names]
+
+    def command(self, cfg_path: Path) -> list[str]:
+        return [sys.executable, "-c", BOOTSTRAP, str(cfg_path)]
+
+    def child_suffix(self) -> str | None:
+        """The child's files' suffix (None: each launched rank takes its own from its RANK)."""
+        return rank_suffix()
+
+    def arm_ranks(self) -> Iterable[int]:
+        """The other ranks that run the arms' plans, beside the watched one."""
+        return ()
+
+    def poll(self) -> bool:
+        """Between two reads of the step lines: True when the watched files changed (read from the start)."""
+        return False
+
+    def window_done(self) -> list[int] | None:
+        """At the window's end: the other ranks that run the arms, when they are only known now."""
+        return None
+
+    def child_ended(self, stopped: bool) -> None:
+        """The script's process ended (`stopped`: by advise, or it timed out)."""
+
+    def clean_up(self) -> None:
+        """Remove the shape's own scratch files."""
+
+    def settle(self) -> dict:
+        """After the run: switch to the files that hold the job's account; the script's own
+        process's account when it only started the ranks (else empty)."""
+        return {}
+
+    def accounts(self) -> list[dict]:
+        """Each rank's own account (none for one process)."""
+        return []
+
+
+class ScriptRanks(OneProcess):
+    """One process advise starts, whose script may start ranks of its own (``mp.spawn``,
+    Lightning's re-run ranks, see ``spawned.py``): they write ``.rankN`` files, and once rank 0's
+    step lines appear, its files are the job's."""
+
+    def __init__(self, config: ProbeConfig, out: Path) -> None:
+        super().__init__(config, out)
+        self.own = self.names  # the script's own process's files
+        self.spawned: list[int] = []
+
+    def stale(self) -> list[rundir.RunFiles]:
+        return [self.names, *(rundir.names(f".rank{r}") for r in _spawned_ranks(self.out))]
+
+    def poll(self) -> bool:
+        if not self.spawned and (spawned := _spawned_ranks(self.out)):
+            self.spawned = spawned
+            if spawned[0] == 0:  # the script started ranks of its own: rank 0's steps are the job's from now on
+                self.names, self.suffix = _job_names(".rank0"), ".rank0"
+                return True
+        return False
+
+    def window_done(self) -> list[int] | None:
+        if self.config.arms and (now := _spawned_ranks(self.out)):
+            return [r for r in now if r != 0]  # ranks the script started run the plans too
+        return None
+
+    def child_ended(self, stopped: bool) -> None:
+        if not stopped:
+            _await_rank_accounts(self.out, time.monotonic() + GRACE_S)  # ranks rank 0 did not wait for
+
+    def clean_up(self) -> None:
+        for rank_cfg in self.out.glob(".probe-config.rank*.json"):  # ranks the script re-ran as new commands
+            rank_cfg.unlink(missing_ok=True)
+
+    def settle(self) -> dict:
+        self.spawned = _spawned_ranks(self.out)
+        if self.spawned and self.spawned[0] != 0:  # the script's process is rank 0
+            self.spawned = [0, *self.spawned]
+            return {}
+        if not self.spawned:
+            return {}
+        own, out = self.own, self.out  # every rank, also those that started after rank 0
         parent = _load_probe(out / own.probe_json)  # the script's own process: it only started the ranks
         for name in (own.steps_jsonl, own.probe_json, own.arms_jsonl, own.plan, own.stop, own.sources):
             (out / name).unlink(missing_ok=True)
-        names, suffix = _job_names(".rank0"), ".rank0"
+        self.names, self.suffix = _job_names(".rank0"), ".rank0"
         if (out / own.samples_csv).exists():  # the ranks ended between two polls: the samples are the job's
-            os.replace(out / own.samples_csv, out / names.samples_csv)
-    probe = _load_probe(out / names.probe_json)
-    if parent and parent.get("status") == "failed" and probe.get("status") in ("done", "finished"):
-        probe.update(status="failed", error=parent.get("error"), traceback=parent.get("traceback"))
-    records, _ = read_lines(out / names.steps_jsonl, 0)
-    arm_windows, _ = read_lines(out / names.arms_jsonl, 0)
-    arms = {"steps": [r for r in records if r["phase"] == Phase.ARM], "windows": arm_windows}
-    records = [r for r in records if r["phase"] in WINDOW_PHASES]  # not the arms' lines
-    measured = [r for r in records if r["phase"] == Phase.MEASURE]
-    # A child killed at the deadline never wrote probe.json: its step lines still tell.
-    probe.setdefault("boundaries", len(records))
-    probe.setdefault("measured_steps", len(measured))
-    probe.setdefault("step_source", records[-1]["source"] if records else None)
-    _write_steps_csv(out / names.steps_csv, measured, probe.get("losses") or [])
-    ranks = [_rank_account(out, r, names if r == 0 and suffix == "" else None)
-             for r in (range(config.nproc) if config.nproc > 1 else spawned)]
-    for name in (names.steps_jsonl, names.arms_jsonl, names.plan, names.stop):  # the exchange with the child
-        (out / name).unlink(missing_ok=True)
+            os.replace(out / own.samples_csv, out / self.names.samples_csv)
+        return parent
 
-    if link is not None:
-        notes.extend(link.notes)
-    if job.failed and (job.others or link) and not (interrupted or timed_out) and len(measured) >= config.steps:
-        # the ranks were stopped after their window, by advise: the window and the arms measured stand
-        probe.update(status="done", error=None, traceback=None)
-        ranks = [dict(r, status="done", error=None, traceback=None) if r["status"] in ("interrupted", "died") else r
-                 for r in ranks]
-    status = _status(probe, child.returncode, timed_out, interrupted, config.timeout_s, signum)
+    def accounts(self) -> list[dict]:
+        return [_rank_account(self.out, r, self.names if r == 0 and self.suffix == "" else None) for r in self.spawned]
+
+
+class LaunchedRanks(OneProcess):
+    """``--nproc-per-node N``: N ranks under torch's own elastic launcher (``--standalone``: a free
+    rendezvous port). The parent watches rank 0's files; one log and one report for the job."""
+
+    def __init__(self, config: ProbeConfig, out: Path) -> None:
+        super().__init__(config, out)
+        self.suffix = ".rank0"
+        self.names = _job_names(self.suffix)
+
+    def stale(self) -> list[rundir.RunFiles]:
+        return [self.names, *(rundir.names(f".rank{r}") for r in range(self.config.nproc))]
+
+    def command(self, cfg_path: Path) -> list[str]:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={self.config.nproc}", "--no-python", *super().command(cfg_path)]
+
+    def child_suffix(self) -> str | None:
+        return None  # launched ranks: from their RANK
+
+    def arm_ranks(self) -> Iterable[int]:
+        return range(1, self.config.nproc) if self.config.arms else ()
+
+    def accounts(self) -> list[dict]:
+        return [_rank_account(self.out, r) for r in range(self.config.nproc)]
+
+
+def job_shape(config: ProbeConfig, out: Path) -> OneProcess:
+    if config.nproc > 1:
+        return LaunchedRanks(config, out)
+    if rank_suffix():
+        return OneProcess(config, out)
+    return ScriptRanks(config, out)
+
+
+class ProbeSession:
+    """One probed run, seen from the parent: the child, its sampler and process tree, the step
+    lines read as they arrive, the arms' rounds, and the stop, timeout and signal handling."""
+
+    def __init__(self, config: ProbeConfig, progress: Progress | None, stop: StopRequest | None,
+                 on_window_done: Callable[[int, list[str]], None] | None,
+                 on_arm_step: Callable[[dict], None] | None, link: JobLink | None) -> None:
+        self.config, self.progress, self.stop, self.link = config, progress, stop, link
+        self.on_window_done, self.on_arm_step = on_window_done, on_arm_step
+        self.out = Path(config.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.shape = job_shape(config, self.out)
+        self.cfg_path = self.out.resolve() / f".probe-config{rank_suffix()}.json"
+        self.notes: list[str] = []
+        self.timed_out = self.interrupted = False
+        self.signum: int | None = None
+        self.escaped = 0
+        self.offset = 0
+        self.window: list[dict] = []  # the measured window's step lines, as they arrive
+        self.job = _JobArms(self.shape.suffix, self.shape.arm_ranks())
+        self.next_round: int | None = None
+        self.stop_sent_at: float | None = None
+
+    def run(self) -> ProbeRun:
+        self._prepare()
+        self._start()
+        try:
+            self._watch()
+        finally:
+            self._end()
+        wall_s = time.monotonic() - self.started
+        return self._result(wall_s)
+
+    # --- start ---
+
+    def _prepare(self) -> None:
+        for files in self.shape.stale():
+            for name in (files.trace, files.steps_jsonl, files.steps_csv, files.samples_csv, files.probe_json, files.log,
+                         files.plan, files.stop, files.arms_jsonl, files.sources):
+                (self.out / name).unlink(missing_ok=True)
+        config = self.config
+        write_json_atomic(
+            self.cfg_path,
+            {
+                "script": config.script,
+                "module": config.module,
+                "args": list(config.args),
+                "out": str(self.out.resolve()),
+                "warmup": config.warmup,
+                "steps": config.steps,
+                "profile_steps": config.profile_steps,
+                "rank_suffix": self.shape.child_suffix(),
+                "overrides": config.overrides,
+                "atexit_s": ATEXIT_S,
+                "arms": config.arms,
+                "plan_timeout_s": config.plan_timeout_s,
+                "memory_budget_bytes": config.memory_budget_bytes,
+            },
+        )
+
+    def _start(self) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.started = time.monotonic()
+        self.tree = ProcessTree().__enter__()  # from here on, orphans of the script are re-parented to advise
+        try:
+            with open(self.out / self.shape.names.log, "wb", opener=open_nofollow) as log:  # (unlinked: a new file)
+                self.child = subprocess.Popen(
+                    self.shape.command(self.cfg_path),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+        except BaseException:
+            self.tree.__exit__(None, None, None)
+            raise
+        self.tree.watch(self.child.pid)
+        stop = self.stop
+        self.giving_up = stop.on_give_up(self._kill_everything) if stop is not None else contextlib.nullcontext()
+        self.giving_up.__enter__()
+        self.sampler = Sampler(self.child.pid, interval_s=self.config.sample_interval_s)
+        self.sampler.start()
+        self.deadline = self.started + self.config.timeout_s
+
+    def _kill_everything(self) -> None:  # advise gives up (a third signal): nothing of the script may outlive it
+        self._signal(signal.SIGKILL)
+        self.tree.kill_now()
+
+    def _signal(self, sig: int) -> None:
+        _kill_group(self.child.pid, sig)
+
+    # --- while the child runs ---
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                rc = self.child.poll()
+                records = self._read()
+                self._arms()
+                self._show(records)
+                if rc is not None:
+                    break
+                self.tree.poll()
+                self._enforce(time.monotonic())
+                time.sleep(0.05)
+            except KeyboardInterrupt:
+                if self.interrupted:  # a second Ctrl-C: stop waiting for a clean exit
+                    self._signal(signal.SIGKILL)
+                else:
+                    self.interrupted, self.signum = True, self.signum or signal.SIGINT
+                    self.stop_sent_at = time.monotonic()
+                    self._signal(signal.SIGINT)
+
+    def _read(self) -> list[dict]:
+        """The new step lines of the watched rank, each acted on."""
+        if self.shape.poll():
+            self.offset = 0
+        records, self.offset = read_lines(self.out / self.shape.names.steps_jsonl, self.offset)
+        self.window += [r for r in records if r["phase"] == Phase.MEASURE]
+        for record in records:
+            self._line(record)
+        return records
+
+    def _line(self, record: dict) -> None:
+        phase = record["phase"]
+        if phase == Phase.ARM and self.on_arm_step is not None:
+            self.on_arm_step(record)
+        if phase == Phase.PLAN_DONE and record.get("error"):
+            self.job.failed = self.job.failed or f"rank {self.link.job.rank if self.link else 0}: {record['error']}"
+        if phase not in (Phase.WINDOW_DONE, Phase.PLAN_DONE):
+            return
+        if phase == Phase.WINDOW_DONE:
+            self._window_done()
+        if self.on_window_done is not None:  # round 0 after the window, N + 1 after round N
+            self.next_round = 0 if phase == Phase.WINDOW_DONE else int(record.get("round") or 0) + 1
+        if self.link is not None:  # (after the window's steps.csv: a rank's window summary reads it)
+            self.link.line(record)
+
+    def _window_done(self) -> None:
+        self.deadline = time.monotonic() + self.config.arms_timeout_s
+        # the parent's rules read the window as a run dir: its steps and samples so far
+        names = self.shape.names
+        probe_now = _load_probe(self.out / names.probe_json)
+        _write_steps_csv(self.out / names.steps_csv, self.window, probe_now.get("losses") or [])
+        self.sampler.write_csv(self.out / names.samples_csv)
+        if (others := self.shape.window_done()) is not None:
+            self.job = _JobArms(self.shape.suffix, others)
+
+    def _arms(self) -> None:
+        """The arms' rounds across the job's ranks: the next plan once every rank ended the last
+        round; every rank stopped once one rank's arm failed."""
+        job, link, out, names = self.job, self.link, self.out, self.shape.names
+        job.poll(out)
+        if link is not None:
+            link.poll()
+            job.failed = job.failed or link.failed
+        if self.next_round is not None and job.ended(self.next_round - 1) and (link is None or link.ended(self.next_round - 1)):
+            self.on_window_done(self.next_round, job.suffixes)
+            self.next_round = None
+        if job.failed and (job.others or link) and self.stop_sent_at is None:
+            # one rank's arm raised (out of memory, say): the others would wait for it in a collective
+            self.notes.append(f"the in-process experiments ended early, {job.failed}; the other ranks were stopped")
+            for files in (names, *job.others.values()):
+                (out / files.stop).touch()
+            if link is not None:
+                link.stop_job()
+            self.stop_sent_at = time.monotonic()
+            self._signal(signal.SIGINT)
+        if link is not None and link.stop_asked and self.stop_sent_at is None:  # rank 0 stopped the job's arms
+            job.failed = "rank 0 stopped the job's arms"
+            (out / names.stop).touch()
+            self.stop_sent_at = time.monotonic()
+            self._signal(signal.SIGINT)
+
+    def _show(self, records: list[dict]) -> None:
+        records = [r for r in records if r["phase"] in WINDOW_PHASES]
+        if self.progress is not None and records:
+            last = records[-1]
+            if last["phase"] == Phase.MEASURE:
+                self.progress.update(Phase.MEASURE, last["index"] + 1, self.config.steps)
+            else:
+                self.progress.update("warmup", last["index"] + last["warmup"] + 1, last["warmup"])
+
+    def _enforce(self, now: float) -> None:
+        """advise's stop signals, the deadline and the grace period after a polite stop."""
+        stop = self.stop
+        if stop and not self.interrupted:  # advise was asked to stop: stop the script as Ctrl-C would
+            self.interrupted, self.signum = True, stop.signum
+            self.stop_sent_at = self.stop_sent_at or now
+            self._signal(signal.SIGINT)
+        if stop is not None and stop.hurry:
+            self._signal(signal.SIGKILL)
+        elif self.stop_sent_at is None and now >= self.deadline:
+            self.timed_out = True
+            self.stop_sent_at = now
+            self._signal(signal.SIGINT)
+        elif self.stop_sent_at is not None and now - self.stop_sent_at > GRACE_S:
+            self._signal(signal.SIGKILL)
+
+    # --- the end ---
+
+    def _end(self) -> None:
+        """The child ended (or advise gives up on it): nothing of the script outlives the run."""
+        child, stop, out = self.child, self.stop, self.out
+        if child.poll() is None:
+            self._signal(signal.SIGKILL)
+        child.wait()
+        self.shape.child_ended(self.interrupted or self.timed_out)
+        self._signal(signal.SIGKILL)  # orphaned DataLoader workers share the group
+        try:  # helpers outside the group (start_new_session=True) would outlive the run
+            self.escaped = self.tree.end_escaped(HELPERS_GRACE_S, hurry=lambda: stop is not None and stop.hurry)
+        except Exception as exc:  # noqa: BLE001 - never lose the run over this clean-up
+            self.notes.append(f"processes the script started outside its group were not checked: {type(exc).__name__}: {exc}")
+        finally:
+            self.giving_up.__exit__(None, None, None)
+            self.tree.__exit__(None, None, None)
+        self.sampler.stop()
+        self.notes.extend(self.sampler.notes)
+        self.sampler.write_csv(out / self.shape.names.samples_csv)
+        self.cfg_path.unlink(missing_ok=True)
+        self.shape.clean_up()
+
+    def _result(self, wall_s: float) -> ProbeRun:
+        """The child's account, completed by what the parent saw (how it ended, each rank's account)."""
+        out, config, notes = self.out, self.config, self.notes
+        parent = self.shape.settle()
+        names, suffix = self.shape.names, self.shape.suffix
+        probe = _load_probe(out / names.probe_json)
+        if parent and parent.get("status") == "failed" and probe.get("status") in ("done", "finished"):
+            probe.update(status="failed", error=parent.get("error"), traceback=parent.get("traceback"))
+        records, _ = read_lines(out / names.steps_jsonl, 0)
+        arm_windows, _ = read_lines(out / names.arms_jsonl, 0)
+        arms = {"steps": [r for r in records if r["phase"] == Phase.ARM], "windows": arm_windows}
+        records = [r for r in records if r["phase"] in WINDOW_PHASES]  # not the arms' lines
+        measured = [r for r in records if r["phase"] == Phase.MEASURE]
+        # A child killed at the deadline never wrote probe.json: its step lines still tell.
+        probe.setdefault("boundaries", len(records))
+        probe.setdefault("measured_steps", len(measured))
+        probe.setdefault("step_source", records[-1]["source"] if records else None)
+        _write_steps_csv(out / names.steps_csv, measured, probe.get("losses") or [])
+        ranks = self.shape.accounts()
+        for name in (names.steps_jsonl, names.arms_jsonl, names.plan, names.stop):  # the exchange with the child
+            (out / name).unlink(missing_ok=True)
+
+        if self.link is not None:
+            notes.extend(self.link.notes)
+        stopped = self.interrupted or self.timed_out
+        if self.job.failed and (self.job.others or self.link) and not stopped and len(measured) >= config.steps:
+            # the ranks were stopped after their window, by advise: the window and the arms measured stand
+            probe.update(status="done", error=None, traceback=None)
+            ranks = [dict(r, status="done", error=None, traceback=None) if r["status"] in ("interrupted", "died") else r
+                     for r in ranks]
+        status = _status(probe, self.child.returncode, self.timed_out, self.interrupted, config.timeout_s, self.signum)
+        status = _first_failure(status, probe, ranks)
+        return ProbeRun(status=status, exit_code=self.child.returncode, wall_s=wall_s, probe=probe, files=names,
+                        notes=notes, signal=self.signum if status == "interrupted" else None, escaped=self.escaped,
+                        arms=arms, suffix=suffix, ranks=ranks)
+
+
+def _first_failure(status: str, probe: dict, ranks: list[dict]) -> str:
+    """A job's status: the first rank to fail is the cause; the others broke on it."""
     failed = sorted((r for r in ranks if r["status"] not in ("done", "finished")), key=lambda r: r["ended_at"])
-    if failed and status in ("ok", "failed"):  # the first rank to fail is the cause; the others broke on it
+    if failed and status in ("ok", "failed"):
         first, then = failed[0], failed[1:]
         status = "failed"
         probe["error"] = f"rank {first['rank']} failed first: {first['error'] or first['status']}" + "".join(
@@ -338,9 +525,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
         probe["traceback"] = first.pop("traceback", None) or probe.get("traceback")
     for r in ranks:
         r.pop("traceback", None), r.pop("ended_at", None)
-    return ProbeRun(status=status, exit_code=child.returncode, wall_s=wall_s, probe=probe, files=names, notes=notes,
-                    signal=signum if status == "interrupted" else None, escaped=escaped, arms=arms, suffix=suffix,
-                    ranks=ranks)
+    return status
 
 
 class _JobArms:
