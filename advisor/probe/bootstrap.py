@@ -184,69 +184,150 @@ def main(config_path: str) -> int:
 
 def probe(config: dict, target: Callable[[], object]) -> int:
     """Run `target` (the user's code) under the probe that `config` describes; the exit code."""
-    runtime_bytes = rss_bytes()  # the interpreter and torch, before the script: not the script's memory
-    out = Path(config["out"])
-    suffix = config.get("rank_suffix", "")
-    names = rundir.names(rundir.rank_suffix() if suffix is None else suffix)  # None: a rank advise launched
-    window = ProfilerWindow(out / names.trace)
-    sink = open(out / names.steps_jsonl, "a", buffering=1, opener=open_nofollow)
-    profile_steps = max(0, min(config["profile_steps"], config["steps"] - 1))
-    clock = StepClock(
-        warmup=config["warmup"],
-        steps=config["steps"],
-        profile_steps=profile_steps,
-        sink=sink,
-        on_profile_start=window.start,
-        on_profile_step=window.step,
-    )
-    clock.capture = SourceCapture(out / names.sources)
-    observed = Observed()
-    memory: dict = {}
-    peak = WindowPeak()
+    return ChildProbe(config, target).run()
 
-    def memory_step(seen: int) -> None:
+
+class ChildProbe:
+    """The child's probe session: the step clock, the profiled window and its memory, the
+    overrides and the arms around the user's code, and its account (``probe.json``)."""
+
+    def __init__(self, config: dict, target: Callable[[], object]) -> None:
+        self.runtime_bytes = rss_bytes()  # the interpreter and torch, before the script: not the script's memory
+        self.config, self.target = config, target
+        self.out = out = Path(config["out"])
+        suffix = config.get("rank_suffix", "")
+        self.names = names = rundir.names(rundir.rank_suffix() if suffix is None else suffix)  # None: a rank advise launched
+        self.window = ProfilerWindow(out / names.trace)
+        self.sink = open(out / names.steps_jsonl, "a", buffering=1, opener=open_nofollow)
+        self.profile_steps = max(0, min(config["profile_steps"], config["steps"] - 1))
+        self.clock = StepClock(
+            warmup=config["warmup"],
+            steps=config["steps"],
+            profile_steps=self.profile_steps,
+            sink=self.sink,
+            on_profile_start=self.window.start,
+            on_profile_step=self.window.step,
+        )
+        self.clock.capture = SourceCapture(out / names.sources)
+        self.clock.on_boundary = self._memory_step
+        self.clock.on_window_end = self._window_end
+        self.observed = Observed()
+        self.memory: dict = {}
+        self.peak = WindowPeak()
+        self.applied: dict = {}
+        self.arms: Arms | None = None
+
+    def run(self) -> int:
+        # Overrides first: the hooks then wrap the patched torch (e.g. they see the unscaled loss).
+        try:
+            apply_overrides(self.config.get("overrides") or {}, self.applied, self.observed)
+        except OverrideError as exc:
+            write_json_atomic(self.out / self.names.probe_json, {"status": "failed", "error": str(exc), "boundaries": 0})
+            print(f"advise: {exc}", file=sys.stderr)
+            return 2
+        if self.config.get("arms"):
+            self.arms = Arms(self.out, self.names, self.sink, float(self.config.get("plan_timeout_s", 600.0)),
+                             self._window_done, self.observed,
+                             in_job=self.names.trace != rundir.names("").trace)  # a rank's files: one rank of a job
+            self.arms.install()  # before the hooks: their DataLoader timing wraps the arms' substitute loaders
+            self.clock.arms = self.arms
+        install(self.clock, self.observed)
+        advisor._clock = self.clock
+        result, code = self._run_target()
+        self._finish(result)
+        self.sink.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if result["status"] in ("done", "interrupted"):
+            # The script was cut short on purpose: its non-daemon threads or DataLoader workers
+            # must not keep the child alive (the runner reaps the group). Its atexit handlers run,
+            # as they would under plain python, but only for so long.
+            run_atexit_bounded(float(self.config.get("atexit_s", 5.0)), code)
+            os._exit(code)
+        return code
+
+    def _run_target(self) -> tuple[dict, int]:
+        """The user's code, run to its end or the window's: how it ended, and the exit code."""
+        arms = self.arms
+        result: dict = {"status": "finished", "error": None, "traceback": None}
+        code = 0
+        try:
+            self.target()
+            if arms is not None and arms.started:
+                arms.script_ended()
+        except ProbeDone:
+            result["status"] = "done"
+        except SystemExit as exc:
+            if arms is not None and arms.started:
+                arms.script_ended()
+            if exc.code not in (None, 0):
+                result.update(status="failed", error=f"the script exited with status {exc.code}")
+                code = 1
+        except KeyboardInterrupt:
+            result["status"] = "interrupted"
+            code = 130
+        except BaseException as exc:
+            if arms is not None and arms.started:
+                # After the window, under an arm's settings (an OOM, a compile error): the window's
+                # measurements stand, the arm's line says what broke, and the run ends as done.
+                arms.script_raised(exc)
+                result.update(status="done", arms_error=arms.error or f"{type(exc).__name__}: {exc}",
+                              arms_traceback=user_traceback(exc))
+            else:  # the user's error: report it as theirs
+                tb = user_traceback(exc)
+                sys.stderr.write(tb)
+                last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+                result.update(status="failed", error=last, traceback=tb)
+                code = 1
+        finally:
+            self.clock.capture.stop()  # a script that ended inside the capture step
+            self.window.stop()  # a failure or Ctrl-C inside the window still leaves its trace
+            advisor._clock = None
+            if arms is not None:
+                arms.close()  # substitute DataLoaders' workers
+        if arms is not None and arms.error and "arms_error" not in result:
+            result["arms_error"] = arms.error
+        return result, code
+
+    def _memory_step(self, seen: int) -> None:
         """A run without a profiled window (an experiment's) measures its allocator peak (CPU) in
         its last warm-up step, as the arms do in theirs."""
-        if profile_steps or not clock.warmup:
+        clock = self.clock
+        if self.profile_steps or not clock.warmup:
             return
         if seen == clock.warmup:
-            peak.device = observed.device
-            peak.profile_step(persistent_bytes(tensor_bytes((), list(observed.live_optimizers))))
+            self.peak.device = self.observed.device
+            self.peak.profile_step(persistent_bytes(tensor_bytes((), list(self.observed.live_optimizers))))
         elif seen == clock.warmup + 1:
-            peak.end_step()
+            self.peak.end_step()
 
-    clock.on_boundary = memory_step
-
-    def window_end() -> None:
+    def _window_end(self) -> None:
         """The measured window's memory, before the profiler lets go of its buffers and arms reset peaks.
 
         The accounting walks the live tensors in Python: it runs after the profiler stopped, or its
         with_stack tracer records every call (300k events in a 2-step trace of a small MLP).
         """
+        memory, observed = self.memory, self.observed
         try:
             memory.update(memory_stats(observed.device))
         except Exception as exc:  # noqa: BLE001 - the timing is still worth reporting
             memory["error"] = f"{type(exc).__name__}: {exc}"
-        window.stop()
+        self.window.stop()
         try:
-            memory.update(account(observed.device, list(observed.live_optimizers), runtime_bytes,
-                                  config.get("memory_budget_bytes"), arms.models if arms else (), peak))
+            memory.update(account(observed.device, list(observed.live_optimizers), self.runtime_bytes,
+                                  self.config.get("memory_budget_bytes"), self.arms.models if self.arms else (),
+                                  self.peak))
         except Exception as exc:  # noqa: BLE001 - the timing is still worth reporting
             memory["error"] = f"{type(exc).__name__}: {exc}"
 
-    clock.on_window_end = window_end
-    applied: dict = {}
-    # Overrides first: the hooks then wrap the patched torch (e.g. they see the unscaled loss).
-    try:
-        apply_overrides(config.get("overrides") or {}, applied, observed)
-    except OverrideError as exc:
-        write_json_atomic(out / names.probe_json, {"status": "failed", "error": str(exc), "boundaries": 0})
-        print(f"advise: {exc}", file=sys.stderr)
-        return 2
+    def _window_done(self) -> None:
+        """The window ended and the arms follow: its account now, for the parent's rules."""
+        self._finish({"status": "done", "error": None, "traceback": None, "phase": Phase.WINDOW_DONE})
 
-    def finish(result: dict) -> dict:
+    def _finish(self, result: dict) -> dict:
         """probe.json: the child's own account of the run (also written when the window ends, for arms)."""
         gc.collect()
+        clock, observed, window = self.clock, self.observed, self.window
         result.update(
             step_source=clock.source,
             boundaries=clock.boundaries,
@@ -255,88 +336,25 @@ def probe(config: dict, target: Callable[[], object]) -> int:
             losses=clock.loss_values(),
             env=collect_env(observed.device),
             observed=observed.to_dict(),
-            memory=memory or {**memory_stats(observed.device), **_account_now()},
-            trace=names.trace if window.exported else None,
+            memory=self.memory or {**memory_stats(observed.device), **self._account_now()},
+            trace=self.names.trace if window.exported else None,
             profiler_error=window.error,
             profiler_cut=window.cut,
             profiler_errno=window.errno,
-            profile_steps=profile_steps,
-            overrides=config.get("overrides") or {},
-            applied=applied,
+            profile_steps=self.profile_steps,
+            overrides=self.config.get("overrides") or {},
+            applied=self.applied,
         )
-        write_json_atomic(out / names.probe_json, result)
+        write_json_atomic(self.out / self.names.probe_json, result)
         return result
 
-    def _account_now() -> dict:
+    def _account_now(self) -> dict:
         """A run that ended before its window did: its memory as it stands."""
         try:
-            return account(observed.device, list(observed.live_optimizers), runtime_bytes,
-                           config.get("memory_budget_bytes"))
+            return account(self.observed.device, list(self.observed.live_optimizers), self.runtime_bytes,
+                           self.config.get("memory_budget_bytes"))
         except Exception as exc:  # noqa: BLE001
             return {"error": f"{type(exc).__name__}: {exc}"}
-
-    arms = None
-    if config.get("arms"):
-        def window_done_probe() -> None:
-            finish({"status": "done", "error": None, "traceback": None, "phase": Phase.WINDOW_DONE})
-
-        arms = Arms(out, names, sink, float(config.get("plan_timeout_s", 600.0)), window_done_probe, observed,
-                    in_job=names.trace != rundir.names("").trace)  # a rank's files: one rank of a job
-        arms.install()  # before the hooks: their DataLoader timing wraps the arms' substitute loaders
-        clock.arms = arms
-    install(clock, observed)
-    advisor._clock = clock
-
-    result: dict = {"status": "finished", "error": None, "traceback": None}
-    code = 0
-    try:
-        target()
-        if arms is not None and arms.started:
-            arms.script_ended()
-    except ProbeDone:
-        result["status"] = "done"
-    except SystemExit as exc:
-        if arms is not None and arms.started:
-            arms.script_ended()
-        if exc.code not in (None, 0):
-            result.update(status="failed", error=f"the script exited with status {exc.code}")
-            code = 1
-    except KeyboardInterrupt:
-        result["status"] = "interrupted"
-        code = 130
-    except BaseException as exc:
-        if arms is not None and arms.started:
-            # After the window, under an arm's settings (an OOM, a compile error): the window's
-            # measurements stand, the arm's line says what broke, and the run ends as done.
-            arms.script_raised(exc)
-            result.update(status="done", arms_error=arms.error or f"{type(exc).__name__}: {exc}",
-                          arms_traceback=user_traceback(exc))
-        else:  # the user's error: report it as theirs
-            tb = user_traceback(exc)
-            sys.stderr.write(tb)
-            last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            result.update(status="failed", error=last, traceback=tb)
-            code = 1
-    finally:
-        clock.capture.stop()  # a script that ended inside the capture step
-        window.stop()  # a failure or Ctrl-C inside the window still leaves its trace
-        advisor._clock = None
-        if arms is not None:
-            arms.close()  # substitute DataLoaders' workers
-
-    if arms is not None and arms.error and "arms_error" not in result:
-        result["arms_error"] = arms.error
-    finish(result)
-    sink.close()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if result["status"] in ("done", "interrupted"):
-        # The script was cut short on purpose: its non-daemon threads or DataLoader workers
-        # must not keep the child alive (the runner reaps the group). Its atexit handlers run,
-        # as they would under plain python, but only for so long.
-        run_atexit_bounded(float(config.get("atexit_s", 5.0)), code)
-        os._exit(code)
-    return code
 
 
 def run_atexit_bounded(limit_s: float, code: int) -> None:
