@@ -8,10 +8,12 @@ worker's hand-over, and the cores its process takes from the training threads, c
 than a small batch takes to load: minGPT's adder, 12% data wait with 4 workers on 2 cores, is
 1.14x faster by hand with none), and a batch twice as large where a DataLoader sets it.
 
-Screening is cheap, not free (a short window each; compile's compilation): a fix of the compute
-is not screened where the loop waits on data for over 90% of the step (halving everything else
-would gain under 5%), nor a larger batch where it waits over half the step (the loop is
-input-bound: a larger batch loads no more samples a second).
+Screening is cheap, not free (a short window each; compile's compilation, seconds), and where
+the loop waits on data for over half the step the loading comes first: a fix of the compute is
+not screened there (measured now, it would measure the loader's hand-overs, not what it gains
+once the loading is fixed; DL001 measures the loading fix, and a second `advise profile` after
+it screens the compute), nor a larger batch (the loop is input-bound: a larger batch loads no
+more samples a second).
 
 A rule's threshold decides what is explained first; it never hides a fix that can be measured.
 This rule explains nothing by itself: its findings stay in the report only when the experiments
@@ -59,7 +61,7 @@ from . import helpers as h
 from .registry import Finding, Fix, rule
 
 WORKERS_MAX_WAIT = 0.3  # above it, loading in the loop would surely cost more than the hand-over it saves
-COMPUTE_MAX_WAIT = 0.9  # above it, a fix of the compute (2x at best) gains under 5% of the step
+COMPUTE_MAX_WAIT = 0.5  # above it the loading comes first: a compute fix would measure the loader
 BATCH_MAX_WAIT = 0.5    # above it, the loop is input-bound: a larger batch does not load faster
 _FUSED = {"Adam", "AdamW", "SGD", "Adagrad"}
 _COMPILED = ("CompiledFunction", "Torch-Compiled Region", "CompiledFxGraph")
@@ -72,7 +74,7 @@ def check(profile, *, fixes: str = "autocast,compile,optimizer,threads,workers,b
         return
     dev = h.device(profile)
     waits = h.data_wait_frac(profile) or 0.0
-    if waits > COMPUTE_MAX_WAIT:  # Amdahl: halving the rest of the step gains under the screening margin
+    if waits > COMPUTE_MAX_WAIT:  # input-bound: the compute's fixes are screened once the loading is fixed
         wanted -= {"autocast", "compile", "optimizer", "threads"}
     if waits > BATCH_MAX_WAIT:  # loading sets the pace: a larger batch loads as many samples a second
         wanted.discard("batch")

@@ -73,7 +73,7 @@ def test_the_best_sweep_value_is_chosen_by_its_interval_not_by_the_first_that_he
     B = ("baseline", {}, 0.10, [])
     result = _round([B, ("a1", two, 0.05, []), B, ("a2", four, 0.04, []), B, ("a2", four, 0.04, []), B,
                      ("a1", two, 0.05, []), B])
-    session._judge_fixes(result)
+    session._judge_fixes([result], ["a1", "a2"])
     exp = finding.experiment
     assert exp.verified and exp.measured_by == "in-process" and exp.overrides == four  # 2.5x beats 2.0x
     assert exp.speedup == pytest.approx(2.5, rel=0.05) and len(exp.runs) == 2 and len(exp.sweep) == 2
@@ -97,7 +97,7 @@ def test_screened_fixes_get_one_short_window_and_only_those_that_look_faster_are
     session.diagnose = lambda: ([_dl001(), fast, slow], profile)
     first = session._plan(0)
     arms = [w.arm for w in first]
-    assert arms.count("a1") == 2 and arms.count("a2") == 1 and arms.count("a3") == 1  # DL001 twice, screens once
+    assert arms.count("a1") == 1 and arms.count("a2") == 1 and arms.count("a3") == 1  # one pass, screens once
     assert arms.index("a2") > max(i for i, a in enumerate(arms) if a == "a1")  # screens come after the rules' arms
     short = next(w for w in first if w.arm == "a2")
     assert short.steps < next(w for w in first if w.arm == "a1").steps
@@ -123,6 +123,34 @@ def test_screened_fixes_get_one_short_window_and_only_those_that_look_faster_are
     assert fast.experiment.verified and slow.experiment.verdict.value == "slower"
 
 
+def test_a_second_pass_runs_only_for_the_fixes_the_first_left_undecided(tmp_path, monkeypatch):
+    """The plan adapts: a 2x fix is settled by its first pass (B A B); a 1.08x one gets the
+    reverse pass in the next round and is judged on both passes together."""
+    from advisor.experiments import inprocess
+
+    big = _dl001()
+    small = Finding("fp32 matmuls", "s", "medium", {}, Fix.unsafe("bf16", {"autocast": "bfloat16"}),
+                    rule="fp32-matmul", code="PR001")
+    session = ArmsSession(tmp_path, "", diagnose=None)
+    profile = type("P", (), {"steps": _steps(0.1), "env": {"cpu_count": 2}, "observed": {}})()
+    session.diagnose = lambda: ([big, small], profile)
+    session.io_like = lambda p: False
+    first = session._plan(0)
+    fused = next(a for a, (c, _) in session._arms.items() if c.finding_index == 1)
+    assert sum(w.arm == fused for w in first) == 1
+    speed = {"baseline": 0.10, fused: 0.0926}
+    monkeypatch.setattr(inprocess, "read_round", lambda out, suffix, n, arms=None: _round(
+        [(w.arm, w.overrides, speed.get(w.arm, 0.05), []) for w in first]))
+    second = session._plan(1)
+    assert big.experiment is not None and big.experiment.verified and len(big.experiment.runs) == 1
+    assert small.experiment is None and [w.arm for w in second if w.arm != "baseline"] == [fused]
+    monkeypatch.setattr(inprocess, "read_round", lambda out, suffix, n, arms=None: _round(
+        [(w.arm, w.overrides, speed[w.arm], []) for w in second]))
+    session._plan(2)
+    assert small.experiment is not None and len(small.experiment.runs) == 2  # both passes, pooled
+    assert small.experiment.speedup == pytest.approx(1.08, rel=0.03)
+
+
 def test_an_arm_the_child_could_not_switch_goes_to_a_fresh_run(tmp_path):
     finding = _dl001()
     session = _session(tmp_path, finding)
@@ -130,7 +158,7 @@ def test_an_arm_the_child_could_not_switch_goes_to_a_fresh_run(tmp_path):
     cand = Candidate("dataloader-starvation", {"autocast": "float16"}, "unsafe", 0)
     session._arms = {"a1": (cand, cand)}
     B = ("baseline", {}, 0.10, [])
-    session._judge_fixes(_round([B, ("a1", {"autocast": "float16"}, 0.10, ["autocast"]), B]))
+    session._judge_fixes([_round([B, ("a1", {"autocast": "float16"}, 0.10, ["autocast"]), B])], ["a1"])
     assert session.fresh == [cand] and finding.experiment is None
 
 
@@ -165,7 +193,7 @@ def test_an_arm_the_run_never_reached_is_not_measured_not_sent_to_a_fresh_run(tm
     from advisor.experiments.plan import Candidate
     cand = Candidate("dataloader-starvation", {"dataloader": {"num_workers": 2}}, "safe", 0)
     session._arms = {"a1": (cand, cand)}
-    session._judge_fixes(_round([("baseline", {}, 0.10, [])]))  # stopped after the first baseline window
+    session._judge_fixes([_round([("baseline", {}, 0.10, [])])], ["a1"])  # stopped after the first baseline window
     assert session.fresh == [] and finding.experiment is None
     session.finish({"steps": [], "windows": []})
     assert finding.experiment.verdict == "not-measured" and "ended before" in finding.experiment.reason
@@ -241,8 +269,8 @@ def test_untried_fixes_are_screened_in_the_run_and_kept_only_when_verified(tmp_p
 
 
 def test_screens_follow_what_the_step_is_waiting_on(tmp_path):
-    """A loop that waits on data for over 90% of its step gets no screen of a compute fix (Amdahl:
-    halving the rest gains under the margin) and no larger batch; a compute-bound loop gets them."""
+    """A loop that waits on data for over half its step gets no screen of a compute fix (the
+    loading comes first) and no larger batch; a compute-bound loop gets them."""
     import subprocess
 
     from advisor.profile import Profile
@@ -259,7 +287,7 @@ def test_screens_follow_what_the_step_is_waiting_on(tmp_path):
         wait = float(steps["data_wait_s"].sum() / steps["duration_s"].sum())
         return {key for f in check(profile) for key in f.fix.overrides}, wait
 
-    starved, wait = screened("starved_io.py", "--item-ms", "25")
-    assert wait > 0.9 and not starved & {"autocast", "compile", "optimizer", "torch_threads", "batch_size_scale"}, (wait, starved)
+    starved, wait = screened("starved_io.py")
+    assert wait > 0.5 and not starved & {"autocast", "compile", "optimizer", "torch_threads", "batch_size_scale"}, (wait, starved)
     busy, wait = screened("tensor_pairs.py")
     assert wait < 0.5 and {"compile", "optimizer"} <= busy, (wait, busy)

@@ -1,16 +1,17 @@
 """Experiments as arms of the run that was profiled: no restart, fixes switched at step boundaries.
 
 After its measured window the child waits at a step boundary for a plan (see
-``advisor/probe/arms.py`` for the child's side and the file protocol). The plan is fixed before it
+``advisor/probe/arms.py`` for the child's side and the file protocol). A plan is fixed before it
 runs, so every rank of a job switches at the same step: windows of `warmup` untimed and `steps`
-timed steps, each arm between two baseline windows, the whole sequence run twice, the second
-time in reverse (B P1 P2 B ... B P2 P1 B), so a drift over the run weighs on both sides
-alike (:func:`advisor.experiments.plan.interleave`). Every sweep value is tried (switching is cheap) and the best is chosen by its interval.
-
-Round 0 measures every switchable fix and sweep value; round 1 the winners stacked; then an
-empty plan ends the script. A fix the child cannot switch in a live process (fp16 without a
-consistent GradScaler, say) is left to a fresh-run experiment (:mod:`advisor.experiments.fresh`).
-Every verdict comes from :mod:`advisor.experiments.judge`.
+timed steps, each arm between two baseline windows (B P1 P2 B P3 B,
+:func:`advisor.experiments.plan.interleave`). The plan adapts between rounds: round 0 is one pass
+over the rules' fixes (every sweep value: switching is cheap) and one short window for each
+untried fix; round 1 runs the reverse pass (B P3 B P2 P1 B, so a drift weighs on both sides
+alike) only for the fixes the first pass left undecided (:func:`advisor.experiments.judge.settled`),
+and the screened fixes that looked faster, in full; then the winners stacked, a second pass only
+where the first did not settle it; an empty plan ends the script. A fix the child cannot switch
+in a live process (fp16 without a consistent GradScaler, say) is left to a fresh-run experiment
+(:mod:`advisor.experiments.fresh`). Every verdict comes from :mod:`advisor.experiments.judge`.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ from .plan import (BASELINE, MIN_WINDOW_STEPS, Candidate, Window, candidates_fro
 SCREEN_MARGIN = 0.05  # a screened fix whose one window may be this much faster is measured in full ...
 SCREEN_LEAN = 1.02    # ... and that leans that way (its point estimate at least this): a 0.99x window whose
                       # interval reaches 1.05 only by its noise cost a full round for nothing (a starved loop's bf16)
-FIXES, SCREENS, STACK = "fixes", "screens", "stack"  # what a round measures
+BURSTS = 10         # an arm with w loader workers times at least 10 bursts of w batches
+LARGE_EFFECT = 3     # every rule's fix expected at least this much faster: windows of half the steps
+                    # (a 3x effect is resolved by 5 slow steps; the fast arm windows scale with it)
+FIXES, CONFIRM, STACK = "fixes", "confirm", "stack"  # what a round measures
 
 
 def _grows_memory(overrides: dict) -> bool:
@@ -108,7 +112,10 @@ class ArmsSession:
     _lengths: dict[str, int] = field(default_factory=dict)  # arm id -> window length, in baseline windows
     _workers: int = 0
     _fit_budget: int | None = None  # the run was over this budget: the fastest fix that fits joined the winners
-    _kinds: dict[int, str] = field(default_factory=dict)  # round -> FIXES / SCREENS / STACK
+    _kinds: dict[int, str] = field(default_factory=dict)  # round -> FIXES / CONFIRM / STACK
+    _results: dict[int, RoundResult] = field(default_factory=dict)  # round -> what the child measured in it
+    _again: list[str] = field(default_factory=list)  # arms of fixes their first pass left undecided
+    _base_steps: int | None = None  # the baseline windows' timed steps, where cut (see _first_round)
     _screens: list[str] = field(default_factory=list)  # arms of fixes no rule proposed (screened in round 0)
     _screened: dict[str, Experiment] = field(default_factory=dict)  # screened arm -> its one window's result
     _promoted: list[tuple[str, dict]] = field(default_factory=list)  # screened arms to measure in full
@@ -130,7 +137,7 @@ class ArmsSession:
             self._started = time.monotonic()
         if windows and self.progress is not None:
             arms = len({w.arm for w in windows} - {BASELINE})
-            what = {FIXES: "the fixes", SCREENS: "the screened fixes that looked faster",
+            what = {FIXES: "the fixes", CONFIRM: "the fixes not decided yet",
                     STACK: "the winners stacked"}.get(self._kinds.get(round_no, ""), "the fixes")
             self.progress.phase(f"measuring {what} inside this run: {arms} arm{'s' if arms != 1 else ''}, "
                                 f"{len(windows)} windows of {windows[0].steps} steps")
@@ -158,41 +165,53 @@ class ArmsSession:
         return point[1].label if point else arm
 
     def _plan(self, round_no: int) -> list[Window]:
-        """Round 0 measures the rules' fixes and screens the untried ones (one short window each);
-        the screened fixes that looked faster are measured in full in a round of their own; then
-        the winners stacked. Each round is judged when the child asks for the next."""
+        """Round 0: one pass over the rules' fixes, and one short window for each untried fix (a
+        screen). Round 1: the reverse pass for the fixes the first left undecided (see
+        :func:`judge.settled`), and the screens that looked faster, measured in full. Then the
+        winners stacked: one pass, a second only where the first did not settle it. Each round is
+        judged when the child asks for the next, so a decided arm stops."""
         if round_no == 0:
-            windows = self._first_round()
-            kind = FIXES
+            windows, kind = self._first_round(), FIXES
         else:
-            kind = self._judge_round(round_no - 1, read_round(self.out, self.rank_suffix, round_no - 1))
-            windows = []
-        if kind == FIXES and round_no > 0:
-            windows, kind = interleave(self._promoted, self._warmup, self._steps) if self._promoted else [], SCREENS
-        if kind == SCREENS and not windows:
-            windows, kind = self._stack_round(), STACK
+            previous = self._kinds.get(round_no - 1, "")
+            self._results[round_no - 1] = read_round(self.out, self.rank_suffix, round_no - 1)
+            self._judge_round(round_no - 1, final=False)
+            windows, kind = [], ""
+            if previous == FIXES:
+                windows, kind = self._confirm_round(), CONFIRM
+            if previous in (FIXES, CONFIRM) and not windows:
+                windows, kind = self._stack_round(), STACK
+            elif previous == STACK and self.recommended is None:
+                windows, kind = interleave([("stacked", self._arms["stacked"][1].overrides)], self._warmup,
+                                           self._steps, passes=1), STACK
         if windows:
             self._kinds[round_no] = kind
         return windows
 
-    def _judge_round(self, round_no: int, result: RoundResult) -> str:
-        """Judge what round `round_no` measured; returns its kind."""
+    def _rounds_of(self, kind: str) -> list[RoundResult]:
+        return [self._results[r] for r, k in sorted(self._kinds.items()) if k == kind and r in self._results]
+
+    def _judge_round(self, round_no: int, *, final: bool) -> None:
+        """Judge what round `round_no` measured. `final`: the run ended in it, so a fix its first
+        pass left undecided is settled on that pass alone."""
         kind = self._kinds.get(round_no, "")
-        if kind == FIXES:
-            self._judge_fixes(result, [a for a in self._arms if a not in self._screens])
-            self._judge_screens(result)
-        elif kind == SCREENS:
-            self._judge_fixes(result, [a for a, _ in self._promoted])
+        first = self._results.get(0)
+        if kind == FIXES and first is not None:
+            fixes = [a for a in self._arms if a not in self._screens and a != "stacked"]
+            self._again = self._judge_fixes([first], fixes, final=final)
+            self._judge_screens(first)
+        elif kind == CONFIRM:
+            self._judge_fixes([first, self._results[round_no]], self._again)
+            self._judge_fixes([self._results[round_no]], [a for a, _ in self._promoted])
         elif kind == STACK and self._arms.get("stacked"):
-            self._judge_stack(result)
-        return kind
+            self._judge_stack(final=final)
 
     def _judge_screens(self, result: RoundResult) -> None:
         """Each screened arm's one short window: an arm whose interval's high end reaches the
         screening margin (a short window is noisy: only a fix shown not to gain that much stops
         here) is promoted, to be measured in full; the rest keep this window's result."""
         for arm in self._screens:
-            exp = self._judge(result, arm, self._arms[arm][0].changes_numerics)
+            exp = self._judge([result], arm, self._arms[arm][0].changes_numerics)
             if not isinstance(exp, Experiment):
                 continue
             self._screened[arm] = exp
@@ -229,12 +248,21 @@ class ArmsSession:
                     screens.append((arm, point.overrides))
                 else:
                     (growing if _grows_memory(point.overrides) else arms).append((arm, point.overrides))
-        return plan_windows(arms, growing, self._warmup, self._steps, screens)
+        expected = [self._lengths[a] for a, _ in arms + growing]
+        if expected and min(expected) >= LARGE_EFFECT:  # the slow baseline windows need half the steps
+            self._base_steps = max(MIN_WINDOW_STEPS, self.window_steps // 2, BURSTS * self._workers)
+        return plan_windows(arms, growing, self._warmup, self._steps, screens, passes=1)
 
     def _steps(self, arm: str) -> int:
         """Timed steps of a window: an arm expected k times faster gets k times the steps (up to 8),
-        so its window lasts about as long as a baseline window and its interval is as tight."""
-        return max(MIN_WINDOW_STEPS, self.window_steps) * self._lengths.get(arm, 1)
+        so its window lasts about as long as a baseline window and its interval is as tight; an arm
+        with w loader workers at least BURSTS * w (its batches come in bursts of w: a window of a few
+        bursts times its phase, not the loader: 22x measured where 11x is true, 5 bursts)."""
+        if arm == BASELINE and self._base_steps:
+            return self._base_steps
+        steps = max(MIN_WINDOW_STEPS, self.window_steps) * self._lengths.get(arm, 1)
+        loader = (self._arms[arm][1].overrides.get("dataloader") or {}) if arm in self._arms else {}
+        return max(steps, BURSTS * int(loader.get("num_workers") or 0))
 
     def _warmup(self, overrides: dict) -> int:
         """Untimed steps opening a window: a new loader's workers fill their prefetch first."""
@@ -255,46 +283,65 @@ class ArmsSession:
             out.append((around, result.measurement(k, self.out)))
         return out
 
-    def _judge(self, result: RoundResult, arm: str, check_loss: bool) -> Experiment | str:
-        """The arm's result, or why there is none: "not-switchable" (a fresh run must measure it) or
-        "unmeasured" (the run ended before its windows)."""
-        lines = [line for line in result.windows if line["arm"] == arm]
+    def _judge(self, results: list[RoundResult], arm: str, check_loss: bool) -> Experiment | str:
+        """The arm's result over its windows in `results` (each pass a pair of baselines around it),
+        or why there is none: "not-switchable" (a fresh run must measure it) or "unmeasured" (the
+        run ended before its windows). Its one-off switch cost (a compilation) counts every round's."""
+        lines = [line for result in results for line in result.windows if line["arm"] == arm]
         if any(line.get("not_switchable") for line in lines):
             return "not-switchable"
-        pairs = self._pairs(result, arm)
+        pairs = [pair for result in results for pair in self._pairs(result, arm)]
         if not pairs:
             return "unmeasured"
         bases = judge.distinct([m for around, _ in pairs for m in around])
         compare = lambda base, cand: judge.compare(base, cand, by_samples=self.by_samples, check_loss=check_loss,  # noqa: E731
                                                    measured_by="in-process")
         pooled = judge.confirm(compare(bases, [cand for _, cand in pairs]), [compare(around, cand) for around, cand in pairs])
-        pooled.switch_s = sum(float(line.get("switch_s") or 0.0) for line in lines) or None
+        every = [line for result in self._results.values() for line in result.windows if line["arm"] == arm]
+        pooled.switch_s = sum(float(line.get("switch_s") or 0.0) for line in every or lines) or None
         pooled.payoff_steps = judge.payoff_steps(pooled)
         return pooled
 
-    def _judge_fixes(self, result: RoundResult, arms: list[str] | None = None) -> None:
-        arms = list(self._arms) if arms is None else arms
+    def _judge_fixes(self, results: list[RoundResult], arms: list[str], *, final: bool = True) -> list[str]:
+        """Judge `arms` and settle each fix on its best value. `final=False`: a fix whose best value
+        the first pass did not settle (:func:`judge.settled`) is left for a second; its arms are returned."""
         fitting: list[tuple[Candidate, Experiment, int]] = []  # memory fixes that bring an over-budget run within it
-        by_candidate: dict[int, list[tuple[Candidate, Experiment]]] = {}
+        by_candidate: dict[int, list[tuple[str, Candidate, Experiment]]] = {}
         for arm in arms:
             candidate, point = self._arms[arm]
-            exp = self._judge(result, arm, candidate.changes_numerics)
+            exp = self._judge(results, arm, candidate.changes_numerics)
             if exp == "not-switchable" and candidate not in self.fresh:
                 self.fresh.append(candidate)
             if isinstance(exp, str):
                 continue
-            by_candidate.setdefault(candidate.finding_index, []).append((point, exp))
+            by_candidate.setdefault(candidate.finding_index, []).append((arm, point, exp))
+        again: list[str] = []
         for index, tried in by_candidate.items():
-            candidate = next(self._arms[a][0] for a in arms if self._arms[a][0].finding_index == index)
+            candidate = self._arms[tried[0][0]][0]
             if candidate in self.fresh:
                 continue  # one of its values could not be switched: the fresh runs measure it whole
             finding = self.findings[index]
             budget = finding.evidence.get("budget_bytes")
-            _, best = judge.sweep_winner(tried, budget)
-            best.sweep = [judge.sweep_row(p, e, budget) for p, e in tried] if len(tried) > 1 else None
+            values = [(point, exp) for _, point, exp in tried]
+            _, best = judge.sweep_winner(values, budget)
+            if not final and not judge.settled(best):
+                again += [arm for arm, _, _ in tried]
+                continue
+            best.sweep = [judge.sweep_row(p, e, budget) for p, e in values] if len(values) > 1 else None
             judge.settle(finding, candidate, best, budget, self._winners, fitting)
         if fitting or self._fit_budget is None:
             self._winners, self._fit_budget = judge.with_fastest_fit(self._winners, fitting)
+        return again
+
+    def _confirm_round(self) -> list[Window]:
+        """The reverse pass of the undecided fixes, then the promoted screens in two passes."""
+        again = [(a, self._arms[a][1].overrides) for a in reversed(self._again)]
+        growing = [(a, o) for a, o in again if _grows_memory(o)]
+        windows = plan_windows([a for a in again if a not in growing], growing, self._warmup, self._steps, passes=1)
+        promoted = interleave(self._promoted, self._warmup, self._steps) if self._promoted else []
+        if windows and promoted:
+            promoted = promoted[1:]  # the confirm pass ends on a baseline window: the promoted arms start beside it
+        return windows + promoted
 
     def _stack_round(self) -> list[Window]:
         if len(self._winners) < 2:
@@ -304,19 +351,26 @@ class ArmsSession:
         self._arms["stacked"] = (stacked, stacked)
         best = max((e.speedup or 1.0) for _, e in self._winners)
         self._lengths["stacked"] = max(1, min(8, round(best)))
-        return interleave([("stacked", stacked.overrides)], self._warmup, self._steps)
+        return interleave([("stacked", stacked.overrides)], self._warmup, self._steps, passes=1)
 
-    def _judge_stack(self, result: RoundResult) -> None:
+    def _judge_stack(self, *, final: bool) -> None:
+        """The stack's passes so far: recommended once one pass settles it, or after the second."""
         stacked, _ = self._arms["stacked"]
-        exp = self._judge(result, "stacked", stacked.changes_numerics)
+        rounds = self._rounds_of(STACK)
+        exp = self._judge(rounds, "stacked", stacked.changes_numerics)
+        if isinstance(exp, Experiment) and not final and len(rounds) < 2 and not judge.settled(exp):
+            return  # a second pass follows
         exp = "could not be measured in-process" if isinstance(exp, str) else exp
         self.recommended = judge.recommend(self._winners, exp, budget=self._fit_budget, notes=self.notes)
 
     # after the run -------------------------------------------------------------------------
     def finish(self, arms: dict) -> None:
-        """The child ended (`arms`: its lines, ProbeRun.arms): judge a round it ended inside."""
-        if self._arms and self._kinds.get(self.rounds) in (FIXES, SCREENS):  # the run ended inside this round
-            self._judge_round(self.rounds, read_round(self.out, self.rank_suffix, self.rounds, arms))
+        """The child ended (`arms`: its lines, ProbeRun.arms): judge a round it ended inside, on
+        what it measured."""
+        kind = self._kinds.get(self.rounds)
+        if self._arms and kind is not None and self.rounds not in self._results:
+            self._results[self.rounds] = read_round(self.out, self.rank_suffix, self.rounds, arms)
+            self._judge_round(self.rounds, final=True)
             for arm, _ in self._promoted:  # promoted, but the run ended before they were measured in full
                 finding = self.findings[self._arms[arm][0].finding_index]
                 if finding.experiment is None:
@@ -324,8 +378,10 @@ class ArmsSession:
                     exp.verified, exp.verdict = False, Verdict.NOT_CONFIRMED
                     exp.reason = "screened in one short window; the run ended before it was measured in full"
                     finding.experiment = exp
-            if self.recommended is None and len(self._winners) == 1:
-                self.recommended = judge.recommend(self._winners, None, budget=self._fit_budget, notes=self.notes)
+        if self.recommended is None and self._winners and kind in (FIXES, CONFIRM):
+            self.recommended = judge.recommend(self._winners, None if len(self._winners) == 1 else
+                                               "was not measured (the run ended first)",
+                                               budget=self._fit_budget, notes=self.notes)
         for candidate in {c.finding_index: c for c, _ in self._arms.values() if c.finding_index is not None}.values():
             finding = self.findings[candidate.finding_index]
             if finding.experiment is None and candidate not in self.fresh:

@@ -27,6 +27,7 @@ MIN_EFFECT = VERIFY_MIN_GAIN  # verified needs the interval's low end above 1 + 
 LOSS_REL_TOL = 0.10    # numerics: mean loss within 10% of the baseline's ...
 LOSS_SEM_K = 3.0       # ... or within 3 standard errors, whichever is wider
 APART = 1.5            # two passes of one fix whose intervals do not overlap and whose speedups differ this much
+SETTLED_LOW = 1.25     # one pass settles a win whose interval's low end reaches this
 
 
 @dataclass
@@ -151,6 +152,20 @@ def confirm(pooled: Experiment, passes: list[Experiment]) -> Experiment:
     elif not all(r.verified or (r.speedup or 0.0) > 1.0 + MIN_EFFECT for r in passes):
         pooled.verified, pooled.verdict = False, Verdict.NOT_CONFIRMED
     return pooled
+
+
+def settled(exp: Experiment) -> bool:
+    """Whether a fix's first pass already decides it, so a second pass would only cost time: a
+    large win (the interval's low end at 1.25x or more: a second pass may move the figure, not
+    the verdict or the ranking against small fixes), an interval wholly below the bar a win must
+    clear, or nothing a second pass could fix (the arm failed, was not applied, changed the loss)."""
+    if exp.verdict in (Verdict.FAILED, Verdict.NOT_APPLIED, Verdict.LOSS_CHANGED):
+        return True
+    if exp.ci_low is None or exp.ci_high is None:
+        return False
+    if exp.verified:
+        return exp.ci_low >= SETTLED_LOW
+    return exp.ci_high < 1.0 + max(MIN_EFFECT, exp.baseline_drift_frac or 0.0)
 
 
 def payoff_steps(exp: Experiment) -> int | None:

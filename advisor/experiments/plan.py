@@ -115,29 +115,33 @@ def _groups(arms: list, size: int) -> list[list]:
 
 
 def interleave(arms: list[tuple[str, dict]], warmup: Callable[[dict], int], steps: Callable[[str], int] | int,
-               *, per_baseline: int = ARMS_PER_BASELINE) -> list[Window]:
+               *, per_baseline: int = ARMS_PER_BASELINE, passes: int = REPEATS) -> list[Window]:
     """B A1 A2 B A3 A4 B ..., then the arms again in reverse (B A4 A3 B A2 A1 B): each arm window
     has a baseline window beside it and one a window further, on its other side, so a drift over the
-    run weighs on both alike, and half as many baseline windows are run as with one arm per pair."""
+    run weighs on both alike, and half as many baseline windows are run as with one arm per pair.
+    `passes=1`: the first half alone (an adaptive plan runs the reverse pass only for the arms the
+    first left undecided, see :func:`advisor.experiments.judge.settled`)."""
     length = steps if callable(steps) else (lambda arm: steps)
     base = lambda: Window(BASELINE, {}, warmup({}), length(BASELINE))  # noqa: E731
-    passes = [arms, list(reversed(arms))] if REPEATS > 1 else [arms]
+    orders = [arms, list(reversed(arms))][:max(1, passes)]
     windows = [base()]
-    for order in passes:
+    for order in orders:
         for group in _groups(order, per_baseline):
             windows += [Window(arm, overrides, warmup(overrides), length(arm)) for arm, overrides in group] + [base()]
     return windows
 
 
 def plan_windows(arms: list[tuple[str, dict]], growing: list[tuple[str, dict]], warmup: Callable[[dict], int],
-                 steps: Callable[[str], int] | int, screens: list[tuple[str, dict]] = ()) -> list[Window]:
-    """The round's windows: `arms` interleaved (see :func:`interleave`), then the `screens` once
-    each, in short windows, two between baselines (what looks faster is measured in full in a later
-    round), then the `growing` ones (larger batches) smallest first, each twice in a row between
-    baselines. An out-of-memory error ends the child's arms, so it may only cost the values larger
-    than the one that ran out: every other arm and every smaller value has been measured by then."""
+                 steps: Callable[[str], int] | int, screens: list[tuple[str, dict]] = (),
+                 passes: int = REPEATS) -> list[Window]:
+    """The round's windows: `arms` interleaved (see :func:`interleave`, `passes` times), then the
+    `screens` once each, in short windows, two between baselines (what looks faster is measured in
+    full in a later round), then the `growing` ones (larger batches) smallest first, each `passes`
+    times in a row between baselines. An out-of-memory error ends the child's arms, so it may only
+    cost the values larger than the one that ran out: every other arm and every smaller value has
+    been measured by then."""
     length = steps if callable(steps) else (lambda arm: steps)
-    windows = interleave(arms, warmup, length) if arms else []
+    windows = interleave(arms, warmup, length, passes=passes) if arms else []
     if (growing or screens) and not windows:
         windows = [Window(BASELINE, {}, warmup({}), length(BASELINE))]
     short = max(MIN_WINDOW_STEPS, length(BASELINE) // 2)
@@ -145,7 +149,7 @@ def plan_windows(arms: list[tuple[str, dict]], growing: list[tuple[str, dict]], 
         windows += [Window(arm, overrides, warmup(overrides), short) for arm, overrides in group]
         windows.append(Window(BASELINE, {}, warmup({}), short))
     for arm, overrides in sorted(growing, key=lambda a: a[1].get("batch_size_scale") or 0):
-        for _ in range(REPEATS):
+        for _ in range(max(1, passes)):
             windows += [Window(arm, overrides, warmup(overrides), length(arm)),
                         Window(BASELINE, {}, warmup({}), length(BASELINE))]
     return windows
