@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import builtins
 import gc
-import json
 import os
 import runpy
 import sys
@@ -36,7 +35,7 @@ from .env import collect_env, memory_stats
 from .hooks import Observed, install
 from .memory import WindowPeak, account, persistent_bytes, rss_bytes, tensor_bytes
 from .overrides import OverrideError, apply as apply_overrides
-from .protocol import Phase
+from .protocol import ChildConfig, Phase, read_config
 from .sources import SourceCapture
 from .trace_export import TraceLost, export_trace
 
@@ -178,11 +177,11 @@ def run_module(name: str, args: list[str]) -> None:
 
 
 def main(config_path: str) -> int:
-    config = json.loads(Path(config_path).read_text())
-    return probe(config, lambda: (run_module if config.get("module") else run_script)(config["script"], config["args"]))
+    config = read_config(config_path)
+    return probe(config, lambda: (run_module if config.module else run_script)(config.script, config.args))
 
 
-def probe(config: dict, target: Callable[[], object]) -> int:
+def probe(config: ChildConfig, target: Callable[[], object]) -> int:
     """Run `target` (the user's code) under the probe that `config` describes; the exit code."""
     return ChildProbe(config, target).run()
 
@@ -191,18 +190,18 @@ class ChildProbe:
     """The child's probe session: the step clock, the profiled window and its memory, the
     overrides and the arms around the user's code, and its account (``probe.json``)."""
 
-    def __init__(self, config: dict, target: Callable[[], object]) -> None:
+    def __init__(self, config: ChildConfig, target: Callable[[], object]) -> None:
         self.runtime_bytes = rss_bytes()  # the interpreter and torch, before the script: not the script's memory
         self.config, self.target = config, target
-        self.out = out = Path(config["out"])
-        suffix = config.get("rank_suffix", "")
+        self.out = out = Path(config.out)
+        suffix = config.rank_suffix
         self.names = names = rundir.names(rundir.rank_suffix() if suffix is None else suffix)  # None: a rank advise launched
         self.window = ProfilerWindow(out / names.trace)
         self.sink = open(out / names.steps_jsonl, "a", buffering=1, opener=open_nofollow)
-        self.profile_steps = max(0, min(config["profile_steps"], config["steps"] - 1))
+        self.profile_steps = max(0, min(config.profile_steps, config.steps - 1))
         self.clock = StepClock(
-            warmup=config["warmup"],
-            steps=config["steps"],
+            warmup=config.warmup,
+            steps=config.steps,
             profile_steps=self.profile_steps,
             sink=self.sink,
             on_profile_start=self.window.start,
@@ -220,13 +219,13 @@ class ChildProbe:
     def run(self) -> int:
         # Overrides first: the hooks then wrap the patched torch (e.g. they see the unscaled loss).
         try:
-            apply_overrides(self.config.get("overrides") or {}, self.applied, self.observed)
+            apply_overrides(self.config.overrides, self.applied, self.observed)
         except OverrideError as exc:
             write_json_atomic(self.out / self.names.probe_json, {"status": "failed", "error": str(exc), "boundaries": 0})
             print(f"advise: {exc}", file=sys.stderr)
             return 2
-        if self.config.get("arms"):
-            self.arms = Arms(self.out, self.names, self.sink, float(self.config.get("plan_timeout_s", 600.0)),
+        if self.config.arms:
+            self.arms = Arms(self.out, self.names, self.sink, self.config.plan_timeout_s,
                              self._window_done, self.observed,
                              in_job=self.names.trace != rundir.names("").trace)  # a rank's files: one rank of a job
             self.arms.install()  # before the hooks: their DataLoader timing wraps the arms' substitute loaders
@@ -242,7 +241,7 @@ class ChildProbe:
             # The script was cut short on purpose: its non-daemon threads or DataLoader workers
             # must not keep the child alive (the runner reaps the group). Its atexit handlers run,
             # as they would under plain python, but only for so long.
-            run_atexit_bounded(float(self.config.get("atexit_s", 5.0)), code)
+            run_atexit_bounded(self.config.atexit_s, code)
             os._exit(code)
         return code
 
@@ -315,7 +314,7 @@ class ChildProbe:
         self.window.stop()
         try:
             memory.update(account(observed.device, list(observed.live_optimizers), self.runtime_bytes,
-                                  self.config.get("memory_budget_bytes"), self.arms.models if self.arms else (),
+                                  self.config.memory_budget_bytes, self.arms.models if self.arms else (),
                                   self.peak))
         except Exception as exc:  # noqa: BLE001 - the timing is still worth reporting
             memory["error"] = f"{type(exc).__name__}: {exc}"
@@ -342,7 +341,7 @@ class ChildProbe:
             profiler_cut=window.cut,
             profiler_errno=window.errno,
             profile_steps=self.profile_steps,
-            overrides=self.config.get("overrides") or {},
+            overrides=self.config.overrides,
             applied=self.applied,
         )
         write_json_atomic(self.out / self.names.probe_json, result)
@@ -352,7 +351,7 @@ class ChildProbe:
         """A run that ended before its window did: its memory as it stands."""
         try:
             return account(self.observed.device, list(self.observed.live_optimizers), self.runtime_bytes,
-                           self.config.get("memory_budget_bytes"))
+                           self.config.memory_budget_bytes)
         except Exception as exc:  # noqa: BLE001
             return {"error": f"{type(exc).__name__}: {exc}"}
 

@@ -8,6 +8,10 @@ whole lines only, from where it stopped. The phases:
 - ``window-done``: the measured window is over and the child waits for a plan (``plan{r}.json``);
 - ``arm``: a step of an arm window (its round, window and arm);
 - ``plan-done``: a plan's last window ended (with ``error`` when an arm failed).
+
+Before all of them, the parent writes the child's config (:class:`ChildConfig`,
+``.probe-config{suffix}.json``): :func:`write_config` is its one writer, :func:`read_config` its
+one reader (the bootstrap, and ranks the script starts, which read it and write their own).
 """
 
 from __future__ import annotations
@@ -15,7 +19,11 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import IO
+from typing import IO, Optional
+
+import msgspec
+
+from advisor.atomic import write_json_atomic
 
 
 class Phase(str, Enum):
@@ -57,3 +65,30 @@ def read_lines(path: Path, offset: int = 0) -> tuple[list[dict], int]:
         except ValueError:
             continue  # a line torn by a crash mid-write: the rest still counts
     return lines, offset + end
+
+
+class ChildConfig(msgspec.Struct, kw_only=True):
+    """What the child runs and how: the runner's ProbeConfig as the child needs it."""
+
+    script: str  # a path, or with `module` a module name (python -m)
+    args: list[str] = []
+    module: bool = False
+    out: str  # the run dir, absolute
+    warmup: int
+    steps: int
+    profile_steps: int
+    rank_suffix: Optional[str] = ""  # the child's files' suffix; None: a launched rank takes its own from its RANK
+    overrides: dict = {}
+    atexit_s: float = 5.0  # how long the script's atexit handlers may run once it was stopped
+    arms: bool = False  # after the window, wait for plan files and measure the arms
+    plan_timeout_s: float = 600.0  # how long to wait for a plan before finishing
+    memory_budget_bytes: Optional[int] = None  # --memory-budget (None: the device's capacity)
+
+
+def write_config(path: Path, config: ChildConfig) -> None:
+    write_json_atomic(path, msgspec.structs.asdict(config))
+
+
+def read_config(path: str | Path) -> ChildConfig:
+    """The config at `path`; OSError when it is gone, ValueError when it is not one."""
+    return msgspec.json.decode(Path(path).read_bytes(), type=ChildConfig)

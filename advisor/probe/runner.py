@@ -26,12 +26,12 @@ from typing import Callable, Iterable, Protocol
 import pandas as pd
 
 from advisor import rundir
-from advisor.atomic import open_nofollow, write_json_atomic, write_text_atomic
+from advisor.atomic import open_nofollow, write_text_atomic
 from advisor.interrupt import StopRequest, describe
 from advisor.rundir import rank_suffix
 from .entry import BOOTSTRAP
 from .job_link import JobLink
-from .protocol import WINDOW_PHASES, Phase, read_lines
+from .protocol import WINDOW_PHASES, ChildConfig, Phase, read_lines, write_config
 from .sampler import Sampler
 from .tree import ProcessTree
 
@@ -295,24 +295,11 @@ class ProbeSession:
                          files.plan, files.stop, files.arms_jsonl, files.sources):
                 (self.out / name).unlink(missing_ok=True)
         config = self.config
-        write_json_atomic(
-            self.cfg_path,
-            {
-                "script": config.script,
-                "module": config.module,
-                "args": list(config.args),
-                "out": str(self.out.resolve()),
-                "warmup": config.warmup,
-                "steps": config.steps,
-                "profile_steps": config.profile_steps,
-                "rank_suffix": self.shape.child_suffix(),
-                "overrides": config.overrides,
-                "atexit_s": ATEXIT_S,
-                "arms": config.arms,
-                "plan_timeout_s": config.plan_timeout_s,
-                "memory_budget_bytes": config.memory_budget_bytes,
-            },
-        )
+        write_config(self.cfg_path, ChildConfig(
+            script=config.script, module=config.module, args=list(config.args), out=str(self.out.resolve()),
+            warmup=config.warmup, steps=config.steps, profile_steps=config.profile_steps,
+            rank_suffix=self.shape.child_suffix(), overrides=config.overrides, atexit_s=ATEXIT_S, arms=config.arms,
+            plan_timeout_s=config.plan_timeout_s, memory_budget_bytes=config.memory_budget_bytes))
 
     def _start(self) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")

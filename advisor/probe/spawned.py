@@ -22,16 +22,18 @@ plans as a launched rank does (the runner writes every rank the same plan); a fo
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
+
 import advisor
 
 from .bootstrap import probe
 from .entry import BOOTSTRAP
+from .protocol import read_config, write_config
 
 ENV = "ADVISE_SPAWN_CONFIG"
 _TORCH_SPAWN = "torch.multiprocessing.spawn"
@@ -72,20 +74,19 @@ def _probed_command(args: list, rank: int) -> list | None:
     """The probe's entry line for this rank, or None when `args` is not a re-run of the script."""
     path = Path(os.environ[ENV])
     try:
-        config = json.loads(path.read_text())
+        config = read_config(path)
     except (OSError, ValueError):
         return None
-    if config.get("module"):
-        if args[1:3] != ["-m", config["script"]]:
+    if config.module:
+        if args[1:3] != ["-m", config.script]:
             return None
         rest = args[3:]
     else:
-        if os.path.abspath(str(args[1])) != os.path.abspath(config["script"]):
+        if os.path.abspath(str(args[1])) != os.path.abspath(config.script):
             return None
         rest = args[2:]
-    config.update(rank_suffix=f".rank{rank}", args=[str(a) for a in rest])
     rank_config = path.with_name(f".probe-config.rank{rank}.json")
-    rank_config.write_text(json.dumps(config))
+    write_config(rank_config, msgspec.structs.replace(config, rank_suffix=f".rank{rank}", args=[str(a) for a in rest]))
     return [sys.executable, "-c", BOOTSTRAP, str(rank_config)]
 
 
@@ -96,11 +97,10 @@ def probed_wrap(fn, i: int, args, error_file) -> None:
     if not path or advisor._clock is not None:  # no config, or forked from a probed process
         return wrap(fn, i, args, error_file)
     try:
-        config = json.loads(Path(path).read_text())
+        config = read_config(path)
     except (OSError, ValueError):  # the run ended and took its config along: run as torch would
         return wrap(fn, i, args, error_file)
-    config.update(rank_suffix=f".rank{i}")
-    sys.exit(probe(config, lambda: _run_noting_interrupt(wrap, fn, i, args, error_file)))
+    sys.exit(probe(msgspec.structs.replace(config, rank_suffix=f".rank{i}"), lambda: _run_noting_interrupt(wrap, fn, i, args, error_file)))
 
 
 def _run_noting_interrupt(wrap, fn, i: int, args, error_file) -> None:
