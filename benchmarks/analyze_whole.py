@@ -153,8 +153,8 @@ def make_big(trace: Path, target: int, path: Path) -> int:
     return path.stat().st_size
 
 
-def make_ranks(trace: Path, n: int, folder: Path) -> None:
-    """`n` copies of `trace` in `folder`, as ranks 0..n-1 of one job (their distributedInfo)."""
+def make_ranks(trace: Path, n: int, folder: Path, level: int = 6) -> None:
+    """`n` copies of `trace` in `folder`, as ranks 0..n-1 of one job (their distributedInfo; gzip `level`)."""
     import json
 
     import msgspec
@@ -163,9 +163,10 @@ def make_ranks(trace: Path, n: int, folder: Path) -> None:
     with opener(trace, "rb") as fh:
         doc = json.loads(fh.read())
     folder.mkdir()
-    for rank in range(n):
-        doc["distributedInfo"] = {**(doc.get("distributedInfo") or {}), "rank": rank, "world_size": n}
-        (folder / f"rank{rank}.json.gz").write_bytes(gzip.compress(msgspec.json.encode(doc), 6))
+    info = doc.pop("distributedInfo", None) or {}
+    for rank in range(n):  # distributedInfo first: HTA looks for the rank near the top (else every copy is its rank 0)
+        one = {"distributedInfo": {**info, "rank": rank, "world_size": n}, **doc}
+        (folder / f"rank{rank}.json.gz").write_bytes(gzip.compress(msgspec.json.encode(one), level))
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ the whole document first (``json.loads``) costs about six times the file in memo
 one dict per event. Here the file (plain or gzip) is read in blocks; the events list is cut
 between events (at a ``},`` that decodes as a whole list of events: a cut inside a string or a
 nested object cannot), each piece is decoded by msgspec straight into small typed structs that
-keep only the fields :mod:`advisor.trace` reads, and those are turned into columns at once,
+keep only the fields :mod:`advisor.trace.build` reads, and those are turned into columns at once,
 names and shapes as codes into one table each (a trace repeats a few hundred names and shapes
 millions of times). So the memory held is the columns plus one block, not the document.
 
@@ -14,7 +14,7 @@ no ``traceEvents`` key found near the top) is decoded whole by the standard libr
 tolerant as before, and goes through the same columns. :func:`read_file` returns the
 document's other keys, one :class:`Columns` per bucket, and the events' count.
 
-:mod:`advisor.trace_prefetch` runs :func:`read_raw` ahead in a forked process, so that
+:mod:`advisor.trace.ahead` runs :func:`read_raw` ahead in a forked process, so that
 ``advise analyze`` reads the trace on a second core while the interpreter imports the rest.
 """
 
@@ -30,14 +30,14 @@ from typing import Any
 import msgspec
 from msgspec import field
 
-try:  # Intel ISA-L's inflate: twice zlib's speed on a trace (36 vs 70 ms for 51 MB), same checks
+try:  # Intel ISA-L's inflate: twice zlib's speed on a trace (benchmarks/README.md), same checks
     from isal import isal_zlib as _inflate
 except ImportError:  # a platform without its wheel
     _inflate = zlib
 
 _INFLATE_ERRORS = (zlib.error, getattr(_inflate, "error", zlib.error))
 
-BLOCK = 1 << 20  # bytes read and decoded at a time: small enough to stay in cache (8 MiB blocks read a 51 MB trace 25% slower)
+BLOCK = 1 << 20  # bytes read and decoded at a time: small enough to stay in cache (larger blocks: slower, benchmarks/README.md)
 _HEAD_LIMIT = 64 << 20  # "traceEvents" not within this many bytes: decode the whole file instead
 _NAN = float("nan")
 
@@ -108,7 +108,7 @@ BUCKETS = ("ops", "ann", "kernels", "memcpy", "memset", "runtime", "python", "in
 # Columns
 #
 # The reader builds its columns without numpy: it runs in a process forked before numpy is
-# imported (:mod:`advisor.trace_prefetch`), so the read starts ~40 ms sooner. Numbers go into
+# imported (:mod:`advisor.trace.ahead`), so the read starts sooner (benchmarks/README.md). Numbers go into
 # ``array.array``, flags into ``bytearray``; :func:`arrays` makes numpy views of them (no copy)
 # in the process that reads the frames.
 
@@ -470,9 +470,9 @@ def read_file(src: str) -> tuple[dict, dict, int]:
 
 def read_raw(src: str, share=None) -> tuple[dict | Shared, dict, int]:
     """:func:`read_file` without numpy (``array.array`` columns, for :func:`arrays`): the reader forked
-    by :mod:`advisor.trace_prefetch` runs it.
+    by :mod:`advisor.trace.ahead` runs it.
 
-    `share` (:mod:`advisor.trace_prefetch`'s reader): ``asked()`` is polled between blocks; when it
+    `share` (:mod:`advisor.trace.ahead`'s reader): ``asked()`` is polled between blocks; when it
     says yes, the events left are split in two and ``give(bytes)`` hands the second half over
     (``give(b"")``: none); then a :class:`Shared` takes the document's place. Every read with a
     `share` gives exactly once."""
