@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 PREFETCH_MAX_BYTES = 64 << 20  # bigger files are read in-process: the hand-over would double their columns
-READ_AHEAD = 8  # readers started at once at most (the others start as traces are collected)
+READ_AHEAD = 8  # readers started at once at most (the others start as traces are collected) ...
+# ... and no more than one per core and one ahead: a reader that has read holds its columns, and pins the
+# pages this process has changed since it forked, until it is collected (the figures: benchmarks/README.md)
 SPLIT_MIN = 16 << 20  # bytes of JSON: below this, asking for half of the rest is not worth a hand-over
 
 
@@ -128,7 +130,7 @@ class ReadAhead:
         return done_r
 
     def _start_waiting(self) -> None:
-        while self.waiting and len(self.pending) < READ_AHEAD:
+        while self.waiting and len(self.pending) < min(READ_AHEAD, forked.cores() + 1):
             after = self.lanes.pop(0) if len(self.lanes) >= forked.cores() else None
             done = self.read_one(self.waiting.pop(0), after)  # (declined: too big, no fork; then it is read in-process)
             if done is None:
