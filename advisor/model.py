@@ -373,13 +373,14 @@ def rank(findings: list[Finding]) -> list[Finding]:
     return [f for _, f in sorted(enumerate(findings), key=lambda item: rank_key(item[1], item[0]))]
 
 
-def findings_of(report: dict) -> list[Finding]:
-    """A report.json's findings as the typed model, ranked."""
-    return rank([Finding.from_dict(d) for d in report.get("findings") or [] if isinstance(d, dict)])
+def findings_of(report) -> list[Finding]:
+    """A report.json's findings (the dict, or the renderers' typed Report) as the typed model, ranked."""
+    rows = report.get("findings") if isinstance(report, dict) else report.findings
+    return rank([Finding.from_dict(d) for d in rows or [] if isinstance(d, dict)])
 
 
-def recommendation_of(report: dict) -> Recommendation | None:
-    rec = report.get("recommended")
+def recommendation_of(report) -> Recommendation | None:
+    rec = report.get("recommended") if isinstance(report, dict) else report.recommended
     return Recommendation.from_dict(rec) if isinstance(rec, dict) and rec else None
 
 

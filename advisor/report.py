@@ -1,8 +1,9 @@
 """report.json: the contract users and CI depend on.
 
 ``SCHEMA_VERSION`` changes only for a breaking change; within a version, fields are only
-ever added. Every renderer (terminal, HTML, markdown) reads this same dict, so what a user
-sees and what CI compares are always the same numbers.
+ever added. Every renderer (terminal, HTML, markdown) reads this same report, typed
+(:class:`Report`, read from the dict by :meth:`Report.of`), so what a user sees and what CI
+compares are always the same numbers.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+import msgspec
 
 from . import __version__
 from .atomic import write_json_atomic
@@ -115,3 +118,135 @@ def load_report(path: str | Path) -> dict:
     if report["schema_version"] != SCHEMA_VERSION:
         raise ReportError(f"{path}: schema_version {report['schema_version']} is not supported (this advise reads {SCHEMA_VERSION})")
     return report
+
+
+# --- the report as the renderers read it ---------------------------------------------------------
+# Typed where the renderers read fields by name; the open blocks (env, memory, observed,
+# utilization, artifacts: more keys may come, and the renderers list them as they are) stay dicts.
+# Every field has a default: a missing field, or a null one, reads as its default.
+
+
+class _Block(msgspec.Struct, kw_only=True, omit_defaults=True):
+    @classmethod
+    def of(cls, block):
+        """The typed block of a report's dict (null and unknown keys left out; a block is returned as it is)."""
+        if isinstance(block, cls):
+            return block
+        fields = cls.__struct_fields__
+        return msgspec.convert({k: v for k, v in (block or {}).items() if k in fields and v is not None}, cls, strict=False)
+
+
+class Throughput(_Block):
+    samples_per_s: Optional[float] = None
+    steps_per_s: Optional[float] = None
+    step_time_median_s: Optional[float] = None
+    step_time_p90_s: Optional[float] = None
+    step_time_mean_s: Optional[float] = None
+    n_steps: Optional[int] = None
+    stalled_steps: Optional[int] = None
+    basis: Optional[str] = None
+
+
+class Breakdown(_Block):
+    data_wait_frac: Optional[float] = None
+    optimizer_frac: Optional[float] = None
+    compute_frac: Optional[float] = None
+    other_frac: Optional[float] = None
+
+
+class Step(_Block):
+    index: Optional[int] = None
+    duration_s: Optional[float] = None
+    data_wait_s: Optional[float] = None
+    samples: Optional[int] = None
+    optimizer_s: Optional[float] = None
+    backward_s: Optional[float] = None
+    profiled: Optional[bool] = None
+    loss: Optional[float] = None
+
+
+class Rank(_Block):
+    rank: Optional[int] = None
+    status: Optional[str] = None  # none: a trace's rank (advise analyze), which has no status
+    node: Optional[int] = None
+    host: Optional[str] = None
+    error: Optional[str] = None
+    samples_per_s: Optional[float] = None
+    step_time_median_s: Optional[float] = None
+    step_time_p90_s: Optional[float] = None
+    duration_s: Optional[float] = None  # analyze: the median profiled step
+    exposed_comm_s: Optional[float] = None
+
+    @property
+    def step_s(self) -> Optional[float]:
+        """The rank's median step: its own steps' (profile), else its profiled steps' (analyze)."""
+        return self.step_time_median_s if self.step_time_median_s is not None else self.duration_s
+
+
+class Tool(_Block):
+    name: str = "advise"
+    version: str = ""
+
+
+class Report(_Block):
+    """report.json as the renderers read it (:mod:`advisor.schema` describes every field)."""
+
+    schema_version: int = SCHEMA_VERSION
+    tool: Tool = msgspec.field(default_factory=Tool)
+    status: Optional[str] = None
+    error: Optional[str] = None
+    traceback: Optional[str] = None
+    script: Optional[str] = None
+    argv: list[str] = []
+    started_at: Optional[str] = None
+    env: dict[str, Any] = {}
+    step_source: Optional[str] = None
+    steps: list[Step] = []
+    throughput: Throughput = msgspec.field(default_factory=Throughput)
+    breakdown: Breakdown = msgspec.field(default_factory=Breakdown)
+    memory: dict[str, Any] = {}
+    mfu: Optional[dict] = None
+    hta_breakdown: Optional[dict] = None
+    utilization: dict[str, Any] = {}
+    observed: dict[str, Any] = {}
+    findings: list[Any] = []  # the model's dicts: model.findings_of reads them as Findings
+    recommended: Optional[dict] = None
+    warnings: list[Any] = []
+    artifacts: dict[str, Any] = {}
+    notes: list[Any] = []
+    wall_s: Optional[float] = None
+    total_wall_s: Optional[float] = None
+    experiments: Union[dict, None] = None
+    ranks: list[Rank] = []
+
+    @classmethod
+    def of(cls, report: "Report | dict") -> "Report":
+        """The typed report of a report dict (a Report is returned as it is)."""
+        if isinstance(report, Report):
+            return report
+        return msgspec.convert(_no_nulls(report), cls, strict=False)
+
+    @property
+    def ok(self) -> bool:
+        return (self.status or "ok") == "ok"
+
+
+_TOP = set(Report.__struct_fields__)
+_LISTS = {"steps": set(Step.__struct_fields__), "ranks": set(Rank.__struct_fields__)}
+_BLOCKS = {"tool": set(Tool.__struct_fields__), "throughput": set(Throughput.__struct_fields__),
+           "breakdown": set(Breakdown.__struct_fields__)}
+
+
+def _no_nulls(report: dict) -> dict:
+    """The fields the typed report reads, null ones left out (they read as their defaults)."""
+    out = {k: v for k, v in report.items() if k in _TOP and v is not None}
+    for key, fields in _BLOCKS.items():
+        if isinstance(out.get(key), dict):
+            out[key] = {k: v for k, v in out[key].items() if k in fields and v is not None}
+    for key, fields in _LISTS.items():
+        if isinstance(out.get(key), list):
+            out[key] = [{k: v for k, v in row.items() if k in fields and v is not None}
+                        for row in out[key] if isinstance(row, dict)]
+    if not isinstance(out.get("experiments"), dict):
+        out.pop("experiments", None)
+    return out

@@ -9,6 +9,7 @@ its words are the terminal's (:mod:`advisor.reports.words`), so the two never di
 from __future__ import annotations
 
 from advisor.model import Finding, estimated_speedup, findings_of, finite, recommendation_of
+from advisor.report import Report
 
 from . import words
 from .findings_view import recommended_view
@@ -34,8 +35,9 @@ def _finding(f: Finding) -> dict:
     }
 
 
-def summary(report: dict, report_path: str) -> dict:
+def summary(report: Report | dict, report_path: str) -> dict:
     """The short, stable summary of `report` (read from `report_path`)."""
+    report = Report.of(report)
     findings = findings_of(report)
     rec = recommendation_of(report)
     view = recommended_view(rec, findings)
@@ -47,18 +49,18 @@ def summary(report: dict, report_path: str) -> dict:
     else:
         verdict = "recommended: " + words.outcome(findings, None, report)[0]
         recommended = None
-    env, tp = report.get("env") or {}, report.get("throughput") or {}
+    tp = report.throughput
     return {
         "schema_version": 1,
-        "status": report.get("status"),
-        "error": report.get("error"),
-        "script": report.get("script") or "",
-        "device": env.get("device"),
-        "samples_per_s": finite(tp.get("samples_per_s")),
-        "step_time_median_s": finite(tp.get("step_time_median_s")),
+        "status": report.status,
+        "error": report.error,
+        "script": report.script or "",
+        "device": report.env.get("device"),
+        "samples_per_s": finite(tp.samples_per_s),
+        "step_time_median_s": finite(tp.step_time_median_s),
         "verdict": verdict,
         "recommended": recommended,
         "findings": [_finding(f) for f in findings],
-        "warnings": list(report.get("warnings") or []),
+        "warnings": list(report.warnings),
         "report": report_path,
     }

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 from advisor import format as fmt
+from advisor.report import Step
 
 WIDTH = 960  # viewBox width of every chart; the SVG scales to the page
 LEFT, RIGHT = 64, 12  # room for y labels on the left
@@ -144,9 +145,9 @@ def _r(x: float) -> float:
 # --- step chart --------------------------------------------------------------------------
 
 
-def step_chart(steps: list[dict]) -> StepChart | None:
+def step_chart(steps: list[Step]) -> StepChart | None:
     """Bars for each measured step (data wait at the bottom, optimizer on top); profiled steps are marked."""
-    rows = [s for s in steps if _finite(s.get("duration_s")) and s["duration_s"] >= 0]
+    rows = [s for s in steps if _finite(s.duration_s) and s.duration_s >= 0]
     if not rows:
         return None
     note = ""
@@ -156,18 +157,18 @@ def step_chart(steps: list[dict]) -> StepChart | None:
         note = f"every {k}th step shown ({len(steps)} measured)"
     height, top, bottom = 210, 12, 180
     plot_h = bottom - top
-    y_max = nice_max(max(r["duration_s"] for r in rows))
+    y_max = nice_max(max(r.duration_s for r in rows))
     slot = (WIDTH - LEFT - RIGHT) / len(rows)
     bar_w = max(1.0, slot * 0.72)
     bars: list[Rect] = []
     for i, r in enumerate(rows):
-        dur = float(r["duration_s"])
-        data = min(dur, max(0.0, float(r["data_wait_s"]) if _finite(r.get("data_wait_s")) else 0.0))
-        opt = min(dur - data, max(0.0, float(r["optimizer_s"]) if _finite(r.get("optimizer_s")) else 0.0))
+        dur = float(r.duration_s)
+        data = min(dur, max(0.0, float(r.data_wait_s) if _finite(r.data_wait_s) else 0.0))
+        opt = min(dur - data, max(0.0, float(r.optimizer_s) if _finite(r.optimizer_s) else 0.0))
         rest = max(0.0, dur - data - opt)
         x = LEFT + i * slot + (slot - bar_w) / 2
-        prof = " profiled" if r.get("profiled") else ""
-        tip = (f"step {r.get('index', i)}{' (under the profiler)' if prof else ''}: {fmt.time_s(dur)}; "
+        prof = " profiled" if r.profiled else ""
+        tip = (f"step {i if r.index is None else r.index}{' (under the profiler)' if prof else ''}: {fmt.time_s(dur)}; "
                f"data wait {fmt.time_s(data)}, forward/backward {fmt.time_s(rest)}, optimizer {fmt.time_s(opt)}")
         y = bottom
         for part, cls in ((data, "data"), (rest, "compute"), (opt, "optimizer")):
@@ -177,7 +178,7 @@ def step_chart(steps: list[dict]) -> StepChart | None:
                 bars.append(Rect(_r(x), _r(y), _r(bar_w), _r(h), cls + prof, tip))
     y_ticks = [Tick(_r(bottom - plot_h * f), fmt.tick_time(y_max * f) if f else "0") for f in (0, 0.5, 1)]
     every = max(1, math.ceil(len(rows) / 20))
-    x_ticks = [Tick(_r(LEFT + i * slot + slot / 2), str(r.get("index", i))) for i, r in enumerate(rows) if i % every == 0]
+    x_ticks = [Tick(_r(LEFT + i * slot + slot / 2), str(i if r.index is None else r.index)) for i, r in enumerate(rows) if i % every == 0]
     return StepChart(WIDTH, height, top, bottom, bars, y_ticks, x_ticks, note, x_label_y=bottom + 16)
 
 

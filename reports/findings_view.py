@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from advisor import format as fmt
 from advisor.model import Experiment, Finding, Recommendation, Verdict
 from advisor.overrides import describe
+from advisor.report import Report
 
 from . import words
 from .ruledoc import doc_for, doc_html
@@ -245,15 +246,15 @@ def recommended_view(rec: Recommendation | None, findings: list[Finding]) -> Rec
                        confirmed=words.confirmed_words(rec.confirmed))
 
 
-def findings_empty(report: dict) -> str:
+def findings_empty(report: Report) -> str:
     text = words.no_findings(report)
     return f"{text} (no rule fired in this run)" if text.endswith(words.NO_BOTTLENECK) else text
 
 
-def experiments_empty(views: list[FindingView], report: dict | None = None) -> str:
+def experiments_empty(views: list[FindingView], report: Report | None = None) -> str:
     if not views:
         return "none: there was nothing to try"
-    state = words.experiments_state(report or {})
+    state = words.experiments_state(report or Report())
     if state != "ran":
         return "none: " + words.UNTRIED[state].split(": ", 1)[1]
     if not any(v.fix_kind == "automatic" for v in views):
@@ -261,9 +262,9 @@ def experiments_empty(views: list[FindingView], report: dict | None = None) -> s
     return "none: no fix was re-measured in this run"
 
 
-def baseline_note(report: dict, recommended: Recommendation | None, findings: list[Finding]) -> str:
+def baseline_note(report: Report, recommended: Recommendation | None, findings: list[Finding]) -> str:
     """Why the experiments' baseline differs from the headline throughput, when it does by more than 5%."""
-    tp = report.get("throughput") or {}
+    tp = report.throughput
     source = recommended if recommended is not None else next(
         (f.experiment for f in findings if f.experiment is not None and isinstance(f.experiment.baseline, dict)
          and f.experiment.baseline.get("samples_per_s") is not None), None)

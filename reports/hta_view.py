@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from advisor import format as fmt
 from advisor.model import finite
+from advisor.report import Report
 
 # category -> (label, the HTA column it is or belongs to)
 CATEGORY_ROWS = (
@@ -40,9 +41,9 @@ class HtaTable:
     hta_line: str  # HTA's own three percentages, as its table prints them
 
 
-def hta_tables(report: dict) -> list[HtaTable]:
+def hta_tables(report: Report) -> list[HtaTable]:
     """One table per rank; none when the trace has no GPU events."""
-    bd = report.get("hta_breakdown") or {}
+    bd = report.hta_breakdown or {}
     ranks = [r for r in bd.get("ranks") or [] if isinstance(r, dict)]
     return [_table(r, len(ranks) > 1) for r in ranks]
 

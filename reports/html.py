@@ -16,6 +16,7 @@ import jinja2
 from markupsafe import Markup
 
 from advisor.atomic import write_text_atomic
+from advisor.report import Report
 from advisor.rundir import resolve_inside
 
 from .page import NO_DOCS, Page, build_page
@@ -65,13 +66,13 @@ def render_html(page: Page) -> str:
     return environment().get_template("report.html.j2").render(page=page, css=css, js=js)
 
 
-def html_name(report: dict) -> str:
+def html_name(report: Report | dict) -> str:
     """report.html beside report.json (report.rank1.html under torchrun)."""
-    artifacts = report.get("artifacts") or {}
+    artifacts = Report.of(report).artifacts
     return artifacts.get("report_html") or str(Path(artifacts.get("report_json") or "report.json").with_suffix(".html"))
 
 
-def write_html(report: dict, run_dir: str | Path, profile=None, rule_docs: Mapping[str, str] = NO_DOCS,
+def write_html(report: Report | dict, run_dir: str | Path, profile=None, rule_docs: Mapping[str, str] = NO_DOCS,
                path: str | Path | None = None) -> Path:
     """Render `report` into `path` (by default report.html in `run_dir`) and return where it went.
 

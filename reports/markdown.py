@@ -16,6 +16,8 @@ from pathlib import Path
 
 import jinja2
 
+from advisor.report import Report
+
 from .page import NO_DOCS, Page, build_page
 from .templates import TEMPLATES
 
@@ -76,12 +78,12 @@ def render_markdown(page: Page) -> str:
     return re.sub(r"\n{3,}", "\n\n", text)
 
 
-def markdown_for(report: dict, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> str:
+def markdown_for(report: Report | dict, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> str:
     """The markdown summary of `report` (with the run's Profile, or None)."""
     return render_markdown(build_page(report, profile, rule_docs))
 
 
-def append_step_summary(report: dict, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> Path | None:
+def append_step_summary(report: Report | dict, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> Path | None:
     """Append the summary to $GITHUB_STEP_SUMMARY when that is set (GitHub Actions); else do nothing."""
     target = os.environ.get("GITHUB_STEP_SUMMARY")
     if not target:

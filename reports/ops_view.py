@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from advisor import format as fmt
+from advisor.report import Report
 
 TOP_OPS = 15
 TOP_KERNELS = 10
@@ -44,10 +45,10 @@ class OpsTable:
     flops_column: bool
 
 
-def top_tables(report: dict, profile) -> tuple[list[OpsTable], str]:
+def top_tables(report: Report | dict, profile) -> tuple[list[OpsTable], str]:
     """The top CPU ops and, with a GPU trace, the top kernels; or why there are none."""
     if profile is None or profile.trace is None:
-        return [], _no_trace(report, profile)
+        return [], _no_trace(Report.of(report), profile)
     tables = profile.derived("top_tables", lambda: _tables(profile))
     return tables, "" if tables else "the trace holds no operators"
 
@@ -57,8 +58,8 @@ def _tables(profile) -> list[OpsTable]:
     return [t for t in (ops_table(profile.ops, n_steps), kernels_table(profile.kernels, n_steps)) if t is not None]
 
 
-def _no_trace(report: dict, profile) -> str:
-    trace = (report.get("artifacts") or {}).get("trace")
+def _no_trace(report: Report, profile) -> str:
+    trace = report.artifacts.get("trace")
     if not trace:
         return "no trace was recorded in this run (the profiler window did not run)"
     if profile is None:

@@ -27,6 +27,7 @@ from types import MappingProxyType
 
 from advisor import format as fmt
 from advisor.model import Finding, Recommendation, findings_of, recommendation_of
+from advisor.report import Report, Throughput
 
 from . import charts, findings_view, hta_view, ops_view, roofline_view, run_view, timeline_view, words
 from .findings_view import ExperimentRow, FindingView, Recommended
@@ -126,13 +127,14 @@ class Page:
     trace_hint: str
 
 
-def build_page(report: dict, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> Page:
-    """The whole page from a report dict (the report.json contract).
+def build_page(report: Report | dict, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> Page:
+    """The whole page from a report (the report.json contract, typed; a dict is read as one).
 
     `profile` (an :class:`advisor.profile.Profile`, or None) adds the utilization timeline, the top
     ops and kernels, and a failed run's log tail; `rule_docs` maps rule names and/or codes to their
     documentation (markdown).
     """
+    report = Report.of(report)
     findings = findings_of(report)
     views = findings_view.finding_views(findings, rule_docs, words.experiments_state(report))
     rec = recommendation_of(report)
@@ -140,17 +142,16 @@ def build_page(report: dict, profile=None, rule_docs: Mapping[str, str] = NO_DOC
     experiments = findings_view.experiment_rows(views)
     op_tables, ops_empty = ops_view.top_tables(report, profile)
     columns = timeline_view.sampler_columns(profile)
-    steps = report.get("steps") or []
-    tool = report.get("tool") or {}
+    steps = report.steps
     page = Page(
-        title=f"advise · {PurePath(str(report.get('script') or 'report')).name}",
-        tool=f"{tool.get('name', 'advise')} {tool.get('version', '')}".strip(),
-        started_at=str(report.get("started_at") or ""),
+        title=f"advise · {PurePath(str(report.script or 'report')).name}",
+        tool=f"{report.tool.name} {report.tool.version}".strip(),
+        started_at=str(report.started_at or ""),
         wall=words.wall_words(report),
         verdict=verdict(report, profile, views, findings, rec),
         nav=[],
-        warnings=[str(w) for w in report.get("warnings") or []],
-        notes=[str(n) for n in report.get("notes") or []],
+        warnings=[str(w) for w in report.warnings],
+        notes=[str(n) for n in report.notes],
         breakdown=run_view.breakdown(report),
         hta_tables=hta_view.hta_tables(report),
         step_chart=charts.step_chart(steps),
@@ -162,7 +163,7 @@ def build_page(report: dict, profile=None, rule_docs: Mapping[str, str] = NO_DOC
         findings=views,
         findings_empty="" if views else findings_view.findings_empty(report),
         experiments=experiments,
-        experiments_note=findings_view.experiments_note(report.get("experiments")),
+        experiments_note=findings_view.experiments_note(report.experiments),
         experiments_empty="" if experiments else findings_view.experiments_empty(views, report),
         baseline_note=findings_view.baseline_note(report, rec, findings),
         verified_means=words.VERIFIED_MEANS,
@@ -183,13 +184,13 @@ def build_page(report: dict, profile=None, rule_docs: Mapping[str, str] = NO_DOC
     return page
 
 
-def verdict(report: dict, profile, findings: list[FindingView], typed: list[Finding], rec: Recommendation | None) -> VerdictView:
+def verdict(report: Report, profile, findings: list[FindingView], typed: list[Finding], rec: Recommendation | None) -> VerdictView:
     """The header; its "recommended configuration" is :func:`words.outcome`: the stacked run's
     result when report.json has one, else why there is none (never another finding's result)."""
-    status = str(report.get("status") or "failed")
-    script = str(report.get("script") or "")
-    argv = [str(a) for a in report.get("argv") or []]
-    artifacts = report.get("artifacts") or {}
+    status = str(report.status or "failed")
+    script = str(report.script or "")
+    argv = [str(a) for a in report.argv]
+    artifacts = report.artifacts
     top = findings[0] if findings else None
     gain, gain_state = words.outcome(typed, rec, report)
     bad = status != "ok"
@@ -198,7 +199,7 @@ def verdict(report: dict, profile, findings: list[FindingView], typed: list[Find
         command = shlex.join(["advise", "analyze", script])
     else:
         command = shlex.join(["python", script, *argv]) if script else ""
-    traceback = str(report.get("traceback") or "") if bad else ""
+    traceback = str(report.traceback or "") if bad else ""
     log_tail = str(profile.meta.get("log_tail") or "") if profile is not None and bad and not traceback else ""
     return VerdictView(
         status=status,
@@ -212,7 +213,7 @@ def verdict(report: dict, profile, findings: list[FindingView], typed: list[Find
         top_finding_anchor=top.anchor if top else "",
         gain=gain,
         gain_state=gain_state,
-        error=str(report.get("error") or ""),
+        error=str(report.error or ""),
         traceback=traceback,
         log_tail=log_tail,
         log_name=str(artifacts.get("log") or ""),
@@ -220,29 +221,31 @@ def verdict(report: dict, profile, findings: list[FindingView], typed: list[Find
     )
 
 
-def _stats(report: dict) -> list[Stat]:
-    env, tp = report.get("env") or {}, report.get("throughput") or {}
+def _stats(report: Report) -> list[Stat]:
+    env, tp = report.env, report.throughput
     device = str(env.get("device") or "cpu") + (f" · {env['device_name']}" if env.get("device_name") else "")
-    stats = []
-    if tp.get("samples_per_s") is not None:
-        stats.append(Stat("throughput", fmt.rate(tp["samples_per_s"], "samples/s"), words.throughput_basis(tp)))
-    elif tp.get("steps_per_s") is not None:
-        stats.append(Stat("throughput", fmt.rate(tp["steps_per_s"], "steps/s"), "batch size unknown; " + words.throughput_basis(tp)))
-    else:
-        stats.append(Stat("throughput", fmt.DASH, "no timed steps"))
-    stats.append(Stat("step time", fmt.time_s(tp.get("step_time_median_s")) + " median",
-                      f"p90 {fmt.time_s(tp.get('step_time_p90_s'))}" if tp.get("step_time_p90_s") is not None else ""))
-    memory = words.memory_words(report.get("memory") or {})
+    stats = [_throughput(tp)]
+    stats.append(Stat("step time", fmt.time_s(tp.step_time_median_s) + " median",
+                      f"p90 {fmt.time_s(tp.step_time_p90_s)}" if tp.step_time_p90_s is not None else ""))
+    memory = words.memory_words(report.memory)
     if memory:
         value, _, detail = memory.partition(" (")
         stats.append(Stat("peak memory", value, detail.rstrip(")")))
-    mfu, detail = words.mfu_words(report.get("mfu"))
+    mfu, detail = words.mfu_words(report.mfu)
     if mfu:
         stats.append(Stat("MFU", mfu, detail))
     stats.append(Stat("device", device, _device_detail(env)))
-    stats.append(Stat("steps", f"{len(report.get('steps') or [])} measured",
-                      f"boundaries from {report['step_source']}" if report.get("step_source") else "no step boundaries seen"))
+    stats.append(Stat("steps", f"{len(report.steps)} measured",
+                      f"boundaries from {report.step_source}" if report.step_source else "no step boundaries seen"))
     return stats
+
+
+def _throughput(tp: Throughput) -> Stat:
+    if tp.samples_per_s is not None:
+        return Stat("throughput", fmt.rate(tp.samples_per_s, "samples/s"), words.throughput_basis(tp))
+    if tp.steps_per_s is not None:
+        return Stat("throughput", fmt.rate(tp.steps_per_s, "steps/s"), "batch size unknown; " + words.throughput_basis(tp))
+    return Stat("throughput", fmt.DASH, "no timed steps")
 
 
 def _device_detail(env: dict) -> str:
@@ -258,13 +261,12 @@ def _device_detail(env: dict) -> str:
     return ", ".join(parts)
 
 
-def _seen(report: dict) -> str:
-    steps = report.get("steps") or []
+def _seen(report: Report) -> str:
+    steps = report.steps
     if not steps:
         return "No measured step was recorded before the run ended."
-    tp = report.get("throughput") or {}
     return (f"{words.plural(len(steps), 'measured step')} {'was' if len(steps) == 1 else 'were'} recorded before the run ended "
-            f"(median {fmt.time_s(tp.get('step_time_median_s'))}); the numbers below rest on them.")
+            f"(median {fmt.time_s(report.throughput.step_time_median_s)}); the numbers below rest on them.")
 
 
 def nav(page: Page) -> list[NavItem]:

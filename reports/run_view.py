@@ -1,6 +1,7 @@
 """What the run was: where a step's time goes, the measured steps, the environment, the run dir's files.
 
-Read from the report dict alone (the report.json contract); nothing here opens a file.
+Read from the report alone (the report.json contract, typed: :class:`advisor.report.Report`); nothing
+here opens a file.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from urllib.parse import quote
 
 from advisor import format as fmt
 from advisor.model import finite
+from advisor.report import Report, Step
 
 from .words import plural, throughput_basis
 
@@ -46,22 +48,13 @@ class RankRow:
     node: str = ""  # a job a launcher started: the node it ran on and its host ("1 (gpu-07)")
 
 
-def rank_rows(report: dict) -> list[RankRow]:
+def rank_rows(report: Report) -> list[RankRow]:
     """A launched job's ranks (their own steps) or an analysed set of traces (their profiled steps)."""
-    rows = []
-    for r in report.get("ranks") or []:
-        median = r.get("step_time_median_s", r.get("duration_s"))
-        rows.append(RankRow(str(r.get("rank")), str(r.get("status") or fmt.DASH), fmt.time_s(finite(median)),
-                            fmt.time_s(finite(r.get("step_time_p90_s"))), fmt.time_s(finite(r.get("exposed_comm_s"))),
-                            fmt.rate(finite(r.get("samples_per_s")), "samples/s"), str(r.get("error") or ""),
-                            _node(r)))
-    return rows
-
-
-def _node(rank: dict) -> str:
-    if rank.get("node") is None:
-        return ""
-    return f"{rank['node']} ({rank['host']})" if rank.get("host") else str(rank["node"])
+    return [RankRow(str(r.rank), str(r.status or fmt.DASH), fmt.time_s(finite(r.step_s)),
+                    fmt.time_s(finite(r.step_time_p90_s)), fmt.time_s(finite(r.exposed_comm_s)),
+                    fmt.rate(finite(r.samples_per_s), "samples/s"), str(r.error or ""),
+                    "" if r.node is None else f"{r.node} ({r.host})" if r.host else str(r.node))
+            for r in report.ranks]
 
 
 @dataclass
@@ -115,10 +108,11 @@ class Artifact:
     description: str
 
 
-def breakdown(report: dict) -> Breakdown | None:
-    bd, tp = report.get("breakdown") or {}, report.get("throughput") or {}
-    step = finite(tp.get("step_time_mean_s")) or finite(tp.get("step_time_median_s"))
-    parts = [(cls, label, float(bd[key])) for key, cls, label in BREAKDOWN_PARTS if finite(bd.get(key)) is not None]
+def breakdown(report: Report) -> Breakdown | None:
+    bd, tp = report.breakdown, report.throughput
+    step = finite(tp.step_time_mean_s) or finite(tp.step_time_median_s)
+    parts = [(cls, label, float(getattr(bd, key))) for key, cls, label in BREAKDOWN_PARTS
+             if finite(getattr(bd, key)) is not None]
     if not parts or sum(p[2] for p in parts) <= 0:
         return None
     total = sum(max(0.0, f) for _, _, f in parts)
@@ -130,42 +124,43 @@ def breakdown(report: dict) -> Breakdown | None:
     return Breakdown(segments, throughput_basis(tp) or "over the measured steps")
 
 
-def step_row(s: dict) -> StepRow:
-    loss = finite(s.get("loss"))
+def step_row(s: Step) -> StepRow:
+    loss = finite(s.loss)
     return StepRow(
-        index=str(s.get("index", "")), duration=fmt.time_s(s.get("duration_s")), data_wait=fmt.time_s(s.get("data_wait_s")),
-        optimizer=fmt.time_s(s.get("optimizer_s")), backward=fmt.time_s(s.get("backward_s")), samples=fmt.count(s.get("samples")),
-        loss=f"{loss:.4g}" if loss is not None else fmt.DASH, profiled="yes" if s.get("profiled") else "",
+        index="" if s.index is None else str(s.index), duration=fmt.time_s(s.duration_s),
+        data_wait=fmt.time_s(s.data_wait_s), optimizer=fmt.time_s(s.optimizer_s), backward=fmt.time_s(s.backward_s),
+        samples=fmt.count(s.samples), loss=f"{loss:.4g}" if loss is not None else fmt.DASH,
+        profiled="yes" if s.profiled else "",
     )
 
 
-def step_rows(report: dict) -> list[StepRow]:
-    return [step_row(s) for s in (report.get("steps") or [])[:MAX_STEP_ROWS]]
+def step_rows(report: Report) -> list[StepRow]:
+    return [step_row(s) for s in report.steps[:MAX_STEP_ROWS]]
 
 
-def steps_summary(report: dict) -> str:
-    steps = report.get("steps") or []
-    prof = sum(1 for s in steps if s.get("profiled"))
+def steps_summary(report: Report) -> str:
+    steps = report.steps
+    prof = sum(1 for s in steps if s.profiled)
     if not steps:
         return "no measured steps"
     if len(steps) > MAX_STEP_ROWS:
         return (f"the first {MAX_STEP_ROWS} of {len(steps)} measured steps ({prof} under the profiler); "
                 "steps.csv in the run dir has them all")
-    basis = throughput_basis(report.get("throughput") or {}) or "over all of them"
+    basis = throughput_basis(report.throughput) or "over all of them"
     return f"{plural(len(steps), 'measured step')} ({prof} under the profiler, whose overhead inflates them; throughput is {basis})"
 
 
-def env_rows(report: dict) -> list[Row]:
-    env = report.get("env") or {}
+def env_rows(report: Report) -> list[Row]:
+    env = report.env
     keys = [k for k in ENV_ORDER if k in env] + sorted(k for k in env if k not in ENV_ORDER)
     rows = [Row(k, fmt.by_suffix(k, env[k])) for k in keys if env[k] is not None]
-    if report.get("step_source"):
-        rows.append(Row("step_source", str(report["step_source"])))
+    if report.step_source:
+        rows.append(Row("step_source", str(report.step_source)))
     return rows
 
 
-def observed_rows(report: dict) -> list[Row]:
-    observed, memory = report.get("observed") or {}, report.get("memory") or {}
+def observed_rows(report: Report) -> list[Row]:
+    observed, memory = report.observed, report.memory
     rows = []
     for i, o in enumerate(observed.get("optimizers") or []):
         if isinstance(o, dict):
@@ -188,19 +183,19 @@ def _kv(d: dict, first: str) -> str:
     return f"{head} ({rest})" if head and rest else head or rest
 
 
-def utilization_rows(report: dict) -> list[Row]:
+def utilization_rows(report: Report) -> list[Row]:
     """report.json's `utilization` means and maxima, labelled and formatted by unit."""
     return [Row(_util_label(k), fmt.by_suffix(k.rsplit("_", 1)[0], v))  # drop _mean / _max for the unit
-            for k, v in (report.get("utilization") or {}).items()]
+            for k, v in report.utilization.items()]
 
 
 def _util_label(key: str) -> str:
     return key.replace("_percent", " %").replace("_bytes", "").replace("_w_", " W ").replace("_", " ")
 
 
-def artifact_links(report: dict) -> list[Artifact]:
+def artifact_links(report: Report) -> list[Artifact]:
     return [Artifact(str(path), href(path), ARTIFACT_TEXT.get(key, ""))
-            for key, path in (report.get("artifacts") or {}).items() if path]
+            for key, path in report.artifacts.items() if path]
 
 
 def href(path) -> str:
@@ -210,6 +205,6 @@ def href(path) -> str:
     return p.as_uri() if p.is_absolute() else quote(str(path))
 
 
-def trace_href(report: dict) -> str:
-    trace = (report.get("artifacts") or {}).get("trace")
+def trace_href(report: Report) -> str:
+    trace = report.artifacts.get("trace")
     return href(trace) if trace else ""

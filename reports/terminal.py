@@ -19,6 +19,7 @@ from rich.text import Text
 from advisor import format as fmt
 from advisor.model import Finding, findings_of, recommendation_of
 from advisor.overrides import describe
+from advisor.report import Report
 
 from . import words
 from .findings_view import recommended_view
@@ -179,9 +180,10 @@ def say(con: Console, line: Text, hang: int = 0) -> None:
         con.print(Text(" " * (indent + (hang if i else 0))) + part, soft_wrap=True)
 
 
-def print_summary(report: dict, con: Console, run_dir: str | None = None) -> None:
+def print_summary(report: Report | dict, con: Console, run_dir: str | None = None) -> None:
     """The summary a user reads after `advise profile`; wrapped to the width where it is wrapped
     (:func:`wrapping`), with no value split across lines."""
+    report = Report.of(report)
     if not wrapping(con):
         _print_summary(report, con, run_dir)
         return
@@ -191,11 +193,11 @@ def print_summary(report: dict, con: Console, run_dir: str | None = None) -> Non
     con.file.flush()
 
 
-def _print_summary(report: dict, con: Console, run_dir: str | None = None, glued: bool = False) -> None:
+def _print_summary(report: Report, con: Console, run_dir: str | None = None, glued: bool = False) -> None:
     cell = glue if glued else str
-    env, tp, bd = report.get("env") or {}, report.get("throughput") or {}, report.get("breakdown") or {}
-    status = report["status"]
-    title = Text.assemble(("advise ", "bold"), (status, STATUS_STYLE.get(status, "bold")), f"  {report.get('script', '')}")
+    env, tp, bd = report.env, report.throughput, report.breakdown
+    status = report.status
+    title = Text.assemble(("advise ", "bold"), (status, STATUS_STYLE.get(status, "bold")), f"  {report.script or ''}")
     table = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
     table.add_column(style="dim")
     table.add_column()
@@ -206,28 +208,28 @@ def _print_summary(report: dict, con: Console, run_dir: str | None = None, glued
     device = env.get("device", "cpu")
     name = env.get("device_name")
     add("device", f"{device}" + (f" ({name})" if name else ""))
-    add("steps", f"{len(report.get('steps', []))} measured, boundaries from {report.get('step_source') or fmt.DASH}")
-    if tp.get("samples_per_s") is not None:
-        add("throughput", fmt.rate(tp["samples_per_s"], "samples/s"))
-    elif tp.get("steps_per_s") is not None:
-        add("throughput", fmt.rate(tp["steps_per_s"], "steps/s") + " (batch size unknown)")
-    add("step time", f"median {fmt.time_s(tp.get('step_time_median_s'))}, p90 {fmt.time_s(tp.get('step_time_p90_s'))}")
-    if bd.get("data_wait_frac") is not None:
+    add("steps", f"{len(report.steps)} measured, boundaries from {report.step_source or fmt.DASH}")
+    if tp.samples_per_s is not None:
+        add("throughput", fmt.rate(tp.samples_per_s, "samples/s"))
+    elif tp.steps_per_s is not None:
+        add("throughput", fmt.rate(tp.steps_per_s, "steps/s") + " (batch size unknown)")
+    add("step time", f"median {fmt.time_s(tp.step_time_median_s)}, p90 {fmt.time_s(tp.step_time_p90_s)}")
+    if bd.data_wait_frac is not None:
         add(
             "step breakdown",
-            f"data wait {fmt.frac(bd['data_wait_frac'])} · forward/backward {fmt.frac(bd.get('compute_frac'))} · optimizer {fmt.frac(bd.get('optimizer_frac'))}",
+            f"data wait {fmt.frac(bd.data_wait_frac)} · forward/backward {fmt.frac(bd.compute_frac)} · optimizer {fmt.frac(bd.optimizer_frac)}",
         )
-    memory = words.memory_words(report.get("memory") or {})
+    memory = words.memory_words(report.memory)
     if memory:
         add("peak memory", memory)
-    mfu, detail = words.mfu_words(report.get("mfu"))
+    mfu, detail = words.mfu_words(report.mfu)
     if mfu:
         add("MFU", f"{mfu} ({detail})")
-    ranks = words.ranks_words(report.get("ranks"))
+    ranks = words.ranks_words(report.ranks)
     if ranks:  # below the figures it says are rank 0's
         add("ranks", ranks)
-    if report.get("error"):
-        add("error", Text(cell(report["error"]), style="red"))
+    if report.error:
+        add("error", Text(cell(report.error), style="red"))
     con.print(table)
     findings = findings_of(report)
     experiments = words.experiments_state(report)
@@ -249,7 +251,7 @@ def _print_summary(report: dict, con: Console, run_dir: str | None = None, glued
     elif findings:
         text, state = words.outcome(findings, None, report)
         say(con, Text.assemble(("recommended: ", "bold"), (text, RESULT_STYLE.get(state, ""))))
-    for warning in report.get("warnings", []):
+    for warning in report.warnings:
         say(con, Text("warning: " + warning, style="yellow"), hang=2)
     if run_dir:
-        con.print(Text(f"report: {run_dir}/{(report.get('artifacts') or {}).get('report_json') or 'report.json'}", style="dim"))
+        con.print(Text(f"report: {run_dir}/{report.artifacts.get('report_json') or 'report.json'}", style="dim"))

@@ -10,6 +10,7 @@ import pandas as pd
 
 from advisor import format as fmt
 from advisor.model import finite
+from advisor.report import Report
 
 from . import charts
 
@@ -56,9 +57,9 @@ def source(columns: dict[str, list[float]]) -> str:
     return SOURCE_GPU if has_gpu else SOURCE_CPU
 
 
-def empty(report: dict, columns: dict[str, list[float]]) -> str:
+def empty(report: Report, columns: dict[str, list[float]]) -> str:
     """Why there is no timeline to draw."""
-    artifacts = report.get("artifacts") or {}
+    artifacts = report.artifacts
     if columns:
         return "the sampler recorded too few points to draw"
     if not artifacts.get("samples_csv"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from advisor import format as fmt
+from advisor.report import Rank, Report, Throughput
 from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind, Recommendation,
                            SourceLocation, Verdict, estimated_speedup, finite)
 
@@ -210,23 +211,25 @@ UNTRIED = {
 }
 
 
-def from_trace(report: dict) -> bool:
+def from_trace(report: Report | dict) -> bool:
     """Whether `report` is `advise analyze`'s: its traces are named by absolute path (a profiled
     run's files are relative to its run dir), one or several (`rank_traces`), or it is named for its trace."""
-    artifacts = report.get("artifacts") or {}
+    report = Report.of(report)
+    artifacts = report.artifacts
     trace = artifacts.get("trace")
     return ("rank_traces" in artifacts or (isinstance(trace, str) and os.path.isabs(trace))
-            or bool(report.get("script")) and report.get("script") == trace)
+            or bool(report.script) and report.script == trace)
 
 
-def experiments_state(report: dict) -> str:
+def experiments_state(report: Report | dict) -> str:
     """"ran" (report.json has an `experiments` block), "trace" (`advise analyze`: nothing to re-run),
     "off" (an ok run without one: --no-experiments) or "not-run" (the run did not end well)."""
-    if isinstance(report.get("experiments"), dict):
+    report = Report.of(report)
+    if report.experiments is not None:
         return "ran"
     if from_trace(report):
         return "trace"
-    return "off" if report.get("status", "ok") == "ok" else "not-run"
+    return "off" if report.ok else "not-run"
 
 
 def finding_sentence(finding: Finding, experiments: str = "ran") -> str:
@@ -266,23 +269,25 @@ def fix_label(fix: Fix) -> str:
     return f"automatic; {applicability_words(fix.applicability)}"
 
 
-def no_findings(report: dict) -> str:
+def no_findings(report: Report | dict) -> str:
     """Why there is no finding: none fired, or none could (no profiled step, an unfinished run)."""
-    if report.get("status", "ok") != "ok":
+    report = Report.of(report)
+    if not report.ok:
         return "none: the rules need a finished measured window"
-    steps = report.get("steps") or []
-    if steps and not any(s.get("profiled") for s in steps):
+    steps = report.steps
+    if steps and not any(s.profiled for s in steps):
         return f"none: {NOT_PROFILED}"
     return f"none: {NO_BOTTLENECK}"
 
 
-def outcome(findings: list[Finding], recommended: Measured | None, report: dict) -> tuple[str, str]:
+def outcome(findings: list[Finding], recommended: Measured | None, report: Report | dict) -> tuple[str, str]:
     """What the run concluded, in one line, and its state: the recommended configuration's result,
     else why there is none (`no bottleneck found`, `4 fixes measured, none faster`, ...)."""
     if recommended is not None:
         state, _ = state_and_label(recommended)
         return recommended_sentence(recommended), state
-    if report.get("status", "ok") != "ok":
+    report = Report.of(report)
+    if not report.ok:
         return "none: the run did not finish", "not-run"
     if not findings:
         return no_findings(report), "not-run"
@@ -397,9 +402,10 @@ def applicability_words(applicability) -> str:
         return str(applicability or "")
 
 
-def throughput_basis(tp: dict) -> str:
+def throughput_basis(tp: Throughput | dict) -> str:
     """Which steps the throughput rests on: `over 15 steps outside the profiler`."""
-    basis, n = tp.get("basis"), tp.get("n_steps")
+    tp = Throughput.of(tp)
+    basis, n = tp.basis, tp.n_steps
     if basis == "unprofiled":
         return f"over {plural(n, 'step')} outside the profiler"
     if basis == "all":
@@ -407,10 +413,11 @@ def throughput_basis(tp: dict) -> str:
     return ""
 
 
-def baseline_vs_headline(tp: dict, baseline: dict) -> str:
+def baseline_vs_headline(tp: Throughput | dict, baseline: dict) -> str:
     """Why the experiments' baseline and the headline throughput differ, when they do by more than 5%."""
+    tp = Throughput.of(tp)
     for key, unit in (("samples_per_s", "samples/s"), ("steps_per_s", "steps/s")):
-        head, base = finite(tp.get(key)), finite((baseline or {}).get(key))
+        head, base = finite(getattr(tp, key)), finite((baseline or {}).get(key))
         if head and base:
             break
     else:
@@ -427,11 +434,12 @@ def baseline_vs_headline(tp: dict, baseline: dict) -> str:
             "candidate with the baselines run beside it, never with the headline.")
 
 
-def wall_words(report: dict) -> str:
+def wall_words(report: Report | dict) -> str:
     """How long the run took: the whole `advise profile` (probe, analysis, experiments) when the
     report says so, with its parts; else the probe run alone, said as such."""
-    total, probe = finite(report.get("total_wall_s")), finite(report.get("wall_s"))
-    block = report.get("experiments") if isinstance(report.get("experiments"), dict) else {}
+    report = Report.of(report)
+    total, probe = finite(report.total_wall_s), finite(report.wall_s)
+    block = report.experiments or {}
     exp_s, n_runs = finite(block.get("child_wall_s")), block.get("n_runs")
     if total is not None:
         parts = []
@@ -468,12 +476,12 @@ def confirmed_words(confirmed: dict | None) -> str:
     return f"as you will apply it (fresh runs of the script, --confirm): {measured_sentence(result)}"
 
 
-def ranks_words(ranks: list[dict] | None) -> str:
+def ranks_words(ranks: list[Rank]) -> str:
     """A launched job in one line: `2 (figures are rank 0's; median step 12.1 ms · 12.4 ms; rank 1 failed)`."""
     if not ranks:
         return ""
-    steps = " · ".join(fmt.time_s(r.get("step_time_median_s", r.get("duration_s"))) for r in ranks)
-    bad = [f"rank {r['rank']} {r['status']}" for r in ranks if r.get("status", "done") not in ("done", "finished")]
+    steps = " · ".join(fmt.time_s(r.step_s) for r in ranks)
+    bad = [f"rank {r.rank} {r.status}" for r in ranks if r.status not in (None, "done", "finished")]
     return f"{len(ranks)} (figures above are rank 0's; median step per rank {steps}" + (f"; {', '.join(bad)}" if bad else "") + ")"
 
 
