@@ -151,7 +151,6 @@ class Breakdown(_Block):
     data_wait_frac: Optional[float] = None
     optimizer_frac: Optional[float] = None
     compute_frac: Optional[float] = None
-    other_frac: Optional[float] = None
 
 
 class Step(_Block):

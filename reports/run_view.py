@@ -19,11 +19,10 @@ from .words import plural, throughput_basis
 MAX_STEP_ROWS = 200  # the steps table; steps.csv has them all
 ENV_ORDER = ["python", "torch", "cuda", "device", "device_name", "device_capability", "device_memory_bytes", "device_count",
              "cpu_count", "physical_cores", "torch_threads", "platform", "hostname", "rank", "local_rank", "world_size"]
-BREAKDOWN_PARTS = [  # (report key, css class, label); `other_frac` shows when the report has it
+BREAKDOWN_PARTS = [  # (report key, css class, label)
     ("data_wait_frac", "data", "data wait"),
     ("compute_frac", "compute", "forward/backward"),
     ("optimizer_frac", "optimizer", "optimizer"),
-    ("other_frac", "other", "other"),
 ]
 ARTIFACT_TEXT = {
     "report_json": "this report as data (the versioned contract)",

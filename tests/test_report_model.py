@@ -1,0 +1,58 @@
+"""The typed Report the renderers read: the same fields as report.json's schema, read once from the dict."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import get_type_hints
+
+import pytest
+from rich.console import Console
+
+from advisor import schema
+from advisor.report import Breakdown, Rank, Report, Step, Throughput, Tool
+from advisor.reports import terminal
+from advisor.reports.page import build_page
+
+GOLD_REPORT = Path(__file__).parent / "gold" / "rundir" / "report.json"
+
+
+@pytest.mark.parametrize("typed, described", [
+    (Report, schema.Report), (Throughput, schema.Throughput), (Breakdown, schema.Breakdown), (Step, schema.Step),
+    (Rank, schema.Rank), (Tool, schema.Tool)])
+def test_every_field_the_renderers_read_is_one_report_json_describes(typed, described):
+    """The typed report reads report.json's contract: a field it reads that the schema does not
+    describe (or a renamed one) fails here, not in a user's report."""
+    assert set(typed.__struct_fields__) <= set(get_type_hints(described)), typed.__name__
+
+
+def test_a_report_dict_reads_as_its_typed_report():
+    data = json.loads(GOLD_REPORT.read_text())
+    report = Report.of(data)
+    assert report.status == data["status"] and report.script == data["script"] and report.env == data["env"]
+    assert report.throughput.samples_per_s == data["throughput"]["samples_per_s"]
+    assert report.breakdown.data_wait_frac == data["breakdown"]["data_wait_frac"]
+    assert [s.index for s in report.steps] == [s["index"] for s in data["steps"]]
+    assert report.findings == data["findings"] and report.artifacts == data["artifacts"]
+    assert Report.of(report) is report
+
+
+def test_a_missing_or_null_field_reads_as_its_default():
+    report = Report.of({"status": "failed", "throughput": None, "steps": None, "ranks": [{"rank": 1, "duration_s": 0.5}],
+                        "experiments": None, "warnings": None})
+    assert report.throughput == Throughput() and report.steps == [] and report.warnings == []
+    assert report.experiments is None and not report.ok
+    assert report.ranks[0].step_s == 0.5 and report.ranks[0].status is None  # an analysed trace's rank
+    assert Report.of({}).ok  # no status said: nothing went wrong
+
+
+def test_the_renderers_take_the_dict_or_the_typed_report_alike():
+    data = json.loads(GOLD_REPORT.read_text())
+    outputs = []
+    for report in (data, Report.of(data)):
+        con = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
+        terminal.print_summary(report, con)
+        outputs.append(con.file.getvalue())
+    assert outputs[0] == outputs[1] and "advise ok" in outputs[0]
+    assert build_page(data) == build_page(Report.of(data))
