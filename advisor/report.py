@@ -182,6 +182,59 @@ class Rank(_Block):
         return self.step_time_median_s if self.step_time_median_s is not None else self.duration_s
 
 
+Number = Union[int, float, None]  # as report.json has it (an int stays an int)
+
+
+class Memory(_Block):
+    """The figures the renderers name (report.json's `memory` is listed whole, as a dict)."""
+
+    peak_allocated_bytes: Number = None
+    device_total_bytes: Number = None
+    peak_rss_bytes: Number = None
+    peak_pss_bytes: Number = None
+    basis: Optional[str] = None
+
+
+class Mfu(_Block):
+    achieved_tflops: Number = None
+    peak_tflops: Number = None
+    mfu: Number = None
+    dtype: Optional[str] = None
+    peak_source: Optional[str] = None
+
+
+class Experiments(_Block):
+    n_runs: Optional[int] = None
+    child_wall_s: Number = None
+
+
+class HtaStep(_Block):
+    step_us: Number = None
+    compute_us: Number = None
+    communication_us: Number = None
+    memory_us: Number = None
+    other_us: Number = None
+    idle_us: Number = None
+
+
+class HtaRank(_Block):
+    rank: Optional[int] = None
+    kernel_time_us: Number = None
+    idle_us: Number = None
+    compute_us: Number = None
+    non_compute_us: Number = None
+    communication_us: Number = None
+    memory_us: Number = None
+    other_us: Number = None
+    last_step_dropped: Optional[bool] = None
+    steps: Optional[list[HtaStep]] = None
+
+
+class HtaBreakdown(_Block):
+    basis: Optional[str] = None
+    ranks: Optional[list[HtaRank]] = None
+
+
 class Tool(_Block):
     name: str = "advise"
     version: str = ""
@@ -204,8 +257,8 @@ class Report(_Block):
     throughput: Throughput = msgspec.field(default_factory=Throughput)
     breakdown: Breakdown = msgspec.field(default_factory=Breakdown)
     memory: dict[str, Any] = {}
-    mfu: Optional[dict] = None
-    hta_breakdown: Optional[dict] = None
+    mfu: Optional[Mfu] = None
+    hta_breakdown: Optional[HtaBreakdown] = None
     utilization: dict[str, Any] = {}
     observed: dict[str, Any] = {}
     findings: list[Any] = []  # the model's dicts: model.findings_of reads them as Findings
@@ -215,7 +268,7 @@ class Report(_Block):
     notes: list[Any] = []
     wall_s: Optional[float] = None
     total_wall_s: Optional[float] = None
-    experiments: Union[dict, None] = None
+    experiments: Optional[Experiments] = None  # none: no experiments ran
     ranks: list[Rank] = []
 
     @classmethod
@@ -246,6 +299,7 @@ def _no_nulls(report: dict) -> dict:
         if isinstance(out.get(key), list):
             out[key] = [{k: v for k, v in row.items() if k in fields and v is not None}
                         for row in out[key] if isinstance(row, dict)]
-    if not isinstance(out.get("experiments"), dict):
-        out.pop("experiments", None)
+    for key in ("mfu", "hta_breakdown", "experiments"):  # not an object: as if missing
+        if not isinstance(out.get(key), dict):
+            out.pop(key, None)
     return out

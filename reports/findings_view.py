@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from advisor import format as fmt
 from advisor.model import Experiment, Finding, Recommendation, Verdict
 from advisor.overrides import describe
-from advisor.report import Report
+from advisor.report import Experiments, Report
 
 from . import words
 from .ruledoc import doc_for, doc_html
@@ -272,11 +272,11 @@ def baseline_note(report: Report, recommended: Recommendation | None, findings: 
     return words.baseline_vs_headline(tp, base)
 
 
-def experiments_note(block) -> str:
+def experiments_note(block: Experiments | None) -> str:
     """How many child runs the experiments took, from report.json's `experiments`."""
-    if not isinstance(block, dict) or not block.get("n_runs"):
+    if block is None or not block.n_runs:
         return ""
-    return f"{block['n_runs']} child runs of the script, {fmt.time_s(block.get('child_wall_s'))} in all."
+    return f"{block.n_runs} child runs of the script, {fmt.time_s(block.child_wall_s)} in all."
 
 
 def _compact_json(x) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from advisor import format as fmt
 from advisor.model import finite
-from advisor.report import Report
+from advisor.report import HtaRank, Report
 
 # category -> (label, the HTA column it is or belongs to)
 CATEGORY_ROWS = (
@@ -41,34 +41,34 @@ class HtaTable:
     hta_line: str  # HTA's own three percentages, as its table prints them
 
 
-def hta_tables(report: Report) -> list[HtaTable]:
+def hta_tables(report: Report | dict) -> list[HtaTable]:
     """One table per rank; none when the trace has no GPU events."""
-    bd = report.hta_breakdown or {}
-    ranks = [r for r in bd.get("ranks") or [] if isinstance(r, dict)]
+    report = Report.of(report)
+    ranks = (report.hta_breakdown.ranks or []) if report.hta_breakdown is not None else []
     return [_table(r, len(ranks) > 1) for r in ranks]
 
 
-def _table(r: dict, several: bool) -> HtaTable:
-    span = finite(r.get("kernel_time_us")) or 0.0
-    steps = [s for s in r.get("steps") or [] if isinstance(s, dict)]
-    step_mean = _mean([s.get("step_us") for s in steps])
+def _table(r: HtaRank, several: bool) -> HtaTable:
+    span = finite(r.kernel_time_us) or 0.0
+    steps = r.steps or []
+    step_mean = _mean([s.step_us for s in steps])
     rows = []
     for key, label, column in CATEGORY_ROWS:
-        us = r.get(f"{key}_us")
-        per_step = _mean([s.get(f"{key}_us") for s in steps])
+        us = getattr(r, f"{key}_us")
+        per_step = _mean([getattr(s, f"{key}_us") for s in steps])
         rows.append(HtaRow(label, column, fmt.time_us(us), _share(us, span), fmt.time_us(per_step),
                            _share(per_step, step_mean)))
     total = HtaRow("kernel time (first GPU event to last)", "kernel_time", fmt.time_us(span), "100%",
                    fmt.time_us(step_mean), "100%" if step_mean else fmt.DASH)
-    dropped = " launched before the last ProfilerStep (HTA leaves the last step out)" if r.get("last_step_dropped") else ""
+    dropped = " launched before the last ProfilerStep (HTA leaves the last step out)" if r.last_step_dropped else ""
     caption = (f"GPU kernels, copies and fills{dropped}, as HTA's get_temporal_breakdown counts them; "
                f"per step: the mean over {len(steps)} ProfilerStep windows, every step included."
                if steps else
                f"GPU kernels, copies and fills{dropped}, as HTA's get_temporal_breakdown counts them; "
                "the trace has no ProfilerStep windows.")
-    hta_line = (f"HTA: idle_time_pctg {_pctg(r.get('idle_us'), span)}, compute_time_pctg "
-                f"{_pctg(r.get('compute_us'), span)}, non_compute_time_pctg {_pctg(r.get('non_compute_us'), span)}")
-    title = f"GPU time, in HTA's terms (rank {r.get('rank')})" if several else "GPU time, in HTA's terms"
+    hta_line = (f"HTA: idle_time_pctg {_pctg(r.idle_us, span)}, compute_time_pctg "
+                f"{_pctg(r.compute_us, span)}, non_compute_time_pctg {_pctg(r.non_compute_us, span)}")
+    title = f"GPU time, in HTA's terms (rank {r.rank})" if several else "GPU time, in HTA's terms"
     return HtaTable(title, caption, rows, total, hta_line)
 
 

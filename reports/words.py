@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from advisor import format as fmt
-from advisor.report import Rank, Report, Throughput
+from advisor.report import Memory, Mfu, Rank, Report, Throughput
 from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind, Recommendation,
                            SourceLocation, Verdict, estimated_speedup, finite)
 
@@ -439,8 +439,8 @@ def wall_words(report: Report | dict) -> str:
     report says so, with its parts; else the probe run alone, said as such."""
     report = Report.of(report)
     total, probe = finite(report.total_wall_s), finite(report.wall_s)
-    block = report.experiments or {}
-    exp_s, n_runs = finite(block.get("child_wall_s")), block.get("n_runs")
+    block = report.experiments
+    exp_s, n_runs = (finite(block.child_wall_s), block.n_runs) if block is not None else (None, None)
     if total is not None:
         parts = []
         if probe is not None:
@@ -453,17 +453,17 @@ def wall_words(report: Report | dict) -> str:
     return ""
 
 
-def memory_words(memory: dict) -> str:
+def memory_words(memory: Memory | dict | None) -> str:
     """Peak memory as the terminal and the page's header say it: the accelerator's peak of its
     total; else the script's process tree's host memory, on the basis report.json names."""
-    mem = memory or {}
-    if finite(mem.get("peak_allocated_bytes")) is not None:
-        return f"{fmt.bytes_(mem['peak_allocated_bytes'])} of {fmt.bytes_(mem.get('device_total_bytes'))}"
-    if mem.get("basis") == "pss" and finite(mem.get("peak_pss_bytes")) is not None:
-        rss = f"; RSS summed {fmt.bytes_(mem['peak_rss_bytes'])}" if finite(mem.get("peak_rss_bytes")) is not None else ""
-        return f"{fmt.bytes_(mem['peak_pss_bytes'])} (PSS of the script's processes{rss})"
-    if finite(mem.get("peak_rss_bytes")) is not None:
-        return f"{fmt.bytes_(mem['peak_rss_bytes'])} (RSS summed over the script's processes)"
+    mem = Memory.of(memory)
+    if finite(mem.peak_allocated_bytes) is not None:
+        return f"{fmt.bytes_(mem.peak_allocated_bytes)} of {fmt.bytes_(mem.device_total_bytes)}"
+    if mem.basis == "pss" and finite(mem.peak_pss_bytes) is not None:
+        rss = f"; RSS summed {fmt.bytes_(mem.peak_rss_bytes)}" if finite(mem.peak_rss_bytes) is not None else ""
+        return f"{fmt.bytes_(mem.peak_pss_bytes)} (PSS of the script's processes{rss})"
+    if finite(mem.peak_rss_bytes) is not None:
+        return f"{fmt.bytes_(mem.peak_rss_bytes)} (RSS summed over the script's processes)"
     return ""
 
 
@@ -485,13 +485,14 @@ def ranks_words(ranks: list[Rank]) -> str:
     return f"{len(ranks)} (figures above are rank 0's; median step per rank {steps}" + (f"; {', '.join(bad)}" if bad else "") + ")"
 
 
-def mfu_words(mfu: dict | None) -> tuple[str, str]:
+def mfu_words(mfu: Mfu | dict | None) -> tuple[str, str]:
     """Model FLOPs utilization as (headline, detail): `35.8%` and `5.62 of 15.7 TFLOP/s, fp32 peak of
     the device`; a CPU run, or a device without a peak, gets the achieved rate alone."""
-    if not mfu or finite(mfu.get("achieved_tflops")) is None:
+    mfu = Mfu.of(mfu)
+    if finite(mfu.achieved_tflops) is None:
         return "", ""
-    achieved = fmt.flops(mfu["achieved_tflops"] * 1e12) + "/s"
-    dtype = mfu.get("dtype") or "?"
-    if finite(mfu.get("mfu")) is not None:
-        return fmt.frac(mfu["mfu"], 1), f"{achieved} of the {fmt.number(mfu['peak_tflops'])} TFLOP/s dense {dtype} peak"
-    return f"{achieved} achieved", f"{dtype}; {mfu.get('peak_source') or 'no peak to compare with'}"
+    achieved = fmt.flops(mfu.achieved_tflops * 1e12) + "/s"
+    dtype = mfu.dtype or "?"
+    if finite(mfu.mfu) is not None:
+        return fmt.frac(mfu.mfu, 1), f"{achieved} of the {fmt.number(mfu.peak_tflops)} TFLOP/s dense {dtype} peak"
+    return f"{achieved} achieved", f"{dtype}; {mfu.peak_source or 'no peak to compare with'}"

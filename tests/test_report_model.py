@@ -11,7 +11,8 @@ import pytest
 from rich.console import Console
 
 from advisor import schema
-from advisor.report import Breakdown, Rank, Report, Step, Throughput, Tool
+from advisor.report import (Breakdown, Experiments, HtaBreakdown, HtaRank, HtaStep, Memory, Mfu, Rank, Report, Step,
+                            Throughput, Tool)
 from advisor.reports import terminal
 from advisor.reports.page import build_page
 
@@ -20,7 +21,9 @@ GOLD_REPORT = Path(__file__).parent / "gold" / "rundir" / "report.json"
 
 @pytest.mark.parametrize("typed, described", [
     (Report, schema.Report), (Throughput, schema.Throughput), (Breakdown, schema.Breakdown), (Step, schema.Step),
-    (Rank, schema.Rank), (Tool, schema.Tool)])
+    (Rank, schema.Rank), (Tool, schema.Tool), (Memory, schema.Memory), (Mfu, schema.Mfu),
+    (Experiments, schema.Experiments), (HtaBreakdown, schema.HtaBreakdown), (HtaRank, schema.HtaRank),
+    (HtaStep, schema.HtaStep)])
 def test_every_field_the_renderers_read_is_one_report_json_describes(typed, described):
     """The typed report reads report.json's contract: a field it reads that the schema does not
     describe (or a renamed one) fails here, not in a user's report."""
