@@ -36,6 +36,7 @@ from .plan import (BASELINE, MIN_WINDOW_STEPS, Candidate, Window, candidates_fro
 SCREEN_MARGIN = 0.05  # a screened fix whose one window may be this much faster is measured in full ...
 SCREEN_LEAN = 1.02    # ... and that leans that way (its point estimate at least this): a 0.99x window whose
                       # interval reaches 1.05 only by its noise cost a full round for nothing (a starved loop's bf16)
+COMPILE_WARMUP = 3  # more untimed steps for a compiled model (recompiles)
 BURSTS = 10         # an arm with w loader workers times at least 10 bursts of w batches
 LARGE_EFFECT = 3     # every rule's fix expected at least this much faster: windows of half the steps
                     # (a 3x effect is resolved by 5 slow steps; the fast arm windows scale with it)
@@ -250,25 +251,28 @@ class ArmsSession:
                     (growing if _grows_memory(point.overrides) else arms).append((arm, point.overrides))
         expected = [self._lengths[a] for a, _ in arms + growing]
         if expected and min(expected) >= LARGE_EFFECT:  # the slow baseline windows need half the steps
-            self._base_steps = max(MIN_WINDOW_STEPS, self.window_steps // 2, BURSTS * self._workers)
+            self._base_steps = max(MIN_WINDOW_STEPS, self.window_steps // 2)
         return plan_windows(arms, growing, self._warmup, self._steps, screens, passes=1)
 
     def _steps(self, arm: str) -> int:
         """Timed steps of a window: an arm expected k times faster gets k times the steps (up to 8),
-        so its window lasts about as long as a baseline window and its interval is as tight; an arm
-        with w loader workers at least BURSTS * w (its batches come in bursts of w: a window of a few
-        bursts times its phase, not the loader: 22x measured where 11x is true, 5 bursts)."""
-        if arm == BASELINE and self._base_steps:
-            return self._base_steps
-        steps = max(MIN_WINDOW_STEPS, self.window_steps) * self._lengths.get(arm, 1)
-        loader = (self._arms[arm][1].overrides.get("dataloader") or {}) if arm in self._arms else {}
-        return max(steps, BURSTS * int(loader.get("num_workers") or 0))
+        so its window lasts about as long as a baseline window and its interval is as tight. A
+        window whose loader has w workers times at least BURSTS * w steps (a screen half of it):
+        the batches come in bursts of w, and a window of a few bursts times its phase, not the
+        loader (22x measured where 9x is true with 5 bursts; a compile screen read 0.65-1.40x)."""
+        unit = max(MIN_WINDOW_STEPS, self.window_steps)
+        steps = (self._base_steps or unit) if arm == BASELINE else unit * self._lengths.get(arm, 1)
+        overrides = self._arms[arm][1].overrides if arm in self._arms else {}
+        workers = (overrides.get("dataloader") or {}).get("num_workers", self._workers)
+        return max(steps, BURSTS * int(workers or 0))
 
     def _warmup(self, overrides: dict) -> int:
-        """Untimed steps opening a window: a new loader's workers fill their prefetch first."""
+        """Untimed steps opening a window: a new loader's workers fill their prefetch first; a
+        compiled model's first steps may recompile (a guard on the grad mode, a new shape)."""
         dl = overrides.get("dataloader") or {}
         workers = dl.get("num_workers", self._workers)
-        return 2 + (workers * dl.get("prefetch_factor", 2) if "dataloader" in overrides or workers else 0)
+        return (2 + (workers * dl.get("prefetch_factor", 2) if "dataloader" in overrides or workers else 0)
+                + (COMPILE_WARMUP if overrides.get("compile") else 0))
 
     # judging -------------------------------------------------------------------------------
     def _pairs(self, result: RoundResult, arm: str) -> list[tuple[list[Measurement], Measurement]]:

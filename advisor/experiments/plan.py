@@ -135,7 +135,7 @@ def plan_windows(arms: list[tuple[str, dict]], growing: list[tuple[str, dict]], 
                  steps: Callable[[str], int] | int, screens: list[tuple[str, dict]] = (),
                  passes: int = REPEATS) -> list[Window]:
     """The round's windows: `arms` interleaved (see :func:`interleave`, `passes` times), then the
-    `screens` once each, in short windows, two between baselines (what looks faster is measured in
+    `screens` once each, in windows of half an arm's steps, two between baselines (what looks faster is measured in
     full in a later round), then the `growing` ones (larger batches) smallest first, each `passes`
     times in a row between baselines. An out-of-memory error ends the child's arms, so it may only
     cost the values larger than the one that ran out: every other arm and every smaller value has
@@ -146,7 +146,7 @@ def plan_windows(arms: list[tuple[str, dict]], growing: list[tuple[str, dict]], 
         windows = [Window(BASELINE, {}, warmup({}), length(BASELINE))]
     short = max(MIN_WINDOW_STEPS, length(BASELINE) // 2)
     for group in _groups(list(screens), ARMS_PER_BASELINE):
-        windows += [Window(arm, overrides, warmup(overrides), short) for arm, overrides in group]
+        windows += [Window(arm, overrides, warmup(overrides), max(short, length(arm) // 2)) for arm, overrides in group]
         windows.append(Window(BASELINE, {}, warmup({}), short))
     for arm, overrides in sorted(growing, key=lambda a: a[1].get("batch_size_scale") or 0):
         for _ in range(max(1, passes)):
