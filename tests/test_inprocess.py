@@ -291,3 +291,20 @@ def test_screens_follow_what_the_step_is_waiting_on(tmp_path):
     assert wait > 0.5 and not starved & {"autocast", "compile", "optimizer", "torch_threads", "batch_size_scale"}, (wait, starved)
     busy, wait = screened("tensor_pairs.py")
     assert wait < 0.5 and {"compile", "optimizer"} <= busy, (wait, busy)
+
+
+@pytest.mark.parametrize("speedup, low, high, verified, settled", [
+    (9.2, 6.5, 13.7, True, True),     # a loader fix: its low end alone decides
+    (1.30, 1.27, 1.33, True, True),   # a large win the interval pins
+    (2.05, 1.29, 3.68, True, False),  # a contended machine's wide interval: a second pass
+    (1.10, 1.05, 1.15, True, False),  # a modest win: both passes
+    (0.98, 0.95, 1.02, False, True),  # wholly below the bar a win must clear
+    (1.01, 0.97, 1.06, False, False), # it might still be a win
+])
+def test_one_pass_settles_only_what_a_second_could_not_change(speedup, low, high, verified, settled):
+    from advisor.experiments.judge import settled as is_settled
+    from advisor.model import Experiment, Verdict
+
+    exp = Experiment(Verdict.FASTER if verified else Verdict.NO_CHANGE, verified=verified, speedup=speedup,
+                     ci_low=low, ci_high=high, baseline_drift_frac=0.0)
+    assert is_settled(exp) is settled
