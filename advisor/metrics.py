@@ -61,6 +61,16 @@ def throughput(steps: pd.DataFrame) -> dict:
 OUTSIDE_LOAD_WARN_CORES = 0.5  # other processes' mean CPU use, in cores, that makes the timings suspect
 
 
+def outside_cores(samples: pd.DataFrame, cpu_count: int | None) -> float | None:
+    """Mean CPU, in cores, that processes outside the script's tree used over `samples` (the
+    system's CPU less the tree's), or None where the sampler could not tell."""
+    if not cpu_count or samples.empty or not {"sys_cpu_percent", "cpu_percent"} <= set(samples.columns):
+        return None
+    if not samples["sys_cpu_percent"].notna().any():
+        return None
+    return float((samples["sys_cpu_percent"] / 100 * cpu_count - samples["cpu_percent"] / 100).clip(lower=0).mean())
+
+
 def contention_warning(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: int | None) -> str | None:
     """Say when the machine was not the script's alone: stalled steps (:func:`stalled`), and CPU
     used by processes outside the script's tree (system CPU less the tree's, sampled)."""
@@ -72,11 +82,10 @@ def contention_warning(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: in
         said.append(f"{int(stalls.sum())} of {len(dur)} measured steps stalled (up to {dur.max() * 1e3:,.0f} ms beside "
                     f"a median of {dur.median() * 1e3:,.1f} ms) and were left out of the throughput")
     window = window_samples(samples, steps) if not samples.empty and "t" in samples else pd.DataFrame()
-    if cpu_count and {"sys_cpu_percent", "cpu_percent"} <= set(window.columns) and window["sys_cpu_percent"].notna().any():
-        other = (window["sys_cpu_percent"] / 100 * cpu_count - window["cpu_percent"] / 100).clip(lower=0).mean()
-        if other >= OUTSIDE_LOAD_WARN_CORES:
-            said.append(f"processes outside the script used {other:.1f} of {cpu_count} cores on average while it was "
-                        "measured")
+    other = outside_cores(window, cpu_count)
+    if other is not None and other >= OUTSIDE_LOAD_WARN_CORES:
+        said.append(f"processes outside the script used {other:.1f} of {cpu_count} cores on average while it was "
+                    "measured")
     if not said:
         return None
     return "the machine looks contended: " + "; ".join(said) + ". Timings and measured speedups may not reproduce"

@@ -295,6 +295,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
             findings, rule_warnings = session.findings, session.rule_warnings
             session.finish(run.arms)
+            session.withhold_if_busy(profile.samples, profile.env.get("cpu_count"))
             results = ExperimentResults(findings, session.recommended, session.notes, [])
         else:
             findings, rule_warnings = _diagnose(profile, rule_settings)

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from advisor.experiments import judge
 from advisor.experiments.inprocess import ArmsSession, RoundResult
 from advisor.experiments.plan import BASELINE, interleave, plan_windows
 from advisor.model import Finding, Fix
@@ -308,3 +309,33 @@ def test_one_pass_settles_only_what_a_second_could_not_change(speedup, low, high
     exp = Experiment(Verdict.FASTER if verified else Verdict.NO_CHANGE, verified=verified, speedup=speedup,
                      ci_low=low, ci_high=high, baseline_drift_frac=0.0)
     assert is_settled(exp) is settled
+
+
+def test_a_busy_machine_leaves_no_in_process_claim_verified(tmp_path):
+    """Other processes on a quarter of the cores while the arms ran: the figures stay, not confirmed,
+    and the note says how busy; on a quiet machine the verdicts stand."""
+    from advisor.experiments.plan import Candidate
+
+    def judged(other_cores: float):
+        finding = _dl001()
+        session = _session(tmp_path, finding)
+        cand = Candidate("dataloader-starvation", {"dataloader": {"num_workers": 2}}, "safe", 0)
+        session._arms = {"a1": (cand, cand)}
+        B = ("baseline", {}, 0.10, [])
+        result = _round([B, ("a1", {"dataloader": {"num_workers": 2}}, 0.05, []), B])
+        for k, frame in result.steps.items():  # three windows, one after another
+            frame["t_start"] = 100.0 + k + frame["duration_s"].cumsum() - frame["duration_s"]
+            frame["t_end"] = 100.0 + k + frame["duration_s"].cumsum()
+        session._results = {0: result}
+        session._judge_fixes([result], ["a1"])
+        session.recommended = judge.recommend(session._winners, None, budget=None, notes=session.notes)
+        samples = pd.DataFrame({"t": np.arange(99.0, 105.0, 0.1), "cpu_percent": 100.0,
+                                "sys_cpu_percent": (1.0 + other_cores) / 2 * 100})
+        session.withhold_if_busy(samples, 2)
+        return finding.experiment, session
+
+    quiet, session = judged(0.1)
+    assert quiet.verified and session.recommended.verified and not session.notes
+    busy, session = judged(0.9)
+    assert not busy.verified and busy.verdict.value == "not-confirmed" and busy.speedup == pytest.approx(2.0, rel=0.05)
+    assert not session.recommended.verified and "0.9 of 2 cores" in busy.reason and session.notes == [busy.reason]

@@ -118,8 +118,8 @@ def test_headroom_finds_the_largest_batch_that_fits_the_budget(advise, tmp_path)
 @pytest.mark.timing  # MEM001 proposes a batch only for a compute-bound step: a neighbour test's load can hide it
 def test_an_out_of_memory_batch_ends_the_ladder_and_keeps_every_other_arm(advise, tmp_path):
     """The script raises torch.OutOfMemoryError above 600 rows, as a full GPU would, from inside its
-    forward pass, in the profiled run's x4 window. The ladder runs after the other arms, smallest
-    first: x2 and the other fixes are measured in full, x4 is reported out of memory, x8 never runs,
+    forward pass, in the profiled run's x4 window. The ladder runs last, after every other arm's
+    passes, smallest first: x2 and the other fixes are measured, x4 is reported out of memory, x8 never runs,
     and the report is written with all of it."""
     result = advise("profile", *SHORT, "--memory-budget", "100GB", "--select", "MEM001,CPU003", "--out",
                     str(tmp_path / "run"), DEEP, "--batch", "256", "--width", "128", "--depth", "48",
@@ -134,7 +134,7 @@ def test_an_out_of_memory_batch_ends_the_ladder_and_keeps_every_other_arm(advise
     assert 8 not in by_scale  # larger than a value that ran out: not tried
     assert exp["overrides"] == {"batch_size_scale": 2}
     other = found["CPU003"]["experiment"]
-    assert other["measured_by"] == "in-process" and other["speedup"] > 0 and len(other["runs"]) == 2  # both passes
+    assert other["measured_by"] == "in-process" and other["speedup"] > 0 and other["runs"]  # every pass it needed
     assert "out of memory at batch_size_scale=4" in result.stdout
     html = (tmp_path / "run" / "report.html").read_text()
     assert "out of memory" in html

@@ -23,6 +23,7 @@ from typing import Callable
 
 import pandas as pd
 
+from .. import metrics
 from .. import overrides as vocabulary
 from ..atomic import write_json_atomic
 from ..model import Experiment, Finding, Recommendation, Verdict
@@ -37,6 +38,7 @@ SCREEN_MARGIN = 0.05  # a screened fix whose one window may be this much faster 
 SCREEN_LEAN = 1.02    # ... and that leans that way (its point estimate at least this): a 0.99x window whose
                       # interval reaches 1.05 only by its noise cost a full round for nothing (a starved loop's bf16)
 COMPILE_WARMUP = 3  # more untimed steps for a compiled model (recompiles)
+BUSY_SHARE = 0.25   # other processes on this share of the cores while the arms ran: nothing is verified
 BURSTS = 10         # an arm with w loader workers times at least 10 bursts of w batches
 LARGE_EFFECT = 3     # every rule's fix expected at least this much faster: windows of half the steps
                     # (a 3x effect is resolved by 5 slow steps; the fast arm windows scale with it)
@@ -116,6 +118,7 @@ class ArmsSession:
     _kinds: dict[int, str] = field(default_factory=dict)  # round -> FIXES / CONFIRM / STACK
     _results: dict[int, RoundResult] = field(default_factory=dict)  # round -> what the child measured in it
     _again: list[str] = field(default_factory=list)  # arms of fixes their first pass left undecided
+    _growing: list[tuple[str, dict]] = field(default_factory=list)  # the larger batches' ladder (last)
     _base_steps: int | None = None  # the baseline windows' timed steps, where cut (see _first_round)
     _screens: list[str] = field(default_factory=list)  # arms of fixes no rule proposed (screened in round 0)
     _screened: dict[str, Experiment] = field(default_factory=dict)  # screened arm -> its one window's result
@@ -198,12 +201,13 @@ class ArmsSession:
         kind = self._kinds.get(round_no, "")
         first = self._results.get(0)
         if kind == FIXES and first is not None:
-            fixes = [a for a in self._arms if a not in self._screens and a != "stacked"]
+            ladder = {a for a, _ in self._growing}
+            fixes = [a for a in self._arms if a not in self._screens and a not in ladder and a != "stacked"]
             self._again = self._judge_fixes([first], fixes, final=final)
             self._judge_screens(first)
         elif kind == CONFIRM:
             self._judge_fixes([first, self._results[round_no]], self._again)
-            self._judge_fixes([self._results[round_no]], [a for a, _ in self._promoted])
+            self._judge_fixes([self._results[round_no]], [a for a, _ in self._promoted + self._growing])
         elif kind == STACK and self._arms.get("stacked"):
             self._judge_stack(final=final)
 
@@ -252,7 +256,10 @@ class ArmsSession:
         expected = [self._lengths[a] for a, _ in arms + growing]
         if expected and min(expected) >= LARGE_EFFECT:  # the slow baseline windows need half the steps
             self._base_steps = max(MIN_WINDOW_STEPS, self.window_steps // 2)
-        return plan_windows(arms, growing, self._warmup, self._steps, screens, passes=1)
+        if not arms and not screens:  # the ladder alone: nothing else to measure first
+            return plan_windows([], growing, self._warmup, self._steps)
+        self._growing = growing  # the ladder runs last, after every other arm's passes (see _confirm_round)
+        return plan_windows(arms, [], self._warmup, self._steps, screens, passes=1)
 
     def _steps(self, arm: str) -> int:
         """Timed steps of a window: an arm expected k times faster gets k times the steps (up to 8),
@@ -338,14 +345,16 @@ class ArmsSession:
         return again
 
     def _confirm_round(self) -> list[Window]:
-        """The reverse pass of the undecided fixes, then the promoted screens in two passes."""
+        """The reverse pass of the undecided fixes, the promoted screens in two passes, then the
+        larger batches, smallest first, each twice: an out-of-memory error ends the child's arms,
+        so it may only cost the values larger than the one that ran out."""
         again = [(a, self._arms[a][1].overrides) for a in reversed(self._again)]
-        growing = [(a, o) for a, o in again if _grows_memory(o)]
-        windows = plan_windows([a for a in again if a not in growing], growing, self._warmup, self._steps, passes=1)
-        promoted = interleave(self._promoted, self._warmup, self._steps) if self._promoted else []
-        if windows and promoted:
-            promoted = promoted[1:]  # the confirm pass ends on a baseline window: the promoted arms start beside it
-        return windows + promoted
+        windows: list[Window] = []
+        for part in (plan_windows(again, [], self._warmup, self._steps, passes=1),
+                     interleave(self._promoted, self._warmup, self._steps) if self._promoted else [],
+                     plan_windows([], self._growing, self._warmup, self._steps)):
+            windows += part[1:] if windows and part else part  # one baseline window between two parts
+        return windows
 
     def _stack_round(self) -> list[Window]:
         if len(self._winners) < 2:
@@ -368,6 +377,27 @@ class ArmsSession:
         self.recommended = judge.recommend(self._winners, exp, budget=self._fit_budget, notes=self.notes)
 
     # after the run -------------------------------------------------------------------------
+    def withhold_if_busy(self, samples: pd.DataFrame, cpu_count: int | None) -> None:
+        """No in-process claim stays verified where other processes took a quarter of the cores
+        (half a core at least) while the arms ran: a contended 2-core machine verified bf16 on
+        nanoGPT at 2.05x, 0.90x by hand. The figures stay, marked not confirmed, with the load."""
+        frames = [f for result in self._results.values() for f in result.steps.values() if "t_start" in f]
+        if not frames or samples.empty or "t" not in samples:
+            return
+        t0, t1 = min(float(f["t_start"].min()) for f in frames), max(float(f["t_end"].max()) for f in frames)
+        other = metrics.outside_cores(samples[(samples["t"] >= t0) & (samples["t"] <= t1)], cpu_count)
+        if other is None or other < max(metrics.OUTSIDE_LOAD_WARN_CORES, BUSY_SHARE * (cpu_count or 0)):
+            return
+        why = (f"the machine was busy: processes outside the script used {other:.1f} of {cpu_count} cores while the "
+               "fixes were measured; run again on a quiet machine to verify")
+        claims = [f.experiment for f in self.findings if f.experiment is not None]
+        for exp in claims + ([self.recommended] if self.recommended is not None else []):
+            if exp.verified and exp.measured_by == "in-process":
+                exp.verified = False
+                if isinstance(exp, Experiment):
+                    exp.verdict, exp.reason = Verdict.NOT_CONFIRMED, why
+        self.notes.append(why)
+
     def finish(self, arms: dict) -> None:
         """The child ended (`arms`: its lines, ProbeRun.arms): judge a round it ended inside, on
         what it measured."""
