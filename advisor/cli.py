@@ -489,7 +489,7 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
 
     if is_trace(baseline) and is_trace(current):
         sys.exit(compare_traces(baseline, current, fmt="json" if as_json else fmt))
-    from .pipeline import run_compare
+    from .gate import run_compare
 
     sys.exit(run_compare(
         baseline, current, max_regression=_percent(max_regression, "--max-regression"),

@@ -1,4 +1,5 @@
-"""The CI gate's commands beside `compare`: `advise ab` and `advise compare` of two Kineto traces.
+"""The CI gate's commands: `advise ab`, `advise compare` (of two report.json or two Kineto traces), and
+`advise profile --baseline`'s comparison.
 
 Command code (prints and exits); the work is in :mod:`advisor.ab` (rounds and decision) and
 :mod:`advisor.opdiff` (where the time went).
@@ -15,7 +16,7 @@ import click
 
 from advisor.reports import terminal
 
-from . import ab, opdiff
+from . import ab, compare, opdiff
 from .atomic import write_json_atomic, write_text_atomic
 from .cli_exit import EXIT_SCRIPT, EXIT_USAGE, fail
 from .report import EXIT_INTERRUPTED, EXIT_OK
@@ -119,3 +120,90 @@ def compare_traces(a: str, b: str, fmt: str = "terminal") -> int:
         view.print_table(rows, note, terminal.console())
     _append_summary("\n".join(["### advise compare: two traces", ""] + view.markdown(rows, note)))
     return EXIT_OK
+
+
+# --- advise compare of two report.json (and profile --baseline) -------------------------------
+
+def emit_comparison(result: compare.Comparison, *, fmt: str = "terminal", junit: str | Path | None = None, stderr: bool = False) -> None:
+    """Print the comparison; write JUnit XML; append markdown to $GITHUB_STEP_SUMMARY when set."""
+    from advisor.reports import compare_output  # only `compare` needs it (xml and all)
+
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2), err=stderr)
+    elif fmt == "markdown":
+        click.echo(compare_output.markdown(result), err=stderr)
+    else:
+        compare_output.print_table(result, terminal.console(stderr=stderr))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        try:
+            with open(summary, "a", encoding="utf-8") as fh:
+                fh.write(compare_output.markdown(result) + "\n")
+        except OSError as exc:
+            click.echo(f"advise: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary}): {exc.strerror}", err=True)
+    if junit:
+        try:
+            write_text_atomic(junit, compare_output.junit(result))
+        except OSError as exc:
+            fail(f"cannot write the JUnit file {junit}: {exc.strerror}")
+
+
+def run_compare(baseline: str, current: str, *, max_regression: float = compare.DEFAULT_MAX_REGRESSION,
+                max_memory_regression: float = compare.DEFAULT_MAX_MEMORY_REGRESSION, alpha: float = compare.DEFAULT_ALPHA,
+                fmt: str = "terminal", junit: str | None = None, fail_on_new_findings: bool = False,
+                force: bool = False, ops: bool = False) -> int:
+    """`advise compare BASELINE CURRENT`: the exit code (0 pass, 3 regression; 2 via fail()).
+
+    On a regression (or with `ops`) the slower ops of the two runs' traces are named (advisor.opdiff)."""
+    try:
+        base, warn_b = compare.load(baseline, "baseline", force=force)
+        cur, warn_c = compare.load(current, "current", force=force)
+        result = compare.compare(base, cur, max_regression=max_regression, max_memory_regression=max_memory_regression,
+                         alpha=alpha, fail_on_new_findings=fail_on_new_findings, force=force,
+                         baseline_path=baseline, current_path=current)
+    except compare.CompareError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a hand-edited or --force'd odd report
+        fail(f"cannot compare {baseline} with {current}: {type(exc).__name__}: {exc}", EXIT_USAGE)
+    result.warnings[:0] = warn_b + warn_c
+    if result.failed or ops:
+        result.slower_ops = _slower_ops(baseline, base, current, cur)
+    emit_comparison(result, fmt=fmt, junit=junit)
+    return result.exit_code
+
+
+def _slower_ops(baseline: str, base: dict, current: str, cur: dict) -> list[dict] | None:
+    """The slower ops between two run dirs' traces, None when either has none."""
+    from .opdiff import run_dir_trace, slower_ops
+
+    def folder(path: str) -> Path:
+        return Path(path) if Path(path).is_dir() else Path(path).parent
+
+    ta, tb = run_dir_trace(folder(baseline), base), run_dir_trace(folder(current), cur)
+    return [r.to_dict() for r in slower_ops([ta], [tb])] if ta is not None and tb is not None else None
+
+
+def check_baseline(path: str) -> dict:
+    """For `advise profile --baseline`: load and check the baseline before spending a run on it."""
+    try:
+        report, _ = compare.load(path, "baseline")
+    except compare.CompareError as exc:
+        fail(str(exc), EXIT_USAGE)
+    return report
+
+
+def compare_after_profile(baseline: dict, baseline_path: str, current: dict, current_path: str, run_dir: Path, *,
+                          max_regression: float, as_json: bool) -> int:
+    """`advise profile --baseline`: compare the fresh report with the baseline; write compare.json."""
+    try:
+        result = compare.compare(baseline, current, max_regression=max_regression,
+                         baseline_path=baseline_path, current_path=current_path)
+    except compare.CompareError as exc:
+        fail(str(exc), EXIT_USAGE)
+    try:
+        write_json_atomic(run_dir / "compare.json", result.to_dict())
+    except OSError:
+        pass
+    click.echo("", err=as_json)
+    emit_comparison(result, stderr=as_json)
+    return result.exit_code

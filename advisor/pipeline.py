@@ -17,10 +17,10 @@ import click
 
 from advisor.reports import terminal
 
-from . import compare, fingerprint, job_report, metrics, report as report_mod, rundir
-from .atomic import NotAFile, check_writable, write_json_atomic, write_text_atomic
+from . import fingerprint, gate, job_report, metrics, report as report_mod, rundir
+from .atomic import NotAFile, check_writable
 from .chatter import strip_log, without_chatter
-from .cli_exit import DISK_ERRNOS, EXIT_USAGE, STATUS_EXIT, fail, writing_error
+from .cli_exit import DISK_ERRNOS, STATUS_EXIT, fail, writing_error
 from .interrupt import StopRequest, deferred, describe
 from .model import Finding, rank, settle_severity, split_screened
 from .profile import Profile
@@ -244,7 +244,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
     from .experiments.judge import ExperimentResults
     from .probe.runner import ProbeConfig, run_probe
 
-    baseline_report = check_baseline(baseline) if baseline else None  # bad input: exit 2 before the run
+    baseline_report = gate.check_baseline(baseline) if baseline else None  # bad input: exit 2 before the run
     con = terminal.console(stderr=as_json)
     # In-process arms: in a job (ranks advise launched, or ranks the script started itself) every
     # rank runs the same plan and switches at the same step (see probe/runner.py, _JobArms).
@@ -295,7 +295,8 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
             findings, rule_warnings = session.findings, session.rule_warnings
             session.finish(run.arms)
-            session.withhold_if_busy(profile.samples, profile.env.get("cpu_count"))
+            if link is None and not run.ranks:  # a job's other ranks are outside each rank's process tree
+                session.withhold_if_busy(profile.samples, profile.env.get("cpu_count"))
             results = ExperimentResults(findings, session.recommended, session.notes, [])
         else:
             findings, rule_warnings = _diagnose(profile, rule_settings)
@@ -380,7 +381,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
                    err=True)
         return report_mod.signal_exit(signum)
     if baseline_report is not None and status == "ok":
-        return _compare_after_profile(baseline_report, baseline, report, str(out / run.files.report_json), out,
+        return gate.compare_after_profile(baseline_report, baseline, report, str(out / run.files.report_json), out,
                                              max_regression=max_regression, as_json=as_json)
     return STATUS_EXIT[status]
 
@@ -499,90 +500,3 @@ def _diagnose(profile: Profile, rule_settings, screen: bool = False) -> tuple[li
         return [], []
     findings, warnings = run_rules(profile, rule_settings)
     return (findings if screen else split_screened(findings)[0]), warnings
-
-
-# --- advise compare (and profile --baseline) ---------------------------------------------------
-
-def emit_comparison(result: compare.Comparison, *, fmt: str = "terminal", junit: str | Path | None = None, stderr: bool = False) -> None:
-    """Print the comparison; write JUnit XML; append markdown to $GITHUB_STEP_SUMMARY when set."""
-    from advisor.reports import compare_output  # only `compare` needs it (xml and all)
-
-    if fmt == "json":
-        click.echo(json.dumps(result.to_dict(), indent=2), err=stderr)
-    elif fmt == "markdown":
-        click.echo(compare_output.markdown(result), err=stderr)
-    else:
-        compare_output.print_table(result, terminal.console(stderr=stderr))
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        try:
-            with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(compare_output.markdown(result) + "\n")
-        except OSError as exc:
-            click.echo(f"advise: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary}): {exc.strerror}", err=True)
-    if junit:
-        try:
-            write_text_atomic(junit, compare_output.junit(result))
-        except OSError as exc:
-            fail(f"cannot write the JUnit file {junit}: {exc.strerror}")
-
-
-def run_compare(baseline: str, current: str, *, max_regression: float = compare.DEFAULT_MAX_REGRESSION,
-                max_memory_regression: float = compare.DEFAULT_MAX_MEMORY_REGRESSION, alpha: float = compare.DEFAULT_ALPHA,
-                fmt: str = "terminal", junit: str | None = None, fail_on_new_findings: bool = False,
-                force: bool = False, ops: bool = False) -> int:
-    """`advise compare BASELINE CURRENT`: the exit code (0 pass, 3 regression; 2 via fail()).
-
-    On a regression (or with `ops`) the slower ops of the two runs' traces are named (advisor.opdiff)."""
-    try:
-        base, warn_b = compare.load(baseline, "baseline", force=force)
-        cur, warn_c = compare.load(current, "current", force=force)
-        result = compare.compare(base, cur, max_regression=max_regression, max_memory_regression=max_memory_regression,
-                         alpha=alpha, fail_on_new_findings=fail_on_new_findings, force=force,
-                         baseline_path=baseline, current_path=current)
-    except compare.CompareError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a hand-edited or --force'd odd report
-        fail(f"cannot compare {baseline} with {current}: {type(exc).__name__}: {exc}", EXIT_USAGE)
-    result.warnings[:0] = warn_b + warn_c
-    if result.failed or ops:
-        result.slower_ops = _slower_ops(baseline, base, current, cur)
-    emit_comparison(result, fmt=fmt, junit=junit)
-    return result.exit_code
-
-
-def _slower_ops(baseline: str, base: dict, current: str, cur: dict) -> list[dict] | None:
-    """The slower ops between two run dirs' traces, None when either has none."""
-    from .opdiff import run_dir_trace, slower_ops
-
-    def folder(path: str) -> Path:
-        return Path(path) if Path(path).is_dir() else Path(path).parent
-
-    ta, tb = run_dir_trace(folder(baseline), base), run_dir_trace(folder(current), cur)
-    return [r.to_dict() for r in slower_ops([ta], [tb])] if ta is not None and tb is not None else None
-
-
-def check_baseline(path: str) -> dict:
-    """For `advise profile --baseline`: load and check the baseline before spending a run on it."""
-    try:
-        report, _ = compare.load(path, "baseline")
-    except compare.CompareError as exc:
-        fail(str(exc), EXIT_USAGE)
-    return report
-
-
-def _compare_after_profile(baseline: dict, baseline_path: str, current: dict, current_path: str, run_dir: Path, *,
-                          max_regression: float, as_json: bool) -> int:
-    """`advise profile --baseline`: compare the fresh report with the baseline; write compare.json."""
-    try:
-        result = compare.compare(baseline, current, max_regression=max_regression,
-                         baseline_path=baseline_path, current_path=current_path)
-    except compare.CompareError as exc:
-        fail(str(exc), EXIT_USAGE)
-    try:
-        write_json_atomic(run_dir / "compare.json", result.to_dict())
-    except OSError:
-        pass
-    click.echo("", err=as_json)
-    emit_comparison(result, stderr=as_json)
-    return result.exit_code

@@ -12,7 +12,6 @@ import re
 import sys
 
 from rich.console import Console
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
