@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from analyze_speed import largest_trace, uncompressed_size  # noqa: E402
-from analyze_whole import HTA_SCRIPT, advise_cmd, make_ranks, run  # noqa: E402
+from analyze_whole import HTA_SCRIPT, advise_cmd, make_ranks, run, tree_rss  # noqa: E402
 
 
 
@@ -54,16 +54,7 @@ def hta_run(folder: Path, limit: float, max_bytes: int):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     root, peak = psutil.Process(proc.pid), 0
     while proc.poll() is None:
-        total = 0
-        try:
-            for p in [root, *root.children(recursive=True)]:
-                try:
-                    total += p.memory_info().rss
-                except psutil.Error:
-                    pass
-        except psutil.Error:
-            pass
-        peak = max(peak, total)
+        peak = max(peak, tree_rss(root) or 0)
         if time.perf_counter() - t0 > limit or peak > max_bytes:
             import signal
 

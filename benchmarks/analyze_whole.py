@@ -58,6 +58,23 @@ class Run:
     peak: int  # bytes: the highest RSS summed over the process and its children, polled every 5 ms
 
 
+def tree_rss(root) -> int | None:
+    """RSS summed over a psutil process and its children (a child gone meanwhile counts 0), None
+    once the process itself is gone."""
+    import psutil
+
+    total = 0
+    try:
+        for p in [root, *root.children(recursive=True)]:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                pass
+    except psutil.Error:
+        return None
+    return total
+
+
 def run(cmd: list[str], watch: bool = False, env: dict | None = None) -> Run:
     """One process, which must succeed; `watch`: poll its tree's RSS (peak stays 0 otherwise).
 
@@ -76,14 +93,8 @@ def run(cmd: list[str], watch: bool = False, env: dict | None = None) -> Run:
         except psutil.Error:
             return
         while not done.is_set():
-            total = 0
-            try:
-                for p in [root, *root.children(recursive=True)]:
-                    try:
-                        total += p.memory_info().rss
-                    except psutil.Error:
-                        pass
-            except psutil.Error:
+            total = tree_rss(root)
+            if total is None:
                 break
             peak[0] = max(peak[0], total)
             done.wait(0.005)
