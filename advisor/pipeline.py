@@ -240,8 +240,6 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
 
     With `baseline`, then compare against it (as `advise compare`): exit 3 on a regression.
     """
-    from .experiments.fresh import run_experiments
-    from .experiments.judge import ExperimentResults
     from .probe.runner import ProbeConfig, run_probe
 
     baseline_report = gate.check_baseline(baseline) if baseline else None  # bad input: exit 2 before the run
@@ -291,52 +289,9 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
             for rank_profile in profile.ranks:  # ranks the script spawned share this node, as torchrun's say
                 rank_profile.env["local_world_size"] = rank_profile.env.get("local_world_size") or len(run.ranks)
         merged = job_report.merge_job(profile, run, link, out, stop) if link is not None else None
-        results = None
-        if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
-            findings, rule_warnings = session.findings, session.rule_warnings
-            session.finish(run.arms)
-            if link is None and not run.ranks:  # a job's other ranks are outside each rank's process tree
-                session.withhold_if_busy(profile.samples, profile.env.get("cpu_count"))
-            results = ExperimentResults(findings, session.recommended, session.notes, [])
-        else:
-            findings, rule_warnings = _diagnose(profile, rule_settings)
-        # A session that never saw a window (the script's ranks, spawned by itself, ran the steps): fresh runs of the job.
-        fresh = session.fresh if session is not None and session.findings else None
-        if link is not None:
-            job_report.no_fresh_runs(findings, fresh)
-        elif run.status == "ok" and experiments.enabled and findings and not stop and (fresh is None or fresh):
-            try:
-                fresh_results = run_experiments(
-                    findings, config, profile.steps, root=rundir.make_subdir(out, rundir.EXPERIMENTS), env=profile.env,
-                    io_like=_io_like(metrics.utilization(profile.samples, profile.steps), profile.env),
-                    safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
-                    time_budget_s=experiments.time_budget_s, progress=progress, stop=stop,
-                    only=[c.finding_index for c in fresh] if fresh is not None else None,
-                )
-                results = _combine(results, fresh_results)
-            except KeyboardInterrupt:
-                rule_warnings.append("experiments interrupted (Ctrl-C): findings are unmeasured estimates")
-            except Exception as exc:  # the diagnosis is still worth writing
-                rule_warnings.append(f"experiments failed: {type(exc).__name__}: {exc}")
-        if merged is not None:
-            job_report.settle_disagreements(results, merged["disagree"], rule_warnings)
-        if results is not None and experiments.confirm and not stop and link is None:
-            _confirm(results, config, profile, out, progress, stop)
-        if results is not None:
-            findings, screened = split_screened([settle_severity(f) for f in results.findings])
-            findings = rank(findings)
-            results.screened = screened
-    signum = stop.signum or run.signal or (results.interrupted if results else None)
-    status, error, tb = run.status, run.probe.get("error"), run.probe.get("traceback")
-    if merged is not None and merged["first"] is not None:  # the launcher stopped rank 0 because another rank failed
-        first = merged["first"]
-        status, signum, tb = "failed", None, first.get("traceback") or tb
-        error = f"rank {first['rank']} failed first: {first.get('error') or first['status']}" + "".join(
-            f"; then rank {a['rank']}: {(a.get('error') or a['status'])[:120]}" for a in merged["then"])
-    if signum and status == "ok":  # the measurements were whole; what came after them was cut short
-        cut = "; the experiments were cut short" if results else "; the experiments did not run"
-        status, error = "interrupted", f"interrupted ({describe(signum)}) after the measurements" + (
-            cut if experiments.enabled and findings else "")
+        findings, rule_warnings, results = _measure_fixes(session, run, profile, merged, link, config, experiments,
+                                                          rule_settings, out, progress, stop)
+    status, signum, error, tb = _outcome(run, merged, results, stop, experiments.enabled and bool(findings))
     report = report_mod.build_report(
         profile,
         status=status,
@@ -384,6 +339,69 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         return gate.compare_after_profile(baseline_report, baseline, report, str(out / run.files.report_json), out,
                                              max_regression=max_regression, as_json=as_json)
     return STATUS_EXIT[status]
+
+
+def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: JobLink | None, config: ProbeConfig,
+                   experiments: ExperimentOptions, rule_settings, out: Path, progress, stop: StopRequest):
+    """The findings and what the experiments measured of them: the arms of the profiled run
+    (judged by `session`), fresh runs for what they could not switch, then severity and order.
+    Returns (findings, rule warnings, ExperimentResults or None)."""
+    from .experiments.fresh import run_experiments
+    from .experiments.judge import ExperimentResults
+
+    results = None
+    if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
+        findings, rule_warnings = session.findings, session.rule_warnings
+        session.finish(run.arms)
+        if link is None and not run.ranks:  # a job's other ranks are outside each rank's process tree
+            session.withhold_if_busy(profile.samples, profile.env.get("cpu_count"))
+        results = ExperimentResults(findings, session.recommended, session.notes, [])
+    else:
+        findings, rule_warnings = _diagnose(profile, rule_settings)
+    # A session that never saw a window (the script's ranks, spawned by itself, ran the steps): fresh runs of the job.
+    fresh = session.fresh if session is not None and session.findings else None
+    if link is not None:
+        job_report.no_fresh_runs(findings, fresh)
+    elif run.status == "ok" and experiments.enabled and findings and not stop and (fresh is None or fresh):
+        try:
+            fresh_results = run_experiments(
+                findings, config, profile.steps, root=rundir.make_subdir(out, rundir.EXPERIMENTS), env=profile.env,
+                io_like=_io_like(metrics.utilization(profile.samples, profile.steps), profile.env),
+                safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
+                time_budget_s=experiments.time_budget_s, progress=progress, stop=stop,
+                only=[c.finding_index for c in fresh] if fresh is not None else None,
+            )
+            results = _combine(results, fresh_results)
+        except KeyboardInterrupt:
+            rule_warnings.append("experiments interrupted (Ctrl-C): findings are unmeasured estimates")
+        except Exception as exc:  # the diagnosis is still worth writing
+            rule_warnings.append(f"experiments failed: {type(exc).__name__}: {exc}")
+    if merged is not None:
+        job_report.settle_disagreements(results, merged["disagree"], rule_warnings)
+    if results is not None and experiments.confirm and not stop and link is None:
+        _confirm(results, config, profile, out, progress, stop)
+    if results is not None:
+        findings, screened = split_screened([settle_severity(f) for f in results.findings])
+        findings = rank(findings)
+        results.screened = screened
+    return findings, rule_warnings, results
+
+
+def _outcome(run, merged: dict | None, results, stop: StopRequest, experimented: bool) -> tuple:
+    """(status, signal, error, traceback) of the run: the first failing rank's account in a job a
+    launcher started, "interrupted" where a signal came after the measurements were whole."""
+    signum = stop.signum or run.signal or (results.interrupted if results else None)
+    status, error, tb = run.status, run.probe.get("error"), run.probe.get("traceback")
+    if merged is not None and merged["first"] is not None:  # the launcher stopped rank 0 because another rank failed
+        first = merged["first"]
+        status, signum, tb = "failed", None, first.get("traceback") or tb
+        error = f"rank {first['rank']} failed first: {first.get('error') or first['status']}" + "".join(
+            f"; then rank {a['rank']}: {(a.get('error') or a['status'])[:120]}" for a in merged["then"])
+    if signum and status == "ok":  # the measurements were whole; what came after them was cut short
+        cut = "; the experiments were cut short" if results else "; the experiments did not run"
+        status, error = "interrupted", f"interrupted ({describe(signum)}) after the measurements" + (
+            cut if experimented else "")
+    return status, signum, error, tb
 
 
 def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, out: Path, progress, stop) -> None:
