@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from .stats import stalled_steps
+from .stats import stalled
 
 MIN_CLEAN_STEPS = 3  # fewer un-profiled steps than this: fall back to all measured steps
 # What the probe itself costs each step, on the training thread: the step clock's bookkeeping
@@ -42,7 +42,7 @@ def throughput(steps: pd.DataFrame) -> dict:
         return {"samples_per_s": None, "steps_per_s": None, "step_time_median_s": None, "step_time_p90_s": None,
                 "step_time_mean_s": None, "n_steps": 0, "stalled_steps": 0, "basis": basis}
     dur = timed["duration_s"].astype(float)
-    kept = ~stalled_steps(timed)
+    kept = ~stalled(timed)
     total = float(dur[kept].sum())
     samples = timed["samples"] if "samples" in timed else pd.Series(dtype=float)
     known = samples.notna().all() and len(samples) == len(timed)
@@ -76,7 +76,7 @@ def contention_warning(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: in
     used by processes outside the script's tree (system CPU less the tree's, sampled)."""
     timed, _ = timed_steps(steps)
     dur = timed["duration_s"].astype(float) if not timed.empty else pd.Series(dtype=float)
-    stalls = stalled_steps(timed) if not timed.empty else pd.Series(dtype=bool)
+    stalls = stalled(timed) if not timed.empty else pd.Series(dtype=bool)
     said = []
     if stalls.any():
         said.append(f"{int(stalls.sum())} of {len(dur)} measured steps stalled (up to {dur.max() * 1e3:,.0f} ms beside "

@@ -95,7 +95,7 @@ class Throughput(TypedDict, total=False):
     step_time_p90_s: Num
     step_time_mean_s: Num
     n_steps: int
-    stalled_steps: _d("steps far slower than the rest (beyond Q3 + 3 IQR and twice the median), left out of the rates", int)
+    stalled_steps: _d("steps far slower than the rest (beyond Q3 + 3 IQR and twice the median) even without their wait on the DataLoader, left out of the rates", int)
     basis: _d("which steps the rates come from", str)
 
 

@@ -138,30 +138,26 @@ def _bootstrap(data: tuple, statistic: Callable, confidence: float, n_resamples:
     return None
 
 
-def stalled(durations: pd.Series, data_wait: pd.Series | None = None) -> pd.Series:
+def stalled(steps: pd.DataFrame) -> pd.Series:
     """Steps far slower than the rest (beyond Tukey's far fence, Q3 + 3 IQR, and over twice the
-    median) even without their wait on the DataLoader: a stall of the machine, a checkpoint, an
-    evaluation inside a step. One 500 ms stall beside 6 ms steps would otherwise set the
-    throughput. A step slow from waiting on its loader is the loader's rhythm, and counts: with
-    w workers the batches come in bursts, one step in w waits for the next burst (8 workers:
-    leaving those out read 22x where 11x is true)."""
+    median) even without their wait on the DataLoader (`data_wait_s`, where the frame has it): a
+    stall of the machine, a checkpoint, an evaluation inside a step. One 500 ms stall beside 6 ms
+    steps would otherwise set the throughput. A step slow from waiting on its loader is the
+    loader's rhythm, and counts: with w workers the batches come in bursts, one step in w waits
+    for the next burst (8 workers: leaving those out read 22x where 9x is true)."""
+    durations = steps["duration_s"].astype(float)
     if len(durations) < 8:
         return pd.Series(False, index=durations.index)
     q1, q3, median = durations.quantile(0.25), durations.quantile(0.75), durations.median()
     fence = max(q3 + 3 * (q3 - q1), 2 * median)
-    busy = durations - data_wait.fillna(0.0).astype(float) if data_wait is not None else durations
+    busy = durations - steps["data_wait_s"].fillna(0.0).astype(float) if "data_wait_s" in steps else durations
     return (durations > fence) & (busy > fence)
-
-
-def stalled_steps(steps: pd.DataFrame) -> pd.Series:
-    """:func:`stalled` for a steps frame (its `data_wait_s` where it has one)."""
-    return stalled(steps["duration_s"].astype(float), steps["data_wait_s"] if "data_wait_s" in steps else None)
 
 
 def _per_step(steps: pd.DataFrame, by_samples: bool) -> tuple[np.ndarray, np.ndarray]:
     """(seconds, work) per step, stalls left out (:func:`stalled`); work is the batch size for
     samples/s, else 1 for steps/s."""
-    steps = steps[~stalled_steps(steps)]
+    steps = steps[~stalled(steps)]
     dur = steps["duration_s"].to_numpy(float)
     work = steps["samples"].to_numpy(float) if by_samples else np.ones_like(dur)
     return dur, work

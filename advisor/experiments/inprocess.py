@@ -384,8 +384,7 @@ class ArmsSession:
         frames = [f for result in self._results.values() for f in result.steps.values() if "t_start" in f]
         if not frames or samples.empty or "t" not in samples:
             return
-        t0, t1 = min(float(f["t_start"].min()) for f in frames), max(float(f["t_end"].max()) for f in frames)
-        other = metrics.outside_cores(samples[(samples["t"] >= t0) & (samples["t"] <= t1)], cpu_count)
+        other = metrics.outside_cores(metrics.window_samples(samples, pd.concat(frames)), cpu_count)
         if other is None or other < max(metrics.OUTSIDE_LOAD_WARN_CORES, BUSY_SHARE * (cpu_count or 0)):
             return
         why = (f"the machine was busy: processes outside the script used {other:.1f} of {cpu_count} cores while the "

@@ -135,9 +135,9 @@ def plan_windows(arms: list[tuple[str, dict]], growing: list[tuple[str, dict]], 
                  steps: Callable[[str], int] | int, screens: list[tuple[str, dict]] = (),
                  passes: int = REPEATS) -> list[Window]:
     """The round's windows: `arms` interleaved (see :func:`interleave`, `passes` times), then the
-    `screens` once each, in windows of half an arm's steps, two between baselines (what looks faster is measured in
-    full in a later round), then the `growing` ones (larger batches) smallest first, each `passes`
-    times in a row between baselines. An out-of-memory error ends the child's arms, so it may only
+    `screens` once each, in windows of half an arm's steps, two between baselines (what looks
+    faster is measured in full in a later round), then the `growing` ones (larger batches)
+    smallest first, each `passes` times in a row between baselines. An out-of-memory error ends the child's arms, so it may only
     cost the values larger than the one that ran out: every other arm and every smaller value has
     been measured by then."""
     length = steps if callable(steps) else (lambda arm: steps)
