@@ -11,15 +11,22 @@ Values are small JSON objects under keys every rank can name without asking (``p
   script's own store, so advise's rank 0 hosts one beside it, on ``MASTER_PORT + 1``
   (``ADVISE_JOB_PORT`` names another port).
 - no address at all: files in the run dir (one node, or a filesystem the nodes share).
+
+Rank 0 and the other ranks must meet on the same channel. Where another process holds the port,
+rank 0 cannot serve its store: it meets the ranks in the run dir and leaves a marker there, and
+every other rank looks for the marker before the store and checks that the store it reached is
+rank 0's (its ``hello`` key) before trusting it; one that is not sends to the run dir too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Callable
 
 from .atomic import write_json_atomic
 from .job import JobRank
@@ -27,10 +34,30 @@ from .job import JobRank
 CONNECT_S = 60.0  # how long a rank tries to reach the store (rank 0's advise may start later)
 POLL_S = 0.1
 FILE_PREFIX = ".advise-job."  # the run dir's channel files (no address: one node or a shared filesystem)
+HELLO = "hello"  # put by rank 0's advise on the store it serves: a rank that reads it reached that store
+HELLO_WAIT_S = 5.0  # rank 0 puts it as it opens the store, before its script starts
 
 
 class ChannelError(RuntimeError):
     """The job's channel could not be reached (the store's host is gone, the port was taken)."""
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """torch's C++ store logs a failed connection with its native stack (20-odd frames) on fd 2;
+    the ChannelError that follows says it in one line."""
+    try:
+        saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        yield
+        return
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 class StoreChannel:
@@ -51,8 +78,12 @@ class StoreChannel:
             try:
                 from torch.distributed import TCPStore
 
-                self._store = TCPStore(self.addr, self.port, is_master=self.host, wait_for_workers=False,
-                                       timeout=timedelta(seconds=CONNECT_S))
+                with _quiet_native_stderr():
+                    store = TCPStore(self.addr, self.port, is_master=self.host, wait_for_workers=False,
+                                     timeout=timedelta(seconds=CONNECT_S))
+                    if self.host:
+                        store.set(self.prefix + HELLO, "{}")
+                self._store = store
             except Exception as exc:  # noqa: BLE001 - RuntimeError / DistStoreError / OSError, by torch version
                 self._failed = f"cannot reach {self.where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                 raise ChannelError(self._failed) from None
@@ -80,6 +111,18 @@ class StoreChannel:
         self._store = None
 
 
+def _says_hello(store, key: str) -> bool:
+    deadline = time.monotonic() + HELLO_WAIT_S
+    try:
+        while not store.check([key]):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_S)
+    except Exception:  # noqa: BLE001 - the stranger on the port is not a store at all
+        return False
+    return True
+
+
 class DirChannel:
     """Files in the run dir, one per key (atomic writes: a reader never sees half a value)."""
 
@@ -89,6 +132,11 @@ class DirChannel:
 
     def _path(self, key: str) -> Path:
         return self.folder / f"{FILE_PREFIX}{self.prefix}{key.replace('/', '.')}.json"
+
+    @property
+    def marker(self) -> Path:
+        """Left by rank 0 that could not serve its store: the ranks meet here."""
+        return self.folder / f"{FILE_PREFIX}{self.prefix}files"
 
     def put(self, key: str, value: dict) -> None:
         try:
@@ -107,15 +155,69 @@ class DirChannel:
             path.unlink(missing_ok=True)
 
 
-def open_channel(job: JobRank, run_dir: Path):
-    """The channel of `job` (see the module docstring); rank 0 of a job without an agent serves its store."""
+class FollowerChannel:
+    """Another rank's side of the store rank 0's advise serves: the store, or the run dir where rank 0
+    left its marker (it could not serve the store) or where the store reached is not rank 0's."""
+
+    def __init__(self, store: StoreChannel, files: DirChannel, marker: Path, warn: Callable[[str], None]):
+        self._store, self._files, self._marker, self._warn = store, files, marker, warn
+        self._chosen = None
+
+    def _channel(self):
+        if self._chosen is None:
+            if self._marker.exists():
+                self._chosen = self._files
+            else:
+                try:
+                    if not _says_hello(self._store._connect(), self._store.prefix + HELLO):
+                        raise ChannelError(f"cannot reach {self._store.where}: another process holds the port, "
+                                           "not rank 0's advise")
+                    self._chosen = self._store
+                except ChannelError as exc:
+                    self._warn(f"{exc}; this rank meets rank 0 in the run dir instead")
+                    self._chosen = self._files
+        return self._chosen
+
+    @property
+    def where(self) -> str:
+        return (self._chosen or self._store).where
+
+    def put(self, key: str, value: dict) -> None:
+        self._channel().put(key, value)
+
+    def get(self, key: str) -> dict | None:
+        return self._channel().get(key)
+
+    def close(self) -> None:
+        if self._chosen is not None:
+            self._chosen.close()
+
+
+def open_channel(job: JobRank, run_dir: Path, warn: Callable[[str], None] = lambda line: None):
+    """The channel of `job` (see the module docstring); rank 0 of a job without an agent serves its
+    store, or (the port is taken) meets the ranks in the run dir and says so through `warn`."""
     prefix = f"advise/{job.job_id or 'job'}/"
+    files = DirChannel(run_dir, (job.job_id or "job") + ".")
     if job.master_addr and job.master_port and job.agent_store:
         return StoreChannel(job.master_addr, job.master_port, prefix)
-    if job.master_addr and job.master_port:
-        port = int(os.environ.get("ADVISE_JOB_PORT") or job.master_port + 1)
-        return StoreChannel(job.master_addr, port, prefix, host=job.rank == 0)
-    return DirChannel(run_dir, (job.job_id or "job") + ".")
+    if not (job.master_addr and job.master_port):
+        return files
+    port = int(os.environ.get("ADVISE_JOB_PORT") or job.master_port + 1)
+    marker = files.marker
+    if job.rank != 0:
+        return FollowerChannel(StoreChannel(job.master_addr, port, prefix), files, marker, warn)
+    try:
+        store = StoreChannel(job.master_addr, port, prefix, host=True)
+    except ChannelError as exc:
+        warn(f"{exc}; the ranks meet in the run dir instead (ADVISE_JOB_PORT picks a free port)")
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(str(exc) + "\n")
+        except OSError:
+            pass  # the run dir's own checks say why; the other ranks then find no store and use the run dir
+        return files
+    marker.unlink(missing_ok=True)  # a stale one from an earlier job in this run dir
+    return store
 
 
 def wait_for(channel, keys: list[str], deadline: float, stop=None) -> dict[str, dict]:

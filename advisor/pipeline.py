@@ -25,7 +25,7 @@ from .interrupt import StopRequest, deferred, describe
 from .model import Finding, rank, settle_severity, split_screened
 from .profile import Profile
 from .job import detect as detect_job
-from .job_channel import ChannelError, DirChannel, open_channel
+from .job_channel import ChannelError, open_channel
 from .rank_summary import summarize
 from .rundir import rank_suffix
 
@@ -133,12 +133,7 @@ def _job_link(job, out: Path) -> JobLink:
     """This rank's tie to the rest of its job, over the job's channel (:mod:`advisor.job_channel`)."""
     from .probe.job_link import JobLink
 
-    try:
-        channel = open_channel(job, out)
-    except ChannelError as exc:  # rank 0 could not serve its store (the port is taken): files, on one node
-        click.echo(f"advise: warning: {exc}; the ranks meet in the run dir instead (ADVISE_JOB_PORT picks a free port)",
-                   err=True)
-        channel = DirChannel(out, (job.job_id or "job") + ".")
+    channel = open_channel(job, out, warn=lambda line: click.echo(f"advise: warning: {line}", err=True))
 
     def window() -> dict:  # this rank's window, for rank 0's rules
         return summarize(Profile.from_run_dir(out, job.suffix), {"status": "window"}, job.rank, job.node)

@@ -132,14 +132,16 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.line(f"{len(skipped)} tests skipped: {_shared_missing_text()}.", red=True, bold=True)
 
 
-@pytest.fixture(autouse=True)
-def _timing_alone(request):
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
     """Tests marked `timing` judge real speed-ups: a neighbour test hogging the CPU in the other
     xdist worker could make a no-op look 4x faster. They take an exclusive lock, every other test
-    a shared one, so a timing test runs while no other test does (one lock per test run)."""
-    run_id = getattr(request.config, "workerinput", {}).get("testrunuid", f"solo-{os.getpid()}")
+    a shared one, so a timing test runs while no other test does (one lock per test run). The lock
+    wraps the whole protocol, so a module- or session-scoped fixture that profiles a script (set up
+    with the first test that uses it) holds it too."""
+    run_id = getattr(item.config, "workerinput", {}).get("testrunuid", f"solo-{os.getpid()}")
     fd = os.open(Path(tempfile.gettempdir()) / f"advise-tests-{run_id}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-    exclusive = request.node.get_closest_marker("timing") is not None
+    exclusive = item.get_closest_marker("timing") is not None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         yield

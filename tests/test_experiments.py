@@ -116,6 +116,7 @@ def test_starved_loader_fix_is_measured_swept_and_recommended(tmp_path):
     results = experiment_on(tmp_path, "starved_io.py", finding("dataloader-starvation", {"dataloader": {"num_workers": 2}}),
                             io_like=True, max_experiments=3)
     findings = [f.to_dict() for f in results.findings]  # as report.json has them
+    assert results.recommended is not None, (findings[0]["experiment"], results.notes, results.runs)
     recommended = results.recommended.to_dict()
     assert results.runs[0]["label"] == "baseline" and results.summary()["child_wall_s"] > 0
     # verified: the pooled interval clears the bar and both passes lean the same way (judge.confirm)

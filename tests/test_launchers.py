@@ -78,14 +78,15 @@ def test_a_rank_summary_gives_rank_0_the_same_cross_rank_findings_as_the_rank_s_
 
 
 def test_the_run_dir_channel_and_the_store_rank_0_serves_carry_the_same_values(tmp_path):
-    from advisor.job_channel import DirChannel, StoreChannel, open_channel, wait_for
+    from advisor.job_channel import DirChannel, FollowerChannel, StoreChannel, open_channel, wait_for
 
     port = _free_port()
     served = open_channel(detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "5",
                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port - 1)}), tmp_path)
     client = open_channel(detect({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "5",
                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port - 1)}), tmp_path)
-    assert isinstance(served, StoreChannel) and served.host and not client.host and served.port == port
+    assert isinstance(served, StoreChannel) and served.host and served.port == port
+    assert isinstance(client, FollowerChannel) and client.where == f"the job's store at 127.0.0.1:{port}"
     files = open_channel(detect({"RANK": "1", "WORLD_SIZE": "2"}), tmp_path)  # no address: the run dir
     assert isinstance(files, DirChannel)
     for a, b in ((client, served), (files, DirChannel(tmp_path, files.prefix))):
@@ -94,6 +95,36 @@ def test_the_run_dir_channel_and_the_store_rank_0_serves_carry_the_same_values(t
         assert b.get("plan/0") == {"round": 0, "windows": [{"arm": "a1"}]}
         assert wait_for(b, ["plan/0", "final/1"], time.monotonic() + 0.3) == {"plan/0": {"round": 0, "windows": [{"arm": "a1"}]}}
     files.close()
+    assert not list(tmp_path.glob(".advise-job.*"))
+
+
+def test_where_another_process_holds_the_port_every_rank_meets_rank_0_in_the_run_dir(tmp_path, monkeypatch):
+    """Rank 0 cannot serve its store on a taken port: it leaves a marker in the run dir, and another
+    rank goes there too, whether it sees the marker or reaches the stranger's store (no hello)."""
+    from torch.distributed import TCPStore
+
+    from advisor import job_channel
+    from advisor.job_channel import DirChannel, open_channel
+
+    monkeypatch.setattr(job_channel, "HELLO_WAIT_S", 0.3)
+    port = _free_port()
+    stranger = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)  # another job's store
+    env = {"SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "6", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port - 1)}
+    said: list[str] = []
+    rank0 = open_channel(detect({**env, "SLURM_PROCID": "0"}), tmp_path, said.append)
+    assert isinstance(rank0, DirChannel) and "address already in use" in said[0] and "ADVISE_JOB_PORT" in said[0]
+    assert rank0.marker.is_file()
+    for marked in (True, False):
+        if not marked:
+            rank0.marker.unlink()  # another node without the run dir: the store it reaches says no hello
+        rank1 = open_channel(detect({**env, "SLURM_PROCID": "1"}), tmp_path, said.append)
+        rank1.put(f"final/1/{marked}", {"rank": 1})
+        assert rank0.get(f"final/1/{marked}") == {"rank": 1} and rank1.where == f"files in {tmp_path}"
+    assert said[1:] == [f"cannot reach the job's store at 127.0.0.1:{port}: another process holds the port, not rank "
+                        "0's advise; this rank meets rank 0 in the run dir instead"]
+    assert not stranger.check(["advise/6.0/final/1/False"])
+    rank0.close()
     assert not list(tmp_path.glob(".advise-job.*"))
 
 
@@ -347,7 +378,8 @@ def test_ranks_that_could_not_switch_a_fix_are_named_and_its_verdict_does_not_st
 @pytest.mark.slow
 def test_under_torchrun_the_rank_that_failed_first_is_named(tmp_path):
     """Rank 1's script raises: its advise reports it and exits 1, torchrun stops rank 0 (SIGTERM), and
-    rank 0's report says which rank failed first, with its error, not that rank 0 was interrupted."""
+    rank 0's report says which rank failed first, with its error, not that rank 0 was interrupted
+    or that its collective lost a peer."""
     import psutil
 
     (code, stdout, stderr), = _finish([_start([*TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "advisor",
@@ -357,6 +389,8 @@ def test_under_torchrun_the_rank_that_failed_first_is_named(tmp_path):
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["status"] == "failed"
     assert report["error"].startswith("rank 1 failed first: RuntimeError: planted failure on rank 1 at step 4"), report["error"]
-    assert [(r["rank"], r["status"]) for r in report["ranks"]] == [(0, "interrupted"), (1, "failed")]
+    # rank 0 is stopped by torchrun, or its script first sees rank 1's side of the collective close
+    assert [r["rank"] for r in report["ranks"]] == [0, 1] and report["ranks"][1]["status"] == "failed"
+    assert report["ranks"][0]["status"] == "interrupted" or "Connection closed by peer" in report["ranks"][0]["error"]
     assert "planted failure on rank 1" in report["traceback"]
     assert not [p for p in psutil.process_iter(["cmdline"]) if "--crash-rank" in (p.info["cmdline"] or [])]

@@ -38,6 +38,7 @@ class JobLink:
         self._ended: dict[int, set[int]] = {r: set() for r in self.others}
         self._next_poll = 0.0
         self._broken = False
+        self._windowed = False  # this rank's window is over: rank 0 may plan, or stop the arms
 
     def _call(self, what: Callable[[], object]):
         """A channel call; a channel that broke ends the arms here (the child then finishes), said once."""
@@ -65,7 +66,7 @@ class JobLink:
                 except Exception as exc:  # noqa: BLE001 - rank 0 then decides without this rank's window
                     summary = {"rank": self.job.rank, "error": f"{type(exc).__name__}: {exc}"}
                 self._call(lambda: self.channel.put(f"window/{self.job.rank}", summary))
-            self._want = 0
+            self._want, self._windowed = 0, True
         elif phase == "plan-done":
             round_no = int(record.get("round") or 0)
             self._call(lambda: self.channel.put(f"ended/{self.job.rank}/{round_no}", {"error": record.get("error")}))
@@ -82,8 +83,8 @@ class JobLink:
         if now < self._next_poll or self._broken:
             return
         self._next_poll = now + POLL_S
-        if self.leader:
-            return
+        if self.leader or self._want is None and not self._windowed:
+            return  # nothing comes from rank 0 before this rank's window (nor is its channel chosen yet)
         if self._want is not None:
             plan = self._call(lambda: self.channel.get(f"plan/{self._want}"))
             if plan is not None:
