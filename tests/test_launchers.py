@@ -131,9 +131,18 @@ def test_where_another_process_holds_the_port_every_rank_meets_rank_0_in_the_run
 # --- one job report, whoever launched it -------------------------------------------------------------
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port whose next is free too: under srun rank 0's advise serves the job's store on
+    MASTER_PORT + 1 (a taken one is tested on its own)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
 
 
 def _start(cmd: list[str], cwd: Path, env: dict | None = None) -> subprocess.Popen:
