@@ -21,7 +21,7 @@ from advisor.reports import terminal
 
 from . import report as report_mod
 from .cli_exit import DISK_ERRNOS, fail
-from .pipeline import _diagnose, _emit, _say_html, _write_renderings
+from .outputs import diagnose, emit, say_html, write_renderings
 from .profile import Profile
 from .rank_summary import summarize, to_profile
 from .temporal import BASIS
@@ -149,7 +149,7 @@ def _analyze(profile: Profile, script: str, artifacts: dict, *, as_json: bool, o
     warnings = profile.meta.get("notes", []) + (
         [] if len(profile.steps) else ["the trace has no ProfilerStep#N spans: per-step numbers are unavailable"])
     ahead = forked.start(page_tables, profile) if profile.trace is not None and _small_heap() else None  # on the other core
-    findings, rule_warnings = _diagnose(profile, rule_settings)
+    findings, rule_warnings = diagnose(profile, rule_settings)
     report = report_mod.build_report(
         profile, status="ok", script=script, argv=[], started_at=report_mod.now_iso(),
         warnings=warnings + rule_warnings, findings=findings, artifacts=artifacts, extra=extra,
@@ -168,8 +168,8 @@ def _analyze(profile: Profile, script: str, artifacts: dict, *, as_json: bool, o
         except Exception:  # noqa: BLE001 - the page builds its tables itself (and says what went wrong)
             pass
     con = terminal.console(stderr=as_json)
-    html_path = _write_renderings(report, out, profile, con, summary=not quiet)
+    html_path = write_renderings(report, out, profile, con, summary=not quiet)
     if not quiet:
-        _emit(report, con, as_json, str(out) if out else None)
-        _say_html(html_path, con, as_json)
+        emit(report, con, as_json, str(out) if out else None)
+        say_html(html_path, con, as_json)
     return 0

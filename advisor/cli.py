@@ -7,6 +7,7 @@ input; 3 `compare` found a regression; 130 interrupted (Ctrl-C).
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -107,6 +108,18 @@ class _Advise(click.Group):
             raise _one_line(exc) from None
         except KeyboardInterrupt as exc:
             raise _Interrupted(exc) from None
+
+
+@dataclass
+class Invocation:
+    """What the commands know of how they were called (click's context object, ``ctx.obj``).
+
+    `own_process`: the command is the whole process (:func:`entry`), not a test's CliRunner call;
+    `reads`: the traces `advise analyze` names, being read ahead already (an
+    :class:`advisor.trace.ReadAhead`), or None."""
+
+    own_process: bool = False
+    reads: object = None
 
 
 @click.group(cls=_Advise, context_settings={"help_option_names": ["-h", "--help"]})
@@ -270,7 +283,8 @@ def analyze(traces, as_json, out, select, ignore, config):
     """Analyze Kineto traces (.json or .json.gz) a user already has: one, or one per rank (or a dir of them)."""
     from .trace import ReadAhead, start_reading
 
-    reads = click.get_current_context().obj  # started by advisor.launch from argv, before click imported
+    invocation = click.get_current_context().ensure_object(Invocation)
+    reads = invocation.reads  # started by advisor.launch from argv, before click imported
     if not isinstance(reads, ReadAhead):  # (launch did not: a test's CliRunner call) read while the rest imports
         reads = start_reading(traces)
     settings = _rule_settings(select, ignore, config, Path.cwd())  # a bad selection fails before any work
@@ -279,31 +293,26 @@ def analyze(traces, as_json, out, select, ignore, config):
     with run_dir_errors(Path(out) if out else None):
         code = run([Path(t) for t in traces], reads, as_json=as_json, out=Path(out) if out else None,
                    rule_settings=settings)
-    _leave(code)
-
-
-_OWN_PROCESS = False  # set by `entry`: the command is the whole process, not a test's CliRunner call
+    _leave(code, invocation.own_process)
 
 
 def entry(reads=None) -> None:
     """The `advise` command as a process (through :mod:`advisor.launch`); `reads`: the traces
     `advise analyze` names, being read ahead already (an :class:`advisor.trace.ReadAhead`)."""
-    global _OWN_PROCESS
-    _OWN_PROCESS = True
     try:
-        main(prog_name="advise", obj=reads)
+        main(prog_name="advise", obj=Invocation(own_process=True, reads=reads))
     except SystemExit as exc:  # every command's exit, click's own included: no teardown (see _leave)
         code = exc.code
-        _leave(code if isinstance(code, int) else 0 if code is None else 1)
+        _leave(code if isinstance(code, int) else 0 if code is None else 1, own_process=True)
 
 
-def _leave(code: int) -> NoReturn:
+def _leave(code: int, own_process: bool) -> NoReturn:
     """Exit with `code` once the output is out, skipping the interpreter's teardown where the
     command is the whole process: freeing pandas' frames and modules one by one took 80 ms of a
     0.9 s `advise analyze`, and the teardown restores the default signal handlers first, so a
     Ctrl-C then killed advise by the raw signal after a run it had reported `ok`. Exit handlers
     still run; files are closed by then (atomic writes)."""
-    if not _OWN_PROCESS:
+    if not own_process:
         sys.exit(code)
     import atexit
     import os

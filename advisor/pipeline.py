@@ -6,7 +6,6 @@ from the experiments, which re-run the same probe with a fix injected.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, replace
@@ -17,12 +16,12 @@ import click
 
 from advisor.reports import terminal
 
-from . import fingerprint, gate, job_report, metrics, report as report_mod, rundir
+from . import fingerprint, gate, job_report, metrics, outputs, report as report_mod, rundir
 from .atomic import NotAFile, check_writable
 from .chatter import strip_log, without_chatter
 from .cli_exit import DISK_ERRNOS, STATUS_EXIT, fail, writing_error
 from .interrupt import StopRequest, deferred, describe
-from .model import Finding, rank, settle_severity, split_screened
+from .model import rank, settle_severity, split_screened
 from .profile import Profile
 from .job import detect as detect_job
 from .job_channel import ChannelError, open_channel
@@ -113,7 +112,7 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
             session.notes.extend(job_report.read_windows(profile, out, session.plan_suffixes[1:], stop))
         if len(session.plan_suffixes) > 1:  # the job's ranks share this node's cores (spawned ranks do not say so)
             profile.env["local_world_size"] = profile.env.get("local_world_size") or len(session.plan_suffixes)
-        findings, warnings = _diagnose(profile, rule_settings, screen=True)
+        findings, warnings = outputs.diagnose(profile, rule_settings, screen=True)
         session.rule_warnings = warnings
         return findings, profile
 
@@ -310,19 +309,19 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
     if link is not None:
         link.channel.close()
     report["artifacts"]["report_html"] = run.files.report_html
-    html_path = _write_renderings(report, out, profile, con)
+    html_path = outputs.write_renderings(report, out, profile, con)
     if html_path is None:
         del report["artifacts"]["report_html"]
     report_mod.write_report(report, out / run.files.report_json)
-    _emit(report, con, as_json, str(out))
-    _say_html(html_path, con, as_json)
+    outputs.emit(report, con, as_json, str(out))
+    outputs.say_html(html_path, con, as_json)
     if stop.signum and not signum:  # a signal while the report was written: the report says so too
         signum = stop.signum
         if status == "ok":
             status = report["status"] = "interrupted"
             report["error"] = f"interrupted ({describe(signum)}) while the report was written"
             if html_path is not None:
-                _write_renderings(report, out, profile, con, summary=False)
+                outputs.write_renderings(report, out, profile, con, summary=False)
             report_mod.write_report(report, out / run.files.report_json)
     if status == "failed":
         _show_failure(run, out, con)
@@ -352,7 +351,7 @@ def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: Jo
             session.withhold_if_busy(profile.samples, profile.env.get("cpu_count"))
         results = ExperimentResults(findings, session.recommended, session.notes, [])
     else:
-        findings, rule_warnings = _diagnose(profile, rule_settings)
+        findings, rule_warnings = outputs.diagnose(profile, rule_settings)
     # A session that never saw a window (the script's ranks, spawned by itself, ran the steps): fresh runs of the job.
     fresh = session.fresh if session is not None and session.findings else None
     if link is not None:
@@ -459,57 +458,3 @@ def _show_failure(run, out: Path, con) -> None:
     if tail:
         con.print(f"\nLast lines of {out / run.files.log}:", style="red", highlight=False)
         click.echo("\n".join(tail), err=True)
-
-
-def _write_renderings(report: dict, out: Path | None, profile: Profile | None, con, summary: bool = True) -> Path | None:
-    """report.html beside report.json, and (`summary`) the markdown summary when $GITHUB_STEP_SUMMARY is set.
-
-    A rendering problem is a warning: it never costs the user the run or report.json.
-    """
-    from advisor.reports import html, markdown, ruledoc
-    from advisor.rules.registry import load_rules
-
-    path = None
-    try:
-        rule_docs = ruledoc.docs_by_key(load_rules().rules)
-        if out is not None:
-            path = html.write_html(report, out, profile, rule_docs)
-        if summary:
-            markdown.append_step_summary(report, profile, rule_docs)
-    except Exception as exc:  # noqa: BLE001
-        if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS and _inside(exc.filename, out):
-            raise  # the run dir itself is full or read-only: exit 2 (cli.run_dir_errors)
-        con.print(f"warning: the HTML/markdown report was not written: {type(exc).__name__}: {exc}",
-                  style="yellow", highlight=False)
-    return path
-
-
-def _inside(filename, folder: Path | None) -> bool:
-    """`filename` lies in `folder` (as named, symlinks not followed)."""
-    if filename is None or folder is None:
-        return False
-    return Path(os.path.abspath(filename)).is_relative_to(os.path.abspath(folder))
-
-
-def _say_html(path: Path | None, con, as_json: bool) -> None:
-    if path is not None and not as_json:
-        con.print(f"html: {path}", style="dim", highlight=False)
-
-
-def _emit(report: dict, con, as_json: bool, run_dir: str | None) -> None:
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
-    else:
-        terminal.print_summary(report, con, run_dir)
-
-
-def _diagnose(profile: Profile, rule_settings, screen: bool = False) -> tuple[list[Finding], list[str]]:
-    """Run the selected rules (advisor.engine); a run with no measured step has nothing to diagnose.
-
-    Screened fixes (EXP001) are kept only where in-process arms will measure them (`screen`)."""
-    from .engine import run_rules
-
-    if profile.steps.empty:
-        return [], []
-    findings, warnings = run_rules(profile, rule_settings)
-    return (findings if screen else split_screened(findings)[0]), warnings

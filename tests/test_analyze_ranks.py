@@ -52,7 +52,7 @@ def test_the_job_figures_come_from_summaries_and_equal_those_of_every_ranks_fram
         return out
 
     seen = {}
-    diagnose = analyze._diagnose
+    diagnose = analyze.diagnose
 
     def rules(profile, settings):  # while the rules run: which frames are still alive
         seen["alive"] = sum(ref() is not None for ref in alive)
@@ -60,7 +60,7 @@ def test_the_job_figures_come_from_summaries_and_equal_those_of_every_ranks_fram
         return diagnose(profile, settings)
 
     monkeypatch.setattr(ReadAhead, "frames", kept)
-    monkeypatch.setattr(analyze, "_diagnose", rules)
+    monkeypatch.setattr(analyze, "diagnose", rules)
     assert analyze.analyze([job], ReadAhead(), as_json=True, out=tmp_path / "out", quiet=True) == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
 
