@@ -85,41 +85,64 @@ def _interrupted(tmp_path: Path) -> tuple[int, dict]:
     return proc.returncode, json.loads((tmp_path / "run" / "report.json").read_text())
 
 
-@pytest.mark.slow
-def test_every_kind_of_run_writes_a_report_the_schema_describes(tmp_path, advise):
-    """ok (with experiments, then gated against itself: compare.json), failed, interrupted, two
-    ranks, one trace and a job's traces: each report and compare.json validates, strictly."""
-    seen = {}
+def _ok_and_gated(tmp_path, advise) -> dict:
+    """ok with experiments (DL001 fires, its fix is measured), then gated against itself: compare.json."""
     ok = advise("profile", "--steps", "6", "--warmup", "2", "--profile-steps", "2", "--max-experiments", "2",
-                "--out", "run", str(EXAMPLE), "--epochs", "1")  # DL001 fires, its fix is measured
+                "--out", "run", str(EXAMPLE), "--epochs", "1")
     assert ok.returncode == 0, ok.stderr
-    seen["ok"] = ok.report
+    assert any(f["experiment"] for f in ok.report["findings"]) and ok.report["experiments"] is not None
     (tmp_path / "base.json").write_text(json.dumps(ok.report))
     gated = advise("profile", *FAST, "--baseline", "base.json", "--out", "gated", str(EXAMPLE), "--epochs", "1")
     assert gated.returncode in (0, 3), gated.stderr
-    seen["compare"] = json.loads((tmp_path / "gated" / "compare.json").read_text())
+    compared = json.loads((tmp_path / "gated" / "compare.json").read_text())
+    assert compared["metrics"]
+    return {"report": ok.report, "compare": compared}
+
+
+def _failed(tmp_path, advise) -> dict:
     failed = advise("profile", *FAST, "--out", "failed", str(WORKLOADS / "crash_at_step3.py"))
     assert failed.returncode == 1, failed.stderr
-    seen["failed"] = json.loads((tmp_path / "failed" / "report.json").read_text())
+    report = json.loads((tmp_path / "failed" / "report.json").read_text())
+    assert report["status"] == "failed"
+    return {"report": report}
+
+
+def _stopped(tmp_path, advise) -> dict:
     (tmp_path / "stop").mkdir()
-    code, seen["interrupted"] = _interrupted(tmp_path / "stop")
-    assert code == 130
+    code, report = _interrupted(tmp_path / "stop")
+    assert code == 130 and report["status"] == "interrupted"
+    return {"report": report}
+
+
+def _two_ranks(tmp_path, advise) -> dict:
     job = advise("profile", *FAST, "--nproc-per-node", "2", "--out", "job", str(WORKLOADS / "ddp_gloo.py"), timeout=300)
     assert job.returncode == 0, job.stderr
-    seen["ranks"] = json.loads((tmp_path / "job" / "report.json").read_text())
+    report = json.loads((tmp_path / "job" / "report.json").read_text())
+    assert len(report["ranks"]) == 2
+    return {"report": report}
+
+
+def _traces(tmp_path, advise) -> dict:
+    """One trace, then a job's traces (two ranks)."""
     trace = advise("analyze", "--out", "trace", str(trace_path(RESNET)))
     assert trace.returncode == 0, trace.stderr
-    seen["analyze"] = json.loads((tmp_path / "trace" / "report.json").read_text())
+    one = json.loads((tmp_path / "trace" / "report.json").read_text())
+    assert one["findings"]
     two = [trace_path(RESNET), trace_path(RESNET.replace("_0/worker0.1623143089861", "_4/worker0.1623212756351"))]
     ranks = advise("analyze", "--out", "traces", *map(str, two))
     assert ranks.returncode == 0, ranks.stderr
-    seen["analyze-ranks"] = json.loads((tmp_path / "traces" / "report.json").read_text())
+    job = json.loads((tmp_path / "traces" / "report.json").read_text())
+    assert len(job["ranks"]) == 2
+    return {"report": one, "report-of-ranks": job}
 
-    assert [seen[k]["status"] for k in ("ok", "failed", "interrupted")] == ["ok", "failed", "interrupted"]
-    assert len(seen["ranks"]["ranks"]) == 2 and len(seen["analyze-ranks"]["ranks"]) == 2
-    assert any(f["experiment"] for f in seen["ok"]["findings"]) and seen["ok"]["experiments"] is not None
-    assert seen["analyze"]["findings"] and seen["compare"]["metrics"]
-    for kind, doc in seen.items():
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make", [_ok_and_gated, _failed, _stopped, _two_ranks, _traces],
+                         ids=["ok-and-gated", "failed", "interrupted", "two-ranks", "traces"])
+def test_every_kind_of_run_writes_a_report_the_schema_describes(tmp_path, advise, make):
+    """ok (with experiments, then gated against itself: compare.json), failed, interrupted, two
+    ranks, one trace and a job's traces: each report and compare.json validates, strictly."""
+    for kind, doc in make(tmp_path, advise).items():
         errors = strict_errors("compare" if kind == "compare" else "report", doc)
         assert not errors, (kind, errors)
 
