@@ -27,7 +27,8 @@ from typing import Callable
 
 import numpy as np
 
-from . import compare, fingerprint, metrics, opdiff, sequential
+from . import compare, fingerprint, opdiff, sequential
+from .analysis import metrics
 from .report import ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.05  # paired rounds resolve smaller changes than one pair of runs

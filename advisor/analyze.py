@@ -24,7 +24,7 @@ from .cli_exit import DISK_ERRNOS, fail
 from .outputs import diagnose, emit, say_html, write_renderings
 from .profile import Profile
 from .rank_summary import summarize, to_profile
-from .temporal import BASIS
+from .analysis.temporal import BASIS
 from .trace import ReadAhead, TraceError, forked, trace_files
 
 

@@ -16,7 +16,7 @@ import click
 from . import __version__
 
 from .cli_exit import EXIT_USAGE, fail, run_dir_errors
-from .memory import parse_size
+from .analysis.memory import parse_size
 
 
 def _rule_options(command):
@@ -76,11 +76,11 @@ def _one_line(exc: click.UsageError) -> click.ClickException:
 
 
 class _Interrupted(click.ClickException):
-    """Ctrl-C, SIGTERM or SIGHUP (advisor.interrupt): one line and the signal's exit code, not click's
+    """Ctrl-C, SIGTERM or SIGHUP (advisor.run_dir.interrupt): one line and the signal's exit code, not click's
     "Aborted!" and exit 1 (the code of a failed script)."""
 
     def __init__(self, exc: KeyboardInterrupt):
-        from .interrupt import describe, exit_code
+        from .run_dir.interrupt import describe, exit_code
 
         signum = getattr(exc, "signum", None)
         super().__init__(f"interrupted ({describe(signum)})")
@@ -317,7 +317,7 @@ def _leave(code: int, own_process: bool) -> NoReturn:
     import atexit
     import os
 
-    from .interrupt import hold
+    from .run_dir.interrupt import hold
 
     hold()  # the exit code is decided: a signal now must not kill the process on its way out
 

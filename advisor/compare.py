@@ -10,7 +10,7 @@ The rule (asv's, plus a guard against outlier steps): a gated timing metric regr
    p < alpha (default 0.01).
 
 Per-step times are the un-profiled measured steps when there are at least 3 of them (the
-same steps the report's throughput comes from, :func:`advisor.metrics.timed_steps`).
+same steps the report's throughput comes from, :func:`advisor.analysis.metrics.timed_steps`).
 
 A fixed percentage alone cries wolf on a noisy runner (one slow step, a neighbour's burst);
 a test alone fails on a 0.5% difference that is real but irrelevant. Requiring both keeps
@@ -45,7 +45,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import fingerprint, metrics, stats
+from . import fingerprint
+from .analysis import metrics, stats
 from .report import EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.10
@@ -201,7 +202,7 @@ def _raw(path: Path):
 
 
 def _timed(report: dict) -> tuple[pd.DataFrame, str]:
-    """The steps to compare: :func:`advisor.metrics.timed_steps` of those with a duration."""
+    """The steps to compare: :func:`advisor.analysis.metrics.timed_steps` of those with a duration."""
     rows = report.get("steps")
     rows = [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
     steps = pd.DataFrame(rows)

@@ -17,7 +17,7 @@ import click
 from advisor.reports import terminal
 
 from . import ab, compare, opdiff
-from .atomic import write_json_atomic, write_text_atomic
+from .run_dir.atomic import write_json_atomic, write_text_atomic
 from .cli_exit import EXIT_SCRIPT, EXIT_USAGE, fail
 from .report import EXIT_INTERRUPTED, EXIT_OK
 

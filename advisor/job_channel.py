@@ -28,7 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Callable
 
-from .atomic import write_json_atomic
+from .run_dir.atomic import write_json_atomic
 from .job import JobRank
 
 CONNECT_S = 60.0  # how long a rank tries to reach the store (rank 0's advise may start later)

@@ -17,8 +17,9 @@ import os
 import time
 from pathlib import Path
 
-from . import rundir, temporal
-from .atomic import write_json_atomic
+from .analysis import temporal
+from .run_dir import layout
+from .run_dir.atomic import write_json_atomic
 from .job import detect as detect_job
 from .job_channel import ChannelError, wait_for
 from .model import Experiment, Finding, Verdict
@@ -73,7 +74,7 @@ def read_windows(profile: Profile, out: Path, suffixes: list[str], stop) -> list
     while pending and time.monotonic() < deadline and not (stop is not None and stop):
         for suffix in list(pending):
             try:
-                done = json.loads((out / rundir.names(suffix).probe_json).read_text()).get("phase") == "window-done"
+                done = json.loads((out / layout.names(suffix).probe_json).read_text()).get("phase") == "window-done"
             except (OSError, ValueError):
                 done = False
             if done:
@@ -106,7 +107,7 @@ def own_account(run, out: Path) -> dict:
 def summarize_rank(run, profile: Profile, out: Path, job) -> dict:
     """This rank's summary (rank_summary.summarize), also kept beside its files as summary.rankN.json."""
     summary = summarize(profile, own_account(run, out), job.rank, job.node, run.arms.get("windows") or [])
-    write_json_atomic(out / rundir.names(job.suffix).summary, summary)
+    write_json_atomic(out / layout.names(job.suffix).summary, summary)
     return summary
 
 

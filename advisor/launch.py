@@ -1,6 +1,6 @@
 """The `advise` executable (and `python -m advisor`).
 
-First the stop signals (:func:`advisor.interrupt.install_at_launch`: Ctrl-C at any moment is
+First the stop signals (:func:`advisor.run_dir.interrupt.install_at_launch`: Ctrl-C at any moment is
 exit 130, never a traceback or click's "Aborted!") and a stdout that a closed pipe cannot break.
 Then `advise analyze TRACE` starts reading the trace in a second process before the CLI (click,
 the rules, pandas) is imported, so the read overlaps all of it (:func:`advisor.trace.start_reading`);
@@ -12,7 +12,7 @@ import sys
 
 
 def main() -> None:
-    from .interrupt import describe, exit_code, install_at_launch
+    from .run_dir.interrupt import describe, exit_code, install_at_launch
 
     install_at_launch()
     _survive_a_closed_stdout()

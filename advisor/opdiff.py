@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from . import rundir
+from .run_dir import layout
 from .trace import TraceError, TraceFrames, load_trace
 
 TOP = 10
@@ -129,6 +129,6 @@ def run_dir_trace(run_dir, report: dict) -> TraceFrames | None:
     if not name:
         return None
     try:
-        return load_trace(rundir.resolve_inside(run_dir, name, "trace"))
+        return load_trace(layout.resolve_inside(run_dir, name, "trace"))
     except (TraceError, OSError, ValueError):
         return None

@@ -16,17 +16,19 @@ import click
 
 from advisor.reports import terminal
 
-from . import fingerprint, gate, job_report, metrics, outputs, report as report_mod, rundir
-from .atomic import NotAFile, check_writable
-from .chatter import strip_log, without_chatter
+from . import fingerprint, gate, job_report, outputs, report as report_mod
+from .analysis import metrics
+from .run_dir import layout
+from .run_dir.atomic import NotAFile, check_writable
+from .run_dir.chatter import strip_log, without_chatter
 from .cli_exit import DISK_ERRNOS, STATUS_EXIT, fail, writing_error
-from .interrupt import StopRequest, deferred, describe
+from .run_dir.interrupt import StopRequest, deferred, describe
 from .model import rank, settle_severity, split_screened
 from .profile import Profile
 from .job import detect as detect_job
 from .job_channel import ChannelError, open_channel
 from .rank_summary import summarize
-from .rundir import rank_suffix
+from .run_dir.layout import rank_suffix
 
 if TYPE_CHECKING:  # `advise analyze` and `compare` never run a script: the probe and experiments load on use
     from .experiments.judge import ExperimentResults
@@ -70,7 +72,7 @@ def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[
     return out
 
 
-def _artifacts(out: Path, names: rundir.RunFiles, profile: Profile) -> dict:
+def _artifacts(out: Path, names: layout.RunFiles, profile: Profile) -> dict:
     """The run's files, relative to the run dir; a trace that did not load is not listed as one that works."""
     wanted = {"report_json": names.report_json, "trace": names.trace, "steps_csv": names.steps_csv,
               "samples_csv": names.samples_csv, "log": names.log, "probe_json": names.probe_json,
@@ -137,7 +139,7 @@ def _job_link(job, out: Path) -> JobLink:
     def window() -> dict:  # this rank's window, for rank 0's rules
         return summarize(Profile.from_run_dir(out, job.suffix), {"status": "window"}, job.rank, job.node)
 
-    return JobLink(channel, job, out, rundir.names(job.suffix), on_window=window)
+    return JobLink(channel, job, out, layout.names(job.suffix), on_window=window)
 
 
 def _launcher_notes(link: JobLink | None, experiments: ExperimentOptions) -> list[str]:
@@ -149,7 +151,7 @@ def _launcher_notes(link: JobLink | None, experiments: ExperimentOptions) -> lis
             "collective; the fixes were measured inside the profiled run, on every rank"] if asked else []
 
 
-def _finish_rank(run, config: ProbeConfig, link: JobLink, out: Path, lock: rundir.RunDirLock, stop: StopRequest) -> int:
+def _finish_rank(run, config: ProbeConfig, link: JobLink, out: Path, lock: layout.RunDirLock, stop: StopRequest) -> int:
     """A rank other than 0 of a job a launcher started: its files, its summary to rank 0, one line.
 
     Its verdict is the job's, in rank 0's report: a rank alone would misread waiting for a
@@ -197,30 +199,30 @@ def _io_like(report_util: dict, env: dict) -> bool:
 def profile_script(**options) -> int:
     """`advise profile` (options as `_profile`'s), one run at a time per run dir, stoppable at any moment.
 
-    Ctrl-C, SIGTERM and SIGHUP are recorded, not raised (advisor.interrupt): the probe and
+    Ctrl-C, SIGTERM and SIGHUP are recorded, not raised (advisor.run_dir.interrupt): the probe and
     the experiments stop the script when they see one, and the report is still written.
     """
-    lock = rundir.RunDirLock(Path(options["out"]), rank_suffix())
+    lock = layout.RunDirLock(Path(options["out"]), rank_suffix())
     with deferred() as stop, lock:
         return _profile(**options, stop=stop, lock=lock)
 
 
-def _take_run_dir(lock: rundir.RunDirLock, out: Path) -> None:
+def _take_run_dir(lock: layout.RunDirLock, out: Path) -> None:
     """Lock the run dir for this rank, then clear the last run's files (report.json first).
 
     A run dir another live run holds: one line naming its pid, exit 2, nothing touched.
     """
     try:
-        rundir.check_own_names(out, rank_suffix())  # a folder, FIFO or linked experiments/: refused now
+        layout.check_own_names(out, rank_suffix())  # a folder, FIFO or linked experiments/: refused now
         lock.acquire()
-    except (rundir.RunDirBusy, rundir.OutsideRunDir) as exc:
+    except (layout.RunDirBusy, layout.OutsideRunDir) as exc:
         fail(str(exc))
     except NotAFile as exc:
         fail(writing_error(exc, out))
     except OSError as exc:
         fail(f"cannot lock the run dir {out}: {exc.strerror or exc}")
     try:
-        rundir.clear_previous(out, rank_suffix())
+        layout.clear_previous(out, rank_suffix())
     except OSError as exc:
         fail(f"cannot clear the last run's files from {out}: {exc.strerror or exc}")
 
@@ -229,7 +231,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
              out: Path, timeout_s: float, as_json: bool,
              experiments: ExperimentOptions | None = None, baseline: str | None = None,
              max_regression: float = 0.10, rule_settings=None, memory_budget_bytes: int | None = None,
-             stop: StopRequest, lock: rundir.RunDirLock) -> int:
+             stop: StopRequest, lock: layout.RunDirLock) -> int:
     """`advise profile`: probe the script, write the run dir, print the summary.
 
     With `baseline`, then compare against it (as `advise compare`): exit 3 on a regression.
@@ -264,7 +266,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
     if link is not None and not link.leader:  # its summary goes to rank 0, which writes the job's report
         return _finish_rank(run_probe(config, None, stop, link=link), config, link, out, lock, stop)
     if link is not None:
-        rundir.clear_job_report(out)
+        layout.clear_job_report(out)
     session = _arms_session(config, experiments, rule_settings, link, stop) if config.arms else None
     shown = f"-m {script}" if module else script  # how the report and the progress name the job
     with terminal.ProbeProgress(con, f"profiling {shown}") as progress:
@@ -359,7 +361,7 @@ def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: Jo
     elif run.status == "ok" and experiments.enabled and findings and not stop and (fresh is None or fresh):
         try:
             fresh_results = run_experiments(
-                findings, config, profile.steps, root=rundir.make_subdir(out, rundir.EXPERIMENTS), env=profile.env,
+                findings, config, profile.steps, root=layout.make_subdir(out, layout.EXPERIMENTS), env=profile.env,
                 io_like=_io_like(metrics.utilization(profile.samples, profile.steps), profile.env),
                 safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
                 time_budget_s=experiments.time_budget_s, progress=progress, stop=stop,
@@ -408,7 +410,7 @@ def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, 
             results.notes.append("--confirm: the recommendation was already measured in fresh runs")
         return
     try:
-        exp, runs = confirm_recommendation(rec, config, profile.steps, root=rundir.make_subdir(out, rundir.EXPERIMENTS, "confirm"),
+        exp, runs = confirm_recommendation(rec, config, profile.steps, root=layout.make_subdir(out, layout.EXPERIMENTS, "confirm"),
                                            progress=progress, stop=stop)
     except Exception as exc:  # noqa: BLE001 - the in-process result stands; say why there is no confirmation
         results.notes.append(f"--confirm failed: {type(exc).__name__}: {exc}")
@@ -429,7 +431,7 @@ def _ranks(run, profile: Profile) -> list[dict]:
     return rows
 
 
-def _check_run_dir_after(run, out: Path, lock: rundir.RunDirLock) -> None:
+def _check_run_dir_after(run, out: Path, lock: layout.RunDirLock) -> None:
     """Raise the OSError of a disk that filled up (or went read-only) while the script ran; exit 2
     when the run dir itself was removed or emptied under the run (its lock file is not ours).
 

@@ -15,7 +15,7 @@ Frames (pandas; times in seconds unless the column says ``_us``):
 - ``samples``: the parent's sampler ticks (see :mod:`advisor.probe.sampler`).
 
 ``sources``: the user's lines behind host syncs, matmuls, copies and DataLoader fetches (the
-probe's ``sources.json``, else the trace's ``python_function`` events; see :mod:`advisor.sources`),
+probe's ``sources.json``, else the trace's ``python_function`` events; see :mod:`advisor.analysis.sources`),
 read through :meth:`Profile.locations`.
 
 Plain dicts: ``env`` (python, torch, cuda, device, device_name, device_capability,
@@ -24,7 +24,7 @@ DataLoaders the script built), ``memory`` (peak accelerator memory), ``meta`` (s
 trace path, probe status, ``log_tail``: the last lines of the script's log).
 
 A multi-rank job: ``ranks`` lists every rank's Profile (ordered by rank; this one is one of
-them, normally rank 0) and :attr:`Profile.job` wraps them in a :class:`~advisor.ranks.JobProfile`
+them, normally rank 0) and :attr:`Profile.job` wraps them in a :class:`~advisor.analysis.ranks.JobProfile`
 for the cross-rank rules; a single-rank run has ``ranks == []`` and a job of one.
 """
 
@@ -37,10 +37,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import rundir, sources as source_sites
-from .chatter import without_chatter
+from .analysis import sources as source_sites
+from .run_dir import layout
+from .run_dir.chatter import without_chatter
 from .model import SourceLocation
-from .ranks import JobProfile, name_mask
+from .analysis.ranks import JobProfile, name_mask
 from .trace import TraceError, TraceFrames, load_trace
 
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step")
@@ -117,7 +118,7 @@ class Profile:
     def from_run_dir(cls, run_dir: str | Path, rank_suffix: str = "") -> "Profile":
         """Load what the probe left in `run_dir`; a missing or broken trace is noted, not fatal."""
         run_dir = Path(run_dir)
-        names = rundir.names(rank_suffix)
+        names = layout.names(rank_suffix)
         probe = _read_json(run_dir / names.probe_json)
         steps = _read_csv(run_dir / names.steps_csv)
         samples = _read_csv(run_dir / names.samples_csv)

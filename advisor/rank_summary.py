@@ -1,7 +1,7 @@
 """One rank reduced to what the job's report needs of it, where the rank runs.
 
 The job's own processes are the distributed engine: each rank reads its own trace into its
-cross-rank step table (:meth:`advisor.ranks.JobProfile.step_table`: step, collective, exposed
+cross-rank step table (:meth:`advisor.analysis.ranks.JobProfile.step_table`: step, collective, exposed
 and busy time, FLOPs), keeps its measured steps, how it ended and what each arms window
 switched, and sends that (a few kB) to rank 0. Rank 0 merges N such summaries with its own
 Profile; it never loads another rank's trace, so a 128-rank job costs one trace and 127 small
@@ -15,9 +15,9 @@ import math
 
 import pandas as pd
 
-from . import metrics, temporal
+from .analysis import metrics, temporal
 from .profile import Profile
-from .ranks import JobProfile
+from .analysis.ranks import JobProfile
 
 VERSION = 1
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import msgspec
 
 from . import __version__
-from .atomic import write_json_atomic
-from .interrupt import exit_code
+from .run_dir.atomic import write_json_atomic
+from .run_dir.interrupt import exit_code
 from .model import Finding, Recommendation
 
 if TYPE_CHECKING:  # the CLI imports this module for its exit codes: no pandas at import time
@@ -56,7 +56,7 @@ def build_report(
 ) -> dict:
     """Assemble the report dict from a Profile, the typed findings and how the run ended: the one
 place the result model becomes report.json."""
-    from . import metrics, mfu, temporal
+    from .analysis import metrics, mfu, temporal
 
     assert status in STATUSES, status
     steps = profile.steps

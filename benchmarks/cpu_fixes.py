@@ -16,7 +16,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from advisor import metrics
+from advisor.analysis import metrics
 from advisor.probe.runner import ProbeConfig, run_probe
 from advisor.profile import Profile
 

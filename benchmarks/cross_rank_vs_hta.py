@@ -63,7 +63,7 @@ DEFAULT_SETS = [
 def advise_figures(paths: list[Path]) -> dict[int, dict]:
     from advisor.intervals import merge
     from advisor.profile import Profile
-    from advisor.ranks import collectives, compute_intervals, subtract
+    from advisor.analysis.ranks import collectives, compute_intervals, subtract
 
     profiles = [Profile.from_trace(p) for p in paths]
     primary = profiles[0]

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from advisor import metrics
+from advisor.analysis import metrics
 from advisor.overrides import merge
 from advisor.probe.runner import ProbeConfig, run_probe
 from advisor.profile import Profile

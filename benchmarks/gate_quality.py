@@ -39,7 +39,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from advisor import stats  # noqa: E402
+from advisor.analysis import stats  # noqa: E402
 
 WORKLOAD = REPO / "tests" / "workloads" / "slowdown_knob.py"
 KNOB = 'parser.add_argument("--slowdown", type=float, default=1.0,'

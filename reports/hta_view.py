@@ -1,7 +1,7 @@
 """The GPU time table in HTA's temporal-breakdown terms, beside the per-step split, from report.json's ``hta_breakdown``.
 
 So that a user coming from Holistic Trace Analysis finds its numbers (idle, compute, non-compute
-over the kernels' span, see :mod:`advisor.temporal`) and sees the same categories per step.
+over the kernels' span, see :mod:`advisor.analysis.temporal`) and sees the same categories per step.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from advisor.atomic import write_text_atomic
+from advisor.run_dir.atomic import write_text_atomic
 from advisor.report import Report
-from advisor.rundir import resolve_inside
+from advisor.run_dir.layout import resolve_inside
 
 from .page import NO_DOCS, Page, build_page
 from .templates import TEMPLATES, asset

@@ -78,7 +78,7 @@ def ops_table(ops: pd.DataFrame, n_steps: int) -> OpsTable | None:
     top = g.sort_values(["self_us", "calls"], ascending=False).head(TOP_OPS)
     first = float(top["self_us"].iloc[0]) or 1.0
     rows = [OpRow(
-        name=_cut(str(name)), full_name=str(name), calls=fmt.count(r["calls"]),
+        name=short_name(str(name)), full_name=str(name), calls=fmt.count(r["calls"]),
         self_time=fmt.time_us(r["self_us"]), total_time=fmt.time_us(r["dur_us"]),
         share=fmt.frac(r["self_us"] / total_self, 1), bar=round(100 * float(r["self_us"]) / first, 1),
         per_step=fmt.time_us(r["self_us"] / n_steps) if n_steps else fmt.DASH,
@@ -97,14 +97,14 @@ def kernels_table(kernels: pd.DataFrame, n_steps: int) -> OpsTable | None:
     top = g.sort_values(["dur_us", "calls"], ascending=False).head(TOP_KERNELS)
     first = float(top["dur_us"].iloc[0]) or 1.0
     rows = [OpRow(
-        name=_cut(str(name)), full_name=str(name), calls=fmt.count(r["calls"]), self_time=fmt.time_us(r["dur_us"]),
+        name=short_name(str(name)), full_name=str(name), calls=fmt.count(r["calls"]), self_time=fmt.time_us(r["dur_us"]),
         total_time=fmt.time_us(r["dur_us"]), share=fmt.frac(r["dur_us"] / total, 1), bar=round(100 * float(r["dur_us"]) / first, 1),
         per_step=fmt.time_us(r["dur_us"] / n_steps) if n_steps else fmt.DASH, flops="", dtypes="",
     ) for name, r in top.iterrows()]
     return OpsTable("GPU kernels", f"by time on the device; {len(g):,} distinct kernels, {len(kernels):,} launches", rows, False)
 
 
-def _cut(name: str) -> str:
+def short_name(name: str) -> str:
     return name if len(name) <= NAME_MAX else name[: NAME_MAX - 1] + "…"
 
 

@@ -1,8 +1,8 @@
 """The top GPU kernels on the roofline: achieved FLOP/s and bytes/s against the device's peaks,
 arithmetic intensity, and which side of the ridge point each kernel sits on.
 
-From :func:`advisor.mfu.kernel_efficiency` (the numbers) and the peak tables of
-:mod:`advisor.mfu` (their sources); the template only lays the rows out.
+From :func:`advisor.analysis.mfu.kernel_efficiency` (the numbers) and the peak tables of
+:mod:`advisor.analysis.mfu` (their sources); the template only lays the rows out.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor import format as fmt
-from advisor.mfu import kernel_efficiency, peak_bandwidth
+from advisor.analysis.mfu import kernel_efficiency, peak_bandwidth
 
-from .ops_view import TOP_KERNELS, _cut
+from .ops_view import TOP_KERNELS, short_name
 
 
 @dataclass
@@ -51,7 +51,7 @@ def roofline_table(profile) -> RooflineTable | None:
     device = profile.env.get("device_name")
     bandwidth, source = peak_bandwidth(device)
     rows = [RooflineRow(
-        name=_cut(str(r["name"])), full_name=str(r["name"]), time=fmt.time_us(r["dur_us"]),
+        name=short_name(str(r["name"])), full_name=str(r["name"]), time=fmt.time_us(r["dur_us"]),
         flops_rate=_rate(r["tflops"], "FLOP/s"), flops_of_peak=_of(r["tflops"], r["peak_tflops"]),
         bytes_rate=_rate(r["tbps"], "B/s"), bytes_of_peak=_of(r["tbps"], r["peak_tbps"]),
         intensity=fmt.number(r["intensity"], 1) if r["intensity"] == r["intensity"] else fmt.DASH,

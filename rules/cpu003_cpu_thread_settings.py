@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from advisor import metrics
+from advisor.analysis import metrics
 
 from . import helpers as h
 from .registry import Finding, Fix, rule

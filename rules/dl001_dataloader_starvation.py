@@ -63,7 +63,8 @@ from typing import Iterator
 
 import numpy as np
 
-from advisor import intervals, metrics
+from advisor import intervals
+from advisor.analysis import metrics
 from advisor.overrides import cores_per_rank, cores_said
 
 from . import helpers as h

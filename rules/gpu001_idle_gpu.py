@@ -46,7 +46,8 @@ from typing import Iterator
 
 import numpy as np
 
-from advisor import intervals, metrics
+from advisor import intervals
+from advisor.analysis import metrics
 
 from . import helpers as h
 from .registry import Finding, Fix, rule

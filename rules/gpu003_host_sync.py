@@ -51,7 +51,8 @@ from typing import Iterator
 
 import numpy as np
 
-from advisor import intervals, sources
+from advisor import intervals
+from advisor.analysis import sources
 
 from . import helpers as h
 from .registry import Finding, Fix, rule

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from advisor import intervals, metrics
+from advisor import intervals
+from advisor.analysis import metrics
 from advisor.overrides import cores_per_rank
 
 # --------------------------------------------------------------------------- steps

@@ -68,7 +68,7 @@ from typing import Iterator
 
 import numpy as np
 
-from advisor import memory as mem
+from advisor.analysis import memory as mem
 
 from . import helpers as h
 from .registry import Finding, Fix, rule

@@ -40,7 +40,7 @@ from typing import Iterator
 
 import numpy as np
 
-from advisor.ranks import name_mask
+from advisor.analysis.ranks import name_mask
 
 from . import helpers as h
 from .registry import Finding, Fix, rule

@@ -56,7 +56,7 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from advisor.ranks import name_mask
+from advisor.analysis.ranks import name_mask
 
 from . import helpers as h
 from .registry import Finding, Fix, rule

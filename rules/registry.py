@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Callable, Iterable
 
-from advisor.interrupt import Interrupted
+from advisor.run_dir.interrupt import Interrupted
 from advisor.model import Finding, Fix  # noqa: F401  (rules and plugins import them from here)
 from advisor.overrides import expand_fix_blocks
 
@@ -271,7 +271,7 @@ def load_rules() -> Catalogue:
             continue
         try:
             found = rules_in(ep.load())
-        except Interrupted:  # the user's Ctrl-C (advisor.interrupt) while a plugin loads: advise stops
+        except Interrupted:  # the user's Ctrl-C (advisor.run_dir.interrupt) while a plugin loads: advise stops
             raise
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a broken plugin is its problem, never our exit
             cat.warnings.append(f"rule plugin {ep.name!r} from package {package} failed to load: {_one_line(exc)}")

@@ -11,7 +11,7 @@ import weakref
 import pytest
 
 from advisor import analyze
-from advisor import temporal
+from advisor.analysis import temporal
 from advisor.engine import run_rules
 from advisor.model import split_screened
 from advisor.profile import Profile

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from advisor.atomic import write_json_atomic
+from advisor.run_dir.atomic import write_json_atomic
 from advisor.probe.runner import ProbeConfig, run_probe
 from conftest import WORKLOADS
 

@@ -1,4 +1,4 @@
-"""advisor.atomic: files appear whole or not at all, with ordinary permissions, and no litter."""
+"""advisor.run_dir.atomic: files appear whole or not at all, with ordinary permissions, and no litter."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from advisor.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+from advisor.run_dir.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 
 
 def test_writes_and_replaces(tmp_path):
@@ -73,7 +73,7 @@ def test_a_symlink_is_replaced_not_followed(tmp_path):
 @pytest.mark.parametrize("kind", ["fifo", "folder"])
 def test_a_name_taken_by_a_fifo_or_folder_is_refused(tmp_path, kind):
     """A FIFO would block the write forever; a folder cannot be renamed over: both are NotAFile."""
-    from advisor.atomic import NotAFile
+    from advisor.run_dir.atomic import NotAFile
 
     taken = tmp_path / "report.json"
     os.mkfifo(taken) if kind == "fifo" else taken.mkdir()

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from advisor import compare as cmp
-from advisor import metrics, stats
+from advisor.analysis import metrics, stats
 from advisor.cli import main
 
 MiB = 2**20

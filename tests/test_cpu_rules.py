@@ -14,7 +14,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from advisor.atomic import write_json_atomic
+from advisor.run_dir.atomic import write_json_atomic
 from advisor.overrides import not_applied
 from advisor.probe.runner import ProbeConfig, run_probe
 from advisor.profile import Profile

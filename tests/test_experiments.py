@@ -11,7 +11,7 @@ from advisor.experiments.fresh import run_experiments
 from advisor.experiments.judge import loss_check
 from advisor.experiments.plan import candidates_from
 from advisor.model import Finding, Fix
-from advisor.stats import baseline_drift, speedup_ci
+from advisor.analysis.stats import baseline_drift, speedup_ci
 from advisor.probe.runner import ProbeConfig, run_probe
 from advisor.profile import Profile
 from conftest import WORKLOADS

@@ -267,7 +267,7 @@ def test_a_script_that_clears_its_output_folder_given_as_out_is_exit_2(tmp_path)
 def test_the_cleanup_after_a_disk_error_removes_scratch_files_only(tmp_path):
     """What `advise` removes before its one-line exit: a failed writer's temp files, the probe's
     config and raw step lines, in the run dir and its experiments; never the results."""
-    from advisor.rundir import remove_scratch
+    from advisor.run_dir.layout import remove_scratch
 
     run = tmp_path / "run"
     (run / "experiments" / "dl001-1").mkdir(parents=True)

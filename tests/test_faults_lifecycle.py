@@ -28,11 +28,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from advisor import rundir
+from advisor.run_dir import layout
 from conftest import WORKLOADS, advise_cmd
 
 SCRIPT = str(WORKLOADS / "lifecycle.py")
-LOCK = rundir.lock_name()
+LOCK = layout.lock_name()
 STALE = ["report.json", "report.html", "trace.json.gz", "steps.csv", "samples.csv", "probe.json", "script.log",
          "steps.jsonl", "compare.json", ".probe-config.json", ".tmp-report.json.0123456789ab",
          "experiments/01-baseline/steps.csv", "experiments/01-baseline/probe.json",
@@ -504,23 +504,23 @@ def test_a_closed_stdout_costs_nothing(tmp_path):
 # --- the lock and the clearing, in process ----------------------------------------------------
 
 def test_the_lock_is_per_run_dir_and_rank_and_names_its_holder(tmp_path):
-    with rundir.RunDirLock(tmp_path).acquire():
+    with layout.RunDirLock(tmp_path).acquire():
         assert (tmp_path / LOCK).read_text().strip() == str(os.getpid())
-        with pytest.raises(rundir.RunDirBusy, match=rf"in use by another advise run \(pid {os.getpid()}\)"):
-            rundir.RunDirLock(tmp_path).acquire()
-        with rundir.RunDirLock(tmp_path, ".rank1").acquire():  # torchrun: each rank holds its own
-            assert (tmp_path / rundir.lock_name(".rank1")).exists()
+        with pytest.raises(layout.RunDirBusy, match=rf"in use by another advise run \(pid {os.getpid()}\)"):
+            layout.RunDirLock(tmp_path).acquire()
+        with layout.RunDirLock(tmp_path, ".rank1").acquire():  # torchrun: each rank holds its own
+            assert (tmp_path / layout.lock_name(".rank1")).exists()
     assert not (tmp_path / LOCK).exists()
-    with rundir.RunDirLock(tmp_path).acquire():  # released: free again
+    with layout.RunDirLock(tmp_path).acquire():  # released: free again
         pass
 
 
 def test_clearing_takes_only_this_ranks_files(tmp_path):
-    mine = [*rundir.own_files(".rank1"), "experiments/02-x/steps.rank1.csv"]
-    theirs = [*rundir.own_files(".rank0"), "experiments/02-x/steps.rank0.csv", "experiments/02-x/notes.md", "report.json"]
+    mine = [*layout.own_files(".rank1"), "experiments/02-x/steps.rank1.csv"]
+    theirs = [*layout.own_files(".rank0"), "experiments/02-x/steps.rank0.csv", "experiments/02-x/notes.md", "report.json"]
     for name in mine + theirs:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
-    removed = rundir.clear_previous(tmp_path, ".rank1")
+    removed = layout.clear_previous(tmp_path, ".rank1")
     assert {p.relative_to(tmp_path).as_posix() for p in removed} == set(mine)
     assert files_in(tmp_path) == set(theirs)

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from advisor.engine import Settings, run_rules
-from advisor.memory import breakdown, parse_size, sharding_estimate
+from advisor.analysis.memory import breakdown, parse_size, sharding_estimate
 from advisor.profile import Profile
 from advisor.rules.registry import load_rules
 from conftest import WORKLOADS, in_ci, trace_path

@@ -1,4 +1,4 @@
-"""advisor.metrics' measured window: the sampler ticks every mean over the run is taken from."""
+"""advisor.analysis.metrics' measured window: the sampler ticks every mean over the run is taken from."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from advisor.engine import Settings, run_rules
-from advisor import metrics
-from advisor.metrics import measured_window, utilization, window_samples
+from advisor.analysis import metrics
+from advisor.analysis.metrics import measured_window, utilization, window_samples
 from advisor.profile import Profile
 from advisor.rules.registry import load_rules
 

@@ -7,7 +7,7 @@ from functools import lru_cache
 import pytest
 import torch
 
-from advisor.mfu import kernel_efficiency, model_flops_utilization, op_traffic, peak_bandwidth, peak_tflops
+from advisor.analysis.mfu import kernel_efficiency, model_flops_utilization, op_traffic, peak_bandwidth, peak_tflops
 from advisor.profile import Profile
 from advisor.trace import load_trace
 from conftest import WORKLOADS, trace_path

@@ -1,4 +1,4 @@
-"""advisor.stats' experiment statistics: speedup over several runs per side, on the shared bootstrap."""
+"""advisor.analysis.stats' experiment statistics: speedup over several runs per side, on the shared bootstrap."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advisor.stats import ratio_ci, speedup_ci
+from advisor.analysis.stats import ratio_ci, speedup_ci
 
 
 def run(durations, samples=16):

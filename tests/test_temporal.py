@@ -1,4 +1,4 @@
-"""GPU time in HTA's temporal-breakdown terms (advisor/temporal.py, report.json's hta_breakdown, the HTML table).
+"""GPU time in HTA's temporal-breakdown terms (advisor/analysis/temporal.py, report.json's hta_breakdown, the HTML table).
 
 Checked two ways: against the raw JSON counted by hand in plain Python (always), and against
 Holistic Trace Analysis's own ``get_temporal_breakdown`` (when HTA is installed: the bench extra).
@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from advisor.temporal import CATEGORIES, for_ranks, hta_breakdown
+from advisor.analysis.temporal import CATEGORIES, for_ranks, hta_breakdown
 from advisor.trace import load_trace
 from advisor.reports.hta_view import hta_tables
 from conftest import advise_cmd, trace_path

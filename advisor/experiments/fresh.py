@@ -18,11 +18,11 @@ from pathlib import Path
 import pandas as pd
 
 from .. import overrides as vocabulary
-from ..interrupt import Interrupted, StopRequest, describe
+from ..run_dir.interrupt import Interrupted, StopRequest, describe
 from ..model import Applicability, Experiment, Finding, Recommendation, Verdict
 from ..probe.runner import ProbeConfig, run_probe
 from ..profile import Profile
-from ..rundir import make_subdir
+from ..run_dir.layout import make_subdir
 from . import judge
 from .judge import ExperimentResults, Measurement, by_samples
 from .plan import Candidate, candidates_from, say_why_untried, sweep_points

@@ -23,12 +23,12 @@ from typing import Callable
 
 import pandas as pd
 
-from .. import metrics
+from ..analysis import metrics
 from .. import overrides as vocabulary
-from ..atomic import write_json_atomic
+from ..run_dir.atomic import write_json_atomic
 from ..model import Experiment, Finding, Recommendation, Verdict
 from ..probe.protocol import Phase, read_lines
-from ..rundir import names
+from ..run_dir.layout import names
 from . import judge
 from .judge import Measurement
 from .plan import (BASELINE, MIN_WINDOW_STEPS, Candidate, Window, candidates_from, expected_speedup, interleave,

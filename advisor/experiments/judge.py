@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import memory, metrics
+from ..analysis import memory, metrics
 from .. import overrides as vocabulary
 from ..model import VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Recommendation, Verdict
-from ..stats import baseline_drift, speedup_ci
+from ..analysis.stats import baseline_drift, speedup_ci
 from .plan import Candidate
 
 MIN_GAIN = 0.05        # a sweep step must add 5% over the best so far to go on
@@ -43,7 +43,7 @@ class Measurement:
     wall_s: float
     error: str | None = None
     applied: dict = field(default_factory=dict)  # what the child says took effect
-    peak_memory_bytes: int | None = None  # the measurement's own peak (see advisor.memory)
+    peak_memory_bytes: int | None = None  # the measurement's own peak (see advisor.analysis.memory)
     memory_basis: str | None = None
     oom: bool = False  # it ran out of memory
 

@@ -27,8 +27,8 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 
 import advisor
 
-from advisor import rundir
-from advisor.atomic import open_nofollow, write_json_atomic
+from advisor.run_dir import layout
+from advisor.run_dir.atomic import open_nofollow, write_json_atomic
 from .arms import Arms
 from .clock import ProbeDone, StepClock
 from .env import collect_env, memory_stats
@@ -195,7 +195,7 @@ class ChildProbe:
         self.config, self.target = config, target
         self.out = out = Path(config.out)
         suffix = config.rank_suffix
-        self.names = names = rundir.names(rundir.rank_suffix() if suffix is None else suffix)  # None: a rank advise launched
+        self.names = names = layout.names(layout.rank_suffix() if suffix is None else suffix)  # None: a rank advise launched
         self.window = ProfilerWindow(out / names.trace)
         self.sink = open(out / names.steps_jsonl, "a", buffering=1, opener=open_nofollow)
         self.profile_steps = max(0, min(config.profile_steps, config.steps - 1))
@@ -227,7 +227,7 @@ class ChildProbe:
         if self.config.arms:
             self.arms = Arms(self.out, self.names, self.sink, self.config.plan_timeout_s,
                              self._window_done, self.observed,
-                             in_job=self.names.trace != rundir.names("").trace)  # a rank's files: one rank of a job
+                             in_job=self.names.trace != layout.names("").trace)  # a rank's files: one rank of a job
             self.arms.install()  # before the hooks: their DataLoader timing wraps the arms' substitute loaders
             self.clock.arms = self.arms
         install(self.clock, self.observed)

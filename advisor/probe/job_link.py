@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from advisor.atomic import write_json_atomic
+from advisor.run_dir.atomic import write_json_atomic
 from advisor.job import JobRank
 from advisor.job_channel import ChannelError
-from advisor.rundir import RunFiles
+from advisor.run_dir.layout import RunFiles
 
 POLL_S = 0.1
 

@@ -23,7 +23,7 @@ from typing import IO, Optional
 
 import msgspec
 
-from advisor.atomic import write_json_atomic
+from advisor.run_dir.atomic import write_json_atomic
 
 
 class Phase(str, Enum):

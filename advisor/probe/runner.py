@@ -25,10 +25,10 @@ from typing import Callable, Iterable, Protocol
 
 import pandas as pd
 
-from advisor import rundir
-from advisor.atomic import open_nofollow, write_text_atomic
-from advisor.interrupt import StopRequest, describe
-from advisor.rundir import rank_suffix
+from advisor.run_dir import layout
+from advisor.run_dir.atomic import open_nofollow, write_text_atomic
+from advisor.run_dir.interrupt import StopRequest, describe
+from advisor.run_dir.layout import rank_suffix
 from .entry import BOOTSTRAP
 from .job_link import JobLink
 from .protocol import WINDOW_PHASES, ChildConfig, Phase, read_lines, write_config
@@ -73,7 +73,7 @@ class ProbeRun:
     exit_code: int | None
     wall_s: float
     probe: dict
-    files: rundir.RunFiles
+    files: layout.RunFiles
     notes: list[str]
     signal: int | None = None  # the signal that stopped advise (interrupted runs)
     escaped: int = 0  # processes outside the script's group still alive when it ended: killed
@@ -125,9 +125,9 @@ class OneProcess:
     def __init__(self, config: ProbeConfig, out: Path) -> None:
         self.config, self.out = config, out
         self.suffix = rank_suffix()
-        self.names = rundir.names(self.suffix)
+        self.names = layout.names(self.suffix)
 
-    def stale(self) -> list[rundir.RunFiles]:
+    def stale(self) -> list[layout.RunFiles]:
         """The files a previous run may have left, removed before the child starts."""
         return [self.names]
 
@@ -176,8 +176,8 @@ class ScriptRanks(OneProcess):
         self.own = self.names  # the script's own process's files
         self.spawned: list[int] = []
 
-    def stale(self) -> list[rundir.RunFiles]:
-        return [self.names, *(rundir.names(f".rank{r}") for r in _spawned_ranks(self.out))]
+    def stale(self) -> list[layout.RunFiles]:
+        return [self.names, *(layout.names(f".rank{r}") for r in _spawned_ranks(self.out))]
 
     def poll(self) -> bool:
         if not self.spawned and (spawned := _spawned_ranks(self.out)):
@@ -229,8 +229,8 @@ class LaunchedRanks(OneProcess):
         self.suffix = ".rank0"
         self.names = _job_names(self.suffix)
 
-    def stale(self) -> list[rundir.RunFiles]:
-        return [self.names, *(rundir.names(f".rank{r}") for r in range(self.config.nproc))]
+    def stale(self) -> list[layout.RunFiles]:
+        return [self.names, *(layout.names(f".rank{r}") for r in range(self.config.nproc))]
 
     def command(self, cfg_path: Path) -> list[str]:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -523,7 +523,7 @@ class _JobArms:
     """
 
     def __init__(self, judged: str, others) -> None:
-        self.others = {r: rundir.names(f".rank{r}") for r in others}
+        self.others = {r: layout.names(f".rank{r}") for r in others}
         self.suffixes = [judged, *(f".rank{r}" for r in self.others)]  # the judged rank first
         self._offsets = {r: 0 for r in self.others}
         self._ended = {r: -1 for r in self.others}  # the last round each rank ended
@@ -542,9 +542,9 @@ class _JobArms:
         return round_no < 0 or all(done >= round_no for done in self._ended.values())
 
 
-def _job_names(suffix: str) -> rundir.RunFiles:
+def _job_names(suffix: str) -> layout.RunFiles:
     """Rank 0's files, with one log and one report for the job (the launcher's and every rank's output)."""
-    return replace(rundir.names(suffix), log="script.log", report_json="report.json", report_html="report.html")
+    return replace(layout.names(suffix), log="script.log", report_json="report.json", report_html="report.html")
 
 
 def _spawned_ranks(out: Path) -> list[int]:
@@ -562,15 +562,15 @@ def _await_rank_accounts(out: Path, deadline: float) -> None:
     (a framework's rank 0 need not wait for the others, and the group is killed next)."""
     while time.monotonic() < deadline:
         ranks = _spawned_ranks(out)
-        if all((out / rundir.names(f".rank{r}").probe_json).exists() for r in ranks if r):
+        if all((out / layout.names(f".rank{r}").probe_json).exists() for r in ranks if r):
             return
         time.sleep(0.05)
 
 
-def _rank_account(out: Path, rank: int, files: rundir.RunFiles | None = None) -> dict:
+def _rank_account(out: Path, rank: int, files: layout.RunFiles | None = None) -> dict:
     """One rank: its steps written as steps.rankN.csv, and how it ended (`files`: the rank's
     files when they are not .rankN's: the script's own process, as rank 0)."""
-    files = files or rundir.names(f".rank{rank}")
+    files = files or layout.names(f".rank{rank}")
     probe = _load_probe(out / files.probe_json)
     records, _ = read_lines(out / files.steps_jsonl, 0)
     measured = [r for r in records if r["phase"] == Phase.MEASURE]

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import pandas as pd
 import psutil
 
-from advisor.atomic import write_text_atomic
+from advisor.run_dir.atomic import write_text_atomic
 
 try:  # nvidia-ml-py is a dependency, but a broken install must not kill CPU sampling.
     import pynvml
@@ -164,7 +164,7 @@ def nvml_snapshot(gpu_index: int | None = None) -> dict:
             pass  # init succeeded, so shutdown failing leaves nothing to report or fix
 
 
-def _descendant_pids(pid: int) -> list[int] | None:
+def descendant_pids(pid: int) -> list[int] | None:
     """Descendants from /proc/<pid>/task/*/children: cost grows with the tree, not the machine.
 
     psutil's children(recursive=True) reads every process on the host each tick, which on a
@@ -316,7 +316,7 @@ class Sampler:
         return df.astype({c: "float64" for c in COLUMNS if c != "n_procs"}).astype({"n_procs": "int64"})
 
     def write_csv(self, path: str | os.PathLike) -> None:
-        """Write atomically (see :mod:`advisor.atomic`) so readers never see half a file."""
+        """Write atomically (see :mod:`advisor.run_dir.atomic`) so readers never see half a file."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, self.to_frame().to_csv(index=False))
@@ -382,7 +382,7 @@ class Sampler:
         try:
             if root.status() == psutil.STATUS_ZOMBIE:
                 raise psutil.ZombieProcess(self.pid)
-            children = _descendant_pids(self.pid)
+            children = descendant_pids(self.pid)
             if children is None:  # no /proc/<pid>/task/*/children: let psutil scan every process
                 children = [c.pid for c in root.children(recursive=True)]
         except _GONE:

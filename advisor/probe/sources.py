@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 
-from advisor.atomic import write_json_atomic
-from advisor.sources import is_user_file
+from advisor.run_dir.atomic import write_json_atomic
+from advisor.analysis.sources import is_user_file
 
 _SYNC = {"item": ".item()", "__float__": "float(tensor)", "__int__": "int(tensor)", "__bool__": "bool(tensor)",
          "tolist": ".tolist()", "cpu": ".cpu()", "numpy": ".numpy()", "nonzero": "nonzero", "masked_select": "masked_select",

@@ -6,7 +6,7 @@ its C++ writer does not report a failed write, so a file-size limit or a full di
 silently truncated file. Given a ``.gz`` name it also writes the whole trace to ``$TMPDIR`` first
 and leaves it there when anything fails. So the trace is exported as plain JSON to a temp file in
 the run dir, parsed, repaired where only a name's quoting is wrong, then compressed and written
-with :func:`advisor.atomic.write_bytes_atomic`. A trace that still does not parse is reported as
+with :func:`advisor.run_dir.atomic.write_bytes_atomic`. A trace that still does not parse is reported as
 lost (:class:`TraceLost`), never left behind as an artifact that looks usable.
 """
 
@@ -20,7 +20,7 @@ import re
 import resource
 from pathlib import Path
 
-from advisor.atomic import check_writable, write_bytes_atomic
+from advisor.run_dir.atomic import check_writable, write_bytes_atomic
 
 # One ``"key": "value"`` field on a line of its own, as Kineto writes every string field.
 _FIELD = re.compile(rb'^(\s*"[^"\\]*": ")(.*)("\s*,?\s*)$')

@@ -25,7 +25,7 @@ from typing import Callable
 
 import psutil
 
-from .sampler import _descendant_pids
+from .sampler import descendant_pids
 
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
 POLL_EVERY_S = 0.25
@@ -73,7 +73,7 @@ class ProcessTree:
             return
         self._last_poll = now
         try:
-            pids = _descendant_pids(self.root)
+            pids = descendant_pids(self.root)
             if pids is None:
                 pids = [c.pid for c in psutil.Process(self.root).children(recursive=True)]
         except _GONE:
@@ -101,7 +101,7 @@ class ProcessTree:
             found.setdefault(proc.pid, proc)
         for proc in list(found.values()):  # and whatever those started since the last walk
             try:
-                for pid in _descendant_pids(proc.pid) or []:
+                for pid in descendant_pids(proc.pid) or []:
                     if pid not in found:
                         found[pid] = psutil.Process(pid)
             except _GONE:

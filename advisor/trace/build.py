@@ -17,8 +17,8 @@ import pandas as pd
 
 from .. import intervals
 from .flops import op_flops, per_value, refine_conv_flops
-from .frames import (_ANN_COLS, _KERNEL_COLS, _MEM_COLS, _MEMCPY_COLS, _OPS_COLS, _PY_COLS, _RUNTIME_COLS, _STEP_COLS,
-                     TraceFrames, _empty, _frame, _nullable_int, name_mask)
+from .frames import (ANN_COLS, KERNEL_COLS, MEM_COLS, MEMCPY_COLS, OPS_COLS, PY_COLS, RUNTIME_COLS, STEP_COLS,
+                     TraceFrames, empty_frame, build_frame, nullable_int, name_mask)
 from .nesting import nesting, thread_codes
 from .read import Coded, Columns, TraceError, concat, read_file
 
@@ -228,7 +228,7 @@ def _step_spans(ann: pd.DataFrame) -> pd.DataFrame:
     """CPU ProfilerStep#N ranges, one per N (longest kept), sorted by ts."""
     cols = ["index", "ts_us", "dur_us", "end_us"]
     if ann.empty:
-        return pd.DataFrame({c: pd.Series([], dtype=_STEP_COLS[c]) for c in cols})
+        return pd.DataFrame({c: pd.Series([], dtype=STEP_COLS[c]) for c in cols})
     m = (ann["cat"] == "user_annotation") & ann["name"].str.startswith(_STEP_PREFIX)
     st = ann.loc[m, ["name", "ts_us", "dur_us", "end_us"]]
     idx = pd.to_numeric(st["name"].str.slice(len(_STEP_PREFIX)).str.strip(), errors="coerce")
@@ -246,7 +246,7 @@ def _step_spans(ann: pd.DataFrame) -> pd.DataFrame:
 
 def _build_steps(span, ops, ann, kernels, memcpy) -> pd.DataFrame:
     if span.empty:
-        return _empty(_STEP_COLS)
+        return empty_frame(STEP_COLS)
     lo = span["ts_us"].to_numpy()
     hi = span["end_us"].to_numpy()
 
@@ -312,18 +312,18 @@ def _build_annotations(ann: Columns, rec: Columns | None, guard: _Guard | None =
             ann = Columns({k: rec[k] for k in keys} | {"gpu": np.zeros(len(rec), dtype=bool)})
     c = _x_base(ann, guard)
     if c is None:
-        return _empty(_ANN_COLS)
+        return empty_frame(ANN_COLS)
     ts, dur = c["ts"], c["dur"]
     cols = {
         "name": c["name"], "cat": np.where(c["gpu"], "gpu_user_annotation", "user_annotation").astype(object),
         "ts_us": ts, "dur_us": dur, "end_us": ts + dur, "pid": c["pid"], "tid": c["tid"],
         "step": np.full(len(ts), -1, dtype=np.int64),
     }
-    return _frame(cols, _ANN_COLS, _ts_order(ts))
+    return build_frame(cols, ANN_COLS, _ts_order(ts))
 
 
 def _build_runtime(c: Columns, assign, guard: _Guard | None = None) -> pd.DataFrame:
-    return _build_host_events(c, assign, _RUNTIME_COLS, with_correlation=True, guard=guard)
+    return _build_host_events(c, assign, RUNTIME_COLS, with_correlation=True, guard=guard)
 
 
 def _gpu_step(ts: np.ndarray, corr: pd.arrays.IntegerArray, runtime: pd.DataFrame, assign) -> np.ndarray:
@@ -349,16 +349,16 @@ def _gpu_step(ts: np.ndarray, corr: pd.arrays.IntegerArray, runtime: pd.DataFram
 def _build_kernels(c: Columns, assign, runtime: pd.DataFrame, guard: _Guard | None = None) -> pd.DataFrame:
     c = _x_base(c, guard)
     if c is None:
-        return _empty(_KERNEL_COLS)
+        return empty_frame(KERNEL_COLS)
     ts, dur = c["ts"], c["dur"]
-    corr = _nullable_int((c["correlation"], c["correlation_na"]))
+    corr = nullable_int((c["correlation"], c["correlation_na"]))
     cols = {
         "name": c["name"], "ts_us": ts, "dur_us": dur, "end_us": ts + dur,
         "device": c["device"], "stream": c["stream"], "correlation": corr,
         "step": _gpu_step(ts, corr, runtime, assign),
         "grid": c["grid"], "block": c["block"], "registers_per_thread": c["registers"],
     }
-    return _frame(cols, _KERNEL_COLS, _ts_order(ts))
+    return build_frame(cols, KERNEL_COLS, _ts_order(ts))
 
 
 _MEM_RE = re.compile(r"^\s*Mem(?:cpy|set)\s*([A-Za-z]+)?\s*(?:\(\s*([A-Za-z]+)\s*(?:->\s*([A-Za-z]+)\s*)?\))?")
@@ -393,7 +393,7 @@ def _build_memcpy(cp: Columns, st: Columns, assign, runtime: pd.DataFrame,
         if c is not None:
             parts.append((c, is_set))
     if not parts:
-        return _empty(_MEMCPY_COLS)
+        return empty_frame(MEMCPY_COLS)
     cache: dict = {}
     kinds, srcs, dsts = [], [], []
     for c, s in parts:
@@ -406,7 +406,7 @@ def _build_memcpy(cp: Columns, st: Columns, assign, runtime: pd.DataFrame,
             srcs.append(r[1])
             dsts.append(r[2])
     cat = {k: concat([c[k] for c, _ in parts]) for k in _MEMCPY_KEYS}
-    corr = _nullable_int((np.concatenate([c["correlation"] for c, _ in parts]),
+    corr = nullable_int((np.concatenate([c["correlation"] for c, _ in parts]),
                           np.concatenate([c["correlation_na"] for c, _ in parts])))
     ts, dur = cat["ts"], cat["dur"]
     cols = {
@@ -414,11 +414,11 @@ def _build_memcpy(cp: Columns, st: Columns, assign, runtime: pd.DataFrame,
         "ts_us": ts, "dur_us": dur, "end_us": ts + dur, "device": cat["device"], "stream": cat["stream"],
         "correlation": corr, "step": _gpu_step(ts, corr, runtime, assign),
     }
-    return _frame(cols, _MEMCPY_COLS, _ts_order(ts))
+    return build_frame(cols, MEMCPY_COLS, _ts_order(ts))
 
 
 def _build_python(c: Columns, assign, guard: _Guard | None = None) -> pd.DataFrame:
-    return _build_host_events(c, assign, _PY_COLS, with_correlation=False, guard=guard)
+    return _build_host_events(c, assign, PY_COLS, with_correlation=False, guard=guard)
 
 
 def _build_host_events(c: Columns, assign, schema: dict, *, with_correlation: bool,
@@ -426,36 +426,36 @@ def _build_host_events(c: Columns, assign, schema: dict, *, with_correlation: bo
     """Complete events on a host thread (runtime calls, python frames): name, times, pid/tid, step."""
     c = _x_base(c, guard)
     if c is None:
-        return _empty(schema)
+        return empty_frame(schema)
     ts, dur = c["ts"], c["dur"]
     cols = {
         "name": c["name"], "ts_us": ts, "dur_us": dur, "end_us": ts + dur,
         "pid": c["pid"], "tid": c["tid"], "step": assign(ts),
     }
     if with_correlation:
-        cols["correlation"] = _nullable_int((c["correlation"], c["correlation_na"]))
-    return _frame(cols, schema, _ts_order(ts))
+        cols["correlation"] = nullable_int((c["correlation"], c["correlation_na"]))
+    return build_frame(cols, schema, _ts_order(ts))
 
 
 def _build_memory(c: Columns) -> pd.DataFrame:
     if not len(c):
-        return _empty(_MEM_COLS)
+        return empty_frame(MEM_COLS)
     ok = ~np.isnan(c["ts"])
     if not ok.all():
         c = c.take(ok)
         if not len(c):
-            return _empty(_MEM_COLS)
+            return empty_frame(MEM_COLS)
     cols = {
         "ts_us": c["ts"], "bytes": c["bytes"], "total_allocated": c["total_allocated"],
         "total_reserved": c["total_reserved"], "device_type": c["device_type"], "device_id": c["device_id"],
     }
-    return _frame(cols, _MEM_COLS, _ts_order(c["ts"]))
+    return build_frame(cols, MEM_COLS, _ts_order(c["ts"]))
 
 
 def _build_ops(c: Columns, assign, guard: _Guard | None = None) -> pd.DataFrame:
     c = _x_base(c, guard)
     if c is None:
-        return _empty(_OPS_COLS)
+        return empty_frame(OPS_COLS)
     names, ts, dur = c["name"], c["ts"], c["dur"]
     n = len(ts)
     pid, tid = c["pid"], c["tid"]
@@ -482,10 +482,10 @@ def _build_ops(c: Columns, assign, guard: _Guard | None = None) -> pd.DataFrame:
     cols = {
         "name": names_o, "ts_us": ts_o, "dur_us": dur_o, "end_us": end_o,
         "self_us": self_o, "depth": depth_o, "pid": pid_o, "tid": tid_o,
-        "external_id": _nullable_int((ext_vals[order], ext_mask[order])),
+        "external_id": nullable_int((ext_vals[order], ext_mask[order])),
         "input_dims": dims_o, "input_types": c["input_types"].take(order),
         "flops": flops_o, "step": assign(ts_o),
     }
-    return _frame(cols, _OPS_COLS)
+    return build_frame(cols, OPS_COLS)
 
 

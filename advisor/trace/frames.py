@@ -161,9 +161,9 @@ class TraceFrames:
     def empty(cls, source: str = "") -> "TraceFrames":
         """All frames with their full columns and no rows: stands in for a run without a trace."""
         return cls(
-            ops=_empty(_OPS_COLS), kernels=_empty(_KERNEL_COLS), memcpy=_empty(_MEMCPY_COLS),
-            runtime=_empty(_RUNTIME_COLS), annotations=_empty(_ANN_COLS), python=_empty(_PY_COLS),
-            memory=_empty(_MEM_COLS), steps=_empty(_STEP_COLS),
+            ops=empty_frame(OPS_COLS), kernels=empty_frame(KERNEL_COLS), memcpy=empty_frame(MEMCPY_COLS),
+            runtime=empty_frame(RUNTIME_COLS), annotations=empty_frame(ANN_COLS), python=empty_frame(PY_COLS),
+            memory=empty_frame(MEM_COLS), steps=empty_frame(STEP_COLS),
             meta={"device_properties": [], "distributed": {}, "rank": None, "world_size": None,
                   "display_time_unit": None, "base_time_ns": None, "trace_span_us": 0.0,
                   "n_events": 0, "has_gpu": False, "source": source, "skipped_events": 0, "warnings": []},
@@ -174,39 +174,39 @@ class TraceFrames:
 # Frame schemas (column -> dtype) so that empty frames look like full ones.
 
 _STR = "str"
-_OPS_COLS = {
+OPS_COLS = {
     "name": "category", "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
     "self_us": "float64", "depth": "int64", "pid": "int64", "tid": "int64",
     "external_id": "Int64", "input_dims": "object", "input_types": "object",
     "flops": "float64", "step": "int64",
 }
-_KERNEL_COLS = {
+KERNEL_COLS = {
     "name": "category", "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
     "device": "int64", "stream": "int64", "correlation": "Int64", "step": "int64",
     "grid": "object", "block": "object", "registers_per_thread": "float64",
 }
-_MEMCPY_COLS = {
+MEMCPY_COLS = {
     "name": "category", "kind": _STR, "src": _STR, "dst": _STR, "bytes": "float64",
     "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
     "device": "int64", "stream": "int64", "correlation": "Int64", "step": "int64",
 }
-_RUNTIME_COLS = {
+RUNTIME_COLS = {
     "name": "category", "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
     "pid": "int64", "tid": "int64", "correlation": "Int64", "step": "int64",
 }
-_ANN_COLS = {
+ANN_COLS = {
     "name": "category", "cat": "category", "ts_us": "float64", "dur_us": "float64",
     "end_us": "float64", "pid": "int64", "tid": "int64", "step": "int64",
 }
-_PY_COLS = {
+PY_COLS = {
     "name": "category", "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
     "pid": "int64", "tid": "int64", "step": "int64",
 }
-_MEM_COLS = {
+MEM_COLS = {
     "ts_us": "float64", "bytes": "float64", "total_allocated": "float64",
     "total_reserved": "float64", "device_type": "int64", "device_id": "int64",
 }
-_STEP_COLS = {
+STEP_COLS = {
     "index": "int64", "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
     "data_wait_us": "float64", "optimizer_us": "float64", "gpu_busy_us": "float64",
     "kernel_us": "float64", "n_kernels": "int64",
@@ -217,12 +217,12 @@ _STEP_COLS = {
 # Frames from columns
 
 
-def _nullable_int(pair: tuple) -> pd.arrays.IntegerArray:
+def nullable_int(pair: tuple) -> pd.arrays.IntegerArray:
     vals, mask = pair
     return pd.arrays.IntegerArray(np.asarray(vals, dtype=np.int64), np.asarray(mask, dtype=bool))
 
 
-def _frame(cols: dict, schema: dict, order: np.ndarray | None = None) -> pd.DataFrame:
+def build_frame(cols: dict, schema: dict, order: np.ndarray | None = None) -> pd.DataFrame:
     """Build a frame with exactly the schema's columns, optionally reordered."""
     data = {}
     for c, dt in schema.items():
@@ -268,7 +268,7 @@ def _objects(column: Coded) -> np.ndarray:
     return table[column.codes]
 
 
-def _empty(schema: dict) -> pd.DataFrame:
+def empty_frame(schema: dict) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series([], dtype=dt) for c, dt in schema.items()})
 
 

@@ -22,12 +22,12 @@ import sysconfig
 from collections import Counter
 from pathlib import Path
 
-from .model import SourceLocation
+from ..model import SourceLocation
 
 CATEGORIES = ("host-sync", "matmul", "h2d-copy", "dataloader")
 TOP = 5  # sites per finding
 
-_ADVISOR_DIR = str(Path(__file__).resolve().parent) + os.sep
+_ADVISOR_DIR = str(Path(__file__).resolve().parents[1]) + os.sep  # advisor/, not advisor/analysis/
 # a frame name from a trace is shortened by the tracer (``torch/nn/modules/module.py``)
 _LIBRARY = re.compile(r"(^<|[/\\](?:site-packages|dist-packages)[/\\]|^torch[/\\]|[/\\]torch[/\\]|^advisor[/\\])")
 _STDLIB = tuple(str(Path(p).resolve()) + os.sep for p in {sysconfig.get_paths().get("stdlib"), sys.prefix, sys.base_prefix}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .atomic import NotAFile, check_replaceable
-from .job import detect as detect_job, rank_info  # noqa: F401 - rank_info: the probe's env reads it here
+from ..job import detect as detect_job, rank_info  # noqa: F401 - rank_info: the probe's env reads it here
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ def _remove_own(folder: Path, rank_suffix: str) -> list[Path]:
         if path.is_file() or path.is_symlink():
             path.unlink(missing_ok=True)
             removed.append(path)
-    temps = tuple(f".tmp-{name[:64]}" for name in own)  # advisor.atomic's and the profiler's temp names
+    temps = tuple(f".tmp-{name[:64]}" for name in own)  # advisor.run_dir.atomic's and the profiler's temp names
     for path in folder.glob(".tmp-*"):
         if path.name.startswith(temps) and (path.is_file() or path.is_symlink()):
             path.unlink(missing_ok=True)
@@ -236,7 +236,7 @@ def _rmdir_if_empty(folder: Path) -> None:
         pass  # not empty: someone else's files
 
 
-# What a run leaves only while it writes: atomic writes' temp files (advisor.atomic, the probe's
+# What a run leaves only while it writes: atomic writes' temp files (advisor.run_dir.atomic, the probe's
 # trace export), the probe's config for its child, the raw step lines it turns into steps.csv.
 SCRATCH = (".tmp-*", ".probe-config*.json", "steps*.jsonl", ".advise-job.*")
 

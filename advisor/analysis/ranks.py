@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .intervals import coverage, merge, subtract
-from .trace import name_mask as trace_name_mask
+from ..intervals import coverage, merge, subtract
+from ..trace import name_mask as trace_name_mask
 
 _GPU_COLLECTIVE = re.compile(r"nccl|rccl", re.IGNORECASE)
 _CPU_COLLECTIVE = re.compile(r"^gloo:")

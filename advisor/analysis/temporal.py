@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import intervals
+from .. import intervals
 
 if TYPE_CHECKING:
-    from .trace import TraceFrames
+    from ..trace import TraceFrames
 
 # HTA's own patterns (hta/utils/utils.py), matched at the start of the name as re.match does.
 _COMM = re.compile(r"^nccl.*Kernel")
@@ -95,7 +95,7 @@ _KINDS = ("compute", "communication", "memory", "other")  # the order each is ta
 
 def _kind_codes(names) -> np.ndarray:
     """Each event's category as its position in _KINDS, decided once per distinct name."""
-    from .trace import per_name
+    from ..trace import per_name
 
     return per_name(names, lambda name: _KINDS.index(category_of(name)), np.int8, _KINDS.index("other"))
 
