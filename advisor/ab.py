@@ -33,7 +33,7 @@ from .report import ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.05  # paired rounds resolve smaller changes than one pair of runs
 DEFAULT_ALPHA = 0.05  # the gate's false-alarm rate: all metrics, all looks
-DEFAULT_ROUNDS, DEFAULT_MAX_ROUNDS = 6, 12
+DEFAULT_ROUNDS, DEFAULT_MAX_ROUNDS = 6, 20
 # A run's step time is read from its fast steps: the 5th percentile of its measured steps. A
 # neighbour on a shared runner only ever slows steps down, so a burst that covers part of a run
 # moves its mean and (past half the run) its median, while its fastest steps still show the

@@ -521,7 +521,7 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
               help="Steps of each run under torch.profiler, for the slower-ops table (0: none).")
 @click.option("--rounds", default=6, show_default=True, type=click.IntRange(min=2),
               help="Pairs of runs (base, candidate) before the first look.")
-@click.option("--max-rounds", default=12, show_default=True, type=click.IntRange(min=2),
+@click.option("--max-rounds", default=20, show_default=True, type=click.IntRange(min=2),
               help="The budget: a suspected regression gets more rounds, up to this many pairs.")
 @click.option("--max-regression", default="5%", show_default=True, metavar="PCT",
               help="A step time (each run's 5th-percentile step) worse than this, beyond the noise floor and "

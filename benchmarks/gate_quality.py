@@ -6,7 +6,7 @@ tests/workloads/slowdown_knob.py (pure CPU work, ``--step-ms 0``); the candidate
 slowdown by changing the knob's default in its code (1.05, 1.10, 1.20), the base's is unchanged.
 
 - **interleaved**: ``advise ab --base B --candidate C`` (its own defaults: 5% threshold, alpha 0.05
-  over all metrics and looks, 6 rounds then up to 12 when suspected; 150 steps a run here, so a
+  over all metrics and looks, 6 rounds then up to 20 when suspected; 150 steps a run here, so a
   run's fast steps (its 5th percentile) are there to read); exit 3 is a regression.
 - **saved baseline**: ``advise compare`` of the previous trial's first base run (a baseline saved
   minutes earlier, as a main-branch artifact is) against this trial's first candidate run.
@@ -15,7 +15,7 @@ slowdown by changing the knob's default in its code (1.05, 1.10, 1.20), the base
   above 1.1 and a Mann-Whitney U p < 0.05 over the steps), on the saved pair and on the same job's
   first pair of runs.
 
-    python benchmarks/gate_quality.py [--aa-trials 40] [--trials 20] [--slowdowns 5,10,20]
+    python benchmarks/gate_quality.py [--aa-trials 40] [--trials 20] [--slowdowns 5,10,20] [--log F [--resume]]
 
 Prints a markdown table: false alarms over the A/A trials, detections per planted slowdown, and
 the median time one decision took. Full size (the defaults) takes hours on 2 cores.
@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from advisor.analysis import stats  # noqa: E402
+from advisor import ab, compare, sequential  # noqa: E402
 
 WORKLOAD = REPO / "tests" / "workloads" / "slowdown_knob.py"
 KNOB = 'parser.add_argument("--slowdown", type=float, default=1.0,'
@@ -102,7 +103,10 @@ def trial(tmp: Path, name: str, slowdown: float, args: argparse.Namespace, saved
     first_b = json.loads((out / "base" / "round-01" / "report.json").read_text())
     first_c = json.loads((out / "candidate" / "round-01" / "report.json").read_text())
     step = next((m for m in decision["metrics"] if m["name"] == "step_time"), {})
-    row = {"slowdown": slowdown, "ab": proc.returncode == 3, "ab_s": wall, "rounds": decision["statistics"]["rounds"],
+    fast = {side: [r["step_time_fast_s"] for r in decision["runs"] if r["side"] == side] for side in ("base", "candidate")}
+    memory = {side: [r.get("memory") or {} for r in decision["runs"] if r["side"] == side] for side in ("base", "candidate")}
+    row = {"trial": name, "slowdown": slowdown, "ab": proc.returncode == 3, "ab_s": wall,
+           "rounds": decision["statistics"]["rounds"], "fast_steps": fast, "memory": memory,
            "ab_step": {k: step.get(k) for k in ("slowdown", "p_value", "floor", "verdict")},
            "job_fixed": fixed_threshold(first_b, first_c), "job_asv": asv_rule(first_b, first_c), "first_base": first_b}
     if saved is not None:
@@ -114,6 +118,30 @@ def trial(tmp: Path, name: str, slowdown: float, args: argparse.Namespace, saved
         row.update(saved=cmp.returncode == 3, saved_fixed=fixed_threshold(saved, first_c), saved_asv=asv_rule(saved, first_c),
                    saved_s=first_c.get("total_wall_s"))
     return row
+
+
+def replay(row: dict, rounds: int, max_rounds: int) -> bool | None:
+    """What `advise ab --rounds R --max-rounds M` decides on the same runs (the first rounds of this
+    trial's, looked at as that budget looks), or None where the trial stopped before that budget's
+    decision. A regression is the same rule: step time and peak memory, Holm, alpha spent per look."""
+    fast, memory = row.get("fast_steps"), row.get("memory")
+    if not fast or not memory:
+        return None
+    plan = sequential.looks(rounds, max_rounds)
+    common = [b for b, _, _ in compare.MEMORY_FIGURES if all(b in m for side in memory.values() for m in side)]
+    options = ab.ABOptions(rounds=rounds, max_rounds=max_rounds)
+    label = next(lab for b, lab, _ in compare.MEMORY_FIGURES if b == common[0]) if common else None
+    for at in plan:
+        if at > min(len(fast["base"]), len(fast["candidate"])):
+            return None
+        data = {"step_time": (fast["base"][:at], fast["candidate"][:at]),
+                "throughput": ([1 / x for x in fast["base"][:at]], [1 / x for x in fast["candidate"][:at]])}
+        if common:
+            data["peak_memory"] = ([m[common[0]] for m in memory["base"][:at]], [m[common[0]] for m in memory["candidate"][:at]])
+        decision = sequential.decide(data, ab.specs(options, "steps/s", label), alpha=ab.DEFAULT_ALPHA, plan=plan)
+        if decision.final:
+            return bool(decision.regressions)
+    return None
 
 
 def start_neighbour(seed: int) -> subprocess.Popen:
@@ -131,12 +159,14 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20, help="trials per planted slowdown")
     parser.add_argument("--slowdowns", default="5,10,20", help="planted slowdowns, percent")
     parser.add_argument("--rounds", type=int, default=6, help="advise ab --rounds")
-    parser.add_argument("--max-rounds", type=int, default=12, help="advise ab --max-rounds")
+    parser.add_argument("--max-rounds", type=int, default=20, help="advise ab --max-rounds")
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-neighbour", action="store_true", help="run without the CPU-burning neighbour")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", type=Path, default=None, help="append each trial's outcome here (JSON lines) as it ends")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --log: skip the trials the log already holds (a run cut short goes on where it stopped)")
     parser.add_argument("--from-log", type=Path, default=None,
                         help="print the table from a --log file (a run cut short) instead of running trials")
     parser.add_argument("workload", nargs="*", default=["--step-ms", "0", "--width", "4096", "--batch-size", "512"],
@@ -150,13 +180,21 @@ def main() -> None:
         rows = [r for r in logged if not r.get("error")]
         table(rows, len(logged) - len(rows), None, args)
         return
-    neighbour = None if args.no_neighbour else start_neighbour(args.seed)
-    rows: list[dict] = []
-    saved, errors = None, 0
+    logged = []
+    if args.resume:
+        if args.log is None:
+            raise SystemExit("--resume needs --log")
+        logged = [json.loads(line) for line in args.log.read_text().splitlines() if line.strip()] if args.log.exists() else []
+    done = {r.get("trial") for r in logged}
+    neighbour = None if args.no_neighbour else start_neighbour(args.seed + len(logged))
+    rows: list[dict] = [r for r in logged if not r.get("error")]
+    saved, errors = None, len(logged) - len(rows)
     started = time.monotonic()
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for i, pct in enumerate(plan):
+                if f"t{i:03d}" in done:
+                    continue  # resumed: the first trial after them has no saved baseline to compare with
                 row = trial(Path(tmp), f"t{i:03d}", 1 + pct / 100, args, saved)
                 saved = row.pop("first_base")
                 if args.log is not None:
@@ -181,15 +219,23 @@ def table(rows: list[dict], errors: int, elapsed: float | None, args: argparse.N
     kinds = [0.0] + [float(s) for s in args.slowdowns.split(",")]
     by = {k: [r for r in rows if abs(r["slowdown"] - (1 + k / 100)) < 1e-9] for k in kinds}
     head = ["gate", "A/A false alarms"] + [f"{k:g}% caught" for k in kinds[1:]] + ["time per decision (median)"]
+    for r in rows:
+        if "fast_steps" in r and "ab12" not in r:
+            r["ab12"] = replay(r, args.rounds, 12)
+            if r["ab12"] is None:
+                del r["ab12"]
     gates = [
         ("`advise ab` (interleaved, sequential)", "ab", f"{statistics.median(r['ab_s'] for r in rows):.0f} s, "
                                                         f"{statistics.median(r['rounds'] for r in rows):g} rounds"),
+        ("`advise ab --max-rounds 12`, replayed on the same rounds", "ab12", "at most 12 rounds"),
         ("`advise compare` (saved baseline)", "saved", "one run + compare"),
         ("fixed 10% on the mean (pytest-benchmark), saved baseline", "saved_fixed", "one run"),
         ("ratio > 1.1 + Mann-Whitney (asv), saved baseline", "saved_asv", "one run"),
         ("fixed 10% on the mean (pytest-benchmark), same job", "job_fixed", "two runs"),
         ("ratio > 1.1 + Mann-Whitney (asv), same job", "job_asv", "two runs"),
     ]
+    faithful = [replay(r, args.rounds, args.max_rounds) == r["ab"] for r in rows if "fast_steps" in r]
+    print(f"the replay gives advise ab's own verdict on {sum(faithful)} of {len(faithful)} trials (its budget, its rounds)")
     took = f" in {elapsed / 60:.0f} min" if elapsed is not None else f" (from {args.from_log})"
     print(f"\n{len(rows)} trials ({errors} failed to run){took}; neighbour "
           f"{'off' if args.no_neighbour else 'on (one CPU burner, on/off at random every 1-5 s)'}; "
