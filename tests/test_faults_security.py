@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WORKLOADS
 from test_faults_input import MARKER_SCRIPT, TINY, _absurd_trace, advise, one_error_line, ran
 
 PRECIOUS = "someone else's file: advise must never write here\n"

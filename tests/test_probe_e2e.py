@@ -347,7 +347,6 @@ def test_a_stalled_step_is_named_and_left_out_of_the_throughput(advise):
 def test_a_profiler_window_that_outgrows_its_memory_limit_stops_and_keeps_its_steps(tmp_path, monkeypatch):
     """The profiler holds every event in memory: past the growth limit the window stops at a step
     boundary and exports the steps it recorded (an LBFGS script grew 3.5 GiB a step, to 17 GiB)."""
-    import gzip
 
     from advisor.probe import bootstrap
 
