@@ -110,17 +110,20 @@ class StoreChannel:
     def close(self) -> None:
         self._store = None
 
-
-def _says_hello(store, key: str) -> bool:
-    deadline = time.monotonic() + HELLO_WAIT_S
-    try:
-        while not store.check([key]):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(POLL_S)
-    except Exception:  # noqa: BLE001 - the stranger on the port is not a store at all
-        return False
-    return True
+    def check_served_by_rank_0(self) -> None:
+        """Connect, and wait (HELLO_WAIT_S) for the hello rank 0's advise puts on the store it serves;
+        ChannelError where another process holds the port."""
+        store, deadline = self._connect(), time.monotonic() + HELLO_WAIT_S
+        try:
+            while not store.check([self.prefix + HELLO]):
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(POLL_S)
+            else:
+                return
+        except Exception:  # noqa: BLE001 - the stranger on the port is not a store at all
+            pass
+        raise ChannelError(f"cannot reach {self.where}: another process holds the port, not rank 0's advise")
 
 
 class DirChannel:
@@ -159,19 +162,17 @@ class FollowerChannel:
     """Another rank's side of the store rank 0's advise serves: the store, or the run dir where rank 0
     left its marker (it could not serve the store) or where the store reached is not rank 0's."""
 
-    def __init__(self, store: StoreChannel, files: DirChannel, marker: Path, warn: Callable[[str], None]):
-        self._store, self._files, self._marker, self._warn = store, files, marker, warn
+    def __init__(self, store: StoreChannel, files: DirChannel, warn: Callable[[str], None]):
+        self._store, self._files, self._warn = store, files, warn
         self._chosen = None
 
     def _channel(self):
         if self._chosen is None:
-            if self._marker.exists():
+            if self._files.marker.exists():
                 self._chosen = self._files
             else:
                 try:
-                    if not _says_hello(self._store._connect(), self._store.prefix + HELLO):
-                        raise ChannelError(f"cannot reach {self._store.where}: another process holds the port, "
-                                           "not rank 0's advise")
+                    self._store.check_served_by_rank_0()
                     self._chosen = self._store
                 except ChannelError as exc:
                     self._warn(f"{exc}; this rank meets rank 0 in the run dir instead")
@@ -203,20 +204,19 @@ def open_channel(job: JobRank, run_dir: Path, warn: Callable[[str], None] = lamb
     if not (job.master_addr and job.master_port):
         return files
     port = int(os.environ.get("ADVISE_JOB_PORT") or job.master_port + 1)
-    marker = files.marker
     if job.rank != 0:
-        return FollowerChannel(StoreChannel(job.master_addr, port, prefix), files, marker, warn)
+        return FollowerChannel(StoreChannel(job.master_addr, port, prefix), files, warn)
     try:
         store = StoreChannel(job.master_addr, port, prefix, host=True)
     except ChannelError as exc:
         warn(f"{exc}; the ranks meet in the run dir instead (ADVISE_JOB_PORT picks a free port)")
         try:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text(str(exc) + "\n")
+            files.marker.parent.mkdir(parents=True, exist_ok=True)
+            files.marker.write_text(str(exc) + "\n")
         except OSError:
             pass  # the run dir's own checks say why; the other ranks then find no store and use the run dir
         return files
-    marker.unlink(missing_ok=True)  # a stale one from an earlier job in this run dir
+    files.marker.unlink(missing_ok=True)  # a stale one from an earlier job in this run dir
     return store
 
 
