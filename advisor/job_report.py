@@ -20,6 +20,7 @@ from pathlib import Path
 from .analysis import temporal
 from .run_dir import layout
 from .run_dir.atomic import write_json_atomic
+from .run_dir.protocol import Phase, rank_account, read_account
 from .job import detect as detect_job
 from .job_channel import ChannelError, wait_for
 from .model import Experiment, Finding, Verdict
@@ -73,11 +74,8 @@ def read_windows(profile: Profile, out: Path, suffixes: list[str], stop) -> list
     deadline, pending, ranks = time.monotonic() + job_wait(WINDOW_WAIT_S), list(suffixes), {}
     while pending and time.monotonic() < deadline and not (stop is not None and stop):
         for suffix in list(pending):
-            try:
-                done = json.loads((out / layout.names(suffix).probe_json).read_text()).get("phase") == "window-done"
-            except (OSError, ValueError):
-                done = False
-            if done:
+            account = read_account(out / layout.names(suffix).probe_json)
+            if account is not None and account.phase == Phase.WINDOW_DONE:
                 ranks[suffix] = Profile.from_run_dir(out, suffix)
                 pending.remove(suffix)
         if pending:
@@ -94,14 +92,8 @@ def own_account(run, out: Path) -> dict:
         ended_at = (out / run.files.probe_json).stat().st_mtime
     except OSError:
         ended_at = time.time()
-    status = "interrupted" if run.status == "interrupted" else probe.get("status") or "died"  # stopped by a signal
-    account = {"rank": detect_job().rank, "status": status,
-               "measured_steps": int(probe.get("measured_steps") or 0), "error": probe.get("error"),
-               "traceback": probe.get("traceback"), "ended_at": ended_at}
-    windows = run.arms.get("windows") or []
-    if windows:
-        account["arm_windows_switched"] = sum(1 for w in windows if w.get("applied"))
-    return account
+    return rank_account(detect_job().rank, probe, probe.measured_steps, ended_at, run.arms.get("windows") or [],
+                        "interrupted" if run.status == "interrupted" else None)  # stopped by a signal
 
 
 def summarize_rank(run, profile: Profile, out: Path, job) -> dict:

@@ -42,7 +42,7 @@ def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[
     cost = metrics.probe_cost_warning(metrics.throughput(profile.steps)) if profile is not None else None
     if cost:
         out.append(cost)
-    measured = probe.get("measured_steps", 0)
+    measured = probe.measured_steps
     if run.status == "ok" and measured < config.steps:
         out.append(f"the script finished after {measured} measured steps (asked for {config.steps}); numbers rest on fewer steps")
     steps = profile.steps if profile is not None else None
@@ -55,14 +55,14 @@ def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[
     contended = metrics.contention_warning(steps, profile.samples, profile.env.get("cpu_count")) if profile else None
     if contended:
         out.append(contended)
-    if probe.get("profiler_cut"):
-        out.append(probe["profiler_cut"] + "; the rules read those steps only")
-    if probe.get("profiler_error"):
-        out.append(f"the profiler trace could not be written: {probe['profiler_error']}")
-    if probe.get("warmup", config.warmup) > config.warmup:
-        out.append(f"warm-up lengthened to {probe['warmup']} steps so the DataLoader workers' prefetched batches "
+    if probe.profiler_cut:
+        out.append(probe.profiler_cut + "; the rules read those steps only")
+    if probe.profiler_error:
+        out.append(f"the profiler trace could not be written: {probe.profiler_error}")
+    if (probe.warmup or 0) > config.warmup:
+        out.append(f"warm-up lengthened to {probe.warmup} steps so the DataLoader workers' prefetched batches "
                    "are used up before measuring")
-    source = probe.get("step_source")
+    source = probe.step_source
     if source in ("dataloader", "backward"):
         out.append(f"no torch.optim optimizer stepped: step boundaries come from {source} calls")
     if run.escaped:
@@ -167,10 +167,10 @@ def _finish_rank(run, config: ProbeConfig, link: JobLink, out: Path, lock: layou
     except ChannelError as exc:
         where = f"nowhere: {exc}"
     status = run.status
-    click.echo(f"advise: {job.describe()}: {status}, {run.probe.get('measured_steps', 0)} measured steps; its files are "
+    click.echo(f"advise: {job.describe()}: {status}, {run.probe.measured_steps} measured steps; its files are "
                f"in {out}, its summary went to {where} (the job's report is rank 0's)", err=True)
-    if status == "failed" and run.probe.get("traceback"):
-        click.echo(run.probe["traceback"].rstrip(), err=True)
+    if status == "failed" and run.probe.traceback:
+        click.echo(run.probe.traceback.rstrip(), err=True)
     signum = stop.signum or run.signal
     return report_mod.signal_exit(signum) if signum else STATUS_EXIT[status]
 
@@ -387,7 +387,7 @@ def _outcome(run, merged: dict | None, results, stop: StopRequest, experimented:
     """(status, signal, error, traceback) of the run: the first failing rank's account in a job a
     launcher started, "interrupted" where a signal came after the measurements were whole."""
     signum = stop.signum or run.signal or (results.interrupted if results else None)
-    status, error, tb = run.status, run.probe.get("error"), run.probe.get("traceback")
+    status, error, tb = run.status, run.probe.error, run.probe.traceback
     if merged is not None and merged["first"] is not None:  # the launcher stopped rank 0 because another rank failed
         first = merged["first"]
         status, signum, tb = "failed", None, first.get("traceback") or tb
@@ -441,14 +441,14 @@ def _check_run_dir_after(run, out: Path, lock: layout.RunDirLock) -> None:
     if not lock.still_held():
         fail(f"the run dir {out} was removed or emptied while the script ran (does the script clear its own "
              "output folder?); give advise a --out of its own")
-    code = run.probe.get("profiler_errno")
+    code = run.probe.profiler_errno
     if code in DISK_ERRNOS:
         raise OSError(code, os.strerror(code), str(out / run.files.trace))
     check_writable(out)
 
 
 def _show_failure(run, out: Path, con) -> None:
-    tb = run.probe.get("traceback")
+    tb = run.probe.traceback
     if tb:
         con.print("\nThe script raised (its own traceback, as python would print it):", style="red", highlight=False)
         click.echo(tb.rstrip(), err=True)

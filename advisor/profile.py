@@ -30,7 +30,6 @@ for the cross-rank rules; a single-rank run has ``ranks == []`` and a job of one
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +39,7 @@ import pandas as pd
 from .analysis import sources as source_sites
 from .run_dir import layout
 from .run_dir.chatter import without_chatter
+from .run_dir.protocol import ChildAccount, read_account
 from .model import SourceLocation
 from .analysis.ranks import JobProfile, name_mask
 from .trace import TraceError, TraceFrames, load_trace
@@ -119,7 +119,7 @@ class Profile:
         """Load what the probe left in `run_dir`; a missing or broken trace is noted, not fatal."""
         run_dir = Path(run_dir)
         names = layout.names(rank_suffix)
-        probe = _read_json(run_dir / names.probe_json)
+        probe = read_account(run_dir / names.probe_json) or ChildAccount()
         steps = _read_csv(run_dir / names.steps_csv)
         samples = _read_csv(run_dir / names.samples_csv)
         trace, notes = None, []
@@ -133,12 +133,12 @@ class Profile:
             steps=steps,
             trace=trace,
             samples=samples,
-            env=probe.get("env") or {},
-            observed=probe.get("observed") or {},
-            memory=probe.get("memory") or {},
+            env=probe.env,
+            observed=probe.observed,
+            memory=probe.memory,
             meta={
                 "source": "probe",
-                "step_source": probe.get("step_source"),
+                "step_source": probe.step_source,
                 "trace": names.trace if trace is not None else None,
                 "notes": notes,
                 "log_tail": _tail(run_dir / names.log, LOG_TAIL_LINES),
@@ -212,13 +212,6 @@ def env_from_trace(trace: TraceFrames) -> dict:
         "world_size": trace.meta.get("world_size"),
     }
     return env
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _tail(path: Path, n: int) -> str:

@@ -63,7 +63,7 @@ def test_switches_take_effect_inside_the_users_loop(tmp_path):
             window("base", {})]
     got = drive(tmp_path, "arms_loop.py", [plan, []], args=["--log", str(log)])
     run, lines, arms = got["run"], got["lines"], got["arms"]
-    assert run.status == "ok" and run.probe["status"] == "done", got["log"][-2000:]
+    assert run.status == "ok" and run.probe.status == "done", got["log"][-2000:]
     assert got["calls"] == [0, 1]  # window-done (round 0 next), then plan-done of round 0 (round 1 next)
     assert [r["phase"] for r in lines if r["phase"] in ("window-done", "plan-done")] == ["window-done", "plan-done"]
     by_arm = {(a["window"]): a for a in arms}
@@ -152,9 +152,9 @@ def test_a_crash_inside_an_arm_ends_cleanly(tmp_path):
     plan = [window("base", {}), window("bf16", {"autocast": "bfloat16"}), window("base", {})]
     got = drive(tmp_path, "arms_loop.py", [plan, None], args=["--log", str(log), "--crash-under-autocast"])
     run = got["run"]
-    assert run.status == "ok" and run.probe["status"] == "done", got["log"][-2000:]
-    assert "boom under autocast" in run.probe["arms_error"]
-    assert run.probe["measured_steps"] == 3  # the profiled window's measurement stands
+    assert run.status == "ok" and run.probe.status == "done", got["log"][-2000:]
+    assert "boom under autocast" in run.probe.arms_error
+    assert run.probe.measured_steps == 3  # the profiled window's measurement stands
     assert [a["arm"] for a in got["arms"]] == ["base", "bf16"]
     assert got["arms"][0]["error"] is None and "boom under autocast" in got["arms"][1]["error"]
     done = [r for r in got["lines"] if r["phase"] == "plan-done"]
@@ -165,14 +165,14 @@ def test_a_crash_inside_an_arm_ends_cleanly(tmp_path):
 def test_no_plan_finishes_the_run_as_today(tmp_path):
     got = drive(tmp_path, "train_basic.py", [None], plan_timeout_s=2)
     run = got["run"]
-    assert run.status == "ok" and run.probe["status"] == "done" and "phase" not in run.probe
-    assert run.probe["measured_steps"] == 3 and got["calls"] == [0] and got["arms"] == []
+    assert run.status == "ok" and run.probe.status == "done" and run.probe.phase is None
+    assert run.probe.measured_steps == 3 and got["calls"] == [0] and got["arms"] == []
     assert 2 <= run.wall_s < 30
 
 
 def test_an_empty_plan_finishes_at_once(tmp_path):
     got = drive(tmp_path, "train_basic.py", [[]])
-    assert got["run"].status == "ok" and got["run"].probe["status"] == "done" and got["run"].wall_s < 20
+    assert got["run"].status == "ok" and got["run"].probe.status == "done" and got["run"].wall_s < 20
     assert (got["out"] / "probe.json").exists()
 
 
@@ -194,7 +194,7 @@ def test_compile_switch_is_cached_and_a_stop_file_ends_the_run(tmp_path):
 
     run = run_probe(ProbeConfig(script=str(WORKLOADS / "train_basic.py"), out=out, warmup=1, steps=3, profile_steps=0,
                                 arms=True, plan_timeout_s=300), on_window_done=on_window_done)
-    assert run.status == "ok" and run.probe["status"] == "done" and calls == [0, 1]
+    assert run.status == "ok" and run.probe.status == "done" and calls == [0, 1]
     arms = run.arms["windows"]
     assert not (out / "arms.jsonl").exists() and not (out / "stop").exists()  # the exchange files are cleared
     assert [a["applied"] for a in arms] == [{"compile": True}, {}, {"compile": True}]

@@ -74,19 +74,19 @@ def test_zero_grad_override_takes_effect_in_a_fresh_child(tmp_path):
     run = run_probe(ProbeConfig(script=str(WORKLOADS / "zoo" / "zero_grad_keeps_grads.py"), out=tmp_path / "run",
                                 warmup=1, steps=3, profile_steps=0, overrides={"zero_grad_set_to_none": True}))
     assert run.status == "ok"
-    applied = run.probe["applied"]
+    applied = run.probe.applied
     assert applied["zero_grad_set_to_none"] >= 4  # every zero_grad of the run was switched
     assert not_applied({"zero_grad_set_to_none": True}, applied) == []
     # the hooks still see what the script asked for
-    assert run.probe["observed"]["zero_grad"]["Optimizer"]["kept"] == run.probe["observed"]["zero_grad"]["Optimizer"]["calls"]
+    assert run.probe.observed["zero_grad"]["Optimizer"]["kept"] == run.probe.observed["zero_grad"]["Optimizer"]["calls"]
 
 
 def test_zero_grad_override_is_not_applied_where_grads_are_already_dropped(tmp_path):
     run = run_probe(ProbeConfig(script=str(WORKLOADS / "zoo" / "healthy_inmemory_mlp.py"), out=tmp_path / "run",
                                 warmup=1, steps=3, profile_steps=0, overrides={"zero_grad_set_to_none": True}))
     assert run.status == "ok"
-    assert "zero_grad_set_to_none" not in run.probe["applied"]
-    assert not_applied({"zero_grad_set_to_none": True}, run.probe["applied"]) == ["zero_grad_set_to_none"]
+    assert "zero_grad_set_to_none" not in run.probe.applied
+    assert not_applied({"zero_grad_set_to_none": True}, run.probe.applied) == ["zero_grad_set_to_none"]
 
 
 def test_zero_grad_switch_in_process_only_inside_its_window(tmp_path):

@@ -7,12 +7,13 @@ import json
 import pytest
 
 from advisor.probe.runner import ProbeConfig, run_probe
+from advisor.run_dir.protocol import ChildAccount
 from conftest import WORKLOADS
 
 pytestmark = pytest.mark.slow
 
 
-def run_with(tmp_path, overrides: dict) -> tuple[dict, dict]:
+def run_with(tmp_path, overrides: dict) -> tuple[dict, ChildAccount]:
     run = run_probe(ProbeConfig(script=str(WORKLOADS / "report_config.py"), out=tmp_path / "run", warmup=1, steps=3,
                                 profile_steps=0, overrides=overrides))
     log = (tmp_path / "run" / "script.log").read_text()
@@ -25,7 +26,7 @@ def test_no_override_changes_nothing(tmp_path):
     seen, probe = run_with(tmp_path, {})
     assert seen["num_workers"] == 0 and seen["batch_size"] == 16 and seen["autocast"] is False
     assert seen["matmul_precision"] == "highest" and seen["fused"] is None
-    assert probe["applied"] == {}
+    assert probe.applied == {}
 
 
 def test_dataloader_batch_and_backend_overrides(tmp_path):
@@ -36,8 +37,8 @@ def test_dataloader_batch_and_backend_overrides(tmp_path):
     assert seen["num_workers"] == 2 and seen["persistent_workers"] is True
     assert seen["batch_size"] == 32 and seen["x_batch"] == 32
     assert seen["matmul_precision"] == "high" and seen["cudnn_benchmark"] is True and seen["threads"] == 1
-    assert probe["applied"]["dataloaders"][0]["num_workers"] == 2
-    assert probe["observed"]["dataloaders"][0]["batch_size"] == 32
+    assert probe.applied["dataloaders"][0]["num_workers"] == 2
+    assert probe.observed["dataloaders"][0]["batch_size"] == 32
 
 
 def test_optimizer_autocast_and_channels_last(tmp_path):
@@ -45,8 +46,8 @@ def test_optimizer_autocast_and_channels_last(tmp_path):
     assert seen["foreach"] is True
     assert seen["autocast"] is True and seen["head_dtype"] == "torch.bfloat16"
     assert seen["cl_input"] is True and seen["conv_weight_cl"] is True
-    assert probe["applied"]["autocast"] == "bfloat16"
-    assert all(isinstance(v, float) for v in probe["losses"])
+    assert probe.applied["autocast"] == "bfloat16"
+    assert all(isinstance(v, float) for v in probe.losses)
 
 
 def test_fused_optimizer_override(tmp_path):
@@ -64,8 +65,8 @@ def test_unknown_override_fails_clearly(tmp_path):
 def test_fp16_autocast_comes_with_a_grad_scaler(tmp_path):
     seen, probe = run_with(tmp_path, {"autocast": "float16"})
     assert seen["autocast"] is True and seen["head_dtype"] == "torch.float16"
-    assert probe["applied"]["grad_scaler"] is True
-    assert probe["status"] == "done" and all(v == v and abs(v) < 100 for v in probe["losses"])  # the unscaled loss
+    assert probe.applied["grad_scaler"] is True
+    assert probe.status == "done" and all(v == v and abs(v) < 100 for v in probe.losses)  # the unscaled loss
 
 
 def test_compile_override_wraps_the_model_in_torch_compile(tmp_path):
@@ -77,8 +78,8 @@ def test_compile_override_wraps_the_model_in_torch_compile(tmp_path):
     run = run_probe(ProbeConfig(script=str(WORKLOADS / "train_basic.py"), out=tmp_path / "run", warmup=2, steps=3,
                                 profile_steps=0, overrides={"compile": True}))
     assert run.status == "ok", (tmp_path / "run" / "script.log").read_text()[-2000:]
-    assert run.probe["applied"] == {"compile": True}
-    assert all(v == v for v in run.probe["losses"])
+    assert run.probe.applied == {"compile": True}
+    assert all(v == v for v in run.probe.losses)
 
 
 def test_workers_are_a_per_node_budget_shared_by_the_ranks():
@@ -114,7 +115,7 @@ def test_the_thread_override_holds_against_the_scripts_own_setting(tmp_path):
     log = (tmp_path / "run" / "script.log").read_text()
     assert run.status == "ok", log
     assert {line for line in log.splitlines() if line.startswith("THREADS=")} == {"THREADS=2"}
-    assert run.probe["applied"]["torch_threads"] == 2 and run.probe["applied"]["torch_threads_script_asked"] == 1
+    assert run.probe.applied["torch_threads"] == 2 and run.probe.applied["torch_threads_script_asked"] == 1
 
 
 def test_a_new_knob_is_one_vocabulary_entry_and_one_switch(monkeypatch):

@@ -92,11 +92,10 @@ class Runner:
             raise Interrupted(run.signal)
         profile = Profile.from_run_dir(run_dir, run.suffix)
         self.per_run_s = max(self.per_run_s, run.wall_s)
-        applied = run.probe.get("applied") or {}
-        mem = run.probe.get("memory") or {}
+        applied, mem = run.probe.applied, run.probe.memory
         self.log.append({"label": label, "overrides": overrides, "status": run.status, "wall_s": run.wall_s,
                          "run_dir": str(run_dir), "applied": applied})
-        error = run.probe.get("error")
+        error = run.probe.error
         return Measurement(label, overrides, run.status, run_dir, profile.steps, run.wall_s, error, applied,
                            mem.get("peak_memory_bytes"), mem.get("memory_basis"),
                            "out of memory" in str(error or "").lower())

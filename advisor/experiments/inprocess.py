@@ -27,7 +27,7 @@ from ..analysis import metrics
 from .. import overrides as vocabulary
 from ..run_dir.atomic import write_json_atomic
 from ..model import Experiment, Finding, Recommendation, Verdict
-from ..probe.protocol import Phase, read_lines
+from ..run_dir.protocol import Phase, read_lines
 from ..run_dir.layout import names
 from . import judge
 from .judge import Measurement

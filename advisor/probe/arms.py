@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 
 from .clock import ProbeDone
-from .protocol import Phase, write_line
+from advisor.run_dir.protocol import Phase, write_line
 from .memory import WindowPeak, persistent_bytes, rss_high_water, tensor_bytes
 from .switches import Switches
 

@@ -22,20 +22,21 @@ import types
 from pathlib import Path
 from typing import Callable
 
+import msgspec
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 import advisor
 
 from advisor.run_dir import layout
-from advisor.run_dir.atomic import open_nofollow, write_json_atomic
+from advisor.run_dir.atomic import open_nofollow
 from .arms import Arms
 from .clock import ProbeDone, StepClock
 from .env import collect_env, memory_stats
 from .hooks import Observed, install
 from .memory import WindowPeak, account, persistent_bytes, rss_bytes, tensor_bytes
 from .overrides import OverrideError, apply as apply_overrides
-from .protocol import ChildConfig, Phase, read_config
+from advisor.run_dir.protocol import ChildAccount, ChildConfig, Phase, read_config, write_account
 from .sources import SourceCapture
 from .trace_export import TraceLost, export_trace
 
@@ -221,7 +222,7 @@ class ChildProbe:
         try:
             apply_overrides(self.config.overrides, self.applied, self.observed)
         except OverrideError as exc:
-            write_json_atomic(self.out / self.names.probe_json, {"status": "failed", "error": str(exc), "boundaries": 0})
+            write_account(self.out / self.names.probe_json, ChildAccount(status="failed", error=str(exc)))
             print(f"advise: {exc}", file=sys.stderr)
             return 2
         if self.config.arms:
@@ -237,7 +238,7 @@ class ChildProbe:
         self.sink.close()
         sys.stdout.flush()
         sys.stderr.flush()
-        if result["status"] in ("done", "interrupted"):
+        if result.status in ("done", "interrupted"):
             # The script was cut short on purpose: its non-daemon threads or DataLoader workers
             # must not keep the child alive (the runner reaps the group). Its atexit handlers run,
             # as they would under plain python, but only for so long.
@@ -245,38 +246,38 @@ class ChildProbe:
             os._exit(code)
         return code
 
-    def _run_target(self) -> tuple[dict, int]:
+    def _run_target(self) -> tuple[ChildAccount, int]:
         """The user's code, run to its end or the window's: how it ended, and the exit code."""
         arms = self.arms
-        result: dict = {"status": "finished", "error": None, "traceback": None}
+        result = ChildAccount(status="finished")
         code = 0
         try:
             self.target()
             if arms is not None and arms.started:
                 arms.script_ended()
         except ProbeDone:
-            result["status"] = "done"
+            result.status = "done"
         except SystemExit as exc:
             if arms is not None and arms.started:
                 arms.script_ended()
             if exc.code not in (None, 0):
-                result.update(status="failed", error=f"the script exited with status {exc.code}")
+                result.status, result.error = "failed", f"the script exited with status {exc.code}"
                 code = 1
         except KeyboardInterrupt:
-            result["status"] = "interrupted"
+            result.status = "interrupted"
             code = 130
         except BaseException as exc:
             if arms is not None and arms.started:
                 # After the window, under an arm's settings (an OOM, a compile error): the window's
                 # measurements stand, the arm's line says what broke, and the run ends as done.
                 arms.script_raised(exc)
-                result.update(status="done", arms_error=arms.error or f"{type(exc).__name__}: {exc}",
-                              arms_traceback=user_traceback(exc))
+                result.status, result.arms_error = "done", arms.error or f"{type(exc).__name__}: {exc}"
+                result.arms_traceback = user_traceback(exc)
             else:  # the user's error: report it as theirs
                 tb = user_traceback(exc)
                 sys.stderr.write(tb)
                 last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-                result.update(status="failed", error=last, traceback=tb)
+                result.status, result.error, result.traceback = "failed", last, tb
                 code = 1
         finally:
             self.clock.capture.stop()  # a script that ended inside the capture step
@@ -284,8 +285,8 @@ class ChildProbe:
             advisor._clock = None
             if arms is not None:
                 arms.close()  # substitute DataLoaders' workers
-        if arms is not None and arms.error and "arms_error" not in result:
-            result["arms_error"] = arms.error
+        if arms is not None and arms.error and result.arms_error is None:
+            result.arms_error = arms.error
         return result, code
 
     def _memory_step(self, seen: int) -> None:
@@ -321,13 +322,14 @@ class ChildProbe:
 
     def _window_done(self) -> None:
         """The window ended and the arms follow: its account now, for the parent's rules."""
-        self._finish({"status": "done", "error": None, "traceback": None, "phase": Phase.WINDOW_DONE})
+        self._finish(ChildAccount(status="done", phase=Phase.WINDOW_DONE))
 
-    def _finish(self, result: dict) -> dict:
+    def _finish(self, result: ChildAccount) -> None:
         """probe.json: the child's own account of the run (also written when the window ends, for arms)."""
         gc.collect()
         clock, observed, window = self.clock, self.observed, self.window
-        result.update(
+        result = msgspec.structs.replace(
+            result,
             step_source=clock.source,
             boundaries=clock.boundaries,
             warmup=clock.warmup,
@@ -344,8 +346,7 @@ class ChildProbe:
             overrides=self.config.overrides,
             applied=self.applied,
         )
-        write_json_atomic(self.out / self.names.probe_json, result)
-        return result
+        write_account(self.out / self.names.probe_json, result)
 
     def _account_now(self) -> dict:
         """A run that ended before its window did: its memory as it stands."""

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .protocol import Phase, write_line
+from advisor.run_dir.protocol import Phase, write_line
 
 SOURCES = ("backward", "dataloader", "optimizer", "explicit")
 _RANK = {name: i for i, name in enumerate(SOURCES)}

@@ -12,7 +12,6 @@ ended too (see ``tree.py``).
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import signal
@@ -31,7 +30,8 @@ from advisor.run_dir.interrupt import StopRequest, describe
 from advisor.run_dir.layout import rank_suffix
 from .entry import BOOTSTRAP
 from .job_link import JobLink
-from .protocol import WINDOW_PHASES, ChildConfig, Phase, read_lines, write_config
+from advisor.run_dir.protocol import (WINDOW_PHASES, ChildAccount, ChildConfig, Phase, rank_account, read_account,
+                                      read_lines, write_config)
 from .sampler import Sampler
 from .tree import ProcessTree
 
@@ -72,7 +72,7 @@ class ProbeRun:
     status: str  # ok | failed | timeout | no-steps | interrupted
     exit_code: int | None
     wall_s: float
-    probe: dict
+    probe: ChildAccount  # the child's account, completed by how the parent saw it end
     files: layout.RunFiles
     notes: list[str]
     signal: int | None = None  # the signal that stopped advise (interrupted runs)
@@ -156,10 +156,10 @@ class OneProcess:
     def clean_up(self) -> None:
         """Remove the shape's own scratch files."""
 
-    def settle(self) -> dict:
+    def settle(self) -> ChildAccount | None:
         """After the run: switch to the files that hold the job's account; the script's own
-        process's account when it only started the ranks (else empty)."""
-        return {}
+        process's account when it only started the ranks (else None)."""
+        return None
 
     def accounts(self) -> list[dict]:
         """Each rank's own account (none for one process)."""
@@ -200,15 +200,15 @@ class ScriptRanks(OneProcess):
         for rank_cfg in self.out.glob(".probe-config.rank*.json"):  # ranks the script re-ran as new commands
             rank_cfg.unlink(missing_ok=True)
 
-    def settle(self) -> dict:
+    def settle(self) -> ChildAccount | None:
         self.spawned = _spawned_ranks(self.out)
         if self.spawned and self.spawned[0] != 0:  # the script's process is rank 0
             self.spawned = [0, *self.spawned]
-            return {}
+            return None
         if not self.spawned:
-            return {}
+            return None
         own, out = self.own, self.out  # every rank, also those that started after rank 0
-        parent = _load_probe(out / own.probe_json)  # the script's own process: it only started the ranks
+        parent = read_account(out / own.probe_json)  # the script's own process: it only started the ranks
         for name in (own.steps_jsonl, own.probe_json, own.arms_jsonl, own.plan, own.stop, own.sources):
             (out / name).unlink(missing_ok=True)
         self.names, self.suffix = _job_names(".rank0"), ".rank0"
@@ -384,8 +384,8 @@ class ProbeSession:
         self.deadline = time.monotonic() + self.config.arms_timeout_s
         # the parent's rules read the window as a run dir: its steps and samples so far
         names = self.shape.names
-        probe_now = _load_probe(self.out / names.probe_json)
-        _write_steps_csv(self.out / names.steps_csv, self.window, probe_now.get("losses") or [])
+        probe_now = read_account(self.out / names.probe_json)
+        _write_steps_csv(self.out / names.steps_csv, self.window, probe_now.losses if probe_now else [])
         self.sampler.write_csv(self.out / names.samples_csv)
         if (others := self.shape.window_done()) is not None:
             self.job = _JobArms(self.shape.suffix, others)
@@ -469,19 +469,18 @@ class ProbeSession:
         out, config, notes = self.out, self.config, self.notes
         parent = self.shape.settle()
         names, suffix = self.shape.names, self.shape.suffix
-        probe = _load_probe(out / names.probe_json)
-        if parent and parent.get("status") == "failed" and probe.get("status") in ("done", "finished"):
-            probe.update(status="failed", error=parent.get("error"), traceback=parent.get("traceback"))
+        probe = read_account(out / names.probe_json)
         records, _ = read_lines(out / names.steps_jsonl, 0)
         arm_windows, _ = read_lines(out / names.arms_jsonl, 0)
         arms = {"steps": [r for r in records if r["phase"] == Phase.ARM], "windows": arm_windows}
         records = [r for r in records if r["phase"] in WINDOW_PHASES]  # not the arms' lines
         measured = [r for r in records if r["phase"] == Phase.MEASURE]
-        # A child killed at the deadline never wrote probe.json: its step lines still tell.
-        probe.setdefault("boundaries", len(records))
-        probe.setdefault("measured_steps", len(measured))
-        probe.setdefault("step_source", records[-1]["source"] if records else None)
-        _write_steps_csv(out / names.steps_csv, measured, probe.get("losses") or [])
+        if probe is None:  # a child killed at the deadline never wrote probe.json: its step lines still tell
+            probe = ChildAccount(boundaries=len(records), measured_steps=len(measured),
+                                 step_source=records[-1]["source"] if records else None)
+        if parent and parent.status == "failed" and probe.status in ("done", "finished"):
+            probe.status, probe.error, probe.traceback = "failed", parent.error, parent.traceback
+        _write_steps_csv(out / names.steps_csv, measured, probe.losses)
         ranks = self.shape.accounts()
         for name in (names.steps_jsonl, names.arms_jsonl, names.plan, names.stop):  # the exchange with the child
             (out / name).unlink(missing_ok=True)
@@ -491,7 +490,7 @@ class ProbeSession:
         stopped = self.interrupted or self.timed_out
         if self.job.failed and (self.job.others or self.link) and not stopped and len(measured) >= config.steps:
             # the ranks were stopped after their window, by advise: the window and the arms measured stand
-            probe.update(status="done", error=None, traceback=None)
+            probe.status, probe.error, probe.traceback = "done", None, None
             ranks = [dict(r, status="done", error=None, traceback=None) if r["status"] in ("interrupted", "died") else r
                      for r in ranks]
         status = _status(probe, self.child.returncode, self.timed_out, self.interrupted, config.timeout_s, self.signum)
@@ -501,15 +500,15 @@ class ProbeSession:
                         arms=arms, suffix=suffix, ranks=ranks)
 
 
-def _first_failure(status: str, probe: dict, ranks: list[dict]) -> str:
+def _first_failure(status: str, probe: ChildAccount, ranks: list[dict]) -> str:
     """A job's status: the first rank to fail is the cause; the others broke on it."""
     failed = sorted((r for r in ranks if r["status"] not in ("done", "finished")), key=lambda r: r["ended_at"])
     if failed and status in ("ok", "failed"):
         first, then = failed[0], failed[1:]
         status = "failed"
-        probe["error"] = f"rank {first['rank']} failed first: {first['error'] or first['status']}" + "".join(
+        probe.error = f"rank {first['rank']} failed first: {first['error'] or first['status']}" + "".join(
             f"; then rank {r['rank']}: {(r['error'] or r['status'])[:120]}" for r in then)
-        probe["traceback"] = first.pop("traceback", None) or probe.get("traceback")
+        probe.traceback = first.pop("traceback", None) or probe.traceback
     for r in ranks:
         r.pop("traceback", None), r.pop("ended_at", None)
     return status
@@ -571,32 +570,19 @@ def _rank_account(out: Path, rank: int, files: layout.RunFiles | None = None) ->
     """One rank: its steps written as steps.rankN.csv, and how it ended (`files`: the rank's
     files when they are not .rankN's: the script's own process, as rank 0)."""
     files = files or layout.names(f".rank{rank}")
-    probe = _load_probe(out / files.probe_json)
+    probe = read_account(out / files.probe_json)
     records, _ = read_lines(out / files.steps_jsonl, 0)
     measured = [r for r in records if r["phase"] == Phase.MEASURE]
     arm_windows, _ = read_lines(out / files.arms_jsonl, 0)
     if rank:  # rank 0's are written with the job's
-        _write_steps_csv(out / files.steps_csv, measured, probe.get("losses") or [])
+        _write_steps_csv(out / files.steps_csv, measured, probe.losses if probe else [])
         for name in (files.steps_jsonl, files.arms_jsonl, files.plan, files.stop):
             (out / name).unlink(missing_ok=True)
-    status = probe.get("status") or "died"
-    error = probe.get("error") if probe else "its process ended without writing its results (killed, or crashed in C++)"
     try:  # when it wrote its account: the first rank to fail is the one the others waited for
         ended_at = (out / files.probe_json).stat().st_mtime
     except OSError:
         ended_at = float("inf")
-    account = {"rank": rank, "status": status, "measured_steps": len(measured), "error": error,
-               "traceback": probe.get("traceback"), "ended_at": ended_at}
-    if arm_windows:  # in-process arms: the windows this rank ran with a fix switched on (the same on every rank)
-        account["arm_windows_switched"] = sum(1 for w in arm_windows if w.get("applied"))
-    return account
-
-
-def _load_probe(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+    return rank_account(rank, probe, len(measured), ended_at, arm_windows)
 
 
 def _write_steps_csv(path: Path, records: list[dict], losses: list) -> None:
@@ -609,35 +595,34 @@ def _write_steps_csv(path: Path, records: list[dict], losses: list) -> None:
     write_text_atomic(path, frame[columns].to_csv(index=False))
 
 
-def _status(probe: dict, returncode: int | None, timed_out: bool, interrupted: bool, timeout_s: float,
+def _status(probe: ChildAccount, returncode: int | None, timed_out: bool, interrupted: bool, timeout_s: float,
             signum: int | None = None) -> str:
-    measured = probe.get("measured_steps", 0)
     if timed_out:
-        seen = "" if probe.get("boundaries") else " with no training step seen (call advisor.step() in a loop the probe cannot see)"
-        probe["error"] = f"timed out after {timeout_s:g} s{seen}"
+        seen = "" if probe.boundaries else " with no training step seen (call advisor.step() in a loop the probe cannot see)"
+        probe.error = f"timed out after {timeout_s:g} s{seen}"
         return "timeout"
     if interrupted:
-        probe["error"] = f"interrupted ({describe(signum)})"
+        probe.error = f"interrupted ({describe(signum)})"
         return "interrupted"
-    child_status = probe.get("status")
+    child_status = probe.status
     if child_status is None:  # died without a word: a signal (OOM killer, segfault)
         sig = -returncode if returncode and returncode < 0 else None
-        probe["error"] = f"the script's process was killed by signal {signal.Signals(sig).name}" if sig else f"the script's process exited with status {returncode} before writing its results"
+        probe.error = f"the script's process was killed by signal {signal.Signals(sig).name}" if sig else f"the script's process exited with status {returncode} before writing its results"
         return "failed"
     if child_status == "failed":
         return "failed"
     if child_status == "interrupted":
-        probe["error"] = probe.get("error") or "interrupted"
+        probe.error = probe.error or "interrupted"
         return "interrupted"
-    if measured == 0:
-        boundaries = probe.get("boundaries", 0)
+    if probe.measured_steps == 0:
+        boundaries = probe.boundaries
         if boundaries:
-            probe["error"] = (
+            probe.error = (
                 f"the script ended after {max(0, boundaries - 1)} steps, before the warm-up finished; "
                 "lower --warmup or let it run longer"
             )
         else:
-            probe["error"] = (
+            probe.error = (
                 "no training steps seen: no torch.optim optimizer stepped, no DataLoader batch and no "
                 "backward() ran; call advisor.step() at the end of each iteration"
             )

@@ -33,7 +33,7 @@ import advisor
 
 from .bootstrap import probe
 from .entry import BOOTSTRAP
-from .protocol import read_config, write_config
+from advisor.run_dir.protocol import read_config, write_config
 
 ENV = "ADVISE_SPAWN_CONFIG"
 _TORCH_SPAWN = "torch.multiprocessing.spawn"

@@ -12,6 +12,8 @@ whole lines only, from where it stopped. The phases:
 Before all of them, the parent writes the child's config (:class:`ChildConfig`,
 ``.probe-config{suffix}.json``): :func:`write_config` is its one writer, :func:`read_config` its
 one reader (the bootstrap, and ranks the script starts, which read it and write their own).
+After them, the child leaves its account (:class:`ChildAccount`, ``probe{r}.json``; also written
+when its window ends, before the arms): :func:`write_account` and :func:`read_account`.
 """
 
 from __future__ import annotations
@@ -92,3 +94,56 @@ def write_config(path: Path, config: ChildConfig) -> None:
 def read_config(path: str | Path) -> ChildConfig:
     """The config at `path`; OSError when it is gone, ValueError when it is not one."""
     return msgspec.json.decode(Path(path).read_bytes(), type=ChildConfig)
+
+
+class ChildAccount(msgspec.Struct, kw_only=True):
+    """probe.json: the child's own account of the run, as the parent reads it."""
+
+    status: Optional[str] = None  # finished | done | failed | interrupted (None: the parent's account of a child that wrote none)
+    error: Optional[str] = None
+    traceback: Optional[str] = None
+    phase: Optional[Phase] = None  # window-done: written at the window's end, the arms follow
+    step_source: Optional[str] = None  # optimizer, dataloader, backward or marker
+    boundaries: int = 0  # step boundaries seen, warm-up included
+    warmup: Optional[int] = None  # the warm-up it ran (lengthened for a DataLoader's prefetch)
+    measured_steps: int = 0
+    losses: list[Optional[float]] = []  # one per measured step (None: not seen)
+    env: dict = {}
+    observed: dict = {}  # hooks.Observed.to_dict(): optimizers, DataLoaders, zero_grad calls
+    memory: dict = {}  # probe.memory's account of the window
+    trace: Optional[str] = None  # the trace's file name, when the window exported one
+    profiler_error: Optional[str] = None
+    profiler_cut: Optional[str] = None
+    profiler_errno: Optional[int] = None
+    profile_steps: Optional[int] = None
+    overrides: dict = {}
+    applied: dict = {}  # what each override did (overrides.ineffective reads it)
+    arms_error: Optional[str] = None  # an arm raised after the window: the window's figures stand
+    arms_traceback: Optional[str] = None
+
+
+def write_account(path: Path, account: ChildAccount) -> None:
+    write_json_atomic(path, msgspec.structs.asdict(account))
+
+
+def read_account(path: Path) -> Optional[ChildAccount]:
+    """The account at `path`; None when the child wrote none (killed, or crashed in C++) or it is
+    unreadable. NaN losses are valid here (Python's JSON writes them)."""
+    try:
+        data = json.loads(Path(path).read_text())
+        return msgspec.convert(data, ChildAccount, strict=False) if isinstance(data, dict) else None
+    except (OSError, ValueError, msgspec.ValidationError):
+        return None
+
+
+def rank_account(rank: int, account: Optional[ChildAccount], measured_steps: int, ended_at: float,
+                 arm_windows: list[dict], status: Optional[str] = None) -> dict:
+    """One rank of a job as the report lists it (schema: ``Rank``), from its account; `status`
+    when the parent knows better (a rank advise stopped by a signal)."""
+    row = {"rank": rank, "status": status or (account.status if account else None) or "died",
+           "measured_steps": measured_steps,
+           "error": account.error if account else "its process ended without writing its results (killed, or crashed in C++)",
+           "traceback": account.traceback if account else None, "ended_at": ended_at}
+    if arm_windows:  # in-process arms: the windows this rank ran with a fix switched on (the same on every rank)
+        row["arm_windows_switched"] = sum(1 for w in arm_windows if w.get("applied"))
+    return row
