@@ -1,0 +1,53 @@
+"""The parent-child protocol's readers on what a real child leaves, and on what a crash leaves."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from advisor.probe.runner import ProbeConfig, run_probe
+from advisor.run_dir.protocol import ChildAccount, Phase, read_account, read_lines, write_account
+
+WORKLOADS = Path(__file__).parent / "workloads"
+
+
+def test_a_real_childs_account_reads_back_typed(tmp_path):
+    run = run_probe(ProbeConfig(script=str(WORKLOADS / "report_config.py"), out=tmp_path / "run", warmup=1, steps=3,
+                                profile_steps=0))
+    account = read_account(tmp_path / "run" / "probe.json")
+    assert run.status == "ok" and account == run.probe
+    assert account.status == "done" and account.measured_steps == 3 and account.step_source == "optimizer"
+    assert len(account.losses) == 3 and account.env["device"] == "cpu" and account.phase is None
+
+
+def test_an_account_keeps_nan_losses_and_ignores_keys_it_does_not_know(tmp_path):
+    path = tmp_path / "probe.json"
+    write_account(path, ChildAccount(status="done", phase=Phase.WINDOW_DONE, losses=[float("nan"), None, 1.5]))
+    data = json.loads(path.read_text())
+    assert data["phase"] == "window-done"
+    path.write_text(json.dumps({**data, "from_a_newer_child": 1}))
+    account = read_account(path)
+    assert account.phase is Phase.WINDOW_DONE and math.isnan(account.losses[0]) and account.losses[1:] == [None, 1.5]
+
+
+def test_no_account_or_a_torn_one_reads_as_none(tmp_path):
+    path = tmp_path / "probe.json"
+    assert read_account(path) is None  # killed before it wrote one
+    path.write_text('{"status": "do')
+    assert read_account(path) is None
+    path.write_text('["not", "an", "account"]')
+    assert read_account(path) is None
+    path.write_text('{"status": "done", "measured_steps": "three"}')
+    assert read_account(path) is None
+
+
+def test_step_lines_are_read_whole_and_a_torn_line_is_skipped(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    path.write_text('{"phase": "warmup"}\n{"phase": "mea\n{"phase": "measure"}\n{"phase": "me')
+    lines, offset = read_lines(path)
+    assert [r["phase"] for r in lines] == ["warmup", "measure"]
+    with open(path, "a") as f:
+        f.write('asure"}\n')
+    more, _ = read_lines(path, offset)
+    assert more == [{"phase": "measure"}]
