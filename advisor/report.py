@@ -11,7 +11,9 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Union
+import functools
+import typing
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Optional, Union
 
 import msgspec
 
@@ -120,61 +122,100 @@ def load_report(path: str | Path) -> dict:
     return report
 
 
-# --- the report as the renderers read it ---------------------------------------------------------
-# Typed where the renderers read fields by name; the open blocks (env, memory, observed,
-# utilization, artifacts: more keys may come, and the renderers list them as they are) stay dicts.
-# Every field has a default: a missing field, or a null one, reads as its default.
+# --- the report's blocks, typed ------------------------------------------------------------------
+# One description of each block, for two readers: the renderers read these classes (a field
+# missing or null reads as its default), and :mod:`advisor.schema` builds report.json's JSON
+# Schema from them, descriptions included. The open blocks (env, observed, artifacts: more keys
+# may come, and the renderers list them as they are) stay dicts here and are described there.
+
+Num = Optional[float]  # a figure that can be missing (null: not measured, or NaN in the measurement)
+Number = Union[int, float, None]  # as report.json has it (an int stays an int)
+
+
+def described(text: str, kind: Any = None) -> Any:
+    """A field described: the description lands in the schema (and the docs' field tables)."""
+    return Annotated[kind, msgspec.Meta(description=text)]
 
 
 class _Block(msgspec.Struct, kw_only=True, omit_defaults=True):
+    required: ClassVar[tuple[str, ...]] = ()  # the schema's required keys (a reader takes a report without them)
+
     @classmethod
     def of(cls, block):
         """The typed block of a report's dict (null and unknown keys left out; a block is returned as it is)."""
         if isinstance(block, cls):
             return block
-        fields = cls.__struct_fields__
-        return msgspec.convert({k: v for k, v in (block or {}).items() if k in fields and v is not None}, cls, strict=False)
+        return msgspec.convert(_readable(cls, block if isinstance(block, dict) else {}), cls, strict=False)
 
 
-class Throughput(_Block):
-    samples_per_s: Optional[float] = None
-    steps_per_s: Optional[float] = None
-    step_time_median_s: Optional[float] = None
-    step_time_p90_s: Optional[float] = None
-    step_time_mean_s: Optional[float] = None
-    n_steps: Optional[int] = None
-    stalled_steps: Optional[int] = None
-    basis: Optional[str] = None
+class Tool(_Block):
+    """The program that wrote the report."""
 
-
-class Breakdown(_Block):
-    data_wait_frac: Optional[float] = None
-    optimizer_frac: Optional[float] = None
-    compute_frac: Optional[float] = None
+    required = ("name", "version")
+    name: Literal["advise"] = "advise"
+    version: str = ""
 
 
 class Step(_Block):
+    """One measured step (the profiler's warm-up step is not one)."""
+
     index: Optional[int] = None
-    duration_s: Optional[float] = None
-    data_wait_s: Optional[float] = None
+    duration_s: Num = None
+    data_wait_s: Num = None
     samples: Optional[int] = None
-    optimizer_s: Optional[float] = None
-    backward_s: Optional[float] = None
+    optimizer_s: Num = None
+    backward_s: Num = None
     profiled: Optional[bool] = None
-    loss: Optional[float] = None
+    loss: Num = None
+
+
+class Throughput(_Block):
+    """Rates over the measured steps outside the profiler, stalled steps left out."""
+
+    samples_per_s: described("samples per second (null when the batch size is unknown)", Num) = None
+    steps_per_s: Num = None
+    step_time_median_s: Num = None
+    step_time_p90_s: Num = None
+    step_time_mean_s: Num = None
+    n_steps: Optional[int] = None
+    stalled_steps: described("steps far slower than the rest (beyond Q3 + 3 IQR and twice the median) even without "
+                             "their wait on the DataLoader, left out of the rates", Optional[int]) = None
+    basis: described("which steps the rates come from", Optional[str]) = None
+
+
+class Breakdown(_Block):
+    """Shares of the step time."""
+
+    data_wait_frac: Num = None
+    optimizer_frac: Num = None
+    compute_frac: described("forward and backward: the rest of the step", Num) = None
 
 
 class Rank(_Block):
+    """One rank of a job: how it ended (advise profile) or its trace's figures (advise analyze)."""
+
     rank: Optional[int] = None
-    status: Optional[str] = None  # none: a trace's rank (advise analyze), which has no status
-    node: Optional[int] = None
-    host: Optional[str] = None
+    status: described("profile: the rank's status (done, finished, failed, interrupted, died; missing: it sent rank 0 "
+                      "no summary); none for a trace's rank (advise analyze)", Optional[str]) = None
+    node: described("profile, a job a launcher started: the node the rank ran on (GROUP_RANK, SLURM_NODEID)",
+                    Optional[int]) = None
+    host: described("profile, a job a launcher started: the rank's host name", Optional[str]) = None
+    measured_steps: Optional[int] = None
     error: Optional[str] = None
-    samples_per_s: Optional[float] = None
-    step_time_median_s: Optional[float] = None
-    step_time_p90_s: Optional[float] = None
-    duration_s: Optional[float] = None  # analyze: the median profiled step
-    exposed_comm_s: Optional[float] = None
+    traceback: Optional[str] = None
+    ended_at: Num = None
+    arm_windows_switched: described("windows this rank ran with a fix switched on", Optional[int]) = None
+    samples_per_s: Num = None
+    step_time_median_s: Num = None
+    step_time_p90_s: Num = None
+    trace: described("analyze: the rank's trace file", Optional[str]) = None
+    duration_s: described("analyze: the median profiled step", Num) = None
+    comm_s: described("collective time per step", Num) = None
+    exposed_comm_s: described("collective time no compute overlaps (waiting)", Num) = None
+    compute_s: Num = None
+    busy_s: described("the step less the exposed collective time: the rank's own work", Num) = None
+    flops: described("FLOPs per step", Num) = None
+    samples: described("samples per step", Num) = None
 
     @property
     def step_s(self) -> Optional[float]:
@@ -182,33 +223,71 @@ class Rank(_Block):
         return self.step_time_median_s if self.step_time_median_s is not None else self.duration_s
 
 
-Number = Union[int, float, None]  # as report.json has it (an int stays an int)
+class Tensors(_Block):
+    parameters_bytes: Optional[int] = None
+    gradients_bytes: Optional[int] = None
+    optimizer_state_bytes: Optional[int] = None
+    live_gradients_bytes: Optional[int] = None
 
 
 class Memory(_Block):
-    """The figures the renderers name (report.json's `memory` is listed whole, as a dict)."""
+    """Peak memory: the accelerator's (CUDA), the measured window's, and the script's process tree's."""
 
-    peak_allocated_bytes: Number = None
+    peak_allocated_bytes: described("CUDA: torch.cuda.max_memory_allocated", Number) = None
+    peak_reserved_bytes: Number = None
     device_total_bytes: Number = None
-    peak_rss_bytes: Number = None
+    peak_memory_bytes: described("the measured window's peak, by memory_basis", Number) = None
+    memory_basis: described("cuda-max-allocated, cpu-allocator or rss-high-water", Optional[str]) = None
+    peak_rss_hwm_bytes: Number = None
+    runtime_bytes: Number = None
+    budget_bytes: described("the memory the run may use (--memory-budget, else the device's capacity)", Number) = None
+    budget_source: described("option or device", Optional[str]) = None
+    tensors: described("parameters, gradients and optimizer state, in bytes", Optional[Tensors]) = None
+    checkpointable: described("what activation checkpointing would wrap", Optional[dict]) = None
+    peak_rss_bytes: described("summed RSS of the script's processes over the run (an upper bound)", Number) = None
     peak_pss_bytes: Number = None
-    basis: Optional[str] = None
+    peak_uss_bytes: Number = None
+    basis: described("pss or rss: the figure that stands for the process tree's peak", Optional[str]) = None
+    basis_note: Optional[str] = None
 
 
 class Mfu(_Block):
+    """Model FLOPs utilization; null without a trace."""
+
     achieved_tflops: Number = None
     peak_tflops: Number = None
-    mfu: Number = None
+    mfu: described("achieved / peak (null without a peak for the device and dtype)", Number) = None
     dtype: Optional[str] = None
+    device_name: Optional[str] = None
+    flops_per_step: Number = None
+    basis: Optional[str] = None
     peak_source: Optional[str] = None
 
 
+class Screened(_Block):
+    """A fix screened (EXP001) and left out of the findings: not verified faster."""
+
+    fix: Optional[str] = None
+    overrides: Optional[dict] = None
+    verdict: Optional[str] = None
+    speedup: Num = None
+    ci_low: Num = None
+    ci_high: Num = None
+    baseline_drift_frac: Num = None
+    reason: Optional[str] = None
+
+
 class Experiments(_Block):
+    """What the experiments ran and what they cost."""
+
+    runs: described("fresh runs of the script (in-process arms need none)", list[dict]) = []
     n_runs: Optional[int] = None
     child_wall_s: Number = None
+    screened: list[Screened] = []
 
 
 class HtaStep(_Block):
+    index: Optional[int] = None
     step_us: Number = None
     compute_us: Number = None
     communication_us: Number = None
@@ -231,17 +310,16 @@ class HtaRank(_Block):
 
 
 class HtaBreakdown(_Block):
+    """GPU time as Holistic Trace Analysis' temporal breakdown splits it, per rank and per step."""
+
+    required = ("basis", "ranks")
     basis: Optional[str] = None
     ranks: Optional[list[HtaRank]] = None
 
 
-class Tool(_Block):
-    name: str = "advise"
-    version: str = ""
-
-
 class Report(_Block):
-    """report.json as the renderers read it (:mod:`advisor.schema` describes every field)."""
+    """report.json as the renderers read it (:class:`Report.of` reads it from the dict; the
+    schema's top level, :class:`advisor.schema.Report`, describes every field)."""
 
     schema_version: int = SCHEMA_VERSION
     tool: Tool = msgspec.field(default_factory=Tool)
@@ -271,35 +349,51 @@ class Report(_Block):
     experiments: Optional[Experiments] = None  # none: no experiments ran
     ranks: list[Rank] = []
 
-    @classmethod
-    def of(cls, report: "Report | dict") -> "Report":
-        """The typed report of a report dict (a Report is returned as it is)."""
-        if isinstance(report, Report):
-            return report
-        return msgspec.convert(_no_nulls(report), cls, strict=False)
-
     @property
     def ok(self) -> bool:
         return (self.status or "ok") == "ok"
 
 
-_TOP = set(Report.__struct_fields__)
-_LISTS = {"steps": set(Step.__struct_fields__), "ranks": set(Rank.__struct_fields__)}
-_BLOCKS = {"tool": set(Tool.__struct_fields__), "throughput": set(Throughput.__struct_fields__),
-           "breakdown": set(Breakdown.__struct_fields__)}
-
-
-def _no_nulls(report: dict) -> dict:
-    """The fields the typed report reads, null ones left out (they read as their defaults)."""
-    out = {k: v for k, v in report.items() if k in _TOP and v is not None}
-    for key, fields in _BLOCKS.items():
-        if isinstance(out.get(key), dict):
-            out[key] = {k: v for k, v in out[key].items() if k in fields and v is not None}
-    for key, fields in _LISTS.items():
-        if isinstance(out.get(key), list):
-            out[key] = [{k: v for k, v in row.items() if k in fields and v is not None}
-                        for row in out[key] if isinstance(row, dict)]
-    for key in ("mfu", "hta_breakdown", "experiments"):  # not an object: as if missing
-        if not isinstance(out.get(key), dict):
-            out.pop(key, None)
+def _readable(cls: type, data: dict) -> dict:
+    """`data` as `cls` reads it: keys it does not name and null values left out, the blocks inside
+    alike (a block that is not an object reads as missing; the open dicts are kept as they are)."""
+    hints = _hints(cls)
+    out = {}
+    for key, value in data.items():
+        kind = hints.get(key)
+        if kind is None or value is None:
+            continue
+        block, many = _block_in(kind)
+        if block is not None and many:
+            if not isinstance(value, list):
+                continue
+            value = [_readable(block, row) for row in value if isinstance(row, dict)]
+        elif block is not None:
+            if not isinstance(value, dict):
+                continue
+            value = _readable(block, value)
+        out[key] = value
     return out
+
+
+@functools.cache
+def _hints(cls: type) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _block_in(kind) -> tuple[Optional[type], bool]:
+    """The block class a field holds (Optional[...] and list[...] unwrapped) and whether a list of them."""
+    many = False
+    while True:
+        origin, args = typing.get_origin(kind), typing.get_args(kind)
+        if origin is Annotated:
+            kind = args[0]
+        elif origin is Union:
+            inner = [a for a in args if a is not type(None)]
+            if len(inner) != 1:
+                return None, False
+            kind = inner[0]
+        elif origin is list:
+            kind, many = args[0], True
+        else:
+            return (kind, many) if isinstance(kind, type) and issubclass(kind, _Block) else (None, False)
