@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 import functools
 import typing
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Optional, Union
 
 import msgspec
 
@@ -152,7 +152,7 @@ class Tool(_Block):
     """The program that wrote the report."""
 
     required = ("name", "version")
-    name: Literal["advise"] = "advise"
+    name: Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["advise"]})] = "advise"  # a reader takes any name
     version: str = ""
 
 
