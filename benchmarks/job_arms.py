@@ -37,8 +37,8 @@ def run(job: list[str], mode: list[str], out: Path) -> tuple[float, dict]:
     proc = subprocess.run([sys.executable, "-m", "advisor", "profile", "--out", str(out), *mode, *job],
                           capture_output=True, text=True)
     wall = time.monotonic() - t0
-    if proc.returncode != 0:
-        sys.exit(f"advise profile failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    if proc.returncode != 0:  # what advise said, on either stream (a failed script's summary is on stdout)
+        sys.exit(f"advise profile failed ({proc.returncode}) in {out}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     report = json.loads((out / "report.json").read_text())
     dl001 = next((f for f in report["findings"] if f["code"] == "DL001"), {})
     return wall, dl001.get("experiment") or {}
