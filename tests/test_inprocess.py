@@ -219,6 +219,8 @@ def test_a_fix_the_child_cannot_switch_is_measured_in_fresh_runs_that_finish(tmp
     assert exp["verdict"] not in ("failed", "not-measured"), exp
     assert report["experiments"]["runs"], "the fallback ran no fresh child"
     assert all(r.get("status") == "ok" for r in report["experiments"]["runs"]), report["experiments"]["runs"]
+    why = "dataloader-starvation is measured in fresh runs of the script, not inside this run: an IterableDataset"
+    assert sum(w.startswith(why) for w in report["warnings"]) == 1, report["warnings"]  # said once, with the child's reason
 
 
 @pytest.mark.slow

@@ -113,6 +113,7 @@ class ArmsSession:
     _arms: dict[str, tuple[Candidate, Candidate]] = field(default_factory=dict)  # arm id -> (candidate, point)
     _winners: list[tuple[Candidate, Experiment]] = field(default_factory=list)
     _lengths: dict[str, int] = field(default_factory=dict)  # arm id -> window length, in baseline windows
+    _why_fresh: dict[str, str] = field(default_factory=dict)  # arm id -> why the child could not switch it
     _workers: int = 0
     _fit_budget: int | None = None  # the run was over this budget: the fastest fix that fits joined the winners
     _kinds: dict[int, str] = field(default_factory=dict)  # round -> FIXES / CONFIRM / STACK
@@ -300,6 +301,8 @@ class ArmsSession:
         run ended before its windows). Its one-off switch cost (a compilation) counts every round's."""
         lines = [line for result in results for line in result.windows if line["arm"] == arm]
         if any(line.get("not_switchable") for line in lines):
+            self._why_fresh.setdefault(arm, next((why for line in lines for why in (line.get("reasons") or {}).values()),
+                                                 "it could not be switched in the running script"))
             return "not-switchable"
         pairs = [pair for result in results for pair in self._pairs(result, arm)]
         if not pairs:
@@ -323,6 +326,8 @@ class ArmsSession:
             exp = self._judge(results, arm, candidate.changes_numerics)
             if exp == "not-switchable" and candidate not in self.fresh:
                 self.fresh.append(candidate)
+                self.notes.append(f"{candidate.label} is measured in fresh runs of the script, not inside this run: "
+                                  f"{self._why_fresh[arm]}")
             if isinstance(exp, str):
                 continue
             by_candidate.setdefault(candidate.finding_index, []).append((arm, point, exp))

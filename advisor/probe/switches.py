@@ -524,7 +524,7 @@ class DataLoaderSwitch:
             # Each worker is a new interpreter importing torch (seconds on a small machine): a
             # window's warm-up ends before they all serve, and the arm reads ~1x (mp.spawn ranks
             # read 1.19x for a fix fresh runs measure 4.95x). Fresh runs start the loader whole.
-            raise NotSwitchable(f"its workers start by {method} (a new interpreter each): measured in fresh runs")
+            raise NotSwitchable(f"its DataLoader workers start by {method} (a new interpreter each)")
         self.kwargs = dict(overrides.get("dataloader") or {})
         self.scale = overrides.get("batch_size_scale") or 1
         self.applied = applied
