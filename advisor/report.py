@@ -137,7 +137,7 @@ def described(text: str, kind: Any = None) -> Any:
     return Annotated[kind, msgspec.Meta(description=text)]
 
 
-class _Block(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Block(msgspec.Struct, kw_only=True, omit_defaults=True):
     required: ClassVar[tuple[str, ...]] = ()  # the schema's required keys (a reader takes a report without them)
 
     @classmethod
@@ -148,7 +148,7 @@ class _Block(msgspec.Struct, kw_only=True, omit_defaults=True):
         return msgspec.convert(_readable(cls, block if isinstance(block, dict) else {}), cls, strict=False)
 
 
-class Tool(_Block):
+class Tool(Block):
     """The program that wrote the report."""
 
     required = ("name", "version")
@@ -156,7 +156,7 @@ class Tool(_Block):
     version: str = ""
 
 
-class Step(_Block):
+class Step(Block):
     """One measured step (the profiler's warm-up step is not one)."""
 
     index: Optional[int] = None
@@ -169,7 +169,7 @@ class Step(_Block):
     loss: Num = None
 
 
-class Throughput(_Block):
+class Throughput(Block):
     """Rates over the measured steps outside the profiler, stalled steps left out."""
 
     samples_per_s: described("samples per second (null when the batch size is unknown)", Num) = None
@@ -183,7 +183,7 @@ class Throughput(_Block):
     basis: described("which steps the rates come from", Optional[str]) = None
 
 
-class Breakdown(_Block):
+class Breakdown(Block):
     """Shares of the step time."""
 
     data_wait_frac: Num = None
@@ -191,7 +191,7 @@ class Breakdown(_Block):
     compute_frac: described("forward and backward: the rest of the step", Num) = None
 
 
-class Rank(_Block):
+class Rank(Block):
     """One rank of a job: how it ended (advise profile) or its trace's figures (advise analyze)."""
 
     rank: Optional[int] = None
@@ -223,14 +223,14 @@ class Rank(_Block):
         return self.step_time_median_s if self.step_time_median_s is not None else self.duration_s
 
 
-class Tensors(_Block):
+class Tensors(Block):
     parameters_bytes: Optional[int] = None
     gradients_bytes: Optional[int] = None
     optimizer_state_bytes: Optional[int] = None
     live_gradients_bytes: Optional[int] = None
 
 
-class Memory(_Block):
+class Memory(Block):
     """Peak memory: the accelerator's (CUDA), the measured window's, and the script's process tree's."""
 
     peak_allocated_bytes: described("CUDA: torch.cuda.max_memory_allocated", Number) = None
@@ -251,7 +251,7 @@ class Memory(_Block):
     basis_note: Optional[str] = None
 
 
-class Mfu(_Block):
+class Mfu(Block):
     """Model FLOPs utilization; null without a trace."""
 
     achieved_tflops: Number = None
@@ -264,7 +264,7 @@ class Mfu(_Block):
     peak_source: Optional[str] = None
 
 
-class Screened(_Block):
+class Screened(Block):
     """A fix screened (EXP001) and left out of the findings: not verified faster."""
 
     fix: Optional[str] = None
@@ -277,7 +277,7 @@ class Screened(_Block):
     reason: Optional[str] = None
 
 
-class Experiments(_Block):
+class Experiments(Block):
     """What the experiments ran and what they cost."""
 
     runs: described("fresh runs of the script (in-process arms need none)", list[dict]) = []
@@ -286,7 +286,7 @@ class Experiments(_Block):
     screened: list[Screened] = []
 
 
-class HtaStep(_Block):
+class HtaStep(Block):
     index: Optional[int] = None
     step_us: Number = None
     compute_us: Number = None
@@ -296,7 +296,7 @@ class HtaStep(_Block):
     idle_us: Number = None
 
 
-class HtaRank(_Block):
+class HtaRank(Block):
     rank: Optional[int] = None
     kernel_time_us: Number = None
     idle_us: Number = None
@@ -309,7 +309,7 @@ class HtaRank(_Block):
     steps: Optional[list[HtaStep]] = None
 
 
-class HtaBreakdown(_Block):
+class HtaBreakdown(Block):
     """GPU time as Holistic Trace Analysis' temporal breakdown splits it, per rank and per step."""
 
     required = ("basis", "ranks")
@@ -317,7 +317,7 @@ class HtaBreakdown(_Block):
     ranks: Optional[list[HtaRank]] = None
 
 
-class Report(_Block):
+class Report(Block):
     """report.json as the renderers read it (:class:`Report.of` reads it from the dict; the
     schema's top level, :class:`advisor.schema.Report`, describes every field)."""
 
@@ -357,13 +357,12 @@ class Report(_Block):
 def _readable(cls: type, data: dict) -> dict:
     """`data` as `cls` reads it: keys it does not name and null values left out, the blocks inside
     alike (a block that is not an object reads as missing; the open dicts are kept as they are)."""
-    hints = _hints(cls)
+    fields = _fields(cls)
     out = {}
     for key, value in data.items():
-        kind = hints.get(key)
-        if kind is None or value is None:
+        if key not in fields or value is None:
             continue
-        block, many = _block_in(kind)
+        block, many = fields[key]
         if block is not None and many:
             if not isinstance(value, list):
                 continue
@@ -377,18 +376,17 @@ def _readable(cls: type, data: dict) -> dict:
 
 
 @functools.cache
-def _hints(cls: type) -> dict:
-    return typing.get_type_hints(cls)
+def _fields(cls: type) -> dict[str, tuple[Optional[type], bool]]:
+    """Each field of `cls`: the block class it holds (Optional[...] and list[...] unwrapped; None
+    for a plain value or an open dict) and whether a list of them."""
+    return {name: _block_in(kind) for name, kind in typing.get_type_hints(cls).items() if name in cls.__struct_fields__}
 
 
 def _block_in(kind) -> tuple[Optional[type], bool]:
-    """The block class a field holds (Optional[...] and list[...] unwrapped) and whether a list of them."""
     many = False
     while True:
         origin, args = typing.get_origin(kind), typing.get_args(kind)
-        if origin is Annotated:
-            kind = args[0]
-        elif origin is Union:
+        if origin is Union:
             inner = [a for a in args if a is not type(None)]
             if len(inner) != 1:
                 return None, False
@@ -396,4 +394,4 @@ def _block_in(kind) -> tuple[Optional[type], bool]:
         elif origin is list:
             kind, many = args[0], True
         else:
-            return (kind, many) if isinstance(kind, type) and issubclass(kind, _Block) else (None, False)
+            return (kind, many) if isinstance(kind, type) and issubclass(kind, Block) else (None, False)

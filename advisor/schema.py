@@ -23,8 +23,8 @@ from typing import Any, Literal, Optional, TypedDict, Union
 import msgspec
 
 from .model import Finding, Recommendation
-from .report import (SCHEMA_VERSION, STATUSES, Breakdown, Experiments, HtaBreakdown, Memory, Mfu, Num, Rank, Step,
-                     Throughput, Tool, _Block, described)
+from .report import (SCHEMA_VERSION, STATUSES, Block, Breakdown, Experiments, HtaBreakdown, Memory, Mfu, Num, Rank,
+                     Step, Throughput, Tool, described)
 
 COMPARE_SCHEMA_VERSION = 1  # advisor.compare's (a stage: the core cannot import it; a test checks they agree)
 
@@ -255,7 +255,7 @@ def _subclasses(cls: type) -> list[type]:
     return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
 
 
-_BLOCKS = {c.__name__: c for c in _subclasses(_Block)}
+_BLOCKS = {c.__name__: c for c in _subclasses(Block)}
 
 # Objects whose keys are open (they hold what the run saw, or more keys may come): never closed.
 OPEN = {"Env"}

@@ -113,7 +113,6 @@ class ArmsSession:
     _arms: dict[str, tuple[Candidate, Candidate]] = field(default_factory=dict)  # arm id -> (candidate, point)
     _winners: list[tuple[Candidate, Experiment]] = field(default_factory=list)
     _lengths: dict[str, int] = field(default_factory=dict)  # arm id -> window length, in baseline windows
-    _why_fresh: dict[str, str] = field(default_factory=dict)  # arm id -> why the child could not switch it
     _workers: int = 0
     _fit_budget: int | None = None  # the run was over this budget: the fastest fix that fits joined the winners
     _kinds: dict[int, str] = field(default_factory=dict)  # round -> FIXES / CONFIRM / STACK
@@ -299,10 +298,8 @@ class ArmsSession:
         """The arm's result over its windows in `results` (each pass a pair of baselines around it),
         or why there is none: "not-switchable" (a fresh run must measure it) or "unmeasured" (the
         run ended before its windows). Its one-off switch cost (a compilation) counts every round's."""
-        lines = [line for result in results for line in result.windows if line["arm"] == arm]
+        lines = _arm_lines(results, arm)
         if any(line.get("not_switchable") for line in lines):
-            self._why_fresh.setdefault(arm, next((why for line in lines for why in (line.get("reasons") or {}).values()),
-                                                 "it could not be switched in the running script"))
             return "not-switchable"
         pairs = [pair for result in results for pair in self._pairs(result, arm)]
         if not pairs:
@@ -311,7 +308,7 @@ class ArmsSession:
         compare = lambda base, cand: judge.compare(base, cand, by_samples=self.by_samples, check_loss=check_loss,  # noqa: E731
                                                    measured_by="in-process")
         pooled = judge.confirm(compare(bases, [cand for _, cand in pairs]), [compare(around, cand) for around, cand in pairs])
-        every = [line for result in self._results.values() for line in result.windows if line["arm"] == arm]
+        every = _arm_lines(self._results.values(), arm)
         pooled.switch_s = sum(float(line.get("switch_s") or 0.0) for line in every or lines) or None
         pooled.payoff_steps = judge.payoff_steps(pooled)
         return pooled
@@ -326,8 +323,9 @@ class ArmsSession:
             exp = self._judge(results, arm, candidate.changes_numerics)
             if exp == "not-switchable" and candidate not in self.fresh:
                 self.fresh.append(candidate)
-                self.notes.append(f"{candidate.label} is measured in fresh runs of the script, not inside this run: "
-                                  f"{self._why_fresh[arm]}")
+                why = next((why for line in _arm_lines(results, arm) for why in (line.get("reasons") or {}).values()),
+                           "it could not be switched in the running script")
+                self.notes.append(f"{candidate.label} is measured in fresh runs of the script, not inside this run: {why}")
             if isinstance(exp, str):
                 continue
             by_candidate.setdefault(candidate.finding_index, []).append((arm, point, exp))
@@ -424,3 +422,8 @@ class ArmsSession:
             finding = self.findings[candidate.finding_index]
             if finding.experiment is None and candidate not in self.fresh:
                 finding.experiment = Experiment.not_measured("the run ended before this fix was measured")
+
+
+def _arm_lines(results, arm: str) -> list[dict]:
+    """The child's lines of `arm`'s windows in these rounds."""
+    return [line for result in results for line in result.windows if line["arm"] == arm]
