@@ -266,18 +266,25 @@ def test_a_script_that_clears_its_output_folder_given_as_out_is_exit_2(tmp_path)
 
 def test_the_cleanup_after_a_disk_error_removes_scratch_files_only(tmp_path):
     """What `advise` removes before its one-line exit: a failed writer's temp files, the probe's
-    config and raw step lines, in the run dir and its experiments; never the results."""
+    config and raw step lines, the compile arms' Inductor cache (a folder; a symlink under its name
+    goes, not what it points at), in the run dir and its experiments; never the results."""
     from advisor.run_dir.layout import remove_scratch
 
     run = tmp_path / "run"
     (run / "experiments" / "dl001-1").mkdir(parents=True)
     scratch = [".tmp-trace.json.gz", ".tmp-report.json.a1b2c3", ".probe-config.json", ".probe-config.rank1.json",
                "steps.jsonl", "experiments/dl001-1/.tmp-samples.csv.d4e5f6", "experiments/dl001-1/steps.jsonl"]
+    caches = [".inductor-cache", "experiments/dl001-1/.inductor-cache.rank1"]
     kept = ["trace.json.gz", "steps.csv", "samples.csv", "probe.json", "script.log", "experiments/dl001-1/probe.json"]
-    for name in scratch + kept:
+    for name in scratch + kept + [f"{c}/ab/kernel.so" for c in caches]:
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
         (run / name).write_text("x")
-    assert sorted(remove_scratch(run)) == sorted(str(run / name) for name in scratch)
+    (elsewhere := tmp_path / "elsewhere").mkdir()
+    (elsewhere / "theirs.so").write_text("x")
+    (run / ".inductor-cache.rank2").symlink_to(elsewhere, target_is_directory=True)
+    assert sorted(remove_scratch(run)) == sorted(str(run / name) for name in [*scratch, *caches, ".inductor-cache.rank2"])
     assert sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file()) == sorted(kept)
+    assert (elsewhere / "theirs.so").read_text() == "x"
     assert remove_scratch(tmp_path / "missing") == []
 
 

@@ -521,6 +521,9 @@ def test_clearing_takes_only_this_ranks_files(tmp_path):
     for name in mine + theirs:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
+    (tmp_path / ".inductor-cache.rank1" / "pch").mkdir(parents=True)  # a killed run's compile cache
+    (tmp_path / ".inductor-cache.rank0").mkdir()
     removed = layout.clear_previous(tmp_path, ".rank1")
     assert {p.relative_to(tmp_path).as_posix() for p in removed} == set(mine)
     assert files_in(tmp_path) == set(theirs)
+    assert not (tmp_path / ".inductor-cache.rank1").exists() and (tmp_path / ".inductor-cache.rank0").is_dir()

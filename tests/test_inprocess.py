@@ -7,6 +7,7 @@ of real scripts through the real CLI.
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import numpy as np
@@ -250,14 +251,19 @@ def test_untried_fixes_are_screened_in_the_run_and_kept_only_when_verified(tmp_p
     """EXP001 alone (--select): the fused optimizer step and compile apply to this SGD loop and no
     rule proposed them. Each is measured in the profiled run; one that is not verified faster is
     left out of the findings and listed in experiments.screened, with its verdict; with
-    --no-experiments nothing of them is reported."""
+    --no-experiments nothing of them is reported. The compile arm's Inductor cache (150 MB, its
+    precompiled header) went to the run dir and was removed, not to $TMPDIR/torchinductor_$USER."""
     import subprocess
 
     script = str(WORKLOADS / "tensor_pairs.py")
     common = ["--steps", "10", "--warmup", "2", "--profile-steps", "2", "--select", "EXP001"]
+    (tmp := tmp_path / "tmp").mkdir()
     proc = subprocess.run(advise_cmd("profile", *common, "--out", "run", script), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp)})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    inductor = [p for p in tmp.rglob("*") if p.is_file() and "torchinductor" in str(p.relative_to(tmp))]
+    assert not inductor, inductor[:5]  # (the script's first optimizer step imports dynamo: the empty folder is its own)
+    assert not list((tmp_path / "run").glob(".inductor-cache*"))
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     kept = [f for f in report["findings"] if f["code"] == "EXP001"]
     screened = report["experiments"]["screened"]

@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 
 from advisor import compare, schema
-from conftest import FAST, WORKLOADS, advise_cmd, schema_problems, trace_path
+from conftest import FAST, NO_SCREENS, WORKLOADS, advise_cmd, schema_problems, trace_path
 
 SCHEMAS = Path(schema.__file__).parent / "schemas"
 EXAMPLE = WORKLOADS.parent.parent / "examples" / "train_mnist_like.py"
@@ -88,7 +88,7 @@ def _interrupted(tmp_path: Path) -> tuple[int, dict]:
 def _ok_and_gated(tmp_path, advise) -> dict:
     """ok with experiments (DL001 fires, its fix is measured), then gated against itself: compare.json."""
     ok = advise("profile", "--steps", "6", "--warmup", "2", "--profile-steps", "2", "--max-experiments", "2",
-                "--out", "run", str(EXAMPLE), "--epochs", "1")
+                *NO_SCREENS, "--out", "run", str(EXAMPLE), "--epochs", "1")
     assert ok.returncode == 0, ok.stderr
     assert any(f["experiment"] for f in ok.report["findings"]) and ok.report["experiments"] is not None
     (tmp_path / "base.json").write_text(json.dumps(ok.report))

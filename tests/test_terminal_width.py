@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from advisor.cli import main
-from conftest import SHIPPED_TRACES, WORKLOADS, advise_cmd, trace_path
+from conftest import NO_SCREENS, SHIPPED_TRACES, WORKLOADS, advise_cmd, trace_path
 
 UNITS = r"(?:%|×|x|ms|s|µs|B|KiB|MiB|GiB|samples/s|steps/s|GFLOP/s|TFLOP/s|cores?|calls?|steps?|MB|GB)\b"
 EXAMPLE = WORKLOADS.parent.parent / "examples" / "train_mnist_like.py"
@@ -75,7 +75,7 @@ def test_analyze_at_80_columns_wraps_between_values_and_names_only_its_own_optio
 @pytest.mark.slow
 def test_profile_at_80_columns_never_splits_a_value(tmp_path):
     proc = run80("profile", "--steps", "8", "--warmup", "2", "--profile-steps", "2", "--max-experiments", "3",
-                 "--out", "run", str(EXAMPLE), "--epochs", "1", cwd=tmp_path)
+                 *NO_SCREENS, "--out", "run", str(EXAMPLE), "--epochs", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "DL001" in out and "95% CI" in out, out

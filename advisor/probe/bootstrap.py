@@ -35,6 +35,7 @@ from .clock import ProbeDone, StepClock
 from .env import collect_env, memory_stats
 from .hooks import Observed, install
 from .memory import WindowPeak, account, persistent_bytes, rss_bytes, tensor_bytes
+from .module_call import compile_cache_in
 from .overrides import OverrideError, apply as apply_overrides
 from advisor.run_dir.protocol import ChildAccount, ChildConfig, Phase, read_config, write_account
 from .sources import SourceCapture
@@ -198,6 +199,7 @@ class ChildProbe:
         suffix = config.rank_suffix
         self.names = names = layout.names(layout.rank_suffix() if suffix is None else suffix)  # None: a rank advise launched
         self.window = ProfilerWindow(out / names.trace)
+        compile_cache_in(out / names.compile_cache)
         self.sink = open(out / names.steps_jsonl, "a", buffering=1, opener=open_nofollow)
         self.profile_steps = max(0, min(config.profile_steps, config.steps - 1))
         self.clock = StepClock(

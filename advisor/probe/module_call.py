@@ -14,6 +14,7 @@ counted every sample twice that way, and dynamo recompiled on the counter's stat
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -23,6 +24,35 @@ import torch
 
 compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or torch._dynamo.is_compiling
 AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+_compile_cache: list[str] = []  # the run dir's folder for the compile arms' Inductor cache (compile_cache_in)
+
+
+def compile_cache_in(path: str | os.PathLike) -> None:
+    """Where a compile arm's Inductor cache goes: the run dir (layout.RunFiles.compile_cache),
+    removed at the run's end. Inductor's default is $TMPDIR/torchinductor_$USER, outside the run
+    dir (150 MB on a CPU, its precompiled header)."""
+    _compile_cache[:] = [os.fspath(path)]
+
+
+def _cache_inside_the_run_dir() -> None:
+    """Before an arm's first compile. A TORCHINDUCTOR_CACHE_DIR of the user's own is kept; Inductor's
+    default (which importing torch._dynamo writes into the environment) is replaced. Inductor puts
+    its precompiled header in the default folder whatever the variable says (codecache._HEADER_DIR,
+    read when the module loads): it is moved too, when it is the default."""
+    if not _compile_cache:
+        return
+    try:
+        from torch._inductor import codecache
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+        default = default_cache_dir()
+    except Exception:  # noqa: BLE001 - another torch: only an unset variable is replaced
+        codecache, default = None, None
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") not in (None, default):
+        return
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _compile_cache[0]
+    headers = os.path.join(_compile_cache[0], "precompiled_headers")
+    if default and getattr(codecache, "_HEADER_DIR", None) == os.path.join(default, "precompiled_headers"):
+        codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR = headers, os.path.join(headers, "locks")
 
 
 class Depth(threading.local):
@@ -104,6 +134,7 @@ class ModuleCallSwitch:
         if self.compile and _has_parameters(module):
             fn = self.compiled.get(id(module))
             if fn is None:
+                _cache_inside_the_run_dir()
                 fn = self.compiled[id(module)] = torch.compile(module._call_impl)
                 fresh = True
             self.applied["compile"] = True

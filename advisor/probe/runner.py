@@ -482,8 +482,7 @@ class ProbeSession:
             probe.status, probe.error, probe.traceback = "failed", parent.error, parent.traceback
         _write_steps_csv(out / names.steps_csv, measured, probe.losses)
         ranks = self.shape.accounts()
-        for name in (names.steps_jsonl, names.arms_jsonl, names.plan, names.stop):  # the exchange with the child
-            (out / name).unlink(missing_ok=True)
+        layout.end_exchange(out, names)
 
         if self.link is not None:
             notes.extend(self.link.notes)
@@ -576,8 +575,7 @@ def _rank_account(out: Path, rank: int, files: layout.RunFiles | None = None) ->
     arm_windows, _ = read_lines(out / files.arms_jsonl, 0)
     if rank:  # rank 0's are written with the job's
         _write_steps_csv(out / files.steps_csv, measured, probe.losses if probe else [])
-        for name in (files.steps_jsonl, files.arms_jsonl, files.plan, files.stop):
-            (out / name).unlink(missing_ok=True)
+        layout.end_exchange(out, files)
     try:  # when it wrote its account: the first rank to fail is the one the others waited for
         ended_at = (out / files.probe_json).stat().st_mtime
     except OSError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ class RunFiles:
     arms_jsonl: str = "arms.jsonl"  # one line per arm window the child ran
     sources: str = "sources.json"  # the user's lines behind syncs, matmuls, copies and fetches (probe/sources.py)
     summary: str = "summary.json"  # the rank's own reduction, which rank 0 merges into the job's report (advisor.rank_summary)
+    compile_cache: str = ".inductor-cache"  # the compile arms' Inductor cache (module_call): scratch, see end_exchange
 
 
 def names(rank_suffix: str = "") -> RunFiles:
@@ -52,6 +54,7 @@ def names(rank_suffix: str = "") -> RunFiles:
         arms_jsonl=f"arms{r}.jsonl",
         sources=f"sources{r}.json",
         summary=f"summary{r}.json",
+        compile_cache=f".inductor-cache{r}",
     )
 
 
@@ -221,6 +224,7 @@ def _remove_own(folder: Path, rank_suffix: str) -> list[Path]:
         if path.is_file() or path.is_symlink():
             path.unlink(missing_ok=True)
             removed.append(path)
+    _remove_folder(folder / names(rank_suffix).compile_cache)  # a killed run's
     temps = tuple(f".tmp-{name[:64]}" for name in own)  # advisor.run_dir.atomic's and the profiler's temp names
     for path in folder.glob(".tmp-*"):
         if path.name.startswith(temps) and (path.is_file() or path.is_symlink()):
@@ -236,9 +240,27 @@ def _rmdir_if_empty(folder: Path) -> None:
         pass  # not empty: someone else's files
 
 
+def end_exchange(out: Path, files: RunFiles) -> None:
+    """Once the child has ended: remove what it and its parent exchanged while it ran (its step and
+    arm lines, the plans, the stop file) and the Inductor cache its compile arms filled (150 MB on a
+    CPU, kept in the run dir so that nothing is written outside it, and not kept after)."""
+    for name in (files.steps_jsonl, files.arms_jsonl, files.plan, files.stop):
+        (out / name).unlink(missing_ok=True)
+    _remove_folder(out / files.compile_cache)
+
+
+def _remove_folder(path: Path) -> None:
+    """Remove `path` and what is in it; a symlink goes, never what it points at."""
+    if path.is_symlink():
+        path.unlink(missing_ok=True)
+    elif path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+
+
 # What a run leaves only while it writes: atomic writes' temp files (advisor.run_dir.atomic, the probe's
-# trace export), the probe's config for its child, the raw step lines it turns into steps.csv.
-SCRATCH = (".tmp-*", ".probe-config*.json", "steps*.jsonl", ".advise-job.*")
+# trace export), the probe's config for its child, the raw step lines it turns into steps.csv, the
+# compile arms' Inductor cache (a folder: first, so that the other patterns do not walk it).
+SCRATCH = (".inductor-cache*", ".tmp-*", ".probe-config*.json", "steps*.jsonl", ".advise-job.*")
 
 
 def remove_scratch(run_dir: str | os.PathLike) -> list[str]:
@@ -253,6 +275,9 @@ def remove_scratch(run_dir: str | os.PathLike) -> list[str]:
             try:
                 if path.is_file() or path.is_symlink():
                     path.unlink()
+                    removed.append(str(path))
+                elif path.is_dir() and path.name.startswith(".inductor-cache"):
+                    _remove_folder(path)
                     removed.append(str(path))
             except OSError:
                 pass
