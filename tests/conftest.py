@@ -42,7 +42,7 @@ MISSING_SHARED = "SHARED TRACES MISSING"  # starts every skip reason for a trace
 FAST = ["--steps", "6", "--warmup", "2", "--profile-steps", "2", "--no-experiments"]
 # EXP001 screens the compute's fixes (torch.compile among them) once the loader's share of a step
 # falls under its bar, as it does while the other xdist worker loads the CPU: a test that needs only
-# the loader fix leaves it out, so its cost does not depend on its neighbour (11 s, not 50).
+# the loader fix leaves it out, so its cost does not depend on its neighbour.
 NO_SCREENS = ["--ignore", "EXP001"]
 
 
@@ -134,6 +134,13 @@ def pytest_terminal_summary(terminalreporter):
     if skipped:
         terminalreporter.section(MISSING_SHARED, sep="!", red=True, bold=True)
         terminalreporter.line(f"{len(skipped)} tests skipped: {_shared_missing_text()}.", red=True, bold=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The `timing` tests first, in their order (xdist deals them out in collection order): run
+    back to back, each waits for the other timing test, not for whatever test the other worker
+    happens to be in the middle of (see pytest_runtest_protocol)."""
+    items.sort(key=lambda item: item.get_closest_marker("timing") is None)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -215,14 +215,32 @@ def test_tf32_that_the_libraries_ignore_is_not_reported_applied(tmp_path, monkey
 def test_loader_workers_started_by_spawn_are_left_to_fresh_runs():
     """A loader whose workers start by spawn (mp.spawn's ranks inherit it; macOS's default) is not
     switched in the run: each worker is a new interpreter, and an arm read 1.19x for a fix that
-    fresh runs measure 4.95x (benchmarks/job_arms.py). Its start method is read off the loader."""
+    fresh runs measure 4.95x (benchmarks/job_arms.py). Its start method is read off the loader,
+    with what else decides it (an IterableDataset, no batching), into the window's account, where
+    the parent reads it and plans no arm the child would refuse."""
     import multiprocessing
 
-    from advisor.probe.switches import _worker_start_method
+    from advisor.overrides import live_loader_refusal
+    from advisor.probe.hooks import loader_kind
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            yield torch.zeros(2)
 
     data = torch.utils.data.TensorDataset(torch.zeros(4, 2))
-    assert _worker_start_method(torch.utils.data.DataLoader(data, num_workers=2, multiprocessing_context="spawn")) == "spawn"
-    assert _worker_start_method(torch.utils.data.DataLoader(data)) == multiprocessing.get_start_method()
+    spawned = loader_kind(torch.utils.data.DataLoader(data, num_workers=2, multiprocessing_context="spawn"))
+    plain = loader_kind(torch.utils.data.DataLoader(data))
+    assert spawned == {"iterable": False, "batched": True, "worker_start": "spawn"}
+    assert plain["worker_start"] == multiprocessing.get_start_method()
+    workers = {"dataloader": {"num_workers": 4}}
+    assert live_loader_refusal(workers, spawned) == "its DataLoader workers start by spawn (a new interpreter each)"
+    assert live_loader_refusal({"dataloader": {"pin_memory": True}}, spawned) is None  # no new workers asked for
+    assert live_loader_refusal(workers, dict(spawned, worker_start="fork")) is None
+    assert live_loader_refusal({"compile": True}, spawned) is None  # not a loader fix
+    stream = loader_kind(torch.utils.data.DataLoader(Stream(), batch_size=2))
+    assert stream["iterable"] and live_loader_refusal({"batch_size_scale": 2}, stream).startswith("an IterableDataset")
+    unbatched = loader_kind(torch.utils.data.DataLoader(data, batch_size=None))
+    assert live_loader_refusal(workers, dict(unbatched, worker_start="fork")).startswith("a DataLoader without batching")
 
 
 def test_the_compile_arm_counts_each_sample_once(tmp_path):

@@ -204,8 +204,9 @@ def test_an_arm_the_run_never_reached_is_not_measured_not_sent_to_a_fresh_run(tm
 @pytest.mark.slow
 def test_a_fix_the_child_cannot_switch_is_measured_in_fresh_runs_that_finish(tmp_path):
     """An IterableDataset cannot be mirrored at a step boundary: the DataLoader fix goes to fresh
-    runs. Those children are plain runs: they must not wait for an arms plan nobody sends (found on
-    an H100, where such a fresh baseline waited until --timeout)."""
+    runs, and no arm window is spent on it first (the window's account says what the loader is).
+    Those children are plain runs: they must not wait for an arms plan nobody sends (found on an
+    H100, where such a fresh baseline waited until --timeout)."""
     import subprocess
 
     proc = subprocess.run(advise_cmd("profile", "--steps", "8", "--warmup", "2", "--profile-steps", "2",
@@ -222,6 +223,7 @@ def test_a_fix_the_child_cannot_switch_is_measured_in_fresh_runs_that_finish(tmp
     assert all(r.get("status") == "ok" for r in report["experiments"]["runs"]), report["experiments"]["runs"]
     why = "dataloader-starvation is measured in fresh runs of the script, not inside this run: an IterableDataset"
     assert sum(w.startswith(why) for w in report["warnings"]) == 1, report["warnings"]  # said once, with the child's reason
+    assert "measuring the fixes inside this run" not in proc.stdout and "interleaved with the baseline" not in proc.stdout
 
 
 @pytest.mark.slow

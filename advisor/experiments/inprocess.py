@@ -238,8 +238,13 @@ class ArmsSession:
         arms: list[tuple[str, dict]] = []
         growing: list[tuple[str, dict]] = []  # larger batches: one may run out of memory and end the run
         screens: list[tuple[str, dict]] = []  # fixes no rule proposed: one short window each
+        loaders = profile.observed.get("dataloaders") or []
         for candidate in candidates_from(self.findings, self.safe_only):
             finding = self.findings[candidate.finding_index]
+            refusals = [vocabulary.live_loader_refusal(candidate.overrides, dl) for dl in loaders]
+            if refusals and all(refusals):  # every loader the script built refuses it (an arm would only say so)
+                self._to_fresh(candidate, refusals[0])
+                continue
             if "batch_size_scale" in candidate.overrides and not self.by_samples:
                 finding.experiment = Experiment.not_measured("the batch size is unknown, so samples/s cannot be compared")
                 continue
@@ -313,6 +318,12 @@ class ArmsSession:
         pooled.payoff_steps = judge.payoff_steps(pooled)
         return pooled
 
+    def _to_fresh(self, candidate: Candidate, why: str) -> None:
+        """Leave `candidate` to fresh runs of the script, saying why once (the child's reason)."""
+        if candidate not in self.fresh:
+            self.fresh.append(candidate)
+            self.notes.append(f"{candidate.label} is measured in fresh runs of the script, not inside this run: {why}")
+
     def _judge_fixes(self, results: list[RoundResult], arms: list[str], *, final: bool = True) -> list[str]:
         """Judge `arms` and settle each fix on its best value. `final=False`: a fix whose best value
         the first pass did not settle (:func:`judge.settled`) is left for a second; its arms are returned."""
@@ -321,11 +332,10 @@ class ArmsSession:
         for arm in arms:
             candidate, point = self._arms[arm]
             exp = self._judge(results, arm, candidate.changes_numerics)
-            if exp == "not-switchable" and candidate not in self.fresh:
-                self.fresh.append(candidate)
-                why = next((why for line in _arm_lines(results, arm) for why in (line.get("reasons") or {}).values()),
-                           "it could not be switched in the running script")
-                self.notes.append(f"{candidate.label} is measured in fresh runs of the script, not inside this run: {why}")
+            if exp == "not-switchable":
+                self._to_fresh(candidate, next((why for line in _arm_lines(results, arm)
+                                                for why in (line.get("reasons") or {}).values()),
+                                               "it could not be switched in the running script"))
             if isinstance(exp, str):
                 continue
             by_candidate.setdefault(candidate.finding_index, []).append((arm, point, exp))

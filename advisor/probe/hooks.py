@@ -158,7 +158,27 @@ def _describe_loader(loader: Any) -> dict:
         "prefetch_factor": getattr(loader, "prefetch_factor", None),
         "dataset": type(dataset).__name__,
         "dataset_len": n,
+        **loader_kind(loader),
     }
+
+
+def loader_kind(loader: Any) -> dict:
+    """What decides whether a loader fix can be switched in the running script (see
+    advisor.overrides.live_loader_refusal): the parent reads it from the window's account."""
+    return {"iterable": getattr(loader, "_dataset_kind", dl._DatasetKind.Map) != dl._DatasetKind.Map,
+            "batched": bool(getattr(loader, "_auto_collation", True)),
+            "worker_start": worker_start_method(loader)}
+
+
+def worker_start_method(loader: Any) -> str:
+    """How the loader's worker processes start: its own multiprocessing context, else the default
+    (a rank started by torch.multiprocessing.spawn inherits "spawn"; macOS defaults to it)."""
+    import multiprocessing
+
+    ctx = getattr(loader, "multiprocessing_context", None)
+    if ctx is not None:
+        return ctx.get_start_method() if hasattr(ctx, "get_start_method") else str(ctx)
+    return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_context().get_start_method()
 
 
 def _watch_model_input(clock: StepClock, in_next: list[bool]) -> None:

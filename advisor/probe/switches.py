@@ -33,7 +33,8 @@ import torch
 import torch.utils.data.dataloader as dl
 from torch.optim.optimizer import _device_dtype_check_for_fused
 
-from advisor.overrides import VOCABULARY, validate
+from advisor.overrides import VOCABULARY, live_loader_refusal, unmirrorable, validate
+from .hooks import loader_kind
 from .memory import CheckpointSwitch
 from .module_call import AUTOCAST_DTYPES, ModuleCallSwitch
 
@@ -428,13 +429,8 @@ class DataLoaderSwitch:
         torch.utils.data.DataLoader.__init__ = __init__
 
     def mirrorable(self, it: Any) -> str | None:
-        if it._dataset_kind != dl._DatasetKind.Map:
-            return "an IterableDataset cannot be re-fed from the original sampler"
-        if not it._auto_collation:
-            return "a DataLoader without batching (batch_size=None) is not mirrored"
-        if self._loader(it) is None:
-            return "the DataLoader is gone"
-        return None
+        loader = self._loader(it)
+        return "the DataLoader is gone" if loader is None else unmirrorable(loader_kind(loader))
 
     @staticmethod
     def _loader(it: Any) -> Any:
@@ -516,15 +512,10 @@ class DataLoaderSwitch:
         it = self.current() if self.current is not None else None
         if it is None:
             raise NotSwitchable("no DataLoader iterator is in use")
-        reason = self.mirrorable(it)
+        loader = self._loader(it)
+        reason = "the DataLoader is gone" if loader is None else live_loader_refusal(overrides, loader_kind(loader))
         if reason:
             raise NotSwitchable(reason)
-        method = _worker_start_method(self._loader(it))
-        if (overrides.get("dataloader") or {}).get("num_workers") and method != "fork":
-            # Each worker is a new interpreter importing torch (seconds on a small machine): a
-            # window's warm-up ends before they all serve, and the arm reads ~1x (mp.spawn ranks
-            # read 1.19x for a fix fresh runs measure 4.95x). Fresh runs start the loader whole.
-            raise NotSwitchable(f"its DataLoader workers start by {method} (a new interpreter each)")
         self.kwargs = dict(overrides.get("dataloader") or {})
         self.scale = overrides.get("batch_size_scale") or 1
         self.applied = applied
@@ -535,17 +526,6 @@ class DataLoaderSwitch:
         self.kwargs, self.scale, self.construct = None, 1, None
         for key in list(self.subs):
             self._drop(key)
-
-
-def _worker_start_method(loader: Any) -> str:
-    """How the loader's worker processes start: its own multiprocessing context, else the default
-    (a rank started by torch.multiprocessing.spawn inherits "spawn"; macOS defaults to it)."""
-    import multiprocessing
-
-    ctx = getattr(loader, "multiprocessing_context", None)
-    if ctx is not None:
-        return ctx.get_start_method() if hasattr(ctx, "get_start_method") else str(ctx)
-    return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_context().get_start_method()
 
 
 # --- all of them --------------------------------------------------------------------------------------
