@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import get_type_hints
 
-import pytest
 from rich.console import Console
 
 from advisor import schema
