@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -60,6 +61,31 @@ def _quiet_native_stderr():
         os.close(null)
 
 
+def _open_store(addr: str, port: int, host: bool):
+    """A TCPStore, given up after CONNECT_S (and HELLO_WAIT_S more): a client whose port is held by
+    a process that accepts and never answers waits in its handshake whatever its timeout says
+    (torch 2.13), so it runs in a thread of its own, left behind (a daemon) when it hangs."""
+    from torch.distributed import TCPStore
+
+    box: dict = {}
+
+    def connect() -> None:
+        try:
+            box["store"] = TCPStore(addr, port, is_master=host, wait_for_workers=False,
+                                    timeout=timedelta(seconds=CONNECT_S))
+        except Exception as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=connect, name="advise-store-connect", daemon=True)
+    thread.start()
+    thread.join(CONNECT_S + HELLO_WAIT_S)
+    if "error" in box:
+        raise box["error"]
+    if "store" not in box:
+        raise TimeoutError(f"no answer in {CONNECT_S:.0f} s (the process on the port is not a store)")
+    return box["store"]
+
+
 class StoreChannel:
     """A TCPStore: a client of torchrun's agent store, or (`host`) the store advise's rank 0 serves."""
 
@@ -76,11 +102,8 @@ class StoreChannel:
             raise ChannelError(self._failed)
         if self._store is None:
             try:
-                from torch.distributed import TCPStore
-
                 with _quiet_native_stderr():
-                    store = TCPStore(self.addr, self.port, is_master=self.host, wait_for_workers=False,
-                                     timeout=timedelta(seconds=CONNECT_S))
+                    store = _open_store(self.addr, self.port, self.host)
                     if self.host:
                         store.set(self.prefix + HELLO, "{}")
                 self._store = store

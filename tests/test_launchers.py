@@ -98,6 +98,35 @@ def test_the_run_dir_channel_and_the_store_rank_0_serves_carry_the_same_values(t
     assert not list(tmp_path.glob(".advise-job.*"))
 
 
+def test_a_port_held_by_a_process_that_never_answers_sends_a_rank_to_the_run_dir(tmp_path, monkeypatch):
+    """A plain socket on the store's port accepts and never speaks: rank 0 meets the ranks in the
+    run dir; another rank that cannot see its marker (another node) tried the port, and torch's
+    store waited in its handshake for ever; now it gives up after the connect timeout and says so."""
+    from advisor import job_channel
+    from advisor.job_channel import DirChannel, open_channel
+
+    monkeypatch.setattr(job_channel, "CONNECT_S", 1.0)
+    monkeypatch.setattr(job_channel, "HELLO_WAIT_S", 0.3)
+    stranger = socket.socket()
+    stranger.bind(("127.0.0.1", 0))
+    stranger.listen(4)
+    port = stranger.getsockname()[1]
+    env = {"SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "7", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port - 1)}
+    said: list[str] = []
+    rank0 = open_channel(detect({**env, "SLURM_PROCID": "0"}), tmp_path, said.append)
+    assert isinstance(rank0, DirChannel) and "ADVISE_JOB_PORT" in said[0]
+    rank0.marker.unlink()  # the other rank's node does not share the run dir
+    rank1 = open_channel(detect({**env, "SLURM_PROCID": "1"}), tmp_path, said.append)
+    started = time.monotonic()
+    rank1.put("final/1", {"rank": 1})
+    assert time.monotonic() - started < 10 and rank1.where == f"files in {tmp_path}"
+    assert said[1:] == [f"cannot reach the job's store at 127.0.0.1:{port}: no answer in 1 s (the process on the port "
+                        "is not a store); this rank meets rank 0 in the run dir instead"]
+    stranger.close()
+    rank0.close()
+
+
 def test_where_another_process_holds_the_port_every_rank_meets_rank_0_in_the_run_dir(tmp_path, monkeypatch):
     """Rank 0 cannot serve its store on a taken port: it leaves a marker in the run dir, and another
     rank goes there too, whether it sees the marker or reaches the stranger's store (no hello)."""
