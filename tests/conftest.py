@@ -222,6 +222,19 @@ def _reports_match_the_schema(request):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _one_inductor_cache(tmp_path_factory):
+    """The scripts the tests run share one Inductor cache, as a user's own TORCHINDUCTOR_CACHE_DIR
+    is shared (advise keeps it): a compile arm otherwise compiles from cold in its run dir, 15 to
+    20 s a test on 2 cores. The test of that cold path takes the variable out
+    (test_inprocess.py's screened fixes). No precompiled header: Inductor would write it (150 MB)
+    to $TMPDIR/torchinductor_$USER, outside the session's folder."""
+    base = tmp_path_factory.getbasetemp()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str((base.parent if base.name.startswith("popen-gw") else base) / "inductor")
+    os.environ["TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"] = "0"
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _session_reports_match_the_schema(tmp_path_factory):
     yield
     _fail_on(schema_problems(tmp_path_factory.getbasetemp()))

@@ -261,7 +261,9 @@ def test_untried_fixes_are_screened_in_the_run_and_kept_only_when_verified(tmp_p
     common = ["--steps", "10", "--warmup", "2", "--profile-steps", "2", "--select", "EXP001"]
     (tmp := tmp_path / "tmp").mkdir()
     proc = subprocess.run(advise_cmd("profile", *common, "--out", "run", script), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp)})
+                          text=True, timeout=300,
+                          env={**{k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")},
+                               "TMPDIR": str(tmp)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     inductor = [p for p in tmp.rglob("*") if p.is_file() and "torchinductor" in str(p.relative_to(tmp))]
     assert not inductor, inductor[:5]  # (the script's first optimizer step imports dynamo: the empty folder is its own)
