@@ -51,3 +51,27 @@ def test_step_lines_are_read_whole_and_a_torn_line_is_skipped(tmp_path):
         f.write('asure"}\n')
     more, _ = read_lines(path, offset)
     assert more == [{"phase": "measure"}]
+
+
+def test_the_parent_watches_rank_0_whichever_rank_the_script_started_first(tmp_path):
+    """mp.spawn starts the ranks together, and rank 1's step lines may come first: the parent then
+    latched onto the script's own (empty) lines, never saw the window end, and the job waited for a
+    plan until its deadline (600 s; one spawned job in about seven). Rank 0's lines, when they
+    come, are the job's; a script whose own process steps (Lightning's re-run ranks) keeps its own."""
+    from advisor.probe.runner import ScriptRanks
+
+    spawned = ScriptRanks(ProbeConfig(script="train.py", out=tmp_path), tmp_path)
+    (tmp_path / "steps.jsonl").touch()  # the script's own process only starts the ranks
+    (tmp_path / "steps.rank1.jsonl").write_text('{"phase": "warmup"}\n')
+    assert spawned.poll() is False and spawned.names.steps_jsonl == "steps.jsonl"
+    (tmp_path / "steps.rank0.jsonl").write_text('{"phase": "warmup"}\n')
+    assert spawned.poll() is True and spawned.names.steps_jsonl == "steps.rank0.jsonl" and spawned.spawned == [0, 1]
+    assert spawned.poll() is False  # once
+
+    lightning = tmp_path / "lightning"
+    lightning.mkdir()
+    own = ScriptRanks(ProbeConfig(script="train.py", out=lightning), lightning)
+    (lightning / "steps.jsonl").write_text('{"phase": "warmup"}\n')  # the script's process is rank 0
+    (lightning / "steps.rank1.jsonl").write_text('{"phase": "warmup"}\n')
+    assert own.poll() is False and own.poll() is False and own.names.steps_jsonl == "steps.jsonl"
+    assert own.spawned == [1]

@@ -180,12 +180,24 @@ class ScriptRanks(OneProcess):
         return [self.names, *(layout.names(f".rank{r}") for r in _spawned_ranks(self.out))]
 
     def poll(self) -> bool:
-        if not self.spawned and (spawned := _spawned_ranks(self.out)):
-            self.spawned = spawned
-            if spawned[0] == 0:  # the script started ranks of its own: rank 0's steps are the job's from now on
-                self.names, self.suffix = _job_names(".rank0"), ".rank0"
-                return True
+        """True once: when rank 0's step lines appear (the script started every rank: its steps are
+        the job's from now on). Until the script's own process steps (it is rank 0, as under
+        Lightning's re-run ranks) the ranks are looked for again: the ranks start together, and
+        rank 1's file may come first (the parent then read the script's empty lines, and the job
+        waited for a plan until its deadline)."""
+        if self.suffix or (self.spawned and self._own_steps()):
+            return False
+        self.spawned = _spawned_ranks(self.out)
+        if self.spawned and self.spawned[0] == 0:
+            self.names, self.suffix = _job_names(".rank0"), ".rank0"
+            return True
         return False
+
+    def _own_steps(self) -> bool:
+        try:
+            return (self.out / self.own.steps_jsonl).stat().st_size > 0
+        except OSError:
+            return False
 
     def window_done(self) -> list[int] | None:
         if self.config.arms and (now := _spawned_ranks(self.out)):
