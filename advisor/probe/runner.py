@@ -221,7 +221,8 @@ class ScriptRanks(OneProcess):
             return None
         own, out = self.own, self.out  # every rank, also those that started after rank 0
         parent = read_account(out / own.probe_json)  # the script's own process: it only started the ranks
-        for name in (own.steps_jsonl, own.probe_json, own.arms_jsonl, own.plan, own.stop, own.sources):
+        layout.end_exchange(out, own)
+        for name in (own.probe_json, own.sources):
             (out / name).unlink(missing_ok=True)
         self.names, self.suffix = _job_names(".rank0"), ".rank0"
         if (out / own.samples_csv).exists():  # the ranks ended between two polls: the samples are the job's

@@ -18,6 +18,9 @@ from .atomic import NotAFile, check_replaceable
 from ..job import detect as detect_job, rank_info  # noqa: F401 - rank_info: the probe's env reads it here
 
 
+COMPILE_CACHE = ".inductor-cache"  # a folder, per rank (RunFiles.compile_cache)
+
+
 @dataclass(frozen=True)
 class RunFiles:
     """Artifact names; under torchrun each rank gets its own (``trace.rank1.json.gz``)."""
@@ -35,7 +38,7 @@ class RunFiles:
     arms_jsonl: str = "arms.jsonl"  # one line per arm window the child ran
     sources: str = "sources.json"  # the user's lines behind syncs, matmuls, copies and fetches (probe/sources.py)
     summary: str = "summary.json"  # the rank's own reduction, which rank 0 merges into the job's report (advisor.rank_summary)
-    compile_cache: str = ".inductor-cache"  # the compile arms' Inductor cache (module_call): scratch, see end_exchange
+    compile_cache: str = COMPILE_CACHE  # the compile arms' Inductor cache (module_call): scratch, see end_exchange
 
 
 def names(rank_suffix: str = "") -> RunFiles:
@@ -54,7 +57,7 @@ def names(rank_suffix: str = "") -> RunFiles:
         arms_jsonl=f"arms{r}.jsonl",
         sources=f"sources{r}.json",
         summary=f"summary{r}.json",
-        compile_cache=f".inductor-cache{r}",
+        compile_cache=f"{COMPILE_CACHE}{r}",
     )
 
 
@@ -260,7 +263,7 @@ def _remove_folder(path: Path) -> None:
 # What a run leaves only while it writes: atomic writes' temp files (advisor.run_dir.atomic, the probe's
 # trace export), the probe's config for its child, the raw step lines it turns into steps.csv, the
 # compile arms' Inductor cache (a folder: first, so that the other patterns do not walk it).
-SCRATCH = (".inductor-cache*", ".tmp-*", ".probe-config*.json", "steps*.jsonl", ".advise-job.*")
+SCRATCH = (f"{COMPILE_CACHE}*", ".tmp-*", ".probe-config*.json", "steps*.jsonl", ".advise-job.*")
 
 
 def remove_scratch(run_dir: str | os.PathLike) -> list[str]:
@@ -276,7 +279,7 @@ def remove_scratch(run_dir: str | os.PathLike) -> list[str]:
                 if path.is_file() or path.is_symlink():
                     path.unlink()
                     removed.append(str(path))
-                elif path.is_dir() and path.name.startswith(".inductor-cache"):
+                elif path.is_dir() and path.name.startswith(COMPILE_CACHE):
                     _remove_folder(path)
                     removed.append(str(path))
             except OSError:
