@@ -25,7 +25,7 @@ from ..profile import Profile
 from ..run_dir.layout import make_subdir
 from . import judge
 from .judge import ExperimentResults, Measurement, by_samples
-from .plan import Candidate, candidates_from, say_why_untried, sweep_points
+from .plan import Candidate, candidates_from, say_why_untried, sweep_points, window_steps
 
 
 @dataclass
@@ -127,7 +127,8 @@ def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: 
         say_why_untried(findings, candidates, safe_only)
     if not candidates:
         return ExperimentResults(findings, None, notes, [])
-    runner = Runner(base, root, progress, Budget(max_experiments, time_budget_s), stop)
+    timed = replace(base, steps=window_steps(base.steps, baseline_steps))
+    runner = Runner(timed, root, progress, Budget(max_experiments, time_budget_s), stop)
     try:
         recommended = _measure_all(findings, candidates, runner, by_samples(baseline_steps), env, io_like, notes)
     except KeyboardInterrupt as exc:
@@ -153,7 +154,8 @@ def confirm_recommendation(rec: Recommendation, base: ProbeConfig, baseline_step
     The in-process arms measured it inside the profiled run; this measures it the way the user
     will see it, start-up and all. Returns the result and the child runs.
     """
-    runner = Runner(base, root, progress, Budget(2 * pairs + 1, float("inf")), stop)
+    timed = replace(base, steps=window_steps(base.steps, baseline_steps))
+    runner = Runner(timed, root, progress, Budget(2 * pairs + 1, float("inf")), stop)
     check_loss = rec.applicability is not Applicability.SAFE
     try:
         baselines, cands = [runner.measure("confirm-baseline", {})], []

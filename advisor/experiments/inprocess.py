@@ -32,7 +32,7 @@ from ..run_dir.layout import names
 from . import judge
 from .judge import Measurement
 from .plan import (BASELINE, MIN_WINDOW_STEPS, Candidate, Window, candidates_from, expected_speedup, interleave,
-                   plan_windows, sweep_points)
+                   plan_windows, sweep_points, window_steps)
 
 SCREEN_MARGIN = 0.05  # a screened fix whose one window may be this much faster is measured in full ...
 SCREEN_LEAN = 1.02    # ... and that leans that way (its point estimate at least this): a 0.99x window whose
@@ -233,6 +233,7 @@ class ArmsSession:
         self.findings, profile = self.diagnose()
         steps, env = profile.steps, profile.env
         self.by_samples = judge.by_samples(steps)
+        self.window_steps = window_steps(self.window_steps, steps)
         self._workers = max([int(dl.get("num_workers") or 0) for dl in profile.observed.get("dataloaders") or []] or [0])
         ctx = vocabulary.SweepContext(vocabulary.cores_per_rank(env), self.io_like(profile))
         arms: list[tuple[str, dict]] = []

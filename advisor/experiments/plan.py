@@ -3,8 +3,11 @@ and the order of the windows an in-process round runs."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
+
+import pandas as pd
 
 from .. import overrides as vocabulary
 from ..model import Applicability, Experiment, Finding, estimated_speedup
@@ -13,6 +16,22 @@ REPEATS = 2          # each arm is measured twice, the second pass in reverse or
 ARMS_PER_BASELINE = 2  # arm windows between two baseline windows
 MIN_WINDOW_STEPS = 5
 BASELINE = "baseline"
+# A measured window (a fresh run's, an arm's) lasts at least this long: ten 4.5 ms steps are a
+# 45 ms window that one 6 ms hiccup of a shared machine moves by 13%, and two such fresh runs in a
+# row passed a no-op off as a "verified" 1.13x. Half a second makes that hiccup 1%, under the bar
+# a win must clear.
+MIN_WINDOW_S = 0.5
+MAX_STEPS_SCALE = 20  # ... in at most 20 times the steps asked for
+
+
+def window_steps(asked: int, steps: pd.DataFrame) -> int:
+    """Timed steps for a window: `asked`, or as many as MIN_WINDOW_S takes at the median step time
+    of `steps` (the profiled window), whichever is more."""
+    durations = steps["duration_s"].dropna() if "duration_s" in steps else pd.Series(dtype=float)
+    median = float(durations.median()) if len(durations) else 0.0
+    if median <= 0:
+        return asked
+    return min(asked * MAX_STEPS_SCALE, max(asked, math.ceil(MIN_WINDOW_S / median)))
 
 
 @dataclass
