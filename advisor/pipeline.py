@@ -344,6 +344,7 @@ def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: Jo
     Returns (findings, rule warnings, ExperimentResults or None)."""
     from .experiments.fresh import run_experiments
     from .experiments.judge import ExperimentResults
+    from .experiments.plan import script_workers
 
     results = None
     if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
@@ -366,6 +367,7 @@ def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: Jo
                 safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
                 time_budget_s=experiments.time_budget_s, progress=progress, stop=stop,
                 only=[c.finding_index for c in fresh] if fresh is not None else None,
+                workers=script_workers(profile.observed),
             )
             results = _combine(results, fresh_results)
         except KeyboardInterrupt:
@@ -403,6 +405,7 @@ def _outcome(run, merged: dict | None, results, stop: StopRequest, experimented:
 def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, out: Path, progress, stop) -> None:
     """--confirm: the recommendation the arms measured, measured again in fresh runs of the script."""
     from .experiments.fresh import confirm_recommendation
+    from .experiments.plan import script_workers
 
     rec = results.recommended
     if rec is None or rec.measured_by != "in-process" or not rec.overrides:
@@ -411,7 +414,7 @@ def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, 
         return
     try:
         exp, runs = confirm_recommendation(rec, config, profile.steps, root=layout.make_subdir(out, layout.EXPERIMENTS, "confirm"),
-                                           progress=progress, stop=stop)
+                                           progress=progress, stop=stop, workers=script_workers(profile.observed))
     except Exception as exc:  # noqa: BLE001 - the in-process result stands; say why there is no confirmation
         results.notes.append(f"--confirm failed: {type(exc).__name__}: {exc}")
         return

@@ -27,11 +27,14 @@ import pytest
 WORKLOADS = Path(__file__).parent / "workloads"
 REPO = Path(__file__).resolve().parents[1]
 
-# pytest-xdist's workers run with COLUMNS=80 (and LINES=24) set, which advise reads as a user asking
-# for its output wrapped at 80 columns (`COLUMNS=80 advise ...`): every advise these tests start
-# would wrap, and the in-process summaries too. The tests that want a width set it themselves.
+# pytest-xdist's workers run with COLUMNS=80 (and LINES=24) set, and the readline pytest imports
+# early exports them into the process's own environment, under os.environ's snapshot, where only
+# the children see them: advise reads that as a user asking for its output wrapped at 80 columns
+# (`COLUMNS=80 advise ...`), so every advise these tests start would wrap, and the in-process
+# summaries too. The tests that want a width set it themselves.
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
+    os.unsetenv(_name)
 SHIPPED_TRACES = Path(__file__).parent / "data" / "traces"
 SHARED_TRACES = Path(os.environ.get("ADVISE_SHARED_TRACES") or REPO.parent / "shared" / "traces")
 # Files in a traces folder that are not traces.

@@ -175,7 +175,8 @@ def test_a_hugging_face_model_is_checkpointed_through_its_own_switch(advise, tmp
     rec = result.report["recommended"]
     assert rec is not None and rec["memory_budget_bytes"] == exp["memory_budget_bytes"], rec
     assert rec["candidate"]["peak_memory_bytes"] <= rec["memory_budget_bytes"]
-    assert "within the 76.3 MiB budget" in next(line for line in result.stdout.splitlines() if line.startswith("recommended:"))
+    line = next(line for line in result.stdout.splitlines() if line.startswith("recommended:"))
+    assert "within the 76.3 MiB budget" in line, result.stdout[-1500:]
 
 
 def test_over_budget_the_fastest_fix_that_fits_joins_the_winners():

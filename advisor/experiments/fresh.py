@@ -25,7 +25,7 @@ from ..profile import Profile
 from ..run_dir.layout import make_subdir
 from . import judge
 from .judge import ExperimentResults, Measurement, by_samples
-from .plan import Candidate, candidates_from, say_why_untried, sweep_points, window_steps
+from .plan import Candidate, batch_window, burst_steps, candidates_from, say_why_untried, sweep_points, warmup_steps, window_steps
 
 
 @dataclass
@@ -63,8 +63,10 @@ class Runner:
     """Runs probe children for the experiments and keeps their run dirs under `root`."""
 
     def __init__(self, base: ProbeConfig, root: Path, progress: Progress | None, budget: Budget,
-                 stop: StopRequest | None = None):
+                 stop: StopRequest | None = None, workers: int = 0, asked: int | None = None):
         self.base = base
+        self.workers = workers  # the script's own loader workers
+        self.asked = asked or base.steps  # the steps the user asked for (base.steps: lengthened to half a second)
         self.root = root  # the pipeline's make_subdir(run dir, "experiments"): checked there
         root.mkdir(parents=True, exist_ok=True)
         self.progress = progress or Progress()
@@ -82,8 +84,11 @@ class Runner:
         self.counter += 1
         # made here, not by the child: a symlink planted under the run dir while it runs is refused
         run_dir = make_subdir(self.root, f"{self.counter:02d}-{_slug(label) or 'baseline'}")
-        # A fresh child is a plain run: it must not wait for an arms plan after its window.
-        config = replace(self.base, out=run_dir, overrides=overrides, profile_steps=0, arms=False)
+        # A fresh child is a plain run: it must not wait for an arms plan after its window. Its
+        # loader's first burst is drained untimed, and its window holds enough bursts (plan.py).
+        config = replace(self.base, out=run_dir, overrides=overrides, profile_steps=0, arms=False,
+                         warmup=self.base.warmup + warmup_steps(overrides, self.workers, base=0),
+                         steps=burst_steps(batch_window(self.base.steps, self.asked, overrides), overrides, self.workers))
         run = run_probe(config, self.progress, self.stop)
         self.escaped += run.escaped
         if run.status == "interrupted":  # a stop signal ends the experiments, not just this run
@@ -111,10 +116,11 @@ class Runner:
 def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: pd.DataFrame, *, root: Path,
                     env: dict, io_like: bool = False, safe_only: bool = False, max_experiments: int = 12,
                     time_budget_s: float = 900.0, progress: Progress | None = None,
-                    stop: StopRequest | None = None, only: list[int] | None = None) -> ExperimentResults:
+                    stop: StopRequest | None = None, only: list[int] | None = None, workers: int = 0) -> ExperimentResults:
     """Measure every automatic fix, sweep the knobs that need it, then stack the winners.
 
-    With `only` (finding indices), just those findings' fixes are measured. The findings are filled
+    With `only` (finding indices), just those findings' fixes are measured. `workers`: the script's
+    own DataLoader workers (:func:`plan.script_workers`), which size a fresh run's window. The findings are filled
     in place (`experiment`, and a swept winner becomes the fix). A stop signal (`stop`, or Ctrl-C's
     KeyboardInterrupt) ends the running child cleanly and returns what was measured so far, with
     `interrupted` set.
@@ -128,7 +134,7 @@ def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: 
     if not candidates:
         return ExperimentResults(findings, None, notes, [])
     timed = replace(base, steps=window_steps(base.steps, baseline_steps))
-    runner = Runner(timed, root, progress, Budget(max_experiments, time_budget_s), stop)
+    runner = Runner(timed, root, progress, Budget(max_experiments, time_budget_s), stop, workers, base.steps)
     try:
         recommended = _measure_all(findings, candidates, runner, by_samples(baseline_steps), env, io_like, notes)
     except KeyboardInterrupt as exc:
@@ -147,7 +153,7 @@ def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: 
 
 def confirm_recommendation(rec: Recommendation, base: ProbeConfig, baseline_steps: pd.DataFrame, *, root: Path,
                            progress: Progress | None = None, stop: StopRequest | None = None,
-                           pairs: int = 2) -> tuple[Experiment, list[dict]]:
+                           pairs: int = 2, workers: int = 0) -> tuple[Experiment, list[dict]]:
     """`--confirm`: the recommendation as the user will apply it, in fresh runs of the script
     interleaved with the baseline (B R B R B), judged as every fresh-run experiment is.
 
@@ -155,7 +161,7 @@ def confirm_recommendation(rec: Recommendation, base: ProbeConfig, baseline_step
     will see it, start-up and all. Returns the result and the child runs.
     """
     timed = replace(base, steps=window_steps(base.steps, baseline_steps))
-    runner = Runner(timed, root, progress, Budget(2 * pairs + 1, float("inf")), stop)
+    runner = Runner(timed, root, progress, Budget(2 * pairs + 1, float("inf")), stop, workers, base.steps)
     check_loss = rec.applicability is not Applicability.SAFE
     try:
         baselines, cands = [runner.measure("confirm-baseline", {})], []

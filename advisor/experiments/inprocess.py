@@ -32,14 +32,12 @@ from ..run_dir.layout import names
 from . import judge
 from .judge import Measurement
 from .plan import (BASELINE, MIN_WINDOW_STEPS, Candidate, Window, candidates_from, expected_speedup, interleave,
-                   plan_windows, sweep_points, window_steps)
+                   batch_window, burst_steps, plan_windows, script_workers, sweep_points, warmup_steps, window_steps)
 
 SCREEN_MARGIN = 0.05  # a screened fix whose one window may be this much faster is measured in full ...
 SCREEN_LEAN = 1.02    # ... and that leans that way (its point estimate at least this): a 0.99x window whose
                       # interval reaches 1.05 only by its noise cost a full round for nothing (a starved loop's bf16)
-COMPILE_WARMUP = 3  # more untimed steps for a compiled model (recompiles)
 BUSY_SHARE = 0.25   # other processes on this share of the cores while the arms ran: nothing is verified
-BURSTS = 10         # an arm with w loader workers times at least 10 bursts of w batches
 LARGE_EFFECT = 3     # every rule's fix expected at least this much faster: windows of half the steps
                     # (a 3x effect is resolved by 5 slow steps; the fast arm windows scale with it)
 FIXES, CONFIRM, STACK = "fixes", "confirm", "stack"  # what a round measures
@@ -120,6 +118,7 @@ class ArmsSession:
     _again: list[str] = field(default_factory=list)  # arms of fixes their first pass left undecided
     _growing: list[tuple[str, dict]] = field(default_factory=list)  # the larger batches' ladder (last)
     _base_steps: int | None = None  # the baseline windows' timed steps, where cut (see _first_round)
+    _timed: int | None = None  # window_steps, lengthened to half a second of the profiled steps
     _screens: list[str] = field(default_factory=list)  # arms of fixes no rule proposed (screened in round 0)
     _screened: dict[str, Experiment] = field(default_factory=dict)  # screened arm -> its one window's result
     _promoted: list[tuple[str, dict]] = field(default_factory=list)  # screened arms to measure in full
@@ -233,8 +232,8 @@ class ArmsSession:
         self.findings, profile = self.diagnose()
         steps, env = profile.steps, profile.env
         self.by_samples = judge.by_samples(steps)
-        self.window_steps = window_steps(self.window_steps, steps)
-        self._workers = max([int(dl.get("num_workers") or 0) for dl in profile.observed.get("dataloaders") or []] or [0])
+        self._timed = window_steps(self.window_steps, steps)
+        self._workers = script_workers(profile.observed)
         ctx = vocabulary.SweepContext(vocabulary.cores_per_rank(env), self.io_like(profile))
         arms: list[tuple[str, dict]] = []
         growing: list[tuple[str, dict]] = []  # larger batches: one may run out of memory and end the run
@@ -261,31 +260,24 @@ class ArmsSession:
                     (growing if _grows_memory(point.overrides) else arms).append((arm, point.overrides))
         expected = [self._lengths[a] for a, _ in arms + growing]
         if expected and min(expected) >= LARGE_EFFECT:  # the slow baseline windows need half the steps
-            self._base_steps = max(MIN_WINDOW_STEPS, self.window_steps // 2)
+            self._base_steps = max(MIN_WINDOW_STEPS, (self._timed or self.window_steps) // 2)
         if not arms and not screens:  # the ladder alone: nothing else to measure first
             return plan_windows([], growing, self._warmup, self._steps)
         self._growing = growing  # the ladder runs last, after every other arm's passes (see _confirm_round)
         return plan_windows(arms, [], self._warmup, self._steps, screens, passes=1)
 
     def _steps(self, arm: str) -> int:
-        """Timed steps of a window: an arm expected k times faster gets k times the steps (up to 8),
-        so its window lasts about as long as a baseline window and its interval is as tight. A
-        window whose loader has w workers times at least BURSTS * w steps (a screen half of it):
-        the batches come in bursts of w, and a window of a few bursts times its phase, not the
-        loader (22x measured where 9x is true with 5 bursts; a compile screen read 0.65-1.40x)."""
-        unit = max(MIN_WINDOW_STEPS, self.window_steps)
-        steps = (self._base_steps or unit) if arm == BASELINE else unit * self._lengths.get(arm, 1)
+        """Timed steps of a window: at least half a second's (:func:`plan.window_steps`), a larger
+        batch's as long; an arm expected k times faster gets k times the steps (up to 8), so its
+        window lasts about as long as a baseline window and its interval is as tight; a window with
+        loader workers times enough of their bursts (:func:`plan.burst_steps`)."""
         overrides = self._arms[arm][1].overrides if arm in self._arms else {}
-        workers = (overrides.get("dataloader") or {}).get("num_workers", self._workers)
-        return max(steps, BURSTS * int(workers or 0))
+        unit = max(MIN_WINDOW_STEPS, batch_window(self._timed or self.window_steps, self.window_steps, overrides))
+        steps = (self._base_steps or unit) if arm == BASELINE else unit * self._lengths.get(arm, 1)
+        return burst_steps(steps, overrides, self._workers)
 
     def _warmup(self, overrides: dict) -> int:
-        """Untimed steps opening a window: a new loader's workers fill their prefetch first; a
-        compiled model's first steps may recompile (a guard on the grad mode, a new shape)."""
-        dl = overrides.get("dataloader") or {}
-        workers = dl.get("num_workers", self._workers)
-        return (2 + (workers * dl.get("prefetch_factor", 2) if "dataloader" in overrides or workers else 0)
-                + (COMPILE_WARMUP if overrides.get("compile") else 0))
+        return warmup_steps(overrides, self._workers)
 
     # judging -------------------------------------------------------------------------------
     def _pairs(self, result: RoundResult, arm: str) -> list[tuple[list[Measurement], Measurement]]:
