@@ -139,6 +139,13 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.line(f"{len(skipped)} tests skipped: {_shared_missing_text()}.", red=True, bold=True)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The `timing` tests first, in their order (xdist deals them out in collection order): run
+    back to back, each waits for the other timing test, not for whatever test the other worker
+    happens to be in the middle of (see pytest_runtest_protocol)."""
+    items.sort(key=lambda item: item.get_closest_marker("timing") is None)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Tests marked `timing` judge real speed-ups: a neighbour test hogging the CPU in the other
