@@ -21,7 +21,7 @@ BASELINE = "baseline"
 # row passed a no-op off as a "verified" 1.13x. Half a second makes that hiccup 1%, under the bar
 # a win must clear.
 MIN_WINDOW_S = 0.5
-MAX_STEPS_SCALE = 20  # ... in at most 20 times the steps asked for
+MAX_STEPS_SCALE = 10  # ... in at most 10 times the steps asked for
 BURSTS = 10           # a window whose loader has w workers times at least 10 bursts of w batches
 COMPILE_WARMUP = 3    # more untimed steps for a compiled model (recompiles)
 
