@@ -123,7 +123,7 @@ def experiment_on(tmp_path, workload: str, fix: dict, **options):
 @pytest.mark.timing
 def test_starved_loader_fix_is_measured_swept_and_recommended(tmp_path):
     results = experiment_on(tmp_path, "starved_io.py", finding("dataloader-starvation", {"dataloader": {"num_workers": 2}}),
-                            io_like=True, max_experiments=3)
+                            io_like=True, max_experiments=2)
     findings = [f.to_dict() for f in results.findings]  # as report.json has them
     assert results.recommended is not None, (findings[0]["experiment"], results.notes, results.runs)
     recommended = results.recommended.to_dict()

@@ -87,7 +87,7 @@ def _interrupted(tmp_path: Path) -> tuple[int, dict]:
 
 def _ok_and_gated(tmp_path, advise) -> dict:
     """ok with experiments (DL001 fires, its fix is measured), then gated against itself: compare.json."""
-    ok = advise("profile", "--steps", "6", "--warmup", "2", "--profile-steps", "2", "--max-experiments", "2",
+    ok = advise("profile", "--steps", "6", "--warmup", "2", "--profile-steps", "2", "--max-experiments", "1",
                 *NO_SCREENS, "--out", "run", str(EXAMPLE), "--epochs", "1")
     assert ok.returncode == 0, ok.stderr
     assert any(f["experiment"] for f in ok.report["findings"]) and ok.report["experiments"] is not None

@@ -74,7 +74,7 @@ def test_analyze_at_80_columns_wraps_between_values_and_names_only_its_own_optio
 
 @pytest.mark.slow
 def test_profile_at_80_columns_never_splits_a_value(tmp_path):
-    proc = run80("profile", "--steps", "8", "--warmup", "2", "--profile-steps", "2", "--max-experiments", "3",
+    proc = run80("profile", "--steps", "8", "--warmup", "2", "--profile-steps", "2", "--max-experiments", "2",
                  *NO_SCREENS, "--out", "run", str(EXAMPLE), "--epochs", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
