@@ -63,10 +63,11 @@ class Runner:
     """Runs probe children for the experiments and keeps their run dirs under `root`."""
 
     def __init__(self, base: ProbeConfig, root: Path, progress: Progress | None, budget: Budget,
-                 stop: StopRequest | None = None, workers: int = 0, asked: int | None = None):
-        self.base = base
+                 stop: StopRequest | None = None, workers: int = 0, profiled: pd.DataFrame | None = None):
+        self.asked = base.steps  # the steps the user asked for
+        # Each run times at least half a second at the profiled run's median step (plan.window_steps).
+        self.base = base if profiled is None else replace(base, steps=window_steps(base.steps, profiled))
         self.workers = workers  # the script's own loader workers
-        self.asked = asked or base.steps  # the steps the user asked for (base.steps: lengthened to half a second)
         self.root = root  # the pipeline's make_subdir(run dir, "experiments"): checked there
         root.mkdir(parents=True, exist_ok=True)
         self.progress = progress or Progress()
@@ -133,8 +134,7 @@ def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: 
         say_why_untried(findings, candidates, safe_only)
     if not candidates:
         return ExperimentResults(findings, None, notes, [])
-    timed = replace(base, steps=window_steps(base.steps, baseline_steps))
-    runner = Runner(timed, root, progress, Budget(max_experiments, time_budget_s), stop, workers, base.steps)
+    runner = Runner(base, root, progress, Budget(max_experiments, time_budget_s), stop, workers, baseline_steps)
     try:
         recommended = _measure_all(findings, candidates, runner, by_samples(baseline_steps), env, io_like, notes)
     except KeyboardInterrupt as exc:
@@ -160,8 +160,7 @@ def confirm_recommendation(rec: Recommendation, base: ProbeConfig, baseline_step
     The in-process arms measured it inside the profiled run; this measures it the way the user
     will see it, start-up and all. Returns the result and the child runs.
     """
-    timed = replace(base, steps=window_steps(base.steps, baseline_steps))
-    runner = Runner(timed, root, progress, Budget(2 * pairs + 1, float("inf")), stop, workers, base.steps)
+    runner = Runner(base, root, progress, Budget(2 * pairs + 1, float("inf")), stop, workers, baseline_steps)
     check_loss = rec.applicability is not Applicability.SAFE
     try:
         baselines, cands = [runner.measure("confirm-baseline", {})], []
