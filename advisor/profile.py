@@ -5,7 +5,9 @@ already has (:meth:`Profile.from_trace`), so GPU rules are tested on recorded GP
 
 Frames (pandas; times in seconds unless the column says ``_us``):
 
-- ``steps``: one row per measured step: ``index``, ``duration_s``, ``data_wait_s`` (time in
+- ``steps``: one row per measured step, the columns of ``protocol.STEP_COLUMNS``: ``index``,
+  ``duration_s`` (on the step's ``clock``: the device's on a GPU, see
+  :mod:`advisor.probe.timeline`), ``host_s`` (the host's), ``data_wait_s`` (time in
   DataLoader ``__next__``), ``optimizer_s`` (host time in ``optimizer.step``), ``backward_s``
   (host time in ``backward()``), ``samples`` (batch size; NaN when unknown), ``profiled``
   (the step ran under torch.profiler, so its time is inflated), ``loss`` (NaN when unseen).

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 import functools
 import typing
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Optional, Union
 
 import msgspec
 
@@ -34,7 +34,6 @@ STATUS_EXIT = {"ok": EXIT_OK, "failed": EXIT_SCRIPT, "timeout": EXIT_SCRIPT, "no
                "interrupted": EXIT_INTERRUPTED}
 # An interrupted run exits with its signal's code: Ctrl-C 130, a closed terminal 129, SIGTERM 143.
 signal_exit = exit_code
-STEP_FIELDS = ("index", "duration_s", "data_wait_s", "samples", "optimizer_s", "backward_s", "profiled", "loss")
 
 
 def now_iso() -> str:
@@ -65,7 +64,7 @@ place the result model becomes report.json."""
     step_rows = []
     if not steps.empty:
         for row in steps.to_dict("records"):
-            step = {k: row.get(k) for k in STEP_FIELDS if k in row}
+            step = {k: row.get(k) for k in Step.__struct_fields__ if k in row}
             step["index"] = int(step["index"])
             if step.get("samples") is not None and step["samples"] == step["samples"]:
                 step["samples"] = int(step["samples"])
@@ -160,7 +159,10 @@ class Step(Block):
     """One measured step (the profiler's warm-up step is not one)."""
 
     index: Optional[int] = None
-    duration_s: Num = None
+    duration_s: described("the step's time on its clock: on a GPU the device's, between the events recorded at its "
+                          "two boundaries; on a CPU the host's (docs/explanation/steps.md)", Num) = None
+    host_s: described("the same span on the host's clock: on a GPU, how long Python took to queue the step", Num) = None
+    clock: described("which clock duration_s was read from", Optional[Literal["device", "host"]]) = None
     data_wait_s: Num = None
     samples: Optional[int] = None
     optimizer_s: Num = None

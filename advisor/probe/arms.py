@@ -24,10 +24,11 @@ from typing import Any, Callable
 
 import torch
 
-from .clock import ProbeDone
+from .clock import ClosedStep, ProbeDone, loss_value
 from advisor.run_dir.protocol import Phase, write_line
 from .memory import WindowPeak, persistent_bytes, rss_high_water, tensor_bytes
 from .switches import Switches
+from .timeline import HostTimeline, Timeline, settled
 
 POLL_S = 0.02
 
@@ -54,6 +55,8 @@ class Arms:
         self.record: dict | None = None  # the current window's arms line
         self.started = False
         self.error: str | None = None
+        self.timeline: Timeline = HostTimeline()  # the run's (the StepClock's): where a step's time is read
+        self._held: list[tuple[dict, ClosedStep, Any]] = []  # the window's steps, written when it closes
 
     def install(self) -> None:
         """Before hooks.install (the hooks' DataLoader timing must wrap the substitute)."""
@@ -157,17 +160,16 @@ class Arms:
         with open(self.out / self.names.arms_jsonl, "a") as f:
             f.write(json.dumps(record) + "\n")
 
-    def step(self, record: dict, loss: Any) -> bool:
-        """A step of the current window ended (`record`: its timings). True when a new window was
-        switched on at this boundary (the next step starts now)."""
-        try:
-            value = float(loss.float().mean().item()) if isinstance(loss, torch.Tensor) else None
-        except Exception:  # noqa: BLE001 - a loss we cannot read is just unknown
-            value = None
+    def step(self, step: ClosedStep, loss: Any) -> bool:
+        """A step of the current window ended. It is held, with its loss tensor, until the window
+        closes: then one wait on the device times them all and reads their losses (a loss read
+        per step would wait on the device every step). True when a new window was switched on at
+        this boundary (the next step starts now)."""
         window = self.windows[self.k]
-        write_line(self.sink, {"phase": Phase.ARM, "round": self.round, "window": self.k, "arm": window.get("arm"),
-                    "warm": self.i < self.warmup, "index": self.i - self.warmup if self.i >= self.warmup else self.i,
-                    **record, "loss": value})
+        warm = self.i < self.warmup
+        step.timed = not warm
+        self._held.append(({"phase": Phase.ARM, "round": self.round, "window": self.k, "arm": window.get("arm"),
+                            "warm": warm, "index": self.i - self.warmup if not warm else self.i}, step, loss))
         self.i += 1
         if self.i == self.warmup:
             self.peak.end_step()
@@ -175,6 +177,7 @@ class Arms:
             self._profile_memory()  # the last untimed step: the allocator's peak (CPU)
         if self.i < self.total:
             return False
+        self._flush()
         self._read_peak()
         try:
             self._switch_off()
@@ -184,6 +187,15 @@ class Arms:
         if not self._advance():
             raise ProbeDone()
         return True
+
+    def _flush(self) -> None:
+        """The window's step lines: one wait on the device, then each step's time and loss."""
+        held, self._held = self._held, []
+        if not held:
+            return
+        timeline = settled(self.timeline)
+        for fields, step, loss in held:
+            write_line(self.sink, {**fields, **step.timing(timeline), "loss": loss_value(loss)})
 
     def _profile_memory(self) -> None:
         try:
@@ -202,6 +214,7 @@ class Arms:
         An out-of-memory error marks the window `oom` and empties the caching allocator."""
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         self.error = error
+        self._flush()
         self.peak.end_step()
         if self.record is not None:
             self.record["error"] = error
@@ -229,6 +242,7 @@ class Arms:
     def script_ended(self) -> None:
         """The script returned (or its loader ran out) while arms ran: say so for the open window."""
         if self.record is not None:
+            self._flush()
             self.record["error"] = "the script ended by itself during this window"
             self._write_arm()
         self.close()
@@ -238,3 +252,4 @@ class Arms:
             self.switches.dataloader.off()
         except Exception:  # noqa: BLE001 - the process is ending
             pass
+

@@ -31,6 +31,7 @@ import advisor
 from advisor.run_dir import layout
 from advisor.run_dir.atomic import open_nofollow
 from .arms import Arms
+from . import timeline
 from .clock import ProbeDone, StepClock
 from .env import collect_env, memory_stats
 from .hooks import Observed, install
@@ -209,6 +210,7 @@ class ChildProbe:
             sink=self.sink,
             on_profile_start=self.window.start,
             on_profile_step=self.window.step,
+            timeline=timeline.for_this_process(),
         )
         self.clock.capture = SourceCapture(out / names.sources)
         self.clock.on_boundary = self._memory_step
@@ -233,6 +235,7 @@ class ChildProbe:
                              in_job=self.names.trace != layout.names("").trace)  # a rank's files: one rank of a job
             self.arms.install()  # before the hooks: their DataLoader timing wraps the arms' substitute loaders
             self.clock.arms = self.arms
+            self.arms.timeline = self.clock.timeline
         install(self.clock, self.observed)
         advisor._clock = self.clock
         result, code = self._run_target()
@@ -330,6 +333,7 @@ class ChildProbe:
         """probe.json: the child's own account of the run (also written when the window ends, for arms)."""
         gc.collect()
         clock, observed, window = self.clock, self.observed, self.window
+        clock.flush()  # a script that ended inside its window: the steps it ran
         result = msgspec.structs.replace(
             result,
             step_source=clock.source,

@@ -12,16 +12,21 @@ A training step is found, in order of preference, from:
 A higher source replaces a lower one the first time it is seen; counting restarts then, which
 only ever lands inside warm-up. Everything here runs on the training thread, so each hook does
 a few dict updates and one line of buffered JSON per step: nothing that syncs the GPU.
+
+A step's time is read from the run's :mod:`~advisor.probe.timeline`: on a GPU the timed steps
+of a window are known only when the window closes (one wait on its last event), so their lines
+are held until then (:meth:`StepClock.flush`); untimed steps (start-up, warm-up) are written at
+once with the host's time, and never wait on the device.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from advisor.run_dir.protocol import Phase, write_line
+from .timeline import HostTimeline, Mark, Timeline, settled
 
 SOURCES = ("backward", "dataloader", "optimizer", "explicit")
 _RANK = {name: i for i, name in enumerate(SOURCES)}
@@ -55,6 +60,27 @@ class StepAccumulator:
 
 
 @dataclass
+class ClosedStep:
+    """A step that ended: its two boundaries and what happened between them. Its time is read
+    (:meth:`timing`) once its timeline has settled, when `timed`; an untimed step's is the host's."""
+
+    start: Mark
+    end: Mark
+    acc: StepAccumulator
+    timed: bool
+
+    def timing(self, timeline: Timeline) -> dict:
+        """The step's span on both clocks and where its time went (window and arm lines alike):
+        `duration_s` on the step's clock (`clock`: device or host), `host_s` on the host's."""
+        host_s = self.end.host - self.start.host
+        duration_s, clock = timeline.span(self.start, self.end) if self.timed else (host_s, "host")
+        acc = self.acc
+        return {"t_start": self.start.host, "t_end": self.end.host, "duration_s": duration_s, "host_s": host_s,
+                "clock": clock, "data_wait_s": acc.data_wait_s, "optimizer_s": acc.optimizer_s,
+                "backward_s": acc.backward_s, "samples": acc.batch()}
+
+
+@dataclass
 class StepClock:
     """Counts boundaries, times steps, and drives the profiler window.
 
@@ -79,6 +105,7 @@ class StepClock:
     on_boundary: Callable[[int], None] = lambda seen: None  # each window boundary, with the boundaries seen
     arms: Any = None  # advisor.probe.arms.Arms: after the window, run the parent's arms instead of stopping
     in_arms: bool = False
+    timeline: Timeline = field(default_factory=HostTimeline)  # where a step's time is read (see timeline.py)
     pid: int = field(default_factory=os.getpid)
     source: str | None = None
     anchor_optimizer: int | None = None
@@ -89,8 +116,15 @@ class StepClock:
     _asked_batch: bool = False
     measured: list = field(default_factory=list)
     losses: list = field(default_factory=list)
-    _last_t: float = field(default_factory=time.monotonic)
+    _start: Mark | None = None  # the boundary the current step started at
     _acc: StepAccumulator = field(default_factory=StepAccumulator)
+    _held: list = field(default_factory=list)  # timed steps closed, waiting for their timeline (flush)
+
+    def __post_init__(self) -> None:
+        self._start = self._start or self.timeline.mark()
+
+    def now(self) -> float:
+        return self.timeline.clock()
 
     @property
     def profile_start(self) -> int:
@@ -131,8 +165,9 @@ class StepClock:
             self.boundaries = 0
             self.measured.clear()
             self.losses.clear()
+            self._held.clear()
             self._acc = StepAccumulator()
-            self._last_t = time.monotonic()
+            self._start = self.timeline.mark()
         return self.source == source
 
     def require_warmup(self, n: int) -> None:
@@ -152,14 +187,14 @@ class StepClock:
             self._boundary()
 
     def optimizer_pre(self) -> float:
-        return time.monotonic()
+        return self.now()
 
     def optimizer_post(self, optimizer: Any, started: float | None, in_closure_s: float = 0.0) -> None:
         """The step's time, less what its closure (forward and backward, under LBFGS or Lightning) took."""
         if os.getpid() != self.pid:
             return
         if started is not None:
-            self._acc.optimizer_s += max(0.0, time.monotonic() - started - in_closure_s)
+            self._acc.optimizer_s += max(0.0, self.now() - started - in_closure_s)
         if self.anchor_optimizer is None:
             self.anchor_optimizer = id(optimizer)
         if id(optimizer) == self.anchor_optimizer and self._owns("optimizer"):
@@ -170,7 +205,7 @@ class StepClock:
             return
         if self._owns("dataloader"):
             # A new batch *starts* a step: its wait belongs to the step it opens.
-            now = time.monotonic()
+            now = self.now()
             self._close_step(now - wait_s, carry=StepAccumulator(data_wait_s=wait_s, samples=samples))
         else:
             self._acc.data_wait_s += wait_s
@@ -192,7 +227,12 @@ class StepClock:
     # boundaries ----------------------------------------------------------------------------
 
     def _boundary(self) -> None:
-        self._close_step(time.monotonic())
+        self._close_step(self.now())
+
+    def _end_mark(self, now: float) -> Mark:
+        """The boundary at host time `now` (a DataLoader-driven step's is when its wait began)."""
+        mark = self.timeline.mark()
+        return Mark(now, mark.event)
 
     def _close_step(self, now: float, carry: StepAccumulator | None = None) -> None:
         if self.done:
@@ -204,27 +244,24 @@ class StepClock:
         self.boundaries += 1
         acc = self._acc
         phase, measured_index = self._phase(n)
-        record = {
-            "phase": phase,
-            "index": measured_index,
-            **self._timing(acc, now),
-            "profiled": self.profiling,
-            "source": self.source,
-            "warmup": self.warmup,
-        }
-        write_line(self.sink, record)
+        end = self._end_mark(now)
+        step = ClosedStep(self._start, end, acc, timed=phase in (Phase.MEASURE, Phase.PROFILER_WARMUP))
+        fields = {"phase": phase, "index": measured_index, "profiled": self.profiling, "source": self.source,
+                  "warmup": self.warmup}
+        self._held.append((step, fields))
+        if not (step.timed and self.timeline.deferred):
+            self.flush()
         # (A DataLoader-driven start-up step ends at the first batch, so it never has one.)
-        if record["samples"] is None and not self._asked_batch and (n > 0 or self.source != "dataloader"):
+        if acc.batch() is None and not self._asked_batch and (n > 0 or self.source != "dataloader"):
             self._asked_batch = True
             self.on_unknown_batch()
-        if phase == Phase.MEASURE:
-            self.measured.append(record)
-            self.losses.append(acc.loss)
         self._acc = carry or StepAccumulator()
-        self._last_t = now
+        self._start = end
 
         # `self.boundaries` now counts boundaries seen: act on the one that just happened.
         seen = self.boundaries
+        if seen >= self.window_end:
+            self.flush()  # the window's one wait on the device, before anything reads its steps
         if self.capture is not None:
             self.capture.boundary(seen, self.warmup, self.source)
         self.on_boundary(seen)
@@ -245,39 +282,60 @@ class StepClock:
                     self.in_arms = False
                 if self.in_arms:
                     self._acc = carry or StepAccumulator()
-                    self._last_t = time.monotonic()
+                    self._start = self.timeline.mark()
                     return
             self.done = True
             raise ProbeDone()
         if carry is None:
-            self._last_t = time.monotonic()  # keep our own bookkeeping out of the next step
+            self._start = self._restart(end)
 
-    def _timing(self, acc: StepAccumulator, now: float) -> dict:
-        """The step that ends at `now`: its span and where its time went (window and arm lines alike)."""
-        return {"t_start": self._last_t, "t_end": now, "duration_s": now - self._last_t,
-                "data_wait_s": acc.data_wait_s, "optimizer_s": acc.optimizer_s, "backward_s": acc.backward_s,
-                "samples": acc.batch()}
+    def _restart(self, end: Mark) -> Mark:
+        """The next step's start: the host's clock after our bookkeeping (kept out of the next
+        step), the device's at the boundary's own event (the device's time runs on)."""
+        return Mark(self.now(), end.event)
+
+    def flush(self) -> None:
+        """Write the steps held for their timeline: one wait on the device, then their lines."""
+        held, self._held = self._held, []
+        if not held:
+            return
+        timeline = settled(self.timeline) if any(step.timed for step, _ in held) else self.timeline
+        for step, fields in held:
+            record = {"phase": fields["phase"], "index": fields["index"], **step.timing(timeline),
+                      **{k: v for k, v in fields.items() if k not in ("phase", "index")}}
+            write_line(self.sink, record)
+            if record["phase"] == Phase.MEASURE:
+                self.measured.append(record)
+                self.losses.append(step.acc.loss)
 
     def _arm_step(self, now: float, carry: StepAccumulator | None) -> None:
-        """A boundary while the arms run: one arm step line; the arms may switch (or end) here."""
+        """A boundary while the arms run: the arms hold the step (its line is written when their
+        window closes); they may switch (or end) here."""
         acc = self._acc
         self._acc = carry or StepAccumulator()
-        record = self._timing(acc, now)
-        self._last_t = now
+        end = self._end_mark(now)
+        step = ClosedStep(self._start, end, acc, timed=True)
+        self._start = end
         try:
-            self.arms.step(record, acc.loss)
+            switched = self.arms.step(step, acc.loss)
         except ProbeDone:
             self.done, self.in_arms = True, False
             raise
         if carry is None:  # (a DataLoader-driven step already started with its batch's wait)
-            self._last_t = time.monotonic()  # the switch and our bookkeeping stay out of the next step
+            # the switch and our bookkeeping stay out of the next step; after a switch, so does
+            # the work it queued on the device
+            self._start = self.timeline.mark() if switched else self._restart(end)
 
     def loss_values(self) -> list[float | None]:
-        """Measured losses as floats; safe only after the window (it syncs the GPU)."""
-        out = []
-        for loss in self.losses:
-            try:
-                out.append(float(loss.float().mean().item()) if loss is not None else None)
-            except Exception:  # a loss we cannot read is just unknown
-                out.append(None)
-        return out
+        """Measured losses as floats; safe only after the window (it waits on the device)."""
+        return [loss_value(loss) for loss in self.losses]
+
+
+def loss_value(loss: Any) -> float | None:
+    """A held loss tensor as a float, read after its window's wait (None: not seen, or unreadable)."""
+    if loss is None:
+        return None
+    try:
+        return float(loss.float().mean().item())
+    except Exception:  # noqa: BLE001 - a loss we cannot read is just unknown
+        return None

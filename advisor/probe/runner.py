@@ -30,7 +30,7 @@ from advisor.run_dir.interrupt import StopRequest, describe
 from advisor.run_dir.layout import rank_suffix
 from .entry import BOOTSTRAP
 from .job_link import JobLink
-from advisor.run_dir.protocol import (WINDOW_PHASES, ChildAccount, ChildConfig, Phase, rank_account, read_account,
+from advisor.run_dir.protocol import (STEP_COLUMNS, WINDOW_PHASES, ChildAccount, ChildConfig, Phase, rank_account, read_account,
                                       read_lines, write_config)
 from .sampler import Sampler
 from .tree import ProcessTree
@@ -597,9 +597,8 @@ def _rank_account(out: Path, rank: int, files: layout.RunFiles | None = None) ->
 
 
 def _write_steps_csv(path: Path, records: list[dict], losses: list) -> None:
-    columns = ["index", "t_start", "t_end", "duration_s", "data_wait_s", "optimizer_s", "backward_s", "samples", "profiled",
-               "source", "loss", "loss_finite"]
-    frame = pd.DataFrame(records, columns=columns[:-2])
+    columns = [*STEP_COLUMNS, "loss", "loss_finite"]
+    frame = pd.DataFrame(records, columns=list(STEP_COLUMNS))
     frame["loss"] = [losses[i] if i < len(losses) else None for i in range(len(frame))]
     # A NaN loss and an unseen loss look alike in CSV; this column tells them apart.
     frame["loss_finite"] = [None if v is None else bool(math.isfinite(v)) for v in frame["loss"].astype(object)]

@@ -41,6 +41,11 @@ class Phase(str, Enum):
         return self.value
 
 
+# A step line's timing columns, as steps.csv keeps them (the clock writes them: advisor/probe/clock.py;
+# duration_s is on the step's `clock`, host_s on the host's: advisor/probe/timeline.py)
+STEP_COLUMNS = ("index", "t_start", "t_end", "duration_s", "host_s", "clock", "data_wait_s", "optimizer_s",
+                "backward_s", "samples", "profiled", "source")
+
 WINDOW_PHASES = (Phase.STARTUP, Phase.WARMUP, Phase.PROFILER_WARMUP, Phase.MEASURE)  # the profiled run's own steps
 
 
