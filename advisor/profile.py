@@ -150,7 +150,9 @@ class Profile:
 
     @classmethod
     def from_trace(cls, path: str | Path, read=load_trace) -> "Profile":
-        """A Profile from a Kineto trace alone: steps from its ``ProfilerStep#N`` spans.
+        """A Profile from a Kineto trace alone: steps from its ``ProfilerStep#N`` spans, each ending
+        where the last kernel it launched ends (a span ends when Python moves on: on a GPU that
+        is a step or more before the device does).
 
         `read`: path -> TraceFrames (a command's read-ahead, :meth:`advisor.trace.ReadAhead.frames`)."""
         trace = read(path)
@@ -158,7 +160,9 @@ class Profile:
         steps = pd.DataFrame(
             {
                 "index": ts["index"].astype(int),
-                "duration_s": ts["dur_us"] / 1e6,
+                "duration_s": ts["device_dur_us"] / 1e6,  # the step re-anchored to its last kernel's end
+                "host_s": ts["dur_us"] / 1e6,
+                "clock": "device" if len(trace.kernels) else "host",
                 "data_wait_s": ts["data_wait_us"] / 1e6,
                 "optimizer_s": (ts["optimizer_us"] - closure_us(trace, ts["index"])).clip(lower=0) / 1e6,
                 "backward_s": float("nan"),

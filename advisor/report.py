@@ -259,7 +259,9 @@ class Mfu(Block):
     achieved_tflops: Number = None
     peak_tflops: Number = None
     mfu: described("achieved / peak (null without a peak for the device and dtype)", Number) = None
-    dtype: Optional[str] = None
+    dtype: described("the precision of the peak: the dtype carrying most FLOPs; fp32 matmuls or convolutions "
+                     "the run let use TF32 count as tf32", Optional[str]) = None
+    precision_basis: described("why that precision", Optional[str]) = None
     device_name: Optional[str] = None
     flops_per_step: Number = None
     basis: Optional[str] = None

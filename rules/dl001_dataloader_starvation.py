@@ -4,11 +4,16 @@ Flags training loops that wait on the DataLoader for a large share of every step
 The wait is the time spent in `next(loader)` (`enumerate(DataLoader)#...__next__`),
 measured on the steps that ran without the profiler (or on a trace's `ProfilerStep`s).
 
-It fires only when the wait is a large share of the step in most steps (median over steps,
-in total, and at least half the threshold in three steps out of four) and material in
-absolute terms, so a fast in-memory pipeline whose batches take a fraction of a millisecond
-is never called starved, nor is a run with a few slow steps (an epoch boundary, a noisy
-neighbour on the machine). With `num_workers > 0` the share must be twice the threshold:
+It reads the wait from totals: the wait summed over the measured steps over their time, as the
+profiler's TensorBoard plugin and torchtitan do. A loader with w workers hands over batches in
+bursts: w - 1 steps wait nothing and one waits for the whole next burst, so a median step waits
+nothing while the loop waits most of the time. It fires when that total is a large share of the
+window, recurs (with workers: in two steps or more, and at least half the threshold without its
+one longest wait; without workers the main process loads every batch, so three steps in four
+wait at least half the threshold: an epoch boundary or a noisy moment is a step or two), and is
+material in absolute terms (the mean wait per step), so a fast in-memory pipeline whose batches take a
+fraction of a millisecond is never called starved. The evidence gives the burst pattern: how
+many steps waited, one in how many, the median, p90 and longest wait. With `num_workers > 0` the share must be twice the threshold:
 each batch from a worker process pays a fixed hand-over cost (pickling, shared-memory file
 descriptors, a round trip to the worker) that more workers cannot remove. When the workers
 and the trainer's threads oversubscribe a saturated CPU, the wait is a symptom of that, and
@@ -47,9 +52,9 @@ waits on I/O (the process tree stays mostly idle), the cores minus one for GPU t
 half the cores for CPU training (with fewer intra-op threads, so the two do not compete).
 
 ## Options
-- `min-wait-frac` (default 0.10): smallest share of the step spent waiting for data, both as
-  the median over steps and over all steps, to report (twice that with worker processes).
-- `min-wait-ms` (default 5.0): smallest median wait per step, in milliseconds, to report.
+- `min-wait-frac` (default 0.10): smallest share of the measured window spent waiting for data
+  to report (twice that with worker processes).
+- `min-wait-ms` (default 5.0): smallest mean wait per step, in milliseconds, to report.
 
 ## References
 - PyTorch tuning guide, "Enable asynchronous data loading and augmentation"
@@ -82,9 +87,10 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> 
     hidden = _gpu_busy_during_wait_frac(profile)
     exposed = wait * (1.0 - hidden)
     total_frac = h.frac(exposed.sum(), dur.sum())
-    median_frac = float(np.median(exposed / dur))
-    median_wait_s = float(np.median(exposed))
-    steady_frac = float(np.quantile(exposed / dur, 0.25))
+    # The wait less its one longest step: an epoch boundary (or one noisy moment) is a single step,
+    # a loader that cannot keep up waits again and again (with w workers, about one step in w).
+    spread_frac = h.frac(exposed.sum() - exposed.max(initial=0.0), dur.sum())
+    mean_wait_s = float(exposed.mean()) if len(exposed) else 0.0
     loader = _main_loader(profile)
     workers = loader.get("num_workers") if loader else None
     if workers:
@@ -93,25 +99,37 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> 
         # Every batch from a worker is handed over through shared memory (pickling, fd passing):
         # a fixed cost per batch that more workers cannot remove and that grows on a busy machine.
         min_wait_frac = 2 * min_wait_frac
-    if (median_frac < min_wait_frac or total_frac < min_wait_frac or steady_frac < min_wait_frac / 2
-            or median_wait_s * 1e3 < min_wait_ms):
-        return  # not starved, or only in a few steps (an epoch boundary, a noisy neighbour)
+    if total_frac < min_wait_frac or mean_wait_s * 1e3 < min_wait_ms:
+        return  # not starved
+    bursts = _bursts(exposed, dur, min_wait_ms / 1e3)
+    if workers:  # batches come in bursts: the wait must recur, not be one step's
+        recurring = bursts["waiting"] >= 2 and spread_frac >= min_wait_frac / 2
+    else:  # the main process loads every batch: most steps wait (three in four at least half as long)
+        recurring = float(np.quantile(exposed / dur, 0.25)) >= min_wait_frac / 2
+    if not recurring:
+        return  # a few slow steps: an epoch boundary, a noisy neighbour
 
-    step_s = float(np.median(dur))
-    compute_s = max(step_s - median_wait_s, 1e-6)
+    step_s = float(dur.mean())
+    compute_s = max(step_s - mean_wait_s, 1e-6)
     device = profile.device
     cores = cores_per_rank(profile.env) if profile.env.get("cpu_count") else None  # the node's, shared by its ranks
     io_bound = _io_bound(profile, cores)
-    fix, gain = _fix(loader, device, cores, profile.env.get("torch_threads"), median_wait_s, compute_s, step_s, io_bound)
+    fix, gain = _fix(loader, device, cores, profile.env.get("torch_threads"), mean_wait_s, compute_s, step_s, io_bound)
 
     severity = "high" if total_frac >= 0.30 else "medium" if total_frac >= 0.15 else "low"
     where = "the GPU idles" if profile.has_gpu else "compute waits"
     workers_text = f"num_workers={workers}" if workers is not None else "DataLoader settings unknown"
     evidence = {
         "data_wait_frac": h.r3(total_frac),
-        "median_step_wait_frac": h.r3(median_frac),
-        "data_wait_median_s": h.r3(median_wait_s),
-        "step_time_median_s": h.r3(step_s),
+        "data_wait_s": h.r3(float(exposed.sum())),
+        "window_s": h.r3(float(dur.sum())),
+        "data_wait_mean_s": h.r3(mean_wait_s),
+        "data_wait_median_s": h.r3(float(np.median(exposed))),
+        "data_wait_p90_s": h.r3(float(np.quantile(exposed, 0.9))),
+        "data_wait_max_s": h.r3(float(exposed.max())),
+        "waiting_steps": bursts["waiting"],
+        "stall_period_steps": bursts["period"],
+        "step_time_mean_s": h.r3(step_s),
         "n_steps": int(len(dur)),
         "basis": "trace ProfilerSteps" if profile.meta.get("source") == "trace" else "unprofiled probe steps",
         "gpu_busy_during_wait_frac": h.r3(hidden) if profile.has_gpu else None,
@@ -124,8 +142,8 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> 
     }
     yield Finding(
         title=f"The training loop waits on the DataLoader for {total_frac:.0%} of each step",
-        summary=(f"A median {median_wait_s * 1e3:.1f} ms of each {step_s * 1e3:.1f} ms step is spent in next(DataLoader) "
-                 f"over {len(dur)} steps ({workers_text}); {where} while batches are loaded"
+        summary=(f"{exposed.sum() * 1e3:.0f} ms of the {dur.sum() * 1e3:.0f} ms that {len(dur)} steps took were spent "
+                 f"in next(DataLoader) ({workers_text}){_burst_text(bursts, exposed)}; {where} while batches are loaded"
                  f"{' (the loading process mostly waits: I/O, not CPU)' if io_bound else ''}."
                  f"{f' Workers are planned for {cores_said(profile.env)}.' if cores else ''}"),
         severity=severity,
@@ -135,6 +153,23 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> 
         # loading in the main process: the Dataset's __getitem__ (or collate_fn) is where the wait goes
         locations=profile.locations("dataloader") if not workers else [],
     )
+
+
+def _bursts(exposed: np.ndarray, dur: np.ndarray, material_s: float) -> dict:
+    """The wait's pattern: how many steps waited materially (at least `material_s` and a tenth of
+    the step), and the median gap between them in steps (a loader with w workers: about w)."""
+    waiting = np.flatnonzero((exposed >= material_s) & (exposed >= 0.1 * dur))
+    period = float(np.median(np.diff(waiting))) if len(waiting) >= 2 else None
+    return {"waiting": int(len(waiting)), "period": period}
+
+
+def _burst_text(bursts: dict, exposed: np.ndarray) -> str:
+    """', in bursts: 5 of 20 steps waited, one in 4, up to 140 ms' where the wait is not every step's."""
+    n, waiting, period = len(exposed), bursts["waiting"], bursts["period"]
+    if not waiting or waiting >= 0.8 * n:
+        return ""
+    every = f", one in {period:.0f}" if period and period >= 1.5 else ""
+    return f", in bursts: {waiting} of {n} steps waited{every}, up to {exposed.max() * 1e3:.0f} ms"
 
 
 def _gpu_busy_during_wait_frac(profile) -> float:
@@ -177,8 +212,9 @@ def _fix(loader, device: str, cores, threads, wait_s: float, compute_s: float, s
     """The override to try and a rough gain estimate (None when it cannot be estimated)."""
     on_gpu = device != "cpu"
     current = (loader or {}).get("num_workers") or 0
-    # Workers needed so that loading (wait_s per batch in one process) keeps up with compute.
-    per_batch = wait_s * max(current, 1)
+    # Workers needed so that loading keeps up with compute. A batch costs one process `per_batch`:
+    # the whole wait in the main process; with w starved workers one batch comes every step, so w steps.
+    per_batch = wait_s if not current else step_s * current
     needed = math.ceil(per_batch / compute_s) + 1
     if cores:
         if io_bound:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import pandas as pd
 import pytest
 import torch
 
-from advisor.analysis.mfu import kernel_efficiency, model_flops_utilization, op_traffic, peak_bandwidth, peak_tflops
+from advisor.analysis import mfu as mfu_module
+from advisor.analysis.mfu import (kernel_efficiency, model_flops_utilization, op_traffic, peak_bandwidth, peak_tflops,
+                                  precision)
 from advisor.profile import Profile
 from advisor.trace import load_trace
 from conftest import WORKLOADS, trace_path
@@ -129,3 +132,55 @@ def test_the_html_report_shows_the_kernels_on_the_roofline():
     assert "0.90 TB/s (NVIDIA V100 datasheet (HBM2)); ridge point fp32 17.4 FLOP/byte" in page.roofline.peaks
     html = render_html(page)
     assert "GPU kernels on the roofline" in html and '<span class="pill bound-memory">memory</span>' in html
+
+
+def _ops(*rows) -> pd.DataFrame:
+    return pd.DataFrame([{"name": n, "flops": f, "input_types": [t]} for n, f, t in rows])
+
+
+H200 = {"device": "cuda", "device_name": "NVIDIA H200"}
+
+
+@pytest.mark.parametrize("env, ops, dtype", [
+    # nanoGPT's own allow_tf32 = True at --dtype=float32: the H200 run read 146% of the fp32 peak
+    ({**H200, "cuda_matmul_allow_tf32": True, "float32_matmul_precision": "highest"},
+     [("aten::mm", 1e12, "float")], "tf32"),
+    ({**H200, "cuda_matmul_allow_tf32": False, "float32_matmul_precision": "high"}, [("aten::mm", 1e12, "float")], "tf32"),
+    ({**H200, "cuda_matmul_allow_tf32": False, "float32_matmul_precision": "highest"}, [("aten::mm", 1e12, "float")], "fp32"),
+    # convolutions run in TF32 at fp32 by default (cudnn.allow_tf32), whatever the matmul flags say
+    ({**H200, "cuda_matmul_allow_tf32": False, "float32_matmul_precision": "highest", "cudnn_allow_tf32": True},
+     [("aten::cudnn_convolution", 3e12, "float"), ("aten::mm", 1e12, "float")], "tf32"),
+    ({**H200, "cuda_matmul_allow_tf32": False, "float32_matmul_precision": "highest", "cudnn_allow_tf32": False},
+     [("aten::cudnn_convolution", 3e12, "float")], "fp32"),
+    # under bf16 autocast the matmuls' inputs are bf16: the bf16 peak, whatever TF32 says
+    ({**H200, "cuda_matmul_allow_tf32": True}, [("aten::mm", 3e12, "c10::BFloat16"), ("aten::mm", 1e11, "float")], "bf16"),
+    # a CPU run: no TF32 there
+    ({"device": "cpu", "float32_matmul_precision": "high"}, [("aten::mm", 1e9, "float")], "fp32"),
+])
+def test_the_peak_is_the_precision_the_flops_ran_in(env, ops, dtype):
+    got, why = precision(_ops(*ops), pd.DataFrame(columns=["name", "dur_us"]), env)
+    assert got == dtype and why
+
+
+def test_mfu_is_never_above_100_percent(monkeypatch):
+    """A figure above the peak means the precision read is not the one the FLOPs ran in: no MFU then,
+    and the page says the peak is unknown, with the achieved rate and the peak it would have broken."""
+    profile = Profile.from_trace(trace_path(BERT_H100))
+    monkeypatch.setattr(mfu_module, "PEAKS", [(r"H100", {"bf16": 0.5}, "a planted table")])
+    mfu = model_flops_utilization(profile)
+    assert mfu["achieved_tflops"] > 0.5 and mfu["mfu"] is None and mfu["peak_tflops"] is None
+    assert mfu["peak_source"].startswith("unknown: ") and "above the 0.5 TFLOP/s dense bf16 peak" in mfu["peak_source"]
+
+
+def test_a_traces_steps_end_where_their_last_kernel_ends():
+    """A recorded MI300 trace (ResNet, activation checkpointing, bf16) whose host runs ahead: its three
+    ProfilerStep spans add up to 48.6 ms, the device's work to 86.6 ms. The steps, the throughput and
+    MFU read the device's time; each step's span stays as host_s."""
+    profile = Profile.from_trace(trace_path("tracelens/mi300/resnet_act_checkpoint.json.gz"))
+    steps = profile.steps
+    assert steps["host_s"].sum() == pytest.approx(0.0486, abs=2e-4)
+    assert steps["duration_s"].sum() == pytest.approx(0.0866, abs=2e-4) and (steps["clock"] == "device").all()
+    ts = profile.trace_steps
+    last_kernel_end = profile.kernels["end_us"].max()
+    assert ts["ts_us"].iloc[0] + ts["device_dur_us"].sum() == pytest.approx(last_kernel_end, abs=1.0)
+    assert "where its last kernel ends" in model_flops_utilization(profile)["basis"]

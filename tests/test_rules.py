@@ -449,6 +449,22 @@ def test_a_few_slow_steps_are_not_starvation():
     assert run_rules_json(Profile(steps=steps), Settings(select=["DL001"]), CATALOGUE)[0] == []
 
 
+def test_a_bursty_loader_is_starvation_from_its_totals():
+    """4 workers that cannot keep up: three steps wait nothing and every fourth waits for the next
+    burst (imagenet's 15 ms steps, then 150 ms). The median step waits 0 ms; the loop waits 69% of the time."""
+    dur = [0.015, 0.015, 0.015, 0.150] * 5
+    wait = [0.0, 0.0, 0.0, 0.135] * 5
+    steps = pd.DataFrame({"index": range(20), "duration_s": dur, "data_wait_s": wait, "profiled": [False] * 20})
+    profile = Profile(steps=steps, env={"device": "cpu", "cpu_count": 16, "torch_threads": 4},
+                      observed={"dataloaders": [{"num_workers": 4, "batch_size": 32}]})
+    (finding,), _ = run_rules_json(profile, Settings(select=["DL001"]), CATALOGUE)
+    ev = finding["evidence"]
+    assert ev["data_wait_frac"] == pytest.approx(0.692, abs=1e-3) and ev["data_wait_median_s"] == 0.0
+    assert ev["waiting_steps"] == 5 and ev["stall_period_steps"] == 4 and ev["data_wait_max_s"] == pytest.approx(0.135)
+    assert "5 of 20 steps waited, one in 4, up to 135 ms" in finding["summary"]
+    assert finding["fix"]["overrides"]["dataloader"]["num_workers"] > 4  # more workers, not a manual fix
+
+
 @pytest.mark.parametrize("wait_s, step_s, workers", [
     (0.002, 0.006, 0),   # a third of a tiny step, but 2 ms: an in-memory batch, not starvation
     (0.012, 0.080, 1),   # 15% with a worker: the shared-memory hand-over, not starvation

@@ -37,7 +37,7 @@ COLUMNS = {
     "python": ["name", "ts_us", "dur_us", "end_us", "pid", "tid", "step"],
     "memory": ["ts_us", "bytes", "total_allocated", "total_reserved", "device_type", "device_id"],
     "steps": ["index", "ts_us", "dur_us", "end_us", "data_wait_us", "optimizer_us", "gpu_busy_us",
-              "kernel_us", "n_kernels"],
+              "kernel_us", "n_kernels", "device_dur_us"],
 }
 META_KEYS = {"device_properties", "distributed", "rank", "world_size", "display_time_unit",
              "base_time_ns", "trace_span_us", "n_events", "has_gpu", "source", "skipped_events", "warnings"}
@@ -538,6 +538,8 @@ def test_hand_made_trace_semantics(tmp_path):
     assert s.loc[3, "optimizer_us"] == 0 and s.loc[4, "optimizer_us"] == 40
     assert s.loc[3, "gpu_busy_us"] == 15 and s.loc[4, "gpu_busy_us"] == 15
     assert s.loc[3, "kernel_us"] == 20 and s.loc[3, "n_kernels"] == 2 and s.loc[4, "n_kernels"] == 0
+    # re-anchored to the device: step 3 ends with its late kernel (130), step 4 with its copy (205)
+    assert s.loc[3, "device_dur_us"] == 130 and s.loc[4, "device_dur_us"] == 205 - 130
 
     k = t.kernels.set_index("name")
     assert k.loc["late_kernel", "step"] == 3  # launched in step 3, ran in step 4's window

@@ -3,8 +3,13 @@
 FLOPs come from the trace (the profiler's ``with_flops`` counts, else the GEMM/conv shape
 estimates of :mod:`advisor.trace`, each GEMM/conv counted once); time from the measured steps
 (a probe run divides by the step time measured *outside* the profiler, whose overhead would
-otherwise deflate the figure). The dtype is the one carrying most of the FLOPs; float32 GEMMs
-that ran on TF32 kernels count against the TF32 peak.
+otherwise deflate the figure; on a GPU, the device's step time). The peak is the one of the
+precision the FLOPs ran in (:func:`precision`): the dtype carrying most of them (autocast's
+bf16 shows in the ops' inputs), and float32 matmuls or convolutions count against the TF32
+peak where the run let them use TF32 (``float32_matmul_precision`` below ``highest`` or
+``allow_tf32`` for matmuls, cuDNN's ``allow_tf32``, on by default, for convolutions), as
+Lightning's ``get_available_flops`` does, or where their kernels are TF32 ones. A figure above
+the peak means the precision is not what we think: no MFU is given then, never one over 100%.
 
 Peaks are dense (no 2:4 sparsity), tensor-core rates where the dtype has them, from the vendors'
 datasheets named in ``PEAKS``. References to sanity-check against: torchtitan reports 33-39%
@@ -50,22 +55,40 @@ def peak_tflops(device_name: str | None, dtype: str) -> tuple[float | None, str 
     return None, None
 
 
-def flop_dtype(ops: pd.DataFrame, kernels: pd.DataFrame) -> str | None:
-    """The dtype that carries most FLOPs: fp32 on TF32 kernels counts as tf32."""
+def precision(ops: pd.DataFrame, kernels: pd.DataFrame, env: dict) -> tuple[str | None, str | None]:
+    """(the precision carrying most FLOPs, why it is that one): fp32 matmuls (convolutions) count as
+    tf32 where the run's flags let them use TF32 on a CUDA device, or where their kernels are TF32."""
     counted = ops.dropna(subset=["flops"]) if "flops" in ops else ops.iloc[0:0]
     if counted.empty:
-        return None
+        return None, None
     first = counted["input_types"].map(lambda t: t[0] if isinstance(t, (list, tuple)) and t else None)
-    by_dtype = counted.groupby(first.map(lambda t: _DTYPES.get(t, t)))["flops"].sum()
+    dtypes = first.map(lambda t: _DTYPES.get(t, t))
+    by_dtype = counted.groupby(dtypes)["flops"].sum()
     if by_dtype.empty:
-        return None
+        return None, None
     dtype = str(by_dtype.idxmax())
-    if dtype == "fp32" and len(kernels):
+    if dtype != "fp32":
+        return dtype, f"the {dtype} inputs of most FLOPs"
+    if len(kernels):
         gemm = kernels[kernels["name"].str.contains(r"gemm|conv|xmma|cutlass", case=False, regex=True)]
         tf32 = gemm["name"].str.contains("tf32", case=False)
         if len(gemm) and gemm.loc[tf32, "dur_us"].sum() > 0.5 * gemm["dur_us"].sum():
-            dtype = "tf32"
-    return dtype
+            return "tf32", "fp32 GEMMs on TF32 kernels"
+    if str(env.get("device") or "") != "cuda":
+        return "fp32", "fp32 inputs"
+    fp32 = counted[dtypes == "fp32"]
+    conv = float(fp32.loc[fp32["name"].str.contains("conv", case=False), "flops"].sum())
+    if conv > 0.5 * float(fp32["flops"].sum()):
+        if env.get("cudnn_allow_tf32", True):
+            return "tf32", "fp32 convolutions with torch.backends.cudnn.allow_tf32 on (its default)"
+        return "fp32", "fp32 convolutions, cuDNN's TF32 off"
+    if "cuda_matmul_allow_tf32" not in env and "float32_matmul_precision" not in env:
+        return "fp32", "fp32 matmuls (whether TF32 was allowed is not recorded)"
+    if env.get("cuda_matmul_allow_tf32") or env.get("float32_matmul_precision") in ("high", "medium"):
+        return "tf32", (f"fp32 matmuls with float32_matmul_precision={env.get('float32_matmul_precision')!r}"
+                        if env.get("float32_matmul_precision") in ("high", "medium") else
+                        "fp32 matmuls with torch.backends.cuda.matmul.allow_tf32 on")
+    return "fp32", "fp32 matmuls, TF32 off"
 
 
 def model_flops_utilization(profile) -> dict | None:
@@ -85,20 +108,30 @@ def model_flops_utilization(profile) -> dict | None:
         basis = (f"FLOPs of {n_steps} profiled steps (profiler counts, GEMM/conv shapes), over the median step "
                  f"time of {len(timed)} steps outside the profiler")
     elif n_steps:
-        seconds = float(trace_steps["dur_us"].sum()) / 1e6
-        basis = f"FLOPs over the {n_steps} ProfilerStep spans of the trace"
+        seconds = float(trace_steps["device_dur_us"].sum()) / 1e6
+        basis = (f"FLOPs over the {n_steps} ProfilerSteps of the trace, each ending where its last kernel ends"
+                 if len(profile.kernels) else f"FLOPs over the {n_steps} ProfilerStep spans of the trace")
     else:
         return None
     if seconds <= 0:
         return None
     achieved = total / seconds / 1e12
-    dtype = flop_dtype(ops, profile.kernels)
+    dtype, why = precision(ops, profile.kernels, profile.env)
     device = profile.env.get("device_name") if profile.has_gpu else None
     peak, source = peak_tflops(device, dtype) if dtype else (None, None)
-    return {"achieved_tflops": achieved, "peak_tflops": peak, "mfu": achieved / peak if peak else None,
-            "dtype": dtype, "device_name": device, "flops_per_step": total / n_steps, "basis": basis,
-            "peak_source": source if peak else ("no peak table entry for this device and dtype" if profile.has_gpu
-                                                 else "CPU run: no peak table for CPUs")}
+    if peak is None and dtype == "tf32":  # a device without TF32 (V100, T4) runs fp32 matmuls in fp32
+        dtype, why = "fp32", "fp32 inputs (no TF32 on this device)"
+        peak, source = peak_tflops(device, dtype)
+    out = {"achieved_tflops": achieved, "peak_tflops": peak, "mfu": achieved / peak if peak else None,
+           "dtype": dtype, "precision_basis": why, "device_name": device, "flops_per_step": total / n_steps,
+           "basis": basis,
+           "peak_source": source if peak else ("no peak table entry for this device and dtype" if profile.has_gpu
+                                                else "CPU run: no peak table for CPUs")}
+    if peak and achieved > peak:  # the FLOPs ran in another precision than the one read, or the time is short
+        out.update(mfu=None, peak_tflops=None,
+                   peak_source=f"unknown: {achieved:.1f} TFLOP/s is above the {peak:g} TFLOP/s dense {dtype} peak "
+                               f"({why}), so the precision the FLOPs ran in is not the one read")
+    return out
 
 
 # --------------------------------------------------------------------------- the roofline, per kernel

@@ -288,8 +288,29 @@ def _build_steps(span, ops, ann, kernels, memcpy) -> pd.DataFrame:
         "gpu_busy_us": gpu,
         "kernel_us": kernel_us,
         "n_kernels": n_k,
+        "device_dur_us": _device_durations(idx, lo, hi, kernels, memcpy),
     })
     return out.sort_values("index", kind="stable").reset_index(drop=True)
+
+
+def _device_durations(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, kernels, memcpy) -> np.ndarray:
+    """Each step's time re-anchored to the device: a ProfilerStep span ends when Python moves on,
+    the step when the last kernel (or copy) it launched ends (as the profiler's TensorBoard plugin
+    reads it). A step ends at the later of the two and starts where the one before it ended; the
+    first starts at its span's start. Without device work this is the span itself."""
+    end = hi.astype(np.float64).copy()
+    for frame in (kernels, memcpy):
+        if len(frame):
+            last = frame[frame["step"] >= 0].groupby("step")["end_us"].max()
+            pos = {int(v): i for i, v in enumerate(idx.tolist())}
+            for s, e in zip(last.index.tolist(), last.tolist()):
+                i = pos.get(int(s))
+                if i is not None:
+                    end[i] = max(end[i], e)
+    order = np.argsort(lo, kind="stable")
+    start = lo.astype(np.float64).copy()
+    start[order[1:]] = np.maximum(lo[order[1:]], end[order[:-1]])
+    return np.maximum(end - start, 0.0)
 
 
 # --------------------------------------------------------------------------

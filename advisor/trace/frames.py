@@ -113,7 +113,9 @@ a duplicated N keeps the longer range), sorted by index.
     gpu_busy_us (float, us): union of kernel/memcpy/memset intervals of all
         devices clipped to the step span (0 without GPU),
     kernel_us (float, us): sum of durations of kernels assigned to the step,
-    n_kernels (int).
+    n_kernels (int),
+    device_dur_us (float, us): the step re-anchored to the device: from where the step before it
+        ended to the end of the last kernel or copy it launched (its span where it launched none).
 
 meta -- dict: device_properties (list of dicts), distributed (dict),
 rank, world_size (int or None), display_time_unit (str or None),
@@ -209,7 +211,7 @@ MEM_COLS = {
 STEP_COLS = {
     "index": "int64", "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
     "data_wait_us": "float64", "optimizer_us": "float64", "gpu_busy_us": "float64",
-    "kernel_us": "float64", "n_kernels": "int64",
+    "kernel_us": "float64", "n_kernels": "int64", "device_dur_us": "float64",
 }
 
 
