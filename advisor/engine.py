@@ -207,6 +207,10 @@ def run_rules(profile, settings: Settings | None = None, catalogue: Catalogue | 
                 warnings.append(f"rule {r.code} ({r.name}) produced an invalid finding, dropped: {problem}")
                 continue
             findings.append(finding)
+    codes = {f.code for f in findings}
+    for finding in findings:
+        if finding.cause is not None and finding.cause not in codes:
+            finding.without_cause()
     return rank(findings), warnings
 
 

@@ -233,9 +233,19 @@ class Finding:
     code: str = ""
     experiment: Experiment | None = None
     locations: list[SourceLocation] = field(default_factory=list)  # where in the user's code, most calls first
+    cause: str | None = None  # the code of the finding this one is a symptom of (its fix says: fix that first)
 
     def __post_init__(self):
         self.severity = _enum(Severity, self.severity, "severity")
+
+    def without_cause(self) -> None:
+        """The finding it names as its cause is not in the report (that rule did not fire): its fix
+        must not send the user to it. The fix says what to look at instead."""
+        if self.cause is None:
+            return
+        self.fix = Fix.manual("Find what keeps the GPU waiting: the rule for its main cause reported nothing "
+                              "in this run (its documentation says what it looks for)", f"advise rules {self.cause}")
+        self.cause = None
 
     @property
     def screen(self) -> bool:

@@ -72,6 +72,7 @@ class Knob:
     took_effect: Callable[[Any, dict], bool]
     switch: str  # the probe's switch that turns it on and off (advisor.probe.switches)
     ladder: Callable[[Any, SweepContext], list[Any]] | None = None  # values to try when the best is unknowable
+    part: str | None = None  # the step's column that is all it can speed up (its Amdahl bound), None: anything
 
 
 def _dataloader_valid(v) -> bool:
@@ -142,7 +143,7 @@ def _present(key: str) -> Callable[[Any, dict], bool]:
 VOCABULARY: dict[str, Knob] = {k.key: k for k in (
     Knob("dataloader", "DataLoader keyword arguments forced onto every DataLoader(...)",
          _dataloader_valid, _dataloader_snippet, _dataloader_effect, "dataloader",
-         ladder=lambda v, ctx: _workers_ladder(v, ctx) if "num_workers" in v else [v]),
+         ladder=lambda v, ctx: _workers_ladder(v, ctx) if "num_workers" in v else [v], part="data_wait_s"),
     Knob("batch_size_scale", "every DataLoader's batch_size multiplied (below 1: a smaller micro-batch)",
          _batch_scale_valid, _batch_scale_snippet,
          _present("batch_size_scale"), "dataloader", ladder=lambda v, ctx: [v] if v in MICRO_BATCH_CUTS else list(BATCH_LADDER)),
@@ -159,7 +160,8 @@ VOCABULARY: dict[str, Knob] = {k.key: k for k in (
          lambda v: v is True, lambda v: "+ torch.backends.cudnn.benchmark = True", _present("cudnn_benchmark"), "backend"),
     Knob("optimizer", "fused= / foreach= forced onto every torch.optim optimizer that has it",
          lambda v: v in ({"fused": True}, {"foreach": True}), _optimizer_snippet,
-         lambda v, applied: any(o.get(k) for o in applied.get("optimizers") or [] for k in v), "optimizer"),
+         lambda v, applied: any(o.get(k) for o in applied.get("optimizers") or [] for k in v), "optimizer",
+         part="optimizer_s"),
     Knob("compile", "each top-level module call goes through torch.compile",
          lambda v: v is True, lambda v: "+ model = torch.compile(model)", _present("compile"), "module"),
     Knob("channels_last", "conv models and their 4-D inputs in channels_last memory format",
@@ -174,6 +176,13 @@ VOCABULARY: dict[str, Knob] = {k.key: k for k in (
          _present("zero_grad_set_to_none"), "zero_grad"),
 )}
 KEYS = tuple(VOCABULARY)
+
+
+def parts(overrides: dict) -> tuple[str, ...] | None:
+    """The step columns these overrides can at most remove (their Amdahl bound), or None where one
+    of them may speed up anything (a precision, compile, a batch size)."""
+    found = [VOCABULARY[k].part if k in VOCABULARY else None for k in overrides]
+    return tuple(sorted(set(found))) if found and None not in found else None
 
 
 def problem(overrides: dict) -> str | None:

@@ -352,6 +352,7 @@ def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: Jo
         session.finish(run.arms)
         if link is None and not run.ranks:  # a job's other ranks are outside each rank's process tree
             session.withhold_if_busy(profile.samples, profile.env.get("cpu_count"))
+        session.add_energy(profile.samples)
         results = ExperimentResults(findings, session.recommended, session.notes, [])
     else:
         findings, rule_warnings = outputs.diagnose(profile, rule_settings)

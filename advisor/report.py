@@ -87,6 +87,7 @@ place the result model becomes report.json."""
         "mfu": mfu.model_flops_utilization(profile),
         "hta_breakdown": temporal.hta_breakdown(profile.trace),
         "utilization": metrics.utilization(profile.samples, steps),
+        "energy": metrics.energy(profile.samples, metrics.timed_steps(steps)[0]),
         "observed": profile.observed,
         "findings": [f.to_dict() for f in findings or []],
         "recommended": recommended.to_dict() if recommended is not None else None,
@@ -268,6 +269,17 @@ class Mfu(Block):
     peak_source: Optional[str] = None
 
 
+class Energy(Block):
+    """The GPU's energy over the timed steps (NVML power, sampled every 100 ms, over each window's
+    wall time); null where no power was sampled (a CPU run)."""
+
+    joules: Num = None
+    seconds: Num = None
+    watts_mean: Num = None
+    joules_per_step: Num = None
+    joules_per_sample: described("joules per sample (null when the batch size is unknown)", Num) = None
+
+
 class Screened(Block):
     """A fix screened (EXP001) and left out of the findings: not verified faster."""
 
@@ -342,6 +354,7 @@ class Report(Block):
     mfu: Optional[Mfu] = None
     hta_breakdown: Optional[HtaBreakdown] = None
     utilization: dict[str, Any] = {}
+    energy: Optional[Energy] = None
     observed: dict[str, Any] = {}
     findings: list[Any] = []  # the model's dicts: model.findings_of reads them as Findings
     recommended: Optional[dict] = None

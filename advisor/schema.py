@@ -23,7 +23,7 @@ from typing import Any, Literal, Optional, TypedDict, Union
 import msgspec
 
 from .model import Finding, Recommendation
-from .report import (SCHEMA_VERSION, STATUSES, Block, Breakdown, Experiments, HtaBreakdown, Memory, Mfu, Num, Rank,
+from .report import (SCHEMA_VERSION, STATUSES, Block, Breakdown, Energy, Experiments, HtaBreakdown, Memory, Mfu, Num, Rank,
                      Step, Throughput, Tool, described)
 
 COMPARE_SCHEMA_VERSION = 1  # advisor.compare's (a stage: the core cannot import it; a test checks they agree)
@@ -132,6 +132,7 @@ class Report(_ReportBase, total=False):
     wall_s: described("the profiled run", Num)
     total_wall_s: described("the whole command: run, analysis and experiments", Num)
     experiments: Optional[Experiments]
+    energy: Optional[Energy]
     ranks: described("each rank of a job (empty for one process)", list[Rank])
     fingerprint: described("advise profile: what makes two runs comparable (advise compare)", Fingerprint)
 

@@ -194,7 +194,7 @@ def experiment_view(result: Experiment | Recommendation) -> ExperimentView:
         state=state, label=label, speedup=fmt.speedup(result.speedup), interval=words.interval(result.ci_low, result.ci_high),
         ci=fmt.interval(result.ci_low, result.ci_high), detail=words.measured_detail(result),
         baseline=baseline, candidate=candidate, missing=missing,
-        loss=loss, loss_state=loss_state, sentence=words.measured_sentence(result), memory=words.memory_effect(result),
+        loss=loss, loss_state=loss_state, sentence=words.measured_sentence(result), memory=words.resource_effects(result),
     )
 
 

@@ -226,7 +226,8 @@ def _stats(report: Report) -> list[Stat]:
     device = str(env.get("device") or "cpu") + (f" · {env['device_name']}" if env.get("device_name") else "")
     stats = [_throughput(tp)]
     stats.append(Stat("step time", fmt.time_s(tp.step_time_median_s) + " median",
-                      f"p90 {fmt.time_s(tp.step_time_p90_s)}" if tp.step_time_p90_s is not None else ""))
+                      (f"p90 {fmt.time_s(tp.step_time_p90_s)}" if tp.step_time_p90_s is not None else "")
+                      + words.step_clock_words(report)))
     memory = words.memory_words(report.memory)
     if memory:
         value, _, detail = memory.partition(" (")
@@ -234,6 +235,9 @@ def _stats(report: Report) -> list[Stat]:
     mfu, detail = words.mfu_words(report.mfu)
     if mfu:
         stats.append(Stat("MFU", mfu, detail))
+    energy, detail = words.energy_words(report.energy)
+    if energy:
+        stats.append(Stat("energy", energy, detail))
     stats.append(Stat("device", device, _device_detail(env)))
     stats.append(Stat("steps", f"{len(report.steps)} measured",
                       f"boundaries from {report.step_source}" if report.step_source else "no step boundaries seen"))

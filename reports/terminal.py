@@ -127,7 +127,7 @@ def result_line(finding: Finding, experiments: str = "ran") -> str:
     if oom:
         text += f"; out of memory at {describe(oom[0].get('overrides') or {})}"
     loss, _ = words.loss_words(exp.loss_check)
-    memory = words.memory_effect(exp)
+    memory = words.resource_effects(exp)
     return text + (f"; {loss}" if loss else "") + (f"; {memory}" if memory else "")
 
 
@@ -212,7 +212,8 @@ def _print_summary(report: Report, con: Console, run_dir: str | None = None, glu
         add("throughput", fmt.rate(tp.samples_per_s, "samples/s"))
     elif tp.steps_per_s is not None:
         add("throughput", fmt.rate(tp.steps_per_s, "steps/s") + " (batch size unknown)")
-    add("step time", f"median {fmt.time_s(tp.step_time_median_s)}, p90 {fmt.time_s(tp.step_time_p90_s)}")
+    add("step time", f"median {fmt.time_s(tp.step_time_median_s)}, p90 {fmt.time_s(tp.step_time_p90_s)}"
+                     + words.step_clock_words(report))
     if bd.data_wait_frac is not None:
         add(
             "step breakdown",
@@ -224,6 +225,9 @@ def _print_summary(report: Report, con: Console, run_dir: str | None = None, glu
     mfu, detail = words.mfu_words(report.mfu)
     if mfu:
         add("MFU", f"{mfu} ({detail})")
+    energy, detail = words.energy_words(report.energy)
+    if energy:
+        add("energy", f"{energy} ({detail})")
     ranks = words.ranks_words(report.ranks)
     if ranks:  # below the figures it says are rank 0's
         add("ranks", ranks)

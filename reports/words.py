@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from advisor import format as fmt
-from advisor.report import Memory, Mfu, Rank, Report, Throughput
+from advisor.report import Energy, Memory, Mfu, Rank, Report, Throughput
 from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind, Recommendation,
                            SourceLocation, Verdict, estimated_speedup, finite)
 
@@ -372,6 +372,21 @@ def memory_effect(result) -> str:
     return text
 
 
+def energy_effect(result) -> str:
+    """`energy 1.25 → 0.61 J/sample (−51%, NVML)`: a fix's energy per sample on the GPU (bf16 often
+    saves more energy than time); '' where power was not sampled."""
+    base, cand = (getattr(result, "baseline", None) or {}), (getattr(result, "candidate", None) or {})
+    b, c = finite(base.get("joules_per_sample")), finite(cand.get("joules_per_sample"))
+    if b is None or c is None or b <= 0:
+        return ""
+    return f"energy {b:.3g} → {c:.3g} J/sample ({fmt.change(c / b - 1)}, NVML)"
+
+
+def resource_effects(result) -> str:
+    """A fix's memory and energy effects, said next to its speed."""
+    return "; ".join(text for text in (memory_effect(result), energy_effect(result)) if text)
+
+
 def loss_words(check) -> tuple[str, str]:
     """The numerics check (`checked`, `passed`, `baseline_mean`, `candidate_mean`, `tolerance`, `reason`)
     as words, and its state: "ok", "bad" or "" (no verdict)."""
@@ -483,6 +498,30 @@ def ranks_words(ranks: list[Rank]) -> str:
     steps = " · ".join(fmt.time_s(r.step_s) for r in ranks)
     bad = [f"rank {r.rank} {r.status}" for r in ranks if r.status not in (None, "done", "finished")]
     return f"{len(ranks)} (figures above are rank 0's; median step per rank {steps}" + (f"; {', '.join(bad)}" if bad else "") + ")"
+
+
+def energy_words(energy: Energy | dict | None) -> tuple[str, str]:
+    """The GPU's energy as (headline, detail): `3.1 J/sample` and `412 W mean over 5.2 s`."""
+    energy = Energy.of(energy)
+    if finite(energy.joules) is None:
+        return "", ""
+    head = (f"{energy.joules_per_sample:.3g} J/sample" if finite(energy.joules_per_sample) is not None
+            else f"{energy.joules_per_step:.3g} J/step")
+    return head, f"{fmt.number(energy.watts_mean)} W mean over {fmt.time_s(energy.seconds)}, NVML"
+
+
+def step_clock_words(report: Report) -> str:
+    """Where a GPU run's step time comes from, and the host's time beside it where the two differ:
+    ` on the device (Python queued it in 13.1 ms)`; empty on a CPU."""
+    steps = [s for s in report.steps if s.clock == "device"]
+    if not steps or len(steps) < len(report.steps) / 2:
+        return ""
+    device = sorted(s.duration_s for s in steps if finite(s.duration_s) is not None)
+    host = sorted(s.host_s for s in steps if finite(s.host_s) is not None)
+    if not device or not host:
+        return " on the device"
+    d, h = device[len(device) // 2], host[len(host) // 2]
+    return f" on the device (Python queued it in {fmt.time_s(h)})" if h < 0.8 * d else " on the device"
 
 
 def mfu_words(mfu: Mfu | dict | None) -> tuple[str, str]:

@@ -94,3 +94,28 @@ def test_memory_reports_the_process_trees_peaks_and_their_basis():
     rss_only = metrics.memory({"peak_allocated_bytes": 5}, samples.drop(columns=["pss_bytes", "uss_bytes"]))
     assert rss_only["basis"] == "rss" and rss_only["peak_allocated_bytes"] == 5 and "upper bound" in rss_only["basis_note"]
     assert metrics.memory({}, pd.DataFrame()) == {}
+
+
+def test_energy_integrates_nvml_power_over_each_window_and_per_sample():
+    """Two windows 10 s apart (a baseline and an arm): each integrates its own ticks (400 W over 1 s,
+    then 200 W over 0.5 s), the idle gap between them counts nothing."""
+    steps = pd.DataFrame({"t_start": [0.0, 0.5, 10.0], "t_end": [0.5, 1.0, 10.5], "samples": [32, 32, 32]})
+    ticks = [(t / 10, 400.0) for t in range(0, 11)] + [(5.0, 50.0)] + [(10.0 + t / 10, 200.0) for t in range(0, 6)]
+    samples = pd.DataFrame(ticks, columns=["t", "gpu_power_w"])
+    got = metrics.energy(samples, steps)
+    assert got["joules"] == pytest.approx(400 * 1.0 + 200 * 0.5) and got["seconds"] == pytest.approx(1.5)
+    assert got["joules_per_step"] == pytest.approx(500 / 3) and got["joules_per_sample"] == pytest.approx(500 / 96)
+    assert metrics.energy(samples.drop(columns="gpu_power_w").assign(cpu_percent=1.0), steps) is None  # a CPU run
+
+
+def test_a_gpu_runs_terminal_names_its_step_clock_and_energy():
+    from advisor.report import Report
+    from advisor.reports import words
+
+    steps = [{"index": i, "duration_s": 0.0618, "host_s": 0.0131, "clock": "device"} for i in range(5)]
+    report = Report.of({"steps": steps, "energy": {"joules": 100.0, "seconds": 0.309, "watts_mean": 323.6,
+                                                   "joules_per_step": 20.0, "joules_per_sample": 1.25}})
+    assert words.step_clock_words(report) == " on the device (Python queued it in 13.1 ms)"
+    assert words.energy_words(report.energy) == ("1.25 J/sample", "323.6 W mean over 309.0 ms, NVML")
+    cpu = Report.of({"steps": [{"index": 0, "duration_s": 0.01, "host_s": 0.01, "clock": "host"}]})
+    assert words.step_clock_words(cpu) == "" and words.energy_words(cpu.energy) == ("", "")

@@ -167,6 +167,47 @@ def utilization(samples: pd.DataFrame, steps: pd.DataFrame) -> dict:
     return out
 
 
+def energy(samples: pd.DataFrame, steps: pd.DataFrame) -> dict | None:
+    """The GPU's energy over timed steps: NVML power (sampled every 100 ms) averaged over the ticks
+    inside each step span's window and times its wall time, as Zeus measures a window; joules per
+    step and per sample (None where no power was sampled, on a CPU, or too few ticks fell inside).
+
+    `steps` may hold several windows (an arm's, the baseline's): each is integrated on its own,
+    from its own ticks, and the sums are divided by all their steps and samples."""
+    if samples.empty or "gpu_power_w" not in samples or not samples["gpu_power_w"].notna().any():
+        return None
+    if steps.empty or not {"t_start", "t_end"} <= set(steps):
+        return None
+    powered = samples.dropna(subset=["gpu_power_w"])
+    t, watts = powered["t"].to_numpy(float), powered["gpu_power_w"].to_numpy(float)
+    joules, seconds = 0.0, 0.0
+    for start, end in _spans(steps):
+        inside = (t >= start) & (t <= end)
+        if inside.sum() < 1:
+            continue
+        joules += float(watts[inside].mean()) * (end - start)
+        seconds += end - start
+    if seconds <= 0:
+        return None
+    timed = steps.dropna(subset=["t_start", "t_end"])
+    n_samples = float(timed["samples"].sum()) if "samples" in timed and timed["samples"].notna().all() else None
+    return {"joules": joules, "seconds": seconds, "watts_mean": joules / seconds, "joules_per_step": joules / len(timed),
+            "joules_per_sample": joules / n_samples if n_samples else None}
+
+
+def _spans(steps: pd.DataFrame) -> list[tuple[float, float]]:
+    """The contiguous runs of steps (a window) as (first start, last end): a gap longer than a
+    step between two steps starts a new window."""
+    rows = steps.dropna(subset=["t_start", "t_end"]).sort_values("t_start")
+    out: list[tuple[float, float]] = []
+    for a, b in zip(rows["t_start"].to_numpy(float), rows["t_end"].to_numpy(float)):
+        if out and a - out[-1][1] <= max(b - a, 1e-3):
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
 MEMORY_BASIS_WORDS = {
     "pss": "proportional set size summed over the script's processes: pages shared with DataLoader "
            "workers are split between them, not counted once per process",

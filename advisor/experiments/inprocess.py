@@ -403,6 +403,28 @@ class ArmsSession:
                     exp.verdict, exp.reason = Verdict.NOT_CONFIRMED, why
         self.notes.append(why)
 
+    def add_energy(self, samples: pd.DataFrame) -> None:
+        """Joules per sample of each measured fix and of the baseline windows (NVML power over the
+        windows' wall time, :func:`metrics.energy`), beside their speed; nothing where no power was
+        sampled (a CPU run)."""
+        if samples.empty or "gpu_power_w" not in samples:
+            return
+        windows = [(line, result.steps.get(int(line.get("window", k))))
+                   for result in self._results.values() for k, line in enumerate(result.windows)]
+        windows = [(line, frame) for line, frame in windows if frame is not None and len(frame)]
+        base = [frame for line, frame in windows if line["arm"] == BASELINE]
+        base_energy = metrics.energy(samples, pd.concat(base)) if base else None
+        if not base_energy or base_energy.get("joules_per_sample") is None:
+            return
+        claims = [f.experiment for f in self.findings if f.experiment is not None] + [self.recommended]
+        for exp in (c for c in claims if c is not None and c.baseline and c.candidate):
+            mine = [frame for line, frame in windows
+                    if line["arm"] != BASELINE and (line.get("overrides") or {}) == (exp.overrides or {})]
+            energy = metrics.energy(samples, pd.concat(mine)) if mine else None
+            if energy and energy.get("joules_per_sample") is not None:
+                exp.baseline["joules_per_sample"] = base_energy["joules_per_sample"]
+                exp.candidate["joules_per_sample"] = energy["joules_per_sample"]
+
     def finish(self, arms: dict) -> None:
         """The child ended (`arms`: its lines, ProbeRun.arms): judge a round it ended inside, on
         what it measured."""

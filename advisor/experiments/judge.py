@@ -29,6 +29,7 @@ LOSS_SEM_K = 3.0       # ... or within 3 standard errors, whichever is wider
 APART = 1.5            # two passes of one fix whose intervals do not overlap and whose speedups differ this much
 SETTLED_LOW = 1.25     # one pass settles a win whose interval's low end reaches this ...
 SETTLED_WIDTH = 1.5    # ... and whose interval is this narrow (high over low), or whose low end is 2x or more
+AMDAHL_SLACK = 1.05    # a fix whose interval's low end passes its Amdahl bound by this much was mismeasured
 
 
 @dataclass
@@ -124,8 +125,13 @@ def compare(base_runs: list[Measurement], cand_runs: list[Measurement] | Measure
     if check_loss:
         result.loss_check = loss_check(ok_base, pd.concat([m.steps for m in ok_cand], ignore_index=True))
     loss_ok = not check_loss or result.loss_check["passed"] is not False
+    bound = amdahl_bound(cand_runs[0].overrides, ok_base)
     if result.not_applied:  # the child says the fix never took effect: whatever was measured is noise
         result.verdict = Verdict.NOT_APPLIED
+    elif bound is not None and lo > bound[0] * AMDAHL_SLACK:
+        result.verdict = Verdict.NOT_CONFIRMED
+        result.reason = (f"measured {ratio:.2f}x (low end {lo:.2f}x), more than removing {bound[1]} entirely could give "
+                         f"({bound[0]:.2f}x): a measurement error, not a speedup")
     elif lo > 1.0 + max(MIN_EFFECT, drift) and loss_ok:
         result.verified, result.verdict = True, Verdict.FASTER
     elif hi < 1.0 - max(MIN_EFFECT, drift):
@@ -135,6 +141,26 @@ def compare(base_runs: list[Measurement], cand_runs: list[Measurement] | Measure
     else:
         result.verdict = Verdict.NO_CHANGE
     return result
+
+
+def amdahl_bound(overrides: dict, baseline: list[pd.DataFrame]) -> tuple[float, str] | None:
+    """The most a fix that can only shorten part of a step could give (Amdahl): 1 / (1 - that
+    part's share of the baseline's time), and the part in words; None for a fix that may speed up
+    anything. A fused optimizer cannot beat removing the optimizer; more workers, removing the wait."""
+    columns = vocabulary.parts(overrides or {})
+    if not columns or not baseline:
+        return None
+    steps = pd.concat(baseline, ignore_index=True)
+    if any(c not in steps for c in columns) or "duration_s" not in steps:
+        return None
+    total = float(steps["duration_s"].sum())
+    part = sum(float(steps[c].fillna(0.0).clip(lower=0.0).sum()) for c in columns)
+    if total <= 0:
+        return None
+    share = min(part / total, 0.999)
+    words = " and ".join({"optimizer_s": "the optimizer's step", "data_wait_s": "the wait on the DataLoader"}.get(c, c)
+                         for c in columns)
+    return 1.0 / (1.0 - share), f"{words} ({share:.0%} of the baseline's time)"
 
 
 def confirm(pooled: Experiment, passes: list[Experiment]) -> Experiment:
