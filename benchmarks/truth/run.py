@@ -27,8 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cases import BY_NAME, CASES, Case, Variant  # noqa: E402
+from cases import CASES, Case, Variant  # noqa: E402
 from fetch import FetchError, case_env, prepare_base, working_copy  # noqa: E402
+from gpu_cases import GPU_CASES  # noqa: E402
 from timing import run_once, summarise  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,6 +37,7 @@ AGREE = (0.8, 1.25)   # a verified claim / the by-hand speedup
 WIN = 1.10            # a by-hand speedup advise should find and verify
 FOUND_SHARE = 0.8     # ... on at least this share of the scripts where it exists
 SLOWER = 0.97         # by hand slower: median ratio below this and every pair below 1
+BY_NAME = {c.name: c for c in (*CASES, *GPU_CASES)}
 
 
 # ----------------------------------------------------------------------------- by hand
@@ -155,8 +157,12 @@ def read_advise(case: Case, work: Path) -> dict:
                        "verified": bool(exp.get("verified")), "verdict": exp.get("verdict"),
                        "measured_by": exp.get("measured_by"), "reason": exp.get("reason") or exp.get("error")})
     rec = report.get("recommended")
+    mfu, energy = report.get("mfu") or {}, report.get("energy") or {}
     return {**meta, "status": report.get("status"), "claims": claims,
-            "recommended": rec and {k: rec.get(k) for k in ("fixes", "overrides", "speedup", "ci_low", "ci_high", "verified")}}
+            "recommended": rec and {k: rec.get(k) for k in ("fixes", "overrides", "speedup", "ci_low", "ci_high", "verified")},
+            "mfu": {k: mfu.get(k) for k in ("mfu", "achieved_tflops", "peak_tflops", "dtype", "precision_basis", "peak_source")},
+            "joules_per_sample": energy.get("joules_per_sample"),
+            "step_time_median_s": (report.get("throughput") or {}).get("step_time_median_s")}
 
 
 # ----------------------------------------------------------------------------- judging
@@ -264,6 +270,12 @@ def goals(rows: list[dict]) -> list[str]:
     bad = [f"{r['case']}/{r['fix']} ({r['claim']['code']})" for r in rows if "HIGH BUT SLOWER" in r["verdict"]]
     lines.append(f"[{'PASS' if not bad else 'FAIL'}] no [high] finding whose own fix measures slower by hand"
                  + (": " + ", ".join(bad) if bad else ""))
+    mfus = [(r["case"], r["mfu"]) for r in rows if r.get("mfu") and r["mfu"].get("mfu") is not None]
+    over = [f"{case} {m['mfu']:.0%}" for case, m in mfus if m["mfu"] > 1.0]
+    if any(r.get("mfu") for r in rows):
+        lines.append(f"[{'PASS' if not over else 'FAIL'}] MFU at most 100% with its peak named: "
+                     + ", ".join(f"{case} {m['mfu']:.1%} of the {m['peak_tflops']:g} TFLOP/s {m['dtype']} peak"
+                                 for case, m in mfus) + (f" (over: {', '.join(over)})" if over else ""))
     return lines + ([f"(advise reports for {len(advised)} of {len(cases)} cases: "
                      + ", ".join(c for c in cases if c not in advised) + " not judged)"] if len(advised) < len(cases) else [])
 
@@ -337,9 +349,13 @@ def main() -> None:
     p.add_argument("--advise-arg", dest="advise_args", action="append", default=[],
                    help="an extra option for advise profile (repeatable), e.g. --advise-arg=--fresh-runs")
     p.add_argument("--advise-timeout", type=float, default=1800.0)
+    p.add_argument("--gpu", action="store_true", help="the GPU cases (gpu_cases.py) instead of the CPU ones")
+    p.add_argument("--prepare-only", action="store_true",
+                   help="fetch and prepare the cases' sources and data in the work dir, then stop (bundle.sh)")
+    p.add_argument("--out-dir", type=Path, help="also copy truth.json and truth.md there (the device's $OUT)")
     args = p.parse_args()
     args.variants = set(args.variants.split(",")) if args.variants else None
-    names = args.only.split(",") if args.only else [c.name for c in CASES]
+    names = args.only.split(",") if args.only else [c.name for c in (GPU_CASES if args.gpu else CASES)]
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         p.error(f"unknown case {', '.join(unknown)} (cases: {', '.join(BY_NAME)})")
@@ -354,6 +370,9 @@ def main() -> None:
         t = timings.setdefault(name, {})
         try:
             base = prepare_base(case, work, args.datasets.resolve())
+            if args.prepare_only:
+                print(f"  prepared {base}", flush=True)
+                continue
             if args.skip_hand:
                 hand = cached_hand(case, work, args.variants)
             else:
@@ -371,7 +390,14 @@ def main() -> None:
         advise = read_advise(case, work)
         if advise.get("error"):
             print(f"  advise: {advise['error']}", flush=True)
-        rows += judge(case, hand, advise)
+        case_rows = judge(case, hand, advise)
+        if case_rows:  # the case's MFU, once (the goals read it)
+            case_rows[0]["mfu"] = advise.get("mfu")
+        rows += case_rows
+        if advise.get("mfu"):
+            m = advise["mfu"]
+            print(f"  advise: step {advise.get('step_time_median_s')} s, MFU {m.get('mfu')} ({m.get('dtype')}: "
+                  f"{m.get('precision_basis')}; {m.get('peak_source')}), {advise.get('joules_per_sample')} J/sample")
         if advise.get("recommended"):
             r = advise["recommended"]
             print(f"  advise recommended: {json.dumps(r['overrides'])} "
@@ -380,6 +406,8 @@ def main() -> None:
             print(f"  no by-hand {fix}: {why}")
         print(f"  [{', '.join(f'{k} {v:.0f} s' for k, v in t.items())}]", flush=True)
 
+    if args.prepare_only:
+        return
     cells = table(rows)
     print()
     print_table(cells)
@@ -393,6 +421,10 @@ def main() -> None:
     (work / "truth.json").write_text(json.dumps({"meta": meta, "rows": rows, "goals": goal_lines}, indent=1, default=str))
     (work / "truth.md").write_text(markdown(cells, goal_lines, meta))
     print(f"\nwrote {work / 'truth.json'} and {work / 'truth.md'}")
+    if args.out_dir:
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("truth.json", "truth.md"):
+            (args.out_dir / name).write_bytes((work / name).read_bytes())
 
 
 if __name__ == "__main__":

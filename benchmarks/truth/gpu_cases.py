@@ -1,0 +1,75 @@
+"""The GPU cases: the same public scripts on a CUDA device, and by-hand versions of the GPU fixes.
+
+Sized for one call to a lent GPU machine (about 8 minutes with `--repeats 2`, see README.md's
+"On a GPU"): each case's data is made here (``bundle.sh``), the scripts run there unmodified
+but for their own flags. Every by-hand run times the script's own per-iteration line, which on
+these scripts ends with a device sync (nanoGPT reads ``loss.item()`` every logged iteration, with
+``--log_interval=1`` every one; imagenet every batch), so a line is the device's step.
+
+- nanogpt-fp32: nanoGPT shakespeare_char at its config (6x384, block 256, batch 64) in float32,
+  as it ships: its own ``allow_tf32 = True`` and fused AdamW on CUDA. Fixes by hand: bf16 (its
+  own ``--dtype=bfloat16``), compile (``--compile=True``, a cold compile per run: the longest).
+- nanogpt-strict-fp32: the same with TF32 off and the fused optimizer off (fixups), as a plain
+  FP32 loop runs: TF32 by hand (``set_float32_matmul_precision('high')``), bf16, fused AdamW.
+  The H200 found TF32 3x and bf16 3-4.7x by hand on such a loop; in-process arms read 1.04x and
+  0.76x before steps were timed on the device's clock.
+- imagenet-dummy: pytorch/examples imagenet ``--dummy -a resnet18 -b 64`` at its default
+  ``-j 4``: FakeData makes each 224x224 image on the CPU, and four workers starve the GPU (data
+  wait 68% on the H200). Fixes by hand: ``-j 8``, ``-j 12``.
+"""
+
+from __future__ import annotations
+
+from cases import EXAMPLES, NANOGPT, NANOGPT_TIMING, COMPILE, FUSED, Case, Copy, Patch, Run, Variant, patched
+
+BF16_FLAG = Variant("bf16", {"autocast": "bfloat16"}, args=("--dtype=bfloat16",), numerics=True)
+TF32_OFF = (Patch("train.py", "torch.backends.cuda.matmul.allow_tf32 = True", "torch.backends.cuda.matmul.allow_tf32 = False"),
+            Patch("train.py", "torch.backends.cudnn.allow_tf32 = True", "torch.backends.cudnn.allow_tf32 = False"))
+FUSED_OFF = Patch("model.py", "use_fused = fused_available and device_type == 'cuda'", "use_fused = False")
+
+
+def nanogpt_gpu(name: str, fixups: tuple, variants: tuple, notes: str) -> Case:
+    return Case(
+        name, *NANOGPT,
+        paths=("train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py",
+               "data/shakespeare_char/prepare.py"),
+        cwd=".", script="train.py",
+        argv=("config/train_shakespeare_char.py", "--device=cuda", "--dtype=float32", "--compile=False",
+              "--log_interval=1", "--eval_iters=10", "--max_iters=5000", "--lr_decay_iters=5000", "--dropout=0.0"),
+        timing=NANOGPT_TIMING, warmup=10, samples=40, variants=variants,
+        prep=(Copy("tinyshakespeare/input.txt", "data/shakespeare_char/input.txt"),
+              Run("data/shakespeare_char/prepare.py", stub_modules=("requests",))),
+        fixups=fixups, timeout_s=240,
+        advise_args=("--timeout", "240"),
+        not_applicable={"workers": "no DataLoader (get_batch)", "batch-x2": "batches come from get_batch()"},
+        notes=notes)
+
+
+IMAGENET = "imagenet/main.py"
+
+GPU_CASES: tuple[Case, ...] = (
+    nanogpt_gpu("nanogpt-fp32", (), (BF16_FLAG, Variant("compile", COMPILE, args=("--compile=True",))),
+                notes="nanoGPT as shipped at --dtype=float32: TF32 and fused AdamW already on"),
+    nanogpt_gpu("nanogpt-strict-fp32", (*TF32_OFF, FUSED_OFF),
+                (patched("tf32", {"float32_matmul_precision": "high"}, "train.py",
+                         "torch.backends.cuda.matmul.allow_tf32 = False",
+                         "torch.set_float32_matmul_precision('high')"),
+                 BF16_FLAG,
+                 patched("fused", FUSED, "model.py", "use_fused = False", "use_fused = fused_available")),
+                notes="TF32 and the fused optimizer switched off (fixups): a plain FP32 loop"),
+    Case(
+        "imagenet-dummy", *EXAMPLES,
+        paths=(IMAGENET,), cwd="imagenet", script="main.py",
+        argv=("--dummy", "-a", "resnet18", "-b", "64", "--epochs", "1", "--print-freq", "1000000"),
+        timing=r"^truth-batch-ms (?P<ms>[\d.]+)", warmup=20, samples=60, unit="batch",
+        variants=(Variant("workers-8", {"dataloader": {"num_workers": 8}}, args=("-j", "8")),
+                  Variant("workers-12", {"dataloader": {"num_workers": 12}}, args=("-j", "12"))),
+        timing_patches=(Patch(IMAGENET, "        batch_time.update(time.time() - end)\n        end = time.time()\n",
+                              "        batch_time.update(time.time() - end)\n"
+                              "        print('truth-batch-ms %.3f' % (batch_time.val * 1e3), flush=True)\n"
+                              "        end = time.time()\n"),),
+        timeout_s=240, advise_args=("--timeout", "240"),
+        not_applicable={"bf16": "the script has no mixed-precision switch to make it by hand with",
+                        "compile": "not measured here: a cold compile of resnet18 per run is out of the call's budget"},
+        notes="FakeData ToTensor images made by 4 workers (its default -j 4) for resnet18 at batch 64"),
+)
