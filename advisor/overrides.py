@@ -72,7 +72,8 @@ class Knob:
     took_effect: Callable[[Any, dict], bool]
     switch: str  # the probe's switch that turns it on and off (advisor.probe.switches)
     ladder: Callable[[Any, SweepContext], list[Any]] | None = None  # values to try when the best is unknowable
-    part: str | None = None  # the step's column that is all it can speed up (its Amdahl bound), None: anything
+    # the step's column that is all this value can speed up (its Amdahl bound); None: anything
+    part: Callable[[Any], str | None] = lambda v: None
 
 
 def _dataloader_valid(v) -> bool:
@@ -143,7 +144,9 @@ def _present(key: str) -> Callable[[Any, dict], bool]:
 VOCABULARY: dict[str, Knob] = {k.key: k for k in (
     Knob("dataloader", "DataLoader keyword arguments forced onto every DataLoader(...)",
          _dataloader_valid, _dataloader_snippet, _dataloader_effect, "dataloader",
-         ladder=lambda v, ctx: _workers_ladder(v, ctx) if "num_workers" in v else [v], part="data_wait_s"),
+         ladder=lambda v, ctx: _workers_ladder(v, ctx) if "num_workers" in v else [v],
+         # workers take the loading off the loop: at most its wait goes (fewer workers free cores for compute)
+         part=lambda v: "data_wait_s" if v.get("num_workers") else None),
     Knob("batch_size_scale", "every DataLoader's batch_size multiplied (below 1: a smaller micro-batch)",
          _batch_scale_valid, _batch_scale_snippet,
          _present("batch_size_scale"), "dataloader", ladder=lambda v, ctx: [v] if v in MICRO_BATCH_CUTS else list(BATCH_LADDER)),
@@ -161,7 +164,7 @@ VOCABULARY: dict[str, Knob] = {k.key: k for k in (
     Knob("optimizer", "fused= / foreach= forced onto every torch.optim optimizer that has it",
          lambda v: v in ({"fused": True}, {"foreach": True}), _optimizer_snippet,
          lambda v, applied: any(o.get(k) for o in applied.get("optimizers") or [] for k in v), "optimizer",
-         part="optimizer_s"),
+         part=lambda v: "optimizer_s"),
     Knob("compile", "each top-level module call goes through torch.compile",
          lambda v: v is True, lambda v: "+ model = torch.compile(model)", _present("compile"), "module"),
     Knob("channels_last", "conv models and their 4-D inputs in channels_last memory format",
@@ -181,7 +184,7 @@ KEYS = tuple(VOCABULARY)
 def parts(overrides: dict) -> tuple[str, ...] | None:
     """The step columns these overrides can at most remove (their Amdahl bound), or None where one
     of them may speed up anything (a precision, compile, a batch size)."""
-    found = [VOCABULARY[k].part if k in VOCABULARY else None for k in overrides]
+    found = [VOCABULARY[k].part(v) if k in VOCABULARY else None for k, v in overrides.items()]
     return tuple(sorted(set(found))) if found and None not in found else None
 
 

@@ -220,3 +220,7 @@ def test_a_gain_beyond_amdahls_bound_is_a_measurement_error():
     assert compare(base, real, by_samples=True, check_loss=False).verified
     tf32 = _measured("tf32", {"float32_matmul_precision": "high"}, _timed(0.0618 / 3.0, 0.0037, seed=5))
     assert compare(base, tf32, by_samples=True, check_loss=False).verified
+    # more workers can at most remove the wait; none (minGPT's 4 on 2 cores: 1.14x by hand) frees cores for compute
+    assert vocabulary.parts({"dataloader": {"num_workers": 8, "persistent_workers": True}}) == ("data_wait_s",)
+    assert vocabulary.parts({"dataloader": {"num_workers": 0}}) is None
+    assert vocabulary.parts({"dataloader": {"num_workers": 8}, "torch_threads": 1}) is None
