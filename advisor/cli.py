@@ -324,7 +324,8 @@ def _leave(code: int, own_process: bool) -> NoReturn:
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # None: started with the stream closed (`>&-`)
+                stream.flush()
         except (OSError, ValueError):  # a closed pipe (`| head`): nothing more can reach it
             pass
     os._exit(code)

@@ -527,3 +527,18 @@ def test_clearing_takes_only_this_ranks_files(tmp_path):
     assert {p.relative_to(tmp_path).as_posix() for p in removed} == set(mine)
     assert files_in(tmp_path) == set(theirs)
     assert not (tmp_path / ".inductor-cache.rank1").exists() and (tmp_path / ".inductor-cache.rank0").is_dir()
+
+
+@pytest.mark.parametrize("closed", [1, 2], ids=["stdout", "stderr"])
+def test_a_closed_output_stream_is_not_an_error(tmp_path, closed):
+    """`advise profile ... >&-` in a script or a cron job: the run finished and its report says ok,
+    so the exit code says ok too (it ended with a traceback through cli._leave, exit 1)."""
+    cmd = advise_cmd("profile", "--no-experiments", "--steps", "4", "--warmup", "1", "--profile-steps", "0",
+                     "--out", "run", str(WORKLOADS / "train_basic.py"))
+    keep = subprocess.PIPE if closed == 1 else subprocess.DEVNULL
+    proc = subprocess.run(cmd, cwd=tmp_path, stdout=keep if closed == 2 else None, stderr=keep if closed == 1 else None,
+                          preexec_fn=lambda: os.close(closed), timeout=180)
+    assert proc.returncode == 0
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["status"] == "ok"
+    if closed == 1:
+        assert b"Traceback" not in proc.stderr, proc.stderr[-2000:]
