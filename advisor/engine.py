@@ -208,9 +208,11 @@ def run_rules(profile, settings: Settings | None = None, catalogue: Catalogue | 
                 continue
             findings.append(finding)
     codes = {f.code for f in findings}
+    framework = (getattr(profile, "observed", None) or {}).get("framework")
     for finding in findings:
         if finding.cause is not None and finding.cause not in codes:
             finding.without_cause()
+        finding.fix.speak(framework)
     return rank(findings), warnings
 
 

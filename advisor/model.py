@@ -74,6 +74,7 @@ class Fix:
     snippet: str = ""
     overrides: dict | None = None
     proposed_overrides: dict | None = None  # the rule's own proposal, when a sweep measured better
+    framework: dict | None = None  # the framework the snippet speaks (name, settings, configured_at): speak()
 
     def __post_init__(self):
         self.kind = _enum(FixKind, self.kind, "fix kind")
@@ -114,25 +115,36 @@ class Fix:
         if measured == self.overrides:
             return
         self.proposed_overrides, self.overrides = self.overrides, measured
-        self.snippet = _snippet(measured)
+        self.snippet = _snippet(measured, self.framework)
         self.title = f"{self.title} (measured best: {vocabulary.describe(measured)})"
+
+    def speak(self, framework: dict | None) -> None:
+        """Say an automatic fix in the words of the framework that runs the step (the Hugging Face
+        Trainer's ``bf16=True``, Lightning's ``precision="bf16-mixed"``): the same override is
+        measured, only the snippet changes. A manual fix keeps its own words."""
+        if framework and self.automatic and self.overrides:
+            self.framework = framework
+            self.snippet = _snippet(self.overrides, framework)
 
     def to_dict(self) -> dict:
         out = {"title": self.title, "kind": self.kind.value, "applicability": self.applicability.value,
                "snippet": self.snippet, "overrides": self.overrides}
         if self.proposed_overrides is not None:
             out["proposed_overrides"] = self.proposed_overrides
+        if self.framework is not None:
+            out["framework"] = self.framework
         return out
 
     @classmethod
     def from_dict(cls, d: dict) -> "Fix":
         return cls(str(d.get("title") or ""), d.get("kind") or FixKind.MANUAL,
                    d.get("applicability") or Applicability.DISPLAY_ONLY, str(d.get("snippet") or ""),
-                   d.get("overrides"), d.get("proposed_overrides"))
+                   d.get("overrides"), d.get("proposed_overrides"),
+                   d.get("framework") if isinstance(d.get("framework"), dict) else None)
 
 
-def _snippet(overrides: dict) -> str:
-    return "\n".join(vocabulary.snippet(k, v) for k, v in (overrides or {}).items())
+def _snippet(overrides: dict, framework: dict | None = None) -> str:
+    return "\n".join(vocabulary.snippet(k, v, framework) for k, v in (overrides or {}).items())
 
 
 @dataclass

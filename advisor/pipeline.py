@@ -16,7 +16,7 @@ import click
 
 from advisor.reports import terminal
 
-from . import fingerprint, gate, job_report, outputs, report as report_mod
+from . import fingerprint, gate, job_report, outputs, overrides as vocabulary, report as report_mod
 from .analysis import metrics
 from .run_dir import layout
 from .run_dir.atomic import NotAFile, check_writable
@@ -379,6 +379,9 @@ def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: Jo
         job_report.settle_disagreements(results, merged["disagree"], rule_warnings)
     if results is not None and experiments.confirm and not stop and link is None:
         _confirm(results, config, profile, out, progress, stop)
+    if results is not None and results.recommended is not None:  # in the framework's words, as the findings
+        results.recommended.snippets = vocabulary.snippets(results.recommended.overrides,
+                                                           (profile.observed or {}).get("framework"))
     if results is not None:
         findings, screened = split_screened([settle_severity(f) for f in results.findings])
         findings = rank(findings)

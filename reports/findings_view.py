@@ -173,7 +173,7 @@ def finding_view(f: Finding, rank: int, rule_docs: Mapping[str, str], experiment
         fix_kind=f.fix.kind.value,
         fix_applicability=f.fix.applicability.value,
         fix_note=words.applicability_words(f.fix.applicability),
-        fix_label=words.fix_label(f.fix),
+        fix_label="; ".join(filter(None, (words.fix_label(f.fix), words.fix_where(f.fix)))),
         fix_overrides=_compact_json(f.fix.overrides) if f.fix.overrides else "",
         snippet=f.fix.snippet,
         experiment=result,

@@ -110,7 +110,9 @@ def finding_lines(finding: Finding, experiments: str = "ran") -> list[Text]:
         lines.append(Text("      " + where, style="cyan"))
     fix = finding.fix
     if fix.title:
-        lines.append(Text.assemble("      fix: ", fix.title, (f" ({words.fix_label(fix)})", "dim")))
+        where = words.fix_where(fix)
+        lines.append(Text.assemble("      fix: ", fix.title, (f" ({words.fix_label(fix)})", "dim"),
+                                   (f" {where}" if where else "", "cyan")))
     lines.append(Text("      " + result_line(finding, experiments), style=RESULT_STYLE.get(_state(finding), "")))
     return lines
 

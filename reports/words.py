@@ -372,6 +372,21 @@ def memory_effect(result) -> str:
     return text
 
 
+def fix_where(fix) -> str:
+    """Where a framework's fix goes: `where the Hugging Face Trainer is configured, at train.py:31`; ''
+    for a loop of the user's own."""
+    from advisor.overrides import FRAMEWORK_NAMES, in_config_call
+
+    framework = getattr(fix, "framework", None) or {}
+    at = framework.get("configured_at") or {}
+    if not framework.get("name") or not in_config_call(framework["name"], getattr(fix, "overrides", None) or {}):
+        return ""  # a change made elsewhere (configure_optimizers, the DataModule): its snippet says where
+    name = FRAMEWORK_NAMES.get(framework["name"], framework["name"])
+    if not at.get("file"):
+        return f"where {name} is configured"
+    return f"where {name} is configured, at {os.path.basename(at['file'])}:{at.get('line')}"
+
+
 def energy_effect(result) -> str:
     """`energy 1.25 → 0.61 J/sample (−51%, NVML)`: a fix's energy per sample on the GPU (bf16 often
     saves more energy than time); '' where power was not sampled."""

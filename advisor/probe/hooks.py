@@ -23,6 +23,7 @@ import torch
 import torch.utils.data.dataloader as dl
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from . import framework
 from .clock import StepClock
 from .module_call import Depth, compiling
 
@@ -38,6 +39,7 @@ class Observed:
         # zero_grad() calls by who made them ("Optimizer"/"Module"): how many, how many kept the grads
         self.zero_grad: dict[str, dict] = {}
         self.live_optimizers: weakref.WeakSet = weakref.WeakSet()  # for the memory breakdown (optimizer state)
+        self.framework: dict | None = None  # the framework that steps (advisor.probe.framework.detect)
 
     def to_dict(self) -> dict:
         return {
@@ -46,6 +48,7 @@ class Observed:
             "zero_grad": self.zero_grad,
             "optimizers": list(self.optimizers.values()),
             "dataloaders": list(self.dataloaders.values()),
+            "framework": self.framework,
         }
 
 
@@ -271,6 +274,11 @@ def install(clock: StepClock, observed: Observed) -> None:
 
     def post_hook(opt, args, kwargs):
         if id(opt) not in observed.optimizers:
+            if not observed.optimizers:  # the first optimizer step: who runs the loop (once)
+                try:
+                    observed.framework = framework.detect()
+                except Exception:  # noqa: BLE001 - plain PyTorch words then
+                    observed.framework = None
             observed.optimizers[id(opt)] = _describe_optimizer(opt)
             device = observed.optimizers[id(opt)]["device"]
             observed.device = observed.device or (device and torch.device(device).type)
