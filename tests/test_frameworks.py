@@ -4,6 +4,8 @@ line that configures it; a job that already has the setting is not told it again
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from advisor import overrides as vocabulary
@@ -19,6 +21,13 @@ def _pr001(report: dict) -> dict:
     assert report["env"].get("bf16_supported"), "this CPU has no native bf16: no bf16 advice to word (see test_rules_zoo)"
     assert len(found) == 1, [f["code"] for f in report["findings"]]
     return found[0]
+
+
+def _quick(advise, script, *script_args: str, out: str = "run") -> dict:
+    """A quick run of `script` with PR001 alone, no experiments: its report."""
+    r = advise("profile", *QUICK, "--out", out, str(script), *script_args, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return {**json.loads((r.out.parent / out / "report.json").read_text()), "stdout": r.stdout}
 
 
 def _line_of(path, text: str) -> int:
@@ -58,9 +67,7 @@ def test_the_rule_docs_show_every_frameworks_form(advise):
 @pytest.mark.slow
 def test_a_hugging_face_trainer_job_is_told_bf16_true_in_its_training_arguments(advise):
     script = FRAMEWORKS / "hf_trainer.py"
-    r = advise("profile", *QUICK, "--out", "run", str(script), timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    report = r.report
+    report = _quick(advise, script)
     framework = report["observed"]["framework"]
     assert framework["name"] == "transformers.Trainer" and framework["settings"]["bf16"] is False
     fix = _pr001(report)["fix"]
@@ -68,11 +75,9 @@ def test_a_hugging_face_trainer_job_is_told_bf16_true_in_its_training_arguments(
     assert fix["snippet"].endswith("TrainingArguments(..., bf16=True)") and "torch.autocast" not in fix["snippet"]
     line = _line_of(script, "= TrainingArguments(")
     assert fix["framework"]["configured_at"]["line"] == line
-    assert f"where the Hugging Face Trainer is configured, at hf_trainer.py:{line}" in r.stdout
+    assert f"where the Hugging Face Trainer is configured, at hf_trainer.py:{line}" in report["stdout"]
 
-    already = advise("profile", *QUICK, "--out", "run-bf16", str(script), "--bf16", timeout=300)
-    assert already.returncode == 0, already.stderr[-3000:]
-    report = __import__("json").loads((already.out.parent / "run-bf16" / "report.json").read_text())
+    report = _quick(advise, script, "--bf16", out="run-bf16")
     assert report["observed"]["framework"]["settings"]["bf16"] is True
     assert "PR001" not in {f["code"] for f in report["findings"]}  # already on: never proposed
 
@@ -80,17 +85,13 @@ def test_a_hugging_face_trainer_job_is_told_bf16_true_in_its_training_arguments(
 @pytest.mark.slow
 def test_a_lightning_job_is_told_its_trainers_precision(advise):
     script = FRAMEWORKS / "lit_module.py"
-    r = advise("profile", *QUICK, "--out", "run", str(script), timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    report = r.report
+    report = _quick(advise, script)
     assert report["observed"]["framework"]["name"] == "lightning.Trainer"
     pr001 = _pr001(report)
     assert pr001["fix"]["snippet"].endswith('L.Trainer(..., precision="bf16-mixed")')
     assert pr001["fix"]["framework"]["configured_at"]["line"] == _line_of(script, "= L.Trainer(")
 
-    already = advise("profile", *QUICK, "--out", "run-bf16", str(script), "--precision", "bf16-mixed", timeout=300)
-    assert already.returncode == 0, already.stderr[-3000:]
-    report = __import__("json").loads((already.out.parent / "run-bf16" / "report.json").read_text())
+    report = _quick(advise, script, "--precision", "bf16-mixed", out="run-bf16")
     assert "bf16" in str(report["observed"]["framework"]["settings"]["precision"])
     assert "PR001" not in {f["code"] for f in report["findings"]}
 

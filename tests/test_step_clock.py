@@ -100,16 +100,21 @@ def _loop(clock: StepClock, host: FakeHost, gpu: FakeGPU | None, steps: int, lau
     return done
 
 
+def _gpu_clock(**window) -> tuple[StepClock, FakeHost, FakeGPU, io.StringIO]:
+    """A StepClock on a fake host clock and a fake GPU whose events it records."""
+    host = FakeHost()
+    gpu = FakeGPU(host)
+    sink = io.StringIO()
+    clock = StepClock(sink=sink, timeline=DeviceTimeline(lambda: True, gpu.event, clock=host), **window)
+    return clock, host, gpu, sink
+
+
 def _lines(sink: io.StringIO) -> list[dict]:
     return [json.loads(line) for line in sink.getvalue().splitlines()]
 
 
 def test_a_gpu_step_is_the_devices_time_between_boundaries_not_the_hosts():
-    host = FakeHost()
-    gpu = FakeGPU(host)
-    sink = io.StringIO()
-    clock = StepClock(warmup=3, steps=6, profile_steps=0, sink=sink,
-                      timeline=DeviceTimeline(lambda: True, gpu.event, clock=host))
+    clock, host, gpu, sink = _gpu_clock(warmup=3, steps=6, profile_steps=0)
     _loop(clock, host, gpu, 50, launch_s=0.013, gpu_s=0.062)
     measured = [r for r in _lines(sink) if r["phase"] == Phase.MEASURE]
     assert len(measured) == 6 and all(r["clock"] == "device" for r in measured)
@@ -119,11 +124,7 @@ def test_a_gpu_step_is_the_devices_time_between_boundaries_not_the_hosts():
 
 
 def test_advise_waits_on_the_device_once_per_window_and_never_inside_it():
-    host = FakeHost()
-    gpu = FakeGPU(host)
-    sink = io.StringIO()
-    clock = StepClock(warmup=3, steps=6, profile_steps=0, sink=sink,
-                      timeline=DeviceTimeline(lambda: True, gpu.event, clock=host))
+    clock, host, gpu, sink = _gpu_clock(warmup=3, steps=6, profile_steps=0)
     window_ends_at = []
     clock.on_window_end = lambda: window_ends_at.append(host.t)
     _loop(clock, host, gpu, 50, launch_s=0.013, gpu_s=0.062)
@@ -150,13 +151,10 @@ def test_on_a_cpu_the_host_clock_times_the_step_and_lines_are_written_as_steps_e
 
 
 def test_the_profilers_window_and_the_warmup_around_it_on_a_lagging_device():
-    host = FakeHost()
-    gpu = FakeGPU(host)
-    sink = io.StringIO()
     events = []
-    clock = StepClock(warmup=2, steps=5, profile_steps=2, sink=sink,
-                      timeline=DeviceTimeline(lambda: True, gpu.event, clock=host),
-                      on_profile_start=lambda: events.append("start"), on_profile_step=lambda: events.append("step"))
+    clock, host, gpu, sink = _gpu_clock(warmup=2, steps=5, profile_steps=2,
+                                        on_profile_start=lambda: events.append("start"),
+                                        on_profile_step=lambda: events.append("step"))
     _loop(clock, host, gpu, 50, launch_s=0.005, gpu_s=0.030)
     lines = [r for r in _lines(sink) if r["source"] == "optimizer"]  # (the first backward's line came before)
     phases = [r["phase"] for r in lines]

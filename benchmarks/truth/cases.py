@@ -145,20 +145,22 @@ NANOGPT_VARIANTS = (
 )
 
 
-def nanogpt(name: str, argv: tuple[str, ...], warmup: int, samples: int, notes: str) -> Case:
+def nanogpt(name: str, argv: tuple[str, ...], warmup: int, samples: int, notes: str, device: str = "cpu",
+            variants: tuple = NANOGPT_VARIANTS, **more) -> Case:
+    """nanoGPT's train.py on the shakespeare_char config; `argv` after the common flags (the last wins)."""
     return Case(
         name, *NANOGPT,
         paths=("train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py",
                "data/shakespeare_char/prepare.py"),
         cwd=".", script="train.py",
-        argv=("config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--log_interval=1",
+        argv=("config/train_shakespeare_char.py", f"--device={device}", "--compile=False", "--log_interval=1",
               "--max_iters=2000", "--lr_decay_iters=2000", "--dropout=0.0", *argv),
-        timing=NANOGPT_TIMING, warmup=warmup, samples=samples, variants=NANOGPT_VARIANTS,
+        timing=NANOGPT_TIMING, warmup=warmup, samples=samples, variants=variants,
         prep=(Copy("tinyshakespeare/input.txt", "data/shakespeare_char/input.txt"),
               Run("data/shakespeare_char/prepare.py", stub_modules=("requests",))),
         not_applicable={"batch-x2": "batches come from get_batch(), not a DataLoader",
                         "workers": "no DataLoader", "zero-grad": "already zero_grad(set_to_none=True)"},
-        notes=notes)
+        notes=notes, **more)
 
 
 # ----------------------------------------------------------------------------- minGPT

@@ -20,7 +20,7 @@ these scripts ends with a device sync (nanoGPT reads ``loss.item()`` every logge
 
 from __future__ import annotations
 
-from cases import EXAMPLES, NANOGPT, NANOGPT_TIMING, COMPILE, FUSED, Case, Copy, Patch, Run, Variant, patched
+from cases import EXAMPLES, COMPILE, FUSED, Case, Patch, Variant, nanogpt, patched
 
 BF16_FLAG = Variant("bf16", {"autocast": "bfloat16"}, args=("--dtype=bfloat16",), numerics=True)
 TF32_OFF = (Patch("train.py", "torch.backends.cuda.matmul.allow_tf32 = True", "torch.backends.cuda.matmul.allow_tf32 = False"),
@@ -29,20 +29,9 @@ FUSED_OFF = Patch("model.py", "use_fused = fused_available and device_type == 'c
 
 
 def nanogpt_gpu(name: str, fixups: tuple, variants: tuple, notes: str) -> Case:
-    return Case(
-        name, *NANOGPT,
-        paths=("train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py",
-               "data/shakespeare_char/prepare.py"),
-        cwd=".", script="train.py",
-        argv=("config/train_shakespeare_char.py", "--device=cuda", "--dtype=float32", "--compile=False",
-              "--log_interval=1", "--eval_iters=10", "--max_iters=5000", "--lr_decay_iters=5000", "--dropout=0.0"),
-        timing=NANOGPT_TIMING, warmup=10, samples=40, variants=variants,
-        prep=(Copy("tinyshakespeare/input.txt", "data/shakespeare_char/input.txt"),
-              Run("data/shakespeare_char/prepare.py", stub_modules=("requests",))),
-        fixups=fixups, timeout_s=240,
-        advise_args=("--timeout", "240"),
-        not_applicable={"workers": "no DataLoader (get_batch)", "batch-x2": "batches come from get_batch()"},
-        notes=notes)
+    return nanogpt(name, ("--dtype=float32", "--eval_iters=10", "--max_iters=5000", "--lr_decay_iters=5000"),
+                   warmup=10, samples=40, notes=notes, device="cuda", variants=variants, fixups=fixups,
+                   timeout_s=240, advise_args=("--timeout", "240"))
 
 
 IMAGENET = "imagenet/main.py"
