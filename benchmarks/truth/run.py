@@ -272,7 +272,7 @@ def goals(rows: list[dict]) -> list[str]:
                  + (": " + ", ".join(bad) if bad else ""))
     mfus = [(r["case"], r["mfu"]) for r in rows if r.get("mfu") and r["mfu"].get("mfu") is not None]
     over = [f"{case} {m['mfu']:.0%}" for case, m in mfus if m["mfu"] > 1.0]
-    if any(r.get("mfu") for r in rows):
+    if mfus:
         lines.append(f"[{'PASS' if not over else 'FAIL'}] MFU at most 100% with its peak named: "
                      + ", ".join(f"{case} {m['mfu']:.1%} of the {m['peak_tflops']:g} TFLOP/s {m['dtype']} peak"
                                  for case, m in mfus) + (f" (over: {', '.join(over)})" if over else ""))
