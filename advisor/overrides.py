@@ -22,6 +22,8 @@ DATALOADER_KEYS: dict[str, type] = {"num_workers": int, "pin_memory": bool, "per
                                     "prefetch_factor": int}
 AUTOCAST_DTYPES = ("bfloat16", "float16")
 WORKER_LADDER = (2, 4, 8, 16, 32)
+MAX_WORKERS = 32
+IO_WORKERS_PER_CORE = 16  # workers that wait on I/O (disk, network, sleep) need no core of their own
 BATCH_LADDER = (2, 4, 8)
 MICRO_BATCH_CUTS = (0.5, 0.25)  # batch_size_scale below 1: the micro-batch cut, accumulation keeps the effective batch
 
@@ -96,7 +98,7 @@ def _dataloader_effect(v: dict, applied: dict) -> bool:
 
 
 def _workers_ladder(v: dict, ctx: SweepContext) -> list[dict]:
-    cap = max(2, min(32, ctx.cpu_count * (4 if ctx.io_like else 1)))
+    cap = max(2, min(MAX_WORKERS, ctx.cpu_count * (IO_WORKERS_PER_CORE if ctx.io_like else 1)))
     values = sorted({w for w in WORKER_LADDER if w <= cap} | {v["num_workers"]})
     return [{**v, "num_workers": w} for w in values if w <= cap]
 
