@@ -23,7 +23,7 @@ DATALOADER_KEYS: dict[str, type] = {"num_workers": int, "pin_memory": bool, "per
 AUTOCAST_DTYPES = ("bfloat16", "float16")
 WORKER_LADDER = (2, 4, 8, 16, 32)
 MAX_WORKERS = 32
-IO_WORKERS_PER_CORE = 16  # workers that wait on I/O (disk, network, sleep) need no core of their own
+IO_WORKERS_PER_CORE = 4  # workers that wait on I/O (disk, network, sleep) need no core of their own
 BATCH_LADDER = (2, 4, 8)
 MICRO_BATCH_CUTS = (0.5, 0.25)  # batch_size_scale below 1: the micro-batch cut, accumulation keeps the effective batch
 

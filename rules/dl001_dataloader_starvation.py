@@ -47,7 +47,7 @@ a Dataset that is not fork-safe (open file handles, CUDA tensors, global state m
 `__getitem__`) needs care. When the loader already has as many workers as the machine has
 cores to spare, more workers cannot help: the fix is then manual (cheaper `__getitem__`,
 decoded data cached, augmentation on the GPU), and shown for display only. The worker count
-is what keeps up with compute, bounded by the machine: up to 16 per core (32 at most) when
+is what keeps up with compute, bounded by the machine: up to 4 per core (32 at most) when
 loading waits on I/O (the process tree stays mostly idle), the cores minus one for GPU training,
 half the cores for CPU training (with fewer intra-op threads, so the two do not compete).
 
@@ -219,7 +219,7 @@ def _fix(loader, device: str, cores, threads, wait_s: float, compute_s: float, s
     if cores:
         if io_bound:
             # waiting workers need no core of their own: as many as the ladder tries (4 workers that
-            # sleep on I/O starved a 2-core loop whose 16 workers were 3.97x faster by hand)
+            # sleep on I/O got a manual fix on a 2-core loop whose 8 workers were 2.0x faster by hand)
             spare = min(MAX_WORKERS, IO_WORKERS_PER_CORE * cores)
         else:
             spare = max(1, cores - 1) if on_gpu else max(1, cores // 2)
