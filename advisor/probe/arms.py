@@ -170,6 +170,8 @@ class Arms:
         step.timed = not warm
         self._held.append(({"phase": Phase.ARM, "round": self.round, "window": self.k, "arm": window.get("arm"),
                             "warm": warm, "index": self.i - self.warmup if not warm else self.i}, step, loss))
+        if not self.timeline.deferred:  # the host's clock: the step's line is out at once (nothing to wait on)
+            self._flush()
         self.i += 1
         if self.i == self.warmup:
             self.peak.end_step()
