@@ -73,6 +73,7 @@ def test_the_rule_docs_show_every_frameworks_form(advise):
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # alone: a Trainer run's CPU would slow a neighbour's timed run
 def test_a_hugging_face_trainer_job_is_told_bf16_true_in_its_training_arguments(tmp_path):
     script = FRAMEWORKS / "hf_trainer.py"
     report = _quick(tmp_path, script)
@@ -91,6 +92,7 @@ def test_a_hugging_face_trainer_job_is_told_bf16_true_in_its_training_arguments(
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # alone: as above
 def test_a_lightning_job_is_told_its_trainers_precision(tmp_path):
     script = FRAMEWORKS / "lit_module.py"
     report = _quick(tmp_path, script)
