@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from advisor import format as fmt
+from advisor.overrides import FRAMEWORK_NAMES, in_config_call
 from advisor.report import Energy, Memory, Mfu, Rank, Report, Throughput
 from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind, Recommendation,
                            SourceLocation, Verdict, estimated_speedup, finite)
@@ -375,8 +376,6 @@ def memory_effect(result) -> str:
 def fix_where(fix) -> str:
     """Where a framework's fix goes: `where the Hugging Face Trainer is configured, at train.py:31`; ''
     for a loop of the user's own."""
-    from advisor.overrides import FRAMEWORK_NAMES, in_config_call
-
     framework = getattr(fix, "framework", None) or {}
     at = framework.get("configured_at") or {}
     if not framework.get("name") or not in_config_call(framework["name"], getattr(fix, "overrides", None) or {}):
