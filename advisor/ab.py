@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -29,7 +29,7 @@ import numpy as np
 
 from . import compare, fingerprint, opdiff, sequential
 from .analysis import metrics
-from .report import ReportError, load_report
+from .report import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.05  # paired rounds resolve smaller changes than one pair of runs
 DEFAULT_ALPHA = 0.05  # the gate's false-alarm rate: all metrics, all looks
@@ -41,6 +41,17 @@ DEFAULT_ROUNDS, DEFAULT_MAX_ROUNDS = 6, 20
 # 2-core runner with a CPU-burning neighbour (150-400 steps of 13 ms): the spread of back-to-back
 # runs' log ratio is 0.11-0.12 at the 5th percentile, 0.35-0.41 at the 25th, 0.40-0.45 at the median.
 FAST_QUANTILE = 0.05
+# On a CPU, beside the wall clock: the training process's CPU time per step (its `cpu_s`, all its
+# threads), the median of a run's measured steps. A neighbour that takes the cores delays a step;
+# it does not add work to it, so this figure holds where wall time cannot (2-core runner, an MLP
+# step of 9.6 ms: two CPU burners moved the median wall step to 16.7 ms and its CPU time to 9.2 ms).
+# Idle intra-op threads must sleep rather than spin for that to hold (spinning OpenMP threads
+# billed 23 ms of CPU to the same step beside a burner): the rounds run with OMP_WAIT_POLICY=PASSIVE
+# unless the job sets its own. It gates where the job is CPU-bound: its CPU time at least
+# CPU_BOUND_FRAC of its fast wall step. A job that waits (a sleep, I/O, a GPU) is gated on the
+# wall clock (the device's on a GPU: the step clock's).
+CPU_BOUND_FRAC = 0.75
+ROUND_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 class ABError(ValueError):
@@ -65,6 +76,7 @@ class ABOptions:
     max_regression: float = DEFAULT_MAX_REGRESSION
     max_memory_regression: float = compare.DEFAULT_MAX_MEMORY_REGRESSION
     ops: bool = False  # name the slower ops even without a regression
+    inconclusive: str = "fail"  # what an inconclusive verdict exits: "fail" (EXIT_INCONCLUSIVE) or "pass" (0)
 
 
 @dataclass
@@ -78,26 +90,41 @@ class ABResult:
     slower_ops: list[opdiff.OpChange] | None = None
     ops_note: str = ""
     wall_s: float = 0.0
+    inconclusive_policy: str = "fail"
 
     @property
     def failed(self) -> bool:
         return bool(self.decision.regressions)
 
     @property
+    def verdict(self) -> str:
+        """regression, inconclusive or pass (:attr:`sequential.Decision.verdict`)."""
+        return self.decision.verdict
+
+    @property
     def exit_code(self) -> int:
-        return compare.EXIT_REGRESSION if self.failed else compare.EXIT_OK
+        if self.failed:
+            return EXIT_REGRESSION
+        if self.verdict == compare.INCONCLUSIVE and self.inconclusive_policy == "fail":
+            return EXIT_INCONCLUSIVE
+        return EXIT_OK
 
     def to_dict(self) -> dict:
         d = self.decision
         return metrics.clean({
-            "verdict": "regression" if self.failed else "pass",
+            "verdict": self.verdict,
             "exit_code": self.exit_code,
+            "inconclusive": {"policy": self.inconclusive_policy,
+                             "metrics": [m.name for m in d.inconclusive], "why": [m.note for m in d.inconclusive]},
             "mode": "interleaved",
             "base": self.base_dir,
             "candidate": self.candidate_dir,
             "script": self.script,
             "rule": d.rule,
             "statistics": {"step_time": f"each run's {FAST_QUANTILE:.0%} quantile of its measured steps (its fast steps)",
+                           "cpu_time": "each run's median CPU time per measured step, the training process's threads "
+                                       f"(gates when the job is CPU-bound: {CPU_BOUND_FRAC:.0%} of its fast step or more)",
+                           "round_env": {k: os.environ.get(k, v) for k, v in ROUND_ENV.items()},
                            "test": sequential.TEST, "correction": sequential.CORRECTION,
                            "sequential": sequential.SPENDING, "alpha": d.alpha, "looks": d.looks,
                            "decided_at_look": d.look, "rounds": d.rounds,
@@ -149,6 +176,27 @@ def fast_step(report: dict) -> float | None:
     return float(np.quantile(steps, FAST_QUANTILE))
 
 
+def cpu_step(report: dict) -> float | None:
+    """The training process's CPU time per step: the median `cpu_s` of the measured (un-profiled) steps."""
+    values = [s.get("cpu_s") for s in report.get("steps") or [] if not s.get("profiled")]
+    values = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+    return float(np.median(values)) if len(values) >= 4 else None
+
+
+def cpu_bound(reports: list[dict]) -> tuple[bool, str]:
+    """Whether the job is CPU-bound (the CPU time per step can settle the gate), and the figure said."""
+    if any((r.get("env") or {}).get("device") not in (None, "cpu") for r in reports):
+        return False, "reported: a GPU job is gated on its step clock (the device's)"
+    shares = [c / w for c, w in ((cpu_step(r), fast_step(r)) for r in reports) if c and w]
+    if len(shares) < len(reports):
+        return False, "reported: some runs have no CPU time per step"
+    share = float(np.median(shares))
+    if share < CPU_BOUND_FRAC:
+        return False, (f"reported: the step spends {share:.0%} of its fast wall time on the CPU (below "
+                       f"{CPU_BOUND_FRAC:.0%}): it waits, so the wall clock gates")
+    return True, ""
+
+
 def fast_throughput(report: dict, key: str) -> float | None:
     """Throughput at the fast steps: the run's samples (or 1) per step over :func:`fast_step`."""
     tp, step = report.get("throughput") or {}, fast_step(report)
@@ -172,6 +220,7 @@ def run_round(side: str, checkout: Path, index: int, options: ABOptions, script:
     """One whole `advise profile` of SCRIPT in `checkout`; its report.json (RoundFailed when not ok)."""
     run_dir = out / side / f"round-{index:02d}"
     env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}  # the rounds' own summaries stay out of it
+    env = {**ROUND_ENV, **env}
     started = time.monotonic()
     proc = subprocess.run(_command(options, run_dir, script, args), cwd=checkout, env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -190,11 +239,17 @@ def run_round(side: str, checkout: Path, index: int, options: ABOptions, script:
     return report
 
 
-def specs(options: ABOptions, unit: str, memory_label: str | None) -> list[sequential.MetricSpec]:
+def specs(options: ABOptions, unit: str, memory_label: str | None,
+          cpu: tuple[bool, str] | None = None) -> list[sequential.MetricSpec]:
+    """The gate's metrics; `cpu`: (whether the CPU time per step gates, why not) where the runs have it."""
     out = [sequential.MetricSpec("step_time", f"step time (p{FAST_QUANTILE * 100:.0f} of steps)", "s", False,
                                  options.max_regression),
            sequential.MetricSpec("throughput", f"throughput ({unit}, at p{FAST_QUANTILE * 100:.0f} step)", unit, True,
                                  options.max_regression, mirrors="step_time")]
+    if cpu is not None:
+        gated, why = cpu
+        out.append(sequential.MetricSpec("cpu_time", "CPU time per step (median)", "s", False, options.max_regression,
+                                         settles="step_time", gated=gated, note=why))
     if memory_label:
         out.append(sequential.MetricSpec("peak_memory", memory_label, "bytes", False, options.max_memory_regression,
                                          min_abs=compare.MEMORY_FLOOR_BYTES))
@@ -204,12 +259,15 @@ def specs(options: ABOptions, unit: str, memory_label: str | None) -> list[seque
 def series(base: list[dict], cand: list[dict]) -> tuple[dict, str, str | None]:
     """Per metric, (base rounds, candidate rounds); the throughput's unit; the memory figure's label.
 
-    Step time and throughput are one figure (the run's fast steps, :func:`fast_step`), tested once."""
+    Step time and throughput are one figure (the run's fast steps, :func:`fast_step`), tested once;
+    the CPU time per step (:func:`cpu_step`) where every run has it."""
     reports = base + cand
     by_samples = all(r["throughput"].get("samples_per_s") for r in reports)
     unit, key = ("samples/s", "samples_per_s") if by_samples else ("steps/s", "steps_per_s")
     out = {"step_time": ([fast_step(r) for r in base], [fast_step(r) for r in cand]),
            "throughput": ([fast_throughput(r, key) for r in base], [fast_throughput(r, key) for r in cand])}
+    if all(cpu_step(r) for r in reports):
+        out["cpu_time"] = ([cpu_step(r) for r in base], [cpu_step(r) for r in cand])
     figures = [compare.memory_figures(r) for r in reports]
     common = [b for b, _, _ in compare.MEMORY_FIGURES if all(b in f for f in figures)]
     label = None
@@ -233,6 +291,20 @@ def where_the_time_went(base: list[dict], cand: list[dict]) -> tuple[list[opdiff
     return opdiff.slower_ops(tb, tc), f"from {len(tb)} base and {len(tc)} candidate traces (median per op over them)"
 
 
+MAX_LENGTHEN = 4  # rounds grow to at most this many times --steps
+
+
+def longer(current: ABOptions, options: ABOptions, decision: sequential.Decision) -> ABOptions:
+    """The next rounds' options: twice the steps (up to MAX_LENGTHEN x --steps) while a gated metric's
+    A/A floor is above its threshold. A neighbour's burst covers less of a longer run, so its fast
+    steps read the code's own speed more often: the floor falls where the rounds are spent."""
+    blind = any(m.gated and m.floor is not None and m.floor > m.threshold for m in decision.metrics)
+    steps = min(current.steps * 2, options.steps * MAX_LENGTHEN)
+    if not blind or steps == current.steps:
+        return current
+    return replace(current, steps=steps)
+
+
 def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], options: ABOptions, out: Path,
            on_run: Callable[[str, int, dict], None] | None = None) -> ABResult:
     """Profile SCRIPT in both checkouts in interleaved rounds until the sequential decision is final."""
@@ -245,32 +317,36 @@ def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], opti
     started = time.monotonic()
     base, cand, runs, history = [], [], [], []
     decision = None
+    lengths: list[int] = []  # each round's measured steps: longer rounds once the floor is found above the threshold
+    current = options
     for index in range(1, plan[-1] + 1):
         order = (("base", base_root, base), ("candidate", cand_root, cand))
+        lengths.append(current.steps)
         for side, root, into in (order if index % 2 else order[::-1]):  # B C, C B, B C, ...
-            report = run_round(side, root, index, options, script, args, out)
+            report = run_round(side, root, index, current, script, args, out)
             into.append(report)
             runs.append({"side": side, "round": index, "run_dir": os.path.relpath(report["_run_dir"], out),
-                         "wall_s": report["_wall_s"], **_figures(report)})
+                         "steps": current.steps, "wall_s": report["_wall_s"], **_figures(report)})
             if on_run is not None:
                 on_run(side, index, report)
         if index not in plan:
             continue
         data, unit, memory_label = series(base, cand)
-        decision = sequential.decide(data, specs(options, unit, memory_label), alpha=options.alpha, plan=plan)
+        cpu = cpu_bound(base + cand) if "cpu_time" in data else None
+        decision = sequential.decide(data, specs(options, unit, memory_label, cpu), alpha=options.alpha, plan=plan,
+                                     lengths=lengths)
         history.append({"rounds": index, "look": decision.look, "final": decision.final,
                         "slowdowns": {m.name: m.slowdown for m in decision.metrics},
                         "p_values": {m.name: m.p_value for m in decision.metrics},
                         "regressions": [m.name for m in decision.regressions]})
         if decision.final:
             break
+        current = longer(current, options, decision)
     assert decision is not None
     decision.history = history
     warnings = [d.text() for d in fingerprint.differences(base[0], cand[0])]
-    result = ABResult(str(base_dir), str(candidate_dir), script, decision, runs, warnings, wall_s=time.monotonic() - started)
+    result = ABResult(str(base_dir), str(candidate_dir), script, decision, runs, warnings, wall_s=time.monotonic() - started,
+                      inconclusive_policy=options.inconclusive)
     if result.failed or options.ops:
         result.slower_ops, result.ops_note = where_the_time_went(base, cand)
-    if any(m.floor is not None and math.isfinite(m.floor) and m.floor > m.threshold for m in decision.metrics):
-        result.warnings.append("this runner's noise floor is above the threshold: only changes beyond the floor can fail "
-                               "the gate (more --steps per round, or a quieter runner, lower it)")
     return result

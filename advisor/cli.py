@@ -487,9 +487,12 @@ def _percent(text: str, option: str) -> float:
 @click.option("--fail-on-new-findings", is_flag=True, help="A finding CURRENT has and BASELINE lacks fails the gate.")
 @click.option("--force", is_flag=True, help="Compare even different scripts, devices or schema versions (with a warning).")
 @click.option("--ops", is_flag=True, help="Name the ops and kernels whose time per step grew even without a regression.")
+@click.option("--inconclusive", default="fail", show_default=True, type=click.Choice(["fail", "pass"]),
+              help="What a comparison that cannot tell exits (slower than the threshold, not significant): "
+                   "fail (exit 4) or pass (exit 0, the verdict still says it).")
 def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt, as_json, junit,
-            fail_on_new_findings, force, ops):
-    """Regression gate: exit 3 when CURRENT is slower than BASELINE beyond noise.
+            fail_on_new_findings, force, ops, inconclusive):
+    """Regression gate: exit 3 when CURRENT is slower than BASELINE beyond noise, 4 when it cannot tell.
 
     BASELINE and CURRENT are report.json files (or run dirs). Markdown is also appended to
     $GITHUB_STEP_SUMMARY when that is set. Two Kineto traces (A.json.gz B.json.gz) are compared
@@ -505,6 +508,7 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
         baseline, current, max_regression=_percent(max_regression, "--max-regression"),
         max_memory_regression=_percent(max_memory_regression, "--max-memory-regression"), alpha=alpha,
         fmt="json" if as_json else fmt, junit=junit, fail_on_new_findings=fail_on_new_findings, force=force, ops=ops,
+        inconclusive=inconclusive,
     ))
 
 
@@ -532,6 +536,9 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
 @click.option("--alpha", default=0.05, show_default=True, type=_Number(0, 0.5, min_open=True),
               help="The gate's false-alarm rate, over all gated metrics and all looks together.")
 @click.option("--ops", is_flag=True, help="Name the slower ops even without a regression.")
+@click.option("--inconclusive", default="fail", show_default=True, type=click.Choice(["fail", "pass"]),
+              help="What a gate that could not tell exits: fail (exit 4: the threshold still inside the interval at "
+                   "the last look, or this runner's noise floor above it) or pass (exit 0, the verdict still says it).")
 @click.option("--out", default="ab-report", show_default=True, type=click.Path(file_okay=False),
               help="Output dir: base/round-NN and candidate/round-NN run dirs, ab.json, ab.html, summary.md.")
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
@@ -539,8 +546,8 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
 @click.option("--format", "fmt", default="terminal", show_default=True, type=click.Choice(["terminal", "markdown", "json"]))
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 def ab(script, script_args, base, candidate, module, nproc, steps, warmup, profile_steps, rounds, max_rounds,
-       max_regression, max_memory_regression, alpha, ops, out, timeout_s, fmt, as_json):
-    """CI gate: profile SCRIPT in two checkouts, interleaved; exit 3 on a regression.
+       max_regression, max_memory_regression, alpha, ops, inconclusive, out, timeout_s, fmt, as_json):
+    """CI gate: profile SCRIPT in two checkouts, interleaved; exit 3 on a regression, 4 when it cannot tell.
 
     advise ab --base ../base --candidate . train.py --epochs 1
 
@@ -558,7 +565,8 @@ def ab(script, script_args, base, candidate, module, nproc, steps, warmup, profi
     options = ABOptions(steps=steps, warmup=warmup, profile_steps=profile_steps, module=module, nproc=nproc,
                         timeout_s=timeout_s, rounds=rounds, max_rounds=max_rounds, alpha=alpha,
                         max_regression=_percent(max_regression, "--max-regression"),
-                        max_memory_regression=_percent(max_memory_regression, "--max-memory-regression"), ops=ops)
+                        max_memory_regression=_percent(max_memory_regression, "--max-memory-regression"), ops=ops,
+                        inconclusive=inconclusive)
     args = list(script_args)
     sys.exit(run_ab(base, candidate, script, args[1:] if args[:1] == ["--"] else args, options, Path(out),
                     fmt="json" if as_json else fmt))

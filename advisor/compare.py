@@ -29,7 +29,10 @@ Which metrics gate:
 - findings: a finding (by code) in CURRENT that BASELINE lacks is reported as a warning; it
   fails the gate only with ``--fail-on-new-findings``.
 
-Exit codes: 0 pass, 3 regression, 2 unusable or incompatible input (missing file, not JSON,
+A timing metric more than the threshold worse whose test does not reach alpha is **inconclusive**:
+these runs cannot tell noise from a regression (exit 4, or 0 with ``--inconclusive pass``).
+
+Exit codes: 0 pass, 3 regression, 4 inconclusive, 2 unusable or incompatible input (missing file, not JSON,
 a run whose status is not ok, another script or device; ``--force`` compares the last two
 anyway, with a warning).
 """
@@ -47,7 +50,7 @@ import pandas as pd
 
 from . import fingerprint
 from .analysis import metrics, stats
-from .report import EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, ReportError, load_report
+from .report import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.10
 DEFAULT_MAX_MEMORY_REGRESSION = 0.20
@@ -57,8 +60,8 @@ CI_LEVEL = 0.95
 COMPARE_SCHEMA_VERSION = 1  # compare.json: fields only added within a version, as report.json's
 
 # Verdicts of one metric row.
-REGRESSION, IMPROVEMENT, OK, NOT_SIGNIFICANT, REPORTED, NA = (
-    "regression", "improvement", "ok", "not-significant", "reported", "n/a")
+REGRESSION, IMPROVEMENT, OK, NOT_SIGNIFICANT, REPORTED, NA, INCONCLUSIVE = (
+    "regression", "improvement", "ok", "not-significant", "reported", "n/a", "inconclusive")
 
 
 class CompareError(ValueError):
@@ -99,6 +102,7 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)
     resolvable: float | None = None  # half the 95% CI of the median step's change: the smallest change these runs resolve
     slower_ops: list[dict] | None = None  # where the time went (advisor.opdiff), when both runs have a trace
+    inconclusive_policy: str = "fail"  # what an inconclusive verdict exits: "fail" (EXIT_INCONCLUSIVE) or "pass" (0)
 
     @property
     def floor_note(self) -> str:
@@ -121,8 +125,18 @@ class Comparison:
         return bool(self.regressions) or self.findings_fail
 
     @property
+    def inconclusive(self) -> list[Metric]:
+        return [m for m in self.metrics if m.verdict == INCONCLUSIVE and m.gated]
+
+    @property
+    def verdict(self) -> str:
+        return REGRESSION if self.failed else INCONCLUSIVE if self.inconclusive else "pass"
+
+    @property
     def exit_code(self) -> int:
-        return EXIT_REGRESSION if self.failed else EXIT_OK
+        if self.failed:
+            return EXIT_REGRESSION
+        return EXIT_INCONCLUSIVE if self.inconclusive and self.inconclusive_policy == "fail" else EXIT_OK
 
     @property
     def rule(self) -> str:
@@ -137,8 +151,10 @@ class Comparison:
     def to_dict(self) -> dict:
         return metrics.clean({
             "schema_version": COMPARE_SCHEMA_VERSION,  # compare.json's own (advisor/schema.py `Compare`)
-            "verdict": "regression" if self.failed else "pass",
+            "verdict": self.verdict,
             "exit_code": self.exit_code,
+            "inconclusive": {"policy": self.inconclusive_policy, "metrics": [m.name for m in self.inconclusive],
+                             "why": [m.note for m in self.inconclusive]},
             "rule": self.rule,
             "baseline": self.baseline_path,
             "current": self.current_path,
@@ -353,8 +369,9 @@ def _timing_metric(name, label, unit, higher_is_better, base, cur, times_b, time
             row.note = (f"{slowdown - 1:.1%} slower overall, but the median step only {typical - 1:+.1%}: "
                         "a few slow steps (noise, or a periodic stall: profile more steps to tell)")
         elif testable and p_worse >= alpha:
-            row.verdict = NOT_SIGNIFICANT
-            row.note = f"{slowdown - 1:.1%} slower but not significant (p = {p_worse:.2g}): noise, or too few steps"
+            row.verdict = INCONCLUSIVE
+            row.note = (f"{slowdown - 1:.1%} slower but not significant (p = {p_worse:.2g}): these runs cannot tell "
+                        "noise from a regression (more --steps, or `advise ab`)")
         else:
             row.verdict = REGRESSION
             row.note = f"{slowdown - 1:.1%} slower" + ("" if testable else " (ratio alone: too few steps to test)")

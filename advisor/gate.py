@@ -35,7 +35,7 @@ def _append_summary(markdown: str) -> None:
 
 def run_ab(base: str, candidate: str, script: str, args: list[str], options: ab.ABOptions, out: Path,
            fmt: str = "terminal") -> int:
-    """`advise ab`: the exit code (0 pass, 3 regression, 1 a round's script failed, 2 via fail())."""
+    """`advise ab`: the exit code (0 pass, 3 regression, 4 inconclusive, 1 a round's script failed, 2 via fail())."""
     from advisor.reports import ab_output
 
     con = terminal.console(stderr=fmt == "json")
@@ -151,8 +151,8 @@ def emit_comparison(result: compare.Comparison, *, fmt: str = "terminal", junit:
 def run_compare(baseline: str, current: str, *, max_regression: float = compare.DEFAULT_MAX_REGRESSION,
                 max_memory_regression: float = compare.DEFAULT_MAX_MEMORY_REGRESSION, alpha: float = compare.DEFAULT_ALPHA,
                 fmt: str = "terminal", junit: str | None = None, fail_on_new_findings: bool = False,
-                force: bool = False, ops: bool = False) -> int:
-    """`advise compare BASELINE CURRENT`: the exit code (0 pass, 3 regression; 2 via fail()).
+                force: bool = False, ops: bool = False, inconclusive: str = "fail") -> int:
+    """`advise compare BASELINE CURRENT`: the exit code (0 pass, 3 regression, 4 inconclusive; 2 via fail()).
 
     On a regression (or with `ops`) the slower ops of the two runs' traces are named (advisor.opdiff)."""
     try:
@@ -166,6 +166,7 @@ def run_compare(baseline: str, current: str, *, max_regression: float = compare.
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a hand-edited or --force'd odd report
         fail(f"cannot compare {baseline} with {current}: {type(exc).__name__}: {exc}", EXIT_USAGE)
     result.warnings[:0] = warn_b + warn_c
+    result.inconclusive_policy = inconclusive
     if result.failed or ops:
         result.slower_ops = _slower_ops(baseline, base, current, cur)
     emit_comparison(result, fmt=fmt, junit=junit)

@@ -7,7 +7,8 @@ Frames (pandas; times in seconds unless the column says ``_us``):
 
 - ``steps``: one row per measured step, the columns of ``protocol.STEP_COLUMNS``: ``index``,
   ``duration_s`` (on the step's ``clock``: the device's on a GPU, see
-  :mod:`advisor.probe.timeline`), ``host_s`` (the host's), ``data_wait_s`` (time in
+  :mod:`advisor.probe.timeline`), ``host_s`` (the host's), ``cpu_s`` (the training process's
+  CPU time over the step; NaN from a trace), ``data_wait_s`` (time in
   DataLoader ``__next__``), ``optimizer_s`` (host time in ``optimizer.step``), ``backward_s``
   (host time in ``backward()``), ``samples`` (batch size; NaN when unknown), ``profiled``
   (the step ran under torch.profiler, so its time is inflated), ``loss`` (NaN when unseen).
@@ -162,6 +163,7 @@ class Profile:
                 "index": ts["index"].astype(int),
                 "duration_s": ts["device_dur_us"] / 1e6,  # the step re-anchored to its last kernel's end
                 "host_s": ts["dur_us"] / 1e6,
+                "cpu_s": float("nan"),
                 "clock": "device" if len(trace.kernels) else "host",
                 "data_wait_s": ts["data_wait_us"] / 1e6,
                 "optimizer_s": (ts["optimizer_us"] - closure_us(trace, ts["index"])).clip(lower=0) / 1e6,

@@ -29,6 +29,7 @@ SCHEMA_VERSION = 1
 STATUSES = ("ok", "failed", "timeout", "no-steps", "interrupted")
 # The exit codes of the CLI contract (docs/reference/exit-codes.md), beside the statuses they follow from.
 EXIT_OK, EXIT_SCRIPT, EXIT_USAGE, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_INCONCLUSIVE = 4  # a gate that could not tell: the threshold still inside its interval, or below the noise floor
 EXIT_HANGUP, EXIT_TERMINATED = 129, 143  # 128 + the signal, as a shell reports a process it ended
 STATUS_EXIT = {"ok": EXIT_OK, "failed": EXIT_SCRIPT, "timeout": EXIT_SCRIPT, "no-steps": EXIT_SCRIPT,
                "interrupted": EXIT_INTERRUPTED}
@@ -163,6 +164,8 @@ class Step(Block):
     duration_s: described("the step's time on its clock: on a GPU the device's, between the events recorded at its "
                           "two boundaries; on a CPU the host's (docs/explanation/steps.md)", Num) = None
     host_s: described("the same span on the host's clock: on a GPU, how long Python took to queue the step", Num) = None
+    cpu_s: described("the training process's CPU time over the step (all its threads, not its loader workers'): "
+                     "a busy neighbour delays the step, it barely inflates this", Num) = None
     clock: described("which clock duration_s was read from", Optional[Literal["device", "host"]]) = None
     data_wait_s: Num = None
     samples: Optional[int] = None

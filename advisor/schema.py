@@ -151,7 +151,7 @@ class CompareMetric(TypedDict):
     change: described("current / baseline - 1 (fractions: the difference in points)", Num)
     ci: described("95% bootstrap interval of the change", Optional[list[float]])
     p_value: described("one-sided: the current run is worse", Num)
-    verdict: Literal["regression", "improvement", "ok", "not-significant", "reported", "n/a"]
+    verdict: Literal["regression", "improvement", "ok", "not-significant", "reported", "n/a", "inconclusive"]
     note: str
 
 
@@ -174,8 +174,8 @@ class CompareSteps(TypedDict):
 
 
 class _CompareBase(TypedDict):
-    verdict: Literal["pass", "regression"]
-    exit_code: described("0 pass, 3 regression", int)
+    verdict: Literal["pass", "regression", "inconclusive"]
+    exit_code: described("0 pass, 3 regression, 4 inconclusive (0 with --inconclusive pass)", int)
     rule: described("the gate's rule, in words", str)
     baseline: str
     current: str
@@ -192,6 +192,12 @@ class _CompareBase(TypedDict):
     warnings: list[str]
 
 
+class Inconclusive(TypedDict):
+    policy: Literal["fail", "pass"]
+    metrics: list[str]
+    why: list[str]
+
+
 class NoiseFloor(TypedDict, total=False):
     known: described("whether the runner's noise was measured (advise ab), not assumed", bool)
     resolvable_change: described("half the 95% CI of the median step's change: the smallest change these runs resolve", Num)
@@ -203,6 +209,8 @@ class Compare(_CompareBase, total=False):
 
     schema_version: described("compare.json's own version (fields only added within it)", Literal[1])
     noise_floor: NoiseFloor
+    inconclusive: described("policy (fail: exit 4, pass: exit 0), and the metrics these runs could not settle, with why",
+                            Inconclusive)
     slower_ops: described("where the time went, op by op, when both runs have a trace", Optional[list[dict]])
 
 

@@ -28,6 +28,11 @@ of a round and cancels out. The decision reads those paired slowdowns:
 
 A metric regresses when its slowdown is beyond the threshold **and** beyond the floor **and**
 Holm-significant at the look's level. Memory also needs its byte floor (compare.MEMORY_FLOOR_BYTES).
+
+A metric passes only when the rounds rule the threshold out: its 95% upper bound below it, and
+the floor too. One that is neither a regression nor ruled out is *undecided*: it gets the planned
+looks up to ``max_rounds`` like a suspected one, and at the last look it is **inconclusive**, never
+a pass (a gate that exits 0 because a noisy neighbour hid a 46% slowdown is worse than no gate).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .compare import IMPROVEMENT, NOT_SIGNIFICANT, OK, REGRESSION
+from .compare import IMPROVEMENT, INCONCLUSIVE, NOT_SIGNIFICANT, OK, REGRESSION, REPORTED
 
 Z95 = 1.6448536269514722  # one-sided 95%
 TEST = "Yuen's one-sided 20%-trimmed paired t-test of the per-round log ratios"
@@ -129,20 +134,23 @@ class Paired:
         return Z95 * 1.4826 * float(np.median(np.abs(self.aa))) / math.sqrt(self.n)
 
 
-def paired(base: list[float], cand: list[float], higher_is_better: bool) -> Paired | None:
-    """Per-round log slowdowns of `cand` against `base` (rounds where either figure is missing are left out)."""
+def paired(base: list[float], cand: list[float], higher_is_better: bool,
+           lengths: list[int] | None = None) -> Paired | None:
+    """Per-round log slowdowns of `cand` against `base` (rounds where either figure is missing are left out).
+
+    `lengths` are the rounds' measured steps: an A/A pair is only made of two runs of the same length."""
     b, c = np.asarray(base, float), np.asarray(cand, float)
     ok = np.isfinite(b) & np.isfinite(c) & (b > 0) & (c > 0)
     if not ok.any():
         return None
-    b, c = b[ok], c[ok]
-    d = np.log(b / c) if higher_is_better else np.log(c / b)
+    d = np.log(b[ok] / c[ok]) if higher_is_better else np.log(c[ok] / b[ok])
     # Each revision against itself, back to back: rounds run B C, C B, B C, ... so the base runs of
     # rounds 2k and 2k+1 (and the candidate's of 2k-1 and 2k) are adjacent in time, as a round's pair
-    # is: the same noise, and no change of code.
-    pairs_b, pairs_c = (len(b) - 1) // 2, len(c) // 2
-    aa = np.concatenate([np.log(b[2:2 * pairs_b + 1:2] / b[1:2 * pairs_b:2]), np.log(c[1:2 * pairs_c:2] / c[0:2 * pairs_c:2])])
-    return Paired(d, aa)
+    # is: the same noise, and no change of code. (Round numbers are 1-based: index i is round i + 1.)
+    size = np.asarray(lengths if lengths is not None else [0] * len(b))[:len(b)]
+    aa = [math.log(x[j] / x[i]) for x, first in ((b, 1), (c, 0)) for i in range(first, len(x) - 1, 2)
+          for j in (i + 1,) if ok[i] and ok[j] and size[i] == size[j]]
+    return Paired(d, np.asarray(aa, float))
 
 
 @dataclass
@@ -154,6 +162,9 @@ class MetricSpec:
     threshold: float  # a fraction: 0.05 is 5% worse
     min_abs: float = 0.0  # and at least this much worse in the metric's unit (memory: bytes)
     mirrors: str | None = None  # not tested on its own: the same figure as this metric, inverted (its verdict)
+    settles: str | None = None  # once this metric rules a regression out, that metric's noise leaves the gate decided
+    gated: bool = True  # False: shown with its interval and floor, not tested (`note` says why)
+    note: str = ""
 
 
 @dataclass
@@ -174,9 +185,12 @@ class MetricDecision:
     aa_change: float | None = None  # the base against itself (geometric mean, as a slowdown)
     threshold: float = 0.0
     suspected: bool = False
+    upper: float | None = None  # one-sided 95% upper bound of `slowdown`
+    undecided: bool = False  # neither a regression nor ruled out: the threshold inside its bound, or below the floor
     verdict: str = OK
     note: str = ""
     gated: bool = True
+    settled_by: str | None = None  # a metric a neighbour cannot inflate ruled the regression out for this one
 
 
 @dataclass
@@ -194,9 +208,18 @@ class Decision:
     def regressions(self) -> list[MetricDecision]:
         return [m for m in self.metrics if m.verdict == REGRESSION]
 
+    @property
+    def inconclusive(self) -> list[MetricDecision]:
+        """The gated metrics the rounds could not settle (none when a regression decided)."""
+        return [m for m in self.metrics if m.verdict == INCONCLUSIVE and m.gated and not m.settled_by]
+
+    @property
+    def verdict(self) -> str:
+        return REGRESSION if self.regressions else INCONCLUSIVE if self.inconclusive else "pass"
+
 
 def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[MetricSpec], *,
-           alpha: float, plan: list[int]) -> Decision:
+           alpha: float, plan: list[int], lengths: list[int] | None = None) -> Decision:
     """The verdict at the current look: `series` maps a metric's name to (base rounds, candidate rounds).
 
     The look is the last planned look not beyond the rounds seen; `final` says whether the gate
@@ -208,7 +231,7 @@ def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[Metri
     rows, tests = [], []
     for spec in specs:
         b, c = series.get(spec.name, ([], []))
-        pr = paired(b, c, spec.higher_is_better)
+        pr = paired(b, c, spec.higher_is_better, lengths)
         mid_b = float(np.median(b)) if len(b) else None
         mid_c = float(np.median(c)) if len(c) else None
         row = MetricDecision(spec.name, spec.label, spec.unit, spec.higher_is_better, mid_b, mid_c,
@@ -226,10 +249,13 @@ def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[Metri
         row.ci = sorted([math.expm1(sign * lo), math.expm1(sign * hi)])
         if spec.mirrors:
             continue  # shown, not tested: one hypothesis per figure, so Holm's alpha is not split over copies
-        row.p_value = pr.p_value()
         floor = pr.floor()
         row.floor = math.expm1(floor) if floor is not None else None
         row.aa_change = math.expm1(float(np.mean(pr.aa))) if len(pr.aa) else None
+        if not spec.gated:
+            row.gated, row.alpha, row.verdict, row.note = False, None, REPORTED, spec.note
+            continue
+        row.p_value = pr.p_value()
         big_enough = spec.min_abs <= 0 or abs((mid_c or 0) - (mid_b or 0)) >= spec.min_abs
         # More rounds can settle a close call (the floor shrinks with them); they cannot make 10 MiB into 64.
         # Suspected: at least half the threshold slower, and the threshold still inside its 95% bound. An
@@ -258,15 +284,47 @@ def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[Metri
             row.note = f"{abs(row.change):.1%} better"
         else:
             row.verdict = OK
+        row.upper = math.expm1(pr.upper())
+        row.undecided = row.verdict != REGRESSION and big_enough and (
+            row.upper > row.threshold or (row.floor is not None and row.floor > row.threshold))
     for spec, row in zip(specs, rows):
         source = next((r for r in rows if r.name == spec.mirrors), None)
         if source is not None and row.slowdown is not None:
             row.verdict, row.note = source.verdict, (f"the same figure as {source.label}, inverted: its test decides"
                                                      if source.verdict != OK else "")
+    for spec, settler in zip(specs, rows):
+        row = next((r for r in rows if r.name == spec.settles), None)
+        if row is not None and settler.gated and settler.slowdown is not None and not settler.undecided:
+            if row.undecided and settler.verdict != REGRESSION:
+                row.settled_by = settler.name
+            elif row.verdict == REGRESSION and settler.verdict in (OK, IMPROVEMENT):
+                row.note += (f"; {settler.label} did not grow: the step waits longer (a sleep, I/O, a lock), "
+                             "or this runner slowed it: the wall clock alone sees it")
     regressed = any(r.verdict == REGRESSION for r in rows)
-    suspected = any(r.suspected and r.verdict != REGRESSION for r in rows)
-    final = regressed or not suspected or k >= len(plan) - 1 or n >= plan[-1]
+    open_ = any((r.suspected or r.undecided) and r.verdict != REGRESSION and not r.settled_by for r in rows)
+    last = k >= len(plan) - 1 or n >= plan[-1]
+    final = regressed or not open_ or last
+    if final and not regressed:
+        for row in rows:
+            if row.undecided:
+                row.verdict, row.note = INCONCLUSIVE, _undecided_note(row, n)
+                if row.settled_by:
+                    settler = next(r for r in rows if r.name == row.settled_by)
+                    row.note += f"; {settler.label}, which a busy neighbour cannot inflate, rules it out: the gate goes by it"
+    for spec, row in zip(specs, rows):
+        source = next((r for r in rows if r.name == spec.mirrors), None)
+        if source is not None and row.slowdown is not None and source.verdict == INCONCLUSIVE:
+            row.verdict, row.note = INCONCLUSIVE, "the same figure as " + source.label + ", inverted: its test decides"
     rule = (f"regression = worse than the threshold, beyond this runner's A/A noise floor, and significant: "
             f"{TEST}, {CORRECTION} over the gated metrics, {SPENDING} ({len(plan)} looks at {', '.join(map(str, plan))} "
             f"rounds: alpha {alpha:g} / {len(plan)} = {level:.3g} per look)")
     return Decision(rows, n, k + 1, plan, alpha, final, rule)
+
+
+def _undecided_note(row: MetricDecision, rounds: int) -> str:
+    """Why the rounds could not rule a regression of the threshold's size out, in one clause."""
+    if row.floor is not None and row.floor > row.threshold:
+        return (f"this runner's A/A noise floor ({row.floor:.1%}) is above the {row.threshold:.0%} threshold: "
+                f"a regression that size cannot be told from noise here")
+    return (f"{row.slowdown:+.1%} after {rounds} paired rounds, but up to {row.upper:.1%} worse at 95%: "
+            f"the {row.threshold:.0%} threshold is still inside the interval")

@@ -15,7 +15,7 @@ from rich.text import Text
 from advisor import format as fmt
 
 from . import slower_ops
-from .compare_output import MD_MARK, VERDICT_STYLE, VERDICT_TEXT
+from .compare_output import HEADLINE, MD_MARK, VERDICT_STYLE, VERDICT_TEXT, inconclusive_line
 
 WIDE = 150
 HEAD = ("metric", "base", "candidate", "change", "95% CI", "p", "A/A floor", "verdict")
@@ -36,12 +36,14 @@ def _rounds_line(result) -> str:
 def _verdict_line(result) -> str:
     if result.failed:
         return "regression: " + ", ".join(m.label for m in result.decision.regressions)
+    if result.decision.inconclusive:
+        return inconclusive_line(result.decision.inconclusive, result.inconclusive_policy)
     return "no regression"
 
 
 def print_table(result, con: Console) -> None:
-    title = Text.assemble(("advise ab ", "bold"), ("REGRESSION" if result.failed else "pass",
-                                                    "bold red" if result.failed else "bold green"), f"  {result.script}")
+    word, style, _ = HEADLINE[result.verdict]
+    title = Text.assemble(("advise ab ", "bold"), (word, style), f"  {result.script}")
     if not con.is_terminal and con.width < WIDE:
         con.width = WIDE  # CI logs: one row per metric and per op rather than wrapped cells
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="dim")
@@ -59,11 +61,11 @@ def print_table(result, con: Console) -> None:
         slower_ops.print_table(result.slower_ops, result.ops_note, con)
     for w in result.warnings:
         con.print(Text("warning: " + w, style="yellow"))
-    con.print(Text(_verdict_line(result), style="bold red" if result.failed else "bold green"))
+    con.print(Text(_verdict_line(result), style=HEADLINE[result.verdict][1]))
 
 
 def markdown(result) -> str:
-    lines = [f"### advise ab: {'❌ regression' if result.failed else '✅ no regression'}", "",
+    lines = [f"### advise ab: {HEADLINE[result.verdict][2]}", "",
              f"base `{result.base_dir}` → candidate `{result.candidate_dir}` · script `{result.script}` · "
              + _rounds_line(result), "",
              "| " + " | ".join(HEAD) + " |", "|---|--:|--:|--:|--:|--:|--:|---|"]
@@ -71,6 +73,8 @@ def markdown(result) -> str:
         lines.append("| " + " | ".join(_row(m) + [MD_MARK.get(m.verdict, m.verdict)]) + " |")
     lines += ["", result.decision.rule + "."]
     notes = [f"{m.label}: {m.note}" for m in result.decision.metrics if m.note and m.verdict != "ok"]
+    if result.decision.inconclusive:
+        notes.append(_verdict_line(result))
     if notes or result.warnings:
         lines += [""] + [f"> ⚠️ {t}  " for t in notes + result.warnings]
     if result.slower_ops is not None or result.ops_note:
@@ -85,12 +89,13 @@ def page(result) -> str:
                    + f"<td class='{_html.escape(m.verdict)}'>{_html.escape(VERDICT_TEXT.get(m.verdict, m.verdict))}</td></tr>"
                    for m in result.decision.metrics)
     notes = "".join(f"<li>{_html.escape(t)}</li>" for t in
-                    [f"{m.label}: {m.note}" for m in result.decision.metrics if m.note and m.verdict != "ok"] + result.warnings)
-    verdict = "REGRESSION" if result.failed else "pass"
+                    [f"{m.label}: {m.note}" for m in result.decision.metrics if m.note and m.verdict != "ok"]
+                    + ([_verdict_line(result)] if result.decision.inconclusive else []) + result.warnings)
+    verdict = HEADLINE[result.verdict][0]
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>advise ab: {verdict}</title>
 <style>body{{font:14px system-ui,sans-serif;margin:2em;max-width:1200px}}table{{border-collapse:collapse}}
 td,th{{padding:3px 10px;border-bottom:1px solid #ddd;text-align:right}}td:first-child,th:first-child,td:nth-child(2){{text-align:left}}
-.regression{{color:#b00;font-weight:bold}}.ok,.improvement{{color:#070}}.not-significant{{color:#a60}}</style></head><body>
+.regression{{color:#b00;font-weight:bold}}.ok,.improvement{{color:#070}}.not-significant,.inconclusive{{color:#a60}}.inconclusive{{font-weight:bold}}</style></head><body>
 <h1>advise ab: {verdict}</h1><p>base <code>{_html.escape(result.base_dir)}</code> → candidate
 <code>{_html.escape(result.candidate_dir)}</code>, script <code>{_html.escape(result.script)}</code>.
 {_html.escape(_rounds_line(result))}</p>

@@ -24,12 +24,25 @@ VERDICT_TEXT = {
     "not-significant": "not significant",
     "reported": "",
     "n/a": "n/a",
+    "inconclusive": "INCONCLUSIVE",
 }
 VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "ok": "green", "not-significant": "yellow",
-                 "reported": "dim", "n/a": "dim"}
+                 "reported": "dim", "n/a": "dim", "inconclusive": "bold yellow"}
 WIDTH = 110
 MD_MARK = {"regression": "❌ regression", "improvement": "🚀 improved", "ok": "✅ ok",
-           "not-significant": "⚠️ slower, not significant", "reported": "", "n/a": "n/a"}
+           "not-significant": "⚠️ slower, not significant", "reported": "", "n/a": "n/a",
+           "inconclusive": "❓ inconclusive"}
+# The gate's own verdict (regression, inconclusive, pass): its title word, style and markdown head.
+HEADLINE = {"regression": ("REGRESSION", "bold red", "❌ regression"),
+            "inconclusive": ("INCONCLUSIVE", "bold yellow", "❓ inconclusive"),
+            "pass": ("pass", "bold green", "✅ no regression")}
+
+
+def inconclusive_line(metrics, policy: str) -> str:
+    """'inconclusive: step time: these runs cannot tell ...; exit 4': what was not settled, and what that exits."""
+    names = ", ".join(m.label for m in metrics)
+    ends = "exit 4 (--inconclusive pass makes it 0)" if policy == "fail" else "exit 0 (--inconclusive pass)"
+    return f"inconclusive: {names}: the runs could not rule out a regression beyond the threshold; {ends}"
 
 
 def _verdict_line(result) -> str:
@@ -38,7 +51,13 @@ def _verdict_line(result) -> str:
         return f"regression: {names}"
     if result.findings_fail:
         return f"regression: {len(result.new_findings)} new finding(s) (--fail-on-new-findings)"
+    if result.inconclusive:
+        return inconclusive_line(result.inconclusive, result.inconclusive_policy)
     return "no regression"
+
+
+def _noted(m) -> bool:
+    return m.verdict in ("not-significant", "inconclusive") or (m.verdict == "reported" and bool(m.note))
 
 
 def _finding_text(f: dict) -> str:
@@ -48,9 +67,8 @@ def _finding_text(f: dict) -> str:
 
 
 def print_table(result, con: Console) -> None:
-    verdict = "REGRESSION" if result.failed else "pass"
-    title = Text.assemble(("advise compare ", "bold"), (verdict, "bold red" if result.failed else "bold green"),
-                          f"  {result.script}")
+    word, style, _ = HEADLINE[result.verdict]
+    title = Text.assemble(("advise compare ", "bold"), (word, style), f"  {result.script}")
     if not con.is_terminal and con.width < WIDTH:
         con.width = WIDTH  # CI logs: one row per metric rather than wrapped cells
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="dim")
@@ -73,17 +91,17 @@ def print_table(result, con: Console) -> None:
     for f in result.resolved_findings:
         con.print(Text("resolved: " + _finding_text(f), style="green"))
     for m in result.metrics:
-        if m.verdict == "not-significant" or (m.verdict == "reported" and m.note):
+        if _noted(m):
             con.print(Text(f"note: {m.label}: {m.note}", style="yellow"))
     if result.slower_ops is not None:
         slower_ops.print_table(result.slower_ops, "", con)
     for w in result.warnings:
         con.print(Text("warning: " + w, style="yellow"))
-    con.print(Text(_verdict_line(result), style="bold red" if result.failed else "bold green"))
+    con.print(Text(_verdict_line(result), style=HEADLINE[result.verdict][1]))
 
 
 def markdown(result) -> str:
-    head = "❌ regression" if result.failed else "✅ no regression"
+    head = HEADLINE[result.verdict][2]
     lines = [
         f"### advise compare: {head}",
         "",
@@ -107,7 +125,9 @@ def markdown(result) -> str:
     if result.resolved_findings:
         lines += ["", "**Resolved findings:**"]
         lines += [f"- `{f.get('code') or f.get('rule')}` {f.get('title') or ''}" for f in result.resolved_findings]
-    notes = [f"{m.label}: {m.note}" for m in result.metrics if m.verdict == "not-significant" or (m.verdict == "reported" and m.note)]
+    notes = [f"{m.label}: {m.note}" for m in result.metrics if _noted(m)]
+    if result.inconclusive:
+        notes.append(_verdict_line(result))
     if notes or result.warnings:
         lines += [""] + [f"> ⚠️ {text}" + "  " for text in notes + result.warnings]
     if result.slower_ops is not None:
@@ -126,6 +146,11 @@ def junit(result) -> str:
         if m.verdict == "regression":
             failure = ET.SubElement(case, "failure", message=f"{m.label}: {m.note or 'regression'}", type="regression")
             failure.text = detail + "\n" + result.rule
+        elif m.verdict == "inconclusive" and result.inconclusive_policy == "fail":
+            failure = ET.SubElement(case, "failure", message=f"{m.label}: inconclusive: {m.note}", type="inconclusive")
+            failure.text = detail + "\n" + result.rule
+        elif m.verdict == "inconclusive":
+            ET.SubElement(case, "skipped", message=f"{m.label}: inconclusive (--inconclusive pass): {m.note}")
         ET.SubElement(case, "system-out").text = detail
         cases.append(case)
     case = ET.Element("testcase", classname="advise.compare", name="findings", time="0")

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from advisor import compare as cmp
 from advisor import fingerprint, opdiff, sequential
-from advisor.ab import fast_step, fast_throughput
+from advisor.ab import ABResult, fast_step, fast_throughput
 from advisor.cli import main
 from advisor.trace import load_trace
 from conftest import WORKLOADS, advise_cmd, trace_path
@@ -168,8 +168,66 @@ def test_the_noise_floor_holds_back_a_change_this_runner_cannot_resolve():
     decision = sequential.decide({"step_time": (base, cand)}, SPECS[:1], alpha=0.05, plan=[6])
     row = decision.metrics[0]
     assert row.slowdown == pytest.approx(0.08) and row.significant  # significant, beyond 5% ...
-    assert row.floor > 0.08 and row.verdict == cmp.NOT_SIGNIFICANT  # ... but within this runner's A/A floor
-    assert "noise floor" in row.note
+    assert row.floor > 0.08 and row.verdict == cmp.INCONCLUSIVE  # ... but within this runner's A/A floor: it cannot tell
+    assert "noise floor" in row.note and decision.verdict == cmp.INCONCLUSIVE
+
+
+def test_a_gate_that_cannot_rule_the_threshold_out_is_inconclusive_never_a_pass():
+    """An unchanged revision on a noisy runner: no regression found, none ruled out. It gets every
+    planned look, then says inconclusive (exit 4; 0 only when the team chose --inconclusive pass)."""
+    rng = np.random.default_rng(3)
+    base = list(0.040 * np.exp(rng.normal(0, 0.12, 20)))
+    cand = list(0.040 * np.exp(rng.normal(0, 0.12, 20)))
+    plan = sequential.looks(6, 20)
+    early = sequential.decide({"step_time": (base[:6], cand[:6])}, SPECS[:1], alpha=0.05, plan=plan)
+    assert not early.final and early.metrics[0].undecided  # more rounds, not a pass at the first look
+    last = sequential.decide({"step_time": (base, cand)}, SPECS[:1], alpha=0.05, plan=plan)
+    row = last.metrics[0]
+    assert last.final and row.verdict == cmp.INCONCLUSIVE and last.verdict == cmp.INCONCLUSIVE
+    assert row.upper > 0.05 and ("threshold is still inside" in row.note or "noise floor" in row.note)
+    result = ABResult("b", "c", "train.py", last, [])
+    assert result.exit_code == 4 and result.to_dict()["verdict"] == "inconclusive"
+    assert result.to_dict()["inconclusive"] == {"policy": "fail", "metrics": ["step_time"], "why": [row.note]}
+    assert ABResult("b", "c", "train.py", last, [], inconclusive_policy="pass").exit_code == 0
+    quiet = sequential.decide({"step_time": ([0.040] * 6, [0.0401, 0.0399] * 3)}, SPECS[:1], alpha=0.05, plan=plan)
+    assert quiet.final and quiet.verdict == "pass" and quiet.rounds == 6  # ruled out at the first look
+
+
+CPU = sequential.MetricSpec("cpu_time", "CPU time per step", "s", False, 0.05, settles="step_time")
+
+
+def test_the_cpu_time_a_neighbour_cannot_inflate_settles_a_noisy_wall_clock():
+    rng = np.random.default_rng(5)
+    wall_b, wall_c = (list(0.040 * np.exp(rng.normal(0, 0.15, 20))) for _ in range(2))  # a neighbour on and off
+    cpu_b, cpu_c = [0.030] * 20, [0.0301, 0.0299] * 10
+    plan = sequential.looks(6, 20)
+    d = sequential.decide({"step_time": (wall_b[:6], wall_c[:6]), "cpu_time": (cpu_b[:6], cpu_c[:6])},
+                          SPECS[:1] + [CPU], alpha=0.05, plan=plan)
+    wall, cpu = d.metrics
+    assert d.final and d.verdict == "pass" and cpu.verdict == cmp.OK and not cpu.undecided
+    assert wall.verdict == cmp.INCONCLUSIVE and wall.settled_by == "cpu_time" and "the gate goes by it" in wall.note
+    # A CPU-time regression fails even when the wall clock is too noisy to see it.
+    d = sequential.decide({"step_time": (wall_b[:6], wall_c[:6]), "cpu_time": (cpu_b[:6], [c * 1.2 for c in cpu_c[:6]])},
+                          SPECS[:1] + [CPU], alpha=0.05, plan=plan)
+    assert d.verdict == cmp.REGRESSION and [m.name for m in d.regressions] == ["cpu_time"]
+    # A job that is not CPU-bound: the CPU time is shown, not tested, and the wall clock alone decides.
+    idle = sequential.MetricSpec("cpu_time", "CPU time per step", "s", False, 0.05, settles="step_time", gated=False,
+                                 note="reported: it waits")
+    d = sequential.decide({"step_time": (wall_b, wall_c), "cpu_time": (cpu_b, cpu_c)}, SPECS[:1] + [idle], alpha=0.05,
+                          plan=plan)
+    assert d.metrics[1].verdict == cmp.REPORTED and d.metrics[1].p_value is None and d.verdict == cmp.INCONCLUSIVE
+    # A wall-clock regression the CPU time does not share is still a regression, said as such.
+    d = sequential.decide({"step_time": ([0.040] * 6, [0.048] * 6), "cpu_time": (cpu_b[:6], cpu_c[:6])},
+                          SPECS[:1] + [CPU], alpha=0.05, plan=plan)
+    assert d.verdict == cmp.REGRESSION and "the wall clock alone sees it" in d.metrics[0].note
+
+
+def test_rounds_of_another_length_make_no_a_a_pair():
+    base, cand = [1.0, 1.0, 1.2, 1.2, 1.2, 1.2], [1.0] * 6
+    same = sequential.paired(base, cand, False)
+    split = sequential.paired(base, cand, False, lengths=[20, 20, 40, 40, 40, 40])
+    assert len(same.aa) == len(split.aa) + 1  # base rounds 2 and 3 ran 20 and 40 steps: not an A/A pair
+    assert np.allclose(split.aa, 0.0)
 
 
 # --- the fingerprint ---------------------------------------------------------------------------
@@ -271,13 +329,24 @@ def test_a_larger_matmul_fails_the_gate_and_is_named(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_same_code_on_both_sides_passes(tmp_path):
+def test_the_same_code_on_both_sides_passes_or_says_it_cannot_tell(tmp_path):
+    """3 short rounds of the same code cannot rule a 1% regression out (exit 4, inconclusive, never 0)
+    and rule a 500% one out (exit 0)."""
     base, cand = checkouts(tmp_path, hidden=128)
     run = ab(tmp_path, "--base", "base", "--candidate", "cand", *QUICK, "--profile-steps", "0", "--out", "gate",
-             "train.py", "--batch-size", "512")
+             "--max-regression", "1%", "--json", "train.py", "--batch-size", "512")
+    assert run.returncode == 4, run.stdout[-3000:] + run.stderr[-3000:]
+    decision = json.loads(run.stdout)
+    assert decision["verdict"] == "inconclusive" and "step_time" in decision["inconclusive"]["metrics"]
+    assert decision["statistics"]["round_env"] == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert all(r["steps"] == 8 for r in decision["runs"]) and "no trace" not in run.stdout
+    cpu = next(m for m in decision["metrics"] if m["name"] == "cpu_time")
+    assert cpu["base"] > 0 and cpu["gated"] in (True, False)
+    # A threshold no 3-round noise floor reaches, and the team's choice for a gate that cannot tell: a pass.
+    run = ab(tmp_path, "--base", "base", "--candidate", "cand", *QUICK, "--profile-steps", "0", "--out", "gate2",
+             "--max-regression", "500%", "--inconclusive", "pass", "train.py", "--batch-size", "512")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "advise ab pass" in run.stdout and "A/A floor" in run.stdout
-    assert "no trace" not in run.stdout  # the slower ops are asked for only on a regression or with --ops
 
 
 @pytest.mark.slow

@@ -117,13 +117,17 @@ def test_slower_beyond_the_threshold_but_not_significant_passes_with_a_note():
     assert cmp.compare(base, cur).exit_code == 0
 
 
-def test_typical_step_slower_but_not_significant_passes():
+def test_typical_step_slower_but_not_significant_is_inconclusive_not_a_pass():
     base = make_report([30, 50, 35, 45, 40, 38, 42, 60])
     cur = make_report([35, 55, 40, 52, 47, 44, 48, 62])  # median +16%, the ranks overlap
-    step = metric(cmp.compare(base, cur), "step_time_median")
+    result = cmp.compare(base, cur)
+    step = metric(result, "step_time_median")
     assert step.change > 0.10 and step.p_value > 0.01
-    assert step.verdict == cmp.NOT_SIGNIFICANT and "not significant" in step.note
-    assert cmp.compare(base, cur).exit_code == 0
+    assert step.verdict == cmp.INCONCLUSIVE and "cannot tell" in step.note
+    assert result.verdict == "inconclusive" and result.exit_code == 4
+    assert result.to_dict()["inconclusive"]["metrics"] == ["throughput", "step_time_median"]
+    result.inconclusive_policy = "pass"
+    assert result.exit_code == 0 and result.to_dict()["verdict"] == "inconclusive"
 
 
 def test_outlier_steps_do_not_fail_the_gate():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import json
 import os
 import shutil

@@ -71,12 +71,13 @@ class ClosedStep:
 
     def timing(self, timeline: Timeline) -> dict:
         """The step's span on both clocks and where its time went (window and arm lines alike):
-        `duration_s` on the step's clock (`clock`: device or host), `host_s` on the host's."""
+        `duration_s` on the step's clock (`clock`: device or host), `host_s` on the host's, `cpu_s`
+        the training process's CPU time over the step (all its threads; not its loader workers')."""
         host_s = self.end.host - self.start.host
         duration_s, clock = timeline.span(self.start, self.end) if self.timed else (host_s, "host")
         acc = self.acc
         return {"t_start": self.start.host, "t_end": self.end.host, "duration_s": duration_s, "host_s": host_s,
-                "clock": clock, "data_wait_s": acc.data_wait_s, "optimizer_s": acc.optimizer_s,
+                "cpu_s": self.end.cpu - self.start.cpu, "clock": clock, "data_wait_s": acc.data_wait_s, "optimizer_s": acc.optimizer_s,
                 "backward_s": acc.backward_s, "samples": acc.batch()}
 
 
@@ -232,7 +233,7 @@ class StepClock:
     def _end_mark(self, now: float) -> Mark:
         """The boundary at host time `now` (a DataLoader-driven step's is when its wait began)."""
         mark = self.timeline.mark()
-        return Mark(now, mark.event)
+        return Mark(now, mark.event, mark.cpu)
 
     def _close_step(self, now: float, carry: StepAccumulator | None = None) -> None:
         if self.done:
@@ -292,7 +293,7 @@ class StepClock:
     def _restart(self, end: Mark) -> Mark:
         """The next step's start: the host's clock after our bookkeeping (kept out of the next
         step), the device's at the boundary's own event (the device's time runs on)."""
-        return Mark(self.now(), end.event)
+        return Mark(self.now(), end.event, self.timeline.cpu_clock())
 
     def flush(self) -> None:
         """Write the steps held for their timeline: one wait on the device, then their lines."""

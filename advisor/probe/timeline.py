@@ -31,11 +31,17 @@ class Mark:
 
     host: float
     event: Any = None
+    cpu: float = 0.0  # this process's CPU time, all its threads: a neighbour delays it, it does not inflate it
+
+
+def process_cpu() -> float:
+    return time.process_time()
 
 
 class Timeline(Protocol):
     deferred: bool  # timed spans are known only after settle()
     clock: Callable[[], float]  # the host's clock
+    cpu_clock: Callable[[], float]  # this process's CPU time
 
     def mark(self) -> Mark: ...
 
@@ -49,11 +55,11 @@ class HostTimeline:
 
     deferred = False
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
+    def __init__(self, clock: Callable[[], float] = time.monotonic, cpu_clock: Callable[[], float] = process_cpu) -> None:
+        self.clock, self.cpu_clock = clock, cpu_clock
 
     def mark(self) -> Mark:
-        return Mark(self.clock())
+        return Mark(self.clock(), cpu=self.cpu_clock())
 
     def settle(self) -> None:
         pass
@@ -74,18 +80,18 @@ class DeviceTimeline:
     deferred = True
 
     def __init__(self, active: Callable[[], bool], new_event: Callable[[], Any],
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.active, self.new_event, self.clock = active, new_event, clock
+                 clock: Callable[[], float] = time.monotonic, cpu_clock: Callable[[], float] = process_cpu) -> None:
+        self.active, self.new_event, self.clock, self.cpu_clock = active, new_event, clock, cpu_clock
         self.last: Any = None  # the newest event: settle() waits on it
         self.settles = 0  # waits made, for the tests' count of advise's own syncs
 
     def mark(self) -> Mark:
         if not self.active():
-            return Mark(self.clock())
+            return Mark(self.clock(), cpu=self.cpu_clock())
         event = self.new_event()
         event.record()
         self.last = event
-        return Mark(self.clock(), event)
+        return Mark(self.clock(), event, self.cpu_clock())
 
     def settle(self) -> None:
         if self.last is not None:
@@ -106,7 +112,7 @@ def settled(timeline: Timeline) -> Timeline:
     try:
         timeline.settle()
     except Exception:  # noqa: BLE001 - the script's own error is reported, not ours
-        return HostTimeline(timeline.clock)
+        return HostTimeline(timeline.clock, timeline.cpu_clock)
     return timeline
 
 

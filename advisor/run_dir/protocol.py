@@ -43,7 +43,7 @@ class Phase(str, Enum):
 
 # A step line's timing columns, as steps.csv keeps them (the clock writes them: advisor/probe/clock.py;
 # duration_s is on the step's `clock`, host_s on the host's: advisor/probe/timeline.py)
-STEP_COLUMNS = ("index", "t_start", "t_end", "duration_s", "host_s", "clock", "data_wait_s", "optimizer_s",
+STEP_COLUMNS = ("index", "t_start", "t_end", "duration_s", "host_s", "cpu_s", "clock", "data_wait_s", "optimizer_s",
                 "backward_s", "samples", "profiled", "source")
 
 WINDOW_PHASES = (Phase.STARTUP, Phase.WARMUP, Phase.PROFILER_WARMUP, Phase.MEASURE)  # the profiled run's own steps
