@@ -42,9 +42,13 @@ DEFAULT_ROUNDS, DEFAULT_MAX_ROUNDS = 6, 20
 # runs' log ratio is 0.11-0.12 at the 5th percentile, 0.35-0.41 at the 25th, 0.40-0.45 at the median.
 FAST_QUANTILE = 0.05
 # On a CPU, beside the wall clock: the training process's CPU time per step (its `cpu_s`, all its
-# threads), the median of a run's measured steps. A neighbour that takes the cores delays a step;
-# it does not add work to it, so this figure holds where wall time cannot (2-core runner, an MLP
-# step of 9.6 ms: two CPU burners moved the median wall step to 16.7 ms and its CPU time to 9.2 ms).
+# threads), read from a run's fast steps too (FAST_QUANTILE). A neighbour that takes the cores
+# delays a step; it does not add work to it, so this figure holds where wall time cannot (2-core
+# runner, an MLP step of 9.6 ms: two CPU burners moved the median wall step to 16.7 ms and its CPU
+# time to 9.2 ms). What a neighbour still adds (caches, memory bandwidth, the kernel's wake-ups)
+# inflates some steps: beside a burner switching every 1-4 s, 2 intra-op threads, the spread of a
+# round's log ratio was 0.025 at the CPU time's 5th percentile, 0.087 at its median, 0.171 at the
+# wall clock's 5th percentile.
 # Idle intra-op threads must sleep rather than spin for that to hold (spinning OpenMP threads
 # billed 23 ms of CPU to the same step beside a burner): the rounds run with OMP_WAIT_POLICY=PASSIVE
 # unless the job sets its own. It gates where the job is CPU-bound: its CPU time at least
@@ -122,7 +126,8 @@ class ABResult:
             "script": self.script,
             "rule": d.rule,
             "statistics": {"step_time": f"each run's {FAST_QUANTILE:.0%} quantile of its measured steps (its fast steps)",
-                           "cpu_time": "each run's median CPU time per measured step, the training process's threads "
+                           "cpu_time": f"each run's {FAST_QUANTILE:.0%} quantile of the training process's CPU time "
+                                       "per measured step (its threads) "
                                        f"(gates when the job is CPU-bound: {CPU_BOUND_FRAC:.0%} of its fast step or more)",
                            "round_env": {k: os.environ.get(k, v) for k, v in ROUND_ENV.items()},
                            "test": sequential.TEST, "correction": sequential.CORRECTION,
@@ -177,10 +182,11 @@ def fast_step(report: dict) -> float | None:
 
 
 def cpu_step(report: dict) -> float | None:
-    """The training process's CPU time per step: the median `cpu_s` of the measured (un-profiled) steps."""
+    """The training process's CPU time per step at its fast steps: the FAST_QUANTILE of `cpu_s` over
+    the measured (un-profiled) steps."""
     values = [s.get("cpu_s") for s in report.get("steps") or [] if not s.get("profiled")]
     values = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
-    return float(np.median(values)) if len(values) >= 4 else None
+    return float(np.quantile(values, FAST_QUANTILE)) if len(values) >= 4 else None
 
 
 def cpu_bound(reports: list[dict]) -> tuple[bool, str]:
@@ -212,6 +218,7 @@ def _figures(report: dict) -> dict:
     tp = report.get("throughput") or {}
     return {"samples_per_s": tp.get("samples_per_s"), "steps_per_s": tp.get("steps_per_s"),
             "step_time_median_s": tp.get("step_time_median_s"), "step_time_fast_s": fast_step(report),
+            "cpu_step_s": cpu_step(report),
             "memory": {k: v for k, (v, _) in compare.memory_figures(report).items()}}
 
 
@@ -248,7 +255,8 @@ def specs(options: ABOptions, unit: str, memory_label: str | None,
                                  options.max_regression, mirrors="step_time")]
     if cpu is not None:
         gated, why = cpu
-        out.append(sequential.MetricSpec("cpu_time", "CPU time per step (median)", "s", False, options.max_regression,
+        out.append(sequential.MetricSpec("cpu_time", f"CPU time per step (p{FAST_QUANTILE * 100:.0f})", "s", False,
+                                         options.max_regression,
                                          settles="step_time", gated=gated, note=why))
     if memory_label:
         out.append(sequential.MetricSpec("peak_memory", memory_label, "bytes", False, options.max_memory_regression,
@@ -335,7 +343,7 @@ def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], opti
         cpu = cpu_bound(base + cand) if "cpu_time" in data else None
         decision = sequential.decide(data, specs(options, unit, memory_label, cpu), alpha=options.alpha, plan=plan,
                                      lengths=lengths)
-        history.append({"rounds": index, "look": decision.look, "final": decision.final,
+        history.append({"rounds": index, "look": decision.look, "final": decision.final, "steps": current.steps,
                         "slowdowns": {m.name: m.slowdown for m in decision.metrics},
                         "p_values": {m.name: m.p_value for m in decision.metrics},
                         "regressions": [m.name for m in decision.regressions]})

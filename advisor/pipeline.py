@@ -57,6 +57,8 @@ def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[
         out.append(contended)
     if probe.profiler_cut:
         out.append(probe.profiler_cut + "; the rules read those steps only")
+    if probe.profiler_refused:
+        out.append(probe.profiler_refused)
     if probe.profiler_error:
         out.append(f"the profiler trace could not be written: {probe.profiler_error}")
     if (probe.warmup or 0) > config.warmup:

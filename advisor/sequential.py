@@ -29,6 +29,10 @@ of a round and cancels out. The decision reads those paired slowdowns:
 A metric regresses when its slowdown is beyond the threshold **and** beyond the floor **and**
 Holm-significant at the look's level. Memory also needs its byte floor (compare.MEMORY_FLOOR_BYTES).
 
+A metric a neighbour cannot inflate (``settles``: the CPU time per step of a CPU-bound job) that
+rules its regression out settles a wall clock too noisy to decide, unless that wall clock leans
+slower (suspected): a step that waits longer shows only there.
+
 A metric passes only when the rounds rule the threshold out: its 95% upper bound below it, and
 the floor too. One that is neither a regression nor ruled out is *undecided*: it gets the planned
 looks up to ``max_rounds`` like a suspected one, and at the last look it is **inconclusive**, never
@@ -295,7 +299,9 @@ def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[Metri
     for spec, settler in zip(specs, rows):
         row = next((r for r in rows if r.name == spec.settles), None)
         if row is not None and settler.gated and settler.slowdown is not None and not settler.undecided:
-            if row.undecided and settler.verdict != REGRESSION:
+            # Only a wall clock that does not lean slower: one that does, beside a CPU time that did not
+            # grow, may be a wait the neighbour's noise hides (a sleep, I/O, a lock), and stays open.
+            if row.undecided and not row.suspected and settler.verdict != REGRESSION:
                 row.settled_by = settler.name
             elif row.verdict == REGRESSION and settler.verdict in (OK, IMPROVEMENT):
                 row.note += (f"; {settler.label} did not grow: the step waits longer (a sleep, I/O, a lock), "

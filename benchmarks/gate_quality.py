@@ -1,9 +1,11 @@
 """Does the CI gate cry wolf, and does it catch real slowdowns? Whole `advise` commands, a noisy neighbour.
 
 A shared runner's neighbour switches on and off: here a CPU-burning process that turns on or off at
-random every 1-5 s (seeded) runs beside every command. Each trial makes two checkouts of
+random every 1-5 s (``--period``; seeded) runs beside every command. Each trial makes two checkouts of
 tests/workloads/slowdown_knob.py (pure CPU work, ``--step-ms 0``); the candidate's copy plants a
-slowdown by changing the knob's default in its code (1.05, 1.10, 1.20), the base's is unchanged.
+slowdown by changing a default in its code (1.05, 1.10, 1.20), the base's is unchanged: with
+``--plant wait`` the knob's (the step waits that much longer: a sleep), with ``--plant work`` the
+hidden width's (that much more arithmetic per step, as a wider layer in a pull request is).
 
 - **interleaved**: ``advise ab --base B --candidate C`` (its own defaults: 5% threshold, alpha 0.05
   over all metrics and looks, 6 rounds then up to 20 when suspected; 150 steps a run here, so a
@@ -43,12 +45,14 @@ from advisor.analysis import stats  # noqa: E402
 from advisor import ab, compare, sequential  # noqa: E402
 
 WORKLOAD = REPO / "tests" / "workloads" / "slowdown_knob.py"
-KNOB = 'parser.add_argument("--slowdown", type=float, default=1.0,'
+KNOBS = {"wait": 'parser.add_argument("--slowdown", type=float, default=1.0,',
+         "work": 'parser.add_argument("--widen", type=float, default=1.0,'}
 NEIGHBOUR = """
 import random, sys, time
 rng = random.Random(int(sys.argv[1]))
+low, high = map(float, sys.argv[2].split(","))
 while True:
-    until = time.monotonic() + rng.uniform(1.0, 5.0)
+    until = time.monotonic() + rng.uniform(low, high)
     if rng.random() < 0.5:
         while time.monotonic() < until:
             sum(i * i for i in range(2000))
@@ -62,12 +66,12 @@ def advise(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-P", "-m", "advisor", *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 
-def checkout(root: Path, slowdown: float) -> Path:
-    """A folder holding train.py: the knob's workload, its default slowdown planted in the code."""
+def checkout(root: Path, slowdown: float, plant: str = "wait") -> Path:
+    """A folder holding train.py: the knob's workload, the slowdown planted in its code (a knob's default)."""
     root.mkdir(parents=True)
-    text = WORKLOAD.read_text()
-    assert KNOB in text, "the workload's --slowdown line changed: update KNOB"
-    (root / "train.py").write_text(text.replace(KNOB, KNOB.replace("default=1.0", f"default={slowdown}")))
+    text, knob = WORKLOAD.read_text(), KNOBS[plant]
+    assert knob in text, "the workload's knob line changed: update KNOBS"
+    (root / "train.py").write_text(text.replace(knob, knob.replace("default=1.0", f"default={slowdown}")))
     return root
 
 
@@ -87,14 +91,14 @@ def asv_rule(base: dict, cur: dict) -> bool:
 
 
 def trial(tmp: Path, name: str, slowdown: float, args: argparse.Namespace, saved: dict | None) -> dict:
-    base, cand = checkout(tmp / name / "base", 1.0), checkout(tmp / name / "cand", slowdown)
+    base, cand = checkout(tmp / name / "base", 1.0), checkout(tmp / name / "cand", slowdown, args.plant)
     out = tmp / name / "ab"
     started = time.monotonic()
     proc = advise("ab", "--base", str(base), "--candidate", str(cand), "--steps", str(args.steps), "--warmup", str(args.warmup),
                   "--profile-steps", "0", "--rounds", str(args.rounds), "--max-rounds", str(args.max_rounds), "--out", str(out),
                   "--json", "train.py", *args.workload)
     wall = time.monotonic() - started
-    if proc.returncode not in (0, 3):  # a failed round: said, counted, and the benchmark goes on
+    if proc.returncode not in (0, 3, 4):  # a failed round: said, counted, and the benchmark goes on
         logs = sorted(out.glob("*/round-*/script*.log"), key=lambda p: p.stat().st_mtime)
         tail = logs[-1].read_text(errors="replace")[-1500:] if logs else ""
         print(f"{name}: advise ab exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}\n{tail}", flush=True)
@@ -103,17 +107,23 @@ def trial(tmp: Path, name: str, slowdown: float, args: argparse.Namespace, saved
     first_b = json.loads((out / "base" / "round-01" / "report.json").read_text())
     first_c = json.loads((out / "candidate" / "round-01" / "report.json").read_text())
     step = next((m for m in decision["metrics"] if m["name"] == "step_time"), {})
+    cpu = next((m for m in decision["metrics"] if m["name"] == "cpu_time"), {})
     fast = {side: [r["step_time_fast_s"] for r in decision["runs"] if r["side"] == side] for side in ("base", "candidate")}
+    cpu_steps = {side: [r.get("cpu_step_s") for r in decision["runs"] if r["side"] == side] for side in ("base", "candidate")}
+    lengths = [r["steps"] for r in decision["runs"] if r["side"] == "base"]
     memory = {side: [r.get("memory") or {} for r in decision["runs"] if r["side"] == side] for side in ("base", "candidate")}
-    row = {"trial": name, "slowdown": slowdown, "ab": proc.returncode == 3, "ab_s": wall,
+    row = {"trial": name, "slowdown": slowdown, "ab": proc.returncode == 3, "ab_inconclusive": proc.returncode == 4,
+           "ab_pass": proc.returncode == 0, "ab_s": wall,
            "rounds": decision["statistics"]["rounds"], "fast_steps": fast, "memory": memory,
+           "cpu_steps": cpu_steps, "cpu_gated": bool(cpu.get("gated")), "lengths": lengths,
            "ab_step": {k: step.get(k) for k in ("slowdown", "p_value", "floor", "verdict")},
+           "ab_cpu": {k: cpu.get(k) for k in ("slowdown", "p_value", "floor", "verdict")},
            "job_fixed": fixed_threshold(first_b, first_c), "job_asv": asv_rule(first_b, first_c), "first_base": first_b}
     if saved is not None:
         saved_path, cur_path = tmp / name / "saved.json", out / "candidate" / "round-01" / "report.json"
         saved_path.write_text(json.dumps(saved))
         cmp = advise("compare", str(saved_path), str(cur_path), "--json")
-        if cmp.returncode not in (0, 3):
+        if cmp.returncode not in (0, 3, 4):
             raise SystemExit(f"advise compare exited {cmp.returncode}: {cmp.stderr[-2000:]}")
         row.update(saved=cmp.returncode == 3, saved_fixed=fixed_threshold(saved, first_c), saved_asv=asv_rule(saved, first_c),
                    saved_s=first_c.get("total_wall_s"))
@@ -131,21 +141,29 @@ def replay(row: dict, rounds: int, max_rounds: int) -> bool | None:
     common = [b for b, _, _ in compare.MEMORY_FIGURES if all(b in m for side in memory.values() for m in side)]
     options = ab.ABOptions(rounds=rounds, max_rounds=max_rounds)
     label = next(lab for b, lab, _ in compare.MEMORY_FIGURES if b == common[0]) if common else None
+    cpu_steps, lengths = row.get("cpu_steps"), row.get("lengths")
     for at in plan:
         if at > min(len(fast["base"]), len(fast["candidate"])):
             return None
+        if lengths and lengths[at - 1] != lengths[0]:
+            return None  # this trial's rounds grew longer before that look: a smaller budget's rounds did not
         data = {"step_time": (fast["base"][:at], fast["candidate"][:at]),
                 "throughput": ([1 / x for x in fast["base"][:at]], [1 / x for x in fast["candidate"][:at]])}
         if common:
             data["peak_memory"] = ([m[common[0]] for m in memory["base"][:at]], [m[common[0]] for m in memory["candidate"][:at]])
-        decision = sequential.decide(data, ab.specs(options, "steps/s", label), alpha=ab.DEFAULT_ALPHA, plan=plan)
+        cpu = None
+        if cpu_steps and all(cpu_steps["base"][:at]) and all(cpu_steps["candidate"][:at]):
+            data["cpu_time"] = (cpu_steps["base"][:at], cpu_steps["candidate"][:at])
+            cpu = (row.get("cpu_gated", False), "")
+        decision = sequential.decide(data, ab.specs(options, "steps/s", label, cpu), alpha=ab.DEFAULT_ALPHA, plan=plan,
+                                     lengths=lengths[:at] if lengths else None)
         if decision.final:
             return bool(decision.regressions)
     return None
 
 
-def start_neighbour(seed: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed)])
+def start_neighbour(seed: int, period: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed), period])
 
 
 def rate(rows: list[dict], key: str) -> str:
@@ -163,6 +181,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-neighbour", action="store_true", help="run without the CPU-burning neighbour")
+    parser.add_argument("--period", default="1,5", help="the neighbour's on/off phases last LOW,HIGH seconds (uniform)")
+    parser.add_argument("--plant", choices=sorted(KNOBS), default="wait",
+                        help="the candidate's slowdown: a longer wait in each step, or more work (a wider layer)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", type=Path, default=None, help="append each trial's outcome here (JSON lines) as it ends")
     parser.add_argument("--resume", action="store_true",
@@ -186,7 +207,7 @@ def main() -> None:
             raise SystemExit("--resume needs --log")
         logged = [json.loads(line) for line in args.log.read_text().splitlines() if line.strip()] if args.log.exists() else []
     done = {r.get("trial") for r in logged}
-    neighbour = None if args.no_neighbour else start_neighbour(args.seed + len(logged))
+    neighbour = None if args.no_neighbour else start_neighbour(args.seed + len(logged), args.period)
     rows: list[dict] = [r for r in logged if not r.get("error")]
     saved, errors = None, len(logged) - len(rows)
     started = time.monotonic()
@@ -204,7 +225,11 @@ def main() -> None:
                     errors += 1
                     continue
                 rows.append(row)
-                print(f"trial {i + 1}/{len(plan)}: planted {pct:g}%: ab {'REGRESSION' if row['ab'] else 'pass'} "
+                verdict = "REGRESSION" if row["ab"] else "INCONCLUSIVE" if row["ab_inconclusive"] else "pass"
+                print(f"trial {i + 1}/{len(plan)}: planted {pct:g}% ({args.plant}): ab {verdict} "
+                      f"(step {row['ab_step']['slowdown'] or 0:+.1%} floor {row['ab_step']['floor'] or 0:.1%}; "
+                      f"cpu {row['ab_cpu']['slowdown'] or 0:+.1%} floor {row['ab_cpu']['floor'] or 0:.1%} "
+                      f"{'gated' if row['cpu_gated'] else 'reported'}) "
                       f"after {row['rounds']} rounds ({row['ab_s']:.0f} s)"
                       + (f"; saved-baseline compare {'REGRESSION' if row['saved'] else 'pass'}" if "saved" in row else ""),
                       flush=True)
@@ -225,8 +250,10 @@ def table(rows: list[dict], errors: int, elapsed: float | None, args: argparse.N
             if r["ab12"] is None:
                 del r["ab12"]
     gates = [
-        ("`advise ab` (interleaved, sequential)", "ab", f"{statistics.median(r['ab_s'] for r in rows):.0f} s, "
-                                                        f"{statistics.median(r['rounds'] for r in rows):g} rounds"),
+        ("`advise ab` (interleaved, sequential): regression, exit 3", "ab",
+         f"{statistics.median(r['ab_s'] for r in rows):.0f} s, {statistics.median(r['rounds'] for r in rows):g} rounds"),
+        ("`advise ab`: inconclusive, exit 4", "ab_inconclusive", "same runs"),
+        ("`advise ab`: pass, exit 0", "ab_pass", "same runs"),
         ("`advise ab --max-rounds 12`, replayed on the same rounds", "ab12", "at most 12 rounds"),
         ("`advise compare` (saved baseline)", "saved", "one run + compare"),
         ("fixed 10% on the mean (pytest-benchmark), saved baseline", "saved_fixed", "one run"),
@@ -234,11 +261,12 @@ def table(rows: list[dict], errors: int, elapsed: float | None, args: argparse.N
         ("fixed 10% on the mean (pytest-benchmark), same job", "job_fixed", "two runs"),
         ("ratio > 1.1 + Mann-Whitney (asv), same job", "job_asv", "two runs"),
     ]
-    faithful = [replay(r, args.rounds, args.max_rounds) == r["ab"] for r in rows if "fast_steps" in r]
+    replayed = [(replay(r, args.rounds, args.max_rounds), r["ab"]) for r in rows if "fast_steps" in r]
+    faithful = [again == own for again, own in replayed if again is not None]  # None: its rounds grew longer
     print(f"the replay gives advise ab's own verdict on {sum(faithful)} of {len(faithful)} trials (its budget, its rounds)")
     took = f" in {elapsed / 60:.0f} min" if elapsed is not None else f" (from {args.from_log})"
-    print(f"\n{len(rows)} trials ({errors} failed to run){took}; neighbour "
-          f"{'off' if args.no_neighbour else 'on (one CPU burner, on/off at random every 1-5 s)'}; "
+    print(f"\n{len(rows)} trials ({errors} failed to run){took}; planted: {args.plant}; neighbour "
+          f"{'off' if args.no_neighbour else f'on (one CPU burner, on/off at random every {args.period} s)'}; "
           f"advise ab --rounds {args.rounds} --max-rounds {args.max_rounds} --steps {args.steps}; "
           f"workload {WORKLOAD.name} {' '.join(args.workload)}\n")
     print("| " + " | ".join(head) + " |")

@@ -161,9 +161,10 @@ def junit(result) -> str:
     cases.append(case)
 
     failures = sum(1 for c in cases if c.find("failure") is not None)
+    skipped = sum(1 for c in cases if c.find("skipped") is not None)
     suites = ET.Element("testsuites", name="advise compare", tests=str(len(cases)), failures=str(failures), errors="0")
     suite = ET.SubElement(suites, "testsuite", name=f"advise compare {result.script}", tests=str(len(cases)),
-                          failures=str(failures), errors="0", skipped="0",
+                          failures=str(failures), errors="0", skipped=str(skipped),
                           timestamp=_dt.datetime.now().isoformat(timespec="seconds"))
     props = ET.SubElement(suite, "properties")
     for key, value in (("baseline", result.baseline_path), ("current", result.current_path), ("rule", result.rule)):

@@ -346,6 +346,25 @@ def test_cli_json_junit_and_step_summary(pair, tmp_path):
     assert suite.get("failures") == "2"
 
 
+def test_cli_inconclusive_fails_by_default_and_says_why_everywhere(tmp_path):
+    base = write(tmp_path, "base.json", make_report([30, 50, 35, 45, 40, 38, 42, 60]))
+    cur = write(tmp_path, "cur.json", make_report([35, 55, 40, 52, 47, 44, 48, 62]))  # +16%, the ranks overlap
+    junit = tmp_path / "junit.xml"
+    result = invoke(base, cur, "--junit", str(junit))
+    assert result.exit_code == 4 and "advise compare INCONCLUSIVE" in result.output
+    assert "inconclusive: step time median" in result.output and "exit 4" in result.output
+    failures = {c.get("name"): c.find("failure") for c in ET.parse(junit).getroot().iter("testcase")}
+    assert failures["step_time_median"] is not None and failures["step_time_median"].get("type") == "inconclusive"
+    md = invoke(base, cur, "--format", "markdown")
+    assert md.exit_code == 4 and md.output.startswith("### advise compare: ❓ inconclusive")
+    chosen = invoke(base, cur, "--json", "--inconclusive", "pass", "--junit", str(junit))
+    data = json.loads(chosen.stdout)
+    assert chosen.exit_code == 0 and data["verdict"] == "inconclusive" and data["exit_code"] == 0
+    assert data["inconclusive"]["policy"] == "pass" and "cannot tell" in data["inconclusive"]["why"][0]
+    skipped = [c for c in ET.parse(junit).getroot().iter("testcase") if c.find("skipped") is not None]
+    assert skipped and not any(c.find("failure") is not None for c in ET.parse(junit).getroot().iter("testcase"))
+
+
 def test_cli_markdown_and_fail_on_new_findings(pair):
     base, cur = pair(findings=[DL])
     md = invoke(base, cur, "--format", "markdown")

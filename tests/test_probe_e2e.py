@@ -344,6 +344,19 @@ def test_a_stalled_step_is_named_and_left_out_of_the_throughput(advise):
     assert any("1 of 14 measured steps stalled" in w for w in rep["warnings"]), rep["warnings"]
 
 
+def test_a_profiler_that_refuses_to_start_leaves_the_run_going_without_a_trace(advise):
+    """No CUPTI, no profiling permission: torch.profiler's start() raises at the window's first step.
+    The script never sees it; the run is ok, its steps are timed, and the report says what is missing."""
+    r = advise("profile", "--steps", "8", "--warmup", "2", "--profile-steps", "2", "--no-experiments", "--out", "run",
+               str(WORKLOADS / "profiler_refused.py"))
+    assert r.returncode == 0, r.stderr
+    rep = r.report
+    assert rep["status"] == "ok" and len(rep["steps"]) == 8
+    said = [w for w in rep["warnings"] if "the profiler could not start" in w]
+    assert len(said) == 1 and "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES" in said[0] and "step times stand" in said[0]
+    assert not list(r.out.glob("*.pt.trace.json*")) and "could not start" in r.stdout
+
+
 def test_a_profiler_window_that_outgrows_its_memory_limit_stops_and_keeps_its_steps(tmp_path, monkeypatch):
     """The profiler holds every event in memory: past the growth limit the window stops at a step
     boundary and exports the steps it recorded (an LBFGS script grew 3.5 GiB a step, to 17 GiB)."""

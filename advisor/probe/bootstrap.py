@@ -64,6 +64,7 @@ class ProfilerWindow:
         self.errno: int | None = None  # the export's OSError errno: a full or read-only run dir
         self.exported = False
         self.cut: str | None = None  # why the window stopped before its last step
+        self.refused: str | None = None  # what the profiler could not record: the run goes on without it
         self._rss0: int | None = None
         self._recorded = 0
 
@@ -81,9 +82,29 @@ class ProfilerWindow:
                 os.environ.pop("KINETO_LOG_LEVEL", None)
 
     def _start(self) -> None:
-        activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            activities.append(ProfilerActivity.CUDA)
+        """Start the profiler; one that refuses (a container without CUPTI) never fails the script.
+
+        Device tracing refused: a host-only trace, said. Refused outright: no trace, said; the step
+        times stand either way."""
+        device = torch.cuda.is_available() and torch.cuda.is_initialized()
+        try:
+            self._profile([ProfilerActivity.CPU, ProfilerActivity.CUDA] if device else [ProfilerActivity.CPU])
+            return
+        except Exception as exc:  # noqa: BLE001 - the script must not see our profiler's failure
+            first = f"{type(exc).__name__}: {exc}".strip()
+        self.prof = None
+        if device:
+            try:
+                self._profile([ProfilerActivity.CPU])
+                self.refused = (f"the profiler could not trace the GPU ({first[:300]}): the trace is the host's only, "
+                                "so no kernel, GPU-busy, overlap or MFU figure")
+                return
+            except Exception:  # noqa: BLE001 - as above
+                self.prof = None
+        self.refused = (f"the profiler could not start ({first[:300]}): no trace this run, so no op, kernel or "
+                        "memory figure; the step times stand")
+
+    def _profile(self, activities: list) -> None:
         self.prof = torch.profiler.profile(
             activities=activities,
             # Step 0 warms CUPTI up unrecorded; the rest is recorded until stop().
@@ -347,6 +368,7 @@ class ChildProbe:
             trace=self.names.trace if window.exported else None,
             profiler_error=window.error,
             profiler_cut=window.cut,
+            profiler_refused=window.refused,
             profiler_errno=window.errno,
             profile_steps=self.profile_steps,
             overrides=self.config.overrides,

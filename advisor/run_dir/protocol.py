@@ -119,6 +119,7 @@ class ChildAccount(msgspec.Struct, kw_only=True):
     trace: Optional[str] = None  # the trace's file name, when the window exported one
     profiler_error: Optional[str] = None
     profiler_cut: Optional[str] = None
+    profiler_refused: Optional[str] = None  # what the profiler could not record (the device's activity, or anything)
     profiler_errno: Optional[int] = None
     profile_steps: Optional[int] = None
     overrides: dict = {}

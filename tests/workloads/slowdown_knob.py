@@ -21,6 +21,8 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--slowdown", type=float, default=1.0, help="multiply every step's time by this")
 parser.add_argument("--step-ms", type=float, default=40.0, help="target step time at --slowdown 1 (0: no wait)")
 parser.add_argument("--width", type=int, default=256)
+parser.add_argument("--widen", type=float, default=1.0, help="multiply the hidden width: more work per step, not a wait")
+parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
 parser.add_argument("--batch-size", type=int, default=32)
 parser.add_argument("--epochs", type=int, default=1000)
 parser.add_argument("--barrier", default=None, help="a folder: wait there until --parties runs are ready, then start together")
@@ -35,10 +37,11 @@ if args.barrier:  # runs compared side by side start their steps together, so th
         time.sleep(0.01)
 
 torch.manual_seed(0)
-torch.set_num_threads(1)  # one core: less sensitive to whatever else the runner is doing
+torch.set_num_threads(args.threads)  # one core by default: less sensitive to whatever else the runner is doing
 data = TensorDataset(torch.randn(2048, 64), torch.randn(2048, 1))
 loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, drop_last=True)
-model = torch.nn.Sequential(torch.nn.Linear(64, args.width), torch.nn.ReLU(), torch.nn.Linear(args.width, 1))
+model = torch.nn.Sequential(torch.nn.Linear(64, round(args.width * args.widen)), torch.nn.ReLU(),
+                            torch.nn.Linear(round(args.width * args.widen), 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 target_s = args.step_ms / 1e3
 
