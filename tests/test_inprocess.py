@@ -328,7 +328,7 @@ def test_a_busy_machine_leaves_no_in_process_claim_verified(tmp_path):
     and the note says how busy; on a quiet machine the verdicts stand."""
     from advisor.experiments.plan import Candidate
 
-    def judged(other_cores: float):
+    def judged(other_cores: float, gpu_others: float | None = None):
         finding = _dl001()
         session = _session(tmp_path, finding)
         cand = Candidate("dataloader-starvation", {"dataloader": {"num_workers": 2}}, "safe", 0)
@@ -343,6 +343,8 @@ def test_a_busy_machine_leaves_no_in_process_claim_verified(tmp_path):
         session.recommended = judge.recommend(session._winners, None, budget=None, notes=session.notes)
         samples = pd.DataFrame({"t": np.arange(99.0, 105.0, 0.1), "cpu_percent": 100.0,
                                 "sys_cpu_percent": (1.0 + other_cores) / 2 * 100})
+        if gpu_others is not None:
+            samples["gpu_other_procs"] = np.where(samples["t"] > 101.0, gpu_others, 0.0)  # it came in mid-way
         session.withhold_if_busy(samples, 2)
         return finding.experiment, session
 
@@ -351,3 +353,7 @@ def test_a_busy_machine_leaves_no_in_process_claim_verified(tmp_path):
     busy, session = judged(0.9)
     assert not busy.verified and busy.verdict.value == "not-confirmed" and busy.speedup == pytest.approx(2.0, rel=0.05)
     assert not session.recommended.verified and "0.9 of 2 cores" in busy.reason and session.notes == [busy.reason]
+    shared, session = judged(0.1, gpu_others=1)  # a quiet CPU, another process on the same GPU
+    assert not shared.verified and "1 other process ran on the script's GPU" in shared.reason
+    alone, _ = judged(0.1, gpu_others=0)
+    assert alone.verified

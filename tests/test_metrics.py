@@ -119,3 +119,12 @@ def test_a_gpu_runs_terminal_names_its_step_clock_and_energy():
     assert words.energy_words(report.energy) == ("1.25 J/sample", "323.6 W mean over 309.0 ms, NVML")
     cpu = Report.of({"steps": [{"index": 0, "duration_s": 0.01, "host_s": 0.01, "clock": "host"}]})
     assert words.step_clock_words(cpu) == "" and words.energy_words(cpu.energy) == ("", "")
+
+
+def test_another_process_on_the_gpu_during_the_window_is_contention():
+    quiet = ticks([9.5, 10.5, 11.5, 12.5], gpu_other_procs=[1, 0, 0, 0])  # a process left before step 1
+    assert metrics.contention_warning(steps(), quiet, 2) is None
+    shared = ticks([9.5, 10.5, 11.5, 12.5], gpu_other_procs=[0, 0, 2, 1])
+    said = metrics.contention_warning(steps(), shared, 2)
+    assert said.startswith("the machine looks contended") and "2 other processes ran on the script's GPU" in said
+    assert metrics.contention_warning(steps(), ticks([10.5, 11.5], gpu_util_percent=[50, 60]), 2) is None  # not sampled

@@ -11,7 +11,7 @@ import time
 import pandas as pd
 import pytest
 
-from advisor.probe.sampler import COLUMNS, GPU_COLUMNS, Sampler, _resolve_gpu_index, nvml_snapshot
+from advisor.probe.sampler import COLUMNS, GPU_COLUMNS, Sampler, _resolve_gpu_index, nvml_snapshot, other_gpu_processes
 
 MB = 1024 * 1024
 
@@ -227,6 +227,14 @@ def test_write_csv_round_trip(workload_run, tmp_path):
     back = pd.read_csv(path)
     assert list(back.columns) == COLUMNS
     pd.testing.assert_frame_equal(back, df, check_dtype=False)
+
+
+def test_other_processes_on_the_gpu_are_counted_in_a_container_too():
+    assert other_gpu_processes([10, 11], {10, 12}) == 1  # 11 is not the script's
+    assert other_gpu_processes([10], {10}) == 0
+    assert other_gpu_processes([], {10}) == 0
+    # A container: NVML lists host pids, none of the script's; the script is one of them.
+    assert other_gpu_processes([90001], {10}) == 0 and other_gpu_processes([90001, 90002], {10}) == 1
 
 
 def test_gpu_index_resolution(monkeypatch):

@@ -71,6 +71,18 @@ def outside_cores(samples: pd.DataFrame, cpu_count: int | None) -> float | None:
     return float((samples["sys_cpu_percent"] / 100 * cpu_count - samples["cpu_percent"] / 100).clip(lower=0).mean())
 
 
+def gpu_neighbours(samples: pd.DataFrame) -> int | None:
+    """The most processes outside the script's tree NVML saw at once on its GPU over `samples`
+    (None where it was not sampled: a CPU run, no NVML)."""
+    if samples.empty or "gpu_other_procs" not in samples or not samples["gpu_other_procs"].notna().any():
+        return None
+    return int(samples["gpu_other_procs"].max())
+
+
+def shared_gpu_text(others: int) -> str:
+    return f"{others} other process{'es' if others > 1 else ''} ran on the script's GPU (NVML)"
+
+
 def contention_warning(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: int | None) -> str | None:
     """Say when the machine was not the script's alone: stalled steps (:func:`stalled`), and CPU
     used by processes outside the script's tree (system CPU less the tree's, sampled)."""
@@ -86,6 +98,9 @@ def contention_warning(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: in
     if other is not None and other >= OUTSIDE_LOAD_WARN_CORES:
         said.append(f"processes outside the script used {other:.1f} of {cpu_count} cores on average while it was "
                     "measured")
+    shared = gpu_neighbours(window)
+    if shared:
+        said.append(shared_gpu_text(shared) + " while it was measured")
     if not said:
         return None
     return "the machine looks contended: " + "; ".join(said) + ". Timings and measured speedups may not reproduce"

@@ -385,16 +385,21 @@ class ArmsSession:
     # after the run -------------------------------------------------------------------------
     def withhold_if_busy(self, samples: pd.DataFrame, cpu_count: int | None) -> None:
         """No in-process claim stays verified where other processes took a quarter of the cores
-        (half a core at least) while the arms ran: a contended 2-core machine verified bf16 on
-        nanoGPT at 2.05x, 0.90x by hand. The figures stay, marked not confirmed, with the load."""
+        (half a core at least), or ran on the script's GPU, while the arms ran: a contended 2-core
+        machine verified bf16 on nanoGPT at 2.05x, 0.90x by hand. The figures stay, marked not
+        confirmed, with the load."""
         frames = [f for result in self._results.values() for f in result.steps.values() if "t_start" in f]
         if not frames or samples.empty or "t" not in samples:
             return
-        other = metrics.outside_cores(metrics.window_samples(samples, pd.concat(frames)), cpu_count)
-        if other is None or other < max(metrics.OUTSIDE_LOAD_WARN_CORES, BUSY_SHARE * (cpu_count or 0)):
+        window = metrics.window_samples(samples, pd.concat(frames))
+        other, shared = metrics.outside_cores(window, cpu_count), metrics.gpu_neighbours(window)
+        busy = other is not None and other >= max(metrics.OUTSIDE_LOAD_WARN_CORES, BUSY_SHARE * (cpu_count or 0))
+        if not busy and not shared:
             return
-        why = (f"the machine was busy: processes outside the script used {other:.1f} of {cpu_count} cores while the "
-               "fixes were measured; run again on a quiet machine to verify")
+        said = ([f"processes outside the script used {other:.1f} of {cpu_count} cores"] if busy else []) + \
+               ([metrics.shared_gpu_text(shared)] if shared else [])
+        why = (f"the machine was busy: {' and '.join(said)} while the fixes were measured; run again on a quiet "
+               "machine to verify")
         claims = [f.experiment for f in self.findings if f.experiment is not None]
         for exp in claims + ([self.recommended] if self.recommended is not None else []):
             if exp.verified and exp.measured_by == "in-process":

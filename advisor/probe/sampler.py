@@ -53,6 +53,7 @@ GPU_COLUMNS: list[str] = [
     "gpu_power_w",
     "gpu_sm_clock_mhz",
     "gpu_proc_mem_bytes",
+    "gpu_other_procs",
     "gpu_pcie_tx_kbps",
     "gpu_pcie_rx_kbps",
 ]
@@ -162,6 +163,14 @@ def nvml_snapshot(gpu_index: int | None = None) -> dict:
             pynvml.nvmlShutdown()
         except Exception:
             pass  # init succeeded, so shutdown failing leaves nothing to report or fix
+
+
+def other_gpu_processes(listed: list[int], tree: set[int]) -> int:
+    """How many of the processes NVML lists on the watched GPU are not the script's: a device that
+    is not the script's alone times like a CPU with a neighbour. In a container NVML lists host pids
+    and none match the script's tree; the script is then taken to be one of those listed."""
+    others = [pid for pid in listed if pid not in tree]
+    return len(others) - (1 if others and len(others) == len(listed) else 0)
 
 
 def descendant_pids(pid: int) -> list[int] | None:
@@ -504,6 +513,7 @@ class Sampler:
             # In a container NVML may report host pids, so none match: that reads
             # as 0 here, while gpu_mem_used_bytes still shows the device total.
             tree = set(pids)
+            out["gpu_other_procs"] = float(other_gpu_processes([p.pid for p in procs], tree))
             used = 0.0
             for p in procs:
                 if p.pid in tree:
