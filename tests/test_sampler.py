@@ -11,7 +11,7 @@ import time
 import pandas as pd
 import pytest
 
-from advisor.probe.sampler import COLUMNS, GPU_COLUMNS, Sampler, _resolve_gpu_index, nvml_snapshot, other_gpu_processes
+from advisor.probe.sampler import COLUMNS, GPU_COLUMNS, Sampler, _resolve_gpu_index, nvml_snapshot, other_gpu_processes, script_gpu
 
 MB = 1024 * 1024
 
@@ -235,6 +235,12 @@ def test_other_processes_on_the_gpu_are_counted_in_a_container_too():
     assert other_gpu_processes([], {10}) == 0
     # A container: NVML lists host pids, none of the script's; the script is one of them.
     assert other_gpu_processes([90001], {10}) == 0 and other_gpu_processes([90001, 90002], {10}) == 1
+
+
+def test_the_gpu_sampled_is_the_one_that_runs_the_script():
+    assert script_gpu({0: [500], 1: [10, 11]}, {10, 12}) == 1  # a script on cuda:1 beside another job on 0
+    assert script_gpu({0: [], 1: []}, {10}) is None  # no CUDA context yet: keep looking
+    assert script_gpu({0: [90001]}, {10}) is None  # a container's host pids: the index resolved at start stands
 
 
 def test_gpu_index_resolution(monkeypatch):

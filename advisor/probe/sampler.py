@@ -60,6 +60,8 @@ GPU_COLUMNS: list[str] = [
 COLUMNS: list[str] = ["t", "cpu_percent", "rss_bytes", "pss_bytes", "uss_bytes", "n_procs", "sys_cpu_percent",
                       "main_cpu_percent", *GPU_COLUMNS]
 
+LOCATE_EVERY = 10  # ticks between looks for the GPU that runs the script, until it is found
+
 # Reading smaps_rollup walks the page tables: ~10 ms for a 400 MB process on a busy 2-core box.
 FULL_MEMORY_BUDGET = 0.03   # at most this share of the wall time goes to PSS/USS readings ...
 FULL_MEMORY_PEAK_BUDGET = 0.10  # ... or this much, to read a new high of the tree's RSS
@@ -173,6 +175,12 @@ def other_gpu_processes(listed: list[int], tree: set[int]) -> int:
     return len(others) - (1 if others and len(others) == len(listed) else 0)
 
 
+def script_gpu(listed: dict[int, list[int]], tree: set[int]) -> int | None:
+    """The NVML index of the GPU whose processes include the script's (a script on cuda:1, or one that
+    CUDA_VISIBLE_DEVICES maps by UUID), None where none does (not started yet, or a container's pids)."""
+    return next((index for index, pids in sorted(listed.items()) if tree.intersection(pids)), None)
+
+
 def descendant_pids(pid: int) -> list[int] | None:
     """Descendants from /proc/<pid>/task/*/children: cost grows with the tree, not the machine.
 
@@ -246,6 +254,8 @@ class Sampler:
 
         self._nvml_ok = False
         self._handle: Any = None
+        self._located = False  # the watched GPU is known to be the script's (it lists one of the tree's pids)
+        self._gpu_ticks = 0
         self._disabled_queries: set[str] = set()
         self._tick_cost_s: list[float] = []
         self.stopped_because: str | None = None  # e.g. "process 123 exited": the normal end, not a note
@@ -487,7 +497,28 @@ class Sampler:
             self._note(f"nvml:{name}", f"NVML {name} not sampled: {_nvml_error_text(exc)}")
             return None
 
+    def _locate(self, tree: set[int]) -> None:
+        """Every LOCATE_EVERY ticks until found: watch the GPU that runs the script's processes."""
+        self._gpu_ticks += 1
+        if self._located or self._gpu_ticks % LOCATE_EVERY != 1:
+            return
+        count = self._query("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount) or 0
+        listed = {}
+        for index in range(count):
+            handle = self._query("nvmlDeviceGetHandleByIndex", lambda: pynvml.nvmlDeviceGetHandleByIndex(index))
+            procs = self._query("nvmlDeviceGetComputeRunningProcesses",
+                                lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(handle)) if handle else None
+            listed[index] = [p.pid for p in procs or []]
+        found = script_gpu(listed, tree)
+        if found is None:
+            return
+        self._located = True
+        if found != self.gpu_index:
+            self._note("gpu_located", f"the script runs on GPU {found} (NVML's index), not {self.gpu_index}: sampling it")
+            self._handle, self.gpu_index = pynvml.nvmlDeviceGetHandleByIndex(found), found
+
     def _gpu_sample(self, pids: Any) -> dict[str, float]:
+        self._locate(set(pids))
         h = self._handle
         out = dict.fromkeys(GPU_COLUMNS, NAN)
 
