@@ -121,7 +121,7 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
         return findings, profile
 
     def io_like(profile: Profile) -> bool:  # the Profile diagnose() loaded: the trace is parsed once
-        return _io_like(metrics.utilization(profile.samples, profile.steps), profile.env)
+        return bool(metrics.io_bound(profile.samples, profile.steps, profile.env.get("cpu_count") or 1))
 
     session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
                           max_experiments=experiments.max_experiments, window_steps=max(5, config.steps // 2),
@@ -189,13 +189,6 @@ def _combine(first: ExperimentResults | None, fresh: ExperimentResults) -> Exper
     if first.recommended is not None and fresh.recommended is not None:
         notes.append("fixes measured in-process and in fresh runs were not stacked together; the faster is recommended")
     return ExperimentResults(fresh.findings, recommended, notes, fresh.runs, fresh.interrupted)
-
-
-def _io_like(report_util: dict, env: dict) -> bool:
-    """The script's process tree used under half the machine's cores: data work waits, not computes."""
-    cpu = report_util.get("cpu_percent_mean")
-    cores = env.get("cpu_count") or 1
-    return cpu is not None and cpu < 50.0 * cores
 
 
 def profile_script(**options) -> int:
@@ -366,7 +359,7 @@ def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: Jo
         try:
             fresh_results = run_experiments(
                 findings, config, profile.steps, root=layout.make_subdir(out, layout.EXPERIMENTS), env=profile.env,
-                io_like=_io_like(metrics.utilization(profile.samples, profile.steps), profile.env),
+                io_like=bool(metrics.io_bound(profile.samples, profile.steps, profile.env.get("cpu_count") or 1)),
                 safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
                 time_budget_s=experiments.time_budget_s, progress=progress, stop=stop,
                 only=[c.finding_index for c in fresh] if fresh is not None else None,

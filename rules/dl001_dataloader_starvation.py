@@ -113,7 +113,7 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> 
     compute_s = max(step_s - mean_wait_s, 1e-6)
     device = profile.device
     cores = cores_per_rank(profile.env) if profile.env.get("cpu_count") else None  # the node's, shared by its ranks
-    io_bound = _io_bound(profile, cores)
+    io_bound = metrics.io_bound(profile.samples, profile.steps, cores)
     fix, gain = _fix(loader, device, cores, profile.env.get("torch_threads"), mean_wait_s, compute_s, step_s, io_bound)
 
     severity = "high" if total_frac >= 0.30 else "medium" if total_frac >= 0.15 else "low"
@@ -197,15 +197,6 @@ def _main_loader(profile) -> dict | None:
             if loader.get("batch_size") and typical % loader["batch_size"] == 0:
                 return loader
     return loaders[0]
-
-
-def _io_bound(profile, cores) -> bool | None:
-    """Whether loading waits (disk, network, sleep) rather than computes: the script's process
-    tree used under half of the cores during the measured window (None when not sampled)."""
-    s = metrics.window_samples(profile.samples, profile.steps)
-    if s.empty or "cpu_percent" not in s or not s["cpu_percent"].notna().any() or not cores:
-        return None
-    return bool(s["cpu_percent"].mean() < 50.0 * cores)
 
 
 def _fix(loader, device: str, cores, threads, wait_s: float, compute_s: float, step_s: float, io_bound=None):

@@ -71,6 +71,19 @@ def outside_cores(samples: pd.DataFrame, cpu_count: int | None) -> float | None:
     return float((samples["sys_cpu_percent"] / 100 * cpu_count - samples["cpu_percent"] / 100).clip(lower=0).mean())
 
 
+IO_BOUND_CPU_SHARE = 0.5  # the script's tree used under this share of the cores: its work waits (disk, network, sleep)
+
+
+def io_bound(samples: pd.DataFrame, steps: pd.DataFrame, cores: int | None) -> bool | None:
+    """Whether the script waits rather than computes: its process tree used under half of `cores`
+    over the measured window (:func:`window_samples`); None where it was not sampled. The one
+    test behind DL001's worker count and the planner's I/O-bound worker ladder."""
+    s = window_samples(samples, steps)
+    if s.empty or "cpu_percent" not in s or not s["cpu_percent"].notna().any() or not cores:
+        return None
+    return bool(s["cpu_percent"].mean() < 100.0 * IO_BOUND_CPU_SHARE * cores)
+
+
 def gpu_neighbours(samples: pd.DataFrame) -> int | None:
     """The most processes outside the script's tree NVML saw at once on its GPU over `samples`
     (None where it was not sampled: a CPU run, no NVML)."""
