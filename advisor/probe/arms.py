@@ -24,11 +24,11 @@ from typing import Any, Callable
 
 import torch
 
-from .clock import ClosedStep, ProbeDone, loss_value
+from .clock import ClosedStep, ProbeDone, loss_value, timed_lines
 from advisor.run_dir.protocol import Phase, write_line
 from .memory import WindowPeak, persistent_bytes, rss_high_water, tensor_bytes
 from .switches import Switches
-from .timeline import HostTimeline, Timeline, settled
+from .timeline import HostTimeline, Timeline
 
 POLL_S = 0.02
 
@@ -56,7 +56,7 @@ class Arms:
         self.started = False
         self.error: str | None = None
         self.timeline: Timeline = HostTimeline()  # the run's (the StepClock's): where a step's time is read
-        self._held: list[tuple[dict, ClosedStep, Any]] = []  # the window's steps, written when it closes
+        self._held: list[tuple[ClosedStep, dict]] = []  # the window's steps (and loss tensors), written when it closes
 
     def install(self) -> None:
         """Before hooks.install (the hooks' DataLoader timing must wrap the substitute)."""
@@ -168,8 +168,8 @@ class Arms:
         window = self.windows[self.k]
         warm = self.i < self.warmup
         step.timed = not warm
-        self._held.append(({"phase": Phase.ARM, "round": self.round, "window": self.k, "arm": window.get("arm"),
-                            "warm": warm, "index": self.i - self.warmup if not warm else self.i}, step, loss))
+        self._held.append((step, {"phase": Phase.ARM, "round": self.round, "window": self.k, "arm": window.get("arm"),
+                                  "warm": warm, "index": self.i - self.warmup if not warm else self.i, "loss": loss}))
         if not self.timeline.deferred:  # the host's clock: the step's line is out at once (nothing to wait on)
             self._flush()
         self.i += 1
@@ -193,11 +193,8 @@ class Arms:
     def _flush(self) -> None:
         """The window's step lines: one wait on the device, then each step's time and loss."""
         held, self._held = self._held, []
-        if not held:
-            return
-        timeline = settled(self.timeline)
-        for fields, step, loss in held:
-            write_line(self.sink, {**fields, **step.timing(timeline), "loss": loss_value(loss)})
+        for record in timed_lines(self.timeline, held):  # the losses are read after the wait, not before it
+            write_line(self.sink, {**record, "loss": loss_value(record["loss"])})
 
     def _profile_memory(self) -> None:
         try:

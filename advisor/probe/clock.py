@@ -81,6 +81,14 @@ class ClosedStep:
                 "backward_s": acc.backward_s, "samples": acc.batch()}
 
 
+def timed_lines(timeline: Timeline, held: list[tuple[ClosedStep, dict]]) -> list[dict]:
+    """The held steps' lines, their fields then their times: after one wait on the device, when any
+    of them is timed (the profiled window's and an arm window's steps alike)."""
+    if any(step.timed for step, _ in held):
+        timeline = settled(timeline)
+    return [{**fields, **step.timing(timeline)} for step, fields in held]
+
+
 @dataclass
 class StepClock:
     """Counts boundaries, times steps, and drives the profiler window.
@@ -298,12 +306,7 @@ class StepClock:
     def flush(self) -> None:
         """Write the steps held for their timeline: one wait on the device, then their lines."""
         held, self._held = self._held, []
-        if not held:
-            return
-        timeline = settled(self.timeline) if any(step.timed for step, _ in held) else self.timeline
-        for step, fields in held:
-            record = {"phase": fields["phase"], "index": fields["index"], **step.timing(timeline),
-                      **{k: v for k, v in fields.items() if k not in ("phase", "index")}}
+        for (step, _), record in zip(held, timed_lines(self.timeline, held)):
             write_line(self.sink, record)
             if record["phase"] == Phase.MEASURE:
                 self.measured.append(record)
