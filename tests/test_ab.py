@@ -343,7 +343,8 @@ def test_the_same_code_on_both_sides_passes_or_says_it_cannot_tell(tmp_path):
     cpu = next(m for m in decision["metrics"] if m["name"] == "cpu_time")
     assert cpu["base"] > 0 and cpu["gated"] in (True, False)
     # A threshold no 3-round noise floor reaches, and the team's choice for a gate that cannot tell: a pass.
-    run = ab(tmp_path, "--base", "base", "--candidate", "cand", *QUICK, "--profile-steps", "0", "--out", "gate2",
+    run = ab(tmp_path, "--base", "base", "--candidate", "cand", *QUICK[:4], "--rounds", "2", "--max-rounds", "2",
+             "--profile-steps", "0", "--out", "gate2",
              "--max-regression", "500%", "--inconclusive", "pass", "train.py", "--batch-size", "512")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "advise ab pass" in run.stdout and "A/A floor" in run.stdout
