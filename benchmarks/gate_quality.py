@@ -131,9 +131,16 @@ def trial(tmp: Path, name: str, slowdown: float, args: argparse.Namespace, saved
 
 
 def replay(row: dict, rounds: int, max_rounds: int) -> bool | None:
+    """Whether `advise ab --rounds R --max-rounds M` finds a regression on the same runs (:func:`replay_verdict`)."""
+    verdict = replay_verdict(row, rounds, max_rounds)
+    return None if verdict is None else verdict == "regression"
+
+
+def replay_verdict(row: dict, rounds: int, max_rounds: int, wall_only: bool = False) -> str | None:
     """What `advise ab --rounds R --max-rounds M` decides on the same runs (the first rounds of this
-    trial's, looked at as that budget looks), or None where the trial stopped before that budget's
-    decision. A regression is the same rule: step time and peak memory, Holm, alpha spent per look."""
+    trial's, looked at as that budget looks): regression, inconclusive or pass; None where the trial
+    stopped before that budget's decision. The same rule: step time, CPU time per step and peak
+    memory, Holm, alpha spent per look; `wall_only` leaves the CPU time out (the gate before it)."""
     fast, memory = row.get("fast_steps"), row.get("memory")
     if not fast or not memory:
         return None
@@ -152,13 +159,13 @@ def replay(row: dict, rounds: int, max_rounds: int) -> bool | None:
         if common:
             data["peak_memory"] = ([m[common[0]] for m in memory["base"][:at]], [m[common[0]] for m in memory["candidate"][:at]])
         cpu = None
-        if cpu_steps and all(cpu_steps["base"][:at]) and all(cpu_steps["candidate"][:at]):
+        if not wall_only and cpu_steps and all(cpu_steps["base"][:at]) and all(cpu_steps["candidate"][:at]):
             data["cpu_time"] = (cpu_steps["base"][:at], cpu_steps["candidate"][:at])
             cpu = (row.get("cpu_gated", False), "")
         decision = sequential.decide(data, ab.specs(options, "steps/s", label, cpu), alpha=ab.DEFAULT_ALPHA, plan=plan,
                                      lengths=lengths[:at] if lengths else None)
         if decision.final:
-            return bool(decision.regressions)
+            return decision.verdict
     return None
 
 
@@ -249,6 +256,7 @@ def table(rows: list[dict], errors: int, elapsed: float | None, args: argparse.N
             r["ab12"] = replay(r, args.rounds, 12)
             if r["ab12"] is None:
                 del r["ab12"]
+
     gates = [
         ("`advise ab` (interleaved, sequential): regression, exit 3", "ab",
          f"{statistics.median(r['ab_s'] for r in rows):.0f} s, {statistics.median(r['rounds'] for r in rows):g} rounds"),
@@ -264,6 +272,11 @@ def table(rows: list[dict], errors: int, elapsed: float | None, args: argparse.N
     replayed = [(replay(r, args.rounds, args.max_rounds), r["ab"]) for r in rows if "fast_steps" in r]
     faithful = [again == own for again, own in replayed if again is not None]  # None: its rounds grew longer
     print(f"the replay gives advise ab's own verdict on {sum(faithful)} of {len(faithful)} trials (its budget, its rounds)")
+    for kind in kinds:
+        walls = [replay_verdict(r, args.rounds, args.max_rounds, wall_only=True) for r in by[kind] if "fast_steps" in r]
+        said = ", ".join(f"{v} {walls.count(v)}" for v in ("regression", "inconclusive", "pass") if walls.count(v))
+        print(f"{'A/A' if kind == 0 else f'{kind:g}%'}: the wall clock alone (no CPU time), replayed: {said or 'none'}"
+              f"{f'; {walls.count(None)} needed more rounds than were run' if None in walls else ''}")
     took = f" in {elapsed / 60:.0f} min" if elapsed is not None else f" (from {args.from_log})"
     print(f"\n{len(rows)} trials ({errors} failed to run){took}; planted: {args.plant}; neighbour "
           f"{'off' if args.no_neighbour else f'on (one CPU burner, on/off at random every {args.period} s)'}; "
