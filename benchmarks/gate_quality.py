@@ -48,10 +48,11 @@ WORKLOAD = REPO / "tests" / "workloads" / "slowdown_knob.py"
 KNOBS = {"wait": 'parser.add_argument("--slowdown", type=float, default=1.0,',
          "work": 'parser.add_argument("--widen", type=float, default=1.0,'}
 NEIGHBOUR = """
-import random, sys, time
+import os, random, sys, time
 rng = random.Random(int(sys.argv[1]))
 low, high = map(float, sys.argv[2].split(","))
-while True:
+parent = os.getppid()
+while os.getppid() == parent:  # the benchmark killed (SIGKILL, SIGTERM): its neighbour goes too
     until = time.monotonic() + rng.uniform(low, high)
     if rng.random() < 0.5:
         while time.monotonic() < until:

@@ -352,7 +352,7 @@ def test_cli_inconclusive_fails_by_default_and_says_why_everywhere(tmp_path):
     junit = tmp_path / "junit.xml"
     result = invoke(base, cur, "--junit", str(junit))
     assert result.exit_code == 4 and "advise compare INCONCLUSIVE" in result.output
-    assert "inconclusive: step time median" in result.output and "exit 4" in result.output
+    assert "inconclusive: throughput (samples/s), step time median:" in result.output and "exit 4" in result.output
     failures = {c.get("name"): c.find("failure") for c in ET.parse(junit).getroot().iter("testcase")}
     assert failures["step_time_median"] is not None and failures["step_time_median"].get("type") == "inconclusive"
     md = invoke(base, cur, "--format", "markdown")
