@@ -222,6 +222,19 @@ def test_the_cpu_time_a_neighbour_cannot_inflate_settles_a_noisy_wall_clock():
     assert d.verdict == cmp.REGRESSION and "the wall clock alone sees it" in d.metrics[0].note
 
 
+def test_rounds_grow_longer_while_the_floor_is_above_the_threshold():
+    from advisor.ab import ABOptions, longer
+
+    noisy = sequential.decide({"step_time": ([0.040, 0.052, 0.041, 0.053, 0.040, 0.052], [0.041, 0.051] * 3)},
+                              SPECS[:1], alpha=0.05, plan=[6, 13, 20])
+    assert noisy.metrics[0].floor > 0.05 and not noisy.final
+    asked = ABOptions(steps=20)
+    grown = longer(asked, asked, noisy)
+    assert grown.steps == 40 and longer(grown, asked, noisy).steps == 80 and longer(ABOptions(steps=80), asked, noisy).steps == 80
+    quiet = sequential.decide({"step_time": ([0.040] * 6, [0.0401, 0.0399] * 3)}, SPECS[:1], alpha=0.05, plan=[6, 13, 20])
+    assert longer(asked, asked, quiet) is asked
+
+
 def test_rounds_of_another_length_make_no_a_a_pair():
     base, cand = [1.0, 1.0, 1.2, 1.2, 1.2, 1.2], [1.0] * 6
     same = sequential.paired(base, cand, False)
@@ -330,11 +343,11 @@ def test_a_larger_matmul_fails_the_gate_and_is_named(tmp_path):
 
 @pytest.mark.slow
 def test_the_same_code_on_both_sides_passes_or_says_it_cannot_tell(tmp_path):
-    """3 short rounds of the same code cannot rule a 1% regression out (exit 4, inconclusive, never 0)
+    """2 short rounds of the same code cannot rule a 1% regression out (exit 4, inconclusive, never 0)
     and rule a 500% one out (exit 0)."""
     base, cand = checkouts(tmp_path, hidden=128)
-    run = ab(tmp_path, "--base", "base", "--candidate", "cand", *QUICK, "--profile-steps", "0", "--out", "gate",
-             "--max-regression", "1%", "--json", "train.py", "--batch-size", "512")
+    run = ab(tmp_path, "--base", "base", "--candidate", "cand", *QUICK[:4], "--rounds", "2", "--max-rounds", "2",
+             "--profile-steps", "0", "--out", "gate", "--max-regression", "1%", "--json", "train.py", "--batch-size", "512")
     assert run.returncode == 4, run.stdout[-3000:] + run.stderr[-3000:]
     decision = json.loads(run.stdout)
     assert decision["verdict"] == "inconclusive" and "step_time" in decision["inconclusive"]["metrics"]
