@@ -16,7 +16,6 @@ Layout of the output dir: ``base/round-NN/`` and ``candidate/round-NN/`` (ordina
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
@@ -29,18 +28,12 @@ import numpy as np
 
 from . import compare, fingerprint, opdiff, sequential
 from .analysis import metrics
+from .analysis.steptime import FAST_QUANTILE, fast
 from .report import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.05  # paired rounds resolve smaller changes than one pair of runs
 DEFAULT_ALPHA = 0.05  # the gate's false-alarm rate: all metrics, all looks
 DEFAULT_ROUNDS, DEFAULT_MAX_ROUNDS = 6, 20
-# A run's step time is read from its fast steps: the 5th percentile of its measured steps. A
-# neighbour on a shared runner only ever slows steps down, so a burst that covers part of a run
-# moves its mean and (past half the run) its median, while its fastest steps still show the
-# code's own speed; a change of the code moves every step, the fast ones too. Measured on the
-# 2-core runner with a CPU-burning neighbour (150-400 steps of 13 ms): the spread of back-to-back
-# runs' log ratio is 0.11-0.12 at the 5th percentile, 0.35-0.41 at the 25th, 0.40-0.45 at the median.
-FAST_QUANTILE = 0.05
 # On a CPU, beside the wall clock: the training process's CPU time per step (its `cpu_s`, all its
 # threads), read from a run's fast steps too (FAST_QUANTILE). A neighbour that takes the cores
 # delays a step; it does not add work to it, so this figure holds where wall time cannot (2-core
@@ -170,23 +163,20 @@ def _command(options: ABOptions, run_dir: Path, script: str, args: list[str]) ->
     return cmd + (["-m"] if options.module else []) + [script, *args]
 
 
-def fast_step(report: dict) -> float | None:
-    """The run's step time from its fast steps: the FAST_QUANTILE of its measured (un-profiled) steps.
+def _measured(report: dict, name: str) -> list:
+    return [s.get(name) for s in report.get("steps") or [] if not s.get("profiled")]
 
-    Falls back to the report's median step where the report lists fewer than 4 such steps."""
-    steps = [s.get("duration_s") for s in report.get("steps") or [] if not s.get("profiled")]
-    steps = [d for d in steps if isinstance(d, (int, float)) and math.isfinite(d) and d > 0]
-    if len(steps) < 4:
-        return (report.get("throughput") or {}).get("step_time_median_s")
-    return float(np.quantile(steps, FAST_QUANTILE))
+
+def fast_step(report: dict) -> float | None:
+    """The run's step time from its fast steps (:func:`steptime.fast` of its measured, un-profiled
+    steps); the report's median step where it lists too few such steps."""
+    figure = fast(_measured(report, "duration_s"))
+    return figure if figure is not None else (report.get("throughput") or {}).get("step_time_median_s")
 
 
 def cpu_step(report: dict) -> float | None:
-    """The training process's CPU time per step at its fast steps: the FAST_QUANTILE of `cpu_s` over
-    the measured (un-profiled) steps."""
-    values = [s.get("cpu_s") for s in report.get("steps") or [] if not s.get("profiled")]
-    values = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
-    return float(np.quantile(values, FAST_QUANTILE)) if len(values) >= 4 else None
+    """The training process's CPU time per step at its fast steps (:func:`steptime.fast` of `cpu_s`)."""
+    return fast(_measured(report, "cpu_s"))
 
 
 def cpu_bound(reports: list[dict]) -> tuple[bool, str]:

@@ -10,7 +10,7 @@ The rule (asv's, plus a guard against outlier steps): a gated timing metric regr
    p < alpha (default 0.01).
 
 Per-step times are the un-profiled measured steps when there are at least 3 of them (the
-same steps the report's throughput comes from, :func:`advisor.analysis.metrics.timed_steps`).
+same steps the report's throughput comes from, :func:`advisor.analysis.steptime.timed_steps`).
 
 A fixed percentage alone cries wolf on a noisy runner (one slow step, a neighbour's burst);
 a test alone fails on a 0.5% difference that is real but irrelevant. Requiring both keeps
@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from . import fingerprint
-from .analysis import metrics, stats
+from .analysis import metrics, stats, steptime
 from .report import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.10
@@ -218,7 +218,7 @@ def _raw(path: Path):
 
 
 def _timed(report: dict) -> tuple[pd.DataFrame, str]:
-    """The steps to compare: :func:`advisor.analysis.metrics.timed_steps` of those with a duration."""
+    """The steps to compare: :func:`advisor.analysis.steptime.timed_steps` of those with a duration."""
     rows = report.get("steps")
     rows = [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
     steps = pd.DataFrame(rows)
@@ -226,7 +226,7 @@ def _timed(report: dict) -> tuple[pd.DataFrame, str]:
         return pd.DataFrame(columns=["duration_s"]), "none"
     steps = steps.assign(duration_s=pd.to_numeric(steps["duration_s"], errors="coerce"))
     steps = steps[steps["duration_s"] > 0]
-    return metrics.timed_steps(steps)
+    return steptime.timed_steps(steps)
 
 
 def _norm_parts(script: str) -> tuple[str, ...]:
@@ -289,7 +289,7 @@ def compare(
                         "the gate uses the ratio alone (profile with --steps 20 or more)")
 
     dur_b, dur_c = tb["duration_s"].astype(float).to_numpy(), tc["duration_s"].astype(float).to_numpy()
-    tp_b, tp_c = metrics.throughput(tb.assign(profiled=False)), metrics.throughput(tc.assign(profiled=False))
+    tp_b, tp_c = steptime.throughput(tb.assign(profiled=False)), steptime.throughput(tc.assign(profiled=False))
     unit = "samples/s"
     per_b, per_c = _per_sample(tb), _per_sample(tc)
     if per_b is None or per_c is None:

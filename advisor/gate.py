@@ -17,6 +17,7 @@ import click
 from advisor.reports import terminal
 
 from . import ab, compare, opdiff
+from .analysis import steptime
 from .run_dir.atomic import write_json_atomic, write_text_atomic
 from .cli_exit import EXIT_SCRIPT, EXIT_USAGE, fail
 from .report import EXIT_INTERRUPTED, EXIT_OK
@@ -104,8 +105,7 @@ def compare_traces(a: str, b: str, fmt: str = "terminal") -> int:
     except TraceError as exc:
         fail(str(exc), EXIT_USAGE)
     rows = opdiff.slower_ops([pa.trace], [pb.trace])
-    step_a = float(pa.steps["duration_s"].median()) if len(pa.steps) else None
-    step_b = float(pb.steps["duration_s"].median()) if len(pb.steps) else None
+    step_a, step_b = steptime.median_step(pa.steps), steptime.median_step(pb.steps)
     change = (step_b / step_a - 1) if step_a and step_b else None
     step = (f"median ProfilerStep {step_a * 1e3:.2f} ms → {step_b * 1e3:.2f} ms ({change:+.1%}) over "
             f"{len(pa.steps)} and {len(pb.steps)} steps" if change is not None

@@ -17,7 +17,7 @@ import click
 from advisor.reports import terminal
 
 from . import fingerprint, gate, job_report, outputs, overrides as vocabulary, report as report_mod
-from .analysis import metrics
+from .analysis import metrics, steptime
 from .run_dir import layout
 from .run_dir.atomic import NotAFile, check_writable
 from .run_dir.chatter import strip_log, without_chatter
@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # `advise analyze` and `compare` never run a script: the prob
 
 def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[str]:
     probe, out = run.probe, []
-    cost = metrics.probe_cost_warning(metrics.throughput(profile.steps)) if profile is not None else None
+    cost = metrics.probe_cost_warning(steptime.throughput(profile.steps)) if profile is not None else None
     if cost:
         out.append(cost)
     measured = probe.measured_steps
@@ -427,7 +427,7 @@ def _ranks(run, profile: Profile) -> list[dict]:
     The steps are those of the rank Profiles the cross-rank rules read (`profile.ranks`, in rank order)."""
     rows = []
     for account, rank_profile in zip(run.ranks, profile.ranks):
-        tp = metrics.throughput(rank_profile.steps)
+        tp = steptime.throughput(rank_profile.steps)
         rows.append(dict(account, samples_per_s=tp["samples_per_s"], step_time_median_s=tp["step_time_median_s"],
                          step_time_p90_s=tp["step_time_p90_s"]))
     return rows

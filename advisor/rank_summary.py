@@ -15,7 +15,7 @@ import math
 
 import pandas as pd
 
-from .analysis import metrics, temporal
+from .analysis import steptime, temporal
 from .profile import Profile
 from .analysis.ranks import JobProfile
 
@@ -66,7 +66,7 @@ def to_profile(summary: dict) -> Profile:
 
 def rank_row(summary: dict) -> dict:
     """report.json's `ranks` row of a summarised rank: how it ended, where it ran, its step times."""
-    tp = metrics.throughput(pd.DataFrame(summary.get("steps") or []))
+    tp = steptime.throughput(pd.DataFrame(summary.get("steps") or []))
     account = {k: v for k, v in (summary.get("account") or {}).items() if k not in ("traceback", "ended_at")}
     return dict(account, rank=summary["rank"], node=summary.get("node"), host=summary.get("host"),
                 samples_per_s=tp["samples_per_s"], step_time_median_s=tp["step_time_median_s"],

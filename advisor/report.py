@@ -58,7 +58,7 @@ def build_report(
 ) -> dict:
     """Assemble the report dict from a Profile, the typed findings and how the run ended: the one
 place the result model becomes report.json."""
-    from .analysis import metrics, mfu, temporal
+    from .analysis import metrics, mfu, steptime, temporal
 
     assert status in STATUSES, status
     steps = profile.steps
@@ -82,13 +82,13 @@ place the result model becomes report.json."""
         "env": profile.env,
         "step_source": profile.meta.get("step_source"),
         "steps": step_rows,
-        "throughput": metrics.throughput(steps),
+        "throughput": steptime.throughput(steps),
         "breakdown": metrics.breakdown(steps),
         "memory": metrics.memory(profile.memory, profile.samples),
         "mfu": mfu.model_flops_utilization(profile),
         "hta_breakdown": temporal.hta_breakdown(profile.trace),
         "utilization": metrics.utilization(profile.samples, steps),
-        "energy": metrics.energy(profile.samples, metrics.timed_steps(steps)[0]),
+        "energy": metrics.energy(profile.samples, steptime.timed_steps(steps)[0]),
         "observed": profile.observed,
         "findings": [f.to_dict() for f in findings or []],
         "recommended": recommended.to_dict() if recommended is not None else None,

@@ -16,7 +16,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from advisor.analysis import metrics
+from advisor.analysis import steptime
 from advisor.probe.runner import ProbeConfig, run_probe
 from advisor.profile import Profile
 
@@ -39,7 +39,7 @@ def step_time(script: Path, args: list[str], overrides: dict, out: Path, steps: 
                                 overrides=overrides, timeout_s=600))
     if run.status != "ok":
         return None
-    return metrics.throughput(Profile.from_run_dir(out).steps)["step_time_median_s"]
+    return steptime.throughput(Profile.from_run_dir(out).steps)["step_time_median_s"]
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from advisor.analysis import metrics
+from advisor.analysis import steptime
 from advisor.overrides import merge
 from advisor.probe.runner import ProbeConfig, run_probe
 from advisor.profile import Profile
@@ -51,7 +51,7 @@ def advise(mode: str, workload: Path, out: Path, steps: int) -> tuple[float, dic
 def throughput(workload: Path, out: Path, overrides: dict, steps: int) -> float:
     config = ProbeConfig(script=str(workload), out=out, steps=steps, warmup=5, profile_steps=0, overrides=overrides)
     run = run_probe(config)
-    return (metrics.throughput(Profile.from_run_dir(out).steps)["samples_per_s"] or 0.0) if run.status == "ok" else 0.0
+    return (steptime.throughput(Profile.from_run_dir(out).steps)["samples_per_s"] or 0.0) if run.status == "ok" else 0.0
 
 
 def main() -> None:

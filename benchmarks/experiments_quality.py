@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from advisor.analysis import metrics
+from advisor.analysis import steptime
 from advisor.overrides import merge as merge_overrides
 from advisor.probe.runner import ProbeConfig, run_probe
 from advisor.profile import Profile
@@ -35,7 +35,7 @@ def throughput(config: ProbeConfig) -> float:
     run = run_probe(config)
     if run.status != "ok":
         return 0.0
-    return metrics.throughput(Profile.from_run_dir(config.out).steps)["samples_per_s"] or 0.0
+    return steptime.throughput(Profile.from_run_dir(config.out).steps)["samples_per_s"] or 0.0
 
 
 def main() -> None:

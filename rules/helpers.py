@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from advisor import intervals
-from advisor.analysis import metrics
+from advisor.analysis import metrics, steptime
 from advisor.overrides import cores_per_rank
 
 # --------------------------------------------------------------------------- steps
@@ -23,7 +23,7 @@ from advisor.overrides import cores_per_rank
 
 def timed_steps(profile) -> pd.DataFrame:
     """Steps to judge per-step shares on: clean (unprofiled) probe steps, else all steps."""
-    steps, _ = metrics.timed_steps(profile.steps)
+    steps, _ = steptime.timed_steps(profile.steps)
     if steps.empty or "duration_s" not in steps:
         return steps
     return steps[steps["duration_s"].astype(float) > 0]

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from advisor import compare as cmp
-from advisor.analysis import metrics, stats
+from advisor.analysis import stats, steptime
 from advisor.cli import main
 
 MiB = 2**20
@@ -32,7 +32,7 @@ def make_report(step_ms, *, batch=32, script="train.py", device="cpu", device_na
         "script": script, "argv": list(argv),
         "env": {"device": device, "device_name": device_name, "torch": torch, "cpu_count": 2},
         "steps": steps,
-        "throughput": metrics.throughput(pd.DataFrame(steps)),
+        "throughput": steptime.throughput(pd.DataFrame(steps)),
         "breakdown": {"data_wait_frac": data_wait},
         "memory": {} if peak_allocated is None else {"peak_allocated_bytes": peak_allocated},
         "utilization": {"rss_bytes_max": rss},

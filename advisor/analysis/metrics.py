@@ -10,52 +10,13 @@ import math
 
 import pandas as pd
 
-from .stats import stalled
+from .steptime import stalled, timed_steps
 
-MIN_CLEAN_STEPS = 3  # fewer un-profiled steps than this: fall back to all measured steps
 # What the probe itself costs each step, on the training thread: the step clock's bookkeeping
 # (~10 µs on a 2-core CPU, `bookkeeping_us` in benchmarks/probe_overhead.py) plus the hooks'
 # wrappers around DataLoader.__next__, backward() and optimizer.step().
 PROBE_COST_PER_STEP_S = 15e-6
 PROBE_COST_WARN_FRAC = 0.015  # warn when that is this share of the median step (steps under ~1 ms)
-
-
-def timed_steps(steps: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """The steps to time: those outside the profiler window when there are enough of them.
-
-    The profiler inflates step time, so throughput comes from clean steps; the basis used is
-    returned so the report can say which.
-    """
-    if steps.empty or "duration_s" not in steps:
-        return steps, "none"
-    if "profiled" in steps:
-        clean = steps[~steps["profiled"].fillna(False).astype(bool)]
-        if len(clean) >= MIN_CLEAN_STEPS:
-            return clean, "unprofiled"
-    return steps, "all"
-
-
-def throughput(steps: pd.DataFrame) -> dict:
-    """samples/s and steps/s over the timed steps less stalls (:func:`stalled`), median and p90 step time."""
-    timed, basis = timed_steps(steps)
-    if timed.empty:
-        return {"samples_per_s": None, "steps_per_s": None, "step_time_median_s": None, "step_time_p90_s": None,
-                "step_time_mean_s": None, "n_steps": 0, "stalled_steps": 0, "basis": basis}
-    dur = timed["duration_s"].astype(float)
-    kept = ~stalled(timed)
-    total = float(dur[kept].sum())
-    samples = timed["samples"] if "samples" in timed else pd.Series(dtype=float)
-    known = samples.notna().all() and len(samples) == len(timed)
-    return {
-        "samples_per_s": float(samples[kept].sum()) / total if known and total > 0 else None,
-        "steps_per_s": int(kept.sum()) / total if total > 0 else None,
-        "stalled_steps": int((~kept).sum()),
-        "step_time_median_s": float(dur.median()),
-        "step_time_p90_s": float(dur.quantile(0.9)),
-        "step_time_mean_s": float(dur.mean()),
-        "n_steps": int(len(timed)),
-        "basis": basis,
-    }
 
 
 OUTSIDE_LOAD_WARN_CORES = 0.5  # other processes' mean CPU use, in cores, that makes the timings suspect

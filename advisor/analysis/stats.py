@@ -27,6 +27,8 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from .steptime import per_step
+
 
 def _array(values: Sequence[float]) -> np.ndarray:
     arr = np.asarray(values, dtype=float)
@@ -138,31 +140,6 @@ def _bootstrap(data: tuple, statistic: Callable, confidence: float, n_resamples:
     return None
 
 
-def stalled(steps: pd.DataFrame) -> pd.Series:
-    """Steps far slower than the rest (beyond Tukey's far fence, Q3 + 3 IQR, and over twice the
-    median) even without their wait on the DataLoader (`data_wait_s`, where the frame has it): a
-    stall of the machine, a checkpoint, an evaluation inside a step. One 500 ms stall beside 6 ms
-    steps would otherwise set the throughput. A step slow from waiting on its loader is the
-    loader's rhythm, and counts: with w workers the batches come in bursts, one step in w waits
-    for the next burst (8 workers: leaving those out read 22x where 9x is true)."""
-    durations = steps["duration_s"].astype(float)
-    if len(durations) < 8:
-        return pd.Series(False, index=durations.index)
-    q1, q3, median = durations.quantile(0.25), durations.quantile(0.75), durations.median()
-    fence = max(q3 + 3 * (q3 - q1), 2 * median)
-    busy = durations - steps["data_wait_s"].fillna(0.0).astype(float) if "data_wait_s" in steps else durations
-    return (durations > fence) & (busy > fence)
-
-
-def _per_step(steps: pd.DataFrame, by_samples: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(seconds, work) per step, stalls left out (:func:`stalled`); work is the batch size for
-    samples/s, else 1 for steps/s."""
-    steps = steps[~stalled(steps)]
-    dur = steps["duration_s"].to_numpy(float)
-    work = steps["samples"].to_numpy(float) if by_samples else np.ones_like(dur)
-    return dur, work
-
-
 def _rate(dur: np.ndarray, work: np.ndarray, axis: int = -1) -> np.ndarray:
     return work.sum(axis=axis) / dur.sum(axis=axis)
 
@@ -176,7 +153,7 @@ def speedup_ci(baseline: list[pd.DataFrame], candidate: list[pd.DataFrame], *, b
     Run-to-run drift is what :func:`baseline_drift` measures. The interval is NaN when it cannot
     be computed (a zero-time run).
     """
-    runs = [_per_step(frame, by_samples) for frame in [*baseline, *candidate]]
+    runs = [per_step(frame, by_samples) for frame in [*baseline, *candidate]]
     n_base = len(baseline)
     point = [_rate(dur, work) for dur, work in runs]
     estimate = float(np.mean(point[n_base:])) / float(np.mean(point[:n_base]))
@@ -211,7 +188,7 @@ def baseline_drift(baseline: list[pd.DataFrame], by_samples: bool) -> float:
     in the interval already. Returned as a spread over the mean rate: sqrt(2) standard deviations,
     the range of two runs that drift and have no step noise.
     """
-    runs = [_per_step(frame, by_samples) for frame in baseline]
+    runs = [per_step(frame, by_samples) for frame in baseline]
     runs = [(dur, work) for dur, work in runs if len(dur) and dur.sum() > 0]
     if len(runs) < 2:
         return 0.0

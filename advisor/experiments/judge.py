@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..analysis import memory, metrics
+from ..analysis import memory, steptime
 from .. import overrides as vocabulary
 from ..model import VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Recommendation, Verdict
 from ..analysis.stats import baseline_drift, speedup_ci
@@ -231,7 +231,7 @@ def pool_summary(runs: list[Measurement]) -> dict:
     if not ok:
         return {"runs": len(runs), "samples_per_s": None}
     steps = pd.concat([m.steps for m in ok], ignore_index=True)
-    tp = metrics.throughput(steps)
+    tp = steptime.throughput(steps)
     peaks = [m.peak_memory_bytes for m in ok if m.peak_memory_bytes]
     return {"runs": len(ok), "samples_per_s": tp["samples_per_s"], "steps_per_s": tp["steps_per_s"],
             "step_time_median_s": tp["step_time_median_s"], "run_dirs": [str(m.run_dir) for m in ok],

@@ -10,6 +10,7 @@ from typing import Callable
 import pandas as pd
 
 from .. import overrides as vocabulary
+from ..analysis import steptime
 from ..model import Applicability, Experiment, Finding, estimated_speedup
 
 REPEATS = 2          # each arm is measured twice, the second pass in reverse order
@@ -29,9 +30,8 @@ COMPILE_WARMUP = 3    # more untimed steps for a compiled model (recompiles)
 def window_steps(asked: int, steps: pd.DataFrame) -> int:
     """Timed steps for a window: `asked`, or as many as MIN_WINDOW_S takes at the median step time
     of `steps` (the profiled window), whichever is more."""
-    durations = steps["duration_s"].dropna() if "duration_s" in steps else pd.Series(dtype=float)
-    median = float(durations.median()) if len(durations) else 0.0
-    if median <= 0:
+    median = steptime.median_step(steps)
+    if median is None:
         return asked
     return min(asked * MAX_STEPS_SCALE, max(asked, math.ceil(MIN_WINDOW_S / median)))
 
