@@ -76,6 +76,11 @@ class Knob:
     ladder: Callable[[Any, SweepContext], list[Any]] | None = None  # values to try when the best is unknowable
     # the step's column that is all this value can speed up (its Amdahl bound); None: anything
     part: Callable[[Any], str | None] = lambda v: None
+    # samples per step under this value, relative to the script's (the judge then compares samples/s,
+    # a memory search sizes by it, and its windows are timed shorter); None: the knob leaves the batch
+    batch_scale: Callable[[Any], float] | None = None
+    warmup: Callable[[Any], int] = lambda v: 0  # more untimed steps a window needs under this value
+    one_off: bool = False  # a cost paid once when switched on (compilation): kept out of the steps, said with its payoff
 
 
 def _dataloader_valid(v) -> bool:
@@ -139,6 +144,9 @@ def _checkpoint_snippet(v) -> str:
             "# a Hugging Face model: model.gradient_checkpointing_enable()")
 
 
+COMPILE_WARMUP = 3  # more untimed steps for a compiled model's window (a guard on the grad mode, a new shape: recompiles)
+
+
 def _present(key: str) -> Callable[[Any, dict], bool]:
     return lambda v, applied: applied.get(key) not in (None, False, [])
 
@@ -151,7 +159,8 @@ VOCABULARY: dict[str, Knob] = {k.key: k for k in (
          part=lambda v: "data_wait_s" if v.get("num_workers") else None),
     Knob("batch_size_scale", "every DataLoader's batch_size multiplied (below 1: a smaller micro-batch)",
          _batch_scale_valid, _batch_scale_snippet,
-         _present("batch_size_scale"), "dataloader", ladder=lambda v, ctx: [v] if v in MICRO_BATCH_CUTS else list(BATCH_LADDER)),
+         _present("batch_size_scale"), "dataloader", ladder=lambda v, ctx: [v] if v in MICRO_BATCH_CUTS else list(BATCH_LADDER),
+         batch_scale=float),
     Knob("activation_checkpointing", "activations recomputed in backward: a Hugging Face model's "
          "gradient_checkpointing_enable(), else each block of the model's largest ModuleList/Sequential "
          "of repeated blocks under torch.utils.checkpoint (use_reentrant=False)",
@@ -168,7 +177,8 @@ VOCABULARY: dict[str, Knob] = {k.key: k for k in (
          lambda v, applied: any(o.get(k) for o in applied.get("optimizers") or [] for k in v), "optimizer",
          part=lambda v: "optimizer_s"),
     Knob("compile", "each top-level module call goes through torch.compile",
-         lambda v: v is True, lambda v: "+ model = torch.compile(model)", _present("compile"), "module"),
+         lambda v: v is True, lambda v: "+ model = torch.compile(model)", _present("compile"), "module",
+         warmup=lambda v: COMPILE_WARMUP if v else 0, one_off=True),
     Knob("channels_last", "conv models and their 4-D inputs in channels_last memory format",
          lambda v: v is True,
          lambda v: "+ model = model.to(memory_format=torch.channels_last)\n"
@@ -181,6 +191,31 @@ VOCABULARY: dict[str, Knob] = {k.key: k for k in (
          _present("zero_grad_set_to_none"), "zero_grad"),
 )}
 KEYS = tuple(VOCABULARY)
+
+
+def batch_scale(overrides: dict) -> float:
+    """Samples per step under `overrides`, relative to the script's (1: the batch is the script's)."""
+    scale = 1.0
+    for key, value in (overrides or {}).items():
+        knob = VOCABULARY.get(key)
+        if knob is not None and knob.batch_scale is not None:
+            scale *= knob.batch_scale(value)
+    return scale
+
+
+def changes_batch(overrides: dict) -> bool:
+    """Whether `overrides` set the batch (any knob with a batch trait, even at 1)."""
+    return any(key in VOCABULARY and VOCABULARY[key].batch_scale is not None for key in overrides or {})
+
+
+def extra_warmup(overrides: dict) -> int:
+    """The untimed steps a window needs beyond the usual under `overrides` (a compiled model's recompiles)."""
+    return sum(VOCABULARY[key].warmup(value) for key, value in (overrides or {}).items() if key in VOCABULARY)
+
+
+def one_off(overrides: dict) -> bool:
+    """Whether `overrides` pay a one-off cost when switched on (compilation), said with its payoff."""
+    return any(key in VOCABULARY and VOCABULARY[key].one_off for key in overrides or {})
 
 
 def parts(overrides: dict) -> tuple[str, ...] | None:

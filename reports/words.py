@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from advisor import format as fmt
-from advisor.overrides import FRAMEWORK_NAMES, in_config_call
+from advisor.overrides import FRAMEWORK_NAMES, in_config_call, one_off
 from advisor.report import Energy, Memory, Mfu, Rank, Report, Throughput
 from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind, Recommendation,
                            SourceLocation, Verdict, estimated_speedup, finite)
@@ -171,7 +171,7 @@ def _how(result: Measured) -> str:
     how = MEASURED_BY.get(getattr(result, "measured_by", None) or "")
     text = f", {how}" if how else ""
     cost = finite(getattr(result, "switch_s", None))
-    if cost and "compile" in (getattr(result, "overrides", None) or {}):
+    if cost and one_off(getattr(result, "overrides", None) or {}):
         text += f"; compiling took {fmt.time_s(cost)}, once"
         payoff = getattr(result, "payoff_steps", None)
         if payoff:

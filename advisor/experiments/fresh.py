@@ -194,7 +194,7 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
 
     for candidate in candidates:
         finding = findings[candidate.finding_index]
-        changes_batch = "batch_size_scale" in candidate.overrides
+        changes_batch = vocabulary.changes_batch(candidate.overrides)
         if changes_batch and not samples:
             finding.experiment = Experiment.not_measured("the batch size is unknown, so samples/s cannot be compared")
             continue

@@ -44,7 +44,7 @@ FIXES, CONFIRM, STACK = "fixes", "confirm", "stack"  # what a round measures
 
 
 def _grows_memory(overrides: dict) -> bool:
-    return (overrides.get("batch_size_scale") or 0) > 1
+    return vocabulary.batch_scale(overrides) > 1
 
 
 @dataclass
@@ -245,7 +245,7 @@ class ArmsSession:
             if refusals and all(refusals):  # every loader the script built refuses it (an arm would only say so)
                 self._to_fresh(candidate, refusals[0])
                 continue
-            if "batch_size_scale" in candidate.overrides and not self.by_samples:
+            if vocabulary.changes_batch(candidate.overrides) and not self.by_samples:
                 finding.experiment = Experiment.not_measured("the batch size is unknown, so samples/s cannot be compared")
                 continue
             points = [candidate] if finding.screen else sweep_points(candidate, ctx)  # a screen is one value

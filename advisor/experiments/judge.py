@@ -202,7 +202,7 @@ def payoff_steps(exp: Experiment) -> int | None:
     the time it saves per step (the medians'), or None where it saves nothing."""
     base = (exp.baseline or {}).get("step_time_median_s")
     cand = (exp.candidate or {}).get("step_time_median_s")
-    if not (exp.overrides or {}).get("compile") or not exp.switch_s or not base or not cand or cand >= base:
+    if not vocabulary.one_off(exp.overrides or {}) or not exp.switch_s or not base or not cand or cand >= base:
         return None
     return max(1, math.ceil(exp.switch_s / (base - cand)))
 
@@ -260,7 +260,7 @@ def sweep_row(point: Candidate, exp: Experiment, budget: float | None) -> dict:
 def sweep_winner(tried: list[tuple[Candidate, Experiment]], budget: float | None) -> tuple[Candidate, Experiment]:
     """The value to report from a sweep: with a memory budget and a batch search, the largest batch
     that fits; else the verified value whose interval's low end is highest (any value if none is)."""
-    if budget and any((p.overrides.get("batch_size_scale") or 0) >= 2 for p, _ in tried):
+    if budget and any(vocabulary.batch_scale(p.overrides) >= 2 for p, _ in tried):
         return largest_that_fits(tried, budget)
     verified = [(p, e) for p, e in tried if e.verified]
     return max(verified or tried, key=lambda pe: (pe[1].ci_low if pe[1].ci_low is not None else -1.0))
@@ -276,7 +276,7 @@ def largest_that_fits(tried: list, budget: float) -> tuple:
     """The batch-size search's answer: the largest scale whose window fit the budget (an OOM or an
     over-budget peak does not fit), else the smallest tried, reported as it fared."""
     fitting = [(p, e) for p, e in tried if fits(e, budget)]
-    scale = lambda pe: pe[0].overrides.get("batch_size_scale") or 0  # noqa: E731
+    scale = lambda pe: vocabulary.batch_scale(pe[0].overrides)  # noqa: E731
     return max(fitting, key=scale) if fitting else min(tried, key=scale)
 
 

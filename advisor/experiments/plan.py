@@ -24,7 +24,6 @@ BASELINE = "baseline"
 MIN_WINDOW_S = 0.5
 MAX_STEPS_SCALE = 10  # ... in at most 10 times the steps asked for
 BURSTS = 10           # a window whose loader has w workers times at least 10 bursts of w batches
-COMPILE_WARMUP = 3    # more untimed steps for a compiled model (recompiles)
 
 
 def window_steps(asked: int, steps: pd.DataFrame) -> int:
@@ -39,7 +38,7 @@ def window_steps(asked: int, steps: pd.DataFrame) -> int:
 def batch_window(timed: int, asked: int, overrides: dict) -> int:
     """A window's steps for a fix that scales the batch k times: each step takes about k times as
     long, so the `timed` steps' duration takes 1/k of them (never fewer than `asked`)."""
-    scale = overrides.get("batch_size_scale") or 1
+    scale = vocabulary.batch_scale(overrides)
     return max(asked, math.ceil(timed / scale)) if scale > 1 else timed
 
 
@@ -68,7 +67,7 @@ def warmup_steps(overrides: dict, script_workers: int, base: int = 2) -> int:
     dl = overrides.get("dataloader") or {}
     workers = loader_workers(overrides, script_workers)
     return (base + (workers * dl.get("prefetch_factor", 2) if "dataloader" in overrides or workers else 0)
-            + (COMPILE_WARMUP if overrides.get("compile") else 0))
+            + vocabulary.extra_warmup(overrides))
 
 
 @dataclass
@@ -142,7 +141,7 @@ def _changed(original: dict, point: dict) -> str:
         if isinstance(value, dict):
             diff = {k: v for k, v in value.items() if k == "num_workers" or original.get(key, {}).get(k) != v}
             return vocabulary.describe({key: diff})
-        if key in original and original[key] != value or key == "batch_size_scale":
+        if key in original and original[key] != value or vocabulary.changes_batch({key: value}):
             return vocabulary.describe({key: value})
     return vocabulary.describe(point)
 
@@ -204,7 +203,7 @@ def plan_windows(arms: list[tuple[str, dict]], growing: list[tuple[str, dict]], 
     for group in _groups(list(screens), ARMS_PER_BASELINE):
         windows += [Window(arm, overrides, warmup(overrides), max(short, length(arm) // 2)) for arm, overrides in group]
         windows.append(Window(BASELINE, {}, warmup({}), short))
-    for arm, overrides in sorted(growing, key=lambda a: a[1].get("batch_size_scale") or 0):
+    for arm, overrides in sorted(growing, key=lambda a: vocabulary.batch_scale(a[1])):
         for _ in range(max(1, passes)):
             windows += [Window(arm, overrides, warmup(overrides), length(arm)),
                         Window(BASELINE, {}, warmup({}), length(BASELINE))]
