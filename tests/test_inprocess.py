@@ -227,6 +227,7 @@ def test_a_fix_the_child_cannot_switch_is_measured_in_fresh_runs_that_finish(tmp
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_confirm_measures_the_recommendation_again_in_fresh_runs(tmp_path):
     """--confirm: the in-process recommendation, then B R B R B fresh runs of the script with it."""
     import subprocess
