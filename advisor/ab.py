@@ -29,7 +29,7 @@ import numpy as np
 from . import compare, fingerprint, opdiff, sequential
 from .analysis import metrics
 from .analysis.steptime import FAST_QUANTILE, fast
-from .report import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, ReportError, load_report
+from .report import ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.05  # paired rounds resolve smaller changes than one pair of runs
 DEFAULT_ALPHA = 0.05  # the gate's false-alarm rate: all metrics, all looks
@@ -100,19 +100,14 @@ class ABResult:
 
     @property
     def exit_code(self) -> int:
-        if self.failed:
-            return EXIT_REGRESSION
-        if self.verdict == compare.INCONCLUSIVE and self.inconclusive_policy == "fail":
-            return EXIT_INCONCLUSIVE
-        return EXIT_OK
+        return compare.gate_exit(self.verdict, self.inconclusive_policy)
 
     def to_dict(self) -> dict:
         d = self.decision
         return metrics.clean({
             "verdict": self.verdict,
             "exit_code": self.exit_code,
-            "inconclusive": {"policy": self.inconclusive_policy,
-                             "metrics": [m.name for m in d.inconclusive], "why": [m.note for m in d.inconclusive]},
+            "inconclusive": compare.inconclusive_block(d.inconclusive, self.inconclusive_policy),
             "mode": "interleaved",
             "base": self.base_dir,
             "candidate": self.candidate_dir,
@@ -179,11 +174,13 @@ def cpu_step(report: dict) -> float | None:
     return fast(_measured(report, "cpu_s"))
 
 
-def cpu_bound(reports: list[dict]) -> tuple[bool, str]:
-    """Whether the job is CPU-bound (the CPU time per step can settle the gate), and the figure said."""
+def cpu_bound(reports: list[dict], data: dict) -> tuple[bool, str]:
+    """Whether the job is CPU-bound (the CPU time per step can settle the gate), and the figure said;
+    `data` is :func:`series`'s, whose figures are the reports' (base then candidate)."""
     if any((r.get("env") or {}).get("device") not in (None, "cpu") for r in reports):
         return False, "reported: a GPU job is gated on its step clock (the device's)"
-    shares = [c / w for c, w in ((cpu_step(r), fast_step(r)) for r in reports) if c and w]
+    cpu, wall = (sum(data[name], []) for name in ("cpu_time", "step_time"))
+    shares = [c / w for c, w in zip(cpu, wall) if c and w]
     if len(shares) < len(reports):
         return False, "reported: some runs have no CPU time per step"
     share = float(np.median(shares))
@@ -216,8 +213,8 @@ def run_round(side: str, checkout: Path, index: int, options: ABOptions, script:
               out: Path) -> dict:
     """One whole `advise profile` of SCRIPT in `checkout`; its report.json (RoundFailed when not ok)."""
     run_dir = out / side / f"round-{index:02d}"
-    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}  # the rounds' own summaries stay out of it
-    env = {**ROUND_ENV, **env}
+    # The rounds' own summaries stay out of the job's; the job's own OMP_WAIT_POLICY wins over ROUND_ENV's.
+    env = {**ROUND_ENV, **{k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}}
     started = time.monotonic()
     proc = subprocess.run(_command(options, run_dir, script, args), cwd=checkout, env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -264,8 +261,9 @@ def series(base: list[dict], cand: list[dict]) -> tuple[dict, str, str | None]:
     unit, key = ("samples/s", "samples_per_s") if by_samples else ("steps/s", "steps_per_s")
     out = {"step_time": ([fast_step(r) for r in base], [fast_step(r) for r in cand]),
            "throughput": ([fast_throughput(r, key) for r in base], [fast_throughput(r, key) for r in cand])}
-    if all(cpu_step(r) for r in reports):
-        out["cpu_time"] = ([cpu_step(r) for r in base], [cpu_step(r) for r in cand])
+    cpu = [cpu_step(r) for r in reports]
+    if all(cpu):
+        out["cpu_time"] = (cpu[:len(base)], cpu[len(base):])
     figures = [compare.memory_figures(r) for r in reports]
     common = [b for b, _, _ in compare.MEMORY_FIGURES if all(b in f for f in figures)]
     label = None
@@ -330,7 +328,7 @@ def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], opti
         if index not in plan:
             continue
         data, unit, memory_label = series(base, cand)
-        cpu = cpu_bound(base + cand) if "cpu_time" in data else None
+        cpu = cpu_bound(base + cand, data) if "cpu_time" in data else None
         decision = sequential.decide(data, specs(options, unit, memory_label, cpu), alpha=options.alpha, plan=plan,
                                      lengths=lengths)
         history.append({"rounds": index, "look": decision.look, "final": decision.final, "steps": current.steps,

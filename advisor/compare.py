@@ -64,6 +64,19 @@ REGRESSION, IMPROVEMENT, OK, NOT_SIGNIFICANT, REPORTED, NA, INCONCLUSIVE = (
     "regression", "improvement", "ok", "not-significant", "reported", "n/a", "inconclusive")
 
 
+def gate_exit(verdict: str, policy: str) -> int:
+    """A gate's exit code from its verdict: 3 a regression, 4 inconclusive (0 where the team chose
+    ``--inconclusive pass``), else 0. `advise compare` and `advise ab` alike."""
+    if verdict == REGRESSION:
+        return EXIT_REGRESSION
+    return EXIT_INCONCLUSIVE if verdict == INCONCLUSIVE and policy == "fail" else EXIT_OK
+
+
+def inconclusive_block(unsettled: list, policy: str) -> dict:
+    """compare.json's and ab.json's `inconclusive`: the policy, and the metrics not settled with why."""
+    return {"policy": policy, "metrics": [m.name for m in unsettled], "why": [m.note for m in unsettled]}
+
+
 class CompareError(ValueError):
     """Input that cannot be compared: one line for the CLI, exit 2."""
 
@@ -134,9 +147,7 @@ class Comparison:
 
     @property
     def exit_code(self) -> int:
-        if self.failed:
-            return EXIT_REGRESSION
-        return EXIT_INCONCLUSIVE if self.inconclusive and self.inconclusive_policy == "fail" else EXIT_OK
+        return gate_exit(self.verdict, self.inconclusive_policy)
 
     @property
     def rule(self) -> str:
@@ -153,8 +164,7 @@ class Comparison:
             "schema_version": COMPARE_SCHEMA_VERSION,  # compare.json's own (advisor/schema.py `Compare`)
             "verdict": self.verdict,
             "exit_code": self.exit_code,
-            "inconclusive": {"policy": self.inconclusive_policy, "metrics": [m.name for m in self.inconclusive],
-                             "why": [m.note for m in self.inconclusive]},
+            "inconclusive": inconclusive_block(self.inconclusive, self.inconclusive_policy),
             "rule": self.rule,
             "baseline": self.baseline_path,
             "current": self.current_path,

@@ -13,6 +13,7 @@ An override is plain data: ``{"dataloader": {"num_workers": 4}, "autocast": "bfl
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -193,29 +194,29 @@ VOCABULARY: dict[str, Knob] = {k.key: k for k in (
 KEYS = tuple(VOCABULARY)
 
 
+def _knobs(overrides: dict | None) -> list[tuple[Knob, Any]]:
+    """(the knob, its value) of each key of `overrides` the vocabulary has: the traits are read from these."""
+    return [(VOCABULARY[key], value) for key, value in (overrides or {}).items() if key in VOCABULARY]
+
+
 def batch_scale(overrides: dict) -> float:
     """Samples per step under `overrides`, relative to the script's (1: the batch is the script's)."""
-    scale = 1.0
-    for key, value in (overrides or {}).items():
-        knob = VOCABULARY.get(key)
-        if knob is not None and knob.batch_scale is not None:
-            scale *= knob.batch_scale(value)
-    return scale
+    return float(math.prod(knob.batch_scale(value) for knob, value in _knobs(overrides) if knob.batch_scale is not None))
 
 
 def changes_batch(overrides: dict) -> bool:
     """Whether `overrides` set the batch (any knob with a batch trait, even at 1)."""
-    return any(key in VOCABULARY and VOCABULARY[key].batch_scale is not None for key in overrides or {})
+    return any(knob.batch_scale is not None for knob, _ in _knobs(overrides))
 
 
 def extra_warmup(overrides: dict) -> int:
     """The untimed steps a window needs beyond the usual under `overrides` (a compiled model's recompiles)."""
-    return sum(VOCABULARY[key].warmup(value) for key, value in (overrides or {}).items() if key in VOCABULARY)
+    return sum(knob.warmup(value) for knob, value in _knobs(overrides))
 
 
 def one_off(overrides: dict) -> bool:
     """Whether `overrides` pay a one-off cost when switched on (compilation), said with its payoff."""
-    return any(key in VOCABULARY and VOCABULARY[key].one_off for key in overrides or {})
+    return any(knob.one_off for knob, _ in _knobs(overrides))
 
 
 def parts(overrides: dict) -> tuple[str, ...] | None:

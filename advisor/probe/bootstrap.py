@@ -86,22 +86,21 @@ class ProfilerWindow:
 
         Device tracing refused: a host-only trace, said. Refused outright: no trace, said; the step
         times stand either way."""
+        host = [ProfilerActivity.CPU]
         device = torch.cuda.is_available() and torch.cuda.is_initialized()
-        try:
-            self._profile([ProfilerActivity.CPU, ProfilerActivity.CUDA] if device else [ProfilerActivity.CPU])
-            return
-        except Exception as exc:  # noqa: BLE001 - the script must not see our profiler's failure
-            first = f"{type(exc).__name__}: {exc}".strip()
-        self.prof = None
-        if device:
+        first = None  # the first refusal, said
+        for activities in ([*host, ProfilerActivity.CUDA], host) if device else (host,):
             try:
-                self._profile([ProfilerActivity.CPU])
-                self.refused = (f"the profiler could not trace the GPU ({first[:300]}): the trace is the host's only, "
-                                "so no kernel, GPU-busy, overlap or MFU figure")
-                return
-            except Exception:  # noqa: BLE001 - as above
+                self._profile(activities)
+            except Exception as exc:  # noqa: BLE001 - the script must not see our profiler's failure
                 self.prof = None
-        self.refused = (f"the profiler could not start ({first[:300]}): no trace this run, so no op, kernel or "
+                first = first or f"{type(exc).__name__}: {exc}".strip()[:300]
+                continue
+            if first:
+                self.refused = (f"the profiler could not trace the GPU ({first}): the trace is the host's only, "
+                                "so no kernel, GPU-busy, overlap or MFU figure")
+            return
+        self.refused = (f"the profiler could not start ({first}): no trace this run, so no op, kernel or "
                         "memory figure; the step times stand")
 
     def _profile(self, activities: list) -> None:
