@@ -92,13 +92,13 @@ def own_account(run, out: Path) -> dict:
         ended_at = (out / run.files.probe_json).stat().st_mtime
     except OSError:
         ended_at = time.time()
-    return rank_account(detect_job().rank, probe, probe.measured_steps, ended_at, run.arms.get("windows") or [],
+    return rank_account(detect_job().rank, probe, probe.measured_steps, ended_at, (run.arms.arm_windows if run.arms else []),
                         "interrupted" if run.status == "interrupted" else None)  # stopped by a signal
 
 
 def summarize_rank(run, profile: Profile, out: Path, job) -> dict:
     """This rank's summary (rank_summary.summarize), also kept beside its files as summary.rankN.json."""
-    summary = summarize(profile, own_account(run, out), job.rank, job.node, run.arms.get("windows") or [])
+    summary = summarize(profile, own_account(run, out), job.rank, job.node, (run.arms.arm_windows if run.arms else []))
     write_json_atomic(out / layout.names(job.suffix).summary, summary)
     return summary
 

@@ -339,7 +339,7 @@ def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: Jo
     Returns (findings, rule warnings, ExperimentResults or None)."""
     from .experiments.fresh import run_experiments
     from .experiments.judge import ExperimentResults
-    from .experiments.plan import script_workers
+    from .experiments.sizing import script_workers
 
     results = None
     if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
@@ -404,7 +404,7 @@ def _outcome(run, merged: dict | None, results, stop: StopRequest, experimented:
 def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, out: Path, progress, stop) -> None:
     """--confirm: the recommendation the arms measured, measured again in fresh runs of the script."""
     from .experiments.fresh import confirm_recommendation
-    from .experiments.plan import script_workers
+    from .experiments.sizing import script_workers
 
     rec = results.recommended
     if rec is None or rec.measured_by != "in-process" or not rec.overrides:

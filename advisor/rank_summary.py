@@ -17,6 +17,7 @@ import pandas as pd
 
 from .analysis import steptime, temporal
 from .profile import Profile
+from .run_dir.protocol import ArmLine
 from .analysis.ranks import JobProfile
 
 VERSION = 1
@@ -33,7 +34,7 @@ def _clean(value):
     return value
 
 
-def summarize(profile: Profile, account: dict, rank: int, node: int, arm_windows: list[dict] | None = None) -> dict:
+def summarize(profile: Profile, account: dict, rank: int, node: int, arm_windows: list[ArmLine] | None = None) -> dict:
     """This rank's summary: `account` (status, measured steps, error) and what its trace and steps say."""
     profile.env["rank"] = rank
     table = profile.derived("rank_steps", lambda: JobProfile([profile]).step_table())
@@ -48,7 +49,7 @@ def summarize(profile: Profile, account: dict, rank: int, node: int, arm_windows
         "rank_steps": table.to_dict("records"),
         "hta": (temporal.hta_breakdown(profile.trace) or {}).get("ranks", []),
         "notes": profile.meta.get("notes", []),
-        "arm_windows": [{k: w.get(k) for k in ("round", "window", "arm", "overrides", "applied", "not_switchable", "error")}
+        "arm_windows": [{k: getattr(w, k) for k in ("round", "window", "arm", "overrides", "applied", "not_switchable", "error")}
                         for w in arm_windows or []],
     })
 

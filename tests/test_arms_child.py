@@ -6,6 +6,7 @@ import json
 import statistics
 from pathlib import Path
 
+import msgspec
 import pytest
 import torch
 
@@ -21,7 +22,7 @@ def drive(tmp_path: Path, script: str, plans: list[list[dict]], args: list[str] 
     out = tmp_path / "run"
     calls, snapshots = [], []
 
-    def on_window_done(round_no: int, suffixes: list[str]) -> None:
+    def on_window_done(round_no: int, suffixes: list[str], lines) -> None:
         assert suffixes == [""]  # one process: its own plan, its own steps judged
         calls.append(round_no)
         snapshots.append((out / "steps.jsonl").read_text())
@@ -34,7 +35,7 @@ def drive(tmp_path: Path, script: str, plans: list[list[dict]], args: list[str] 
     run = run_probe(ProbeConfig(script=str(WORKLOADS / script), args=list(args), out=out, **settings),
                     on_window_done=on_window_done)
     lines = [json.loads(line) for line in snapshots[-1].splitlines()] if snapshots else []
-    arms = run.arms.get("windows") or []  # the runner's copy: the exchange files are gone with the run
+    arms = [msgspec.structs.asdict(w) for w in run.arms.arm_windows]  # the runner's: the exchange files are gone
     return {"run": run, "calls": calls, "lines": lines, "arms": arms, "out": out,
             "log": (out / "script.log").read_text()}
 
@@ -185,7 +186,7 @@ def test_compile_switch_is_cached_and_a_stop_file_ends_the_run(tmp_path):
     plan = [window("c", {"compile": True}, 2, 3), window("b", {}, 1, 3), window("c", {"compile": True}, 1, 3)]
     calls = []
 
-    def on_window_done(round_no: int, suffixes: list[str]) -> None:
+    def on_window_done(round_no: int, suffixes: list[str], lines) -> None:
         calls.append(round_no)
         if len(calls) == 1:
             write_json_atomic(out / "plan.json", {"round": 0, "windows": plan})
@@ -195,7 +196,7 @@ def test_compile_switch_is_cached_and_a_stop_file_ends_the_run(tmp_path):
     run = run_probe(ProbeConfig(script=str(WORKLOADS / "train_basic.py"), out=out, warmup=1, steps=3, profile_steps=0,
                                 arms=True, plan_timeout_s=300), on_window_done=on_window_done)
     assert run.status == "ok" and run.probe.status == "done" and calls == [0, 1]
-    arms = run.arms["windows"]
+    arms = [msgspec.structs.asdict(w) for w in run.arms.arm_windows]
     assert not (out / "arms.jsonl").exists() and not (out / "stop").exists()  # the exchange files are cleared
     assert [a["applied"] for a in arms] == [{"compile": True}, {}, {"compile": True}]
     assert arms[0]["switch_s"] > 10 * arms[2]["switch_s"]  # compiled once, in the first window

@@ -96,17 +96,17 @@ def test_zero_grad_switch_in_process_only_inside_its_window(tmp_path):
             {"arm": "base", "overrides": {}, "warmup": 1, "steps": 2}]
     sent = []
 
-    def on_window_done(round_no: int, suffixes: list[str]) -> None:
+    def on_window_done(round_no: int, suffixes: list[str], lines) -> None:
         write_json_atomic(out / "plan.json", {"round": round_no, "windows": [] if sent else plan})
         sent.append(round_no)
 
     run = run_probe(ProbeConfig(script=str(WORKLOADS / "zoo" / "zero_grad_keeps_grads.py"), out=out, warmup=1, steps=3,
                                 profile_steps=0, arms=True, plan_timeout_s=20, timeout_s=60, arms_timeout_s=120),
                     on_window_done=on_window_done)
-    windows = run.arms["windows"]
-    assert [w["arm"] for w in windows] == ["base", "none", "base"]
-    assert [w["applied"].get("zero_grad_set_to_none", 0) for w in windows] == [0, 3, 0]  # 1 warm-up + 2 steps
-    assert all(w["error"] is None and not w["not_switchable"] for w in windows)
+    windows = run.arms.arm_windows
+    assert [w.arm for w in windows] == ["base", "none", "base"]
+    assert [w.applied.get("zero_grad_set_to_none", 0) for w in windows] == [0, 3, 0]  # 1 warm-up + 2 steps
+    assert all(w.error is None and not w.not_switchable for w in windows)
 
 
 @pytest.mark.timing  # the zeroing loop's share of the step is measured: it ran alone in CI's 2-core box

@@ -11,7 +11,8 @@ import pytest
 from advisor import overrides as vocabulary
 from advisor.experiments.fresh import run_experiments
 from advisor.experiments.judge import loss_check
-from advisor.experiments.plan import MAX_STEPS_SCALE, MIN_WINDOW_S, candidates_from, window_steps
+from advisor.experiments.plan import candidates_from
+from advisor.experiments.sizing import MAX_STEPS_SCALE, MIN_WINDOW_S, window_steps
 from advisor.model import Finding, Fix
 from advisor.analysis.stats import baseline_drift, speedup_ci
 from advisor.probe.runner import ProbeConfig, run_probe

@@ -156,15 +156,15 @@ def test_a_knobs_traits_are_read_by_the_planner_and_the_judge_from_its_entry(mon
     """A knob that changes the batch, needs a longer warm-up or pays a one-off cost says so in its
     vocabulary entry; the window sizes, the sweep's batch search and the payoff read it there."""
     from advisor import overrides as vocabulary
-    from advisor.experiments import judge, plan
+    from advisor.experiments import judge, sizing
     from advisor.model import Experiment, Verdict
 
     monkeypatch.setitem(vocabulary.VOCABULARY, "toy", vocabulary.Knob(
         "toy", "a toy knob", lambda v: v in (1, 2), lambda v: f"+ toy({v})", lambda v, applied: True, "toy",
         batch_scale=lambda v: 2.0 * v, warmup=lambda v: 5, one_off=True))
     assert vocabulary.batch_scale({"toy": 2}) == 4.0 and vocabulary.changes_batch({"toy": 1})
-    assert plan.batch_window(40, 10, {"toy": 2}) == 10 and plan.batch_window(80, 10, {"toy": 1}) == 40
-    assert plan.warmup_steps({"toy": 1}, 0) == 2 + 5 and plan.warmup_steps({"compile": True}, 0) == 2 + vocabulary.COMPILE_WARMUP
+    assert sizing.batch_window(40, 10, {"toy": 2}) == 10 and sizing.batch_window(80, 10, {"toy": 1}) == 40
+    assert sizing.warmup_steps({"toy": 1}, 0) == 2 + 5 and sizing.warmup_steps({"compile": True}, 0) == 2 + vocabulary.COMPILE_WARMUP
     exp = Experiment(Verdict.FASTER, overrides={"toy": 1}, switch_s=10.0, baseline={"step_time_median_s": 0.2},
                      candidate={"step_time_median_s": 0.1})
     assert judge.payoff_steps(exp) == 100  # a one-off cost is paid back by the time it saves per step

@@ -7,7 +7,8 @@ import math
 from pathlib import Path
 
 from advisor.probe.runner import ProbeConfig, run_probe
-from advisor.run_dir.protocol import ChildAccount, Phase, read_account, read_lines, write_account
+from advisor.run_dir.protocol import (ArmLine, ArmStepLine, ChildAccount, Phase, PlanDone, RankLines, StepLine, WindowDone,
+                                      read_account, read_lines, write_account, write_line)
 
 WORKLOADS = Path(__file__).parent / "workloads"
 
@@ -42,15 +43,56 @@ def test_no_account_or_a_torn_one_reads_as_none(tmp_path):
     assert read_account(path) is None
 
 
-def test_step_lines_are_read_whole_and_a_torn_line_is_skipped(tmp_path):
+def _step(phase: str, index: int) -> StepLine:
+    return StepLine(phase=Phase(phase), index=index, t_start=1.0, t_end=1.5, duration_s=0.5, host_s=0.5, cpu_s=0.4,
+                    clock="host", samples=8)
+
+
+def test_step_lines_are_read_whole_typed_and_a_torn_line_is_skipped(tmp_path):
     path = tmp_path / "steps.jsonl"
-    path.write_text('{"phase": "warmup"}\n{"phase": "mea\n{"phase": "measure"}\n{"phase": "me')
+    with open(path, "w") as f:
+        for line in (_step("warmup", -1), _step("measure", 0)):
+            write_line(f, line)
+    whole = path.read_text().splitlines()
+    path.write_text(whole[0] + "\n" + whole[1][:30] + "\n" + whole[1] + "\n" + whole[1][:20])  # torn twice
     lines, offset = read_lines(path)
-    assert [r["phase"] for r in lines] == ["warmup", "measure"]
+    assert lines == [_step("warmup", -1), _step("measure", 0)]
     with open(path, "a") as f:
-        f.write('asure"}\n')
+        f.write(whole[1][20:] + "\n")
     more, _ = read_lines(path, offset)
-    assert more == [{"phase": "measure"}]
+    assert more == [_step("measure", 0)]
+
+
+def test_each_line_decodes_to_its_own_type_and_a_nan_loss_stays_told_apart(tmp_path):
+    """A step line, an arm step, the window's end and a plan's end share steps.jsonl: each is read
+    back as the struct its phase names. JSON has no NaN: an arm step's NaN loss is written as null
+    with loss_finite false, so a diverged fix never reads as a loss not seen."""
+    arm = ArmStepLine(round=1, window=2, arm="a1", index=0, t_start=1.0, t_end=1.5, duration_s=0.5, host_s=0.5,
+                      cpu_s=0.4, clock="device", loss=None, loss_finite=False)
+    sent = [_step("measure", 0), WindowDone(), arm, PlanDone(round=1, error="CUDA out of memory")]
+    path = tmp_path / "steps.jsonl"
+    with open(path, "w") as f:
+        for line in sent:
+            write_line(f, line)
+    got, _ = read_lines(path)
+    assert got == sent and [type(x) for x in got] == [StepLine, WindowDone, ArmStepLine, PlanDone]
+    windows = tmp_path / "arms.jsonl"
+    with open(windows, "w") as f:
+        write_line(f, ArmLine(round=1, window=2, arm="a1", overrides={"compile": True}, oom=True))
+    assert read_lines(windows, arms=True)[0] == [ArmLine(round=1, window=2, arm="a1", overrides={"compile": True}, oom=True)]
+
+
+def test_rank_lines_are_read_once_and_kept_by_kind(tmp_path):
+    lines = RankLines(tmp_path / "steps.jsonl", tmp_path / "arms.jsonl")
+    assert lines.read() == [] and lines.measured == []  # nothing written yet
+    with open(tmp_path / "steps.jsonl", "w") as f:
+        write_line(f, _step("warmup", -1))
+        write_line(f, _step("measure", 0))
+    assert len(lines.read()) == 2 and lines.read() == []  # each line once
+    with open(tmp_path / "steps.jsonl", "a") as f:
+        write_line(f, _step("measure", 1))
+    lines.read()
+    assert [x.index for x in lines.measured] == [0, 1] and len(lines.window) == 3
 
 
 def test_the_parent_watches_rank_0_whichever_rank_the_script_started_first(tmp_path):

@@ -25,7 +25,8 @@ from ..profile import Profile
 from ..run_dir.layout import make_subdir
 from . import judge
 from .judge import ExperimentResults, Measurement, by_samples
-from .plan import Candidate, batch_window, burst_steps, candidates_from, say_why_untried, sweep_points, warmup_steps, window_steps
+from .plan import Candidate, candidates_from, say_why_untried, sweep_points
+from .sizing import batch_window, burst_steps, warmup_steps, window_steps
 
 
 @dataclass
@@ -65,7 +66,7 @@ class Runner:
     def __init__(self, base: ProbeConfig, root: Path, progress: Progress | None, budget: Budget,
                  stop: StopRequest | None = None, workers: int = 0, profiled: pd.DataFrame | None = None):
         self.asked = base.steps  # the steps the user asked for
-        # Each run times at least half a second at the profiled run's median step (plan.window_steps).
+        # Each run times at least half a second at the profiled run's median step (sizing.window_steps).
         self.base = base if profiled is None else replace(base, steps=window_steps(base.steps, profiled))
         self.workers = workers  # the script's own loader workers
         self.root = root  # the pipeline's make_subdir(run dir, "experiments"): checked there
@@ -86,7 +87,7 @@ class Runner:
         # made here, not by the child: a symlink planted under the run dir while it runs is refused
         run_dir = make_subdir(self.root, f"{self.counter:02d}-{_slug(label) or 'baseline'}")
         # A fresh child is a plain run: it must not wait for an arms plan after its window. Its
-        # loader's first burst is drained untimed, and its window holds enough bursts (plan.py).
+        # loader's first burst is drained untimed, and its window holds enough bursts (sizing.py).
         config = replace(self.base, out=run_dir, overrides=overrides, profile_steps=0, arms=False,
                          warmup=self.base.warmup + warmup_steps(overrides, self.workers, base=0),
                          steps=burst_steps(batch_window(self.base.steps, self.asked, overrides), overrides, self.workers))
@@ -121,7 +122,7 @@ def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: 
     """Measure every automatic fix, sweep the knobs that need it, then stack the winners.
 
     With `only` (finding indices), just those findings' fixes are measured. `workers`: the script's
-    own DataLoader workers (:func:`plan.script_workers`), which size a fresh run's window. The findings are filled
+    own DataLoader workers (:func:`sizing.script_workers`), which size a fresh run's window. The findings are filled
     in place (`experiment`, and a swept winner becomes the fix). A stop signal (`stop`, or Ctrl-C's
     KeyboardInterrupt) ends the running child cleanly and returns what was measured so far, with
     `interrupted` set.
@@ -223,10 +224,9 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
         if not tried:
             finding.experiment = Experiment.not_measured("experiment budget exhausted")
             continue
-        if best is not None:
-            best = _confirm(runner, candidate, best, runs_of[id(best)], samples, notes)
-        # Nothing verified: report the first value that ran honestly (a failed one only if all failed).
-        chosen = best or next((e for _, e in tried if e.verdict != Verdict.FAILED), tried[0][1])
+        _, chosen = judge.sweep_winner(tried, memory_budget)  # the in-process arms' choice too
+        if chosen.verified:
+            chosen = _confirm(runner, candidate, chosen, runs_of[id(chosen)], samples, notes)
         chosen.sweep = [judge.sweep_row(p, e, memory_budget) for p, e in tried] if len(tried) > 1 else None
         judge.settle(finding, candidate, chosen, memory_budget, winners, fitting)
 
@@ -252,8 +252,4 @@ def _confirm(runner: Runner, candidate: Candidate, first: Experiment, first_runs
     runner.progress.experiment(f"{candidate.label}: confirming with a second run", 1, 1)
     cand = runner.pair(candidate.label + " (confirmation)", first.overrides)
     after = runner.baselines[-1]
-    check_loss = candidate.changes_numerics
-    second = judge.compare([before, after], cand, by_samples=samples, check_loss=check_loss)
-    base_runs = judge.distinct(first_runs[0] + [before, after])
-    pooled = judge.compare(base_runs, first_runs[1] + [cand], by_samples=samples, check_loss=check_loss)
-    return judge.confirm(pooled, [first, second])
+    return judge.pool([first_runs, ([before, after], [cand])], by_samples=samples, check_loss=candidate.changes_numerics)

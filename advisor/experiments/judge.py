@@ -163,6 +163,18 @@ def amdahl_bound(overrides: dict, baseline: list[pd.DataFrame]) -> tuple[float, 
     return 1.0 / (1.0 - share), f"{words} ({share:.0%} of the baseline's time)"
 
 
+def pool(passes: list[tuple[list[Measurement], list[Measurement]]], *, by_samples: bool, check_loss: bool,
+         measured_by: str = "fresh-run") -> Experiment:
+    """A fix over its passes, for both schedulers (each pass: its candidate's windows or runs and the
+    baselines around them): every baseline against every candidate, pooled, kept verified only where
+    the passes agree (:func:`confirm`)."""
+    def versus(base, cand):
+        return compare(base, cand, by_samples=by_samples, check_loss=check_loss, measured_by=measured_by)
+    bases = distinct([m for around, _ in passes for m in around])
+    pooled = versus(bases, [m for _, cands in passes for m in cands])
+    return confirm(pooled, [versus(around, cands) for around, cands in passes])
+
+
 def confirm(pooled: Experiment, passes: list[Experiment]) -> Experiment:
     """A pooled result stays verified only where its passes (each window or run of the fix between
     its own baselines) agree: every pass at least the minimum effect faster, and no two passes
@@ -258,12 +270,14 @@ def sweep_row(point: Candidate, exp: Experiment, budget: float | None) -> dict:
 
 
 def sweep_winner(tried: list[tuple[Candidate, Experiment]], budget: float | None) -> tuple[Candidate, Experiment]:
-    """The value to report from a sweep: with a memory budget and a batch search, the largest batch
-    that fits; else the verified value whose interval's low end is highest (any value if none is)."""
+    """The value to report from a sweep, for both schedulers: with a memory budget and a batch
+    search, the largest batch that fits; else the verified value whose interval's low end is highest;
+    else, of the values that ran (any, if none did), the one whose interval's low end is highest."""
     if budget and any(vocabulary.batch_scale(p.overrides) >= 2 for p, _ in tried):
         return largest_that_fits(tried, budget)
     verified = [(p, e) for p, e in tried if e.verified]
-    return max(verified or tried, key=lambda pe: (pe[1].ci_low if pe[1].ci_low is not None else -1.0))
+    ran = [(p, e) for p, e in tried if e.verdict is not Verdict.FAILED]
+    return max(verified or ran or tried, key=lambda pe: (pe[1].ci_low if pe[1].ci_low is not None else -1.0))
 
 
 def fits(exp: Experiment, budget: float) -> bool:

@@ -1,74 +1,19 @@
 """What to measure: the candidates (one per distinct automatic fix), the values a sweep tries,
-and the order of the windows an in-process round runs."""
+and the order of the windows an in-process round runs (their sizes: :mod:`.sizing`)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
-import pandas as pd
-
 from .. import overrides as vocabulary
-from ..analysis import steptime
 from ..model import Applicability, Experiment, Finding, estimated_speedup
+from ..run_dir.protocol import Window
+from .sizing import MIN_WINDOW_STEPS
 
 REPEATS = 2          # each arm is measured twice, the second pass in reverse order
 ARMS_PER_BASELINE = 2  # arm windows between two baseline windows
-MIN_WINDOW_STEPS = 5
 BASELINE = "baseline"
-# A measured window (a fresh run's, an arm's) lasts at least this long: ten 4.5 ms steps are a
-# 45 ms window that one 6 ms hiccup of a shared machine moves by 13%, and two such fresh runs in a
-# row passed a no-op off as a "verified" 1.13x. Half a second makes that hiccup 1%, under the bar
-# a win must clear.
-MIN_WINDOW_S = 0.5
-MAX_STEPS_SCALE = 10  # ... in at most 10 times the steps asked for
-BURSTS = 10           # a window whose loader has w workers times at least 10 bursts of w batches
-
-
-def window_steps(asked: int, steps: pd.DataFrame) -> int:
-    """Timed steps for a window: `asked`, or as many as MIN_WINDOW_S takes at the median step time
-    of `steps` (the profiled window), whichever is more."""
-    median = steptime.median_step(steps)
-    if median is None:
-        return asked
-    return min(asked * MAX_STEPS_SCALE, max(asked, math.ceil(MIN_WINDOW_S / median)))
-
-
-def batch_window(timed: int, asked: int, overrides: dict) -> int:
-    """A window's steps for a fix that scales the batch k times: each step takes about k times as
-    long, so the `timed` steps' duration takes 1/k of them (never fewer than `asked`)."""
-    scale = vocabulary.batch_scale(overrides)
-    return max(asked, math.ceil(timed / scale)) if scale > 1 else timed
-
-
-def script_workers(observed: dict) -> int:
-    """The most workers any DataLoader the script built has (a profile's `observed`)."""
-    return max([int(dl.get("num_workers") or 0) for dl in observed.get("dataloaders") or []] or [0])
-
-
-def loader_workers(overrides: dict, script_workers: int) -> int:
-    """The loader workers a window runs with: the fix's, else the script's own."""
-    return int((overrides.get("dataloader") or {}).get("num_workers", script_workers) or 0)
-
-
-def burst_steps(steps: int, overrides: dict, script_workers: int) -> int:
-    """Timed steps of a window whose loader has w workers: at least BURSTS * w. The batches come in
-    bursts of w, and a window of a few bursts times its phase, not the loader (22x measured where
-    9x is true with 5 bursts; a compile screen read 0.65-1.40x; two fresh runs of 8 workers read
-    their 10 steps 1.5x apart)."""
-    return max(steps, BURSTS * loader_workers(overrides, script_workers))
-
-
-def warmup_steps(overrides: dict, script_workers: int, base: int = 2) -> int:
-    """Untimed steps opening a window: a new loader's workers fill their prefetch first (its
-    first burst drained, the window times the loader's pace); a compiled model's first steps may
-    recompile (a guard on the grad mode, a new shape)."""
-    dl = overrides.get("dataloader") or {}
-    workers = loader_workers(overrides, script_workers)
-    return (base + (workers * dl.get("prefetch_factor", 2) if "dataloader" in overrides or workers else 0)
-            + vocabulary.extra_warmup(overrides))
-
 
 @dataclass
 class Candidate:
@@ -154,17 +99,6 @@ def expected_speedup(finding: Finding) -> int:
 
 # the windows of an in-process round ---------------------------------------------------------------
 
-@dataclass
-class Window:
-    arm: str
-    overrides: dict
-    warmup: int
-    steps: int
-
-    def to_dict(self) -> dict:
-        return {"arm": self.arm, "overrides": self.overrides, "warmup": self.warmup, "steps": self.steps}
-
-
 def _groups(arms: list, size: int) -> list[list]:
     return [arms[i:i + size] for i in range(0, len(arms), size)]
 
@@ -177,12 +111,12 @@ def interleave(arms: list[tuple[str, dict]], warmup: Callable[[dict], int], step
     `passes=1`: the first half alone (an adaptive plan runs the reverse pass only for the arms the
     first left undecided, see :func:`advisor.experiments.judge.settled`)."""
     length = steps if callable(steps) else (lambda arm: steps)
-    base = lambda: Window(BASELINE, {}, warmup({}), length(BASELINE))  # noqa: E731
+    base = lambda: Window(arm=BASELINE, overrides={}, warmup=warmup({}), steps=length(BASELINE))  # noqa: E731
     orders = [arms, list(reversed(arms))][:max(1, passes)]
     windows = [base()]
     for order in orders:
         for group in _groups(order, per_baseline):
-            windows += [Window(arm, overrides, warmup(overrides), length(arm)) for arm, overrides in group] + [base()]
+            windows += [Window(arm=arm, overrides=overrides, warmup=warmup(overrides), steps=length(arm)) for arm, overrides in group] + [base()]
     return windows
 
 
@@ -198,13 +132,13 @@ def plan_windows(arms: list[tuple[str, dict]], growing: list[tuple[str, dict]], 
     length = steps if callable(steps) else (lambda arm: steps)
     windows = interleave(arms, warmup, length, passes=passes) if arms else []
     if (growing or screens) and not windows:
-        windows = [Window(BASELINE, {}, warmup({}), length(BASELINE))]
+        windows = [Window(arm=BASELINE, overrides={}, warmup=warmup({}), steps=length(BASELINE))]
     short = max(MIN_WINDOW_STEPS, length(BASELINE) // 2)
     for group in _groups(list(screens), ARMS_PER_BASELINE):
-        windows += [Window(arm, overrides, warmup(overrides), max(short, length(arm) // 2)) for arm, overrides in group]
-        windows.append(Window(BASELINE, {}, warmup({}), short))
+        windows += [Window(arm=arm, overrides=overrides, warmup=warmup(overrides), steps=max(short, length(arm) // 2)) for arm, overrides in group]
+        windows.append(Window(arm=BASELINE, overrides={}, warmup=warmup({}), steps=short))
     for arm, overrides in sorted(growing, key=lambda a: vocabulary.batch_scale(a[1])):
         for _ in range(max(1, passes)):
-            windows += [Window(arm, overrides, warmup(overrides), length(arm)),
-                        Window(BASELINE, {}, warmup({}), length(BASELINE))]
+            windows += [Window(arm=arm, overrides=overrides, warmup=warmup(overrides), steps=length(arm)),
+                        Window(arm=BASELINE, overrides={}, warmup=warmup({}), steps=length(BASELINE))]
     return windows

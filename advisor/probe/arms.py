@@ -1,12 +1,13 @@
 """One run, many arms: the profiled child keeps running and measures the experiments' arms itself.
 
 After the measured window the child writes ``probe.json`` (``"phase": "window-done"``), says
-so in ``steps{r}.jsonl`` and waits at that step boundary for the parent's ``plan{r}.json``:
-``{"round": N, "windows": [{"arm", "overrides", "warmup", "steps"}, ...]}``. Each window
+so in ``steps{r}.jsonl`` (:class:`~advisor.run_dir.protocol.WindowDone`) and waits at that step
+boundary for the parent's ``plan{r}.json`` (:class:`~advisor.run_dir.protocol.Plan`). Each window
 switches its overrides on at a step boundary (the previous window's off first), runs `warmup`
-untimed and `steps` timed steps (one ``"phase": "arm"`` line each) and ends with one line in
-``arms{r}.jsonl`` saying what really took effect. ``{"phase": "plan-done"}`` ends a plan; an
-empty plan, no plan within ``plan_timeout_s`` or a ``stop{r}`` file ends the run as today.
+untimed and `steps` timed steps (an :class:`~advisor.run_dir.protocol.ArmStepLine` each) and ends
+with an :class:`~advisor.run_dir.protocol.ArmLine` in ``arms{r}.jsonl`` saying what really took
+effect. A :class:`~advisor.run_dir.protocol.PlanDone` ends a plan; an empty plan, no plan within
+``plan_timeout_s`` or a ``stop{r}`` file ends the run as today.
 
 Each window's overrides are switched on and off by the run's switches
 (:mod:`advisor.probe.switches`, the same ones a fresh run turns on before the script starts), so
@@ -16,16 +17,17 @@ the script is never edited; a key a switch cannot change in a live process is li
 
 from __future__ import annotations
 
-import json
+import math
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from .clock import ClosedStep, ProbeDone, loss_value, timed_lines
-from advisor.run_dir.protocol import Phase, write_line
+from advisor.run_dir.protocol import ArmLine, ArmStepLine, Plan, PlanDone, Window, WindowDone, read_plan, write_line
 from .memory import WindowPeak, persistent_bytes, rss_high_water, tensor_bytes
 from .switches import Switches
 from .timeline import HostTimeline, Timeline
@@ -49,14 +51,15 @@ class Arms:
         self.observed = observed
         self.peak = WindowPeak(getattr(observed, "device", None))
         self.round: int | None = None
-        self.windows: list[dict] = []
+        self.windows: list[Window] = []
         self.k = -1
         self.i = 0  # steps run in the current window
-        self.record: dict | None = None  # the current window's arms line
+        self.record: ArmLine | None = None  # the current window's line
         self.started = False
         self.error: str | None = None
         self.timeline: Timeline = HostTimeline()  # the run's (the StepClock's): where a step's time is read
-        self._held: list[tuple[ClosedStep, dict]] = []  # the window's steps (and loss tensors), written when it closes
+        self._held: list[tuple[ClosedStep, Any]] = []  # the window's steps, written when it closes
+        self._losses: list[Any] = []  # their loss tensors, read after the window's one wait
 
     def install(self) -> None:
         """Before hooks.install (the hooks' DataLoader timing must wrap the substitute)."""
@@ -73,10 +76,10 @@ class Arms:
         """The profiled window ended: report it, then wait for a plan. True: arms run from here."""
         self.started = True
         self.write_probe()
-        write_line(self.sink, {"phase": Phase.WINDOW_DONE})
+        write_line(self.sink, WindowDone())
         return self._next_plan()
 
-    def _wait_plan(self) -> dict | None:
+    def _wait_plan(self) -> Plan | None:
         plan_path, stop_path = self.out / self.names.plan, self.out / self.names.stop
         deadline = time.monotonic() + self.plan_timeout_s
         while time.monotonic() < deadline:
@@ -84,7 +87,7 @@ class Arms:
                 return None
             if plan_path.exists():
                 try:
-                    plan = json.loads(plan_path.read_text())
+                    plan = read_plan(plan_path)
                 except ValueError:  # half written (the parent should write atomically): read again
                     time.sleep(POLL_S)
                     continue
@@ -95,10 +98,10 @@ class Arms:
 
     def _next_plan(self) -> bool:
         plan = self._wait_plan()
-        if not plan or not plan.get("windows"):
+        if plan is None or not plan.windows:
             return False
-        self.round = int(plan.get("round", 0))
-        self.windows = list(plan["windows"])
+        self.round = plan.round
+        self.windows = list(plan.windows)
         self.k = -1
         return self._advance()
 
@@ -107,25 +110,24 @@ class Arms:
         while True:
             self.k += 1
             if self.k >= len(self.windows):
-                write_line(self.sink, {"phase": Phase.PLAN_DONE, "round": self.round})
+                write_line(self.sink, PlanDone(round=self.round))
                 return self._next_plan()
             if self._begin(self.windows[self.k]):
                 return True
 
-    def _begin(self, window: dict) -> bool:
-        overrides = dict(window.get("overrides") or {})
-        self.record = {"round": self.round, "window": self.k, "arm": window.get("arm"), "overrides": overrides,
-                       "applied": {}, "not_switchable": [], "switch_s": 0.0, "error": None}
+    def _begin(self, window: Window) -> bool:
+        overrides = dict(window.overrides)
+        self.record = ArmLine(round=self.round, window=self.k, arm=window.arm, overrides=overrides)
         self.i = 0
-        self.total = int(window.get("warmup", 0)) + int(window.get("steps", 0))
-        self.warmup = int(window.get("warmup", 0))
+        self.total = window.warmup + window.steps
+        self.warmup = window.warmup
         t0 = time.monotonic()
         try:
             switchable = self._switch_on(overrides, self.record)
         except Exception as exc:  # noqa: BLE001 - a switch that broke: report it, end cleanly
-            self.record["switch_s"] = time.monotonic() - t0
+            self.record.switch_s = time.monotonic() - t0
             self._fail(exc)
-        self.record["switch_s"] = time.monotonic() - t0
+        self.record.switch_s = time.monotonic() - t0
         self.peak.device = getattr(self.observed, "device", None)
         self.peak.start()  # this window's peak is its own (after the switch, before its first step)
         if self.warmup == 1:
@@ -139,12 +141,12 @@ class Arms:
             return False
         return True
 
-    def _switch_on(self, overrides: dict, record: dict) -> bool:
+    def _switch_on(self, overrides: dict, record: ArmLine) -> bool:
         """Switch on what can be; list the rest in not_switchable. True when anything was switched."""
-        refused = self.switches.on(overrides, record["applied"], live=True)
+        refused = self.switches.on(overrides, record.applied, live=True)
         if refused:
-            record["not_switchable"].extend(refused)
-            record.setdefault("reasons", {}).update(refused)
+            record.not_switchable.extend(refused)
+            record.reasons.update(refused)
         return len(refused) < len(overrides)
 
     def _switch_off(self) -> None:
@@ -155,10 +157,10 @@ class Arms:
         if record is None:
             return
         module, loader = self.switches.module, self.switches.dataloader
-        record["switch_s"] += module.compile_s + loader.build_s
+        record.switch_s += module.compile_s + loader.build_s
         module.compile_s = loader.build_s = 0.0
         with open(self.out / self.names.arms_jsonl, "a") as f:
-            f.write(json.dumps(record) + "\n")
+            write_line(f, record)
 
     def step(self, step: ClosedStep, loss: Any) -> bool:
         """A step of the current window ended. It is held, with its loss tensor, until the window
@@ -168,8 +170,9 @@ class Arms:
         window = self.windows[self.k]
         warm = self.i < self.warmup
         step.timed = not warm
-        self._held.append((step, {"phase": Phase.ARM, "round": self.round, "window": self.k, "arm": window.get("arm"),
-                                  "warm": warm, "index": self.i - self.warmup if not warm else self.i, "loss": loss}))
+        self._held.append((step, partial(ArmStepLine, round=self.round, window=self.k, arm=window.arm, warm=warm,
+                                         index=self.i - self.warmup if not warm else self.i)))
+        self._losses.append(loss)
         if not self.timeline.deferred:  # the host's clock: the step's line is out at once (nothing to wait on)
             self._flush()
         self.i += 1
@@ -192,9 +195,11 @@ class Arms:
 
     def _flush(self) -> None:
         """The window's step lines: one wait on the device, then each step's time and loss."""
-        held, self._held = self._held, []
-        for record in timed_lines(self.timeline, held):  # the losses are read after the wait, not before it
-            write_line(self.sink, {**record, "loss": loss_value(record["loss"])})
+        held, self._held, losses, self._losses = self._held, [], self._losses, []
+        for line, loss in zip(timed_lines(self.timeline, held), losses):  # the losses are read after the wait
+            line.loss = loss_value(loss)
+            line.loss_finite = None if line.loss is None else math.isfinite(line.loss)
+            write_line(self.sink, line)
 
     def _profile_memory(self) -> None:
         try:
@@ -205,8 +210,8 @@ class Arms:
 
     def _read_peak(self) -> None:
         if self.record is not None:
-            self.record["peak_memory_bytes"], self.record["memory_basis"] = self.peak.read()
-            self.record["peak_rss_hwm_bytes"] = rss_high_water()
+            self.record.peak_memory_bytes, self.record.memory_basis = self.peak.read()
+            self.record.peak_rss_hwm_bytes = rss_high_water()
 
     def _fail(self, exc: BaseException) -> None:
         """A switch (or the script, inside a window) raised: keep what was measured, end cleanly.
@@ -216,9 +221,9 @@ class Arms:
         self._flush()
         self.peak.end_step()
         if self.record is not None:
-            self.record["error"] = error
+            self.record.error = error
             if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in error.lower():
-                self.record["oom"] = True
+                self.record.oom = True
                 if torch.cuda.is_available() and torch.cuda.is_initialized():
                     torch.cuda.empty_cache()
             try:
@@ -226,7 +231,7 @@ class Arms:
             except Exception:  # noqa: BLE001 - the run ends anyway
                 pass
             self._write_arm()
-        write_line(self.sink, {"phase": Phase.PLAN_DONE, "round": self.round, "error": error})
+        write_line(self.sink, PlanDone(round=self.round or 0, error=error))
         self.windows, self.k = [], 0
         raise ProbeDone()
 
@@ -242,7 +247,7 @@ class Arms:
         """The script returned (or its loader ran out) while arms ran: say so for the open window."""
         if self.record is not None:
             self._flush()
-            self.record["error"] = "the script ended by itself during this window"
+            self.record.error = "the script ended by itself during this window"
             self._write_arm()
         self.close()
 

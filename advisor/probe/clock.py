@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
-from advisor.run_dir.protocol import Phase, write_line
+from advisor.run_dir.protocol import Line, Phase, StepLine, write_line
 from .timeline import HostTimeline, Mark, Timeline, settled
 
 SOURCES = ("backward", "dataloader", "optimizer", "explicit")
@@ -70,9 +71,7 @@ class ClosedStep:
     timed: bool
 
     def timing(self, timeline: Timeline) -> dict:
-        """The step's span on both clocks and where its time went (window and arm lines alike):
-        `duration_s` on the step's clock (`clock`: device or host), `host_s` on the host's, `cpu_s`
-        the training process's CPU time over the step (all its threads; not its loader workers')."""
+        """The step's :class:`~advisor.run_dir.protocol.StepTimes` fields (window and arm lines alike)."""
         host_s = self.end.host - self.start.host
         duration_s, clock = timeline.span(self.start, self.end) if self.timed else (host_s, "host")
         acc = self.acc
@@ -81,12 +80,12 @@ class ClosedStep:
                 "backward_s": acc.backward_s, "samples": acc.batch()}
 
 
-def timed_lines(timeline: Timeline, held: list[tuple[ClosedStep, dict]]) -> list[dict]:
-    """The held steps' lines, their fields then their times: after one wait on the device, when any
-    of them is timed (the profiled window's and an arm window's steps alike)."""
+def timed_lines(timeline: Timeline, held: list[tuple[ClosedStep, Callable[..., Line]]]) -> list[Line]:
+    """The held steps' lines (each made by its `line`, given the step's times): after one wait on the
+    device, when any of them is timed (the profiled window's and an arm window's steps alike)."""
     if any(step.timed for step, _ in held):
         timeline = settled(timeline)
-    return [{**fields, **step.timing(timeline)} for step, fields in held]
+    return [line(**step.timing(timeline)) for step, line in held]
 
 
 @dataclass
@@ -123,7 +122,7 @@ class StepClock:
     done: bool = False
     profiling: bool = False
     _asked_batch: bool = False
-    measured: list = field(default_factory=list)
+    measured: list[StepLine] = field(default_factory=list)
     losses: list = field(default_factory=list)
     _start: Mark | None = None  # the boundary the current step started at
     _acc: StepAccumulator = field(default_factory=StepAccumulator)
@@ -255,9 +254,8 @@ class StepClock:
         phase, measured_index = self._phase(n)
         end = self._end_mark(now)
         step = ClosedStep(self._start, end, acc, timed=phase in (Phase.MEASURE, Phase.PROFILER_WARMUP))
-        fields = {"phase": phase, "index": measured_index, "profiled": self.profiling, "source": self.source,
-                  "warmup": self.warmup}
-        self._held.append((step, fields))
+        self._held.append((step, partial(StepLine, phase=phase, index=measured_index, profiled=self.profiling,
+                                         source=self.source, warmup=self.warmup)))
         if not (step.timed and self.timeline.deferred):
             self.flush()
         # (A DataLoader-driven start-up step ends at the first batch, so it never has one.)
@@ -306,10 +304,10 @@ class StepClock:
     def flush(self) -> None:
         """Write the steps held for their timeline: one wait on the device, then their lines."""
         held, self._held = self._held, []
-        for (step, _), record in zip(held, timed_lines(self.timeline, held)):
-            write_line(self.sink, record)
-            if record["phase"] == Phase.MEASURE:
-                self.measured.append(record)
+        for (step, _), line in zip(held, timed_lines(self.timeline, held)):
+            write_line(self.sink, line)
+            if line.phase == Phase.MEASURE:
+                self.measured.append(line)
                 self.losses.append(step.acc.loss)
 
     def _arm_step(self, now: float, carry: StepAccumulator | None) -> None:

@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from advisor.run_dir.atomic import write_json_atomic
+import msgspec
+
+from advisor.run_dir.protocol import Line, Plan, PlanDone, WindowDone, write_plan
 from advisor.job import JobRank
 from advisor.job_channel import ChannelError
 from advisor.run_dir.layout import RunFiles
@@ -50,16 +52,15 @@ class JobLink:
             self._broken = True
             self.notes.append(f"the in-process experiments ended: {exc}")
             if not self.leader:
-                self._write_plan({"round": self._want or 0, "windows": []})
+                self._write_plan(Plan(round=self._want or 0))
             else:
                 self.failed = self.failed or str(exc)
             return None
 
     # this rank's child --------------------------------------------------------------------------
-    def line(self, record: dict) -> None:
+    def line(self, line: Line) -> None:
         """A line of this rank's own child (window-done, plan-done)."""
-        phase = record.get("phase")
-        if phase == "window-done" and not self.leader:
+        if isinstance(line, WindowDone) and not self.leader:
             if self.on_window is not None:
                 try:
                     summary = self.on_window()
@@ -67,14 +68,14 @@ class JobLink:
                     summary = {"rank": self.job.rank, "error": f"{type(exc).__name__}: {exc}"}
                 self._call(lambda: self.channel.put(f"window/{self.job.rank}", summary))
             self._want, self._windowed = 0, True
-        elif phase == "plan-done":
-            round_no = int(record.get("round") or 0)
-            self._call(lambda: self.channel.put(f"ended/{self.job.rank}/{round_no}", {"error": record.get("error")}))
-            if not self.leader and not record.get("error"):
+        elif isinstance(line, PlanDone):
+            round_no = line.round
+            self._call(lambda: self.channel.put(f"ended/{self.job.rank}/{round_no}", {"error": line.error}))
+            if not self.leader and not line.error:
                 self._want = round_no + 1
 
-    def _write_plan(self, plan: dict) -> None:
-        write_json_atomic(self.out / self.names.plan, plan)
+    def _write_plan(self, plan: Plan) -> None:
+        write_plan(self.out / self.names.plan, plan)
         self._want = None
 
     # each pass of the runner's loop -------------------------------------------------------------
@@ -88,14 +89,14 @@ class JobLink:
         if self._want is not None:
             plan = self._call(lambda: self.channel.get(f"plan/{self._want}"))
             if plan is not None:
-                self._write_plan(plan)
+                self._write_plan(msgspec.convert(plan, Plan))
         if not self.stop_asked and self._call(lambda: self.channel.get("stop")) is not None:
             self.stop_asked = True
 
     # rank 0 ------------------------------------------------------------------------------------
-    def publish_plan(self, plan: dict) -> None:
+    def publish_plan(self, plan: Plan) -> None:
         """Rank 0's ArmsSession decided round N's plan: every rank runs it."""
-        self._call(lambda: self.channel.put(f"plan/{int(plan.get('round') or 0)}", plan))
+        self._call(lambda: self.channel.put(f"plan/{plan.round}", msgspec.to_builtins(plan)))
 
     def ended(self, round_no: int) -> bool:
         """Every other rank has ended round `round_no` (-1: the window, which needs no wait)."""

@@ -30,8 +30,8 @@ from advisor.run_dir.interrupt import StopRequest, describe
 from advisor.run_dir.layout import rank_suffix
 from .entry import BOOTSTRAP
 from .job_link import JobLink
-from advisor.run_dir.protocol import (STEP_COLUMNS, WINDOW_PHASES, ChildAccount, ChildConfig, Phase, rank_account, read_account,
-                                      read_lines, write_config)
+from advisor.run_dir.protocol import (STEP_COLUMNS, ArmStepLine, ChildAccount, ChildConfig, Line, Phase, PlanDone, RankLines,
+                                      StepLine, WindowDone, rank_account, read_account, write_config)
 from .sampler import Sampler
 from .tree import ProcessTree
 
@@ -77,7 +77,7 @@ class ProbeRun:
     notes: list[str]
     signal: int | None = None  # the signal that stopped advise (interrupted runs)
     escaped: int = 0  # processes outside the script's group still alive when it ended: killed
-    arms: dict = field(default_factory=dict)  # in-process arms: the child's arm step lines and window lines
+    arms: RankLines | None = None  # the watched rank's lines (in-process arms: their steps and windows)
     suffix: str = ""  # the rank whose files `files` names ('.rank0' for a job advise launched)
     ranks: list[dict] = field(default_factory=list)  # a launched job: each rank's own account
 
@@ -95,8 +95,8 @@ def _kill_group(pgid: int, sig: int) -> None:
 
 
 def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopRequest | None = None,
-              on_window_done: Callable[[int, list[str]], None] | None = None,
-              on_arm_step: Callable[[dict], None] | None = None, link: JobLink | None = None) -> ProbeRun:
+              on_window_done: Callable[[int, list[str], RankLines], None] | None = None,
+              on_arm_step: Callable[[ArmStepLine], None] | None = None, link: JobLink | None = None) -> ProbeRun:
     """Run the script under the probe until its window ends, it exits, time runs out, or `stop` is set.
 
     With ``config.arms`` the child waits after the window for plan files: `on_window_done` is
@@ -272,8 +272,8 @@ class ProbeSession:
     lines read as they arrive, the arms' rounds, and the stop, timeout and signal handling."""
 
     def __init__(self, config: ProbeConfig, progress: Progress | None, stop: StopRequest | None,
-                 on_window_done: Callable[[int, list[str]], None] | None,
-                 on_arm_step: Callable[[dict], None] | None, link: JobLink | None) -> None:
+                 on_window_done: Callable[[int, list[str], RankLines], None] | None,
+                 on_arm_step: Callable[[ArmStepLine], None] | None, link: JobLink | None) -> None:
         self.config, self.progress, self.stop, self.link = config, progress, stop, link
         self.on_window_done, self.on_arm_step = on_window_done, on_arm_step
         self.out = Path(config.out)
@@ -284,8 +284,7 @@ class ProbeSession:
         self.timed_out = self.interrupted = False
         self.signum: int | None = None
         self.escaped = 0
-        self.offset = 0
-        self.window: list[dict] = []  # the measured window's step lines, as they arrive
+        self.lines = _lines(self.out, self.shape.names)  # the watched rank's, as they arrive
         self.job = _JobArms(self.shape.suffix, self.shape.arm_ranks())
         self.next_round: int | None = None
         self.stop_sent_at: float | None = None
@@ -368,37 +367,35 @@ class ProbeSession:
                     self.stop_sent_at = time.monotonic()
                     self._signal(signal.SIGINT)
 
-    def _read(self) -> list[dict]:
+    def _read(self) -> list[Line]:
         """The new step lines of the watched rank, each acted on."""
         if self.shape.poll():
-            self.offset = 0
-        records, self.offset = read_lines(self.out / self.shape.names.steps_jsonl, self.offset)
-        self.window += [r for r in records if r["phase"] == Phase.MEASURE]
-        for record in records:
-            self._line(record)
-        return records
+            self.lines = _lines(self.out, self.shape.names)
+        lines = self.lines.read()
+        for line in lines:
+            self._line(line)
+        return lines
 
-    def _line(self, record: dict) -> None:
-        phase = record["phase"]
-        if phase == Phase.ARM and self.on_arm_step is not None:
-            self.on_arm_step(record)
-        if phase == Phase.PLAN_DONE and record.get("error"):
-            self.job.failed = self.job.failed or f"rank {self.link.job.rank if self.link else 0}: {record['error']}"
-        if phase not in (Phase.WINDOW_DONE, Phase.PLAN_DONE):
+    def _line(self, line: Line) -> None:
+        if isinstance(line, ArmStepLine) and self.on_arm_step is not None:
+            self.on_arm_step(line)
+        if isinstance(line, PlanDone) and line.error:
+            self.job.failed = self.job.failed or f"rank {self.link.job.rank if self.link else 0}: {line.error}"
+        if not isinstance(line, (WindowDone, PlanDone)):
             return
-        if phase == Phase.WINDOW_DONE:
+        if isinstance(line, WindowDone):
             self._window_done()
         if self.on_window_done is not None:  # round 0 after the window, N + 1 after round N
-            self.next_round = 0 if phase == Phase.WINDOW_DONE else int(record.get("round") or 0) + 1
+            self.next_round = 0 if isinstance(line, WindowDone) else line.round + 1
         if self.link is not None:  # (after the window's steps.csv: a rank's window summary reads it)
-            self.link.line(record)
+            self.link.line(line)
 
     def _window_done(self) -> None:
         self.deadline = time.monotonic() + self.config.arms_timeout_s
         # the parent's rules read the window as a run dir: its steps and samples so far
         names = self.shape.names
         probe_now = read_account(self.out / names.probe_json)
-        _write_steps_csv(self.out / names.steps_csv, self.window, probe_now.losses if probe_now else [])
+        _write_steps_csv(self.out / names.steps_csv, self.lines.measured, probe_now.losses if probe_now else [])
         self.sampler.write_csv(self.out / names.samples_csv)
         if (others := self.shape.window_done()) is not None:
             self.job = _JobArms(self.shape.suffix, others)
@@ -412,7 +409,7 @@ class ProbeSession:
             link.poll()
             job.failed = job.failed or link.failed
         if self.next_round is not None and job.ended(self.next_round - 1) and (link is None or link.ended(self.next_round - 1)):
-            self.on_window_done(self.next_round, job.suffixes)
+            self.on_window_done(self.next_round, job.suffixes, self.lines)
             self.next_round = None
         if job.failed and (job.others or link) and self.stop_sent_at is None:
             # one rank's arm raised (out of memory, say): the others would wait for it in a collective
@@ -429,14 +426,14 @@ class ProbeSession:
             self.stop_sent_at = time.monotonic()
             self._signal(signal.SIGINT)
 
-    def _show(self, records: list[dict]) -> None:
-        records = [r for r in records if r["phase"] in WINDOW_PHASES]
-        if self.progress is not None and records:
-            last = records[-1]
-            if last["phase"] == Phase.MEASURE:
-                self.progress.update(Phase.MEASURE, last["index"] + 1, self.config.steps)
+    def _show(self, lines: list[Line]) -> None:
+        steps = [x for x in lines if isinstance(x, StepLine)]
+        if self.progress is not None and steps:
+            last = steps[-1]
+            if last.phase == Phase.MEASURE:
+                self.progress.update(Phase.MEASURE, last.index + 1, self.config.steps)
             else:
-                self.progress.update("warmup", last["index"] + last["warmup"] + 1, last["warmup"])
+                self.progress.update("warmup", last.index + last.warmup + 1, last.warmup)
 
     def _enforce(self, now: float) -> None:
         """advise's stop signals, the deadline and the grace period after a polite stop."""
@@ -483,14 +480,12 @@ class ProbeSession:
         parent = self.shape.settle()
         names, suffix = self.shape.names, self.shape.suffix
         probe = read_account(out / names.probe_json)
-        records, _ = read_lines(out / names.steps_jsonl, 0)
-        arm_windows, _ = read_lines(out / names.arms_jsonl, 0)
-        arms = {"steps": [r for r in records if r["phase"] == Phase.ARM], "windows": arm_windows}
-        records = [r for r in records if r["phase"] in WINDOW_PHASES]  # not the arms' lines
-        measured = [r for r in records if r["phase"] == Phase.MEASURE]
+        lines = self.lines if self.lines.steps_path == out / names.steps_jsonl else _lines(out, names)  # (settled)
+        lines.read()
+        records, measured = lines.window, lines.measured
         if probe is None:  # a child killed at the deadline never wrote probe.json: its step lines still tell
             probe = ChildAccount(boundaries=len(records), measured_steps=len(measured),
-                                 step_source=records[-1]["source"] if records else None)
+                                 step_source=records[-1].source if records else None)
         if parent and parent.status == "failed" and probe.status in ("done", "finished"):
             probe.status, probe.error, probe.traceback = "failed", parent.error, parent.traceback
         _write_steps_csv(out / names.steps_csv, measured, probe.losses)
@@ -509,7 +504,7 @@ class ProbeSession:
         status = _first_failure(status, probe, ranks)
         return ProbeRun(status=status, exit_code=self.child.returncode, wall_s=wall_s, probe=probe, files=names,
                         notes=notes, signal=self.signum if status == "interrupted" else None, escaped=self.escaped,
-                        arms=arms, suffix=suffix, ranks=ranks)
+                        arms=lines, suffix=suffix, ranks=ranks)
 
 
 def _first_failure(status: str, probe: ChildAccount, ranks: list[dict]) -> str:
@@ -536,17 +531,17 @@ class _JobArms:
     def __init__(self, judged: str, others) -> None:
         self.others = {r: layout.names(f".rank{r}") for r in others}
         self.suffixes = [judged, *(f".rank{r}" for r in self.others)]  # the judged rank first
-        self._offsets = {r: 0 for r in self.others}
+        self._lines: dict[int, RankLines] = {}
         self._ended = {r: -1 for r in self.others}  # the last round each rank ended
         self.failed: str | None = None
 
     def poll(self, out: Path) -> None:
         for r, files in self.others.items():
-            lines, self._offsets[r] = read_lines(out / files.steps_jsonl, self._offsets[r])
-            for line in (x for x in lines if x["phase"] == Phase.PLAN_DONE):
-                self._ended[r] = max(self._ended[r], int(line.get("round") or 0))
-                if line.get("error"):
-                    self.failed = self.failed or f"rank {r}: {line['error']}"
+            lines = self._lines.setdefault(r, _lines(out, files))
+            for line in (x for x in lines.read() if isinstance(x, PlanDone)):
+                self._ended[r] = max(self._ended[r], line.round)
+                if line.error:
+                    self.failed = self.failed or f"rank {r}: {line.error}"
 
     def ended(self, round_no: int) -> bool:
         """Every other rank has ended round `round_no` (-1: the window, which needs no wait)."""
@@ -583,9 +578,9 @@ def _rank_account(out: Path, rank: int, files: layout.RunFiles | None = None) ->
     files when they are not .rankN's: the script's own process, as rank 0)."""
     files = files or layout.names(f".rank{rank}")
     probe = read_account(out / files.probe_json)
-    records, _ = read_lines(out / files.steps_jsonl, 0)
-    measured = [r for r in records if r["phase"] == Phase.MEASURE]
-    arm_windows, _ = read_lines(out / files.arms_jsonl, 0)
+    lines = _lines(out, files)
+    lines.read()
+    measured, arm_windows = lines.measured, lines.arm_windows
     if rank:  # rank 0's are written with the job's
         _write_steps_csv(out / files.steps_csv, measured, probe.losses if probe else [])
         layout.end_exchange(out, files)
@@ -596,9 +591,13 @@ def _rank_account(out: Path, rank: int, files: layout.RunFiles | None = None) ->
     return rank_account(rank, probe, len(measured), ended_at, arm_windows)
 
 
-def _write_steps_csv(path: Path, records: list[dict], losses: list) -> None:
+def _lines(out: Path, files: layout.RunFiles) -> RankLines:
+    return RankLines(out / files.steps_jsonl, out / files.arms_jsonl)
+
+
+def _write_steps_csv(path: Path, records: list[StepLine], losses: list) -> None:
     columns = [*STEP_COLUMNS, "loss", "loss_finite"]
-    frame = pd.DataFrame(records, columns=list(STEP_COLUMNS))
+    frame = pd.DataFrame([[getattr(r, c) for c in STEP_COLUMNS] for r in records], columns=list(STEP_COLUMNS))
     frame["loss"] = [losses[i] if i < len(losses) else None for i in range(len(frame))]
     # A NaN loss and an unseen loss look alike in CSV; this column tells them apart.
     frame["loss_finite"] = [None if v is None else bool(math.isfinite(v)) for v in frame["loss"].astype(object)]

@@ -1,11 +1,13 @@
 """The parent-child protocol: the lines the child writes and the parent reads, in one place.
 
-The child appends one JSON object per line to ``steps{r}.jsonl`` (every step, with its
-``phase``) and ``arms{r}.jsonl`` (one per arm window); the parent reads them while the child runs,
-whole lines only, from where it stopped. The phases:
+Every line is a typed struct here, with one writer and one reader. The child appends one JSON
+object per line to ``steps{r}.jsonl`` (every step, with its ``phase``: :data:`Line`) and
+``arms{r}.jsonl`` (one :class:`ArmLine` per arm window); the parent reads them while the child runs,
+whole lines only, from where it stopped (:class:`RankLines`). The phases:
 
 - ``startup``, ``warmup``, ``profiler-warmup``, ``measure``: the profiled run's own steps;
-- ``window-done``: the measured window is over and the child waits for a plan (``plan{r}.json``);
+- ``window-done``: the measured window is over and the child waits for a plan (``plan{r}.json``,
+  :class:`Plan`);
 - ``arm``: a step of an arm window (its round, window and arm);
 - ``plan-done``: a plan's last window ended (with ``error`` when an arm failed).
 
@@ -19,9 +21,10 @@ when its window ends, before the arms): :func:`write_account` and :func:`read_ac
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import IO, Optional
+from typing import IO, Optional, Union
 
 import msgspec
 
@@ -41,23 +44,141 @@ class Phase(str, Enum):
         return self.value
 
 
-# A step line's timing columns, as steps.csv keeps them (the clock writes them: advisor/probe/clock.py;
-# duration_s is on the step's `clock`, host_s on the host's: advisor/probe/timeline.py)
-STEP_COLUMNS = ("index", "t_start", "t_end", "duration_s", "host_s", "cpu_s", "clock", "data_wait_s", "optimizer_s",
-                "backward_s", "samples", "profiled", "source")
+class StepTimes(msgspec.Struct, kw_only=True):
+    """A step's span on both clocks and where its time went: the clock writes it
+    (:meth:`advisor.probe.clock.ClosedStep.timing`). `duration_s` is on the step's `clock` (device or
+    host), `host_s` on the host's (advisor/probe/timeline.py); `cpu_s` is the training process's CPU
+    time over the step (all its threads, not its loader workers'). docs/explanation/steps.md says why."""
+
+    t_start: float
+    t_end: float
+    duration_s: float
+    host_s: float
+    cpu_s: float
+    clock: str  # device | host
+    data_wait_s: float = 0.0
+    optimizer_s: float = 0.0
+    backward_s: float = 0.0
+    samples: Optional[int] = None  # the step's batch (None: unknown)
+
+
+class StepLine(StepTimes, kw_only=True):
+    """A step of the profiled run: start-up, warm-up, the profiler's warm-up or measured."""
+
+    phase: Phase
+    index: int  # among the measured steps (negative before them)
+    profiled: bool = False  # recorded in the trace
+    source: Optional[str] = None  # what ends a step: optimizer, dataloader, backward or explicit
+    warmup: int = 0  # the warm-up steps, as lengthened so far
+
+
+class ArmStepLine(StepTimes, kw_only=True):
+    """A step of an arm window: its round, window and arm; `warm` when untimed (the window's warm-up).
+    The loss is read after the window's one wait on the device; `loss_finite` tells a NaN loss from
+    one not seen (JSON has no NaN)."""
+
+    phase: Phase = Phase.ARM
+    round: int
+    window: int
+    arm: str
+    warm: bool = False
+    index: int
+    loss: Optional[float] = None
+    loss_finite: Optional[bool] = None
+
+
+class WindowDone(msgspec.Struct, kw_only=True):
+    """The measured window is over: the child waits for a plan."""
+
+    phase: Phase = Phase.WINDOW_DONE
+
+
+class PlanDone(msgspec.Struct, kw_only=True):
+    """A plan's last window ended, or an arm failed (`error`) and ended the plans."""
+
+    phase: Phase = Phase.PLAN_DONE
+    round: int = 0
+    error: Optional[str] = None
+
+
+Line = Union[StepLine, ArmStepLine, WindowDone, PlanDone]  # a line of steps{r}.jsonl
+
+# steps.csv's timing columns: a measured StepLine's, as Profile.steps and report.Step read them
+STEP_COLUMNS = ("index", *StepTimes.__struct_fields__, "profiled", "source")
 
 WINDOW_PHASES = (Phase.STARTUP, Phase.WARMUP, Phase.PROFILER_WARMUP, Phase.MEASURE)  # the profiled run's own steps
 
 
-def write_line(sink: IO[str], record: dict) -> None:
-    """One record, one line, flushed: the parent may read it at once."""
-    sink.write(json.dumps(record) + "\n")
+class ArmLine(msgspec.Struct, kw_only=True):
+    """arms{r}.jsonl: one line per arm window, what really took effect (the child's Arms writes it)."""
+
+    round: int
+    window: int
+    arm: str
+    overrides: dict = {}
+    applied: dict = {}  # what each override did (overrides.ineffective reads it)
+    not_switchable: list[str] = []  # keys a live process cannot switch: a fresh run measures them
+    reasons: dict[str, str] = {}  # why, per key
+    switch_s: float = 0.0  # switching on and off, a compilation and a loader's rebuild included
+    error: Optional[str] = None
+    oom: bool = False
+    peak_memory_bytes: Optional[int] = None
+    memory_basis: Optional[str] = None
+    peak_rss_hwm_bytes: Optional[int] = None
+
+
+class Window(msgspec.Struct, kw_only=True):
+    """One window of a plan: `warmup` untimed then `steps` timed steps with `overrides` switched on."""
+
+    arm: str
+    overrides: dict = {}
+    warmup: int = 0
+    steps: int = 0
+
+
+class Plan(msgspec.Struct, kw_only=True):
+    """plan{r}.json: the windows of round `round`, written by the parent (or a job's rank 0, through
+    the job's channel), read by the child at a step boundary. No windows: the arms end."""
+
+    round: int = 0
+    windows: list[Window] = []
+
+
+def write_plan(path: Path, plan: Plan) -> None:
+    write_json_atomic(path, msgspec.to_builtins(plan))
+
+
+def read_plan(path: Path) -> Plan:
+    """The plan at `path`; ValueError when it is not one (half written by a careless writer)."""
+    try:
+        return msgspec.json.decode(Path(path).read_bytes(), type=Plan)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ValueError(str(exc)) from exc
+
+
+_encoder = msgspec.json.Encoder()
+_head = msgspec.json.Decoder(type=WindowDone)  # any line: its phase alone (the other fields are skipped)
+_decoders = {Phase.ARM: msgspec.json.Decoder(ArmStepLine), Phase.WINDOW_DONE: msgspec.json.Decoder(WindowDone),
+             Phase.PLAN_DONE: msgspec.json.Decoder(PlanDone)}
+_step_decoder = msgspec.json.Decoder(StepLine)
+_arm_decoder = msgspec.json.Decoder(ArmLine)
+
+
+def write_line(sink: IO[str], line: Line | ArmLine) -> None:
+    """One line, flushed: the parent may read it at once."""
+    sink.write(_encoder.encode(line).decode() + "\n")
     sink.flush()
 
 
-def read_lines(path: Path, offset: int = 0) -> tuple[list[dict], int]:
+def _step_line(raw: bytes) -> Line:
+    phase = _head.decode(raw).phase
+    return _decoders.get(phase, _step_decoder).decode(raw)
+
+
+def read_lines(path: Path, offset: int = 0, arms: bool = False) -> tuple[list, int]:
     """The whole lines written after byte `offset` and the offset after them (a line still being
-    written is read next time). A missing file has no lines yet."""
+    written is read next time): steps{r}.jsonl's (:data:`Line`), or with `arms` arms{r}.jsonl's
+    (:class:`ArmLine`). A missing file has no lines yet."""
     try:
         with open(path, "rb") as f:
             f.seek(offset)
@@ -65,13 +186,40 @@ def read_lines(path: Path, offset: int = 0) -> tuple[list[dict], int]:
     except FileNotFoundError:
         return [], offset
     end = chunk.rfind(b"\n") + 1
+    decode = _arm_decoder.decode if arms else _step_line
     lines = []
-    for line in chunk[:end].splitlines():
+    for raw in chunk[:end].splitlines():
         try:
-            lines.append(json.loads(line)) if line.strip() else None
-        except ValueError:
+            lines.append(decode(raw)) if raw.strip() else None
+        except (msgspec.ValidationError, msgspec.DecodeError):
             continue  # a line torn by a crash mid-write: the rest still counts
     return lines, offset + end
+
+
+@dataclass
+class RankLines:
+    """One rank's lines, read once and incrementally while its child runs (the parent's one reader of
+    steps{r}.jsonl and arms{r}.jsonl): the profiled run's steps, the arms' steps and windows."""
+
+    steps_path: Path
+    arms_path: Path
+    window: list[StepLine] = field(default_factory=list)  # start-up to the window's end
+    arm_steps: list[ArmStepLine] = field(default_factory=list)
+    arm_windows: list[ArmLine] = field(default_factory=list)
+    _offsets: list[int] = field(default_factory=lambda: [0, 0])
+
+    def read(self) -> list[Line]:
+        """The new step lines (each also kept by kind); the new arm window lines are kept."""
+        lines, self._offsets[0] = read_lines(self.steps_path, self._offsets[0])
+        self.window += [x for x in lines if isinstance(x, StepLine)]
+        self.arm_steps += [x for x in lines if isinstance(x, ArmStepLine)]
+        windows, self._offsets[1] = read_lines(self.arms_path, self._offsets[1], arms=True)
+        self.arm_windows += windows
+        return lines
+
+    @property
+    def measured(self) -> list[StepLine]:
+        return [x for x in self.window if x.phase == Phase.MEASURE]
 
 
 class ChildConfig(msgspec.Struct, kw_only=True):
@@ -143,7 +291,7 @@ def read_account(path: Path) -> Optional[ChildAccount]:
 
 
 def rank_account(rank: int, account: Optional[ChildAccount], measured_steps: int, ended_at: float,
-                 arm_windows: list[dict], status: Optional[str] = None) -> dict:
+                 arm_windows: list[ArmLine], status: Optional[str] = None) -> dict:
     """One rank of a job as the report lists it (schema: ``Rank``), from its account; `status`
     when the parent knows better (a rank advise stopped by a signal)."""
     row = {"rank": rank, "status": status or (account.status if account else None) or "died",
@@ -151,5 +299,5 @@ def rank_account(rank: int, account: Optional[ChildAccount], measured_steps: int
            "error": account.error if account else "its process ended without writing its results (killed, or crashed in C++)",
            "traceback": account.traceback if account else None, "ended_at": ended_at}
     if arm_windows:  # in-process arms: the windows this rank ran with a fix switched on (the same on every rank)
-        row["arm_windows_switched"] = sum(1 for w in arm_windows if w.get("applied"))
+        row["arm_windows_switched"] = sum(1 for w in arm_windows if w.applied)
     return row

@@ -1,0 +1,370 @@
+"""The in-process arms' rounds as a state machine: each round's windows planned, what the child
+measured in them judged, and the next round planned from the verdicts. No files, no clock, no
+process: windows out, recorded rounds in (:class:`RoundResult`, from the child's lines), so every
+decision is testable on recorded lines. :class:`advisor.experiments.inprocess.ArmsSession` runs it
+against a live child.
+
+The transitions (:meth:`Rounds.advance`)::
+
+    FIXES ──(a fix its first pass left undecided, a screen that looked faster, a batch ladder)──> CONFIRM
+    FIXES, CONFIRM ──(two winners or more)──> STACK ──(one pass did not settle it)──> STACK
+    any ──(nothing left to measure)──> END
+
+FIXES is one pass over the rules' fixes (every sweep value: switching is cheap) and one short window
+for each untried fix (a screen); CONFIRM the reverse pass (B P3 B P2 P1 B, so a drift weighs on both
+sides alike) for the fixes the first left undecided (:func:`judge.settled`), the screens that looked
+faster in full, then the larger batches, smallest first; STACK the winners together. Every verdict
+comes from :mod:`advisor.experiments.judge`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Union
+
+import msgspec
+import pandas as pd
+
+from .. import overrides as vocabulary
+from ..model import Experiment, Finding, Recommendation, Verdict
+from ..run_dir.protocol import ArmLine, RankLines, Window
+from . import judge
+from .judge import Measurement
+from .plan import BASELINE, Candidate, candidates_from, expected_speedup, interleave, plan_windows, sweep_points
+from .sizing import MIN_WINDOW_STEPS, WindowSizing
+
+SCREEN_MARGIN = 0.05  # a screened fix whose one window may be this much faster is measured in full ...
+SCREEN_LEAN = 1.02    # ... and that leans that way (its point estimate at least this): a 0.99x window whose
+                      # interval reaches 1.05 only by its noise cost a full round for nothing (a starved loop's bf16)
+LARGE_EFFECT = 3     # every rule's fix expected at least this much faster: windows of half the steps
+                    # (a 3x effect is resolved by 5 slow steps; the fast arm windows scale with it)
+STACKED = "stacked"
+
+
+class RoundKind(str, Enum):
+    FIXES = "fixes"
+    CONFIRM = "confirm"
+    STACK = "stack"
+    END = "end"
+
+
+class Role(str, Enum):
+    FIX = "fix"        # a rule's fix (one arm per sweep value)
+    SCREEN = "screen"  # a fix no rule proposed: one short window first
+    LADDER = "ladder"  # a larger batch: measured last, smallest first (an OOM ends the arms)
+    STACK = "stack"    # the winners together
+
+
+@dataclass
+class Arm:
+    candidate: Candidate  # the finding's fix
+    point: Candidate      # the value this arm measures
+    role: Role
+
+
+@dataclass(frozen=True)
+class Unmeasured:
+    """An arm with no result: the child could not switch it in a live process (`switchable` False: a
+    fresh run measures it), or the run ended before its windows."""
+
+    why: str
+    switchable: bool = True
+
+
+Outcome = Union[Experiment, Unmeasured]
+
+
+@dataclass
+class RoundResult:
+    """What the child measured in one round: per window its line and its timed steps."""
+
+    windows: list[ArmLine]  # in window order
+    steps: dict[int, pd.DataFrame]  # window index -> timed steps
+
+    @classmethod
+    def read(cls, lines: RankLines, round_no: int) -> "RoundResult":
+        """Round `round_no`'s windows and their timed steps, from the judged rank's lines."""
+        steps: dict[int, list] = {}
+        for line in lines.arm_steps:
+            if line.round == round_no and not line.warm:
+                steps.setdefault(line.window, []).append(line)
+        windows = sorted((w for w in lines.arm_windows if w.round == round_no), key=lambda w: w.window)
+        frames = {k: pd.DataFrame([msgspec.structs.asdict(x) for x in rows]).assign(profiled=False)
+                  for k, rows in steps.items()}
+        return cls(windows, frames)
+
+    def measurement(self, k: int, run_dir: Path) -> Measurement:
+        line = self.windows[k]
+        frame = self.steps.get(line.window, pd.DataFrame())
+        status = "failed" if line.error or frame.empty else "ok"
+        wall = float(frame["duration_s"].sum()) if len(frame) else 0.0
+        return Measurement(line.arm, line.overrides, status, run_dir, frame, wall, line.error, line.applied,
+                           line.peak_memory_bytes, line.memory_basis, line.oom)
+
+    def pairs(self, arm: str, run_dir: Path) -> list[tuple[list[Measurement], list[Measurement]]]:
+        """Each window of `arm` with the nearest baseline window on either side of it."""
+        out = []
+        for k, line in enumerate(self.windows):
+            if line.arm != arm:
+                continue
+            before = next((j for j in range(k - 1, -1, -1) if self.windows[j].arm == BASELINE), None)
+            after = next((j for j in range(k + 1, len(self.windows)) if self.windows[j].arm == BASELINE), None)
+            around = [self.measurement(j, run_dir) for j in (before, after) if j is not None]
+            out.append((around, [self.measurement(k, run_dir)]))
+        return out
+
+
+@dataclass
+class Rounds:
+    """The rounds of one run's arms. :meth:`start` plans round 0 from the window's findings;
+    :meth:`advance` judges the round the child just measured and plans the next ([]: the arms end);
+    :meth:`end` judges a round the run ended inside. The findings are filled in place."""
+
+    run_dir: Path
+    safe_only: bool = False
+    max_experiments: int = 12
+    window_steps: int = 10
+    io_like: bool = False  # the window's steps wait on loading, not on compute
+    findings: list[Finding] = field(default_factory=list)
+    fresh: list[Candidate] = field(default_factory=list)  # fixes left to fresh-run experiments
+    recommended: Recommendation | None = None
+    notes: list[str] = field(default_factory=list)
+    round: int = -1
+    kind: RoundKind | None = None  # the current round's
+    results: dict[int, RoundResult] = field(default_factory=dict)  # round -> what the child measured in it
+    by_samples: bool = False
+    arms: dict[str, Arm] = field(default_factory=dict)  # arm id -> what it measures
+    _kinds: dict[int, RoundKind] = field(default_factory=dict)
+    _sizing: WindowSizing | None = None
+    _winners: list[tuple[Candidate, Experiment]] = field(default_factory=list)
+    _fit_budget: int | None = None  # the run was over this budget: the fastest fix that fits joined the winners
+    _again: list[str] = field(default_factory=list)  # arms of fixes their first pass left undecided
+    _screened: dict[str, Experiment] = field(default_factory=dict)  # screened arm -> its one window's result
+    _promoted: list[str] = field(default_factory=list)  # screened arms to measure in full
+
+    # the machine ------------------------------------------------------------------------------------
+    def start(self, findings: list[Finding], profile) -> list[Window]:
+        """Round 0 (FIXES) for the findings of the profiled window (`profile`: its Profile)."""
+        self.findings = findings
+        self.by_samples = judge.by_samples(profile.steps)
+        self._sizing = WindowSizing.of(self.window_steps, profile.steps, profile.observed)
+        return self._enter(RoundKind.FIXES, self._fixes_round(profile))
+
+    def advance(self, result: RoundResult) -> list[Window]:
+        """The current round measured `result`: judge it, then the next round's windows."""
+        self.results[self.round] = result
+        self._judge_round(final=False)
+        return self._enter(*self._next())
+
+    def end(self, result: RoundResult | None) -> None:
+        """The run ended inside the current round (`result`: what it measured of it): judge it on
+        that, and say of every fix still unjudged why."""
+        if self.kind not in (None, RoundKind.END) and self.round not in self.results and result is not None:
+            self.results[self.round] = result
+            self._judge_round(final=True)
+            for arm in self._promoted:  # promoted, but the run ended before they were measured in full
+                finding = self.findings[self.arms[arm].candidate.finding_index]
+                if finding.experiment is None:
+                    exp = self._screened[arm]
+                    exp.verified, exp.verdict = False, Verdict.NOT_CONFIRMED
+                    exp.reason = "screened in one short window; the run ended before it was measured in full"
+                    finding.experiment = exp
+        if self.recommended is None and self._winners and self.kind in (RoundKind.FIXES, RoundKind.CONFIRM):
+            self.recommended = judge.recommend(self._winners, None if len(self._winners) == 1 else
+                                               "was not measured (the run ended first)",
+                                               budget=self._fit_budget, notes=self.notes)
+        for candidate in {a.candidate.finding_index: a.candidate for a in self.arms.values()
+                          if a.candidate.finding_index is not None}.values():
+            finding = self.findings[candidate.finding_index]
+            if finding.experiment is None and candidate not in self.fresh:
+                finding.experiment = Experiment.not_measured("the run ended before this fix was measured")
+
+    def label(self, arm: str) -> str:
+        return self.arms[arm].point.label if arm in self.arms else arm
+
+    def _enter(self, kind: RoundKind, windows: list[Window]) -> list[Window]:
+        self.round += 1
+        self.kind = kind if windows else RoundKind.END
+        self._kinds[self.round] = self.kind
+        return windows
+
+    def _next(self) -> tuple[RoundKind, list[Window]]:
+        """The transition out of the round just judged."""
+        if self.kind is RoundKind.FIXES and (windows := self._confirm_round()):
+            return RoundKind.CONFIRM, windows
+        if self.kind in (RoundKind.FIXES, RoundKind.CONFIRM):
+            return RoundKind.STACK, self._stack_round()
+        if self.kind is RoundKind.STACK and self.recommended is None:  # its first pass did not settle it
+            return RoundKind.STACK, self._windows([(STACKED, self.arms[STACKED].point.overrides)])
+        return RoundKind.END, []
+
+    # planning --------------------------------------------------------------------------------------
+    def _fixes_round(self, profile) -> list[Window]:
+        ctx = vocabulary.SweepContext(vocabulary.cores_per_rank(profile.env), self.io_like)
+        loaders = profile.observed.get("dataloaders") or []
+        for candidate in candidates_from(self.findings, self.safe_only):
+            finding = self.findings[candidate.finding_index]
+            refusals = [vocabulary.live_loader_refusal(candidate.overrides, dl) for dl in loaders]
+            if refusals and all(refusals):  # every loader the script built refuses it (an arm would only say so)
+                self._to_fresh(candidate, refusals[0])
+                continue
+            if vocabulary.changes_batch(candidate.overrides) and not self.by_samples:
+                finding.experiment = Experiment.not_measured("the batch size is unknown, so samples/s cannot be compared")
+                continue
+            points = [candidate] if finding.screen else sweep_points(candidate, ctx)  # a screen is one value
+            for point in points[: self.max_experiments]:
+                arm = f"a{len(self.arms) + 1}"
+                role = (Role.SCREEN if finding.screen else
+                        Role.LADDER if vocabulary.batch_scale(point.overrides) > 1 else Role.FIX)
+                self.arms[arm] = Arm(candidate, point, role)
+                self._sizing.lengths[arm] = expected_speedup(finding)
+        fixes, ladder, screens = (self._of(role) for role in (Role.FIX, Role.LADDER, Role.SCREEN))
+        expected = [self._sizing.lengths[a] for a, _ in fixes + ladder]
+        if expected and min(expected) >= LARGE_EFFECT:  # the slow baseline windows need half the steps
+            self._sizing.base_steps = max(MIN_WINDOW_STEPS, self._sizing.timed // 2)
+        if not fixes and not screens:  # the ladder alone: measured in this round, judged as the fixes are
+            for a, _ in ladder:
+                self.arms[a].role = Role.FIX
+            return plan_windows([], ladder, self._sizing.warmup, self._steps)
+        return plan_windows(fixes, [], self._sizing.warmup, self._steps, screens, passes=1)  # the ladder: CONFIRM
+
+    def _confirm_round(self) -> list[Window]:
+        """The reverse pass of the undecided fixes, the promoted screens in two passes, then the
+        larger batches, smallest first, each twice: an out-of-memory error ends the child's arms,
+        so it may only cost the values larger than the one that ran out."""
+        again = [(a, self.arms[a].point.overrides) for a in reversed(self._again)]
+        promoted = [(a, self.arms[a].point.overrides) for a in self._promoted]
+        windows: list[Window] = []
+        for part in (plan_windows(again, [], self._sizing.warmup, self._steps, passes=1),
+                     interleave(promoted, self._sizing.warmup, self._steps) if promoted else [],
+                     plan_windows([], self._of(Role.LADDER), self._sizing.warmup, self._steps)):
+            windows += part[1:] if windows and part else part  # one baseline window between two parts
+        return windows
+
+    def _stack_round(self) -> list[Window]:
+        if len(self._winners) < 2:
+            self.recommended = judge.recommend(self._winners, None, budget=self._fit_budget, notes=self.notes)
+            return []
+        stacked = judge.stacked_candidate(self._winners)
+        self.arms[STACKED] = Arm(stacked, stacked, Role.STACK)
+        self._sizing.lengths[STACKED] = max(1, min(8, round(max((e.speedup or 1.0) for _, e in self._winners))))
+        return self._windows([(STACKED, stacked.overrides)])
+
+    def _windows(self, arms: list[tuple[str, dict]]) -> list[Window]:
+        return interleave(arms, self._sizing.warmup, self._steps, passes=1)
+
+    def _steps(self, arm: str) -> int:
+        overrides = self.arms[arm].point.overrides if arm in self.arms else {}
+        return self._sizing.steps(arm, overrides, baseline=arm == BASELINE)
+
+    def _of(self, role: Role) -> list[tuple[str, dict]]:
+        return [(a, arm.point.overrides) for a, arm in self.arms.items() if arm.role is role]
+
+    # judging ---------------------------------------------------------------------------------------
+    def _judge_round(self, *, final: bool) -> None:
+        """Judge what the current round measured. `final`: the run ended in it, so a fix its first
+        pass left undecided is settled on that pass alone."""
+        this, first = self.results[self.round], self.results.get(0)
+        if self.kind is RoundKind.FIXES:
+            self._again = self._judge_fixes([this], [a for a, _ in self._of(Role.FIX)], final=final)
+            self._judge_screens(this)
+        elif self.kind is RoundKind.CONFIRM:
+            self._judge_fixes([first, this], self._again)
+            self._judge_fixes([this], self._promoted + [a for a, _ in self._of(Role.LADDER)])
+        elif self.kind is RoundKind.STACK:
+            self._judge_stack(final=final)
+
+    def outcome(self, results: list[RoundResult], arm: str) -> Outcome:
+        """`arm`'s result over its windows in `results` (each pass between its own baselines, pooled
+        by :func:`judge.pool`), or why there is none. Its one-off switch cost (a compilation) counts
+        every round's."""
+        lines = _arm_lines(results, arm)
+        if refused := [line for line in lines if line.not_switchable]:
+            return Unmeasured(next(iter(refused[0].reasons.values()), "it could not be switched in the running script"),
+                              switchable=False)
+        passes = [p for result in results for p in result.pairs(arm, self.run_dir)]
+        if not passes:
+            return Unmeasured("the run ended before its windows")
+        pooled = judge.pool(passes, by_samples=self.by_samples, check_loss=self.arms[arm].candidate.changes_numerics,
+                            measured_by="in-process")
+        pooled.switch_s = sum(line.switch_s for line in _arm_lines(self.results.values(), arm) or lines) or None
+        pooled.payoff_steps = judge.payoff_steps(pooled)
+        return pooled
+
+    def _judge_screens(self, result: RoundResult) -> None:
+        """Each screened arm's one short window: an arm whose interval's high end reaches the
+        screening margin (a short window is noisy: only a fix shown not to gain that much stops
+        here) is promoted, to be measured in full; the rest keep this window's result."""
+        for arm, _ in self._of(Role.SCREEN):
+            exp = self.outcome([result], arm)
+            if not isinstance(exp, Experiment):
+                continue
+            self._screened[arm] = exp
+            high = exp.ci_high if exp.ci_high is not None else exp.speedup or 0
+            lean = (exp.speedup or 0.0) >= SCREEN_LEAN
+            if high >= 1 + SCREEN_MARGIN and lean and (exp.loss_check is None or exp.loss_check.get("passed") is not False):
+                self._promoted.append(arm)
+                continue
+            exp.verified = False
+            exp.verdict = Verdict.SLOWER if exp.ci_high is not None and exp.ci_high < 1 else Verdict.NO_CHANGE
+            self.findings[self.arms[arm].candidate.finding_index].experiment = exp
+
+    def _judge_fixes(self, results: list[RoundResult], arms: list[str], *, final: bool = True) -> list[str]:
+        """Judge `arms` and settle each fix on its best value (:func:`judge.sweep_winner`).
+        `final=False`: a fix whose best value the first pass did not settle (:func:`judge.settled`)
+        is left for a second; its arms are returned."""
+        fitting: list[tuple[Candidate, Experiment, int]] = []  # memory fixes that bring an over-budget run within it
+        by_candidate: dict[int, list[tuple[str, Candidate, Experiment]]] = {}
+        for arm in arms:
+            candidate, point = self.arms[arm].candidate, self.arms[arm].point
+            exp = self.outcome(results, arm)
+            if isinstance(exp, Unmeasured):
+                if not exp.switchable:
+                    self._to_fresh(candidate, exp.why)
+                continue
+            by_candidate.setdefault(candidate.finding_index, []).append((arm, point, exp))
+        again: list[str] = []
+        for index, tried in by_candidate.items():
+            candidate = self.arms[tried[0][0]].candidate
+            if candidate in self.fresh:
+                continue  # one of its values could not be switched: the fresh runs measure it whole
+            finding = self.findings[index]
+            budget = finding.evidence.get("budget_bytes")
+            values = [(point, exp) for _, point, exp in tried]
+            _, best = judge.sweep_winner(values, budget)
+            if not final and not judge.settled(best):
+                again += [arm for arm, _, _ in tried]
+                continue
+            best.sweep = [judge.sweep_row(p, e, budget) for p, e in values] if len(values) > 1 else None
+            judge.settle(finding, candidate, best, budget, self._winners, fitting)
+        if fitting or self._fit_budget is None:
+            self._winners, self._fit_budget = judge.with_fastest_fit(self._winners, fitting)
+        return again
+
+    def _judge_stack(self, *, final: bool) -> None:
+        """The stack's passes so far: recommended once one pass settles it, or after the second."""
+        rounds = [self.results[r] for r, k in sorted(self._kinds.items()) if k is RoundKind.STACK and r in self.results]
+        exp = self.outcome(rounds, STACKED)
+        if isinstance(exp, Experiment) and not final and len(rounds) < 2 and not judge.settled(exp):
+            return  # a second pass follows
+        exp = "could not be measured in-process" if isinstance(exp, Unmeasured) else exp
+        self.recommended = judge.recommend(self._winners, exp, budget=self._fit_budget, notes=self.notes)
+
+    def _to_fresh(self, candidate: Candidate, why: str) -> None:
+        """Leave `candidate` to fresh runs of the script, saying why once (the child's reason)."""
+        if candidate not in self.fresh:
+            self.fresh.append(candidate)
+            self.notes.append(f"{candidate.label} is measured in fresh runs of the script, not inside this run: {why}")
+
+    def claims(self) -> list:
+        """Every in-process result the report will show: the findings' experiments and the recommendation."""
+        return [f.experiment for f in self.findings if f.experiment is not None] + \
+            ([self.recommended] if self.recommended is not None else [])
+
+
+def _arm_lines(results, arm: str) -> list[ArmLine]:
+    """The child's lines of `arm`'s windows in these rounds."""
+    return [line for result in results for line in result.windows if line.arm == arm]
+

@@ -1,0 +1,95 @@
+"""How long each window is: its timed steps and the untimed steps that open it, for in-process arms
+and fresh runs alike. A window must time the fix, not the noise: half a second at least, every
+burst of a loader's workers, a larger batch's steps as long in total, and the warm-up a new loader
+or a compiled model needs before its steps are the steady state."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .. import overrides as vocabulary
+from ..analysis import steptime
+
+MIN_WINDOW_STEPS = 5
+# A measured window (a fresh run's, an arm's) lasts at least this long: ten 4.5 ms steps are a
+# 45 ms window that one 6 ms hiccup of a shared machine moves by 13%, and two such fresh runs in a
+# row passed a no-op off as a "verified" 1.13x. Half a second makes that hiccup 1%, under the bar
+# a win must clear.
+MIN_WINDOW_S = 0.5
+MAX_STEPS_SCALE = 10  # ... in at most 10 times the steps asked for
+BURSTS = 10           # a window whose loader has w workers times at least 10 bursts of w batches
+
+
+def window_steps(asked: int, steps: pd.DataFrame) -> int:
+    """Timed steps for a window: `asked`, or as many as MIN_WINDOW_S takes at the median step time
+    of `steps` (the profiled window), whichever is more."""
+    median = steptime.median_step(steps)
+    if median is None:
+        return asked
+    return min(asked * MAX_STEPS_SCALE, max(asked, math.ceil(MIN_WINDOW_S / median)))
+
+
+def batch_window(timed: int, asked: int, overrides: dict) -> int:
+    """A window's steps for a fix that scales the batch k times: each step takes about k times as
+    long, so the `timed` steps' duration takes 1/k of them (never fewer than `asked`)."""
+    scale = vocabulary.batch_scale(overrides)
+    return max(asked, math.ceil(timed / scale)) if scale > 1 else timed
+
+
+def script_workers(observed: dict) -> int:
+    """The most workers any DataLoader the script built has (a profile's `observed`)."""
+    return max([int(dl.get("num_workers") or 0) for dl in observed.get("dataloaders") or []] or [0])
+
+
+def loader_workers(overrides: dict, script_workers: int) -> int:
+    """The loader workers a window runs with: the fix's, else the script's own."""
+    return int((overrides.get("dataloader") or {}).get("num_workers", script_workers) or 0)
+
+
+def burst_steps(steps: int, overrides: dict, script_workers: int) -> int:
+    """Timed steps of a window whose loader has w workers: at least BURSTS * w. The batches come in
+    bursts of w, and a window of a few bursts times its phase, not the loader (22x measured where
+    9x is true with 5 bursts; a compile screen read 0.65-1.40x; two fresh runs of 8 workers read
+    their 10 steps 1.5x apart)."""
+    return max(steps, BURSTS * loader_workers(overrides, script_workers))
+
+
+def warmup_steps(overrides: dict, script_workers: int, base: int = 2) -> int:
+    """Untimed steps opening a window: a new loader's workers fill their prefetch first (its
+    first burst drained, the window times the loader's pace); a compiled model's first steps may
+    recompile (a guard on the grad mode, a new shape)."""
+    dl = overrides.get("dataloader") or {}
+    workers = loader_workers(overrides, script_workers)
+    return (base + (workers * dl.get("prefetch_factor", 2) if "dataloader" in overrides or workers else 0)
+            + vocabulary.extra_warmup(overrides))
+
+
+@dataclass
+class WindowSizing:
+    """The windows of one run's in-process rounds: `asked` timed steps (--window-steps), `timed` once
+    lengthened to half a second of the profiled steps; `lengths` the arms expected k times faster,
+    whose windows get k times the steps (up to 8) so they last about as long as a baseline's and
+    their intervals are as tight; `base_steps` a cut baseline window (every fix expected at least
+    3x faster: the slow baseline's windows need half the steps)."""
+
+    asked: int
+    timed: int
+    workers: int = 0  # the script's loader workers
+    base_steps: int | None = None
+    lengths: dict[str, int] = field(default_factory=dict)  # arm id -> window length, in baseline windows
+
+    @classmethod
+    def of(cls, asked: int, steps: pd.DataFrame, observed: dict) -> "WindowSizing":
+        """From the profiled window's steps and what the script built (its loaders' workers)."""
+        return cls(asked, window_steps(asked, steps), script_workers(observed))
+
+    def steps(self, arm: str, overrides: dict, baseline: bool) -> int:
+        unit = max(MIN_WINDOW_STEPS, batch_window(self.timed, self.asked, overrides))
+        steps = (self.base_steps or unit) if baseline else unit * self.lengths.get(arm, 1)
+        return burst_steps(steps, overrides, self.workers)
+
+    def warmup(self, overrides: dict) -> int:
+        return warmup_steps(overrides, self.workers)
