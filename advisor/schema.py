@@ -26,7 +26,7 @@ from .model import Finding, Recommendation
 from .report import (SCHEMA_VERSION, STATUSES, Block, Breakdown, Energy, Experiments, HtaBreakdown, Memory, Mfu, Num, Rank,
                      Step, Throughput, Tool, described)
 
-COMPARE_SCHEMA_VERSION = 1  # advisor.compare's (a stage: the core cannot import it; a test checks they agree)
+COMPARE_SCHEMA_VERSION = 1  # advisor.gate.compare's (a stage: the core cannot import it; a test checks they agree)
 
 
 Status = Literal["ok", "failed", "timeout", "no-steps", "interrupted"]

@@ -104,7 +104,7 @@ class ArmsSession:
     rounds: int = 0
     time_budget_s: float = 900.0  # the arms' deadline, counted from the window's end (the runner's)
     plan_suffixes: list[str] = field(default_factory=list)  # the ranks that run each plan (default: rank_suffix's)
-    publish: Callable[[dict], None] | None = None  # a job a launcher started: the plan to every rank (probe/job_link.py)
+    publish: Callable[[dict], None] | None = None  # a job a launcher started: the plan to every rank (job/link.py)
     _windows: list[Window] = field(default_factory=list)  # the plan running now
     _shown: tuple[int, int] | None = None  # (round, window) the progress line names
     _started: float | None = None

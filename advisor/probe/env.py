@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from advisor.job import rank_info
+from advisor.job.rank import rank_info
 
 
 def collect_env(device: str | None) -> dict:

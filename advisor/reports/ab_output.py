@@ -1,6 +1,6 @@
 """Renderers for `advise ab`: the terminal table, markdown (CI job summaries) and a self-contained page.
 
-All read the same :class:`advisor.ab.ABResult`, so the log, the job summary and the uploaded page
+All read the same :class:`advisor.gate.ab.ABResult`, so the log, the job summary and the uploaded page
 show the same numbers; the metric rows use compare's words and marks.
 """
 
@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from advisor import format as fmt
+from advisor.reports import format as fmt
 
 from . import slower_ops
 from .compare_output import HEADLINE, MD_MARK, VERDICT_STYLE, VERDICT_TEXT, inconclusive_line

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from advisor import format as fmt
+from advisor.reports import format as fmt
 from advisor.report import Step
 
 WIDTH = 960  # viewBox width of every chart; the SVG scales to the page

@@ -1,6 +1,6 @@
 """Renderers for `advise compare`: terminal table (rich), markdown (CI step summaries), JUnit XML.
 
-All three read the same :class:`advisor.compare.Comparison`, so the numbers a CI log, a PR
+All three read the same :class:`advisor.gate.compare.Comparison`, so the numbers a CI log, a PR
 summary and a test dashboard show are the same numbers.
 """
 
@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from advisor import format as fmt
+from advisor.reports import format as fmt
 
 from . import slower_ops
 

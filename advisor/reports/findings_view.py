@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from advisor import format as fmt
+from advisor.reports import format as fmt
 from advisor.model import Experiment, Finding, Recommendation, Verdict
 from advisor.overrides import describe
 from advisor.report import Experiments, Report

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor import format as fmt
+from advisor.reports import format as fmt
 from advisor.model import finite
 from advisor.report import HtaRank, Report
 

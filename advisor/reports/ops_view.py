@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from advisor import format as fmt
+from advisor.reports import format as fmt
 from advisor.report import Report
 
 TOP_OPS = 15

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from types import MappingProxyType
 
-from advisor import format as fmt
+from advisor.reports import format as fmt
 from advisor.model import Finding, Recommendation, findings_of, recommendation_of
 from advisor.report import Report, Throughput
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor import format as fmt
+from advisor.reports import format as fmt
 from advisor.analysis.mfu import kernel_efficiency, peak_bandwidth
 
 from .ops_view import TOP_KERNELS, short_name

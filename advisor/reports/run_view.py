@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from urllib.parse import quote
 
-from advisor import format as fmt
+from advisor.reports import format as fmt
 from advisor.model import finite
 from advisor.report import Report, Step
 

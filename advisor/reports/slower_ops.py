@@ -1,6 +1,6 @@
-"""The slower-ops table (advisor.opdiff) as the terminal, markdown and the HTML page show it.
+"""The slower-ops table (advisor.gate.opdiff) as the terminal, markdown and the HTML page show it.
 
-Rows are :class:`advisor.opdiff.OpChange` or their ``to_dict()`` (as ab.json / compare.json hold
+Rows are :class:`advisor.gate.opdiff.OpChange` or their ``to_dict()`` (as ab.json / compare.json hold
 them), so a saved decision renders the same table as the live one.
 """
 
@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from advisor import format as fmt
+from advisor.reports import format as fmt
 
 NAME_MAX = 70
 COLUMNS = ("", "op / kernel", "self/step", "change", "total/step", "calls/step", "shapes")

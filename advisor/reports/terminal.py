@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from advisor import format as fmt
+from advisor.reports import format as fmt
 from advisor.model import Finding, findings_of, recommendation_of
 from advisor.overrides import describe
 from advisor.report import Report

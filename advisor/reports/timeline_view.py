@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from advisor import format as fmt
+from advisor.reports import format as fmt
 from advisor.model import finite
 from advisor.report import Report
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from advisor import format as fmt
+from advisor.reports import format as fmt
 from advisor.overrides import FRAMEWORK_NAMES, in_config_call, one_off
 from advisor.report import Energy, Memory, Mfu, Rank, Report, Throughput
 from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind, Recommendation,

@@ -3,7 +3,7 @@
 The surface, two calls:
 
 - ``reads = start_reading(paths)``: start reading the traces these paths name (once, when the
-  command starts: :mod:`advisor.launch`, else the ``analyze`` command itself), each in a forked
+  command starts: :mod:`advisor.commands.launch`, else the ``analyze`` command itself), each in a forked
   reader while this process imports the rest; :func:`trace_files` says which files a folder
   stands for. ``reads`` is a :class:`ReadAhead`, the session's whole state.
 - ``reader.frames(path)``: the :class:`TraceFrames` of one trace (from its read ahead, or read

@@ -3,7 +3,7 @@
 ``advise analyze`` is CPU-bound on a small machine: a second core is worth a third of its time
 (benchmarks/README.md). The traces are read while the CLI, the rules and pandas import
 (:mod:`advisor.trace.ahead`), and the page's trace tables are built while the rules run
-(:mod:`advisor.analyze`). :func:`start` forks (only where that is safe: a second core, no other
+(:mod:`advisor.commands.analyze`). :func:`start` forks (only where that is safe: a second core, no other
 thread), the child runs ``fn(*args)`` and pickles the result down a pipe, then leaves without
 running exit handlers; :meth:`Ahead.result` reads it. A child that fails or dies costs nothing but
 the time: the caller does the work itself. A child nobody collects is killed at exit, never left

@@ -1,7 +1,7 @@
 """The interleaved gate's decision: paired rounds, a sequential test, one error rate for all metrics.
 
 `advise ab` measures base and candidate in pairs of rounds (B C B C ...). Each gated metric gives
-one figure per round and side (the step time: each run's fast steps, :data:`advisor.ab.FAST_QUANTILE`);
+one figure per round and side (the step time: each run's fast steps, :data:`advisor.gate.ab.FAST_QUANTILE`);
 its per-round slowdown is the log ratio ``d_i = log(C_i / B_i)`` (``log(B_i / C_i)`` for
 throughput, where higher is better), so a runner that slows down for a while slows both sides
 of a round and cancels out. The decision reads those paired slowdowns:

@@ -49,8 +49,8 @@ import numpy as np
 import pandas as pd
 
 from . import fingerprint
-from .analysis import metrics, stats, steptime
-from .report import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, ReportError, load_report
+from ..analysis import metrics, stats, steptime
+from ..report import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.10
 DEFAULT_MAX_MEMORY_REGRESSION = 0.20
@@ -114,7 +114,7 @@ class Comparison:
     fail_on_new_findings: bool = False
     warnings: list[str] = field(default_factory=list)
     resolvable: float | None = None  # half the 95% CI of the median step's change: the smallest change these runs resolve
-    slower_ops: list[dict] | None = None  # where the time went (advisor.opdiff), when both runs have a trace
+    slower_ops: list[dict] | None = None  # where the time went (advisor.gate.opdiff), when both runs have a trace
     inconclusive_policy: str = "fail"  # what an inconclusive verdict exits: "fail" (EXIT_INCONCLUSIVE) or "pass" (0)
 
     @property
@@ -257,7 +257,7 @@ def same_script(a: str | None, b: str | None) -> bool:
 def compatibility(baseline: dict, current: dict) -> tuple[list[str], list[str]]:
     """(problems, warnings): problems make the comparison meaningless (exit 2 unless --force).
 
-    Every difference of the environment fingerprint (:mod:`advisor.fingerprint`) is listed: another
+    Every difference of the environment fingerprint (:mod:`advisor.gate.fingerprint`) is listed: another
     device or GPU model is a problem, the rest (CPU model, versions, clocks, arguments) warnings.
     """
     problems, warnings = [], []

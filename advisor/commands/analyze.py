@@ -3,11 +3,11 @@
 The read choreography lives here, and only here:
 
 1. the traces are being read ahead already (:class:`advisor.trace.ReadAhead`, started once: by
-   :mod:`advisor.launch` from argv before the CLI imports, else by the command itself);
+   :mod:`advisor.commands.launch` from argv before the CLI imports, else by the command itself);
 2. one trace: its reader is asked for half of what it has left (:meth:`ReadAhead.ask`) and the
    page's renderers import meanwhile; then its frames are collected (:meth:`ReadAhead.frames`);
 3. a job's traces (one per rank): each rank's frames are collected in turn and reduced at once to
-   its per-rank summary (:mod:`advisor.rank_summary`, the one a launched job's ranks send rank 0);
+   its per-rank summary (:mod:`advisor.job.rank_summary`, the one a launched job's ranks send rank 0);
    only the lowest rank keeps its frames (the report's steps and single-rank findings are its),
    so memory holds the few traces being read, whatever the number of ranks;
 4. the page's trace tables are built in a forked child while the rules run (:func:`page_tables`).
@@ -19,13 +19,13 @@ from pathlib import Path
 
 from advisor.reports import terminal
 
-from . import report as report_mod
+from .. import report as report_mod
 from .cli_exit import DISK_ERRNOS, fail
 from .outputs import diagnose, emit, say_html, write_renderings
-from .profile import Profile
-from .rank_summary import summarize, to_profile
-from .analysis.temporal import BASIS
-from .trace import ReadAhead, TraceError, forked, trace_files
+from ..profile import Profile
+from ..job.rank_summary import summarize, to_profile
+from ..analysis.temporal import BASIS
+from ..trace import ReadAhead, TraceError, forked, trace_files
 
 
 def analyze(paths: list[Path], reads: ReadAhead, *, as_json: bool, out: Path | None, rule_settings=None,

@@ -1,7 +1,7 @@
 """The arms of a job a launcher started (torchrun, srun): one plan for every rank, over the job's channel.
 
 Each rank's advise probes its own rank; rank 0's decides the plan. Its ArmsSession puts each
-round's plan on the channel (:mod:`advisor.job_channel`: the job's rendezvous store, so ranks on
+round's plan on the channel (:mod:`advisor.job.channel`: the job's rendezvous store, so ranks on
 other nodes get it with no shared filesystem); every other rank's parent copies it into its own
 ``plan.rankN.json``, where its child waits for it, so every rank switches at the same step
 index. Each rank says when its child ended a round (and with what error); rank 0 writes round
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Callable
 
 from advisor.run_dir.atomic import write_json_atomic
-from advisor.job import JobRank
-from advisor.job_channel import ChannelError
+from advisor.job.rank import JobRank
+from advisor.job.channel import ChannelError
 from advisor.run_dir.layout import RunFiles
 
 POLL_S = 0.1

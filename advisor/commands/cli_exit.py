@@ -11,9 +11,9 @@ from typing import Iterator, NoReturn
 
 import click
 
-from .run_dir.atomic import NotAFile
-from .report import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT, EXIT_USAGE, STATUS_EXIT  # noqa: F401
-from .run_dir.layout import remove_scratch
+from ..run_dir.atomic import NotAFile
+from ..report import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT, EXIT_USAGE, STATUS_EXIT  # noqa: F401
+from ..run_dir.layout import remove_scratch
 
 # Errors that say the place is unusable (full, read-only, forbidden), not that advise failed.
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM})

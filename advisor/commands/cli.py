@@ -13,10 +13,10 @@ from typing import NoReturn
 
 import click
 
-from . import __version__
+from .. import __version__
 
 from .cli_exit import EXIT_USAGE, fail, run_dir_errors
-from .analysis.memory import parse_size
+from ..analysis.memory import parse_size
 
 
 def _rule_options(command):
@@ -51,7 +51,7 @@ def _run_dir(ctx, param, value):
 
 def _rule_settings(select, ignore, config, search_from: Path):
     """Rule settings from the config and the command line; a mistake is one line and exit 2."""
-    from .engine import ConfigError, load_settings
+    from ..engine import ConfigError, load_settings
 
     try:
         return load_settings(config=config, search_from=search_from, select=select, ignore=ignore)
@@ -80,7 +80,7 @@ class _Interrupted(click.ClickException):
     "Aborted!" and exit 1 (the code of a failed script)."""
 
     def __init__(self, exc: KeyboardInterrupt):
-        from .run_dir.interrupt import describe, exit_code
+        from ..run_dir.interrupt import describe, exit_code
 
         signum = getattr(exc, "signum", None)
         super().__init__(f"interrupted ({describe(signum)})")
@@ -193,7 +193,7 @@ def profile(script, script_args, module, nproc, steps, warmup, profile_steps, ou
 
 
 def _under_a_launcher() -> bool:
-    from .job import detect
+    from ..job.rank import detect
 
     return detect().multi
 
@@ -281,10 +281,10 @@ def _all_profile_options(words: list[str]) -> bool:
 @_rule_options
 def analyze(traces, as_json, out, select, ignore, config):
     """Analyze Kineto traces (.json or .json.gz) a user already has: one, or one per rank (or a dir of them)."""
-    from .trace import ReadAhead, start_reading
+    from ..trace import ReadAhead, start_reading
 
     invocation = click.get_current_context().ensure_object(Invocation)
-    reads = invocation.reads  # started by advisor.launch from argv, before click imported
+    reads = invocation.reads  # started by advisor.commands.launch from argv, before click imported
     if not isinstance(reads, ReadAhead):  # (launch did not: a test's CliRunner call) read while the rest imports
         reads = start_reading(traces)
     settings = _rule_settings(select, ignore, config, Path.cwd())  # a bad selection fails before any work
@@ -297,7 +297,7 @@ def analyze(traces, as_json, out, select, ignore, config):
 
 
 def entry(reads=None) -> None:
-    """The `advise` command as a process (through :mod:`advisor.launch`); `reads`: the traces
+    """The `advise` command as a process (through :mod:`advisor.commands.launch`); `reads`: the traces
     `advise analyze` names, being read ahead already (an :class:`advisor.trace.ReadAhead`)."""
     try:
         main(prog_name="advise", obj=Invocation(own_process=True, reads=reads))
@@ -317,7 +317,7 @@ def _leave(code: int, own_process: bool) -> NoReturn:
     import atexit
     import os
 
-    from .run_dir.interrupt import hold
+    from ..run_dir.interrupt import hold
 
     hold()  # the exit code is decided: a signal now must not kill the process on its way out
 
@@ -390,7 +390,7 @@ def _report_from_traces(run_dir: Path) -> None:
     """A run dir without report.json but with traces (one node's part of a job: the job's report is
     on rank 0's node; or a report removed): its ranks analysed together become its report.json."""
     from .analyze import analyze_traces
-    from .trace import ReadAhead, trace_files
+    from ..trace import ReadAhead, trace_files
 
     try:
         traces = trace_files([run_dir])
@@ -417,8 +417,8 @@ def rules_command(name, as_json):
     """List the rules, or print one rule's documentation: advise rules DL001"""
     import json
 
-    from .engine import describe
-    from .rules.registry import load_rules
+    from ..engine import describe
+    from ..rules.registry import load_rules
 
     catalogue = load_rules()
     for warning in catalogue.warnings:
@@ -450,7 +450,7 @@ def rules_command(name, as_json):
 @click.argument("name", default="report", type=click.Choice(["report", "compare", "summary"]))
 def schema_command(name):
     """Print the JSON Schema of report.json (or compare.json, or `advise report --format json`'s summary)."""
-    from .schema import schema_text
+    from ..schema import schema_text
 
     click.echo(schema_text(name), nl=False)
 
@@ -463,7 +463,7 @@ def _size(text: str, option: str) -> int:
 
 
 def _percent(text: str, option: str) -> float:
-    from .compare import parse_percent
+    from ..gate.compare import parse_percent
 
     try:
         return parse_percent(text)
@@ -498,11 +498,11 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
     $GITHUB_STEP_SUMMARY when that is set. Two Kineto traces (A.json.gz B.json.gz) are compared
     op by op: the ops and kernels whose time per step grew most (exit 0).
     """
-    from .gate import compare_traces, is_trace
+    from .ci_gate import compare_traces, is_trace
 
     if is_trace(baseline) and is_trace(current):
         sys.exit(compare_traces(baseline, current, fmt="json" if as_json else fmt))
-    from .gate import run_compare
+    from .ci_gate import run_compare
 
     sys.exit(run_compare(
         baseline, current, max_regression=_percent(max_regression, "--max-regression"),
@@ -555,8 +555,8 @@ def ab(script, script_args, base, candidate, module, nproc, steps, warmup, profi
     candidate alternating; the decision reads the paired rounds. Markdown is also appended to
     $GITHUB_STEP_SUMMARY when that is set.
     """
-    from .ab import ABOptions
-    from .gate import run_ab
+    from ..gate.ab import ABOptions
+    from .ci_gate import run_ab
 
     if max_rounds < rounds:
         fail(f"--max-rounds {max_rounds} is below --rounds {rounds}")

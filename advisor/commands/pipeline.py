@@ -1,6 +1,6 @@
 """The flow behind each command: probe -> Profile -> rules -> report -> output.
 
-Kept apart from cli.py so the commands stay thin and the flow is callable from tests and
+Kept apart from commands/cli.py so the commands stay thin and the flow is callable from tests and
 from the experiments, which re-run the same probe with a fix injected.
 """
 
@@ -16,25 +16,27 @@ import click
 
 from advisor.reports import terminal
 
-from . import fingerprint, gate, job_report, outputs, overrides as vocabulary, report as report_mod
-from .analysis import metrics, steptime
-from .run_dir import layout
-from .run_dir.atomic import NotAFile, check_writable
-from .run_dir.chatter import strip_log, without_chatter
+from ..gate import fingerprint
+from . import ci_gate, outputs
+from ..job import report as job_report
+from .. import overrides as vocabulary, report as report_mod
+from ..analysis import metrics, steptime
+from ..run_dir import layout
+from ..run_dir.atomic import NotAFile, check_writable
+from ..run_dir.chatter import strip_log, without_chatter
 from .cli_exit import DISK_ERRNOS, STATUS_EXIT, fail, writing_error
-from .run_dir.interrupt import StopRequest, deferred, describe
-from .model import rank, settle_severity, split_screened
-from .profile import Profile
-from .job import detect as detect_job
-from .job_channel import ChannelError, open_channel
-from .rank_summary import summarize
-from .run_dir.layout import rank_suffix
+from ..run_dir.interrupt import StopRequest, deferred, describe
+from ..model import rank, settle_severity, split_screened
+from ..profile import Profile
+from ..job.rank import detect as detect_job, rank_suffix
+from ..job.channel import ChannelError, open_channel
+from ..job.rank_summary import summarize
 
 if TYPE_CHECKING:  # `advise analyze` and `compare` never run a script: the probe and experiments load on use
-    from .experiments.judge import ExperimentResults
-    from .experiments.inprocess import ArmsSession
-    from .probe.job_link import JobLink
-    from .probe.runner import ProbeConfig
+    from ..experiments.judge import ExperimentResults
+    from ..experiments.inprocess import ArmsSession
+    from ..job.link import JobLink
+    from ..probe.runner import ProbeConfig
 
 
 def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[str]:
@@ -102,8 +104,8 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
 
     `link`: rank 0 of a job a launcher started: the plan goes to every rank, and the rules read
     every rank's window (their summaries, :func:`_merge_windows`)."""
-    from .experiments.inprocess import ArmsSession
-    from .probe.runner import job_suffix
+    from ..experiments.inprocess import ArmsSession
+    from ..probe.runner import job_suffix
 
     out, suffix = Path(config.out), job_suffix(config)  # a launched job: rank 0's window and arms are judged
     session: ArmsSession
@@ -133,8 +135,8 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
 # --- a job a launcher started (torchrun, srun): rank 0 writes the job's report ---------------------
 
 def _job_link(job, out: Path) -> JobLink:
-    """This rank's tie to the rest of its job, over the job's channel (:mod:`advisor.job_channel`)."""
-    from .probe.job_link import JobLink
+    """This rank's tie to the rest of its job, over the job's channel (:mod:`advisor.job.channel`)."""
+    from ..job.link import JobLink
 
     channel = open_channel(job, out, warn=lambda line: click.echo(f"advise: warning: {line}", err=True))
 
@@ -179,7 +181,7 @@ def _finish_rank(run, config: ProbeConfig, link: JobLink, out: Path, lock: layou
 
 def _combine(first: ExperimentResults | None, fresh: ExperimentResults) -> ExperimentResults:
     """In-process results with the fresh runs of the fixes that could not be switched live."""
-    from .experiments.judge import ExperimentResults
+    from ..experiments.judge import ExperimentResults
 
     if first is None:
         return fresh
@@ -231,9 +233,9 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
 
     With `baseline`, then compare against it (as `advise compare`): exit 3 on a regression.
     """
-    from .probe.runner import ProbeConfig, run_probe
+    from ..probe.runner import ProbeConfig, run_probe
 
-    baseline_report = gate.check_baseline(baseline) if baseline else None  # bad input: exit 2 before the run
+    baseline_report = ci_gate.check_baseline(baseline) if baseline else None  # bad input: exit 2 before the run
     con = terminal.console(stderr=as_json)
     # In-process arms: in a job (ranks advise launched, or ranks the script started itself) every
     # rank runs the same plan and switches at the same step (see probe/runner.py, _JobArms).
@@ -327,7 +329,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
                    err=True)
         return report_mod.signal_exit(signum)
     if baseline_report is not None and status == "ok":
-        return gate.compare_after_profile(baseline_report, baseline, report, str(out / run.files.report_json), out,
+        return ci_gate.compare_after_profile(baseline_report, baseline, report, str(out / run.files.report_json), out,
                                              max_regression=max_regression, as_json=as_json)
     return STATUS_EXIT[status]
 
@@ -337,9 +339,9 @@ def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: Jo
     """The findings and what the experiments measured of them: the arms of the profiled run
     (judged by `session`), fresh runs for what they could not switch, then severity and order.
     Returns (findings, rule warnings, ExperimentResults or None)."""
-    from .experiments.fresh import run_experiments
-    from .experiments.judge import ExperimentResults
-    from .experiments.plan import script_workers
+    from ..experiments.fresh import run_experiments
+    from ..experiments.judge import ExperimentResults
+    from ..experiments.plan import script_workers
 
     results = None
     if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
@@ -403,8 +405,8 @@ def _outcome(run, merged: dict | None, results, stop: StopRequest, experimented:
 
 def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, out: Path, progress, stop) -> None:
     """--confirm: the recommendation the arms measured, measured again in fresh runs of the script."""
-    from .experiments.fresh import confirm_recommendation
-    from .experiments.plan import script_workers
+    from ..experiments.fresh import confirm_recommendation
+    from ..experiments.plan import script_workers
 
     rec = results.recommended
     if rec is None or rec.measured_by != "in-process" or not rec.overrides:

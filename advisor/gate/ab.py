@@ -5,9 +5,9 @@ runner: shared runners drift 13-40% between jobs while the noise inside one job 
 So both revisions run here, on this runner, now, as whole processes (`advise profile` of SCRIPT
 in each checkout, fresh runs: the code differs), alternating in counterbalanced pairs (B C, C B,
 B C, ...: a drift, or a warm cache that favours the second run of a pair, hits both sides alike).
-Round i is the pair (B_i, C_i); :mod:`advisor.sequential` decides from the paired rounds, asks for
+Round i is the pair (B_i, C_i); :mod:`advisor.gate.sequential` decides from the paired rounds, asks for
 more when a regression is suspected but not settled, and calibrates the noise floor from the
-base's rounds against each other. On a regression (or with ``ops``) :mod:`advisor.opdiff` names
+base's rounds against each other. On a regression (or with ``ops``) :mod:`advisor.gate.opdiff` names
 the ops and kernels that got slower, from the rounds' traces.
 
 Layout of the output dir: ``base/round-NN/`` and ``candidate/round-NN/`` (ordinary run dirs),
@@ -27,9 +27,9 @@ from typing import Callable
 import numpy as np
 
 from . import compare, fingerprint, opdiff, sequential
-from .analysis import metrics
-from .analysis.steptime import FAST_QUANTILE, fast
-from .report import ReportError, load_report
+from ..analysis import metrics
+from ..analysis.steptime import FAST_QUANTILE, fast
+from ..report import ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.05  # paired rounds resolve smaller changes than one pair of runs
 DEFAULT_ALPHA = 0.05  # the gate's false-alarm rate: all metrics, all looks

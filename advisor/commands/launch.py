@@ -4,7 +4,7 @@ First the stop signals (:func:`advisor.run_dir.interrupt.install_at_launch`: Ctr
 exit 130, never a traceback or click's "Aborted!") and a stdout that a closed pipe cannot break.
 Then `advise analyze TRACE` starts reading the trace in a second process before the CLI (click,
 the rules, pandas) is imported, so the read overlaps all of it (:func:`advisor.trace.start_reading`);
-the command collects it (:mod:`advisor.analyze`).
+the command collects it (:mod:`advisor.commands.analyze`).
 """
 
 import os
@@ -12,7 +12,7 @@ import sys
 
 
 def main() -> None:
-    from .run_dir.interrupt import describe, exit_code, install_at_launch
+    from ..run_dir.interrupt import describe, exit_code, install_at_launch
 
     install_at_launch()
     _survive_a_closed_stdout()
@@ -20,7 +20,7 @@ def main() -> None:
         reads = None
         paths = analyze_paths(sys.argv[1:])
         if paths:
-            from .trace import start_reading
+            from ..trace import start_reading
 
             reads = start_reading(paths)
         from .cli import entry

@@ -1,12 +1,12 @@
 """The job's report from its ranks, whoever launched them: rank 0's side of the merge.
 
 Under a launcher (torchrun, srun) every rank's advise probes its own rank and reduces it to a
-summary (:mod:`advisor.rank_summary`); rank 0 waits, bounded, for the others' summaries on the
-job's channel (:mod:`advisor.job_channel`), gives the cross-rank rules the whole job, and writes
+summary (:mod:`advisor.job.rank_summary`); rank 0 waits, bounded, for the others' summaries on the
+job's channel (:mod:`advisor.job.channel`), gives the cross-rank rules the whole job, and writes
 report.json with `ranks`, the rank that failed first, HTA's breakdown per rank and the arms the
 ranks did not all switch. The rules that plan the arms read every rank's window the same way
 (:func:`merge_windows`; :func:`read_windows` for the ranks advise launched itself, whose files
-share its run dir). `link` is the rank's :class:`advisor.probe.job_link.JobLink` (its channel,
+share its run dir). `link` is the rank's :class:`advisor.job.link.JobLink` (its channel,
 its job, the other ranks), `run` the runner's ProbeRun, `stop` the command's StopRequest.
 """
 
@@ -17,14 +17,14 @@ import os
 import time
 from pathlib import Path
 
-from .analysis import temporal
-from .run_dir import layout
-from .run_dir.atomic import write_json_atomic
-from .run_dir.protocol import Phase, rank_account, read_account
-from .job import detect as detect_job
-from .job_channel import ChannelError, wait_for
-from .model import Experiment, Finding, Verdict
-from .profile import Profile
+from ..analysis import temporal
+from ..run_dir import layout
+from ..run_dir.atomic import write_json_atomic
+from ..run_dir.protocol import Phase, rank_account, read_account
+from .rank import detect as detect_job
+from .channel import ChannelError, wait_for
+from ..model import Experiment, Finding, Verdict
+from ..profile import Profile
 from .rank_summary import disagreements, missing_row, rank_row, summarize, to_profile
 
 

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from .run_dir import layout
-from .trace import TraceError, TraceFrames, load_trace
+from ..run_dir import layout
+from ..trace import TraceError, TraceFrames, load_trace
 
 TOP = 10
 

@@ -1,8 +1,8 @@
 """The CI gate's commands: `advise ab`, `advise compare` (of two report.json or two Kineto traces), and
 `advise profile --baseline`'s comparison.
 
-Command code (prints and exits); the work is in :mod:`advisor.ab` (rounds and decision) and
-:mod:`advisor.opdiff` (where the time went).
+Command code (prints and exits); the work is in :mod:`advisor.gate.ab` (rounds and decision) and
+:mod:`advisor.gate.opdiff` (where the time went).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import click
 
 from advisor.reports import terminal
 
-from . import ab, compare, opdiff
-from .analysis import steptime
-from .run_dir.atomic import write_json_atomic, write_text_atomic
+from ..gate import ab, compare, opdiff
+from ..analysis import steptime
+from ..run_dir.atomic import write_json_atomic, write_text_atomic
 from .cli_exit import EXIT_SCRIPT, EXIT_USAGE, fail
-from .report import EXIT_INTERRUPTED, EXIT_OK
+from ..report import EXIT_INTERRUPTED, EXIT_OK
 
 
 def _append_summary(markdown: str) -> None:
@@ -97,8 +97,8 @@ def compare_traces(a: str, b: str, fmt: str = "terminal") -> int:
     """`advise compare A.json.gz B.json.gz`: the step time and the ops whose time per step grew (exit 0)."""
     from advisor.reports import slower_ops as view
 
-    from .profile import Profile
-    from .trace import TraceError
+    from ..profile import Profile
+    from ..trace import TraceError
 
     try:
         pa, pb = Profile.from_trace(a), Profile.from_trace(b)
@@ -154,7 +154,7 @@ def run_compare(baseline: str, current: str, *, max_regression: float = compare.
                 force: bool = False, ops: bool = False, inconclusive: str = "fail") -> int:
     """`advise compare BASELINE CURRENT`: the exit code (0 pass, 3 regression, 4 inconclusive; 2 via fail()).
 
-    On a regression (or with `ops`) the slower ops of the two runs' traces are named (advisor.opdiff)."""
+    On a regression (or with `ops`) the slower ops of the two runs' traces are named (advisor.gate.opdiff)."""
     try:
         base, warn_b = compare.load(baseline, "baseline", force=force)
         cur, warn_c = compare.load(current, "current", force=force)
@@ -175,7 +175,7 @@ def run_compare(baseline: str, current: str, *, max_regression: float = compare.
 
 def _slower_ops(baseline: str, base: dict, current: str, cur: dict) -> list[dict] | None:
     """The slower ops between two run dirs' traces, None when either has none."""
-    from .opdiff import run_dir_trace, slower_ops
+    from ..gate.opdiff import run_dir_trace, slower_ops
 
     def folder(path: str) -> Path:
         return Path(path) if Path(path).is_dir() else Path(path).parent

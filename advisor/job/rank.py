@@ -77,6 +77,11 @@ def detect(env: Mapping[str, str] | None = None) -> JobRank:
     return JobRank()
 
 
+def rank_suffix() -> str:
+    """``.rank1`` for rank 1 of a multi-rank job (any launcher), '' for a single process: the run dir's file names."""
+    return detect().suffix
+
+
 def rank_info(env: Mapping[str, str] | None = None) -> dict:
     """rank / local_rank / world_size / local_world_size / node as the probe's env records them (None: one process)."""
     job = detect(env)

@@ -15,9 +15,9 @@ import math
 
 import pandas as pd
 
-from .analysis import steptime, temporal
-from .profile import Profile
-from .analysis.ranks import JobProfile
+from ..analysis import steptime, temporal
+from ..profile import Profile
+from ..analysis.ranks import JobProfile
 
 VERSION = 1
 

@@ -1,6 +1,6 @@
 """What a command writes and prints: the rules' diagnosis, report.html and the markdown summary,
-the terminal or JSON output. Shared by `advise profile` (:mod:`advisor.pipeline`) and `advise
-analyze` (:mod:`advisor.analyze`).
+the terminal or JSON output. Shared by `advise profile` (:mod:`advisor.commands.pipeline`) and `advise
+analyze` (:mod:`advisor.commands.analyze`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import click
 from advisor.reports import terminal
 
 from .cli_exit import DISK_ERRNOS
-from .model import Finding, split_screened
-from .profile import Profile
+from ..model import Finding, split_screened
+from ..profile import Profile
 
 
 def write_renderings(report: dict, out: Path | None, profile: Profile | None, con, summary: bool = True) -> Path | None:
@@ -64,7 +64,7 @@ def diagnose(profile: Profile, rule_settings, screen: bool = False) -> tuple[lis
     """Run the selected rules (advisor.engine); a run with no measured step has nothing to diagnose.
 
     Screened fixes (EXP001) are kept only where in-process arms will measure them (`screen`)."""
-    from .engine import run_rules
+    from ..engine import run_rules
 
     if profile.steps.empty:
         return [], []

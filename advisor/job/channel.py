@@ -29,8 +29,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Callable
 
-from .run_dir.atomic import write_json_atomic
-from .job import JobRank
+from ..run_dir.atomic import write_json_atomic
+from .rank import JobRank
 
 CONNECT_S = 60.0  # how long a rank tries to reach the store (rank 0's advise may start later)
 POLL_S = 0.1
