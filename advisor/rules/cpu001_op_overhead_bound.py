@@ -52,6 +52,8 @@ from typing import Iterator
 
 import numpy as np
 
+from advisor import units
+
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
@@ -78,8 +80,8 @@ def check(profile, *, min_ops_per_step: int = 300, min_overhead_frac: float = 0.
     yield Finding(
         title=f"{ops:.0f} operators a step, {frac:.0%} of the step in framework overhead",
         summary=(f"Each step runs {ops:.0f} operators (median {median_op_us:.1f} us under the profiler); at about "
-                 f"{cost_us:.1f} us of dispatch each (at most the median op's time) that is {h.ms(overhead_us)} of a "
-                 f"{h.ms(clean_us)} step ({frac:.0%}). "
+                 f"{cost_us:.1f} us of dispatch each (at most the median op's time) that is {units.time_us(overhead_us)} of a "
+                 f"{units.time_us(clean_us)} step ({frac:.0%}). "
                  f"torch.compile runs the model as a few fused loops instead."),
         severity="high" if frac >= 0.6 else "medium",
         evidence={

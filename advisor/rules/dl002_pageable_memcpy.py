@@ -42,6 +42,8 @@ from typing import Iterator
 
 import numpy as np
 
+from advisor import units
+
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
@@ -103,9 +105,9 @@ def check(profile, *, min_bytes_per_step: int = 1048576, min_time_frac: float = 
     gbps = (pageable["bytes"].fillna(0).sum() / (copy_us * 1e-6) / 1e9) if copy_us > 0 else None
     severity = "medium" if cost_frac >= 0.05 else "low"
     yield Finding(
-        title=f"{h.human_bytes(bytes_per_step)} per step is copied to the GPU from pageable memory",
+        title=f"{units.bytes_(bytes_per_step)} per step is copied to the GPU from pageable memory",
         summary=(f"{len(pageable) / n_steps:.0f} host-to-device copies per step read pageable memory "
-                 f"({h.human_bytes(bytes_per_step)}/step at {gbps or 0:.1f} GB/s); copies and the host time "
+                 f"({units.bytes_(bytes_per_step)}/step at {gbps or 0:.1f} GB/s); copies and the host time "
                  f"blocked in them take {cost_frac:.1%} of the step."),
         severity=severity,
         evidence={

@@ -239,18 +239,6 @@ def r3(x) -> float | None:
     return round(x, 4) if abs(x) < 10 else round(x, 1)
 
 
-def ms(us: float) -> str:
-    """Human time from microseconds."""
-    return f"{us / 1e3:.1f} ms" if us >= 1000 else f"{us:.0f} us"
-
-
-def human_bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
 SYNC_CALLS = r"(?:cuda|hip)(?:Stream|Device|Event)Synchronize"
 
 

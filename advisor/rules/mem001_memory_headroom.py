@@ -68,6 +68,7 @@ from typing import Iterator
 
 import numpy as np
 
+from advisor import units
 from advisor.analysis import memory as mem
 
 from . import helpers as h
@@ -128,7 +129,7 @@ def check(profile, *, max_used_frac: float = 0.4, near_oom_frac: float = 0.92,
     where = "GPU memory" if profile.has_gpu and not explicit else "the memory budget"
     yield Finding(
         title=f"The run uses {used:.0%} of {where}: room for a {scale}x larger batch",
-        summary=(f"Peak memory is {h.human_bytes(peak)} of {h.human_bytes(budget)}"
+        summary=(f"Peak memory is {units.bytes_(peak)} of {units.bytes_(budget)}"
                  f"{' while the GPU is busy for ' + format(busy, '.0%') + ' of the step' if busy is not None else ''}: "
                  f"a {scale}x batch would still fit under 80% (the largest batch that fits is searched, OOM-safe)."),
         severity="low",
@@ -159,7 +160,7 @@ def where_it_goes(parts: dict | None, peak: float) -> str:
     if not parts:
         return "no breakdown (the probe saw no optimizer)"
     order = sorted(mem.PARTS, key=lambda k: -parts.get(k, 0))
-    return ", ".join(f"{mem.PART_WORDS[k]} {h.human_bytes(parts.get(k, 0))} ({h.frac(parts.get(k, 0), peak):.0%})"
+    return ", ".join(f"{mem.PART_WORDS[k]} {units.bytes_(parts.get(k, 0))} ({h.frac(parts.get(k, 0), peak):.0%})"
                      for k in order if k != "runtime_bytes" or parts.get(k))
 
 
@@ -184,9 +185,9 @@ def _memory_fixes(profile, evidence: dict, parts: dict | None, peak: float, budg
 
 def _head(evidence: dict, peak: float, budget: float) -> str:
     if peak > budget:
-        return f"Peak memory {h.human_bytes(peak)} is over the {h.human_bytes(budget)} budget"
+        return f"Peak memory {units.bytes_(peak)} is over the {units.bytes_(budget)} budget"
     return (f"Peak memory is {evidence.get('peak_reserved_frac') or evidence['peak_budget_frac']:.0%} of "
-            f"{h.human_bytes(budget)}: close to out-of-memory")
+            f"{units.bytes_(budget)}: close to out-of-memory")
 
 
 def _each_fix(profile, evidence: dict, parts: dict | None, peak: float, budget: float,
@@ -225,15 +226,15 @@ def _each_fix(profile, evidence: dict, parts: dict | None, peak: float, budget: 
         if ranks > 1:
             title = f"{head}: shard optimizer state and gradients over the {ranks} ranks"
             text = (f"by the breakdown's estimate (not measured), per rank: ZeRO-1 (optimizer state) saves "
-                    f"{h.human_bytes(est['zero1_saved_bytes'])}, ZeRO-2 (+ gradients) {h.human_bytes(est['zero2_saved_bytes'])}, "
-                    f"ZeRO-3 (+ parameters) {h.human_bytes(est['zero3_saved_bytes'])}")
+                    f"{units.bytes_(est['zero1_saved_bytes'])}, ZeRO-2 (+ gradients) {units.bytes_(est['zero2_saved_bytes'])}, "
+                    f"ZeRO-3 (+ parameters) {units.bytes_(est['zero3_saved_bytes'])}")
             snippet = ("from torch.distributed.fsdp import fully_shard   # FSDP2: ZeRO-3 style\n"
                        "for block in model.blocks:\n    fully_shard(block)\nfully_shard(model)\n"
                        "optimizer = torch.optim.AdamW(model.parameters(), lr=lr)  # built after sharding")
         else:
             title = f"{head}: offload optimizer state to the host"
             text = (f"by the breakdown's estimate (not measured), offloading optimizer state frees "
-                    f"{h.human_bytes(est['offload_saved_bytes'])}; over N ranks FSDP2 fully_shard would save "
+                    f"{units.bytes_(est['offload_saved_bytes'])}; over N ranks FSDP2 fully_shard would save "
                     f"(N-1)/N of optimizer state, gradients and parameters")
             snippet = ("# optimizer state on the host, its step there too (one device):\n"
                        "from torch.distributed.fsdp import fully_shard, CPUOffloadPolicy\n"
