@@ -15,6 +15,8 @@ The read choreography lives here, and only here:
 
 from __future__ import annotations
 
+import resource
+
 from pathlib import Path
 
 from advisor.reports import terminal
@@ -120,14 +122,12 @@ def rank_trace_files(paths: list[Path]) -> list[Path]:
 def _import_renderings() -> None:
     """Import the page's renderers (Jinja and the views) before the trace is collected: while a
     forked reader still reads that time is shared, after it every millisecond is the user's."""
-    from advisor.reports import html, markdown, ruledoc  # noqa: F401
+    from advisor.reports import html, markdown, ruledoc  # noqa: F401 - 290 ms, imported while the trace is read
 
 
 def _small_heap(limit: int = 512 << 20) -> bool:
     """This process's peak RSS is under `limit`: a fork of a bigger heap costs more to set up, and
     its copy-on-write pages count twice in the tree's RSS (a 1 GiB trace: 2.2 GiB instead of 1.1)."""
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 < limit  # KiB on Linux
 
 
@@ -136,7 +136,7 @@ def page_tables(profile: Profile) -> dict:
     rules run. The views keep every table they build in ``profile.memo`` (:meth:`Profile.derived`,
     by their own keys), so the child's memo is what the parent's page would build: merged into the
     parent's Profile, the views find their tables there."""
-    from advisor.reports import ops_view, roofline_view
+    from advisor.reports import ops_view, roofline_view  # in the forked child; the parent imports them with the page
 
     roofline_view.roofline_table(profile)
     ops_view.top_tables({}, profile)

@@ -14,13 +14,15 @@ from pathlib import Path
 
 import click
 
-from advisor.reports import terminal
+from advisor.reports import ab_output, compare_output, slower_ops as slower_ops_view, terminal
 
 from ..gate import ab, compare, opdiff
 from ..analysis import steptime
 from ..run_dir.atomic import write_json_atomic, write_text_atomic
 from .cli_exit import EXIT_SCRIPT, EXIT_USAGE, fail
 from ..report import EXIT_INTERRUPTED, EXIT_OK
+from ..profile import Profile
+from ..trace import TraceError
 
 
 def _append_summary(markdown: str) -> None:
@@ -37,8 +39,6 @@ def _append_summary(markdown: str) -> None:
 def run_ab(base: str, candidate: str, script: str, args: list[str], options: ab.ABOptions, out: Path,
            fmt: str = "terminal") -> int:
     """`advise ab`: the exit code (0 pass, 3 regression, 4 inconclusive, 1 a round's script failed, 2 via fail())."""
-    from advisor.reports import ab_output
-
     con = terminal.console(stderr=fmt == "json")
 
     def progress(side: str, index: int, report: dict) -> None:
@@ -95,11 +95,6 @@ def is_trace(path: str) -> bool:
 
 def compare_traces(a: str, b: str, fmt: str = "terminal") -> int:
     """`advise compare A.json.gz B.json.gz`: the step time and the ops whose time per step grew (exit 0)."""
-    from advisor.reports import slower_ops as view
-
-    from ..profile import Profile
-    from ..trace import TraceError
-
     try:
         pa, pb = Profile.from_trace(a), Profile.from_trace(b)
     except TraceError as exc:
@@ -115,10 +110,10 @@ def compare_traces(a: str, b: str, fmt: str = "terminal") -> int:
         click.echo(json.dumps({"a": a, "b": b, "step_time_median_s": [step_a, step_b], "step_time_change": change,
                                "slower_ops": [r.to_dict() for r in rows]}, indent=2))
     elif fmt == "markdown":
-        click.echo("\n".join(["### advise compare: two traces", ""] + view.markdown(rows, note)))
+        click.echo("\n".join(["### advise compare: two traces", ""] + slower_ops_view.markdown(rows, note)))
     else:
-        view.print_table(rows, note, terminal.console())
-    _append_summary("\n".join(["### advise compare: two traces", ""] + view.markdown(rows, note)))
+        slower_ops_view.print_table(rows, note, terminal.console())
+    _append_summary("\n".join(["### advise compare: two traces", ""] + slower_ops_view.markdown(rows, note)))
     return EXIT_OK
 
 
@@ -126,8 +121,6 @@ def compare_traces(a: str, b: str, fmt: str = "terminal") -> int:
 
 def emit_comparison(result: compare.Comparison, *, fmt: str = "terminal", junit: str | Path | None = None, stderr: bool = False) -> None:
     """Print the comparison; write JUnit XML; append markdown to $GITHUB_STEP_SUMMARY when set."""
-    from advisor.reports import compare_output  # only `compare` needs it (xml and all)
-
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2), err=stderr)
     elif fmt == "markdown":
@@ -175,13 +168,11 @@ def run_compare(baseline: str, current: str, *, max_regression: float = compare.
 
 def _slower_ops(baseline: str, base: dict, current: str, cur: dict) -> list[dict] | None:
     """The slower ops between two run dirs' traces, None when either has none."""
-    from ..gate.opdiff import run_dir_trace, slower_ops
-
     def folder(path: str) -> Path:
         return Path(path) if Path(path).is_dir() else Path(path).parent
 
-    ta, tb = run_dir_trace(folder(baseline), base), run_dir_trace(folder(current), cur)
-    return [r.to_dict() for r in slower_ops([ta], [tb])] if ta is not None and tb is not None else None
+    ta, tb = opdiff.run_dir_trace(folder(baseline), base), opdiff.run_dir_trace(folder(current), cur)
+    return [r.to_dict() for r in opdiff.slower_ops([ta], [tb])] if ta is not None and tb is not None else None
 
 
 def check_baseline(path: str) -> dict:

@@ -6,6 +6,12 @@ input; 3 `compare` found a regression; 130 interrupted (Ctrl-C).
 
 from __future__ import annotations
 
+import atexit
+import importlib.machinery
+import json
+import os
+import re
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +23,8 @@ from .. import __version__
 
 from .cli_exit import EXIT_USAGE, fail, run_dir_errors
 from ..analysis.memory import parse_size
+from ..report import ReportError, load_report
+from ..run_dir import interrupt
 
 
 def _rule_options(command):
@@ -51,7 +59,7 @@ def _run_dir(ctx, param, value):
 
 def _rule_settings(select, ignore, config, search_from: Path):
     """Rule settings from the config and the command line; a mistake is one line and exit 2."""
-    from ..engine import ConfigError, load_settings
+    from ..engine import ConfigError, load_settings  # engine: 23 ms, only where rules run
 
     try:
         return load_settings(config=config, search_from=search_from, select=select, ignore=ignore)
@@ -80,11 +88,9 @@ class _Interrupted(click.ClickException):
     "Aborted!" and exit 1 (the code of a failed script)."""
 
     def __init__(self, exc: KeyboardInterrupt):
-        from ..run_dir.interrupt import describe, exit_code
-
         signum = getattr(exc, "signum", None)
-        super().__init__(f"interrupted ({describe(signum)})")
-        self.exit_code = exit_code(signum)
+        super().__init__(f"interrupted ({interrupt.describe(signum)})")
+        self.exit_code = interrupt.exit_code(signum)
 
     def show(self, file=None) -> None:
         click.echo(f"advise: {self.format_message()}", err=True)
@@ -179,7 +185,7 @@ def profile(script, script_args, module, nproc, steps, warmup, profile_steps, ou
     budget = _size(memory_budget, "--memory-budget") if memory_budget is not None else None
     folder = Path.cwd() if module else Path(script).parent
     settings = _rule_settings(select, ignore, config, folder)  # a bad selection fails before the run
-    from .pipeline import ExperimentOptions, profile_script
+    from .pipeline import ExperimentOptions, profile_script  # pipeline: 360 ms (pandas, the probe), only for profile
 
     with run_dir_errors(Path(out)):  # a full, read-only or forbidden run dir: one line, exit 2
         code = profile_script(
@@ -193,7 +199,7 @@ def profile(script, script_args, module, nproc, steps, warmup, profile_steps, ou
 
 
 def _under_a_launcher() -> bool:
-    from ..job.rank import detect
+    from ..job.rank import detect  # job: 2 ms, only for profile
 
     return detect().multi
 
@@ -206,7 +212,6 @@ def _refuse_launcher(script: str, module: bool, args: list[str]) -> None:
     name = script if module else Path(script).name
     if name not in LAUNCHERS and not (not module and Path(script).resolve().parts[-3:] == ("torch", "distributed", "run.py")):
         return
-    import shlex
 
     nproc = "N"
     for i, word in enumerate(args):
@@ -230,7 +235,6 @@ def _check_target(script: str, module: bool) -> None:
         if not Path(script).is_file():
             bad(f"File {script!r} does not exist.")
         return
-    import importlib.machinery
 
     if not all(part.isidentifier() for part in script.split(".")):
         bad(f"{script!r} is not a module name.")
@@ -252,8 +256,6 @@ def _script_args(script: str, args: list[str]) -> list[str]:
     if "--" in args:
         k = args.index("--")
         if _all_profile_options(args[:k]):
-            import shlex
-
             rewritten = shlex.join(["advise", "profile", *args[:k], script, *args[k + 1:]])
             fail(f"advise's options go before the script; everything after it is the script's: {rewritten}")
     return args
@@ -281,14 +283,14 @@ def _all_profile_options(words: list[str]) -> bool:
 @_rule_options
 def analyze(traces, as_json, out, select, ignore, config):
     """Analyze Kineto traces (.json or .json.gz) a user already has: one, or one per rank (or a dir of them)."""
-    from ..trace import ReadAhead, start_reading
+    from ..trace import ReadAhead, start_reading  # trace: 10 ms, only for analyze
 
     invocation = click.get_current_context().ensure_object(Invocation)
     reads = invocation.reads  # started by advisor.commands.launch from argv, before click imported
     if not isinstance(reads, ReadAhead):  # (launch did not: a test's CliRunner call) read while the rest imports
         reads = start_reading(traces)
     settings = _rule_settings(select, ignore, config, Path.cwd())  # a bad selection fails before any work
-    from .analyze import analyze as run
+    from .analyze import analyze as run  # analyze: 360 ms (pandas), only for analyze
 
     with run_dir_errors(Path(out) if out else None):
         code = run([Path(t) for t in traces], reads, as_json=as_json, out=Path(out) if out else None,
@@ -314,12 +316,8 @@ def _leave(code: int, own_process: bool) -> NoReturn:
     still run; files are closed by then (atomic writes)."""
     if not own_process:
         sys.exit(code)
-    import atexit
-    import os
 
-    from ..run_dir.interrupt import hold
-
-    hold()  # the exit code is decided: a signal now must not kill the process on its way out
+    interrupt.hold()  # the exit code is decided: a signal now must not kill the process on its way out
 
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
@@ -338,8 +336,6 @@ def _leave(code: int, own_process: bool) -> NoReturn:
                    "json: print the short summary for agents and bots (`advise schema summary`).")
 def report_command(run_dir, fmt):
     """Re-render RUN_DIR's report (its report.json) without re-running anything."""
-    from advisor.report import ReportError, load_report
-
     path = Path(run_dir) / "report.json" if Path(run_dir).is_dir() else Path(run_dir)
     if Path(run_dir).is_dir() and not path.exists():
         _report_from_traces(Path(run_dir))
@@ -348,18 +344,16 @@ def report_command(run_dir, fmt):
     except ReportError as exc:
         fail(str(exc))
     if fmt == "json":
-        import json
-
-        from advisor.reports.agent import summary
+        from advisor.reports.agent import summary  # agent: 20 ms, only for the agents' summary
 
         try:
             click.echo(json.dumps(summary(report, str(path)), indent=2, ensure_ascii=False))
         except ValueError as exc:  # a finding or experiment outside the report.json contract
             fail(f"{path}: {exc}")
         sys.exit(0)
-    from advisor.profile import Profile
-    from advisor.reports import html, markdown, ruledoc
-    from advisor.trace import TraceError
+    from advisor.profile import Profile  # profile: 340 ms (pandas), only for report
+    from advisor.reports import html, markdown, ruledoc  # the renderers: 290 ms (jinja2, pandas), only for report
+    from advisor.trace import TraceError  # trace: 10 ms, only for report
 
     trace = (report.get("artifacts") or {}).get("trace")
     profile = Profile.from_run_dir(path.parent, _rank_of_trace(trace))
@@ -369,7 +363,7 @@ def report_command(run_dir, fmt):
         except TraceError:
             pass  # the page says the trace was not loaded
     try:
-        from advisor.rules.registry import load_rules
+        from advisor.rules.registry import load_rules  # rules: 17 ms, only for report
 
         rule_docs = ruledoc.docs_by_key(load_rules().rules)
     except Exception:  # noqa: BLE001 - the report renders whatever state the rules are in
@@ -389,8 +383,8 @@ def report_command(run_dir, fmt):
 def _report_from_traces(run_dir: Path) -> None:
     """A run dir without report.json but with traces (one node's part of a job: the job's report is
     on rank 0's node; or a report removed): its ranks analysed together become its report.json."""
-    from .analyze import analyze_traces
-    from ..trace import ReadAhead, trace_files
+    from .analyze import analyze_traces  # analyze: 360 ms (pandas), only for analyze
+    from ..trace import ReadAhead, trace_files  # trace: 10 ms, only for analyze
 
     try:
         traces = trace_files([run_dir])
@@ -404,8 +398,6 @@ def _report_from_traces(run_dir: Path) -> None:
 
 def _rank_of_trace(trace) -> str:
     """The rank suffix of a run dir's trace named in its report (``trace.rank0.json.gz``: '.rank0')."""
-    import re
-
     found = re.fullmatch(r"trace(\.rank\d+)?\.json(\.gz)?", trace) if isinstance(trace, str) else None
     return (found.group(1) or "") if found else ""
 
@@ -415,10 +407,8 @@ def _rank_of_trace(trace) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue (or the rule) as JSON.")
 def rules_command(name, as_json):
     """List the rules, or print one rule's documentation: advise rules DL001"""
-    import json
-
-    from ..engine import describe
-    from ..rules.registry import load_rules
+    from ..engine import describe  # engine: 23 ms, only for the rules
+    from ..rules.registry import load_rules  # rules: 17 ms, only for the rules
 
     catalogue = load_rules()
     for warning in catalogue.warnings:
@@ -450,7 +440,7 @@ def rules_command(name, as_json):
 @click.argument("name", default="report", type=click.Choice(["report", "compare", "summary"]))
 def schema_command(name):
     """Print the JSON Schema of report.json (or compare.json, or `advise report --format json`'s summary)."""
-    from ..schema import schema_text
+    from ..schema import schema_text  # schema: 3 ms, only for schema
 
     click.echo(schema_text(name), nl=False)
 
@@ -463,7 +453,7 @@ def _size(text: str, option: str) -> int:
 
 
 def _percent(text: str, option: str) -> float:
-    from ..gate.compare import parse_percent
+    from ..gate.compare import parse_percent  # compare: 300 ms (pandas, scipy), only for compare
 
     try:
         return parse_percent(text)
@@ -498,11 +488,10 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
     $GITHUB_STEP_SUMMARY when that is set. Two Kineto traces (A.json.gz B.json.gz) are compared
     op by op: the ops and kernels whose time per step grew most (exit 0).
     """
-    from .ci_gate import compare_traces, is_trace
+    from .ci_gate import compare_traces, is_trace, run_compare  # the gate's commands: 320 ms (pandas), only for compare
 
     if is_trace(baseline) and is_trace(current):
         sys.exit(compare_traces(baseline, current, fmt="json" if as_json else fmt))
-    from .ci_gate import run_compare
 
     sys.exit(run_compare(
         baseline, current, max_regression=_percent(max_regression, "--max-regression"),
@@ -555,8 +544,8 @@ def ab(script, script_args, base, candidate, module, nproc, steps, warmup, profi
     candidate alternating; the decision reads the paired rounds. Markdown is also appended to
     $GITHUB_STEP_SUMMARY when that is set.
     """
-    from ..gate.ab import ABOptions
-    from .ci_gate import run_ab
+    from ..gate.ab import ABOptions  # ab: 320 ms (pandas), only for ab
+    from .ci_gate import run_ab  # the gate's commands: 320 ms (pandas), only for ab
 
     if max_rounds < rounds:
         fail(f"--max-rounds {max_rounds} is below --rounds {rounds}")

@@ -10,20 +10,20 @@ the command collects it (:mod:`advisor.commands.analyze`).
 import os
 import sys
 
+from ..run_dir.interrupt import describe, exit_code, install_at_launch
+
 
 def main() -> None:
-    from ..run_dir.interrupt import describe, exit_code, install_at_launch
-
     install_at_launch()
     _survive_a_closed_stdout()
     try:
         reads = None
         paths = analyze_paths(sys.argv[1:])
         if paths:
-            from ..trace import start_reading
+            from ..trace import start_reading  # trace: 10 ms, only for analyze
 
             reads = start_reading(paths)
-        from .cli import entry
+        from .cli import entry  # the CLI (click, 70 ms) after the read has started
 
         entry(reads)
     except KeyboardInterrupt as exc:  # before click runs (its commands turn it into the same line)

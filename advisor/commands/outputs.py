@@ -23,8 +23,8 @@ def write_renderings(report: dict, out: Path | None, profile: Profile | None, co
 
     A rendering problem is a warning: it never costs the user the run or report.json.
     """
-    from advisor.reports import html, markdown, ruledoc
-    from advisor.rules.registry import load_rules
+    from advisor.reports import html, markdown, ruledoc  # the renderers: 290 ms; analyze imports them while its trace is read (analyze.py)
+    from advisor.rules.registry import load_rules  # rules: 17 ms, imported with the renderers
 
     path = None
     try:
@@ -64,7 +64,7 @@ def diagnose(profile: Profile, rule_settings, screen: bool = False) -> tuple[lis
     """Run the selected rules (advisor.engine); a run with no measured step has nothing to diagnose.
 
     Screened fixes (EXP001) are kept only where in-process arms will measure them (`screen`)."""
-    from ..engine import run_rules
+    from ..engine import run_rules  # engine: 23 ms; analyze imports it after asking its reader to split (analyze.py)
 
     if profile.steps.empty:
         return [], []

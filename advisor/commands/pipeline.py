@@ -10,7 +10,6 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -31,12 +30,12 @@ from ..profile import Profile
 from ..job.rank import detect as detect_job, rank_suffix
 from ..job.channel import ChannelError, open_channel
 from ..job.rank_summary import summarize
-
-if TYPE_CHECKING:  # `advise analyze` and `compare` never run a script: the probe and experiments load on use
-    from ..experiments.judge import ExperimentResults
-    from ..experiments.inprocess import ArmsSession
-    from ..job.link import JobLink
-    from ..probe.runner import ProbeConfig
+from ..job.link import JobLink
+from ..experiments.fresh import confirm_recommendation, run_experiments
+from ..experiments.inprocess import ArmsSession
+from ..experiments.judge import ExperimentResults
+from ..experiments.plan import script_workers
+from ..probe.runner import ProbeConfig, job_suffix, run_probe
 
 
 def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[str]:
@@ -104,9 +103,6 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
 
     `link`: rank 0 of a job a launcher started: the plan goes to every rank, and the rules read
     every rank's window (their summaries, :func:`_merge_windows`)."""
-    from ..experiments.inprocess import ArmsSession
-    from ..probe.runner import job_suffix
-
     out, suffix = Path(config.out), job_suffix(config)  # a launched job: rank 0's window and arms are judged
     session: ArmsSession
 
@@ -136,8 +132,6 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
 
 def _job_link(job, out: Path) -> JobLink:
     """This rank's tie to the rest of its job, over the job's channel (:mod:`advisor.job.channel`)."""
-    from ..job.link import JobLink
-
     channel = open_channel(job, out, warn=lambda line: click.echo(f"advise: warning: {line}", err=True))
 
     def window() -> dict:  # this rank's window, for rank 0's rules
@@ -181,8 +175,6 @@ def _finish_rank(run, config: ProbeConfig, link: JobLink, out: Path, lock: layou
 
 def _combine(first: ExperimentResults | None, fresh: ExperimentResults) -> ExperimentResults:
     """In-process results with the fresh runs of the fixes that could not be switched live."""
-    from ..experiments.judge import ExperimentResults
-
     if first is None:
         return fresh
     recommended = max((r for r in (first.recommended, fresh.recommended) if r is not None),
@@ -233,8 +225,6 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
 
     With `baseline`, then compare against it (as `advise compare`): exit 3 on a regression.
     """
-    from ..probe.runner import ProbeConfig, run_probe
-
     baseline_report = ci_gate.check_baseline(baseline) if baseline else None  # bad input: exit 2 before the run
     con = terminal.console(stderr=as_json)
     # In-process arms: in a job (ranks advise launched, or ranks the script started itself) every
@@ -339,10 +329,6 @@ def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: Jo
     """The findings and what the experiments measured of them: the arms of the profiled run
     (judged by `session`), fresh runs for what they could not switch, then severity and order.
     Returns (findings, rule warnings, ExperimentResults or None)."""
-    from ..experiments.fresh import run_experiments
-    from ..experiments.judge import ExperimentResults
-    from ..experiments.plan import script_workers
-
     results = None
     if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
         findings, rule_warnings = session.findings, session.rule_warnings
@@ -405,9 +391,6 @@ def _outcome(run, merged: dict | None, results, stop: StopRequest, experimented:
 
 def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, out: Path, progress, stop) -> None:
     """--confirm: the recommendation the arms measured, measured again in fresh runs of the script."""
-    from ..experiments.fresh import confirm_recommendation
-    from ..experiments.plan import script_workers
-
     rec = results.recommended
     if rec is None or rec.measured_by != "in-process" or not rec.overrides:
         if rec is not None and rec.measured_by == "fresh-run":

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..analysis.stats import scipy_stats
 from .compare import IMPROVEMENT, INCONCLUSIVE, NOT_SIGNIFICANT, OK, REGRESSION, REPORTED
 
 Z95 = 1.6448536269514722  # one-sided 95%
@@ -108,7 +109,7 @@ class Paired:
         mean, se, df = self._yuen()
         if not se > 0:
             return 0.0 if mean > 0 else 1.0
-        from scipy import stats as _st
+        _st = scipy_stats()
 
         return float(_st.t.sf(mean / se, df))
 
@@ -116,7 +117,7 @@ class Paired:
         mean, se, df = self._yuen()
         if self.n < 2 or not se > 0:
             return mean
-        from scipy import stats as _st
+        _st = scipy_stats()
 
         return mean + float(_st.t.ppf(q, df)) * se
 

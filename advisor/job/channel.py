@@ -65,7 +65,7 @@ def _open_store(addr: str, port: int, host: bool):
     """A TCPStore, given up after CONNECT_S (and HELLO_WAIT_S more): a client whose port is held by
     a process that accepts and never answers waits in its handshake whatever its timeout says
     (torch 2.13), so it runs in a thread of its own, left behind (a daemon) when it hangs."""
-    from torch.distributed import TCPStore
+    from torch.distributed import TCPStore  # torch: 1 s; only a store's ranks need it
 
     box: dict = {}
 

@@ -40,14 +40,14 @@ def doc_for(finding: Finding, rule_docs: Mapping[str, str]) -> str:
 
 
 def _code(self, tokens, idx, options, env) -> str:
-    from markdown_it.common.utils import escapeHtml
+    from markdown_it.common.utils import escapeHtml  # markdown-it: 35 ms with rendering, only for a doc not kept yet
 
     return f'<pre class="code">{escapeHtml(tokens[idx].content.rstrip(chr(10)))}</pre>\n'
 
 
 @lru_cache(maxsize=1)
 def _markdown():
-    from markdown_it import MarkdownIt
+    from markdown_it import MarkdownIt  # markdown-it: 35 ms with rendering, only for a doc not kept yet
 
     md = MarkdownIt("commonmark", {"html": False})
     md.add_render_rule("fence", _code)
@@ -96,7 +96,7 @@ def _cache() -> tuple[str | None, str]:
     """(Jinja's private bytecode-cache folder (0700, this user's), what the rendering depends on:
     this module and markdown-it's install, by their files' times)."""
     try:
-        import jinja2
+        import jinja2  # jinja2: 25 ms; the terminal imports this module without the page
 
         folder = jinja2.FileSystemBytecodeCache().directory
         spec = importlib.util.find_spec("markdown_it")

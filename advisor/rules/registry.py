@@ -19,6 +19,7 @@ fails to import is reported in one line naming its package, never raised.
 from __future__ import annotations
 
 import functools
+import ast
 import importlib
 import inspect
 import pkgutil
@@ -178,8 +179,6 @@ def doc_problems(r: Rule) -> list[str]:
 
 def documented_defaults(doc: str) -> dict[str, Any]:
     """``- `key` (default VALUE)`` lines under ``## Options``, VALUE parsed as a Python/TOML literal."""
-    import ast
-
     out = {}
     for key, raw in re.findall(r"^\s*[-*]\s+`([a-z0-9-]+)`\s*\(default\s+`?([^)`]+)`?\)", section(doc, "## Options"), flags=re.M):
         text = {"true": "True", "false": "False"}.get(raw.strip(), raw.strip())

@@ -20,6 +20,8 @@ so the read-ahead can fork before the heavy imports.
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from typing import TYPE_CHECKING
 
 __all__ = ["ReadAhead", "TraceError", "TraceFrames", "interval_union_us", "load_trace", "name_mask", "per_name",
@@ -37,8 +39,6 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str):
-    from importlib import import_module
-
     if name == "interval_union_us":  # union of intervals in us (a public name kept)
         return import_module("advisor.intervals").union_length
     if name in _HOME:
