@@ -1,5 +1,5 @@
 """`python -m advisor` is the `advise` command."""
 
-from advisor.launch import main
+from advisor.commands.launch import main
 
 main()

@@ -18,6 +18,8 @@ it writes against that, so a field added to the code without its description fai
 
 from __future__ import annotations
 
+import json
+
 from typing import Any, Literal, Optional, TypedDict, Union
 
 import msgspec
@@ -26,7 +28,7 @@ from .model import Finding, Recommendation
 from .report import (SCHEMA_VERSION, STATUSES, Block, Breakdown, Energy, Experiments, HtaBreakdown, Memory, Mfu, Num, Rank,
                      Step, Throughput, Tool, described)
 
-COMPARE_SCHEMA_VERSION = 1  # advisor.compare's (a stage: the core cannot import it; a test checks they agree)
+COMPARE_SCHEMA_VERSION = 1  # advisor.gate.compare's (a stage: the core cannot import it; a test checks they agree)
 
 
 Status = Literal["ok", "failed", "timeout", "no-steps", "interrupted"]
@@ -297,13 +299,11 @@ def schema(name: str = "report", *, strict: bool = False) -> dict:
 
 
 def schema_text(name: str = "report") -> str:
-    import json
-
     return json.dumps(schema(name), indent=2, sort_keys=False) + "\n"
 
 
 def checker(name: str = "report", *, strict: bool = False):
     """A jsonschema validator for `name` (tests and tools; jsonschema is not a runtime dependency)."""
-    import jsonschema
+    import jsonschema  # jsonschema: a test dependency, not a runtime one
 
     return jsonschema.Draft202012Validator(schema(name, strict=strict))

@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from advisor import compare as cmp  # noqa: E402
+from advisor.gate import compare as cmp  # noqa: E402
 
 WORKLOAD = REPO / "tests" / "workloads" / "slowdown_knob.py"
 

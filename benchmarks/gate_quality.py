@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from advisor.analysis import stats  # noqa: E402
-from advisor import ab, compare, sequential  # noqa: E402
+from advisor.gate import ab, compare, sequential  # noqa: E402
 
 WORKLOAD = REPO / "tests" / "workloads" / "slowdown_knob.py"
 KNOBS = {"wait": 'parser.add_argument("--slowdown", type=float, default=1.0,',

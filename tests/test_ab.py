@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from advisor import compare as cmp
-from advisor import fingerprint, opdiff, sequential
-from advisor.ab import ABResult, fast_step, fast_throughput
-from advisor.cli import main
+from advisor.gate import compare as cmp
+from advisor.gate import fingerprint, opdiff, sequential
+from advisor.gate.ab import ABResult, fast_step, fast_throughput
+from advisor.commands.cli import main
 from advisor.trace import load_trace
 from conftest import WORKLOADS, advise_cmd, trace_path
 
@@ -223,7 +223,7 @@ def test_the_cpu_time_a_neighbour_cannot_inflate_settles_a_noisy_wall_clock():
 
 
 def test_rounds_grow_longer_while_the_floor_is_above_the_threshold():
-    from advisor.ab import ABOptions, longer
+    from advisor.gate.ab import ABOptions, longer
 
     noisy = sequential.decide({"step_time": ([0.040, 0.052, 0.041, 0.053, 0.040, 0.052], [0.041, 0.051] * 3)},
                               SPECS[:1], alpha=0.05, plan=[6, 13, 20])

@@ -10,7 +10,7 @@ import weakref
 
 import pytest
 
-from advisor import analyze
+from advisor.commands import analyze
 from advisor.analysis import temporal
 from advisor.engine import run_rules
 from advisor.model import split_screened

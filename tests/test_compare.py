@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from advisor import compare as cmp
+from advisor.gate import compare as cmp
 from advisor.analysis import stats, steptime
-from advisor.cli import main
+from advisor.commands.cli import main
 
 MiB = 2**20
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 import pytest
 
-from advisor.cli import main
+from advisor.commands.cli import main
 from advisor.rules.registry import load_rules, section
 from conftest import REPO, advise_cmd
 

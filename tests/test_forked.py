@@ -60,7 +60,7 @@ def test_the_page_tables_built_in_a_fork_equal_those_built_in_process(tmp_path, 
     subprocess.run(advise_cmd("analyze", trace, "--out", str(tmp_path / "forked")), check=True, capture_output=True)
     alone = ("import sys; from advisor.trace import forked; forked.can_fork = lambda: False; "
              "sys.argv = ['advise', 'analyze', sys.argv[1], '--out', sys.argv[2]]; "
-             "from advisor.launch import main; main()")
+             "from advisor.commands.launch import main; main()")
     subprocess.run([sys.executable, "-c", alone, trace, str(tmp_path / "alone")], check=True, capture_output=True)
     reports = [json.loads((tmp_path / d / "report.json").read_text()) for d in ("forked", "alone")]
     for r in reports:
@@ -176,8 +176,8 @@ def test_the_early_argv_reader_knows_every_option_of_analyze():
     not to the list would silently stop the read-ahead (or take its value for a trace)."""
     import click
 
-    from advisor.cli import main
-    from advisor.launch import ANALYZE_VALUED
+    from advisor.commands.cli import main
+    from advisor.commands.launch import ANALYZE_VALUED
 
     analyze = main.commands["analyze"]
     valued = {name for p in analyze.params if isinstance(p, click.Option) and not p.is_flag and not p.count

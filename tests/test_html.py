@@ -21,7 +21,7 @@ import pytest
 
 from conftest import FAST, WORKLOADS, advise_cmd
 
-from advisor import format as fmt
+from advisor.reports import format as fmt
 from advisor.model import Finding
 from advisor.profile import Profile
 from advisor.reports import charts, run_view

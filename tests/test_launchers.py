@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.job import detect
+from advisor.job.rank import detect
 from conftest import WORKLOADS, advise_cmd
 
 SCRIPT = str(WORKLOADS / "ddp_gloo.py")
@@ -63,7 +63,7 @@ def test_a_rank_summary_gives_rank_0_the_same_cross_rank_findings_as_the_rank_s_
     never reads that trace."""
     from dataclasses import replace
 
-    from advisor.rank_summary import summarize, to_profile
+    from advisor.job.rank_summary import summarize, to_profile
     from test_ranks import _pair, by_code
 
     whole = _pair()  # rank 0 with both ranks' traces (read once per session, test_ranks' too)
@@ -78,7 +78,7 @@ def test_a_rank_summary_gives_rank_0_the_same_cross_rank_findings_as_the_rank_s_
 
 
 def test_the_run_dir_channel_and_the_store_rank_0_serves_carry_the_same_values(tmp_path):
-    from advisor.job_channel import DirChannel, FollowerChannel, StoreChannel, open_channel, wait_for
+    from advisor.job.channel import DirChannel, FollowerChannel, StoreChannel, open_channel, wait_for
 
     port = _free_port()
     served = open_channel(detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "5",
@@ -102,8 +102,8 @@ def test_a_port_held_by_a_process_that_never_answers_sends_a_rank_to_the_run_dir
     """A plain socket on the store's port accepts and never speaks: rank 0 meets the ranks in the
     run dir; another rank that cannot see its marker (another node) tried the port, and torch's
     store waited in its handshake for ever; now it gives up after the connect timeout and says so."""
-    from advisor import job_channel
-    from advisor.job_channel import DirChannel, open_channel
+    from advisor.job import channel as job_channel
+    from advisor.job.channel import DirChannel, open_channel
 
     monkeypatch.setattr(job_channel, "CONNECT_S", 1.0)
     monkeypatch.setattr(job_channel, "HELLO_WAIT_S", 0.3)
@@ -132,8 +132,8 @@ def test_where_another_process_holds_the_port_every_rank_meets_rank_0_in_the_run
     rank goes there too, whether it sees the marker or reaches the stranger's store (no hello)."""
     from torch.distributed import TCPStore
 
-    from advisor import job_channel
-    from advisor.job_channel import DirChannel, open_channel
+    from advisor.job import channel as job_channel
+    from advisor.job.channel import DirChannel, open_channel
 
     monkeypatch.setattr(job_channel, "HELLO_WAIT_S", 0.3)
     port = _free_port()

@@ -314,7 +314,7 @@ def test_cpu_runs_record_the_process_trees_peak_memory(advise):
         assert mem["peak_uss_bytes"] <= mem["peak_pss_bytes"] < mem["peak_rss_bytes"]
     assert "peak memory" in r.stdout
 
-    from advisor.compare import peak_memory
+    from advisor.gate.compare import peak_memory
 
     value, label = peak_memory(r.report)
     assert value == mem.get("peak_pss_bytes", mem["peak_rss_bytes"]) and "script's processes" in label

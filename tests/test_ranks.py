@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from advisor.cli import main
+from advisor.commands.cli import main
 from advisor.engine import Settings, run_rules
 from advisor.intervals import merge, subtract
 from advisor.profile import Profile

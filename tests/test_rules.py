@@ -242,7 +242,7 @@ def _cli(*args, cwd=None):
     """`advise ARGS` in-process through click's runner: same code path, no interpreter start-up."""
     from click.testing import CliRunner
 
-    from advisor.cli import main
+    from advisor.commands.cli import main
 
     runner = CliRunner()
     if cwd is None:

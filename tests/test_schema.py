@@ -18,7 +18,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from advisor import compare, schema
+from advisor.gate import compare
+from advisor import schema
 from conftest import FAST, NO_SCREENS, WORKLOADS, advise_cmd, schema_problems, trace_path
 
 SCHEMAS = Path(schema.__file__).parent / "schemas"

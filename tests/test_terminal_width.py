@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from advisor.cli import main
+from advisor.commands.cli import main
 from conftest import NO_SCREENS, SHIPPED_TRACES, WORKLOADS, advise_cmd, trace_path
 
 UNITS = r"(?:%|×|x|ms|s|µs|B|KiB|MiB|GiB|samples/s|steps/s|GFLOP/s|TFLOP/s|cores?|calls?|steps?|MB|GB)\b"

@@ -154,10 +154,10 @@ def test_analyze_imports_neither_torch_nor_scipy(tmp_path):
     """`advise analyze` loads what it uses: the CLI alone imports no pandas, the whole command no torch or scipy."""
     code = (
         "import sys\n"
-        "import advisor.cli\n"
+        "import advisor.commands.cli\n"
         "light = 'pandas' not in sys.modules\n"
         f"sys.argv = ['advise', 'analyze', {str(trace_path(SAMPLED))!r}, '--out', {str(tmp_path / 'out')!r}]\n"
-        "try:\n    advisor.cli.main()\nexcept SystemExit as exc:\n    code = exc.code\n"
+        "try:\n    advisor.commands.cli.main()\nexcept SystemExit as exc:\n    code = exc.code\n"
         "print(light, code, 'torch' in sys.modules, 'scipy' in sys.modules, file=sys.stderr)\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -182,7 +182,7 @@ def test_the_trace_read_ahead_is_found_on_argv_before_the_cli_loads(monkeypatch,
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text("{}")
     monkeypatch.chdir(tmp_path)
-    from advisor.launch import analyze_paths
+    from advisor.commands.launch import analyze_paths
     from advisor.trace import trace_files
 
     paths = analyze_paths(argv)  # launch's reading of argv, before click; then what start_reading reads

@@ -126,7 +126,7 @@ def _median_samples(profile) -> float:
 
 def _rank_steps(profile, rank: int) -> pd.DataFrame:
     ready = profile.memo.get("rank_steps") if hasattr(profile, "memo") else None
-    if ready is not None:  # a rank summarised where it ran (advisor.rank_summary): its own trace made this
+    if ready is not None:  # a rank summarised where it ran (advisor.job.rank_summary): its own trace made this
         return ready.assign(rank=rank) if len(ready) else pd.DataFrame(columns=list(COLUMNS))
     steps = profile.trace_steps
     if not len(steps):

@@ -30,6 +30,13 @@ import pandas as pd
 from .steptime import per_step
 
 
+def scipy_stats():
+    """scipy.stats, imported on first use (here and by the gate's sequential test)."""
+    from scipy import stats  # scipy.stats: 0.7 s to import, only where a test or an interval is computed
+
+    return stats
+
+
 def _array(values: Sequence[float]) -> np.ndarray:
     arr = np.asarray(values, dtype=float)
     return arr[np.isfinite(arr)]
@@ -47,7 +54,7 @@ def mann_whitney(a: Sequence[float], b: Sequence[float], alternative: str = "two
         return 1.0
     flipped = {"greater": "less", "less": "greater", "two-sided": "two-sided"}[alternative]
     # scipy's alternative is about its first argument: "less" means x tends to be smaller than y.
-    from scipy import stats as _st  # imported when used: scipy.stats takes ~0.7 s to import
+    _st = scipy_stats()
 
     return float(_st.mannwhitneyu(a, b, alternative=flipped).pvalue)
 
@@ -124,7 +131,7 @@ def _bootstrap(data: tuple, statistic: Callable, confidence: float, n_resamples:
     Every sample is drawn from the same seeded generator, in order, so an interval is reproducible
     from run to run; None when no method gives a finite interval.
     """
-    from scipy import stats as _st
+    _st = scipy_stats()
 
     for method in methods:
         with warnings.catch_warnings():
@@ -232,7 +239,7 @@ def ratio_of_means_ci_t(a: Sequence[float], b: Sequence[float], confidence: floa
     num = (rel_a + rel_b) ** 2
     den = (rel_a**2 / (len(a) - 1) if rel_a else 0.0) + (rel_b**2 / (len(b) - 1) if rel_b else 0.0)
     df = num / den if den else float(len(a) + len(b) - 2)
-    from scipy import stats as _st
+    _st = scipy_stats()
 
     t = float(_st.t.ppf(0.5 + confidence / 2, df))
     return Interval(r, r - t * se, r + t * se, confidence)

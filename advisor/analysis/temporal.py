@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import intervals
+from ..trace import per_name
 
 if TYPE_CHECKING:
     from ..trace import TraceFrames
@@ -95,8 +96,6 @@ _KINDS = ("compute", "communication", "memory", "other")  # the order each is ta
 
 def _kind_codes(names) -> np.ndarray:
     """Each event's category as its position in _KINDS, decided once per distinct name."""
-    from ..trace import per_name
-
     return per_name(names, lambda name: _KINDS.index(category_of(name)), np.int8, _KINDS.index("other"))
 
 

@@ -49,7 +49,7 @@ class ArmsSession:
     rule_warnings: list[str] = field(default_factory=list)
     time_budget_s: float = 900.0  # the arms' deadline, counted from the window's end (the runner's)
     plan_suffixes: list[str] = field(default_factory=list)  # the ranks that run each plan (default: rank_suffix's)
-    publish: Callable[[Plan], None] | None = None  # a job a launcher started: the plan to every rank (probe/job_link.py)
+    publish: Callable[[Plan], None] | None = None  # a job a launcher started: the plan to every rank (job/link.py)
     rounds: Rounds | None = None  # the machine, once the window's findings are known
     notes: list[str] = field(default_factory=list)  # the machine's too (one list)
     _windows: list[Window] = field(default_factory=list)  # the plan running now

@@ -28,6 +28,7 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 
 import advisor
 
+from advisor.job.rank import rank_suffix
 from advisor.run_dir import layout
 from advisor.run_dir.atomic import open_nofollow
 from .arms import Arms
@@ -218,7 +219,7 @@ class ChildProbe:
         self.config, self.target = config, target
         self.out = out = Path(config.out)
         suffix = config.rank_suffix
-        self.names = names = layout.names(layout.rank_suffix() if suffix is None else suffix)  # None: a rank advise launched
+        self.names = names = layout.names(rank_suffix() if suffix is None else suffix)  # None: a rank advise launched
         self.window = ProfilerWindow(out / names.trace)
         compile_cache_in(out / names.compile_cache)
         self.sink = open(out / names.steps_jsonl, "a", buffering=1, opener=open_nofollow)

@@ -8,8 +8,9 @@ import socket
 import sys
 
 import torch
+import psutil
 
-from advisor.job import rank_info
+from advisor.job.rank import rank_info
 
 
 def collect_env(device: str | None) -> dict:
@@ -67,8 +68,6 @@ def memory_stats(device: str | None) -> dict:
 def _physical_cores() -> int | None:
     """Cores without their SMT siblings: intra-op threads beyond them share execution units."""
     try:
-        import psutil
-
         return psutil.cpu_count(logical=False)
     except Exception:
         return None
@@ -76,8 +75,6 @@ def _physical_cores() -> int | None:
 
 def _total_ram() -> int | None:
     try:
-        import psutil
-
         return int(psutil.virtual_memory().total)
     except Exception:
         return None

@@ -11,6 +11,7 @@ user's line, as the user would want to read it.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import time
@@ -21,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.utils.data.dataloader as dl
+from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from . import framework
@@ -176,8 +178,6 @@ def loader_kind(loader: Any) -> dict:
 def worker_start_method(loader: Any) -> str:
     """How the loader's worker processes start: its own multiprocessing context, else the default
     (a rank started by torch.multiprocessing.spawn inherits "spawn"; macOS defaults to it)."""
-    import multiprocessing
-
     ctx = getattr(loader, "multiprocessing_context", None)
     if ctx is not None:
         return ctx.get_start_method() if hasattr(ctx, "get_start_method") else str(ctx)
@@ -197,8 +197,6 @@ def _watch_model_input(clock: StepClock, in_next: list[bool]) -> None:
     dimension of the first tensor argument when that one instance is called. On the class, not
     a hook on the instance: a hook would be pickled with the model (``torch.save(model)``).
     """
-    from torch.nn.modules.module import register_module_forward_pre_hook
-
     inside = Depth()
     sequence_first: dict[int, bool] = {}
 

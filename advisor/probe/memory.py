@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import gc
+import json
 import os
 import re
+import tempfile
 import weakref
 from typing import Any, Iterable
 
+import psutil
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -125,9 +129,6 @@ class WindowPeak:
 
 def _allocator_peak(prof) -> int | None:
     """The most CPU memory the profiled span had allocated above its start (its memory events)."""
-    import json
-    import tempfile
-
     fd, path = tempfile.mkstemp(suffix=".json", prefix="advise-mem-")
     os.close(fd)
     try:
@@ -274,8 +275,6 @@ class CheckpointSwitch:
 
 def live_models(optimizers: Iterable[Any]) -> list[torch.nn.Module]:
     """The outermost modules whose parameters the optimizers train (found once, off the clock)."""
-    import gc
-
     trained = {id(p) for opt in optimizers for g in opt.param_groups for p in g["params"]}
     if not trained:
         return []
@@ -304,8 +303,6 @@ def account(device: str | None, optimizers: Iterable[Any], runtime_bytes: int | 
         out["budget_bytes"], out["budget_source"] = int(torch.cuda.mem_get_info()[1]), "device"
     else:
         try:
-            import psutil
-
             out["budget_bytes"], out["budget_source"] = int(psutil.virtual_memory().total), "device"
         except Exception:  # noqa: BLE001 - no budget to judge by
             pass

@@ -42,8 +42,8 @@ def _cache_inside_the_run_dir() -> None:
     if not _compile_cache:
         return
     try:
-        from torch._inductor import config
-        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+        from torch._inductor import config  # torch._inductor: 1 s, only where compile is used
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir  # torch._inductor: 1 s, only where compile is used
         default = default_cache_dir()
     except Exception:  # noqa: BLE001 - another torch: only an unset variable is replaced
         config, default = None, None

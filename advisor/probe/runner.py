@@ -27,9 +27,9 @@ import pandas as pd
 from advisor.run_dir import layout
 from advisor.run_dir.atomic import open_nofollow, write_text_atomic
 from advisor.run_dir.interrupt import StopRequest, describe
-from advisor.run_dir.layout import rank_suffix
+from advisor.job.rank import rank_suffix
 from .entry import BOOTSTRAP
-from .job_link import JobLink
+from advisor.job.link import JobLink
 from advisor.run_dir.protocol import (STEP_COLUMNS, ArmStepLine, ChildAccount, ChildConfig, Line, Phase, PlanDone, RankLines,
                                       StepLine, WindowDone, rank_account, read_account, write_config)
 from .sampler import Sampler

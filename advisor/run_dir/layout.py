@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .atomic import NotAFile, check_replaceable
-from ..job import detect as detect_job, rank_info  # noqa: F401 - rank_info: the probe's env reads it here
 
 
 COMPILE_CACHE = ".inductor-cache"  # a folder, per rank (RunFiles.compile_cache)
@@ -37,7 +36,7 @@ class RunFiles:
     stop: str = "stop"  # the parent asks the arms child to finish
     arms_jsonl: str = "arms.jsonl"  # one line per arm window the child ran
     sources: str = "sources.json"  # the user's lines behind syncs, matmuls, copies and fetches (probe/sources.py)
-    summary: str = "summary.json"  # the rank's own reduction, which rank 0 merges into the job's report (advisor.rank_summary)
+    summary: str = "summary.json"  # the rank's own reduction, which rank 0 merges into the job's report (advisor.job.rank_summary)
     compile_cache: str = COMPILE_CACHE  # the compile arms' Inductor cache (module_call): scratch, see end_exchange
 
 
@@ -59,11 +58,6 @@ def names(rank_suffix: str = "") -> RunFiles:
         summary=f"summary{r}.json",
         compile_cache=f"{COMPILE_CACHE}{r}",
     )
-
-
-def rank_suffix() -> str:
-    """``.rank1`` for rank 1 of a multi-rank job (any launcher: :mod:`advisor.job`), '' for a single process."""
-    return detect_job().suffix
 
 
 # --- one run at a time per run dir (per rank), and no file left from the last run -------------

@@ -3,7 +3,7 @@
 The surface, two calls:
 
 - ``reads = start_reading(paths)``: start reading the traces these paths name (once, when the
-  command starts: :mod:`advisor.launch`, else the ``analyze`` command itself), each in a forked
+  command starts: :mod:`advisor.commands.launch`, else the ``analyze`` command itself), each in a forked
   reader while this process imports the rest; :func:`trace_files` says which files a folder
   stands for. ``reads`` is a :class:`ReadAhead`, the session's whole state.
 - ``reader.frames(path)``: the :class:`TraceFrames` of one trace (from its read ahead, or read
@@ -19,6 +19,8 @@ so the read-ahead can fork before the heavy imports.
 """
 
 from __future__ import annotations
+
+from importlib import import_module
 
 from typing import TYPE_CHECKING
 
@@ -37,8 +39,6 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str):
-    from importlib import import_module
-
     if name == "interval_union_us":  # union of intervals in us (a public name kept)
         return import_module("advisor.intervals").union_length
     if name in _HOME:

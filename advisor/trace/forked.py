@@ -3,7 +3,7 @@
 ``advise analyze`` is CPU-bound on a small machine: a second core is worth a third of its time
 (benchmarks/README.md). The traces are read while the CLI, the rules and pandas import
 (:mod:`advisor.trace.ahead`), and the page's trace tables are built while the rules run
-(:mod:`advisor.analyze`). :func:`start` forks (only where that is safe: a second core, no other
+(:mod:`advisor.commands.analyze`). :func:`start` forks (only where that is safe: a second core, no other
 thread), the child runs ``fn(*args)`` and pickles the result down a pipe, then leaves without
 running exit handlers; :meth:`Ahead.result` reads it. A child that fails or dies costs nothing but
 the time: the caller does the work itself. A child nobody collects is killed at exit, never left
@@ -13,8 +13,12 @@ behind: each :class:`Ahead` holds its own exit handler until it is collected or 
 from __future__ import annotations
 
 import atexit
+import fcntl
+import gc
 import os
 import pickle
+import signal
+import threading
 from typing import Any, Callable
 
 
@@ -44,8 +48,6 @@ class Ahead:
         return value
 
     def cancel(self) -> None:
-        import signal
-
         atexit.unregister(self.cancel)
         try:
             os.kill(self.pid, signal.SIGKILL)
@@ -65,8 +67,6 @@ def start(fn: Callable, *args) -> Ahead | None:
     if pid == 0:  # the child: compute, hand the result over, leave without running any exit handler
         code = 1
         try:
-            import gc
-
             os.close(r)
             _die_with(parent)
             gc.disable()  # a short life: collecting cycles is wasted time
@@ -89,7 +89,7 @@ def start(fn: Callable, *args) -> Ahead | None:
 def libc():
     """The C library (ctypes), or None where it cannot be loaded."""
     try:
-        import ctypes
+        import ctypes  # ctypes: 2 ms, only in a forked child
 
         return ctypes.CDLL(None)
     except (ImportError, OSError):
@@ -99,8 +99,6 @@ def libc():
 def _die_with(parent: int) -> None:
     """Linux: the kernel kills this child when the parent dies, SIGKILL included (no exit handler
     of the parent's runs then to kill it); elsewhere the child ends at its next write to the parent."""
-    import signal
-
     try:
         libc().prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except AttributeError:  # no prctl (not Linux), or no C library
@@ -114,8 +112,6 @@ def pipe() -> tuple[int, int]:
     a few writes, not one 64 KiB turn of each process at a time (benchmarks/README.md)."""
     r, w = os.pipe()
     try:
-        import fcntl
-
         fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
     except (ImportError, OSError):  # not Linux, or over /proc/sys/fs/pipe-max-size: the default buffer
         pass
@@ -124,8 +120,6 @@ def pipe() -> tuple[int, int]:
 
 def can_fork() -> bool:
     """A second core to work on, and no other thread whose locks a forked child could inherit held."""
-    import threading
-
     return hasattr(os, "fork") and threading.active_count() == 1 and cores() >= 2
 
 

@@ -7,7 +7,7 @@
   descriptions (advisor/schema.py);
 - the JSON Schemas themselves (``reference/*.v1.schema.json``), as ``advise schema`` prints them.
 
-The command reference is mkdocs-click's, generated from advisor/cli.py.
+The command reference is mkdocs-click's, generated from advisor/commands/cli.py.
 """
 
 from __future__ import annotations

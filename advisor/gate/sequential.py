@@ -1,0 +1,337 @@
+"""The interleaved gate's decision: paired rounds, a sequential test, one error rate for all metrics.
+
+`advise ab` measures base and candidate in pairs of rounds (B C B C ...). Each gated metric gives
+one figure per round and side (the step time: each run's fast steps, :data:`advisor.gate.ab.FAST_QUANTILE`);
+its per-round slowdown is the log ratio ``d_i = log(C_i / B_i)`` (``log(B_i / C_i)`` for
+throughput, where higher is better), so a runner that slows down for a while slows both sides
+of a round and cancels out. The decision reads those paired slowdowns:
+
+- **test**: Yuen's one-sided trimmed-mean t-test of the paired slowdowns (20% trimmed at each
+  end, winsorized variance): a neighbour that turns on during one run of a pair makes that pair's
+  slowdown wild; trimming keeps a few such pairs from deciding either way.
+- **sequential looks**: the first look after ``rounds`` pairs; a metric that is *suspected* (slower,
+  and its 95% upper bound above the threshold) gets more rounds, looking again half way to
+  ``max_rounds`` and at ``max_rounds``. (Suspected also needs half the threshold or more: an
+  unchanged revision's wobble about 0 stops at the first look.) The false-alarm rate is spent
+  over the planned looks, ``alpha / K`` at each of K looks (Bonferroni spending): by the union
+  bound the rate over all looks stays at most ``alpha`` whatever the rule that decides to
+  continue, so "rerun until red" cannot happen.
+- **several metrics**: at each look, Holm's step-down correction over the gated metrics
+  (step time, peak memory; throughput is the step time inverted, a ``mirrors`` row shown and not
+  tested twice), so ``alpha`` is the gate's family-wise error rate.
+- **noise floor**: each revision's own runs against each other (an A/A split: the rounds alternate
+  B C, C B, so the base runs of rounds 2 and 3, 4 and 5, ... run back to back, as a round's pair
+  does; the candidate's of rounds 1 and 2, 3 and 4 too) measure this runner's noise now. The
+  floor is the slowdown an unchanged revision measured over the same number of rounds exceeds 5%
+  of the time, ``1.645 * 1.4826 * median(|a|) / sqrt(n)`` (a robust scale about 0, so a drift
+  counts and a few wild pairs do not).
+
+A metric regresses when its slowdown is beyond the threshold **and** beyond the floor **and**
+Holm-significant at the look's level. Memory also needs its byte floor (compare.MEMORY_FLOOR_BYTES).
+
+A metric a neighbour cannot inflate (``settles``: the CPU time per step of a CPU-bound job) that
+rules its regression out settles a wall clock too noisy to decide, unless that wall clock leans
+slower (suspected): a step that waits longer shows only there.
+
+A metric passes only when the rounds rule the threshold out: its 95% upper bound below it, and
+the floor too. One that is neither a regression nor ruled out is *undecided*: it gets the planned
+looks up to ``max_rounds`` like a suspected one, and at the last look it is **inconclusive**, never
+a pass (a gate that exits 0 because a noisy neighbour hid a 46% slowdown is worse than no gate).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..analysis.stats import scipy_stats
+from .compare import IMPROVEMENT, INCONCLUSIVE, NOT_SIGNIFICANT, OK, REGRESSION, REPORTED
+
+Z95 = 1.6448536269514722  # one-sided 95%
+TEST = "Yuen's one-sided 20%-trimmed paired t-test of the per-round log ratios"
+CORRECTION = "Holm"
+SPENDING = "Bonferroni spending over the planned looks"
+
+
+def looks(rounds: int, max_rounds: int) -> list[int]:
+    """The planned looks (pairs of rounds seen at each): ``rounds``, half way to the budget, and ``max_rounds``.
+
+    Three looks at most: every look costs its share of alpha, and most decisions are made at the first."""
+    max_rounds = max(rounds, max_rounds)
+    return sorted({rounds, (rounds + max_rounds + 1) // 2, max_rounds})
+
+
+def holm(p_values: list[float], alpha: float) -> list[bool]:
+    """Holm's step-down: which hypotheses are rejected with family-wise error rate `alpha`."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    rejected = [False] * len(p_values)
+    m = len(p_values)
+    for rank, i in enumerate(order):
+        if not p_values[i] < alpha / (m - rank):
+            break
+        rejected[i] = True
+    return rejected
+
+
+TRIM = 0.2  # Yuen's trimmed mean: a fifth of the rounds at each end
+
+
+@dataclass
+class Paired:
+    """One metric's paired slowdowns over the rounds so far (log ratios; > 0: the candidate is worse)."""
+
+    d: np.ndarray
+    aa: np.ndarray  # A/A: each revision's back-to-back runs against each other (log ratios)
+
+    @property
+    def n(self) -> int:
+        return len(self.d)
+
+    def _yuen(self) -> tuple[float, float, int]:
+        """(trimmed mean, its standard error, degrees of freedom): Yuen's, from the winsorized variance."""
+        d = np.sort(self.d)
+        n = len(d)
+        g = int(TRIM * n)
+        mean = float(d[g:n - g].mean())
+        w = np.clip(d, d[g], d[n - g - 1])
+        se = float(w.std(ddof=1)) / ((1 - 2 * g / n) * math.sqrt(n)) if n > 1 else math.nan
+        return mean, se, n - 2 * g - 1
+
+    def estimate(self) -> float:
+        return self._yuen()[0] if self.n else math.nan
+
+    def p_value(self) -> float:
+        """One-sided p of a trimmed mean above 0; an exact zero spread decides by the sign alone."""
+        if self.n < 2:
+            return 1.0
+        mean, se, df = self._yuen()
+        if not se > 0:
+            return 0.0 if mean > 0 else 1.0
+        _st = scipy_stats()
+
+        return float(_st.t.sf(mean / se, df))
+
+    def _bound(self, q: float) -> float:
+        mean, se, df = self._yuen()
+        if self.n < 2 or not se > 0:
+            return mean
+        _st = scipy_stats()
+
+        return mean + float(_st.t.ppf(q, df)) * se
+
+    def interval(self, confidence: float = 0.95) -> tuple[float, float]:
+        """Two-sided interval of the trimmed mean log slowdown."""
+        return self._bound(0.5 - confidence / 2), self._bound(0.5 + confidence / 2)
+
+    def upper(self) -> float:
+        """One-sided 95% upper bound of the trimmed mean log slowdown."""
+        return self._bound(0.95)
+
+    def floor(self) -> float | None:
+        """The log slowdown an unchanged revision exceeds 5% of the time over `n` rounds (A/A), None without A/A pairs.
+
+        The A/A scale is robust (1.4826 x the median |log ratio|, about 0 so a drift counts): a
+        neighbour that hits a few pairs does not raise it; one that hits most of them does."""
+        if not len(self.aa) or not self.n:
+            return None
+        return Z95 * 1.4826 * float(np.median(np.abs(self.aa))) / math.sqrt(self.n)
+
+
+def paired(base: list[float], cand: list[float], higher_is_better: bool,
+           lengths: list[int] | None = None) -> Paired | None:
+    """Per-round log slowdowns of `cand` against `base` (rounds where either figure is missing are left out).
+
+    `lengths` are the rounds' measured steps: an A/A pair is only made of two runs of the same length."""
+    b, c = np.asarray(base, float), np.asarray(cand, float)
+    ok = np.isfinite(b) & np.isfinite(c) & (b > 0) & (c > 0)
+    if not ok.any():
+        return None
+    d = np.log(b[ok] / c[ok]) if higher_is_better else np.log(c[ok] / b[ok])
+    # Each revision against itself, back to back: rounds run B C, C B, B C, ... so the base runs of
+    # rounds 2k and 2k+1 (and the candidate's of 2k-1 and 2k) are adjacent in time, as a round's pair
+    # is: the same noise, and no change of code. (Round numbers are 1-based: index i is round i + 1.)
+    size = np.asarray(lengths if lengths is not None else [0] * len(b))[:len(b)]
+    aa = [math.log(x[j] / x[i]) for x, first in ((b, 1), (c, 0)) for i in range(first, len(x) - 1, 2)
+          for j in (i + 1,) if ok[i] and ok[j] and size[i] == size[j]]
+    return Paired(d, np.asarray(aa, float))
+
+
+@dataclass
+class MetricSpec:
+    name: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    threshold: float  # a fraction: 0.05 is 5% worse
+    min_abs: float = 0.0  # and at least this much worse in the metric's unit (memory: bytes)
+    mirrors: str | None = None  # not tested on its own: the same figure as this metric, inverted (its verdict)
+    settles: str | None = None  # once this metric rules a regression out, that metric's noise leaves the gate decided
+    gated: bool = True  # False: shown with its interval and floor, not tested (`note` says why)
+    note: str = ""
+
+
+@dataclass
+class MetricDecision:
+    name: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    base: float | None  # the median over rounds of each side's figure
+    current: float | None
+    change: float | None = None  # the metric's own change, current / base - 1 (geometric mean over rounds)
+    slowdown: float | None = None  # exp(mean d) - 1: > 0 is worse
+    ci: list[float] | None = None  # 95% CI of `change`
+    p_value: float | None = None
+    alpha: float | None = None  # the look's level (before Holm)
+    significant: bool = False
+    floor: float | None = None  # the A/A noise floor as a slowdown fraction
+    aa_change: float | None = None  # the base against itself (geometric mean, as a slowdown)
+    threshold: float = 0.0
+    suspected: bool = False
+    upper: float | None = None  # one-sided 95% upper bound of `slowdown`
+    undecided: bool = False  # neither a regression nor ruled out: the threshold inside its bound, or below the floor
+    verdict: str = OK
+    note: str = ""
+    gated: bool = True
+    settled_by: str | None = None  # a metric a neighbour cannot inflate ruled the regression out for this one
+
+
+@dataclass
+class Decision:
+    metrics: list[MetricDecision]
+    rounds: int
+    look: int  # 1-based index of the look that decided
+    looks: list[int]
+    alpha: float
+    final: bool  # no more rounds wanted (a verdict, or the budget spent)
+    rule: str = ""
+    history: list[dict] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[MetricDecision]:
+        return [m for m in self.metrics if m.verdict == REGRESSION]
+
+    @property
+    def inconclusive(self) -> list[MetricDecision]:
+        """The gated metrics the rounds could not settle (none when a regression decided)."""
+        return [m for m in self.metrics if m.verdict == INCONCLUSIVE and m.gated and not m.settled_by]
+
+    @property
+    def verdict(self) -> str:
+        return REGRESSION if self.regressions else INCONCLUSIVE if self.inconclusive else "pass"
+
+
+def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[MetricSpec], *,
+           alpha: float, plan: list[int], lengths: list[int] | None = None) -> Decision:
+    """The verdict at the current look: `series` maps a metric's name to (base rounds, candidate rounds).
+
+    The look is the last planned look not beyond the rounds seen; `final` says whether the gate
+    stops here (a regression, nothing suspected, or the last planned look).
+    """
+    n = min((len(b) for b, _ in series.values()), default=0)
+    k = max((i for i, at in enumerate(plan) if at <= n), default=0)
+    level = alpha / len(plan)
+    rows, tests = [], []
+    for spec in specs:
+        b, c = series.get(spec.name, ([], []))
+        pr = paired(b, c, spec.higher_is_better, lengths)
+        mid_b = float(np.median(b)) if len(b) else None
+        mid_c = float(np.median(c)) if len(c) else None
+        row = MetricDecision(spec.name, spec.label, spec.unit, spec.higher_is_better, mid_b, mid_c,
+                             threshold=spec.threshold, alpha=level)
+        rows.append(row)
+        if pr is None or pr.n < 2:
+            row.gated, row.verdict, row.note = False, "n/a", "missing in some rounds"
+            continue
+        if spec.mirrors:
+            row.gated, row.alpha = False, None
+        sign = -1 if spec.higher_is_better else 1  # the metric's own change from a slowdown
+        row.slowdown = math.expm1(pr.estimate())
+        row.change = math.expm1(sign * pr.estimate())
+        lo, hi = pr.interval()
+        row.ci = sorted([math.expm1(sign * lo), math.expm1(sign * hi)])
+        if spec.mirrors:
+            continue  # shown, not tested: one hypothesis per figure, so Holm's alpha is not split over copies
+        floor = pr.floor()
+        row.floor = math.expm1(floor) if floor is not None else None
+        row.aa_change = math.expm1(float(np.mean(pr.aa))) if len(pr.aa) else None
+        if not spec.gated:
+            row.gated, row.alpha, row.verdict, row.note = False, None, REPORTED, spec.note
+            continue
+        row.p_value = pr.p_value()
+        big_enough = spec.min_abs <= 0 or abs((mid_c or 0) - (mid_b or 0)) >= spec.min_abs
+        # More rounds can settle a close call (the floor shrinks with them); they cannot make 10 MiB into 64.
+        # Suspected: at least half the threshold slower, and the threshold still inside its 95% bound. An
+        # unchanged revision's wobble about 0 stops at the first look; this choice cannot raise the error
+        # rate (alpha is spent per planned look, whatever decides to continue).
+        row.suspected = (big_enough and pr.estimate() > math.log1p(spec.threshold / 2)
+                         and math.expm1(pr.upper()) > spec.threshold)
+        tests.append((row, pr))
+    for (row, _), rejected in zip(tests, holm([r.p_value for r, _ in tests], level)):
+        row.significant = rejected
+    for row, pr in tests:
+        spec = next(s for s in specs if s.name == row.name)
+        beyond_floor = row.floor is None or row.slowdown > row.floor
+        big_enough = spec.min_abs <= 0 or abs((row.current or 0) - (row.base or 0)) >= spec.min_abs
+        if row.slowdown > row.threshold and beyond_floor and big_enough and row.significant:
+            row.verdict = REGRESSION
+            row.note = f"{row.slowdown:.1%} worse over {pr.n} paired rounds (p = {row.p_value:.2g})"
+        elif row.slowdown > row.threshold:
+            row.verdict = NOT_SIGNIFICANT
+            why = ([] if row.significant else [f"p = {row.p_value:.2g} not below Holm's level"]) + \
+                  ([] if beyond_floor else [f"within this runner's noise floor ({row.floor:.1%})"]) + \
+                  ([] if big_enough else ["too small in absolute terms"])
+            row.note = f"{row.slowdown:.1%} worse but " + "; ".join(why)
+        elif math.expm1(pr.interval()[1]) < 0 and -row.slowdown > row.threshold / (1 + row.threshold):
+            row.verdict = IMPROVEMENT
+            row.note = f"{abs(row.change):.1%} better"
+        else:
+            row.verdict = OK
+        row.upper = math.expm1(pr.upper())
+        row.undecided = row.verdict != REGRESSION and big_enough and (
+            row.upper > row.threshold or (row.floor is not None and row.floor > row.threshold))
+    for spec, row in zip(specs, rows):
+        source = next((r for r in rows if r.name == spec.mirrors), None)
+        if source is not None and row.slowdown is not None:
+            row.verdict, row.note = source.verdict, (f"the same figure as {source.label}, inverted: its test decides"
+                                                     if source.verdict != OK else "")
+    for spec, settler in zip(specs, rows):
+        row = next((r for r in rows if r.name == spec.settles), None)
+        if row is not None and settler.gated and settler.slowdown is not None and not settler.undecided:
+            # Only a wall clock that does not lean slower: one that does, beside a CPU time that did not
+            # grow, may be a wait the neighbour's noise hides (a sleep, I/O, a lock), and stays open.
+            if row.undecided and not row.suspected and settler.verdict != REGRESSION:
+                row.settled_by = settler.name
+            elif row.verdict == REGRESSION and settler.verdict in (OK, IMPROVEMENT):
+                row.note += (f"; {settler.label} did not grow: the step waits longer (a sleep, I/O, a lock), "
+                             "or this runner slowed it: the wall clock alone sees it")
+    regressed = any(r.verdict == REGRESSION for r in rows)
+    open_ = any((r.suspected or r.undecided) and r.verdict != REGRESSION and not r.settled_by for r in rows)
+    last = k >= len(plan) - 1 or n >= plan[-1]
+    final = regressed or not open_ or last
+    if final and not regressed:
+        for row in rows:
+            if row.undecided:
+                row.verdict, row.note = INCONCLUSIVE, _undecided_note(row, n)
+                if row.settled_by:
+                    settler = next(r for r in rows if r.name == row.settled_by)
+                    row.note += f"; {settler.label}, which a busy neighbour cannot inflate, rules it out: the gate goes by it"
+    for spec, row in zip(specs, rows):
+        source = next((r for r in rows if r.name == spec.mirrors), None)
+        if source is not None and row.slowdown is not None and source.verdict == INCONCLUSIVE:
+            row.verdict, row.note = INCONCLUSIVE, "the same figure as " + source.label + ", inverted: its test decides"
+    rule = (f"regression = worse than the threshold, beyond this runner's A/A noise floor, and significant: "
+            f"{TEST}, {CORRECTION} over the gated metrics, {SPENDING} ({len(plan)} looks at {', '.join(map(str, plan))} "
+            f"rounds: alpha {alpha:g} / {len(plan)} = {level:.3g} per look)")
+    return Decision(rows, n, k + 1, plan, alpha, final, rule)
+
+
+def _undecided_note(row: MetricDecision, rounds: int) -> str:
+    """Why the rounds could not rule a regression of the threshold's size out, in one clause."""
+    if row.floor is not None and row.floor > row.threshold:
+        return (f"this runner's A/A noise floor ({row.floor:.1%}) is above the {row.threshold:.0%} threshold: "
+                f"a regression that size cannot be told from noise here")
+    return (f"{row.slowdown:+.1%} after {rounds} paired rounds, but up to {row.upper:.1%} worse at 95%: "
+            f"the {row.threshold:.0%} threshold is still inside the interval")

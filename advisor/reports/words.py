@@ -1,0 +1,551 @@
+"""How a measurement is said: one wording for the terminal, the HTML page and the markdown summary.
+
+A speedup is said one way everywhere: ``1.71× faster (95% CI 1.58–1.84×), verified``. The
+functions read the typed result model (:class:`~advisor.model.Experiment`, the recommended
+configuration's :class:`~advisor.model.Recommendation`, :class:`~advisor.model.Finding`) and
+return plain text; each renderer escapes and styles it. ``state`` is the styling class every
+renderer keys on: ``verified``, ``slower``, ``bad``, ``unclear``, ``not-run``, ``estimate``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from advisor.reports import format as fmt
+from advisor.overrides import FRAMEWORK_NAMES, in_config_call, one_off
+from advisor.report import Energy, Memory, Mfu, Rank, Report, Throughput
+from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind, Recommendation,
+                           SourceLocation, Verdict, estimated_speedup, finite)
+
+# verdict -> (state, label)
+VERDICT_WORDS: dict[Verdict, tuple[str, str]] = {
+    Verdict.FASTER: ("verified", "verified"),
+    Verdict.SLOWER: ("slower", "slower"),
+    Verdict.NO_CHANGE: ("unclear", "no clear gain"),
+    Verdict.LOSS_CHANGED: ("bad", "loss changed"),
+    Verdict.NOT_CONFIRMED: ("unclear", "not confirmed"),
+    Verdict.NOT_APPLIED: ("not-run", "not applied"),
+    Verdict.FAILED: ("bad", "failed"),
+    Verdict.NOT_MEASURED: ("not-run", "not measured"),
+}
+
+APPLICABILITY_WORDS = {
+    Applicability.SAFE: "safe: numerics unchanged",
+    Applicability.UNSAFE: "unsafe: may change numerics or memory; check the loss",
+    Applicability.DISPLAY_ONLY: "a code change to make by hand",
+}
+
+NOT_MEASURED = "not measured"
+MANUAL_NOT_MEASURED = "not measured: a manual fix (the experiments re-run only automatic ones)"
+NO_BOTTLENECK = "no bottleneck found"
+NOT_PROFILED = "no step ran under the profiler, so the rules had nothing to read"
+VERIFIED_MEANS = (f"means the whole 95% interval lies more than {VERIFY_MIN_GAIN:.0%} above 1 (and above the "
+                  "drift between the baselines measured around the candidate), confirmed by a second candidate run "
+                  "where time allowed, with the loss checked for fixes that change numerics")
+
+Measured = Experiment | Recommendation
+
+
+def plural(count, word: str) -> str:
+    """`3 steps`, `1 step`, `2 fixes`."""
+    if count == 1:
+        return f"{count} {word}"
+    return f"{count} {word}{'es' if word.endswith(('x', 's', 'sh', 'ch')) else 's'}"
+
+
+def verdict_words(verdict) -> tuple[str, str]:
+    """(state, label) of a verdict, e.g. ("verified", "verified"); an unknown one is unclear, as written."""
+    try:
+        return VERDICT_WORDS[Verdict(verdict)]
+    except ValueError:
+        return "unclear", str(verdict or "")
+
+
+def state_and_label(result: Measured) -> tuple[str, str]:
+    """How `result` fared: verified when it was, else by its verdict, else by its numbers."""
+    sp, hi = finite(result.speedup), finite(result.ci_high)
+    verdict = getattr(result, "verdict", None)  # a Recommendation has none
+    if result.verified and sp is not None:
+        return VERDICT_WORDS[Verdict.FASTER]
+    if verdict is not None and not (verdict is Verdict.NOT_MEASURED and sp is not None):
+        return VERDICT_WORDS[verdict]
+    if sp is None:
+        return VERDICT_WORDS[Verdict.NOT_MEASURED]
+    if sp < 1 and hi is not None and hi < 1:
+        return VERDICT_WORDS[Verdict.SLOWER]
+    return "unclear", "not verified"
+
+
+def interval(lo, hi) -> str:
+    """`95% CI 1.58–1.84×`, or '' without both ends."""
+    text = fmt.interval(lo, hi)
+    return f"95% CI {text}" if text else ""
+
+
+def speedup_with_interval(speedup, lo, hi) -> str:
+    """`1.71× faster (95% CI 1.58–1.84×)`, `0.93×, 7% slower (95% CI 0.90–0.96×)`."""
+    ivl = interval(lo, hi)
+    return fmt.speedup_words(speedup) + (f" ({ivl})" if ivl else "")
+
+
+def not_applied_words(keys: list[str] | None) -> str:
+    """Why a not-applied experiment measured nothing."""
+    if not keys:
+        return "the override did not take effect in the script"
+    return f"{', '.join(keys)} did not take effect in the script"
+
+
+def _why(result: Measured) -> str:
+    if getattr(result, "verdict", None) is Verdict.NOT_APPLIED:
+        return not_applied_words(result.not_applied)
+    return str(getattr(result, "reason", None) or getattr(result, "error", None) or "")
+
+
+def _interval_spans_one(result: Measured) -> bool:
+    lo, hi = finite(result.ci_low), finite(result.ci_high)
+    return lo is not None and hi is not None and lo <= 1 <= hi
+
+
+def verified_bar(result: Measured) -> float:
+    """How far above 1 the interval's low end had to be for `result` to be verified."""
+    return max(VERIFY_MIN_GAIN, finite(getattr(result, "baseline_drift_frac", None)) or 0.0)
+
+
+NOISY_DRIFT = 0.25  # baselines this far apart say the machine changed, not that the gain is small
+
+
+def _below_the_bar(result: Measured) -> str:
+    """Why a gain whose interval excludes 1 is still not verified: its low end is not far enough above 1."""
+    if getattr(result, "verdict", Verdict.NO_CHANGE) is not Verdict.NO_CHANGE:
+        return ""
+    lo = finite(result.ci_low)
+    bar = verified_bar(result)
+    if lo is None or lo <= 1 or lo > 1 + bar:
+        return ""
+    if bar > NOISY_DRIFT:
+        return (f"the baseline's own windows differ by {fmt.frac(bar)}: the machine's load changed during the run, "
+                "too noisy to call it verified")
+    drift = " (the baselines drifted that much between their runs)" if bar > VERIFY_MIN_GAIN else ""
+    return f"the interval's low end is within {fmt.frac(bar)} of 1{drift}, too close to call it verified"
+
+
+def measured_detail(result: Measured) -> str:
+    """The result without its label: the speedup and interval (with a remark when they say no gain,
+    or a gain too small for verified), or why nothing was measured."""
+    state, label = state_and_label(result)
+    if finite(result.speedup) is None or getattr(result, "verdict", None) is Verdict.NOT_APPLIED:
+        return _why(result) or label
+    text = speedup_with_interval(result.speedup, result.ci_low, result.ci_high)
+    if state == "unclear" and _interval_spans_one(result):
+        text += ": the interval includes no gain"
+    elif state == "unclear" and (remark := _below_the_bar(result)):
+        text += f": {remark}"
+    elif getattr(result, "verdict", None) is Verdict.NOT_CONFIRMED and getattr(result, "reason", None):
+        text += f": {result.reason}"
+    return text
+
+
+def measured_sentence(result: Measured) -> str:
+    """The whole result in one line: `1.71× faster (95% CI 1.58–1.84×), verified`,
+    `0.93×, 7% slower (95% CI 0.90–0.96×)`, `not measured: experiment budget exhausted`."""
+    state, label = state_and_label(result)
+    if finite(result.speedup) is None or getattr(result, "verdict", None) is Verdict.NOT_APPLIED:
+        why = _why(result)
+        return f"{label}: {why}" if why else label
+    detail = measured_detail(result)
+    if state == "slower":
+        return detail + _how(result)
+    if state == "unclear" and _interval_spans_one(result):
+        return f"{detail}, not verified{_how(result)}"
+    if state == "unclear" and _below_the_bar(result):
+        return detail + _how(result)  # it says why it is not verified
+    return f"{detail}, {label}{_how(result)}"
+
+
+MEASURED_BY = {"in-process": "in the profiled run", "fresh-run": "in fresh runs"}
+
+
+def _how(result: Measured) -> str:
+    """`, in the profiled run` / `, in fresh runs`: how a result was measured, when the report says;
+    for torch.compile also what compiling cost (once, kept out of the step times)."""
+    how = MEASURED_BY.get(getattr(result, "measured_by", None) or "")
+    text = f", {how}" if how else ""
+    cost = finite(getattr(result, "switch_s", None))
+    if cost and one_off(getattr(result, "overrides", None) or {}):
+        text += f"; compiling took {fmt.time_s(cost)}, once"
+        payoff = getattr(result, "payoff_steps", None)
+        if payoff:
+            text += f", paid back after {payoff:,} steps"
+    return text
+
+
+def estimate_speedup_words(gain) -> str:
+    """A rule's estimate, in the unit measured speedups use: `about 3.6× faster` for 72% of the step saved.
+
+    Estimates get two significant digits (they are not measurements), measured speedups three."""
+    x = estimated_speedup(gain)
+    if x is None:
+        return ""
+    return f"about {x:.2f}× faster" if x < 1.95 else f"about {x:.1f}× faster" if x < 9.95 else f"about {x:.0f}× faster"
+
+
+def estimate_detail(gain) -> str:
+    """A rule's own estimate of the step time saved: `about 3.6× faster, by the rule's estimate`."""
+    return f"{estimate_speedup_words(gain)}, by the rule's estimate"
+
+
+def estimate_sentence(gain) -> str:
+    """`about 3.6× faster, by the rule's estimate (not measured)`."""
+    return f"{estimate_detail(gain)} (not measured)"
+
+
+def has_estimate(finding: Finding) -> bool:
+    return estimated_speedup(finding.estimated_gain_frac) is not None
+
+
+# Why a finding has no experiment at all, by the state of the run's experiments (see experiments_state).
+UNTRIED = {
+    "off": "not measured: experiments were off (--no-experiments)",
+    "trace": "not measured: a trace alone cannot be re-run",
+    "not-run": "not measured: the run did not finish, so no experiment ran",
+    "ran": "not measured",
+}
+
+
+def from_trace(report: Report | dict) -> bool:
+    """Whether `report` is `advise analyze`'s: its traces are named by absolute path (a profiled
+    run's files are relative to its run dir), one or several (`rank_traces`), or it is named for its trace."""
+    report = Report.of(report)
+    artifacts = report.artifacts
+    trace = artifacts.get("trace")
+    return ("rank_traces" in artifacts or (isinstance(trace, str) and os.path.isabs(trace))
+            or bool(report.script) and report.script == trace)
+
+
+def experiments_state(report: Report | dict) -> str:
+    """"ran" (report.json has an `experiments` block), "trace" (`advise analyze`: nothing to re-run),
+    "off" (an ok run without one: --no-experiments) or "not-run" (the run did not end well)."""
+    report = Report.of(report)
+    if report.experiments is not None:
+        return "ran"
+    if from_trace(report):
+        return "trace"
+    return "off" if report.ok else "not-run"
+
+
+def finding_sentence(finding: Finding, experiments: str = "ran") -> str:
+    """How a finding's fix fared, in one line: the measurement; else the rule's estimate (with
+    "not measured"); else why it was not measured: a manual fix, or the experiments' state."""
+    if finding.experiment is not None:
+        sentence = measured_sentence(finding.experiment)
+        if has_estimate(finding) and finding.experiment.verdict is Verdict.NOT_MEASURED:
+            return f"{estimate_detail(finding.estimated_gain_frac)}; {sentence}"
+        return sentence
+    if has_estimate(finding):
+        return estimate_sentence(finding.estimated_gain_frac)
+    if not finding.fix.automatic:
+        return MANUAL_NOT_MEASURED
+    return UNTRIED.get(experiments, NOT_MEASURED)
+
+
+def location_words(loc: SourceLocation) -> str:
+    """``train.py:42 in train_step (.item(), 2 calls)``: one site of the user's code."""
+    what = ", ".join(x for x in (loc.op, plural(loc.count, "call")) if x)
+    return f"{loc.short}{f' in {loc.function}' if loc.function else ''} ({what})"
+
+
+def where_line(finding: Finding) -> str:
+    """``at train.py:42 in step (.item(), 1 call); 2 more sites``, or '' when no line is known."""
+    if not finding.locations:
+        return ""
+    more = len(finding.locations) - 1
+    return f"at {location_words(finding.locations[0])}" + (f"; {plural(more, 'more site')}" if more else "")
+
+
+def fix_label(fix: Fix) -> str:
+    """One label for a fix, from its kind and applicability: `automatic; safe: numerics unchanged`,
+    `automatic; unsafe: ...`, `manual: a code change to make by hand`."""
+    if fix.kind is FixKind.MANUAL:
+        return f"manual: {APPLICABILITY_WORDS[Applicability.DISPLAY_ONLY]}"
+    return f"automatic; {applicability_words(fix.applicability)}"
+
+
+def no_findings(report: Report | dict) -> str:
+    """Why there is no finding: none fired, or none could (no profiled step, an unfinished run)."""
+    report = Report.of(report)
+    if not report.ok:
+        return "none: the rules need a finished measured window"
+    steps = report.steps
+    if steps and not any(s.profiled for s in steps):
+        return f"none: {NOT_PROFILED}"
+    return f"none: {NO_BOTTLENECK}"
+
+
+def outcome(findings: list[Finding], recommended: Measured | None, report: Report | dict) -> tuple[str, str]:
+    """What the run concluded, in one line, and its state: the recommended configuration's result,
+    else why there is none (`no bottleneck found`, `4 fixes measured, none faster`, ...)."""
+    if recommended is not None:
+        state, _ = state_and_label(recommended)
+        return recommended_sentence(recommended), state
+    report = Report.of(report)
+    if not report.ok:
+        return "none: the run did not finish", "not-run"
+    if not findings:
+        return no_findings(report), "not-run"
+    state = experiments_state(report)
+    if state != "ran":
+        return f"none: {UNTRIED[state].split(': ', 1)[1]}", "not-run"
+    measured = [f.experiment for f in findings if f.experiment is not None and f.experiment.measured]
+    if not measured:
+        if not any(f.fix.automatic for f in findings):
+            return "none: every fix found is a manual code change; nothing could be measured", "not-run"
+        return "none: no fix could be measured", "not-run"
+    counts: dict[str, int] = {}
+    for exp in measured:
+        label = state_and_label(exp)[1]
+        counts[label] = counts.get(label, 0) + 1
+    kinds = ", ".join(f"{n} {label}" for label, n in counts.items())
+    return f"none: {plural(len(measured), 'fix')} measured, none faster ({kinds})", "unclear"
+
+
+def recommended_sentence(rec: Measured) -> str:
+    """The recommended configuration's result; for a run over its memory budget also its peak
+    against the budget, the reason it was chosen whatever its speed."""
+    text = measured_sentence(rec)
+    if finite(getattr(rec, "memory_budget_bytes", None)):
+        memory = memory_effect(rec)
+        text += f"; {memory}" if memory else ""
+    return text
+
+
+def missing_why(result: Measured) -> str:
+    """Why a baseline or candidate has no figure: the failure, the override not taken, or no run."""
+    verdict = getattr(result, "verdict", None)
+    if verdict is Verdict.FAILED:
+        return f"no run finished: {result.error}" if getattr(result, "error", None) else "no run finished"
+    if verdict is Verdict.NOT_APPLIED:
+        return not_applied_words(result.not_applied)
+    return "not measured"
+
+
+def pair_words(result: Measured) -> tuple[str, str, str]:
+    """(baseline, candidate, why): each side's measurement, a dash for a side with none, and why
+    it has none ('' when both have one; all '' when neither was measured)."""
+    base, cand = measure_words(result.baseline), measure_words(result.candidate)
+    if not base and not cand:
+        return "", "", ""
+    if base and cand:
+        return base, cand, ""
+    return base or fmt.DASH, cand or fmt.DASH, missing_why(result)
+
+
+def measure_words(m) -> str:
+    """A baseline or candidate measurement: samples/s, else steps/s or step time; a number as is."""
+    if isinstance(m, dict):
+        if finite(m.get("samples_per_s")) is not None:
+            return fmt.rate(m["samples_per_s"], "samples/s")
+        if finite(m.get("steps_per_s")) is not None:
+            return fmt.rate(m["steps_per_s"], "steps/s")
+        if finite(m.get("step_time_median_s")) is not None:
+            return fmt.time_s(m["step_time_median_s"]) + " / step"
+        return ""
+    if finite(m) is not None:
+        return fmt.value(float(m))
+    return "" if m is None else str(m)
+
+
+MEMORY_BASIS_SHORT = {"cuda-max-allocated": "max allocated", "cpu-allocator": "CPU allocator",
+                      "rss-high-water": "RSS high-water mark"}
+
+
+def memory_effect(result) -> str:
+    """`peak memory 127.5 MiB → 47.8 MiB (−63%, CPU allocator)`: a fix's memory effect, said next
+    to its speed; '' when either side's peak is unknown."""
+    base, cand = (getattr(result, "baseline", None) or {}), (getattr(result, "candidate", None) or {})
+    b, c = finite(base.get("peak_memory_bytes")), finite(cand.get("peak_memory_bytes"))
+    if b is None or c is None or b <= 0:
+        return ""
+    basis = MEMORY_BASIS_SHORT.get(base.get("memory_basis"), base.get("memory_basis") or "")
+    text = f"peak memory {fmt.bytes_(b)} → {fmt.bytes_(c)} ({fmt.change(c / b - 1)}{', ' + basis if basis else ''})"
+    budget = finite(getattr(result, "memory_budget_bytes", None))
+    if budget:
+        text += f", {'within' if c <= budget else 'over'} the {fmt.bytes_(budget)} budget"
+    return text
+
+
+def fix_where(fix) -> str:
+    """Where a framework's fix goes: `where the Hugging Face Trainer is configured, at train.py:31`; ''
+    for a loop of the user's own."""
+    framework = getattr(fix, "framework", None) or {}
+    at = framework.get("configured_at") or {}
+    if not framework.get("name") or not in_config_call(framework["name"], getattr(fix, "overrides", None) or {}):
+        return ""  # a change made elsewhere (configure_optimizers, the DataModule): its snippet says where
+    name = FRAMEWORK_NAMES.get(framework["name"], framework["name"])
+    if not at.get("file"):
+        return f"where {name} is configured"
+    return f"where {name} is configured, at {os.path.basename(at['file'])}:{at.get('line')}"
+
+
+def energy_effect(result) -> str:
+    """`energy 1.25 → 0.61 J/sample (−51%, NVML)`: a fix's energy per sample on the GPU (bf16 often
+    saves more energy than time); '' where power was not sampled."""
+    base, cand = (getattr(result, "baseline", None) or {}), (getattr(result, "candidate", None) or {})
+    b, c = finite(base.get("joules_per_sample")), finite(cand.get("joules_per_sample"))
+    if b is None or c is None or b <= 0:
+        return ""
+    return f"energy {b:.3g} → {c:.3g} J/sample ({fmt.change(c / b - 1)}, NVML)"
+
+
+def resource_effects(result) -> str:
+    """A fix's memory and energy effects, said next to its speed."""
+    return "; ".join(text for text in (memory_effect(result), energy_effect(result)) if text)
+
+
+def loss_words(check) -> tuple[str, str]:
+    """The numerics check (`checked`, `passed`, `baseline_mean`, `candidate_mean`, `tolerance`, `reason`)
+    as words, and its state: "ok", "bad" or "" (no verdict)."""
+    if check is None:
+        return "", ""
+    if isinstance(check, bool):
+        return ("loss check passed" if check else "loss check failed"), ("ok" if check else "bad")
+    if not isinstance(check, dict):
+        return str(check), ""
+    if check.get("checked") is False:
+        return f"loss not checked: {check.get('reason') or 'not visible to the probe'}", ""
+    if check.get("finite") is False:
+        return "loss check failed: the loss was not finite", "bad"
+    passed = check.get("passed")
+    detail = str(check.get("detail") or "")
+    base, cand, tol = finite(check.get("baseline_mean")), finite(check.get("candidate_mean")), finite(check.get("tolerance"))
+    if not detail and base is not None and cand is not None:
+        detail = f"mean {cand:.4g} vs {base:.4g}" + (f" (tolerance ±{tol:.2g})" if tol is not None else "")
+    head = "loss check passed" if passed is True else "loss check failed" if passed is False else "loss check"
+    return head + (f": {detail}" if detail else ""), ("ok" if passed is True else "bad" if passed is False else "")
+
+
+def applicability_words(applicability) -> str:
+    """What a fix's applicability means for the user."""
+    try:
+        return APPLICABILITY_WORDS[Applicability(applicability)]
+    except ValueError:
+        return str(applicability or "")
+
+
+def throughput_basis(tp: Throughput | dict) -> str:
+    """Which steps the throughput rests on: `over 15 steps outside the profiler`."""
+    tp = Throughput.of(tp)
+    basis, n = tp.basis, tp.n_steps
+    if basis == "unprofiled":
+        return f"over {plural(n, 'step')} outside the profiler"
+    if basis == "all":
+        return f"over all {plural(n, 'measured step')}" if n != 1 else "over the one measured step"
+    return ""
+
+
+def baseline_vs_headline(tp: Throughput | dict, baseline: dict) -> str:
+    """Why the experiments' baseline and the headline throughput differ, when they do by more than 5%."""
+    tp = Throughput.of(tp)
+    for key, unit in (("samples_per_s", "samples/s"), ("steps_per_s", "steps/s")):
+        head, base = finite(getattr(tp, key)), finite((baseline or {}).get(key))
+        if head and base:
+            break
+    else:
+        return ""
+    diff = base / head - 1
+    if abs(diff) < 0.05:
+        return ""
+    runs = baseline.get("runs")
+    fresh = plural(runs, "fresh run") if isinstance(runs, int) and runs > 0 else "fresh runs"
+    return (f"The experiments' baseline, {fmt.rate(base, unit)}, is {fmt.frac(abs(diff))} "
+            f"{'below' if diff < 0 else 'above'} the headline {fmt.rate(head, unit)}: it was measured in {fresh} of the "
+            "script without the profiler, beside the candidates, while the headline comes from the profiled run's steps "
+            "outside the profiler window. Runs of the same script differ this much here; each speedup compares a "
+            "candidate with the baselines run beside it, never with the headline.")
+
+
+def wall_words(report: Report | dict) -> str:
+    """How long the run took: the whole `advise profile` (probe, analysis, experiments) when the
+    report says so, with its parts; else the probe run alone, said as such."""
+    report = Report.of(report)
+    total, probe = finite(report.total_wall_s), finite(report.wall_s)
+    block = report.experiments
+    exp_s, n_runs = (finite(block.child_wall_s), block.n_runs) if block is not None else (None, None)
+    if total is not None:
+        parts = []
+        if probe is not None:
+            parts.append(f"the profiled run {fmt.time_s(probe)}")
+        if exp_s is not None and n_runs:
+            parts.append(f"experiments {fmt.time_s(exp_s)} in {plural(n_runs, 'run')}")
+        return f"took {fmt.time_s(total)} in all" + (f" ({', '.join(parts)})" if parts else "")
+    if probe is not None:
+        return f"the profiled run took {fmt.time_s(probe)}"
+    return ""
+
+
+def memory_words(memory: Memory | dict | None) -> str:
+    """Peak memory as the terminal and the page's header say it: the accelerator's peak of its
+    total; else the script's process tree's host memory, on the basis report.json names."""
+    mem = Memory.of(memory)
+    if finite(mem.peak_allocated_bytes) is not None:
+        return f"{fmt.bytes_(mem.peak_allocated_bytes)} of {fmt.bytes_(mem.device_total_bytes)}"
+    if mem.basis == "pss" and finite(mem.peak_pss_bytes) is not None:
+        rss = f"; RSS summed {fmt.bytes_(mem.peak_rss_bytes)}" if finite(mem.peak_rss_bytes) is not None else ""
+        return f"{fmt.bytes_(mem.peak_pss_bytes)} (PSS of the script's processes{rss})"
+    if finite(mem.peak_rss_bytes) is not None:
+        return f"{fmt.bytes_(mem.peak_rss_bytes)} (RSS summed over the script's processes)"
+    return ""
+
+
+def confirmed_words(confirmed: dict | None) -> str:
+    """`--confirm`'s fresh runs in one line: `as you will apply it (...): 4.06× faster (95% CI ...), verified`."""
+    if not confirmed:
+        return ""
+    result = Experiment.from_dict(confirmed)
+    result.measured_by = None  # the line says how
+    return f"as you will apply it (fresh runs of the script, --confirm): {measured_sentence(result)}"
+
+
+def ranks_words(ranks: list[Rank]) -> str:
+    """A launched job in one line: `2 (figures are rank 0's; median step 12.1 ms · 12.4 ms; rank 1 failed)`."""
+    if not ranks:
+        return ""
+    steps = " · ".join(fmt.time_s(r.step_s) for r in ranks)
+    bad = [f"rank {r.rank} {r.status}" for r in ranks if r.status not in (None, "done", "finished")]
+    return f"{len(ranks)} (figures above are rank 0's; median step per rank {steps}" + (f"; {', '.join(bad)}" if bad else "") + ")"
+
+
+def energy_words(energy: Energy | dict | None) -> tuple[str, str]:
+    """The GPU's energy as (headline, detail): `3.1 J/sample` and `412 W mean over 5.2 s`."""
+    energy = Energy.of(energy)
+    if finite(energy.joules) is None:
+        return "", ""
+    head = (f"{energy.joules_per_sample:.3g} J/sample" if finite(energy.joules_per_sample) is not None
+            else f"{energy.joules_per_step:.3g} J/step")
+    return head, f"{fmt.number(energy.watts_mean)} W mean over {fmt.time_s(energy.seconds)}, NVML"
+
+
+def step_clock_words(report: Report) -> str:
+    """Where a GPU run's step time comes from, and the host's time beside it where the two differ:
+    ` on the device (Python queued it in 13.1 ms)`; empty on a CPU."""
+    steps = [s for s in report.steps if s.clock == "device"]
+    if not steps or len(steps) < len(report.steps) / 2:
+        return ""
+    device = sorted(s.duration_s for s in steps if finite(s.duration_s) is not None)
+    host = sorted(s.host_s for s in steps if finite(s.host_s) is not None)
+    if not device or not host:
+        return " on the device"
+    d, h = device[len(device) // 2], host[len(host) // 2]
+    return f" on the device (Python queued it in {fmt.time_s(h)})" if h < 0.8 * d else " on the device"
+
+
+def mfu_words(mfu: Mfu | dict | None) -> tuple[str, str]:
+    """Model FLOPs utilization as (headline, detail): `35.8%` and `5.62 of 15.7 TFLOP/s, fp32 peak of
+    the device`; a CPU run, or a device without a peak, gets the achieved rate alone."""
+    mfu = Mfu.of(mfu)
+    if finite(mfu.achieved_tflops) is None:
+        return "", ""
+    achieved = fmt.flops(mfu.achieved_tflops * 1e12) + "/s"
+    dtype = mfu.dtype or "?"
+    if finite(mfu.mfu) is not None:
+        return fmt.frac(mfu.mfu, 1), f"{achieved} of the {fmt.number(mfu.peak_tflops)} TFLOP/s dense {dtype} peak"
+    return f"{achieved} achieved", f"{dtype}; {mfu.peak_source or 'no peak to compare with'}"

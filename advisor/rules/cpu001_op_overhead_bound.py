@@ -1,0 +1,123 @@
+"""## What it does
+Flags CPU training steps that are mostly framework overhead. Hundreds of operators a step
+each pay a fixed dispatch cost, which adds up to a large share of the step.
+
+From the trace of the profiled steps, on the thread that runs the loop: the top-level
+operators per step outside DataLoader `__next__` (forward, autograd's backward nodes, the
+optimizer's operators) and their median length. Each is charged a fixed cost: `op-cost-us`, but
+never more than the median operator takes whole on this machine, nor more than the operator's
+own time. The sum is set
+against the fastest step outside the profiler (the one least slowed by other processes on the
+machine), less its DataLoader wait.
+
+## Why is this bad?
+Eager PyTorch pays a fixed cost for every operator: a Python call, argument parsing, dispatch
+through autograd and the kernel registry, an output allocation. On a CPU that is one to ten
+microseconds, as long as the arithmetic of a small layer. A deep stack of narrow layers, an
+elementwise-heavy block (norms, activations, residuals) or a small batch spends most of its
+step there, and more cores or a faster BLAS change nothing. `torch.compile` traces the model
+once and runs it as a few generated C++ loops with fused elementwise work, so the per-operator
+cost is paid per graph instead.
+
+## Example
+```python
+model = nn.Sequential(*[Block(32) for _ in range(48)])   # 48 x (LayerNorm, Linear, GELU, add)
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+```
+
+Use instead:
+```python
+model = torch.compile(nn.Sequential(*[Block(32) for _ in range(48)]))
+```
+
+## Fix safety
+Unsafe: compiled code fuses and reorders floating-point work, so results differ at rounding
+level, and compilation costs seconds to minutes at start-up (the experiment reports it as the
+switch cost, apart from the step times). Graph breaks (data-dependent Python control flow,
+unsupported calls) can leave parts of the model in eager mode; the measurement shows what is
+left of the gain.
+
+## Options
+- `min-ops-per-step` (default 300): fewest top-level operators per step to call the step op-heavy.
+- `min-overhead-frac` (default 0.3): smallest share of the step in per-operator overhead.
+- `op-cost-us` (default 5.0): fixed cost of one eager operator on a CPU, in microseconds
+  (Python call, argument parsing, dispatch, output allocation), lowered to the median operator's
+  measured time where that is less; an operator shorter than it is charged its own time.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from advisor import units
+
+from . import helpers as h
+from .registry import Finding, Fix, rule
+
+
+@rule(code="CPU001", name="op-overhead-bound")
+def check(profile, *, min_ops_per_step: int = 300, min_overhead_frac: float = 0.3,
+          op_cost_us: float = 5.0) -> Iterator[Finding]:
+    if profile.has_gpu or not h.is_training(profile):
+        return
+    per_step = _per_step(profile)
+    clean_us = _clean_step_us(profile)
+    if not per_step or not clean_us:
+        return
+    ops = float(np.median([len(d) for d in per_step]))
+    durations = np.concatenate(per_step)
+    median_op_us = float(np.median(durations))
+    # The fixed cost is no more than the median op takes whole on this machine (an assumed 5 us read
+    # 2x what the ops of a reinforcement-learning script took, 2.5 us, and claimed 100% of its step).
+    cost_us = min(op_cost_us, median_op_us)
+    overhead_us = min(float(np.median([np.minimum(d, cost_us).sum() for d in per_step])), clean_us)
+    frac = h.frac(overhead_us, clean_us)
+    if ops < min_ops_per_step or frac < min_overhead_frac:
+        return
+    yield Finding(
+        title=f"{ops:.0f} operators a step, {frac:.0%} of the step in framework overhead",
+        summary=(f"Each step runs {ops:.0f} operators (median {median_op_us:.1f} us under the profiler); at about "
+                 f"{cost_us:.1f} us of dispatch each (at most the median op's time) that is {units.time_us(overhead_us)} of a "
+                 f"{units.time_us(clean_us)} step ({frac:.0%}). "
+                 f"torch.compile runs the model as a few fused loops instead."),
+        severity="high" if frac >= 0.6 else "medium",
+        evidence={
+            "ops_per_step": h.r3(ops),
+            "median_op_us": h.r3(median_op_us),
+            "op_cost_us": h.r3(cost_us),
+            "overhead_us_per_step": h.r3(overhead_us),
+            "fastest_step_us": h.r3(clean_us),
+            "overhead_frac": h.r3(frac),
+        },
+        # compile removes most of the dispatch cost but not Python around the model, nor the optimizer's ops
+        estimated_gain_frac=h.r3(0.5 * frac),
+        fix=Fix.unsafe("Compile the model with torch.compile", {"compile": True}),
+    )
+
+
+def _per_step(profile) -> list[np.ndarray]:
+    """Per profiled step: the durations of the top-level ops on the loop's thread, outside
+    DataLoader ``__next__`` (a loader without workers runs its transforms there)."""
+    ops, steps = profile.ops, h.trace_steps(profile)
+    tid = h.main_thread(profile)
+    if ops.empty or steps.empty or tid is None:
+        return []
+    top = ops[(ops["depth"] == 0) & (ops["tid"] == tid) & ops["step"].isin(steps["index"])]
+    loading = h.dataloader_ranges(profile)
+    if len(top) and len(loading):
+        inside = h.in_disjoint(loading[["ts_us", "end_us", "tid"]].reset_index(drop=True),
+                               top["ts_us"].to_numpy(), top["tid"].to_numpy())
+        top = top[inside < 0]
+    return [g["dur_us"].to_numpy(dtype=float) for _, g in top.groupby("step")]
+
+
+def _clean_step_us(profile) -> float | None:
+    """The fastest unprofiled step, less its DataLoader wait (microseconds)."""
+    steps = h.timed_steps(profile)
+    if steps.empty or "profiled" not in steps or steps["profiled"].fillna(False).astype(bool).all():
+        return None
+    wait = steps["data_wait_s"].fillna(0) if "data_wait_s" in steps else 0.0
+    return float((steps["duration_s"] - wait).min()) * 1e6

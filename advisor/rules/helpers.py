@@ -1,0 +1,308 @@
+"""Small analyses over a Profile that several rules share (ruff's ``helpers.rs``).
+
+Pure functions over the Profile's DataFrames, vectorised with numpy so that a rule over a
+200k-event trace costs milliseconds. Times are microseconds (``_us``) on trace frames and
+seconds (``_s``) on the probe's step table, as in :mod:`advisor.profile`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from advisor import intervals
+from advisor.analysis import metrics, steptime
+from advisor.overrides import cores_per_rank
+
+# --------------------------------------------------------------------------- steps
+
+
+def timed_steps(profile) -> pd.DataFrame:
+    """Steps to judge per-step shares on: clean (unprofiled) probe steps, else all steps."""
+    steps, _ = steptime.timed_steps(profile.steps)
+    if steps.empty or "duration_s" not in steps:
+        return steps
+    return steps[steps["duration_s"].astype(float) > 0]
+
+
+def data_wait_frac(profile) -> float | None:
+    """Share of the timed steps spent waiting for the DataLoader, or None without the column."""
+    steps = timed_steps(profile)
+    if steps.empty or "data_wait_s" not in steps:
+        return None
+    return frac(steps["data_wait_s"].fillna(0).sum(), steps["duration_s"].sum())
+
+
+def trace_steps(profile) -> pd.DataFrame:
+    """The trace's ProfilerStep rows that have a duration (a cut-off last step has none)."""
+    ts = profile.trace_steps
+    return ts[ts["dur_us"] > 0]
+
+
+def is_training(profile) -> bool:
+    """Whether the run trains (an optimizer stepped, or backward ran), not just infers."""
+    if profile.observed.get("optimizers"):
+        return True
+    if profile.meta.get("step_source") in ("optimizer", "backward"):
+        return True
+    ann = profile.annotations
+    if len(ann) and ann["name"].str.startswith("Optimizer.step").any():
+        return True
+    ops = profile.ops
+    return bool(len(ops) and ops["name"].str.contains("Backward|backward", regex=True).any())
+
+
+# --------------------------------------------------------------------------- intervals
+
+
+def gpu_busy(profile) -> tuple[np.ndarray, np.ndarray]:
+    """Merged intervals in which any GPU kernel, copy or memset runs."""
+    k, m = profile.kernels, profile.memcpy
+    return intervals.merge(np.concatenate([k["ts_us"].to_numpy(), m["ts_us"].to_numpy()]),
+                           np.concatenate([k["end_us"].to_numpy(), m["end_us"].to_numpy()]))
+
+
+def main_thread(profile) -> int | None:
+    """The thread that runs the training loop: the one holding the ProfilerStep ranges."""
+    ann = profile.annotations
+    steps = ann[ann["name"].str.startswith("ProfilerStep#")]
+    if len(steps):
+        return int(steps["tid"].mode().iloc[0])
+    ops = profile.ops
+    return int(ops["tid"].mode().iloc[0]) if len(ops) else None
+
+
+def dataloader_ranges(profile) -> pd.DataFrame:
+    """``enumerate(DataLoader)...__next__`` ranges (annotations, or ops in old traces)."""
+    ann = profile.annotations
+    rows = ann[ann["name"].str.startswith("enumerate(DataLoader)")]
+    if len(rows):
+        return rows
+    ops = profile.ops
+    return ops[ops["name"].str.startswith("enumerate(DataLoader)")]
+
+
+# --------------------------------------------------------------------------- devices
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the training device can do for lower precision."""
+
+    kind: str  # "cuda" (NVIDIA), "rocm" (AMD) or "cpu"
+    name: str
+    capability: tuple[int, int] | None
+    fp16_tensor_cores: bool
+    tf32: bool
+    bf16: bool
+
+    @property
+    def capability_str(self) -> str | None:
+        return f"{self.capability[0]}.{self.capability[1]}" if self.capability else None
+
+
+_AMD = re.compile(r"\b(AMD|Instinct|Radeon|MI\d{2,3}X?)\b", re.I)
+
+
+def device(profile) -> Device:
+    env = profile.env
+    name = str(env.get("device_name") or "")
+    if not profile.has_gpu:
+        return Device("cpu", name or "cpu", None, False, False, bool(env.get("bf16_supported")))
+    cap = None
+    raw = env.get("device_capability")
+    if raw:
+        try:
+            major, minor = (int(x) for x in str(raw).split(".")[:2])
+            cap = (major, minor)
+        except ValueError:
+            cap = None
+    if _AMD.search(name) or env.get("hip"):
+        # CDNA (MI100 and later) has fp16 and bf16 matrix cores; PyTorch's TF32 flag does not apply.
+        return Device("rocm", name, cap, True, False, True)
+    if cap is None:
+        return Device("cuda", name, None, False, False, False)
+    return Device("cuda", name, cap, cap >= (7, 0), cap >= (8, 0), cap >= (8, 0))
+
+
+# --------------------------------------------------------------------------- kernels and ops
+
+
+def kernel_launches(profile) -> pd.DataFrame:
+    """Kernels joined to the runtime call that launched them (``launch_ts_us``, ``tid``)."""
+    k = profile.kernels
+    rt = profile.runtime
+    if k.empty or rt.empty:
+        return k.assign(launch_ts_us=np.nan, launch_end_us=np.nan, tid=-1)
+    launches = rt[rt["correlation"].notna()].drop_duplicates("correlation")
+    joined = k.merge(
+        launches[["correlation", "ts_us", "end_us", "tid"]].rename(columns={"ts_us": "launch_ts_us", "end_us": "launch_end_us"}),
+        on="correlation", how="left",
+    )
+    joined["tid"] = joined["tid"].fillna(-1).astype(np.int64)
+    return joined
+
+
+def in_disjoint(intervals: pd.DataFrame, ts: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """Position (iloc) in `intervals` (disjoint per thread: ts_us, end_us, tid) containing each point, or -1."""
+    out = np.full(len(ts), -1, dtype=np.int64)
+    if intervals.empty or len(ts) == 0:
+        return out
+    itid = intervals["tid"].to_numpy()
+    starts_all = intervals["ts_us"].to_numpy()
+    ends_all = intervals["end_us"].to_numpy()
+    for thread in np.unique(itid):
+        rows = np.flatnonzero(itid == thread)
+        rows = rows[np.argsort(starts_all[rows], kind="stable")]
+        pos = np.flatnonzero(tid == thread)
+        if len(pos) == 0:
+            continue
+        i = np.searchsorted(starts_all[rows], ts[pos], side="right") - 1
+        ok = (i >= 0) & (ts[pos] <= ends_all[rows[np.maximum(i, 0)]])
+        out[pos[ok]] = rows[i[ok]]
+    return out
+
+
+def enclosing_ops(profile, ts: float, end: float, tid: int) -> list[str]:
+    """Names of the ops around [ts, end] on thread `tid`, outermost first."""
+    ops = profile.ops
+    if ops.empty:
+        return []
+    mask = (ops["tid"].to_numpy() == tid) & (ops["ts_us"].to_numpy() <= ts) & (ops["end_us"].to_numpy() >= end)
+    hit = ops[mask].sort_values("depth")
+    return hit["name"].tolist()
+
+
+_NOT_USER = re.compile(
+    r"(^<built-in|^<string>|^<frozen|torch/|site-packages/|dist-packages/|threading\.py|multiprocessing/|runpy\.py|"
+    r"advisor/|^\w+\.py\(\d+\): (?:_call_impl|_wrapped_call_impl)$|^nn\.Module:|^torch_)"
+)
+
+
+def python_call_site(profile, ts: float, end: float, tid: int) -> str | None:
+    """The innermost user frame (``file.py(line): func``) around [ts, end], when stacks were recorded."""
+    py = profile.python
+    if py.empty:
+        return None
+    mask = (py["tid"].to_numpy() == tid) & (py["ts_us"].to_numpy() <= ts) & (py["end_us"].to_numpy() >= end)
+    frames = py[mask].sort_values(["ts_us", "dur_us"], ascending=[True, False])["name"].tolist()
+    for name in reversed(frames):
+        if not _NOT_USER.search(name):
+            return name
+    return None
+
+
+def op_dtype(types) -> str | None:
+    """The first tensor dtype of an op's "Input type" list ('float', 'c10::Half', ...)."""
+    if not isinstance(types, list):
+        return None
+    for t in types:
+        if isinstance(t, str) and t and t not in ("Scalar", "GenericList", "TensorList", "Int", "Bool", "ScalarList", "None"):
+            return t
+    return None
+
+
+FP32 = {"float", "float32"}
+LOW_PRECISION = {"c10::Half", "c10::BFloat16", "Half", "BFloat16", "float16", "bfloat16",
+                 "c10::Float8_e4m3fn", "c10::Float8_e5m2", "c10::Float8_e4m3fnuz", "c10::Float8_e5m2fnuz"}
+CONV_NAMES = ("conv", "convolution")
+
+
+def gemm_ops(profile) -> pd.DataFrame:
+    """Outermost GEMM/convolution ops (those carrying FLOPs) with ``dtype`` and ``is_conv``."""
+    ops = profile.ops
+    f = ops[ops["flops"].notna()]
+    if f.empty:
+        return f.assign(dtype=pd.Series(dtype=object), is_conv=pd.Series(dtype=bool))
+    return f.assign(dtype=[op_dtype(t) for t in f["input_types"]],
+                    is_conv=f["name"].str.contains("conv", regex=False).to_numpy())
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def frac(x: float, total: float) -> float:
+    return float(x) / float(total) if total and total > 0 and math.isfinite(total) else 0.0
+
+
+def r3(x) -> float | None:
+    """Round for evidence: 3 significant decimals where it matters, JSON-safe."""
+    if x is None:
+        return None
+    x = float(x)
+    if not math.isfinite(x):
+        return None
+    return round(x, 4) if abs(x) < 10 else round(x, 1)
+
+
+SYNC_CALLS = r"(?:cuda|hip)(?:Stream|Device|Event)Synchronize"
+
+
+def draining_syncs(profile, steps: pd.DataFrame) -> pd.DataFrame:
+    """Sync calls inside `steps` that found the GPU busy, i.e. that emptied a queue of work.
+
+    A sync issued while the GPU is already idle returns at once and costs nothing; only one
+    that waited leaves a bubble behind it (the GPU idles until the CPU issues new work).
+    """
+    rt = profile.runtime
+    syncs = rt[rt["name"].str.contains(SYNC_CALLS, regex=True) & rt["step"].isin(steps["index"])]
+    if syncs.empty:
+        return syncs
+    bs, be = gpu_busy(profile)
+    waited = intervals.coverage(bs, be, syncs["ts_us"].to_numpy(), syncs["ts_us"].to_numpy() + 1.0) > 0
+    return syncs[waited]
+
+
+def cpu_busy_frac(profile, cores: int) -> float | None:
+    """Mean CPU use over the measured window as a share of all cores (tree or machine, the higher)."""
+    samples = profile.samples
+    if samples.empty or "t" not in samples:
+        return None
+    window = metrics.window_samples(samples, profile.steps)
+    values = []
+    if "cpu_percent" in window and window["cpu_percent"].notna().any():
+        values.append(float(window["cpu_percent"].mean()) / (100.0 * cores))
+    if "sys_cpu_percent" in window and window["sys_cpu_percent"].notna().any():
+        values.append(float(window["sys_cpu_percent"].mean()) / 100.0)
+    return min(1.0, max(values)) if values else None
+
+
+def oversubscription(profile, min_cpu_busy_frac: float = 0.85) -> dict | None:
+    """More busy threads than cores on a saturated CPU (see cpu-oversubscription), or None.
+
+    CPU training: intra-op threads + DataLoader workers; GPU training: workers + the main process.
+    """
+    env = profile.env
+    cores, threads = env.get("cpu_count"), env.get("torch_threads")
+    loaders = profile.observed.get("dataloaders") or []
+    workers = max((l.get("num_workers") or 0 for l in loaders), default=0)
+    if not cores or not threads or workers == 0:
+        return None
+    busy_workers = workers_busy(profile)
+    working = workers if busy_workers is None else min(workers, math.ceil(busy_workers - 0.25))
+    demand = threads + working if profile.device == "cpu" else working + 1
+    if demand <= cores_per_rank(env):  # each rank's share of the node
+        return None
+    busy = cpu_busy_frac(profile, cores)
+    if busy is None or busy < min_cpu_busy_frac:
+        return None
+    return {"cpu_count": cores, "torch_threads": threads, "num_workers": workers, "threads_demanded": demand,
+            "cpu_busy_frac": busy, "workers_busy_cores": None if busy_workers is None else round(busy_workers, 3)}
+
+
+def workers_busy(profile) -> float | None:
+    """Cores the DataLoader workers (the script's tree less its main process) kept busy on average
+    over the measured window, sampled; None without the per-process column (an older run dir).
+
+    Workers that exist are not threads that compete: workers that prefetched their batches and
+    sleep cost nothing (a minGPT script with 4 idle workers read "6 busy threads on 2 cores")."""
+    samples = profile.samples
+    if samples.empty or not {"t", "main_cpu_percent", "cpu_percent"} <= set(samples.columns):
+        return None
+    window = metrics.window_samples(samples, profile.steps)
+    rest = (window["cpu_percent"] - window["main_cpu_percent"]).dropna()
+    return float(rest.clip(lower=0).mean()) / 100.0 if len(rest) else None
