@@ -43,6 +43,7 @@ from .analysis import sources as source_sites
 from .run_dir import layout
 from .run_dir.chatter import without_chatter
 from .run_dir.protocol import ChildAccount, read_account
+from .run_dir.seen import Env, MemoryAccount, Observed, typed
 from .model import SourceLocation
 from .analysis.ranks import JobProfile, name_mask
 from .trace import TraceError, TraceFrames, load_trace
@@ -100,6 +101,29 @@ class Profile:
     @property
     def device(self) -> str:
         return self.env.get("device") or "cpu"
+
+    # the probe's account, typed (what a rule reads: advisor/run_dir/seen.py)
+    @property
+    def environment(self) -> Env:
+        return typed(Env, self.env)
+
+    @property
+    def seen(self) -> Observed:
+        return typed(Observed, self.observed)
+
+    @property
+    def memory_account(self) -> MemoryAccount:
+        return typed(MemoryAccount, self.memory)
+
+    @property
+    def step_source(self) -> str | None:
+        """What ended each step: optimizer, dataloader, backward or explicit (None: a trace alone)."""
+        return self.meta.get("step_source")
+
+    @property
+    def trace_only(self) -> bool:
+        """A trace read alone (advise analyze): its steps are the trace's ProfilerSteps, not the probe's."""
+        return self.meta.get("source") == "trace"
 
     @property
     def has_gpu(self) -> bool:

@@ -29,6 +29,7 @@ import psutil
 import pytest
 
 from advisor.run_dir import layout
+from advisor.run_dir.protocol import ArmStepLine, read_lines
 from conftest import WORKLOADS, advise_cmd
 
 SCRIPT = str(WORKLOADS / "lifecycle.py")
@@ -290,7 +291,7 @@ def test_a_signal_during_the_in_process_arms_keeps_the_window(tmp_path):
     run, marker = tmp_path / "run", tmp_path / "marker"
     proc = start(tmp_path, "--steps", "8", "--warmup", "1", "--profile-steps", "2", "--max-experiments", "2",
                  "--out", "run", "--", "--marker", str(marker), "--data-ms", "60", "--step-ms", "80")
-    wait_for(lambda: '"phase": "arm"' in _text(run / "steps.jsonl"), proc, "the first arm step")
+    wait_for(lambda: any(isinstance(x, ArmStepLine) for x in read_lines(run / "steps.jsonl")[0]), proc, "the first arm step")
     before = tree_of(proc.pid) + helpers_in(run)
     report = stop_with(proc, signal.SIGTERM, 143, "SIGTERM", before, tmp_path)
     assert report["status"] == "interrupted" and len(report["steps"]) == 8  # the measured window is whole

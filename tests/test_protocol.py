@@ -6,9 +6,12 @@ import json
 import math
 from pathlib import Path
 
+import msgspec
+
 from advisor.probe.runner import ProbeConfig, run_probe
 from advisor.run_dir.protocol import (ArmLine, ArmStepLine, ChildAccount, Phase, PlanDone, RankLines, StepLine, WindowDone,
                                       read_account, read_lines, write_account, write_line)
+from advisor.run_dir.seen import Env, MemoryAccount, Observed, typed
 
 WORKLOADS = Path(__file__).parent / "workloads"
 
@@ -20,6 +23,22 @@ def test_a_real_childs_account_reads_back_typed(tmp_path):
     assert run.status == "ok" and account == run.probe
     assert account.status == "done" and account.measured_steps == 3 and account.step_source == "optimizer"
     assert len(account.losses) == 3 and account.env["device"] == "cpu" and account.phase is None
+    # what the rules read: the same account, typed, every field the probe wrote of its own type
+    env, seen, memory = typed(Env, account.env), typed(Observed, account.observed), typed(MemoryAccount, account.memory)
+    assert env == msgspec.convert(account.env, Env, strict=False)  # nothing was dropped as mistyped
+    assert env.device == "cpu" and env.cpu_count >= 1 and env.torch_threads >= 1 and env.torch.startswith("2.")
+    assert [(o.cls, o.n_params > 0, o.device) for o in seen.optimizers] == [("AdamW", True, "cpu")]
+    assert [(dl.batch_size, dl.num_workers, dl.iterable) for dl in seen.dataloaders] == [(16, 0, False)]
+    assert memory.peak_memory_bytes and memory.tensors["parameters_bytes"] > 0
+
+
+def test_a_mistyped_field_is_left_unknown_not_the_whole_description():
+    """A run dir from another version (or a hand-edited probe.json): the fields that read, read."""
+    env = typed(Env, {"cpu_count": "many", "torch_threads": 4, "device": "cuda", "unknown_key": [1]})
+    assert (env.cpu_count, env.torch_threads, env.device) == (None, 4, "cuda")
+    seen = typed(Observed, {"dataloaders": [{"num_workers": 2}, {"num_workers": "x"}], "loss_dtype": "bfloat16"})
+    assert seen.dataloaders == [] and seen.loss_dtype == "bfloat16"  # the list is one field: it reads whole or not
+    assert typed(Observed, None) == Observed() and typed(Env, {}).device == "cpu"
 
 
 def test_an_account_keeps_nan_losses_and_ignores_keys_it_does_not_know(tmp_path):

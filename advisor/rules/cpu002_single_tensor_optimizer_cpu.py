@@ -59,24 +59,24 @@ def check(profile, *, min_optimizer_frac: float = 0.1, min_elements: int = 1_000
     if frac is None or frac < min_optimizer_frac:
         return
     multi = _trace_multi_tensor(profile)
-    for opt in profile.observed.get("optimizers") or []:
-        cls = opt.get("class") or "?"
-        if cls not in FOREACH or opt.get("fused") or opt.get("foreach") or multi:
+    for opt in profile.seen.optimizers:
+        cls = opt.cls
+        if cls not in FOREACH or opt.fused or opt.foreach or multi:
             continue
-        if not str(opt.get("device") or "cpu").startswith("cpu") or (opt.get("n_elements") or 0) < min_elements:
+        if not (opt.device or "cpu").startswith("cpu") or opt.n_elements < min_elements:
             continue
-        if cls == "SGD" and (opt.get("n_params") or 0) < min_sgd_tensors:
+        if cls == "SGD" and opt.n_params < min_sgd_tensors:
             continue
         use_fused = cls in FUSED_ON_CPU and _torch_at_least(profile, (2, 4))
         flag = "fused" if use_fused else "foreach"
         yield Finding(
-            title=f"{cls} updates {opt.get('n_params')} CPU tensors one at a time: {frac:.0%} of the step",
-            summary=(f"optimizer.step() of {cls} takes {frac:.0%} of the step over {opt.get('n_elements'):,} parameter "
+            title=f"{cls} updates {opt.n_params} CPU tensors one at a time: {frac:.0%} of the step",
+            summary=(f"optimizer.step() of {cls} takes {frac:.0%} of the step over {opt.n_elements:,} parameter "
                      f"elements, in torch's single-tensor loop (the CPU default); {flag}=True updates them in "
                      f"{'one vectorised pass' if use_fused else 'a few batched operations'}."),
             severity="high" if frac >= 0.3 else "medium",
-            evidence={"optimizer": cls, "foreach": opt.get("foreach"), "fused": opt.get("fused"),
-                      "n_params": opt.get("n_params"), "n_elements": opt.get("n_elements"),
+            evidence={"optimizer": cls, "foreach": opt.foreach, "fused": opt.fused,
+                      "n_params": opt.n_params, "n_elements": opt.n_elements,
                       "optimizer_frac": h.r3(frac), "device": "cpu"},
             # fused on CPU: about 3x less update time on memory-bound sizes (foreach: about 1.5x)
             estimated_gain_frac=h.r3((0.65 if use_fused else 0.3) * frac),
@@ -106,7 +106,7 @@ def _trace_multi_tensor(profile) -> bool:
 
 
 def _torch_at_least(profile, version: tuple[int, int]) -> bool:
-    raw = str(profile.env.get("torch") or "")
+    raw = profile.environment.torch or ""
     try:
         major, minor = (int(x) for x in raw.split("+")[0].split(".")[:2])
     except ValueError:

@@ -50,14 +50,14 @@ from .registry import Finding, Fix, rule
 def check(profile, *, max_data_wait_frac: float = 0.3) -> Iterator[Finding]:
     if profile.has_gpu or not h.is_training(profile):
         return
-    env = profile.env
-    logical, threads = env.get("cpu_count"), env.get("torch_threads")
-    physical = env.get("physical_cores") or logical
+    env = profile.environment
+    logical, threads = env.cpu_count, env.torch_threads
+    physical = env.physical_cores or logical
     if not logical or not threads or not physical or h.oversubscription(profile) is not None:
         return
-    ranks = int(env.get("local_world_size") or 1)  # the node's ranks share its cores: each plans for its part
+    ranks = env.local_world_size or 1  # the node's ranks share its cores: each plans for its part
     physical, logical = max(1, physical // ranks), max(1, logical // ranks)
-    workers = max((dl.get("num_workers") or 0 for dl in profile.observed.get("dataloaders") or []), default=0)
+    workers = profile.seen.max_workers
     wait = _data_wait_frac(profile)
     if wait is None or wait > max_data_wait_frac:
         return

@@ -71,6 +71,7 @@ import numpy as np
 from advisor import intervals
 from advisor.analysis import metrics
 from advisor.overrides import IO_WORKERS_PER_CORE, MAX_WORKERS, cores_per_rank, cores_said
+from advisor.run_dir.seen import LoaderSeen
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
@@ -92,7 +93,7 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> 
     spread_frac = h.frac(exposed.sum() - exposed.max(initial=0.0), dur.sum())
     mean_wait_s = float(exposed.mean()) if len(exposed) else 0.0
     loader = _main_loader(profile)
-    workers = loader.get("num_workers") if loader else None
+    workers = loader.num_workers if loader else None
     if workers:
         if h.oversubscription(profile) is not None:
             return  # workers starved of CPU by the trainer's own threads: cpu-oversubscription reports it
@@ -112,9 +113,9 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> 
     step_s = float(dur.mean())
     compute_s = max(step_s - mean_wait_s, 1e-6)
     device = profile.device
-    cores = cores_per_rank(profile.env) if profile.env.get("cpu_count") else None  # the node's, shared by its ranks
+    cores = cores_per_rank(profile.env) if profile.environment.cpu_count else None  # the node's, shared by its ranks
     io_bound = metrics.io_bound(profile.samples, profile.steps, cores)
-    fix, gain = _fix(loader, device, cores, profile.env.get("torch_threads"), mean_wait_s, compute_s, step_s, io_bound)
+    fix, gain = _fix(loader, device, cores, profile.environment.torch_threads, mean_wait_s, compute_s, step_s, io_bound)
 
     severity = "high" if total_frac >= 0.30 else "medium" if total_frac >= 0.15 else "low"
     where = "the GPU idles" if profile.has_gpu else "compute waits"
@@ -131,11 +132,11 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> 
         "stall_period_steps": bursts["period"],
         "step_time_mean_s": h.r3(step_s),
         "n_steps": int(len(dur)),
-        "basis": "trace ProfilerSteps" if profile.meta.get("source") == "trace" else "unprofiled probe steps",
+        "basis": "trace ProfilerSteps" if profile.trace_only else "unprofiled probe steps",
         "gpu_busy_during_wait_frac": h.r3(hidden) if profile.has_gpu else None,
         "num_workers": workers,
-        "pin_memory": loader.get("pin_memory") if loader else None,
-        "batch_size": loader.get("batch_size") if loader else None,
+        "pin_memory": loader.pin_memory if loader else None,
+        "batch_size": loader.batch_size if loader else None,
         "cpu_count": cores,
         "cpus_basis": cores_said(profile.env) if cores else None,
         "io_bound": io_bound,
@@ -185,16 +186,16 @@ def _gpu_busy_during_wait_frac(profile) -> float:
     return min(1.0, h.frac(busy, ranges["dur_us"].sum()))
 
 
-def _main_loader(profile) -> dict | None:
+def _main_loader(profile) -> LoaderSeen | None:
     """The DataLoader the steps draw from: the one whose batch size matches the steps'."""
-    loaders = profile.observed.get("dataloaders") or []
+    loaders = profile.seen.dataloaders
     if not loaders:
         return None
     steps = profile.steps
     if "samples" in steps and steps["samples"].notna().any():
         typical = float(steps["samples"].median())
         for loader in loaders:
-            if loader.get("batch_size") and typical % loader["batch_size"] == 0:
+            if loader.batch_size and typical % loader.batch_size == 0:
                 return loader
     return loaders[0]
 
@@ -202,7 +203,7 @@ def _main_loader(profile) -> dict | None:
 def _fix(loader, device: str, cores, threads, wait_s: float, compute_s: float, step_s: float, io_bound=None):
     """The override to try and a rough gain estimate (None when it cannot be estimated)."""
     on_gpu = device != "cpu"
-    current = (loader or {}).get("num_workers") or 0
+    current = loader.num_workers if loader else 0
     # Workers needed so that loading keeps up with compute. A batch costs one process `per_batch`:
     # the whole wait in the main process; with w starved workers one batch comes every step, so w steps.
     per_batch = wait_s if not current else step_s * current

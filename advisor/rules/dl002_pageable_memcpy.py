@@ -88,8 +88,8 @@ def check(profile, *, min_bytes_per_step: int = 1048576, min_time_frac: float = 
     if bytes_per_step < min_bytes_per_step or cost_frac < min_time_frac:
         return
 
-    loaders = profile.observed.get("dataloaders") or []
-    already_pinned = bool(loaders) and all(l.get("pin_memory") for l in loaders)
+    loaders = profile.seen.dataloaders
+    already_pinned = bool(loaders) and all(dl.pin_memory for dl in loaders)
     if already_pinned:
         fix = Fix.manual(
             "Pin the tensors that are copied to the GPU",

@@ -52,8 +52,8 @@ def check(profile, *, min_cpu_busy_frac: float = 0.85) -> Iterator[Finding]:
     over = h.oversubscription(profile, min_cpu_busy_frac)
     if over is None:
         return
-    cores, threads, workers, demand, busy = (over[k] for k in ("cpu_count", "torch_threads", "num_workers",
-                                                               "threads_demanded", "cpu_busy_frac"))
+    cores, threads, workers, demand, busy = (over.cpu_count, over.torch_threads, over.num_workers,
+                                             over.threads_demanded, over.cpu_busy_frac)
     on_cpu = profile.device == "cpu"
 
     if on_cpu:
@@ -86,14 +86,14 @@ def check(profile, *, min_cpu_busy_frac: float = 0.85) -> Iterator[Finding]:
             "cpu_busy_frac": h.r3(busy),
             "device": profile.device,
             "data_wait_frac": h.r3(h.data_wait_frac(profile)),
-            "workers_busy_cores": over.get("workers_busy_cores"),
+            "workers_busy_cores": over.workers_busy_cores,
         },
         fix=Fix.safe(title, overrides),
     )
 
 
 
-def _workers_words(over: dict) -> str:
-    busy = over.get("workers_busy_cores")
-    text = f"{over['num_workers']} DataLoader workers"
+def _workers_words(over: h.Oversubscription) -> str:
+    busy = over.workers_busy_cores
+    text = f"{over.num_workers} DataLoader workers"
     return text if busy is None else f"{text} (busy {busy:.1f} cores on average)"

@@ -84,23 +84,23 @@ def check(profile, *, fixes: str = "autocast,compile,optimizer,threads,workers,b
     if "compile" in wanted and not _compiled(profile):
         yield _screen("torch.compile", Fix.unsafe("Compile the model with torch.compile", {"compile": True}),
                       "the model runs eagerly")
-    optimizers = [o for o in profile.observed.get("optimizers") or [] if o.get("class") in _FUSED and not o.get("fused")]
+    optimizers = [o for o in profile.seen.optimizers if o.cls in _FUSED and not o.fused]
     if "optimizer" in wanted and optimizers:
-        names = ", ".join(sorted({o["class"] for o in optimizers}))
+        names = ", ".join(sorted({o.cls for o in optimizers}))
         yield _screen("fused optimizer step", Fix.safe(f"Build {names} with fused=True", {"optimizer": {"fused": True}}),
                       f"{names} steps one tensor or one group at a time")
-    loaders = profile.observed.get("dataloaders") or []
-    workers = max((int(dl.get("num_workers") or 0) for dl in loaders), default=0)
+    loaders = profile.seen.dataloaders
+    workers = profile.seen.max_workers
     if "workers" in wanted and workers and waits < WORKERS_MAX_WAIT:
         yield _screen("loading in the training process", Fix.safe("Load batches in the training process (num_workers=0)",
                                                                  {"dataloader": {"num_workers": 0}}),
                       f"the loop waits on the DataLoader's {workers} workers for under {WORKERS_MAX_WAIT:.0%} of the step, and "
                       "a worker's hand-over and the cores its process takes have costs of their own")
-    if "batch" in wanted and any(dl.get("batch_size") for dl in loaders):
+    if "batch" in wanted and any(dl.batch_size for dl in loaders):
         yield _screen("a batch twice as large", Fix.unsafe("Double the batch size (and re-tune the learning rate)",
                                                            {"batch_size_scale": 2}),
                       "the DataLoader sets the batch size, and a larger batch often does more per second")
-    cores, threads = cores_per_rank(profile.env), profile.env.get("torch_threads")
+    cores, threads = cores_per_rank(profile.env), profile.environment.torch_threads
     if "threads" in wanted and not profile.has_gpu and cores and threads and threads < cores:
         yield _screen(f"{cores} intra-op threads", Fix.safe(f"Run {cores} intra-op threads", {"torch_threads": cores}),
                       f"the script runs {threads} intra-op thread{'s' if threads > 1 else ''} on {cores} cores")

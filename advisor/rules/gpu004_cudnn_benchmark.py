@@ -44,8 +44,8 @@ from .registry import Finding, Fix, rule
 
 @rule(code="GPU004", name="cudnn-benchmark")
 def check(profile, *, min_conv_kernel_frac: float = 0.1) -> Iterator[Finding]:
-    env = profile.env
-    if not profile.has_gpu or "cudnn_benchmark" not in env or env.get("cudnn_benchmark"):
+    benchmark = profile.environment.cudnn_benchmark  # None: not known (a trace alone)
+    if not profile.has_gpu or benchmark is None or benchmark:
         return
     if h.device(profile).kind != "cuda":
         return  # MIOpen has its own find mode (MIOPEN_FIND_MODE)

@@ -45,9 +45,9 @@ def trace_steps(profile) -> pd.DataFrame:
 
 def is_training(profile) -> bool:
     """Whether the run trains (an optimizer stepped, or backward ran), not just infers."""
-    if profile.observed.get("optimizers"):
+    if profile.seen.optimizers:
         return True
-    if profile.meta.get("step_source") in ("optimizer", "backward"):
+    if profile.step_source in ("optimizer", "backward"):
         return True
     ann = profile.annotations
     if len(ann) and ann["name"].str.startswith("Optimizer.step").any():
@@ -109,19 +109,19 @@ _AMD = re.compile(r"\b(AMD|Instinct|Radeon|MI\d{2,3}X?)\b", re.I)
 
 
 def device(profile) -> Device:
-    env = profile.env
-    name = str(env.get("device_name") or "")
+    env = profile.environment
+    name = env.device_name or ""
     if not profile.has_gpu:
-        return Device("cpu", name or "cpu", None, False, False, bool(env.get("bf16_supported")))
+        return Device("cpu", name or "cpu", None, False, False, bool(env.bf16_supported))
     cap = None
-    raw = env.get("device_capability")
+    raw = env.device_capability
     if raw:
         try:
             major, minor = (int(x) for x in str(raw).split(".")[:2])
             cap = (major, minor)
         except ValueError:
             cap = None
-    if _AMD.search(name) or env.get("hip"):
+    if _AMD.search(name) or env.hip:
         # CDNA (MI100 and later) has fp16 and bf16 matrix cores; PyTorch's TF32 flag does not apply.
         return Device("rocm", name, cap, True, False, True)
     if cap is None:
@@ -271,27 +271,35 @@ def cpu_busy_frac(profile, cores: int) -> float | None:
     return min(1.0, max(values)) if values else None
 
 
-def oversubscription(profile, min_cpu_busy_frac: float = 0.85) -> dict | None:
+@dataclass(frozen=True)
+class Oversubscription:
+    cpu_count: int
+    torch_threads: int
+    num_workers: int
+    threads_demanded: int
+    cpu_busy_frac: float
+    workers_busy_cores: float | None  # sampled; None in an older run dir
+
+
+def oversubscription(profile, min_cpu_busy_frac: float = 0.85) -> Oversubscription | None:
     """More busy threads than cores on a saturated CPU (see cpu-oversubscription), or None.
 
     CPU training: intra-op threads + DataLoader workers; GPU training: workers + the main process.
     """
-    env = profile.env
-    cores, threads = env.get("cpu_count"), env.get("torch_threads")
-    loaders = profile.observed.get("dataloaders") or []
-    workers = max((l.get("num_workers") or 0 for l in loaders), default=0)
+    cores, threads = profile.environment.cpu_count, profile.environment.torch_threads
+    workers = profile.seen.max_workers
     if not cores or not threads or workers == 0:
         return None
     busy_workers = workers_busy(profile)
     working = workers if busy_workers is None else min(workers, math.ceil(busy_workers - 0.25))
     demand = threads + working if profile.device == "cpu" else working + 1
-    if demand <= cores_per_rank(env):  # each rank's share of the node
+    if demand <= cores_per_rank(profile.env):  # each rank's share of the node
         return None
     busy = cpu_busy_frac(profile, cores)
     if busy is None or busy < min_cpu_busy_frac:
         return None
-    return {"cpu_count": cores, "torch_threads": threads, "num_workers": workers, "threads_demanded": demand,
-            "cpu_busy_frac": busy, "workers_busy_cores": None if busy_workers is None else round(busy_workers, 3)}
+    return Oversubscription(cores, threads, workers, demand, busy,
+                            None if busy_workers is None else round(busy_workers, 3))
 
 
 def workers_busy(profile) -> float | None:

@@ -66,10 +66,12 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import msgspec
 import numpy as np
 
 from advisor import units
 from advisor.analysis import memory as mem
+from advisor.run_dir.seen import MemoryAccount
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
@@ -80,23 +82,23 @@ def check(profile, *, max_used_frac: float = 0.4, near_oom_frac: float = 0.92,
           max_gpu_busy_frac: float = 0.9, state_dominates_frac: float = 0.5) -> Iterator[Finding]:
     if not h.is_training(profile):
         return
-    info = profile.memory or {}
-    explicit = info.get("budget_source") == "option"
+    info = profile.memory_account
+    explicit = info.budget_source == "option"
     if not profile.has_gpu and not explicit:
         return
     peak, reserved, total, source = _peaks(profile)
-    budget = info.get("budget_bytes") if explicit or not total else total
+    budget = info.budget_bytes if explicit or not total else total
     if not budget or peak is None:
         return
     used = peak / budget
     near = max(used, (reserved or 0) / total if total else 0.0)
-    runtime = info.get("runtime_bytes") if source == "rss-high-water" else 0  # the interpreter, in an RSS peak only
-    parts = mem.breakdown(peak, {**(info.get("tensors") or {}), "runtime_bytes": runtime or 0})
+    runtime = info.runtime_bytes if source == "rss-high-water" else 0  # the interpreter, in an RSS peak only
+    parts = mem.breakdown(peak, {**info.tensors, "runtime_bytes": runtime or 0})
     evidence = {
         "peak_memory_bytes": int(peak),
-        "memory_basis": info.get("memory_basis") if source == "probe" else source,
+        "memory_basis": info.memory_basis if source == "probe" else source,
         "budget_bytes": int(budget),
-        "budget_source": info.get("budget_source") or "device",
+        "budget_source": info.budget_source or "device",
         "peak_budget_frac": h.r3(used),
         "peak_reserved_bytes": int(reserved) if reserved else None,
         "device_total_bytes": int(total) if total else None,
@@ -143,8 +145,7 @@ def _batch_fix(profile, scale: int) -> Fix:
     (tensors sliced in a loop, a generator) gets the change as a manual fix, since nothing can be
     injected there and a measured claim would be a false one."""
     lr = f"optimizer = torch.optim.AdamW(model.parameters(), lr={scale} * lr)  # or sqrt({scale}) * lr"
-    observed = profile.observed or {}
-    if "dataloaders" in observed and not observed["dataloaders"]:  # a probed run (not a bare trace) without one
+    if profile.observed and not profile.seen.dataloaders:  # a probed run (not a bare trace) without one
         return Fix.manual(f"Build {scale}x larger batches where the script makes them (and scale the learning rate)",
                           f"batch_size = {scale} * batch_size  # where the loop slices or generates its batches\n{lr}")
     return Fix.unsafe(f"Try a {scale}x larger batch (and scale the learning rate)", {"batch_size_scale": scale})
@@ -192,36 +193,35 @@ def _head(evidence: dict, peak: float, budget: float) -> str:
 
 def _each_fix(profile, evidence: dict, parts: dict | None, peak: float, budget: float,
               state_dominates_frac: float) -> Iterator[Finding]:
-    info = profile.memory or {}
     over = peak > budget
     head = _head(evidence, peak, budget)
     where = f"{head}. Where it goes: {where_it_goes(parts, peak)}."
     severity = "high" if over else "medium"
-    script = peak - (parts or {}).get("runtime_bytes", 0)
-    activations = (parts or {}).get("activations_other_bytes", script)
-    target = info.get("checkpointable")
+    script = peak - (parts["runtime_bytes"] if parts else 0)
+    activations = parts["activations_other_bytes"] if parts else script
+    target = profile.memory_account.checkpointable
     if target and activations >= 0.25 * script:
-        what = (f"the {target['blocks']} {target['block']} blocks of `{target['path']}`" if target.get("how") == "blocks"
-                else f"{target['model']} (gradient_checkpointing_enable)")
+        what = (f"the {target.blocks} {target.block} blocks of `{target.path}`" if target.how == "blocks"
+                else f"{target.model} (gradient_checkpointing_enable)")
         yield Finding(
             title=f"{head}: checkpoint activations of {what}",
             summary=f"{where} Checkpointing keeps only each block's input and recomputes the rest in backward.",
-            severity=severity, evidence={**evidence, "checkpoint_target": target},
+            severity=severity, evidence={**evidence, "checkpoint_target": msgspec.to_builtins(target)},
             fix=Fix.safe(f"Checkpoint {what} (use_reentrant=False)", {"activation_checkpointing": True}))
-    if profile.observed.get("dataloaders") and activations >= 0.25 * script:
+    if profile.seen.dataloaders and activations >= 0.25 * script:
         yield Finding(
             title=f"{head}: halve the micro-batch, accumulate 2",
             summary=f"{where} Half the micro-batch holds about half the activations; accumulating two keeps the effective batch.",
             severity=severity, evidence=evidence,
             fix=Fix.unsafe("Halve the micro-batch and accumulate gradients over 2 micro-batches", {"batch_size_scale": 0.5}))
-    if profile.env.get("bf16_supported") and (profile.observed.get("loss_dtype") or "float32") == "float32":
+    if profile.environment.bf16_supported and (profile.seen.loss_dtype or "float32") == "float32":
         yield Finding(
             title=f"{head}: run the forward in bf16",
             summary=f"{where} bf16 autocast halves the activations the matmuls keep for backward.",
             severity=severity, evidence=evidence,
             fix=Fix.unsafe("Run forward and loss under bf16 autocast", {"autocast": "bfloat16"}))
     if parts and parts["optimizer_state_bytes"] + parts["gradients_bytes"] >= state_dominates_frac * script:
-        ranks = int(profile.env.get("world_size") or 1)
+        ranks = profile.environment.world_size or 1
         est = mem.sharding_estimate(parts, ranks)
         if ranks > 1:
             title = f"{head}: shard optimizer state and gradients over the {ranks} ranks"
@@ -247,10 +247,10 @@ def _each_fix(profile, evidence: dict, parts: dict | None, peak: float, budget: 
 
 def _peaks(profile):
     """(peak, peak reserved, device total, source): the probe's figures, else the trace's memory events."""
-    info = profile.memory or {}
-    total = info.get("device_total_bytes") or (profile.env.get("device_memory_bytes") if profile.has_gpu else None)
-    if info.get("peak_allocated_bytes") is not None:
-        return float(info["peak_allocated_bytes"]), info.get("peak_reserved_bytes"), total, "probe"
+    info = profile.memory_account
+    total = info.device_total_bytes or (profile.environment.device_memory_bytes if profile.has_gpu else None)
+    if info.peak_allocated_bytes is not None:
+        return float(info.peak_allocated_bytes), info.peak_reserved_bytes, total, "probe"
     ev = profile.memory_events
     if not profile.has_gpu:
         return _cpu_peak(info, ev)
@@ -263,18 +263,17 @@ def _peaks(profile):
     return float(gpu["total_allocated"].max()), (float(reserved) if np.isfinite(reserved) else None), total, "trace"
 
 
-def _cpu_peak(info: dict, ev):
+def _cpu_peak(info: MemoryAccount, ev):
     """On CPU, the allocator's peak where the trace has memory events (what the profiled steps
     allocated on top of the persistent tensors), as the experiments measure it; else the probe's
     resident-set high-water mark."""
     cpu = ev[ev["device_type"] == 0] if not ev.empty else ev
-    tensors = info.get("tensors") or {}
+    tensors = info.tensors
     if not cpu.empty and cpu["total_allocated"].notna().any() and tensors:
-        persistent = sum(int(tensors.get(k) or 0) for k in ("parameters_bytes", "live_gradients_bytes",
-                                                              "optimizer_state_bytes"))
+        persistent = sum(tensors.get(k, 0) for k in ("parameters_bytes", "live_gradients_bytes", "optimizer_state_bytes"))
         return float(cpu["total_allocated"].max()) + persistent, None, None, "cpu-allocator"
-    if info.get("peak_memory_bytes"):
-        return float(info["peak_memory_bytes"]), None, None, info.get("memory_basis") or "probe"
+    if info.peak_memory_bytes:
+        return float(info.peak_memory_bytes), None, None, info.memory_basis or "probe"
     return None, None, None, None
 
 
@@ -282,7 +281,7 @@ def _gpu_busy_frac(profile) -> float | None:
     steps = h.trace_steps(profile)
     if len(steps):
         return float(np.median(steps["gpu_busy_us"] / steps["dur_us"]))
-    util = profile.samples.get("gpu_util_percent") if not profile.samples.empty else None
+    util = profile.samples["gpu_util_percent"] if "gpu_util_percent" in profile.samples else None
     if util is not None and util.notna().any():
         return float(util.mean()) / 100.0
     return None

@@ -36,11 +36,13 @@ floating-point dtype; `foreach` needs more temporary memory (a copy of the gradi
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 
 from advisor.analysis.ranks import name_mask
+from advisor.run_dir.seen import OptimizerSeen
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
@@ -53,26 +55,26 @@ FOREACH = FUSED | {"RMSprop", "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop"}
 def check(profile, *, min_launches_per_step: int = 50, min_optimizer_frac: float = 0.1) -> Iterator[Finding]:
     if not profile.has_gpu:
         return
-    observed = [o for o in profile.observed.get("optimizers") or [] if str(o.get("device") or "").startswith("cuda")]
+    observed = [o for o in profile.seen.optimizers if (o.device or "").startswith("cuda")]
     trace = _from_trace(profile, min_launches_per_step)
     opt_frac = _optimizer_frac(profile)
-    for opt in observed or ([trace] if trace else []):
-        cls = opt.get("class") or "?"
-        if opt.get("fused") or cls not in FOREACH:
+    for opt in observed or ([trace.optimizer] if trace else []):
+        cls = opt.cls
+        if opt.fused or cls not in FOREACH:
             continue
-        single = opt.get("foreach") is False or bool(trace and trace["single_tensor"])
+        single = opt.foreach is False or bool(trace and trace.single_tensor)
         if not single and (cls not in FUSED or opt_frac is None or opt_frac < min_optimizer_frac):
             continue
-        launches = trace["launches_per_step"] if trace else None
+        launches = trace.launches_per_step if trace else None
         how = "one tensor at a time" if single else "with foreach kernels"
         use_fused = cls in FUSED
         kw = {"fused": True} if use_fused else {"foreach": True}
         evidence = {
             "optimizer": cls,
-            "foreach": opt.get("foreach"),
-            "fused": opt.get("fused"),
+            "foreach": opt.foreach,
+            "fused": opt.fused,
             "implementation": "single-tensor" if single else "foreach",
-            "n_params": opt.get("n_params"),
+            "n_params": opt.n_params or None,
             "launches_per_optimizer_step": h.r3(launches) if launches is not None else None,
             "optimizer_frac": h.r3(opt_frac),
         }
@@ -97,7 +99,14 @@ _LAUNCH = re.compile("LaunchKernel")
 _MULTI_TENSOR = re.compile("multi_tensor_apply|fused_adam|FusedAdam|fused_sgd", re.IGNORECASE)
 
 
-def _from_trace(profile, min_launches: int) -> dict | None:
+@dataclass(frozen=True)
+class _TraceOptimizer:
+    optimizer: OptimizerSeen
+    launches_per_step: float
+    single_tensor: bool | None
+
+
+def _from_trace(profile, min_launches: int) -> _TraceOptimizer | None:
     """The trace's Optimizer.step: class, launches per step, whether it is single-tensor."""
     ann = profile.annotations
     opt = ann[ann["name"].str.startswith("Optimizer.step#") & (ann["step"] >= 0)]
@@ -122,8 +131,8 @@ def _from_trace(profile, min_launches: int) -> dict | None:
     per_step = sum(per_range) / n_steps
     single = None if per_step == 0 else (not multi and per_step >= min_launches)
     fused = cls.startswith("Fused") or None
-    return {"class": cls.removeprefix("Fused") if not fused else cls, "fused": fused, "foreach": None,
-            "launches_per_step": per_step, "single_tensor": single}
+    return _TraceOptimizer(OptimizerSeen(cls=cls.removeprefix("Fused") if not fused else cls, fused=fused), per_step,
+                           single)
 
 
 def _optimizer_frac(profile) -> float | None:

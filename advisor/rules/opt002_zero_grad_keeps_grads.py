@@ -58,15 +58,15 @@ SNIPPET_LOOP = ("- for p in model.parameters():\n-     p.grad.zero_()\n"
 
 @rule(code="OPT002", name="zero-grad-keeps-grads")
 def check(profile, *, min_zeroed_tensors: int = 4, min_zero_frac: float = 0.01) -> Iterator[Finding]:
-    calls = profile.observed.get("zero_grad") or {}
-    kept = {who: c for who, c in calls.items() if c.get("kept")}
+    calls = profile.seen.zero_grad
+    kept = {who: c for who, c in calls.items() if c.kept}
     zeros = _trace_zeros(profile)
-    evidence = {"zero_grad_calls": sum(c.get("calls", 0) for c in calls.values()) or None,
-                "zero_grad_kept": sum(c.get("kept", 0) for c in kept.values()) or None}
+    evidence = {"zero_grad_calls": sum(c.calls for c in calls.values()) or None,
+                "zero_grad_kept": sum(c.kept for c in kept.values()) or None}
     if zeros:
         evidence.update({k: h.r3(v) for k, v in zeros.items() if k != "in_optimizer_zero_grad"})
     evidence = {k: v for k, v in evidence.items() if v is not None}
-    frac = zeros.get("zero_frac") if zeros else None
+    frac = zeros["zero_frac"] if zeros else None
     gain = h.r3(min(0.5, 2 * frac)) if frac is not None else None  # the memset, and reading it back in backward
     if kept or (not calls and zeros and zeros["in_optimizer_zero_grad"]):
         who = "optimizer.zero_grad" if "Optimizer" in kept or not kept else "model.zero_grad"

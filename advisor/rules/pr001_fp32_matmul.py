@@ -125,11 +125,11 @@ def check(profile, *, min_kernel_frac: float = 0.2, min_step_frac: float = 0.05,
         return
     conv_of_kernel = fp32["is_conv"].to_numpy()[pos[pos >= 0]]
     tf32_named = mine["name"].str.contains(_TF32_KERNEL).to_numpy()
-    env = profile.env
+    env = profile.environment
     if dev.tf32:
         # Convolutions use TF32 by default (cudnn.allow_tf32); matmuls only when asked.
-        conv_tf32 = env.get("cudnn_allow_tf32", None)
-        mm_tf32 = env.get("float32_matmul_precision") in ("high", "medium") or bool(env.get("cuda_matmul_allow_tf32"))
+        conv_tf32 = env.cudnn_allow_tf32
+        mm_tf32 = env.float32_matmul_precision in ("high", "medium") or bool(env.cuda_matmul_allow_tf32)
         on_tf32 = np.where(conv_of_kernel, conv_tf32 if conv_tf32 is not None else tf32_named, mm_tf32 | tf32_named)
         on_tf32 = on_tf32 | tf32_named
         tf32_frac = h.frac(mine["dur_us"].to_numpy()[on_tf32].sum(), fp32_us)

@@ -48,17 +48,17 @@ from .registry import Finding, Fix, rule
 @rule(code="STEP001", name="tiny-micro-batches")
 def check(profile, *, min_micro_batches: int = 4, max_micro_batch: int = 8) -> Iterator[Finding]:
     steps = h.timed_steps(profile)
-    loaders = profile.observed.get("dataloaders") or []
+    loaders = profile.seen.dataloaders
     if steps.empty or "samples" not in steps or not steps["samples"].notna().all() or not loaders:
         return
     samples = float(steps["samples"].median())
-    sizes = [l["batch_size"] for l in loaders if l.get("batch_size")]
+    sizes = [dl.batch_size for dl in loaders if dl.batch_size]
     fitting = [b for b in sizes if samples >= b and samples % b == 0]
     if not fitting:
         return
     micro = min(fitting)
     k = samples / micro
-    if k == 1 and profile.meta.get("step_source") in ("dataloader", "backward") and "optimizer_s" in steps:
+    if k == 1 and profile.step_source in ("dataloader", "backward") and "optimizer_s" in steps:
         # Boundaries came from batches: the optimizer stepped only every few of them.
         stepped = int((steps["optimizer_s"].fillna(0) > 0).sum())
         k = len(steps) / stepped if stepped else 1

@@ -12,6 +12,10 @@ the case loudly. Three kinds:
   Variant.patches the fix itself
 Variant.args are appended to the case's argv (the scripts' parsers let the last value win).
 
+A case whose source could not be fetched at a pinned commit is a script of our own under
+scripts/ (repo `local`, its "commit" a digest of the files): hf-trainer-clm, because the
+transformers repo is too big to mirror here and its run_clm.py needs `datasets`.
+
 Left out (no case): pytorch/examples regression/main.py (a 4-weight linear fit, ~0.1 ms a step,
 stops by itself after a few hundred; no timing); distributed/minGPT-ddp (exits without two
 GPUs, needs hydra); distributed/ddp-tutorial-series (GPU device 0, a Linear(20, 1));
@@ -24,10 +28,24 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 NANOGPT = ("karpathy/nanoGPT", "3adf61e154c3fe3fca428ad6bc3818b27a3b8291")
 MINGPT = ("karpathy/minGPT", "37baab71b9abea1b76ab957409a1cc2fbfba8a26")
 EXAMPLES = ("pytorch/examples", "77f55b912142e11fcfdf5b530231fb9c52f181e8")
+LIGHTNING = ("Lightning-AI/pytorch-lightning", "7f0c3436cd3f6ad3753125672024fc415cbcb414")
+
+LOCAL = "local"  # a script of our own under scripts/, not fetched
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def local(*paths: str) -> tuple[str, str]:
+    """(repo, commit) for scripts under scripts/: the commit is a digest of their text, so a change
+    to a script marks its cached by-hand results stale as a new commit would."""
+    h = hashlib.sha1()
+    for path in paths:
+        h.update(path.encode() + b"\0" + (SCRIPTS / path).read_bytes())
+    return LOCAL, h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -299,5 +317,56 @@ CASES: tuple[Case, ...] = (
         notes="REINFORCE on CartPole-v1 (gymnasium); one optimizer step an episode, timed per env step "
               "(episodes grow as it learns)"),
 )
+
+
+# ----------------------------------------------------------------------------- frameworks (issue 38)
+# Jobs that never write the loop: the fix is the framework's own setting, and advise must say it so.
+
+AUTOCAST = {"autocast": "bfloat16"}
+HF_TRAINER_TIMING = r"step (?P<step>\d+): loss (?P<loss>[^,\s]+), time (?P<ms>[\d.]+) ms"
+LIT = "examples/pytorch/basics/transformer.py"
+# Lightning's example prints a progress bar (a running it/s), no per-iteration time: a callback,
+# by-hand runs only, prints the wall time from one training batch's end to the next's (within an
+# epoch) and that batch's loss.
+LIT_TIMER = ("class _TruthTimer(L.Callback):\n"
+             "    def on_train_epoch_start(self, trainer, pl_module):\n"
+             "        self.t = None\n\n"
+             "    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):\n"
+             "        now = __import__('time').perf_counter()\n"
+             "        if self.t is not None:\n"
+             "            print('truth-step %d ms %.3f loss %.4f' % (batch_idx, (now - self.t) * 1e3, float(outputs['loss'])), flush=True)\n"
+             "        self.t = now\n\n\n"
+             "def main():\n")
+
+FRAMEWORK_CASES: tuple[Case, ...] = (
+    Case(
+        "hf-trainer-clm", *local("hf_clm.py"),
+        paths=("hf_clm.py",), cwd=".", script="hf_clm.py",
+        argv=("--train_file", "data/train.txt", "--output_dir", "out", "--max_steps", "2000",
+              "--per_device_train_batch_size", "8", "--logging_steps", "1", "--save_strategy", "no",
+              "--report_to", "none", "--use_cpu"),  # bf16 on a GPU-less machine wants use_cpu
+        timing=HF_TRAINER_TIMING, warmup=5, samples=25,
+        variants=(Variant("bf16", AUTOCAST, args=("--bf16",), numerics=True),),  # TrainingArguments(bf16=True)
+        prep=(Copy("wikitext-2-partial/valid.txt", "data/train.txt"),),
+        not_applicable={"compile": "not claimed here", "workers": "not claimed here"},
+        notes="scripts/hf_clm.py (ours: run_clm.py's shape without `datasets`): a 4x256 GPT-2 from its config, "
+              "word vocabulary capped at 8192, block 128, batch 8, the Trainer's defaults otherwise"),
+    Case(
+        "lightning-transformer", *LIGHTNING,
+        paths=(LIT,), cwd="examples/pytorch/basics", script="transformer.py", argv=(),
+        timing=r"truth-step (?P<step>\d+) ms (?P<ms>[\d.]+) loss (?P<loss>\S+)", warmup=5, samples=30,
+        # the Trainer's own precision setting, in the script's L.Trainer(...) call
+        variants=(patched("bf16", AUTOCAST, LIT, "gradient_clip_val=0.25,",
+                          'gradient_clip_val=0.25, precision="bf16-mixed",', numerics=True),),
+        # WikiText2() reads data/wikitext-2.txt and downloads it only when missing
+        prep=(Copy("wikitext-2-partial/valid.txt", "examples/pytorch/basics/data/wikitext-2.txt"),),
+        timing_patches=(Patch(LIT, "def main():\n", LIT_TIMER),
+                        Patch(LIT, "max_epochs=20)", "max_epochs=20, callbacks=[_TruthTimer()])")),
+        not_applicable={"compile": "not claimed here", "workers": "not claimed here"},
+        notes="examples/pytorch/basics/transformer.py: lightning.pytorch.demos Transformer (2+2 layers, 200) on "
+              "WikiText2 (valid.txt as the demo's train.txt), batch 20, SGD, gradient_clip_val=0.25"),
+)
+
+CASES = CASES + FRAMEWORK_CASES
 
 BY_NAME = {c.name: c for c in CASES}

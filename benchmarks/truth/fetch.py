@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cases import Case, Copy, Patch, Run
+from cases import LOCAL, SCRIPTS, Case, Copy, Patch, Run
 
 STUB_RUNNER = ("import runpy, sys, types\n"
                "for name in filter(None, sys.argv[1].split(',')):\n"
@@ -59,7 +59,15 @@ def git_dir(repo: str, commit: str, work: Path) -> Path:
 
 
 def fetch(repo: str, commit: str, paths: tuple[str, ...], dest: Path, work: Path) -> None:
-    """Write `paths` (files or folders) of `repo` at `commit` under `dest`, as they are in the repo."""
+    """Write `paths` (files or folders) of `repo` at `commit` under `dest`, as they are in the repo
+    (a `local` case: as they are under scripts/)."""
+    if repo == LOCAL:
+        for p in paths:
+            if not (SCRIPTS / p).is_file():
+                raise FetchError(f"no {SCRIPTS / p}")
+            (dest / p).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(SCRIPTS / p, dest / p)
+        return
     gd = git_dir(repo, commit, work)
     files = [f for f in _git(gd, "ls-tree", "-r", "--name-only", "-z", commit, "--", *paths).decode().split("\0") if f]
     missing = [p for p in paths if not any(f == p or f.startswith(p.rstrip("/") + "/") for f in files)]
