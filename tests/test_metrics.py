@@ -128,3 +128,18 @@ def test_another_process_on_the_gpu_during_the_window_is_contention():
     said = metrics.contention_warning(steps(), shared, 2)
     assert said.startswith("the machine looks contended") and "2 other processes ran on the script's GPU" in said
     assert metrics.contention_warning(steps(), ticks([10.5, 11.5], gpu_util_percent=[50, 60]), 2) is None  # not sampled
+
+
+def test_a_parts_share_of_the_steps_is_summed_so_a_bursty_loader_is_not_hidden():
+    """Four workers hand over their batches in bursts: three steps wait nothing, the fourth waits
+    150 ms. A median step says 0% waiting; the share of the steps' time says 75%, as the profiler's
+    plugin and torchtitan count it. A part that was not measured is None, not 0."""
+    from advisor.analysis import steptime
+
+    steps = pd.DataFrame({"duration_s": [0.015, 0.015, 0.015, 0.195] * 3,
+                          "data_wait_s": [0.0, 0.0, 0.0, 0.18] * 3, "optimizer_s": float("nan")})
+    assert steps["data_wait_s"].median() == 0.0
+    assert steptime.share(steps, "data_wait_s") == pytest.approx(0.75)
+    assert steptime.share(steps, "optimizer_s") is None and steptime.share(steps, "backward_s") is None
+    assert steptime.share(steps.iloc[:0], "data_wait_s") is None
+    assert metrics.breakdown(steps)["data_wait_frac"] == pytest.approx(0.75)

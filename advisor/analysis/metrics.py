@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from .steptime import stalled, timed_steps
+from .steptime import share, stalled, timed_steps
 
 # What the probe itself costs each step, on the training thread: the step clock's bookkeeping
 # (~10 µs on a 2-core CPU, `bookkeeping_us` in benchmarks/probe_overhead.py) plus the hooks'
@@ -100,10 +100,7 @@ def breakdown(steps: pd.DataFrame) -> dict:
     if total <= 0:
         return {"data_wait_frac": None, "optimizer_frac": None, "compute_frac": None}
 
-    def share(column: str) -> float:
-        return float(timed[column].fillna(0).sum()) / total if column in timed else 0.0
-
-    data, opt = share("data_wait_s"), share("optimizer_s")
+    data, opt = (share(timed, part) or 0.0 for part in ("data_wait_s", "optimizer_s"))
     return {"data_wait_frac": data, "optimizer_frac": opt, "compute_frac": max(0.0, 1.0 - data - opt)}
 
 

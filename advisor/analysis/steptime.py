@@ -11,6 +11,7 @@ Each figure over many steps is defined here, once, for the question it answers:
 - which of them stalled: :func:`stalled` (the machine, a checkpoint: left out of every rate);
 - a window's rate, work over time: :func:`throughput` (the report), :func:`per_step` (an
   experiment's speedup and its bootstrap interval);
+- where the steps' time went: :func:`share` (the wait on the loader, the optimizer's step);
 - a run's figure for the CI gate: its fast steps, :func:`fast` (a neighbour only slows steps);
 - the typical step, for sizing a window: :func:`median_step`.
 """
@@ -102,6 +103,19 @@ def fast(values: Iterable) -> float | None:
     (`duration_s`, `cpu_s`); None with fewer than MIN_FAST_STEPS of them."""
     kept = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
     return float(np.quantile(kept, FAST_QUANTILE)) if len(kept) >= MIN_FAST_STEPS else None
+
+
+def share(steps: pd.DataFrame, *parts: str) -> float | None:
+    """The share of the steps' time spent in `parts` (``data_wait_s``, ``optimizer_s``), summed over
+    the steps: a burst of long waits counts as much as the same wait spread out (a median misses a
+    loader whose workers hand over their batches in bursts). None where a part was not measured
+    (no column, or no value) or the steps took no time."""
+    if steps.empty or "duration_s" not in steps or any(p not in steps or not steps[p].notna().any() for p in parts):
+        return None
+    total = float(steps["duration_s"].sum())
+    if not total > 0 or not math.isfinite(total):
+        return None
+    return sum(float(steps[p].astype(float).fillna(0.0).clip(lower=0.0).sum()) for p in parts) / total
 
 
 def median_step(steps: pd.DataFrame) -> float | None:

@@ -150,14 +150,10 @@ def amdahl_bound(overrides: dict, baseline: list[pd.DataFrame]) -> tuple[float, 
     columns = vocabulary.parts(overrides or {})
     if not columns or not baseline:
         return None
-    steps = pd.concat(baseline, ignore_index=True)
-    if any(c not in steps for c in columns) or "duration_s" not in steps:
+    share = steptime.share(pd.concat(baseline, ignore_index=True), *columns)
+    if share is None:
         return None
-    total = float(steps["duration_s"].sum())
-    part = sum(float(steps[c].fillna(0.0).clip(lower=0.0).sum()) for c in columns)
-    if total <= 0:
-        return None
-    share = min(part / total, 0.999)
+    share = min(share, 0.999)
     words = " and ".join({"optimizer_s": "the optimizer's step", "data_wait_s": "the wait on the DataLoader"}.get(c, c)
                          for c in columns)
     return 1.0 / (1.0 - share), f"{words} ({share:.0%} of the baseline's time)"

@@ -55,7 +55,7 @@ def check(profile, *, min_optimizer_frac: float = 0.1, min_elements: int = 1_000
           min_sgd_tensors: int = 50) -> Iterator[Finding]:
     if profile.has_gpu:
         return
-    frac = _optimizer_frac(profile)
+    frac = h.optimizer_frac(profile)
     if frac is None or frac < min_optimizer_frac:
         return
     multi = _trace_multi_tensor(profile)
@@ -83,13 +83,6 @@ def check(profile, *, min_optimizer_frac: float = 0.1, min_elements: int = 1_000
             fix=Fix.safe(f"Build {cls} with {flag}=True", {"optimizer": {flag: True}}),
         )
         return  # the override applies to every optimizer: one finding
-
-
-def _optimizer_frac(profile) -> float | None:
-    steps = h.timed_steps(profile)
-    if steps.empty or "optimizer_s" not in steps or not steps["optimizer_s"].notna().any():
-        return None
-    return h.frac(steps["optimizer_s"].fillna(0).sum(), steps["duration_s"].sum())
 
 
 def _trace_multi_tensor(profile) -> bool:

@@ -58,7 +58,7 @@ def check(profile, *, max_data_wait_frac: float = 0.3) -> Iterator[Finding]:
     ranks = env.local_world_size or 1  # the node's ranks share its cores: each plans for its part
     physical, logical = max(1, physical // ranks), max(1, logical // ranks)
     workers = profile.seen.max_workers
-    wait = _data_wait_frac(profile)
+    wait = h.data_wait_frac(profile)
     if wait is None or wait > max_data_wait_frac:
         return
     target = max(1, physical - workers)
@@ -89,13 +89,6 @@ def check(profile, *, max_data_wait_frac: float = 0.3) -> Iterator[Finding]:
                      {"torch_threads": target}),
     )
 
-
-def _data_wait_frac(profile) -> float | None:
-    steps = h.timed_steps(profile)
-    if steps.empty:
-        return None
-    wait = steps["data_wait_s"].fillna(0).sum() if "data_wait_s" in steps else 0.0
-    return h.frac(wait, steps["duration_s"].sum())
 
 
 def _tree_busy(profile, logical: int) -> float | None:

@@ -30,11 +30,13 @@ def timed_steps(profile) -> pd.DataFrame:
 
 
 def data_wait_frac(profile) -> float | None:
-    """Share of the timed steps spent waiting for the DataLoader, or None without the column."""
-    steps = timed_steps(profile)
-    if steps.empty or "data_wait_s" not in steps:
-        return None
-    return frac(steps["data_wait_s"].fillna(0).sum(), steps["duration_s"].sum())
+    """Share of the timed steps spent waiting for the DataLoader (None: not measured)."""
+    return steptime.share(timed_steps(profile), "data_wait_s")
+
+
+def optimizer_frac(profile) -> float | None:
+    """Share of the timed steps spent in optimizer.step() (None: not measured)."""
+    return steptime.share(timed_steps(profile), "optimizer_s")
 
 
 def trace_steps(profile) -> pd.DataFrame:

@@ -57,7 +57,7 @@ def check(profile, *, min_launches_per_step: int = 50, min_optimizer_frac: float
         return
     observed = [o for o in profile.seen.optimizers if (o.device or "").startswith("cuda")]
     trace = _from_trace(profile, min_launches_per_step)
-    opt_frac = _optimizer_frac(profile)
+    opt_frac = h.optimizer_frac(profile)
     for opt in observed or ([trace.optimizer] if trace else []):
         cls = opt.cls
         if opt.fused or cls not in FOREACH:
@@ -134,9 +134,3 @@ def _from_trace(profile, min_launches: int) -> _TraceOptimizer | None:
     return _TraceOptimizer(OptimizerSeen(cls=cls.removeprefix("Fused") if not fused else cls, fused=fused), per_step,
                            single)
 
-
-def _optimizer_frac(profile) -> float | None:
-    steps = h.timed_steps(profile)
-    if steps.empty or "optimizer_s" not in steps or not steps["optimizer_s"].notna().any():
-        return None
-    return h.frac(steps["optimizer_s"].fillna(0).sum(), steps["duration_s"].sum())
