@@ -136,3 +136,13 @@ def test_the_parent_watches_rank_0_whichever_rank_the_script_started_first(tmp_p
     (lightning / "steps.rank1.jsonl").write_text('{"phase": "warmup"}\n')
     assert own.poll() is False and own.poll() is False and own.names.steps_jsonl == "steps.jsonl"
     assert own.spawned == [1]
+
+
+def test_one_list_of_step_columns_from_the_clock_to_the_report():
+    """The clock writes StepTimes; steps.csv keeps STEP_COLUMNS, made of them; the report's Step
+    shows a subset of those (and the loss, read after the window)."""
+    from advisor.report import Step
+    from advisor.run_dir.protocol import STEP_COLUMNS, StepTimes
+
+    assert set(StepTimes.__struct_fields__) <= set(STEP_COLUMNS)
+    assert set(Step.__struct_fields__) - {"loss"} <= set(STEP_COLUMNS)
