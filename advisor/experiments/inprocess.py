@@ -101,7 +101,7 @@ class ArmsSession:
             self.rounds = Rounds(self.out, self.safe_only, self.max_experiments, self.window_steps, self.io_like(profile),
                                  notes=self.notes)
             return self.rounds.start(findings, profile)
-        if self.rounds is None or self.rounds.kind is RoundKind.END or lines is None:
+        if self.rounds is None or not self.rounds.running or lines is None:
             return []
         return self.rounds.advance(RoundResult.read(lines, self.rounds.round))
 
@@ -170,5 +170,4 @@ class ArmsSession:
         """The child ended (`lines`: the judged rank's, all of them: ProbeRun.arms): judge a round it
         ended inside, on what it measured."""
         if self.rounds is not None:
-            running = self.rounds.kind not in (None, RoundKind.END)
-            self.rounds.end(RoundResult.read(lines, self.rounds.round) if lines is not None and running else None)
+            self.rounds.end(RoundResult.read(lines, self.rounds.round) if lines is not None and self.rounds.running else None)

@@ -132,11 +132,10 @@ class Rounds:
     recommended: Recommendation | None = None
     notes: list[str] = field(default_factory=list)
     round: int = -1
-    kind: RoundKind | None = None  # the current round's
     results: dict[int, RoundResult] = field(default_factory=dict)  # round -> what the child measured in it
     by_samples: bool = False
     arms: dict[str, Arm] = field(default_factory=dict)  # arm id -> what it measures
-    _kinds: dict[int, RoundKind] = field(default_factory=dict)
+    _kinds: dict[int, RoundKind] = field(default_factory=dict)  # round -> what it measures
     _sizing: WindowSizing | None = None
     _winners: list[tuple[Candidate, Experiment]] = field(default_factory=list)
     _fit_budget: int | None = None  # the run was over this budget: the fastest fix that fits joined the winners
@@ -161,7 +160,7 @@ class Rounds:
     def end(self, result: RoundResult | None) -> None:
         """The run ended inside the current round (`result`: what it measured of it): judge it on
         that, and say of every fix still unjudged why."""
-        if self.kind not in (None, RoundKind.END) and self.round not in self.results and result is not None:
+        if self.running and self.round not in self.results and result is not None:
             self.results[self.round] = result
             self._judge_round(final=True)
             for arm in self._promoted:  # promoted, but the run ended before they were measured in full
@@ -181,13 +180,22 @@ class Rounds:
             if finding.experiment is None and candidate not in self.fresh:
                 finding.experiment = Experiment.not_measured("the run ended before this fix was measured")
 
+    @property
+    def kind(self) -> RoundKind | None:
+        """The current round's kind (None before :meth:`start`)."""
+        return self._kinds.get(self.round)
+
+    @property
+    def running(self) -> bool:
+        """A round with windows is planned or being measured."""
+        return self.kind not in (None, RoundKind.END)
+
     def label(self, arm: str) -> str:
         return self.arms[arm].point.label if arm in self.arms else arm
 
     def _enter(self, kind: RoundKind, windows: list[Window]) -> list[Window]:
         self.round += 1
-        self.kind = kind if windows else RoundKind.END
-        self._kinds[self.round] = self.kind
+        self._kinds[self.round] = kind if windows else RoundKind.END
         return windows
 
     def _next(self) -> tuple[RoundKind, list[Window]]:

@@ -288,7 +288,8 @@ def oversubscription(profile, min_cpu_busy_frac: float = 0.85) -> Oversubscripti
 
     CPU training: intra-op threads + DataLoader workers; GPU training: workers + the main process.
     """
-    cores, threads = profile.environment.cpu_count, profile.environment.torch_threads
+    env = profile.environment
+    cores, threads = env.cpu_count, env.torch_threads
     workers = profile.seen.max_workers
     if not cores or not threads or workers == 0:
         return None

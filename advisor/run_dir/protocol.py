@@ -106,8 +106,6 @@ Line = Union[StepLine, ArmStepLine, WindowDone, PlanDone]  # a line of steps{r}.
 # steps.csv's timing columns: a measured StepLine's, as Profile.steps and report.Step read them
 STEP_COLUMNS = ("index", *StepTimes.__struct_fields__, "profiled", "source")
 
-WINDOW_PHASES = (Phase.STARTUP, Phase.WARMUP, Phase.PROFILER_WARMUP, Phase.MEASURE)  # the profiled run's own steps
-
 
 class ArmLine(msgspec.Struct, kw_only=True):
     """arms{r}.jsonl: one line per arm window, what really took effect (the child's Arms writes it)."""
