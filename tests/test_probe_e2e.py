@@ -337,7 +337,7 @@ def test_a_stalled_step_is_named_and_left_out_of_the_throughput(advise):
     assert r.returncode == 0, r.stderr
     rep = r.report
     durations = [s["duration_s"] for s in rep["steps"] if not s["profiled"]]
-    assert max(durations) > 0.5 and rep["throughput"]["stalled_steps"] == 1
+    assert max(durations) > 0.9 and rep["throughput"]["stalled_steps"] == 1, durations
     kept = sorted(durations)[:-1]  # the stall left out: the rate over the other 13 steps, exactly
     assert rep["throughput"]["samples_per_s"] == pytest.approx(32 * len(kept) / sum(kept), rel=1e-9)
     assert rep["throughput"]["samples_per_s"] > 2 * 32 * len(durations) / sum(durations)  # with it: < 1/4 of that
