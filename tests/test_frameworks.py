@@ -122,3 +122,22 @@ def test_the_recommendation_reads_in_the_trainers_words(advise):
     assert [s["snippet"] for s in rec["snippets"]] == ["- args = TrainingArguments(...)\n"
                                                        "+ args = TrainingArguments(..., bf16=True)"]
     assert "+ args = TrainingArguments(..., bf16=True)" in r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+def test_a_lightning_jobs_bf16_arm_is_the_trainers_own_precision(advise):
+    """The arm measures what the user will type: Lightning's precision plugin switched to "bf16-mixed"
+    between steps (autocast around the whole training_step, cast cache off), not an autocast wrapper
+    at the model's call (on Lightning's basics/transformer.py that form read 1.94x where the user's
+    precision="bf16-mixed" gave 1.50x), and back to "32-true" after."""
+    r = advise("profile", "--steps", "8", "--warmup", "3", "--profile-steps", "2", "--select", "PR001", "--out", "run",
+               str(FRAMEWORKS / "lit_module.py"), "--say-precision", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    pr001 = _pr001(r.report)
+    assert pr001["experiment"] is not None and pr001["experiment"]["overrides"] == {"autocast": "bfloat16"}
+    said = [line.split()[1] for line in (r.out / "script.log").read_text().splitlines() if line.startswith("precision ")]
+    switched = [i for i, p in enumerate(said) if p == "bf16-mixed"]
+    assert switched and said[0] == "32-true" and said[switched[-1] + 1:] and set(said[switched[-1] + 1:]) == {"32-true"}, said
+    rec = r.report["recommended"]
+    assert rec is not None and rec["snippets"][0]["snippet"].endswith('L.Trainer(..., precision="bf16-mixed")'), rec

@@ -27,8 +27,9 @@ _FRAMEWORK_DIRS = (f"{os.sep}transformers{os.sep}", f"{os.sep}lightning{os.sep}"
                    f"{os.sep}advisor{os.sep}", f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 
-def detect(frame=None) -> dict | None:
-    """``{"name", "settings", "configured_at"}`` of the framework around this optimizer step, or None
+def detect(frame=None) -> tuple[dict, Any] | None:
+    """``{"name", "settings", "configured_at"}`` of the framework around this optimizer step, and the
+    live object whose precision an autocast arm switches (a Lightning Trainer; else None), or None
     for a loop of the user's own."""
     frames = []
     f = frame or sys._getframe(1)
@@ -38,8 +39,9 @@ def detect(frame=None) -> dict | None:
     found = _hf(frames) or _lightning(frames) or _fabric(frames) or _accelerate(frames)
     if found is None:
         return None
-    name, settings = found
-    return {"name": name, "settings": settings, "configured_at": configured_at(frames, CONFIG_CALL[name])}
+    name, settings, *owner = found
+    info = {"name": name, "settings": settings, "configured_at": configured_at(frames, CONFIG_CALL[name])}
+    return info, (owner[0] if owner else None)
 
 
 def _self_of(frames, path_part: str, type_name: str) -> Any:
@@ -60,7 +62,7 @@ def _hf(frames) -> tuple[str, dict] | None:
     return HF_TRAINER, settings
 
 
-def _lightning(frames) -> tuple[str, dict] | None:
+def _lightning(frames) -> tuple[str, dict, Any] | None:
     for part in (f"{os.sep}lightning{os.sep}pytorch{os.sep}", f"{os.sep}pytorch_lightning{os.sep}"):
         for f in frames:
             if part not in f.f_code.co_filename.replace("/", os.sep):
@@ -70,7 +72,7 @@ def _lightning(frames) -> tuple[str, dict] | None:
                     precision = getattr(getattr(obj, "strategy", None), "precision_plugin", None)
                     return LIGHTNING, {"precision": _plain(getattr(obj, "precision", None)
                                                            or getattr(precision, "precision", None)),
-                                       "accumulate_grad_batches": _plain(obj.accumulate_grad_batches)}
+                                       "accumulate_grad_batches": _plain(obj.accumulate_grad_batches)}, obj
     return None
 
 

@@ -42,6 +42,8 @@ class Observed:
         self.zero_grad: dict[str, dict] = {}
         self.live_optimizers: weakref.WeakSet = weakref.WeakSet()  # for the memory breakdown (optimizer state)
         self.framework: dict | None = None  # the framework that steps (advisor.probe.framework.detect)
+        # told the Trainer whose precision an autocast arm switches, once it is found (trainer_precision)
+        self.on_trainer: list = []
 
     def to_dict(self) -> dict:
         return {
@@ -274,9 +276,12 @@ def install(clock: StepClock, observed: Observed) -> None:
         if id(opt) not in observed.optimizers:
             if not observed.optimizers:  # the first optimizer step: who runs the loop (once)
                 try:
-                    observed.framework = framework.detect()
+                    observed.framework, trainer = framework.detect() or (None, None)
                 except Exception:  # noqa: BLE001 - plain PyTorch words then
-                    observed.framework = None
+                    observed.framework, trainer = None, None
+                if trainer is not None:
+                    for tell in observed.on_trainer:
+                        tell(trainer)
             observed.optimizers[id(opt)] = _describe_optimizer(opt)
             device = observed.optimizers[id(opt)]["device"]
             observed.device = observed.device or (device and torch.device(device).type)

@@ -37,6 +37,7 @@ from advisor.overrides import VOCABULARY, live_loader_refusal, unmirrorable, val
 from .hooks import loader_kind
 from .memory import CheckpointSwitch
 from .module_call import AUTOCAST_DTYPES, ModuleCallSwitch
+from .trainer_precision import PRECISION, TrainerPrecision
 
 
 class NotSwitchable(Exception):
@@ -238,14 +239,41 @@ class ZeroGradSwitch:
 
 class ModuleSwitch(ModuleCallSwitch):
     """:class:`ModuleCallSwitch`, with float16's GradScaler: only from the start, where it can wrap
-    the script's own backward and step."""
+    the script's own backward and step. In a Lightning job autocast is the Trainer's own precision
+    plugin instead (:mod:`advisor.probe.trainer_precision`), once the first step has found it."""
+
+    def __init__(self, observed: Any = None) -> None:
+        super().__init__()
+        self.trainer: TrainerPrecision | None = None
+        if observed is not None:
+            observed.on_trainer.append(self._found)
+
+    def _found(self, trainer: Any) -> None:
+        self.trainer = TrainerPrecision(trainer)
+        if self.autocast is torch.bfloat16 and self._plugin(self.autocast, self.applied):
+            self.autocast = None  # a fresh run: the Trainer's form from here on (float16 keeps its scaler)
+
+    def _plugin(self, dtype: torch.dtype, applied: dict) -> bool:
+        if self.trainer is None or not self.trainer.on(dtype):
+            return False
+        applied["autocast"] = str(dtype).replace("torch.", "")
+        applied["autocast_precision"] = PRECISION[dtype]
+        return True
 
     def on(self, overrides: dict, applied: dict, *, live: bool = True) -> None:
-        if AUTOCAST_DTYPES.get(overrides.get("autocast") or "") is torch.float16:
+        dtype = AUTOCAST_DTYPES.get(overrides.get("autocast") or "")
+        if dtype is not None and self._plugin(dtype, applied):
+            overrides = {k: v for k, v in overrides.items() if k != "autocast"}
+        elif dtype is torch.float16:
             if live:
                 raise NotSwitchable("float16 autocast needs a GradScaler: a fresh run")
             _install_grad_scaler(applied)
         super().on(overrides, applied)
+
+    def off(self) -> None:
+        if self.trainer is not None:
+            self.trainer.off()
+        super().off()
 
 
 class Checkpointing(CheckpointSwitch):
@@ -536,7 +564,7 @@ SWITCH_TYPES: dict[str, Callable[["Switches"], Any]] = {
     "backend": lambda run: BackendSwitch(),
     "optimizer": lambda run: OptimizerSwitch(),
     "zero_grad": lambda run: ZeroGradSwitch(),
-    "module": lambda run: ModuleSwitch(),
+    "module": lambda run: ModuleSwitch(run.observed),
     "checkpointing": lambda run: Checkpointing(run.module),
     "dataloader": lambda run: DataLoaderSwitch(run.observed),
 }
