@@ -261,6 +261,8 @@ def snippet(key: str, value, framework: dict | None = None) -> str:
     name = (framework or {}).get("name")
     form = FRAMEWORK_FORMS.get(name, {}).get(key) if name else None
     text = form(value, (framework or {}).get("settings") or {}) if form else None
+    if text and name == HF_TRAINER and (framework or {}).get("command_line"):
+        return _as_flags(text, os.path.basename(((framework or {}).get("configured_at") or {}).get("file") or "train.py"))
     if text:
         return text
     knob = VOCABULARY.get(key)
@@ -284,6 +286,34 @@ FRAMEWORK_NAMES = {HF_TRAINER: "the Hugging Face Trainer", LIGHTNING: "the Light
 
 def _args(*settings: str) -> str:
     return f"- args = TrainingArguments(...)\n+ args = TrainingArguments(..., {', '.join(settings)})"
+
+
+def _as_flags(change: str, script: str) -> str:
+    """A TrainingArguments change as the flags of a script whose ``HfArgumentParser`` builds them
+    (run_clm.py's way): ``bf16=True`` is ``--bf16``, ``optim="adamw_torch_fused"`` is
+    ``--optim adamw_torch_fused``."""
+    head, _, settings = change.rpartition("TrainingArguments(..., ")
+    flags = []
+    for setting in _split_settings(settings[:-1]):
+        key, _, value = setting.partition("=")
+        value = value.strip("'\"")
+        flags.append(f"--{key}" if value == "True" else f"--{key} {value}")
+    comment = "\n".join(line for line in head.splitlines() if line.startswith("  #"))
+    return (comment + "\n" if comment else "") + f"+ python {script} ... " + " ".join(flags)
+
+
+def _split_settings(text: str) -> list[str]:
+    """`a=1, b=f(x, y)` at its top-level commas."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    return [p for p in parts + [text[start:].strip()] if p]
 
 
 def _hf_loader(v: dict, _s: dict) -> str:

@@ -56,6 +56,13 @@ def test_each_framework_has_its_own_words_for_a_fix():
     assert vocabulary.snippet("batch_size_scale", 2, hf).endswith("per_device_train_batch_size=32)")
     assert vocabulary.snippet("batch_size_scale", 0.5, hf).endswith(
         "per_device_train_batch_size=8, gradient_accumulation_steps=2)")
+    flags = {**hf, "command_line": True, "configured_at": {"file": "/x/run_clm.py", "line": 3}}
+    assert vocabulary.snippet("autocast", "bfloat16", flags) == "+ python run_clm.py ... --bf16"
+    assert vocabulary.snippet("dataloader", {"num_workers": 4, "persistent_workers": True}, flags) == (
+        "+ python run_clm.py ... --dataloader_num_workers 4 --dataloader_persistent_workers")
+    assert vocabulary.snippet("optimizer", {"fused": True}, flags) == "+ python run_clm.py ... --optim adamw_torch_fused"
+    assert vocabulary.snippet("batch_size_scale", 0.5, flags) == (
+        "+ python run_clm.py ... --per_device_train_batch_size 8 --gradient_accumulation_steps 2")
     assert vocabulary.snippet("autocast", "bfloat16", lit).endswith('L.Trainer(..., precision="bf16-mixed")')
     assert "configure_optimizers" in vocabulary.snippet("optimizer", {"fused": True}, lit)
     assert vocabulary.snippet("batch_size_scale", 0.5, lit).endswith("accumulate_grad_batches=2)")
@@ -89,6 +96,26 @@ def test_a_hugging_face_trainer_job_is_told_bf16_true_in_its_training_arguments(
     report = _quick(tmp_path, script, "--bf16", out="run-bf16")
     assert report["observed"]["framework"]["settings"]["bf16"] is True
     assert "PR001" not in {f["code"] for f in report["findings"]}  # already on: never proposed
+
+
+@pytest.mark.slow
+@pytest.mark.timing  # alone: as above
+def test_training_arguments_built_from_flags_are_told_the_flag(tmp_path):
+    """run_clm.py's way: HfArgumentParser builds the TrainingArguments, so the fix is `--bf16` on the
+    command line, and the line named is the parser's."""
+    script = FRAMEWORKS / "hf_flags.py"
+    flags = ("--output_dir", str(tmp_path / "out"), "--max_steps", "400", "--per_device_train_batch_size", "16",
+             "--use_cpu", "--report_to", "none", "--save_strategy", "no", "--logging_strategy", "no", "--disable_tqdm", "True")
+    report = _quick(tmp_path, script, *flags)
+    fix = _pr001(report)["fix"]
+    assert fix["framework"]["command_line"] is True
+    assert fix["snippet"] == "+ python hf_flags.py ... --bf16", fix["snippet"]
+    line = _line_of(script, "HfArgumentParser((")
+    assert fix["framework"]["configured_at"]["line"] == line
+    assert f"on the script's command line (its HfArgumentParser, at hf_flags.py:{line})" in report["stdout"]
+
+    report = _quick(tmp_path, script, *flags, "--bf16", out="run-bf16")
+    assert "PR001" not in {f["code"] for f in report["findings"]}
 
 
 @pytest.mark.slow

@@ -28,7 +28,8 @@ _FRAMEWORK_DIRS = (f"{os.sep}transformers{os.sep}", f"{os.sep}lightning{os.sep}"
 
 
 def detect(frame=None) -> tuple[dict, Any] | None:
-    """``{"name", "settings", "configured_at"}`` of the framework around this optimizer step, and the
+    """``{"name", "settings", "configured_at"}`` (and ``"command_line": True`` where the script's
+    ``HfArgumentParser`` builds the TrainingArguments from its flags) of the framework around this optimizer step, and the
     live object whose precision an autocast arm switches (a Lightning Trainer; else None), or None
     for a loop of the user's own."""
     frames = []
@@ -41,6 +42,10 @@ def detect(frame=None) -> tuple[dict, Any] | None:
         return None
     name, settings, *owner = found
     info = {"name": name, "settings": settings, "configured_at": configured_at(frames, CONFIG_CALL[name])}
+    if name == HF_TRAINER and info["configured_at"] is None:  # run_clm.py's way: the flags are the arguments
+        parser = configured_at(frames, "HfArgumentParser")
+        if parser is not None:
+            info.update(configured_at=parser, command_line=True)
     return info, (owner[0] if owner else None)
 
 

@@ -374,16 +374,18 @@ def memory_effect(result) -> str:
 
 
 def fix_where(fix) -> str:
-    """Where a framework's fix goes: `where the Hugging Face Trainer is configured, at train.py:31`; ''
-    for a loop of the user's own."""
+    """Where a framework's fix goes: `where the Hugging Face Trainer is configured, at train.py:31`
+    (or on the command line, for TrainingArguments an HfArgumentParser builds); '' for a loop of the
+    user's own."""
     framework = getattr(fix, "framework", None) or {}
     at = framework.get("configured_at") or {}
     if not framework.get("name") or not in_config_call(framework["name"], getattr(fix, "overrides", None) or {}):
         return ""  # a change made elsewhere (configure_optimizers, the DataModule): its snippet says where
     name = FRAMEWORK_NAMES.get(framework["name"], framework["name"])
-    if not at.get("file"):
-        return f"where {name} is configured"
-    return f"where {name} is configured, at {os.path.basename(at['file'])}:{at.get('line')}"
+    where = f"{os.path.basename(at['file'])}:{at.get('line')}" if at.get("file") else ""
+    if framework.get("command_line"):
+        return f"on the script's command line (its HfArgumentParser, at {where})"
+    return f"where {name} is configured, at {where}" if where else f"where {name} is configured"
 
 
 def energy_effect(result) -> str:
