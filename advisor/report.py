@@ -1,9 +1,10 @@
 """report.json: the contract users and CI depend on.
 
 ``SCHEMA_VERSION`` changes only for a breaking change; within a version, fields are only
-ever added. Every renderer (terminal, HTML, markdown) reads this same report, typed
-(:class:`Report`, read from the dict by :meth:`Report.of`), so what a user sees and what CI
-compares are always the same numbers.
+ever added. :func:`build_report` builds the typed :class:`Report` (a key no block names fails the
+build), :func:`write_report` writes it with every key of its schema (null where there is no value),
+and every renderer (terminal, HTML, markdown) reads that same typed report (or one read back from a
+report.json by :meth:`Report.of`), so what a user sees and what CI compares are the same numbers.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
+FROM_TRACE: Any = object()  # build_report's hta_breakdown: computed from the profile's own trace
+
+
 def build_report(
     profile: Profile,
     *,
@@ -53,23 +57,22 @@ def build_report(
     findings: list[Finding] | None = None,
     recommended: Recommendation | None = None,
     warnings: list[str] | None = None,
-    artifacts: dict[str, str] | None = None,
-    extra: dict | None = None,
-) -> dict:
-    """Assemble the report dict from a Profile, the typed findings and how the run ended: the one
-place the result model becomes report.json."""
+    artifacts: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
+    wall_s: float | None = None,
+    total_wall_s: float | None = None,
+    experiments: dict | None = None,
+    ranks: list[dict] | None = None,
+    fingerprint: dict | None = None,
+    hta_breakdown: dict | None = FROM_TRACE,
+) -> "Report":
+    """The typed report of a Profile, the typed findings and how the run ended: the one place the
+    result model becomes report.json. A key no block names, or a value of the wrong type, fails
+    here (msgspec), not in a reader's hands."""
     from .analysis import metrics, mfu, steptime, temporal  # the analysis: 300 ms (pandas); report.py is read by every command, --version too
 
     assert status in STATUSES, status
     steps = profile.steps
-    step_rows = []
-    if not steps.empty:
-        for row in steps.to_dict("records"):
-            step = {k: row.get(k) for k in Step.__struct_fields__ if k in row}
-            step["index"] = int(step["index"])
-            if step.get("samples") is not None and step["samples"] == step["samples"]:
-                step["samples"] = int(step["samples"])
-            step_rows.append(step)
     report = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "advise", "version": __version__},
@@ -81,12 +84,12 @@ place the result model becomes report.json."""
         "started_at": started_at,
         "env": profile.env,
         "step_source": profile.meta.get("step_source"),
-        "steps": step_rows,
+        "steps": steptime.rows(steps, Step.__struct_fields__),
         "throughput": steptime.throughput(steps),
         "breakdown": metrics.breakdown(steps),
         "memory": metrics.memory(profile.memory, profile.samples),
         "mfu": mfu.model_flops_utilization(profile),
-        "hta_breakdown": temporal.hta_breakdown(profile.trace),
+        "hta_breakdown": temporal.hta_breakdown(profile.trace) if hta_breakdown is FROM_TRACE else hta_breakdown,
         "utilization": metrics.utilization(profile.samples, steps),
         "energy": metrics.energy(profile.samples, steptime.timed_steps(steps)[0]),
         "observed": profile.observed,
@@ -94,13 +97,47 @@ place the result model becomes report.json."""
         "recommended": recommended.to_dict() if recommended is not None else None,
         "warnings": list(warnings or []),
         "artifacts": dict(artifacts or {}),
+        "notes": list(notes or []),
+        "wall_s": wall_s,
+        "total_wall_s": total_wall_s,
+        "experiments": experiments,
+        "ranks": list(ranks or []),
     }
-    report.update(extra or {})
-    return metrics.clean(report)
+    if fingerprint is not None:
+        report["fingerprint"] = fingerprint
+    report = metrics.clean(report)
+    typed = msgspec.convert(report, Report, strict=False)
+    lost = _lost(report, msgspec.to_builtins(typed))
+    if lost:  # the published schema lets readers take unknown keys, so the writer must not make any
+        raise ValueError(f"report.json: {lost} is not a field of its block (advisor.report)")
+    return typed
 
 
-def write_report(report: dict, path: Path) -> None:
-    write_json_atomic(path, report)
+def _lost(given, kept, at: str = "report") -> str | None:
+    """The first key of `given` that the typed report dropped (a key no block names), or None."""
+    if isinstance(given, dict) and isinstance(kept, dict):
+        for key, value in given.items():
+            if key not in kept:
+                return f"{at}.{key}"
+            lost = _lost(value, kept[key], f"{at}.{key}")
+            if lost:
+                return lost
+    elif isinstance(given, list) and isinstance(kept, list):
+        for i, (value, typed) in enumerate(zip(given, kept)):
+            lost = _lost(value, typed, f"{at}[{i}]")
+            if lost:
+                return lost
+    return None
+
+
+def as_json(report: "Report | dict") -> dict:
+    """report.json's JSON value: every field of the typed report, nulls included (a reader finds
+    each key of its schema version), as written and as `--json` prints it."""
+    return report if isinstance(report, dict) else msgspec.to_builtins(report)
+
+
+def write_report(report: "Report | dict", path: Path) -> None:
+    write_json_atomic(path, as_json(report))
 
 
 class ReportError(ValueError):
@@ -138,7 +175,7 @@ def described(text: str, kind: Any = None) -> Any:
     return Annotated[kind, msgspec.Meta(description=text)]
 
 
-class Block(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Block(msgspec.Struct, kw_only=True):
     required: ClassVar[tuple[str, ...]] = ()  # the schema's required keys (a reader takes a report without them)
 
     @classmethod
@@ -337,8 +374,9 @@ class HtaBreakdown(Block):
 
 
 class Report(Block):
-    """report.json as the renderers read it (:class:`Report.of` reads it from the dict; the
-    schema's top level, :class:`advisor.schema.Report`, describes every field)."""
+    """report.json, typed: what :func:`build_report` returns and the renderers read
+    (:meth:`Report.of` reads one from a report.json's dict; the schema's top level,
+    :class:`advisor.schema.Report`, describes every field)."""
 
     schema_version: int = SCHEMA_VERSION
     tool: Tool = msgspec.field(default_factory=Tool)
@@ -368,6 +406,7 @@ class Report(Block):
     total_wall_s: Optional[float] = None
     experiments: Optional[Experiments] = None  # none: no experiments ran
     ranks: list[Rank] = []
+    fingerprint: Union[dict[str, Any], msgspec.UnsetType] = msgspec.UNSET  # advise profile's alone
 
     @property
     def ok(self) -> bool:

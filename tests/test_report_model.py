@@ -7,11 +7,13 @@ import json
 from pathlib import Path
 from typing import get_type_hints
 
+import pytest
 from rich.console import Console
 
 from advisor import schema
+from advisor.profile import Profile
 from advisor.report import (Breakdown, Experiments, HtaBreakdown, HtaRank, HtaStep, Memory, Mfu, Rank, Report, Step,
-                            Throughput, Tool)
+                            Throughput, Tool, as_json, build_report, now_iso)
 from advisor.reports import terminal
 from advisor.reports.page import build_page
 
@@ -22,7 +24,7 @@ def test_every_top_level_field_the_renderers_read_is_one_report_json_describes()
     """The blocks are described once (the typed ones, in advisor.report); the top level is listed
     twice, typed for the renderers and described for the schema: a field the renderers read that
     the schema does not describe (or a renamed one) fails here, not in a user's report."""
-    assert set(Report.__struct_fields__) <= set(get_type_hints(schema.Report))
+    assert set(Report.__struct_fields__) == set(get_type_hints(schema.Report))
 
 
 def test_the_schema_describes_each_typed_block_from_its_class():
@@ -62,3 +64,27 @@ def test_the_renderers_take_the_dict_or_the_typed_report_alike():
         outputs.append(con.file.getvalue())
     assert outputs[0] == outputs[1] and "advise ok" in outputs[0]
     assert build_page(data) == build_page(Report.of(data))
+
+
+def _built(**parts) -> Report:
+    profile = Profile.from_run_dir(GOLD_REPORT.parent)
+    return build_report(profile, status="ok", script="train.py", argv=[], started_at=now_iso(), **parts)
+
+
+def test_the_report_is_built_typed_and_written_with_every_key_of_its_schema():
+    """build_report returns the typed Report; report.json keeps each key its schema requires, null
+    where there is no value (a reader of schema version 1 finds `error`, `recommended`...)."""
+    report = _built(ranks=[{"rank": 0, "status": "done", "samples_per_s": 10.0}], wall_s=1.5)
+    assert isinstance(report, Report) and isinstance(report.ranks[0], Rank) and report.ranks[0].samples_per_s == 10.0
+    data = as_json(report)
+    assert data["error"] is None and data["recommended"] is None and data["wall_s"] == 1.5
+    assert "fingerprint" not in data  # advise analyze has none: left out, not null
+    assert data["steps"] and set(data["steps"][0]) == set(Step.__struct_fields__)
+    schema.checker(strict=True).validate(json.loads(json.dumps(data)))
+
+
+def test_a_key_no_block_names_fails_the_build_not_a_reader():
+    """The published schema lets readers take unknown keys, so a writer's typo would be dropped in
+    silence by the typed Report: the build refuses it instead."""
+    with pytest.raises(ValueError, match=r"report\.ranks\[0\]\.samples_per_sec is not a field"):
+        _built(ranks=[{"rank": 0, "samples_per_sec": 10.0}])

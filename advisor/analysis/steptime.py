@@ -13,7 +13,8 @@ Each figure over many steps is defined here, once, for the question it answers:
   experiment's speedup and its bootstrap interval);
 - where the steps' time went: :func:`share` (the wait on the loader, the optimizer's step);
 - a run's figure for the CI gate: its fast steps, :func:`fast` (a neighbour only slows steps);
-- the typical step, for sizing a window: :func:`median_step`.
+- the typical step, for sizing a window: :func:`median_step`;
+- the steps as report.json lists them: :func:`rows`.
 """
 
 from __future__ import annotations
@@ -123,3 +124,16 @@ def median_step(steps: pd.DataFrame) -> float | None:
     durations = steps["duration_s"].dropna() if "duration_s" in steps else pd.Series(dtype=float)
     median = float(durations.median()) if len(durations) else 0.0
     return median if median > 0 else None
+
+
+def rows(steps: pd.DataFrame, fields: Iterable[str]) -> list[dict]:
+    """Each step as report.json lists it: the `fields` the frame has, the index and the batch size
+    as integers (a frame column of floats where a batch is unknown)."""
+    fields = [f for f in fields if f in steps]
+    out = []
+    for row in steps[fields].to_dict("records") if not steps.empty else []:
+        row["index"] = int(row["index"])
+        if row.get("samples") is not None and row["samples"] == row["samples"]:
+            row["samples"] = int(row["samples"])
+        out.append(row)
+    return out

@@ -74,14 +74,13 @@ def analyze_traces(paths: list[Path], reads: ReadAhead, *, as_json: bool, out: P
                                      "cross-rank figures compare ranks of different jobs")
     script = str(files[0]) if len(files) == 1 else f"{len(files)} traces, ranks {', '.join(map(str, ranks))}"
     per_rank = primary.job.per_rank()
-    extra = {"ranks": [{"rank": int(row["rank"]), "trace": traces[rank],
-                        **{k: float(v) for k, v in row.items() if k != "rank"}}  # NaN: null (report.clean)
-                       for rank, row in zip(ranks, per_rank.to_dict("records"))]} if len(per_rank) == len(summaries) else {}
+    rows = [{"rank": int(row["rank"]), "trace": traces[rank],
+             **{k: float(v) for k, v in row.items() if k != "rank"}}  # NaN: null (report.clean)
+            for rank, row in zip(ranks, per_rank.to_dict("records"))] if len(per_rank) == len(summaries) else []
     hta = sorted((row for s in summaries for row in s.get("hta") or []), key=lambda r: r["rank"])
-    extra["hta_breakdown"] = {"basis": BASIS, "ranks": hta} if hta else None  # every rank, not the lowest's alone
     artifacts = {"trace": str(files[0].resolve()), "rank_traces": [str(f.resolve()) for f in files]}
-    return _analyze(primary, script, artifacts, as_json=as_json, out=out, rule_settings=rule_settings, extra=extra,
-                    quiet=quiet)
+    return _analyze(primary, script, artifacts, as_json=as_json, out=out, rule_settings=rule_settings, quiet=quiet,
+                    ranks=rows, hta_breakdown={"basis": BASIS, "ranks": hta} if hta else None)  # every rank's, not the lowest's alone
 
 
 def _read_ranks(files: list[Path], reads: ReadAhead) -> tuple[Profile, list[dict], dict[int, str]]:
@@ -144,7 +143,7 @@ def page_tables(profile: Profile) -> dict:
 
 
 def _analyze(profile: Profile, script: str, artifacts: dict, *, as_json: bool, out: Path | None, rule_settings=None,
-             extra: dict | None = None, quiet: bool = False) -> int:
+             quiet: bool = False, **job) -> int:
     """Rules over the Profile, report.json (with `out`), the renderings and (unless `quiet`) the summary."""
     warnings = profile.meta.get("notes", []) + (
         [] if len(profile.steps) else ["the trace has no ProfilerStep#N spans: per-step numbers are unavailable"])
@@ -152,7 +151,7 @@ def _analyze(profile: Profile, script: str, artifacts: dict, *, as_json: bool, o
     findings, rule_warnings = diagnose(profile, rule_settings)
     report = report_mod.build_report(
         profile, status="ok", script=script, argv=[], started_at=report_mod.now_iso(),
-        warnings=warnings + rule_warnings, findings=findings, artifacts=artifacts, extra=extra,
+        warnings=warnings + rule_warnings, findings=findings, artifacts=artifacts, **job,
     )
     if out is not None:
         try:

@@ -16,6 +16,7 @@ from advisor.reports import terminal
 from .cli_exit import DISK_ERRNOS
 from ..model import Finding, split_screened
 from ..profile import Profile
+from ..report import as_json as report_json
 
 
 def write_renderings(report: dict, out: Path | None, profile: Profile | None, con, summary: bool = True) -> Path | None:
@@ -53,9 +54,9 @@ def say_html(path: Path | None, con, as_json: bool) -> None:
         con.print(f"html: {path}", style="dim", highlight=False)
 
 
-def emit(report: dict, con, as_json: bool, run_dir: str | None) -> None:
+def emit(report, con, as_json: bool, run_dir: str | None) -> None:
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        click.echo(json.dumps(report_json(report), indent=2))
     else:
         terminal.print_summary(report, con, run_dir)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
+import msgspec
 
 from advisor.reports import terminal
 
@@ -287,28 +288,26 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         recommended=results.recommended if results else None,
         warnings=_warnings(run, config, profile) + profile.meta.get("notes", []) + rule_warnings + (results.notes if results else [])
         + (merged["warnings"] if merged else []) + _launcher_notes(link, experiments),
-        artifacts=_artifacts(out, run.files, profile),
-        extra={"fingerprint": fingerprint.collect(profile.env, script_args, load_start=load_start,
-                                                  with_gpu=profile.device == "cuda"),
-               "notes": run.notes, "wall_s": run.wall_s, "total_wall_s": time.monotonic() - started,
-               "experiments": results.summary() if results else None,
-               "ranks": merged["rows"] if merged else _ranks(run, profile),
-               **({"hta_breakdown": merged["hta"]} if merged and merged["hta"] else {})},
+        artifacts={**_artifacts(out, run.files, profile), "report_html": run.files.report_html},
+        fingerprint=fingerprint.collect(profile.env, script_args, load_start=load_start, with_gpu=profile.device == "cuda"),
+        notes=run.notes, wall_s=run.wall_s, total_wall_s=time.monotonic() - started,
+        experiments=results.summary() if results else None,
+        ranks=merged["rows"] if merged else _ranks(run, profile),
+        **({"hta_breakdown": merged["hta"]} if merged and merged["hta"] else {}),
     )
     if link is not None:
         link.channel.close()
-    report["artifacts"]["report_html"] = run.files.report_html
     html_path = outputs.write_renderings(report, out, profile, con)
-    if html_path is None:
-        del report["artifacts"]["report_html"]
+    if html_path is None:  # the page was not written: the report does not name it
+        report = msgspec.structs.replace(report, artifacts={k: v for k, v in report.artifacts.items() if k != "report_html"})
     report_mod.write_report(report, out / run.files.report_json)
     outputs.emit(report, con, as_json, str(out))
     outputs.say_html(html_path, con, as_json)
     if stop.signum and not signum:  # a signal while the report was written: the report says so too
         signum = stop.signum
         if status == "ok":
-            status = report["status"] = "interrupted"
-            report["error"] = f"interrupted ({describe(signum)}) while the report was written"
+            status = "interrupted"
+            report = msgspec.structs.replace(report, status=status, error=f"interrupted ({describe(signum)}) while the report was written")
             if html_path is not None:
                 outputs.write_renderings(report, out, profile, con, summary=False)
             report_mod.write_report(report, out / run.files.report_json)
@@ -319,7 +318,8 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
                    err=True)
         return report_mod.signal_exit(signum)
     if baseline_report is not None and status == "ok":
-        return ci_gate.compare_after_profile(baseline_report, baseline, report, str(out / run.files.report_json), out,
+        return ci_gate.compare_after_profile(baseline_report, baseline, report_mod.as_json(report),
+                                             str(out / run.files.report_json), out,
                                              max_regression=max_regression, as_json=as_json)
     return STATUS_EXIT[status]
 
