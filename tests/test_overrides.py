@@ -147,7 +147,7 @@ def test_a_new_knob_is_one_vocabulary_entry_and_one_switch(monkeypatch):
     run.off()
     fresh = switches.Switches()
     fresh.on({"toy": 1}, {}, live=False)
-    assert run.toy.calls == [("on", 2, True), ("off",)] and fresh.toy.calls == [("on", 1, False)]
+    assert run.by_name["toy"].calls == [("on", 2, True), ("off",)] and fresh.by_name["toy"].calls == [("on", 1, False)]
     with pytest.raises(vocabulary.OverrideError):
         fresh.on({"toy": 3}, {})  # the vocabulary's validator guards both modes
 

@@ -27,7 +27,7 @@ import os
 import time
 import weakref
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 import torch.utils.data.dataloader as dl
@@ -283,6 +283,9 @@ class Checkpointing(CheckpointSwitch):
     def __init__(self, module: ModuleSwitch) -> None:
         super().__init__(module.top)
         self.module = module
+
+    def install(self) -> None:
+        """Nothing to patch: it wraps the models the module switch sees."""
 
     def on(self, overrides: dict, applied: dict, *, live: bool = True) -> None:
         if not overrides.get("activation_checkpointing"):
@@ -558,9 +561,21 @@ class DataLoaderSwitch:
 
 # --- all of them --------------------------------------------------------------------------------------
 
+class Switch(Protocol):
+    """One group of knobs: installed once (before the hooks, which must wrap what it patches), its
+    keys switched on (``live``: at a step boundary of the running script; else before it starts,
+    a fresh run) and off. A key it cannot switch live raises :class:`NotSwitchable`."""
+
+    def install(self) -> None: ...
+
+    def on(self, overrides: dict, applied: dict, *, live: bool = True) -> None: ...
+
+    def off(self) -> None: ...
+
+
 # Each switch by the name the vocabulary's knobs give (Knob.switch), built from the run's switches
 # so far, and switched on in this order (off in reverse). A new kind of knob is one entry here.
-SWITCH_TYPES: dict[str, Callable[["Switches"], Any]] = {
+SWITCH_TYPES: dict[str, Callable[["Switches"], Switch]] = {
     "backend": lambda run: BackendSwitch(),
     "optimizer": lambda run: OptimizerSwitch(),
     "zero_grad": lambda run: ZeroGradSwitch(),
@@ -571,19 +586,27 @@ SWITCH_TYPES: dict[str, Callable[["Switches"], Any]] = {
 
 
 class Switches:
-    """The run's switches, one of each; ``on`` hands each key to the switch the vocabulary names."""
+    """The run's switches, one of each; ``on`` hands each key to the switch the vocabulary names.
+    The ones the arms reach into (the model's calls, the loaders, the optimizers) are typed
+    properties."""
 
     def __init__(self, observed: Any = None) -> None:
         self.observed = observed
-        self.by_name: dict[str, Any] = {}
+        self.by_name: dict[str, Switch] = {}
         for name, make in SWITCH_TYPES.items():
             self.by_name[name] = make(self)
 
-    def __getattr__(self, name: str) -> Any:  # switches.module, switches.dataloader, ...
-        try:
-            return self.__dict__["by_name"][name]
-        except KeyError:
-            raise AttributeError(name) from None
+    @property
+    def module(self) -> ModuleSwitch:
+        return self.by_name["module"]  # type: ignore[return-value]
+
+    @property
+    def dataloader(self) -> DataLoaderSwitch:
+        return self.by_name["dataloader"]  # type: ignore[return-value]
+
+    @property
+    def optimizer(self) -> OptimizerSwitch:
+        return self.by_name["optimizer"]  # type: ignore[return-value]
 
     @staticmethod
     def groups(overrides: dict) -> dict[str, dict]:
@@ -598,7 +621,7 @@ class Switches:
         DataLoader timing must wrap the substitute loaders."""
         needed = set(self.groups(overrides)) if overrides is not None else set(self.by_name)
         for name, switch in self.by_name.items():
-            if name in needed and hasattr(switch, "install"):
+            if name in needed:
                 switch.install()
 
     def on(self, overrides: dict, applied: dict, *, live: bool = True) -> dict[str, str]:
