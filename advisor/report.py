@@ -62,14 +62,7 @@ place the result model becomes report.json."""
 
     assert status in STATUSES, status
     steps = profile.steps
-    step_rows = []
-    if not steps.empty:
-        for row in steps.to_dict("records"):
-            step = {k: row.get(k) for k in Step.__struct_fields__ if k in row}
-            step["index"] = int(step["index"])
-            if step.get("samples") is not None and step["samples"] == step["samples"]:
-                step["samples"] = int(step["samples"])
-            step_rows.append(step)
+    step_rows = steptime.records(steps, Step.__struct_fields__) if not steps.empty else []
     report = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "advise", "version": __version__},
