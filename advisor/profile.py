@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .analysis import sources as source_sites
+from .analysis import sources as source_sites, steptime
 from .run_dir import layout
 from .run_dir.chatter import without_chatter
 from .run_dir.protocol import ChildAccount, read_account
@@ -184,18 +184,18 @@ class Profile:
         ts = trace.steps
         steps = pd.DataFrame(
             {
-                "index": ts["index"].astype(int),
-                "duration_s": ts["device_dur_us"] / 1e6,  # the step re-anchored to its last kernel's end
-                "host_s": ts["dur_us"] / 1e6,
-                "cpu_s": float("nan"),
-                "clock": "device" if len(trace.kernels) else "host",
-                "data_wait_s": ts["data_wait_us"] / 1e6,
-                "optimizer_s": (ts["optimizer_us"] - closure_us(trace, ts["index"])).clip(lower=0) / 1e6,
-                "backward_s": float("nan"),
-                "samples": float("nan"),
-                "profiled": True,
-                "loss": float("nan"),
-                "gpu_busy_s": ts["gpu_busy_us"] / 1e6,
+                steptime.INDEX: ts["index"].astype(int),
+                steptime.DURATION: ts["device_dur_us"] / 1e6,  # the step re-anchored to its last kernel's end
+                steptime.HOST: ts["dur_us"] / 1e6,
+                steptime.CPU: float("nan"),
+                steptime.CLOCK: "device" if len(trace.kernels) else "host",
+                steptime.DATA_WAIT: ts["data_wait_us"] / 1e6,
+                steptime.OPTIMIZER: (ts["optimizer_us"] - closure_us(trace, ts["index"])).clip(lower=0) / 1e6,
+                steptime.BACKWARD: float("nan"),
+                steptime.SAMPLES: float("nan"),
+                steptime.PROFILED: True,
+                steptime.LOSS: float("nan"),
+                "gpu_busy_s": ts["gpu_busy_us"] / 1e6,  # a trace's own: the GPU's busy time inside the step
             }
         )
         meta = {"source": "trace", "step_source": "ProfilerStep" if len(ts) else None, "trace": str(path),

@@ -10,6 +10,7 @@ import math
 
 import pandas as pd
 
+from . import steptime
 from .steptime import share, stalled, timed_steps
 
 # What the probe itself costs each step, on the training thread: the step clock's bookkeeping
@@ -61,7 +62,7 @@ def contention_warning(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: in
     """Say when the machine was not the script's alone: stalled steps (:func:`stalled`), and CPU
     used by processes outside the script's tree (system CPU less the tree's, sampled)."""
     timed, _ = timed_steps(steps)
-    dur = timed["duration_s"].astype(float) if not timed.empty else pd.Series(dtype=float)
+    dur = steptime.durations(timed)
     stalls = stalled(timed) if not timed.empty else pd.Series(dtype=bool)
     said = []
     if stalls.any():
@@ -96,11 +97,11 @@ def probe_cost_warning(tp: dict) -> str | None:
 def breakdown(steps: pd.DataFrame) -> dict:
     """Share of step time waiting for data, in the optimizer, and the rest (forward/backward)."""
     timed, _ = timed_steps(steps)
-    total = float(timed["duration_s"].sum()) if not timed.empty else 0.0
+    total = float(steptime.durations(timed).sum())
     if total <= 0:
         return {"data_wait_frac": None, "optimizer_frac": None, "compute_frac": None}
 
-    data, opt = (share(timed, part) or 0.0 for part in ("data_wait_s", "optimizer_s"))
+    data, opt = (share(timed, part) or 0.0 for part in (steptime.DATA_WAIT, steptime.OPTIMIZER))
     return {"data_wait_frac": data, "optimizer_frac": opt, "compute_frac": max(0.0, 1.0 - data - opt)}
 
 
@@ -110,9 +111,9 @@ def measured_window(steps: pd.DataFrame) -> tuple[float, float] | None:
     The sampler's clock is the same, so this is the span its ticks are judged over; None when
     the steps carry no times (a trace-only profile) or the times are not usable.
     """
-    if steps.empty or not {"t_start", "t_end"} <= set(steps):
+    if steps.empty or not steptime.has_spans(steps):
         return None
-    lo, hi = float(steps["t_start"].min()), float(steps["t_end"].max())
+    lo, hi = float(steptime.starts(steps).min()), float(steptime.ends(steps).max())
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) and hi >= lo else None
 
 
@@ -162,12 +163,12 @@ def energy(samples: pd.DataFrame, steps: pd.DataFrame) -> dict | None:
     from its own ticks, and the sums are divided by all their steps and samples."""
     if samples.empty or "gpu_power_w" not in samples or not samples["gpu_power_w"].notna().any():
         return None
-    if steps.empty or not {"t_start", "t_end"} <= set(steps):
+    if steps.empty or not steptime.has_spans(steps):
         return None
     powered = samples.dropna(subset=["gpu_power_w"])
     t, watts = powered["t"].to_numpy(float), powered["gpu_power_w"].to_numpy(float)
     joules, seconds = 0.0, 0.0
-    for start, end in _spans(steps):
+    for start, end in steptime.windows(steps):
         inside = (t >= start) & (t <= end)
         if inside.sum() < 1:
             continue
@@ -175,23 +176,10 @@ def energy(samples: pd.DataFrame, steps: pd.DataFrame) -> dict | None:
         seconds += end - start
     if seconds <= 0:
         return None
-    timed = steps.dropna(subset=["t_start", "t_end"])
-    n_samples = float(timed["samples"].sum()) if "samples" in timed and timed["samples"].notna().all() else None
+    timed = steptime.spanned(steps)
+    n_samples = float(steptime.batch_sizes(timed).sum()) if steptime.knows_batch(timed) else None
     return {"joules": joules, "seconds": seconds, "watts_mean": joules / seconds, "joules_per_step": joules / len(timed),
             "joules_per_sample": joules / n_samples if n_samples else None}
-
-
-def _spans(steps: pd.DataFrame) -> list[tuple[float, float]]:
-    """The contiguous runs of steps (a window) as (first start, last end): a gap longer than a
-    step between two steps starts a new window."""
-    rows = steps.dropna(subset=["t_start", "t_end"]).sort_values("t_start")
-    out: list[tuple[float, float]] = []
-    for a, b in zip(rows["t_start"].to_numpy(float), rows["t_end"].to_numpy(float)):
-        if out and a - out[-1][1] <= max(b - a, 1e-3):
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
 
 
 MEMORY_BASIS_WORDS = {

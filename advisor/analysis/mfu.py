@@ -24,6 +24,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from . import steptime
+
 # (name pattern, {dtype: dense peak TFLOP/s}, source). First match wins: specific before generic.
 PEAKS: list[tuple[str, dict[str, float], str]] = [
     (r"H100.*PCIe", {"fp64": 25.6, "fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0},
@@ -102,9 +104,9 @@ def model_flops_utilization(profile) -> dict | None:
     if not math.isfinite(total) or total <= 0:
         return None
     n_steps = len(trace_steps)
-    timed = profile.steps[~profile.steps["profiled"].astype(bool)] if "profiled" in profile.steps else profile.steps.iloc[0:0]
+    timed = profile.steps[steptime.unprofiled(profile.steps)]
     if n_steps and len(timed) and profile.meta.get("source") == "probe":
-        seconds = float(timed["duration_s"].median()) * n_steps
+        seconds = float(steptime.durations(timed).median()) * n_steps
         basis = (f"FLOPs of {n_steps} profiled steps (profiler counts, GEMM/conv shapes), over the median step "
                  f"time of {len(timed)} steps outside the profiler")
     elif n_steps:

@@ -33,12 +33,14 @@ import numpy as np
 import pandas as pd
 
 from ..intervals import coverage, merge, subtract
+from . import steptime
 from ..trace import name_mask as trace_name_mask
 
 _GPU_COLLECTIVE = re.compile(r"nccl|rccl", re.IGNORECASE)
 _CPU_COLLECTIVE = re.compile(r"^gloo:")
 _C10D = re.compile(r"^c10d::")
-COLUMNS = ("rank", "index", "duration_s", "comm_s", "exposed_comm_s", "compute_s", "busy_s", "flops")
+# a rank's step keeps the step frame's name for its time (steptime.durations reads both frames)
+COLUMNS = ("rank", "index", steptime.DURATION, "comm_s", "exposed_comm_s", "compute_s", "busy_s", "flops")
 
 
 def name_mask(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
@@ -104,7 +106,7 @@ class JobProfile:
             return table
         out = table.groupby("rank", sort=True).median(numeric_only=True).drop(columns="index").reset_index()
         samples = {r: _median_samples(p) for p, r in zip(self.profiles, self.ranks)}
-        out["samples"] = out["rank"].map(samples).astype(float)
+        out[steptime.SAMPLES] = out["rank"].map(samples).astype(float)
         return out
 
 
@@ -118,10 +120,8 @@ def rank_of(profile, fallback: int) -> int:
 
 
 def _median_samples(profile) -> float:
-    steps = profile.steps
-    if "samples" not in steps or not len(steps):
-        return float("nan")
-    return float(pd.to_numeric(steps["samples"], errors="coerce").median())
+    """The median batch of the rank's steps (NaN where unknown: a trace alone)."""
+    return float(steptime.batch_sizes(profile.steps).median())
 
 
 def _rank_steps(profile, rank: int) -> pd.DataFrame:
@@ -145,7 +145,7 @@ def _rank_steps(profile, rank: int) -> pd.DataFrame:
     return pd.DataFrame({
         "rank": rank,
         "index": index.to_numpy(),
-        "duration_s": duration,
+        steptime.DURATION: duration,
         "comm_s": coverage(cs, ce, lo, hi) / 1e6,
         "exposed_comm_s": exposed,
         "compute_s": coverage(ks, ke, lo, hi) / 1e6,

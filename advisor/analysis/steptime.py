@@ -5,6 +5,12 @@ A step is the span between two step boundaries (``docs/explanation/steps.md``). 
 :mod:`advisor.probe.timeline`), the host's on a CPU. Beside it every step keeps `host_s` (how long
 Python took to reach the boundary) and `cpu_s` (the training process's CPU time over the step).
 
+The steps are a frame, one row per step, its columns the protocol's (:data:`STEP_COLUMNS
+<advisor.run_dir.protocol.STEP_COLUMNS>`, an arm's loss beside them). This module is the one
+place that reads them by name: everything else asks the accessors below (:func:`durations`,
+:func:`data_wait`, :func:`batch_sizes`, :func:`profiled`, ...), which also say what a frame that
+lacks a column means (a trace alone has no batch sizes, a report.json row no loss).
+
 Each figure over many steps is defined here, once, for the question it answers:
 
 - which steps time a run: :func:`timed_steps` (outside the profiler window, which inflates them);
@@ -14,7 +20,7 @@ Each figure over many steps is defined here, once, for the question it answers:
 - where the steps' time went: :func:`share` (the wait on the loader, the optimizer's step);
 - a run's figure for the CI gate: its fast steps, :func:`fast` (a neighbour only slows steps);
 - the typical step, for sizing a window: :func:`median_step`;
-- the steps as report.json lists them: :func:`rows`.
+- the steps as report.json lists them: :func:`records`.
 """
 
 from __future__ import annotations
@@ -24,6 +30,25 @@ from typing import Iterable
 
 import numpy as np
 import pandas as pd
+
+from ..run_dir.protocol import STEP_COLUMNS, ArmStepLine
+
+
+def _columns(*names: str) -> tuple[str, ...]:
+    """`names`, each checked against the protocol that writes the steps: a field renamed there
+    fails here, at import, not as a KeyError (or a silently missing column) in a rule."""
+    known = {*STEP_COLUMNS, *ArmStepLine.__struct_fields__}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ImportError(f"not a step column of advisor.run_dir.protocol: {unknown}")
+    return names
+
+
+# The step frame's columns (advisor.run_dir.protocol.StepTimes, StepLine and ArmStepLine's fields).
+(INDEX, T_START, T_END, DURATION, HOST, CPU, CLOCK, DATA_WAIT, OPTIMIZER, BACKWARD, SAMPLES, PROFILED, SOURCE,
+ LOSS, LOSS_FINITE) = _columns(
+    "index", "t_start", "t_end", "duration_s", "host_s", "cpu_s", "clock", "data_wait_s", "optimizer_s",
+    "backward_s", "samples", "profiled", "source", "loss", "loss_finite")
 
 MIN_CLEAN_STEPS = 3  # fewer un-profiled steps than this: fall back to all measured steps
 # A run's figure for the gate is read from its fast steps: the 5th percentile of its measured
@@ -36,16 +61,171 @@ FAST_QUANTILE = 0.05
 MIN_FAST_STEPS = 4  # fewer than this: no fast-steps figure
 
 
+# --- a step's fields ----------------------------------------------------------------------------
+# Each accessor returns a Series on the frame's index, so a mask or a figure lines up with its
+# rows; a frame without the column reads as "unknown" in the way each says.
+
+def _floats(steps: pd.DataFrame, column: str, missing: float) -> pd.Series:
+    if column not in steps:
+        return pd.Series(missing, index=steps.index, dtype=float)
+    return steps[column].astype(float)
+
+
+def durations(steps: pd.DataFrame) -> pd.Series:
+    """Each step's time on its clock (`duration_s`), in seconds: NaN where the frame has none."""
+    return _floats(steps, DURATION, math.nan)
+
+
+def has_durations(steps: pd.DataFrame) -> bool:
+    """Whether the frame times its steps at all (a frame made from rows that carry no duration does not)."""
+    return DURATION in steps
+
+
+def data_wait(steps: pd.DataFrame) -> pd.Series:
+    """Each step's wait on the DataLoader (`data_wait_s`), 0 where not measured: a step is never
+    longer for a wait nobody saw, so subtracting it is safe."""
+    return _floats(steps, DATA_WAIT, 0.0).fillna(0.0)
+
+
+def has_data_wait(steps: pd.DataFrame) -> bool:
+    """Whether the steps timed their wait on the loader: without it, zero wait is no evidence of none."""
+    return DATA_WAIT in steps
+
+
+def optimizer_time(steps: pd.DataFrame) -> pd.Series:
+    """Each step's time in optimizer.step() (`optimizer_s`), 0 where not measured."""
+    return _floats(steps, OPTIMIZER, 0.0).fillna(0.0)
+
+
+def has_optimizer_time(steps: pd.DataFrame) -> bool:
+    """Whether the steps timed optimizer.step(): only then does a step with none say the optimizer skipped it."""
+    return OPTIMIZER in steps
+
+
+def batch_sizes(steps: pd.DataFrame) -> pd.Series:
+    """Each step's batch (`samples`) as a float: NaN where unknown (a trace alone, a loader whose
+    batch the probe could not count), as a CSV reads an integer column with a gap."""
+    if SAMPLES not in steps:
+        return pd.Series(math.nan, index=steps.index, dtype=float)
+    return pd.to_numeric(steps[SAMPLES], errors="coerce").astype(float)
+
+
+def knows_batch(steps: pd.DataFrame) -> bool:
+    """Whether every step's batch size is known (and there is a step): only then is a rate in
+    samples/s, a partial count would read as a slower run."""
+    return len(steps) > 0 and SAMPLES in steps and bool(steps[SAMPLES].notna().all())
+
+
+def profiled(steps: pd.DataFrame) -> pd.Series:
+    """Which steps ran under the profiler (a bool mask): False where the frame does not say."""
+    if PROFILED not in steps:
+        return pd.Series(False, index=steps.index, dtype=bool)
+    return steps[PROFILED].fillna(False).astype(bool)
+
+
+def unprofiled(steps: pd.DataFrame) -> pd.Series:
+    """Which steps are known to have run outside the profiler (a bool mask): none where the frame
+    does not say which ran under it (a clean step is a claim the frame must make), every step
+    that does not say it was profiled otherwise."""
+    if PROFILED not in steps:
+        return pd.Series(False, index=steps.index, dtype=bool)
+    return ~profiled(steps)
+
+
+def never_profiled(steps: pd.DataFrame) -> bool:
+    """Whether the steps say which ran under the profiler and none did: the rules then had no
+    trace to read, and their silence says nothing."""
+    return len(steps) > 0 and PROFILED in steps and not bool(steps[PROFILED].any())
+
+
+def has_spans(steps: pd.DataFrame) -> bool:
+    """Whether the steps carry their start and end on the probe's clock (a trace alone does not):
+    only then can the sampler's ticks be matched to them."""
+    return {T_START, T_END} <= set(steps)
+
+
+def spanned(steps: pd.DataFrame) -> pd.DataFrame:
+    """The steps that have both a start and an end."""
+    return steps.dropna(subset=[T_START, T_END])
+
+
+def starts(steps: pd.DataFrame) -> pd.Series:
+    """Each step's start (`t_start`) on the probe's monotonic clock, in seconds."""
+    return steps[T_START]
+
+
+def ends(steps: pd.DataFrame) -> pd.Series:
+    """Each step's end (`t_end`) on the probe's monotonic clock, in seconds."""
+    return steps[T_END]
+
+
+def windows(steps: pd.DataFrame) -> list[tuple[float, float]]:
+    """The contiguous runs of steps (a window) as (first start, last end): a gap longer than a
+    step between two steps starts a new window."""
+    rows = spanned(steps).sort_values(T_START)
+    out: list[tuple[float, float]] = []
+    for a, b in zip(starts(rows).to_numpy(float), ends(rows).to_numpy(float)):
+        if out and a - out[-1][1] <= max(b - a, 1e-3):
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def losses(steps: pd.DataFrame) -> pd.Series:
+    """Each step's loss as the probe read it (an arm's steps): NaN where not seen."""
+    return _floats(steps, LOSS, math.nan)
+
+
+def loss_finite(steps: pd.DataFrame) -> pd.Series:
+    """Whether each step's loss was finite, where the probe saw one (JSON has no NaN, so a NaN
+    loss reads as a missing one: this tells them apart); empty where the frame does not say."""
+    return steps[LOSS_FINITE].dropna() if LOSS_FINITE in steps else pd.Series(dtype=bool)
+
+
+def from_rows(rows: list[dict]) -> pd.DataFrame:
+    """The steps of report.json's `steps` rows that have a positive duration (a value that is not
+    a number counts as none); an empty frame where no row carries one."""
+    steps = pd.DataFrame(rows)
+    if DURATION not in steps:
+        return pd.DataFrame(columns=[DURATION])
+    steps = steps.assign(**{DURATION: pd.to_numeric(steps[DURATION], errors="coerce")})
+    return steps[durations(steps) > 0]
+
+
+def records(steps: pd.DataFrame, fields: Iterable[str]) -> list[dict]:
+    """The steps as report rows of those `fields` the frame has: the index and a known batch size
+    as ints (a CSV column with a gap reads back as floats)."""
+    fields = tuple(fields)
+    out = []
+    for row in steps.to_dict("records"):
+        step = {k: row.get(k) for k in fields if k in row}
+        step[INDEX] = int(step[INDEX])
+        if step.get(SAMPLES) is not None and step[SAMPLES] == step[SAMPLES]:
+            step[SAMPLES] = int(step[SAMPLES])
+        out.append(step)
+    return out
+
+
+# --- figures over many steps --------------------------------------------------------------------
+
+def mark_unprofiled(steps: pd.DataFrame) -> pd.DataFrame:
+    """The steps marked as run outside the profiler, so that a figure over them (:func:`throughput`)
+    reads every one: an arm window's (the profiler never runs there), steps already chosen to time
+    (:func:`timed_steps`'s)."""
+    return steps.assign(**{PROFILED: False})
+
+
 def timed_steps(steps: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The steps to time: those outside the profiler window when there are enough of them.
 
     The profiler inflates step time, so throughput comes from clean steps; the basis used is
     returned so the report can say which.
     """
-    if steps.empty or "duration_s" not in steps:
+    if steps.empty or not has_durations(steps):
         return steps, "none"
-    if "profiled" in steps:
-        clean = steps[~steps["profiled"].fillna(False).astype(bool)]
+    if PROFILED in steps:
+        clean = steps[unprofiled(steps)]
         if len(clean) >= MIN_CLEAN_STEPS:
             return clean, "unprofiled"
     return steps, "all"
@@ -58,22 +238,33 @@ def stalled(steps: pd.DataFrame) -> pd.Series:
     steps would otherwise set the throughput. A step slow from waiting on its loader is the
     loader's rhythm, and counts: with w workers the batches come in bursts, one step in w waits
     for the next burst (8 workers: leaving those out read 22x where 9x is true)."""
-    durations = steps["duration_s"].astype(float)
-    if len(durations) < 8:
-        return pd.Series(False, index=durations.index)
-    q1, q3, median = durations.quantile(0.25), durations.quantile(0.75), durations.median()
+    dur = durations(steps)
+    if len(dur) < 8:
+        return pd.Series(False, index=dur.index)
+    q1, q3, median = dur.quantile(0.25), dur.quantile(0.75), dur.median()
     fence = max(q3 + 3 * (q3 - q1), 2 * median)
-    busy = durations - steps["data_wait_s"].fillna(0.0).astype(float) if "data_wait_s" in steps else durations
-    return (durations > fence) & (busy > fence)
+    busy = dur - data_wait(steps)
+    return (dur > fence) & (busy > fence)
 
 
 def per_step(steps: pd.DataFrame, by_samples: bool) -> tuple[np.ndarray, np.ndarray]:
     """(seconds, work) per step, stalls left out (:func:`stalled`); work is the batch size for
     samples/s, else 1 for steps/s. A window's rate is the sum of the work over the sum of the time."""
     steps = steps[~stalled(steps)]
-    dur = steps["duration_s"].to_numpy(float)
-    work = steps["samples"].to_numpy(float) if by_samples else np.ones_like(dur)
+    dur = durations(steps).to_numpy(float)
+    work = batch_sizes(steps).to_numpy(float) if by_samples else np.ones_like(dur)
     return dur, work
+
+
+def seconds_per_sample(steps: pd.DataFrame) -> np.ndarray | None:
+    """Each step's time over its batch (seconds per sample), None unless the frame has batch sizes
+    and every one is a positive number: a run whose batch changed is then compared per sample."""
+    if SAMPLES not in steps:
+        return None
+    samples = batch_sizes(steps)
+    if samples.isna().any() or (samples <= 0).any():
+        return None
+    return (durations(steps) / samples).to_numpy()
 
 
 def throughput(steps: pd.DataFrame) -> dict:
@@ -82,13 +273,12 @@ def throughput(steps: pd.DataFrame) -> dict:
     if timed.empty:
         return {"samples_per_s": None, "steps_per_s": None, "step_time_median_s": None, "step_time_p90_s": None,
                 "step_time_mean_s": None, "n_steps": 0, "stalled_steps": 0, "basis": basis}
-    dur = timed["duration_s"].astype(float)
+    dur = durations(timed)
     kept = ~stalled(timed)
     total = float(dur[kept].sum())
-    samples = timed["samples"] if "samples" in timed else pd.Series(dtype=float)
-    known = samples.notna().all() and len(samples) == len(timed)
+    known = knows_batch(timed)
     return {
-        "samples_per_s": float(samples[kept].sum()) / total if known and total > 0 else None,
+        "samples_per_s": float(batch_sizes(timed)[kept].sum()) / total if known and total > 0 else None,
         "steps_per_s": int(kept.sum()) / total if total > 0 else None,
         "stalled_steps": int((~kept).sum()),
         "step_time_median_s": float(dur.median()),
@@ -107,13 +297,14 @@ def fast(values: Iterable) -> float | None:
 
 
 def share(steps: pd.DataFrame, *parts: str) -> float | None:
-    """The share of the steps' time spent in `parts` (``data_wait_s``, ``optimizer_s``), summed over
-    the steps: a burst of long waits counts as much as the same wait spread out (a median misses a
-    loader whose workers hand over their batches in bursts). None where a part was not measured
-    (no column, or no value) or the steps took no time."""
-    if steps.empty or "duration_s" not in steps or any(p not in steps or not steps[p].notna().any() for p in parts):
+    """The share of the steps' time spent in `parts` (columns: :data:`DATA_WAIT`, :data:`OPTIMIZER`,
+    as :func:`advisor.overrides.parts` names them), summed over the steps: a burst of long waits
+    counts as much as the same wait spread out (a median misses a loader whose workers hand over
+    their batches in bursts). None where a part was not measured (no column, or no value) or the
+    steps took no time."""
+    if steps.empty or not has_durations(steps) or any(p not in steps or not steps[p].notna().any() for p in parts):
         return None
-    total = float(steps["duration_s"].sum())
+    total = float(durations(steps).sum())
     if not total > 0 or not math.isfinite(total):
         return None
     return sum(float(steps[p].astype(float).fillna(0.0).clip(lower=0.0).sum()) for p in parts) / total
@@ -121,19 +312,7 @@ def share(steps: pd.DataFrame, *parts: str) -> float | None:
 
 def median_step(steps: pd.DataFrame) -> float | None:
     """The typical step's time (the median `duration_s`), None without a positive one."""
-    durations = steps["duration_s"].dropna() if "duration_s" in steps else pd.Series(dtype=float)
-    median = float(durations.median()) if len(durations) else 0.0
+    known = durations(steps).dropna()
+    median = float(known.median()) if len(known) else 0.0
     return median if median > 0 else None
 
-
-def rows(steps: pd.DataFrame, fields: Iterable[str]) -> list[dict]:
-    """Each step as report.json lists it: the `fields` the frame has, the index and the batch size
-    as integers (a frame column of floats where a batch is unknown)."""
-    fields = [f for f in fields if f in steps]
-    out = []
-    for row in steps[fields].to_dict("records") if not steps.empty else []:
-        row["index"] = int(row["index"])
-        if row.get("samples") is not None and row["samples"] == row["samples"]:
-            row["samples"] = int(row["samples"])
-        out.append(row)
-    return out

@@ -48,7 +48,7 @@ def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[
     if run.status == "ok" and measured < config.steps:
         out.append(f"the script finished after {measured} measured steps (asked for {config.steps}); numbers rest on fewer steps")
     steps = profile.steps if profile is not None else None
-    if run.status == "ok" and steps is not None and len(steps) and "profiled" in steps and not steps["profiled"].any():
+    if run.status == "ok" and steps is not None and steptime.never_profiled(steps):
         why = (f"--profile-steps {config.profile_steps}" if not config.profile_steps else
                f"the script ended after {measured} measured steps, before the last {config.profile_steps}")
         out.append(f"no step ran under the profiler ({why}): the rules had no trace to read, so their silence "

@@ -21,7 +21,7 @@ from typing import Callable
 
 import pandas as pd
 
-from ..analysis import metrics
+from ..analysis import metrics, steptime
 from ..model import Experiment, Finding, Verdict
 from ..run_dir.protocol import ArmStepLine, Plan, RankLines, Window, write_plan
 from .plan import BASELINE
@@ -126,7 +126,7 @@ class ArmsSession:
         confirmed, with the load."""
         if self.rounds is None:
             return
-        frames = [f for result in self.rounds.results.values() for f in result.steps.values() if "t_start" in f]
+        frames = [f for result in self.rounds.results.values() for f in result.steps.values() if steptime.has_spans(f)]
         if not frames or samples.empty or "t" not in samples:
             return
         window = metrics.window_samples(samples, pd.concat(frames))

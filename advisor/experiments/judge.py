@@ -81,14 +81,14 @@ class ExperimentResults:
 def by_samples(steps: pd.DataFrame) -> bool:
     """Whether every step's batch size is known: then speed is samples/s (a bigger batch is judged
     fairly), else steps/s."""
-    return bool(steps["samples"].notna().all()) if "samples" in steps and len(steps) else False
+    return steptime.knows_batch(steps)
 
 
 def loss_check(baseline: list[pd.DataFrame], candidate: pd.DataFrame) -> dict:
     """Finite and close: the candidate's mean loss within tolerance of the baseline's."""
-    b = pd.concat([f["loss"] for f in baseline if "loss" in f]).dropna().to_numpy(float) if baseline else np.array([])
-    c = candidate["loss"].dropna().to_numpy(float) if "loss" in candidate else np.array([])
-    flags = candidate["loss_finite"].dropna() if "loss_finite" in candidate else pd.Series(dtype=bool)
+    b = pd.concat([steptime.losses(f) for f in baseline]).dropna().to_numpy(float) if baseline else np.array([])
+    c = steptime.losses(candidate).dropna().to_numpy(float)
+    flags = steptime.loss_finite(candidate)
     if len(flags) and not flags.astype(bool).all():
         return {"checked": True, "finite": False, "passed": False, "rule": "the loss must stay finite"}
     if len(b) < 2 or len(c) < 2:
@@ -154,7 +154,7 @@ def amdahl_bound(overrides: dict, baseline: list[pd.DataFrame]) -> tuple[float, 
     if share is None:
         return None
     share = min(share, 0.999)
-    words = " and ".join({"optimizer_s": "the optimizer's step", "data_wait_s": "the wait on the DataLoader"}.get(c, c)
+    words = " and ".join({steptime.OPTIMIZER: "the optimizer's step", steptime.DATA_WAIT: "the wait on the DataLoader"}.get(c, c)
                          for c in columns)
     return 1.0 / (1.0 - share), f"{words} ({share:.0%} of the baseline's time)"
 

@@ -28,6 +28,7 @@ import msgspec
 import pandas as pd
 
 from .. import overrides as vocabulary
+from ..analysis import steptime
 from ..model import Experiment, Finding, Recommendation, Verdict
 from ..run_dir.protocol import ArmLine, RankLines, Window
 from . import judge
@@ -91,7 +92,7 @@ class RoundResult:
             if line.round == round_no and not line.warm:
                 steps.setdefault(line.window, []).append(line)
         windows = sorted((w for w in lines.arm_windows if w.round == round_no), key=lambda w: w.window)
-        frames = {k: pd.DataFrame([msgspec.structs.asdict(x) for x in rows]).assign(profiled=False)
+        frames = {k: steptime.mark_unprofiled(pd.DataFrame([msgspec.structs.asdict(x) for x in rows]))
                   for k, rows in steps.items()}
         return cls(windows, frames)
 
@@ -99,7 +100,7 @@ class RoundResult:
         line = self.windows[k]
         frame = self.steps.get(line.window, pd.DataFrame())
         status = "failed" if line.error or frame.empty else "ok"
-        wall = float(frame["duration_s"].sum()) if len(frame) else 0.0
+        wall = float(steptime.durations(frame).sum()) if len(frame) else 0.0
         return Measurement(line.arm, line.overrides, status, run_dir, frame, wall, line.error, line.applied,
                            line.peak_memory_bytes, line.memory_basis, line.oom)
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from . import compare, fingerprint, opdiff, sequential
 from ..analysis import metrics
-from ..analysis.steptime import FAST_QUANTILE, fast
+from ..analysis.steptime import CPU, DURATION, FAST_QUANTILE, PROFILED, fast
 from ..report import ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.05  # paired rounds resolve smaller changes than one pair of runs
@@ -159,19 +159,20 @@ def _command(options: ABOptions, run_dir: Path, script: str, args: list[str]) ->
 
 
 def _measured(report: dict, name: str) -> list:
-    return [s.get(name) for s in report.get("steps") or [] if not s.get("profiled")]
+    """Field `name` (a step column) of report.json's un-profiled step rows."""
+    return [s.get(name) for s in report.get("steps") or [] if not s.get(PROFILED)]
 
 
 def fast_step(report: dict) -> float | None:
     """The run's step time from its fast steps (:func:`steptime.fast` of its measured, un-profiled
     steps); the report's median step where it lists too few such steps."""
-    figure = fast(_measured(report, "duration_s"))
+    figure = fast(_measured(report, DURATION))
     return figure if figure is not None else (report.get("throughput") or {}).get("step_time_median_s")
 
 
 def cpu_step(report: dict) -> float | None:
     """The training process's CPU time per step at its fast steps (:func:`steptime.fast` of `cpu_s`)."""
-    return fast(_measured(report, "cpu_s"))
+    return fast(_measured(report, CPU))
 
 
 def cpu_bound(reports: list[dict], data: dict) -> tuple[bool, str]:

@@ -231,12 +231,7 @@ def _timed(report: dict) -> tuple[pd.DataFrame, str]:
     """The steps to compare: :func:`advisor.analysis.steptime.timed_steps` of those with a duration."""
     rows = report.get("steps")
     rows = [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
-    steps = pd.DataFrame(rows)
-    if "duration_s" not in steps:
-        return pd.DataFrame(columns=["duration_s"]), "none"
-    steps = steps.assign(duration_s=pd.to_numeric(steps["duration_s"], errors="coerce"))
-    steps = steps[steps["duration_s"] > 0]
-    return steptime.timed_steps(steps)
+    return steptime.timed_steps(steptime.from_rows(rows))
 
 
 def _norm_parts(script: str) -> tuple[str, ...]:
@@ -298,10 +293,10 @@ def compare(
         warnings.append(f"{nb} vs {nc} timed steps are too few for a significance test at p < {alpha:g}: "
                         "the gate uses the ratio alone (profile with --steps 20 or more)")
 
-    dur_b, dur_c = tb["duration_s"].astype(float).to_numpy(), tc["duration_s"].astype(float).to_numpy()
-    tp_b, tp_c = steptime.throughput(tb.assign(profiled=False)), steptime.throughput(tc.assign(profiled=False))
+    dur_b, dur_c = steptime.durations(tb).to_numpy(), steptime.durations(tc).to_numpy()
+    tp_b, tp_c = steptime.throughput(steptime.mark_unprofiled(tb)), steptime.throughput(steptime.mark_unprofiled(tc))
     unit = "samples/s"
-    per_b, per_c = _per_sample(tb), _per_sample(tc)
+    per_b, per_c = steptime.seconds_per_sample(tb), steptime.seconds_per_sample(tc)
     if per_b is None or per_c is None:
         unit, per_b, per_c = "steps/s", dur_b, dur_c
         tput_b, tput_c = tp_b["steps_per_s"], tp_c["steps_per_s"]
@@ -333,18 +328,8 @@ def compare(
     )
 
 
-def _per_sample(timed: pd.DataFrame) -> np.ndarray | None:
-    """Seconds per sample of each step, when every step knows its batch size."""
-    if "samples" not in timed:
-        return None
-    samples = pd.to_numeric(timed["samples"], errors="coerce")
-    if samples.isna().any() or (samples <= 0).any():
-        return None
-    return (timed["duration_s"].astype(float) / samples).to_numpy()
-
-
 def _batch(timed: pd.DataFrame):
-    values = sorted({int(s) for s in timed["samples"]})
+    values = sorted({int(s) for s in steptime.batch_sizes(timed)})
     return values[0] if len(values) == 1 else values
 
 

@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Protocol
 
 import pandas as pd
 
+from advisor.analysis import steptime
 from advisor.run_dir import layout
 from advisor.run_dir.atomic import open_nofollow, write_text_atomic
 from advisor.run_dir.interrupt import StopRequest, describe
@@ -596,11 +597,11 @@ def _lines(out: Path, files: layout.RunFiles) -> RankLines:
 
 
 def _write_steps_csv(path: Path, records: list[StepLine], losses: list) -> None:
-    columns = [*STEP_COLUMNS, "loss", "loss_finite"]
+    columns = [*STEP_COLUMNS, steptime.LOSS, steptime.LOSS_FINITE]
     frame = pd.DataFrame([[getattr(r, c) for c in STEP_COLUMNS] for r in records], columns=list(STEP_COLUMNS))
-    frame["loss"] = [losses[i] if i < len(losses) else None for i in range(len(frame))]
+    frame[steptime.LOSS] = [losses[i] if i < len(losses) else None for i in range(len(frame))]
     # A NaN loss and an unseen loss look alike in CSV; this column tells them apart.
-    frame["loss_finite"] = [None if v is None else bool(math.isfinite(v)) for v in frame["loss"].astype(object)]
+    frame[steptime.LOSS_FINITE] = [None if v is None else bool(math.isfinite(v)) for v in frame[steptime.LOSS].astype(object)]
     write_text_atomic(path, frame[columns].to_csv(index=False))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from advisor.analysis import steptime
 from advisor.reports import format as fmt
 from advisor.model import finite
 from advisor.report import Report
@@ -42,10 +43,10 @@ def sampler_columns(profile) -> dict[str, list[float]]:
 def step_spans(profile) -> list[tuple[float, float, bool]]:
     """The measured steps as (t_start, t_end, profiled), when the steps carry their times."""
     steps = profile.steps if profile is not None else None
-    if steps is None or not {"t_start", "t_end"} <= set(steps):
+    if steps is None or not steptime.has_spans(steps):
         return []
-    prof = steps["profiled"].astype(bool) if "profiled" in steps else pd.Series(False, index=steps.index)
-    return [(float(a), float(b), bool(p)) for a, b, p in zip(steps["t_start"], steps["t_end"], prof)]
+    return [(float(a), float(b), bool(p))
+            for a, b, p in zip(steptime.starts(steps), steptime.ends(steps), steptime.profiled(steps))]
 
 
 def timeline(columns: dict[str, list[float]], spans: list[tuple[float, float, bool]]) -> charts.Timeline | None:

@@ -53,6 +53,7 @@ from typing import Iterator
 import numpy as np
 
 from advisor import units
+from advisor.analysis import steptime
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
@@ -117,7 +118,6 @@ def _per_step(profile) -> list[np.ndarray]:
 def _clean_step_us(profile) -> float | None:
     """The fastest unprofiled step, less its DataLoader wait (microseconds)."""
     steps = h.timed_steps(profile)
-    if steps.empty or "profiled" not in steps or steps["profiled"].fillna(False).astype(bool).all():
+    if not steptime.unprofiled(steps).any():
         return None
-    wait = steps["data_wait_s"].fillna(0) if "data_wait_s" in steps else 0.0
-    return float((steps["duration_s"] - wait).min()) * 1e6
+    return float((steptime.durations(steps) - steptime.data_wait(steps)).min()) * 1e6

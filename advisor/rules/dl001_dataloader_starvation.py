@@ -69,7 +69,7 @@ from typing import Iterator
 import numpy as np
 
 from advisor import intervals
-from advisor.analysis import metrics
+from advisor.analysis import metrics, steptime
 from advisor.overrides import IO_WORKERS_PER_CORE, MAX_WORKERS, cores_per_rank, cores_said
 from advisor.run_dir.seen import LoaderSeen
 
@@ -80,10 +80,10 @@ from .registry import Finding, Fix, rule
 @rule(code="DL001", name="dataloader-starvation")
 def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> Iterator[Finding]:
     steps = h.timed_steps(profile)
-    if steps.empty or "data_wait_s" not in steps:
+    if steps.empty or not steptime.has_data_wait(steps):
         return
-    dur = steps["duration_s"].astype(float).to_numpy()
-    wait = np.clip(steps["data_wait_s"].astype(float).fillna(0).to_numpy(), 0, None)
+    dur = steptime.durations(steps).to_numpy()
+    wait = np.clip(steptime.data_wait(steps).to_numpy(), 0, None)
     wait = np.minimum(wait, dur)
     hidden = _gpu_busy_during_wait_frac(profile)
     exposed = wait * (1.0 - hidden)
@@ -191,9 +191,9 @@ def _main_loader(profile) -> LoaderSeen | None:
     loaders = profile.seen.dataloaders
     if not loaders:
         return None
-    steps = profile.steps
-    if "samples" in steps and steps["samples"].notna().any():
-        typical = float(steps["samples"].median())
+    sizes = steptime.batch_sizes(profile.steps)
+    if sizes.notna().any():
+        typical = float(sizes.median())
         for loader in loaders:
             if loader.batch_size and typical % loader.batch_size == 0:
                 return loader

@@ -24,19 +24,19 @@ from advisor.overrides import cores_per_rank
 def timed_steps(profile) -> pd.DataFrame:
     """Steps to judge per-step shares on: clean (unprofiled) probe steps, else all steps."""
     steps, _ = steptime.timed_steps(profile.steps)
-    if steps.empty or "duration_s" not in steps:
+    if steps.empty or not steptime.has_durations(steps):
         return steps
-    return steps[steps["duration_s"].astype(float) > 0]
+    return steps[steptime.durations(steps) > 0]
 
 
 def data_wait_frac(profile) -> float | None:
     """Share of the timed steps spent waiting for the DataLoader (None: not measured)."""
-    return steptime.share(timed_steps(profile), "data_wait_s")
+    return steptime.share(timed_steps(profile), steptime.DATA_WAIT)
 
 
 def optimizer_frac(profile) -> float | None:
     """Share of the timed steps spent in optimizer.step() (None: not measured)."""
-    return steptime.share(timed_steps(profile), "optimizer_s")
+    return steptime.share(timed_steps(profile), steptime.OPTIMIZER)
 
 
 def trace_steps(profile) -> pd.DataFrame:

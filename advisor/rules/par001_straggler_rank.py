@@ -57,6 +57,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from advisor.analysis import steptime
+
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
@@ -73,7 +75,7 @@ def check(profile, *, min_extra_frac: float = 0.1, min_extra_ms: float = 5.0, mi
         return  # no collective seen: nothing says the ranks wait for each other
     slow = ranks.loc[ranks["busy_s"].idxmax()]
     others = ranks[ranks["rank"] != slow["rank"]]
-    step_s = float(ranks["duration_s"].median())
+    step_s = float(steptime.durations(ranks).median())
     extra_s = float(slow["busy_s"] - others["busy_s"].median())
     waits = {int(r.rank): float(r.exposed_comm_s - slow["exposed_comm_s"]) for r in others.itertuples()}
     wait_s = sorted(waits.values())[len(waits) // 2]  # the median other rank's wait

@@ -56,6 +56,7 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
+from advisor.analysis import steptime
 from advisor.analysis.ranks import name_mask
 
 from . import helpers as h
@@ -71,8 +72,9 @@ def check(profile, *, min_exposed_frac: float = 0.1) -> Iterator[Finding]:
     ranks = job.per_rank()
     if ranks.empty or not ranks["comm_s"].gt(0).any():
         return
-    least = ranks.loc[ranks["exposed_comm_s"].idxmin()]
-    step_s = float(least["duration_s"])
+    fewest = ranks["exposed_comm_s"].idxmin()
+    least = ranks.loc[fewest]
+    step_s = float(steptime.durations(ranks).loc[fewest])
     exposed_s, comm_s = float(least["exposed_comm_s"]), float(least["comm_s"])
     exposed_frac = h.frac(exposed_s, step_s)
     if exposed_frac < min_exposed_frac:

@@ -45,6 +45,8 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
+from advisor.analysis import steptime
+
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
@@ -57,7 +59,7 @@ def check(profile, *, min_imbalance: float = 0.1) -> Iterator[Finding]:
     ranks = job.per_rank()
     if len(ranks) < 2:
         return
-    measures = [(col, unit) for col, unit in (("samples", "samples"), ("flops", "FLOPs")) if _known(ranks[col])]
+    measures = [(col, unit) for col, unit in ((steptime.SAMPLES, "samples"), ("flops", "FLOPs")) if _known(ranks[col])]
     for column, unit in measures:
         heavy = ranks.loc[ranks[column].idxmax()]
         light = ranks.loc[ranks[column].idxmin()]
@@ -66,7 +68,7 @@ def check(profile, *, min_imbalance: float = 0.1) -> Iterator[Finding]:
             continue
         hr, lr = int(heavy["rank"]), int(light["rank"])
         extra_ms = (heavy["busy_s"] - light["busy_s"]) * 1e3
-        step_s = float(ranks["duration_s"].median())
+        step_s = float(steptime.durations(ranks).median())
         yield Finding(
             title=f"Rank {hr} gets {excess:.0%} more work per step than rank {lr} ({unit} per step)",
             summary=(f"Per step rank {hr} gets {_num(heavy[column])} {unit}, rank {lr} {_num(light[column])}; "

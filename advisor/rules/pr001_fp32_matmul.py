@@ -64,6 +64,8 @@ from typing import Iterator
 
 import numpy as np
 
+from advisor.analysis import steptime
+
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
@@ -204,6 +206,6 @@ def _finding(evidence: dict, share: float, of_what: str, dev: h.Device, *, tf32_
 def _clean_step_us(profile) -> float | None:
     """The median step outside the profiler, in microseconds (None when every step was profiled)."""
     steps = h.timed_steps(profile)
-    if steps.empty or "profiled" not in steps or steps["profiled"].fillna(False).astype(bool).all():
+    if not steptime.unprofiled(steps).any():
         return None
-    return float(steps["duration_s"].median()) * 1e6
+    return float(steptime.durations(steps).median()) * 1e6

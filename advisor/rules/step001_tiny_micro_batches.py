@@ -41,6 +41,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from advisor.analysis import steptime
+
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
@@ -49,23 +51,23 @@ from .registry import Finding, Fix, rule
 def check(profile, *, min_micro_batches: int = 4, max_micro_batch: int = 8) -> Iterator[Finding]:
     steps = h.timed_steps(profile)
     loaders = profile.seen.dataloaders
-    if steps.empty or "samples" not in steps or not steps["samples"].notna().all() or not loaders:
+    if not steptime.knows_batch(steps) or not loaders:
         return
-    samples = float(steps["samples"].median())
+    samples = float(steptime.batch_sizes(steps).median())
     sizes = [dl.batch_size for dl in loaders if dl.batch_size]
     fitting = [b for b in sizes if samples >= b and samples % b == 0]
     if not fitting:
         return
     micro = min(fitting)
     k = samples / micro
-    if k == 1 and profile.step_source in ("dataloader", "backward") and "optimizer_s" in steps:
+    if k == 1 and profile.step_source in ("dataloader", "backward") and steptime.has_optimizer_time(steps):
         # Boundaries came from batches: the optimizer stepped only every few of them.
-        stepped = int((steps["optimizer_s"].fillna(0) > 0).sum())
+        stepped = int((steptime.optimizer_time(steps) > 0).sum())
         k = len(steps) / stepped if stepped else 1
         samples = micro * k
     if k < min_micro_batches or micro > max_micro_batch:
         return
-    step_s = float(steps["duration_s"].median())
+    step_s = float(steptime.durations(steps).median())
     scale = 2
     while scale * 2 <= k and micro * scale * 2 <= 32:
         scale *= 2
