@@ -75,6 +75,11 @@ def test_the_accessors_on_a_frame_the_probe_wrote(steps):
     assert steptime.loss_finite(steps).astype(bool).tolist() == [True, True, False, True, True]  # NaN, told from unseen
 
 
+def test_a_loss_never_seen_is_not_written_as_a_non_finite_one(tmp_path):
+    steps = _csv(tmp_path, [_line(i, duration=0.1) for i in range(3)], losses=[2.0, NAN])  # step 2's loss unseen
+    assert steptime.loss_finite(steps).astype(bool).tolist() == [True, False]  # nothing said of step 2
+
+
 def test_the_figures_read_through_the_accessors(steps):
     timed, basis = steptime.timed_steps(steps)
     assert basis == "unprofiled" and timed[steptime.INDEX].tolist() == [0, 1, 2]

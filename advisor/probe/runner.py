@@ -599,9 +599,11 @@ def _lines(out: Path, files: layout.RunFiles) -> RankLines:
 def _write_steps_csv(path: Path, records: list[StepLine], losses: list) -> None:
     columns = [*STEP_COLUMNS, steptime.LOSS, steptime.LOSS_FINITE]
     frame = pd.DataFrame([[getattr(r, c) for c in STEP_COLUMNS] for r in records], columns=list(STEP_COLUMNS))
-    frame[steptime.LOSS] = [losses[i] if i < len(losses) else None for i in range(len(frame))]
-    # A NaN loss and an unseen loss look alike in CSV; this column tells them apart.
-    frame[steptime.LOSS_FINITE] = [None if v is None else bool(math.isfinite(v)) for v in frame[steptime.LOSS].astype(object)]
+    seen = [losses[i] if i < len(losses) else None for i in range(len(frame))]
+    frame[steptime.LOSS] = seen
+    # A NaN loss and an unseen loss look alike in CSV; this column tells them apart (read from the
+    # list: in the frame's float column an unseen loss is already a NaN).
+    frame[steptime.LOSS_FINITE] = pd.Series([None if v is None else bool(math.isfinite(v)) for v in seen], dtype=object)
     write_text_atomic(path, frame[columns].to_csv(index=False))
 
 
