@@ -23,8 +23,9 @@ MiB = 2**20
 
 def make_report(step_ms, *, batch=32, script="train.py", device="cpu", device_name="x86_64", status="ok",
                 findings=(), rss=300 * MiB, peak_allocated=None, data_wait=0.05, profiled=(), argv=(), torch="2.13.0"):
-    """A report.json dict whose measured steps take `step_ms` (a list of milliseconds)."""
-    steps = [{"index": i, "duration_s": ms / 1e3, "data_wait_s": ms / 1e3 * data_wait, "samples": batch,
+    """A report.json dict whose measured steps take `step_ms` (a list of milliseconds), its numbers
+    Python's own, as report.json reads back."""
+    steps = [{"index": i, "duration_s": float(ms) / 1e3, "data_wait_s": float(ms) / 1e3 * data_wait, "samples": batch,
               "optimizer_s": 0.0, "backward_s": 0.0, "profiled": i in profiled, "loss": 1.0}
              for i, ms in enumerate(step_ms)]
     return {
@@ -270,11 +271,11 @@ def test_unusable_inputs_are_one_line_errors(tmp_path):
         with pytest.raises(cmp.CompareError, match=message):
             cmp.load(path, "current")
     report, warnings = cmp.load(str(tmp_path / "v2.json"), "current", force=True)
-    assert report["schema_version"] == 2 and "--force" in warnings[0]
+    assert report.schema_version == 2 and "--force" in warnings[0]  # read typed, as the gate reads it
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     write(run_dir, "report.json", make_report(noisy()))
-    assert cmp.load(str(run_dir), "baseline")[0]["status"] == "ok"
+    assert cmp.load(str(run_dir), "baseline")[0].status == "ok"
     assert cmp.load(good, "baseline")[1] == []
 
 

@@ -185,8 +185,10 @@ def loss_finite(steps: pd.DataFrame) -> pd.Series:
 
 def from_rows(rows: list[dict]) -> pd.DataFrame:
     """The steps of report.json's `steps` rows that have a positive duration (a value that is not
-    a number counts as none); an empty frame where no row carries one."""
-    steps = pd.DataFrame(rows)
+    a number counts as none); an empty frame where no row carries one. A field null in every row
+    is left out, as a row without it: a report that does not say which steps were profiled
+    claims no clean step."""
+    steps = pd.DataFrame(rows).dropna(axis=1, how="all")
     if DURATION not in steps:
         return pd.DataFrame(columns=[DURATION])
     steps = steps.assign(**{DURATION: pd.to_numeric(steps[DURATION], errors="coerce")})

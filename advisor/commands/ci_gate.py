@@ -20,7 +20,7 @@ from ..gate import ab, compare, opdiff
 from ..analysis import steptime
 from ..run_dir.atomic import write_json_atomic, write_text_atomic
 from .cli_exit import EXIT_SCRIPT, EXIT_USAGE, fail
-from ..report import EXIT_INTERRUPTED, EXIT_OK
+from ..report import EXIT_INTERRUPTED, EXIT_OK, Report
 from ..profile import Profile
 from ..trace import TraceError
 
@@ -41,7 +41,7 @@ def run_ab(base: str, candidate: str, script: str, args: list[str], options: ab.
     """`advise ab`: the exit code (0 pass, 3 regression, 4 inconclusive, 1 a round's script failed, 2 via fail())."""
     con = terminal.console(stderr=fmt == "json")
 
-    def progress(side: str, index: int, report: dict) -> None:
+    def progress(side: str, index: int, report) -> None:
         step = ab.fast_step(report)
         con.print(f"round {index:>2} {side:<9} step (p{ab.FAST_QUANTILE * 100:.0f}) {step * 1e3:8.2f} ms" if step
                   else f"round {index} {side}",
@@ -175,7 +175,7 @@ def _slower_ops(baseline: str, base: dict, current: str, cur: dict) -> list[dict
     return [r.to_dict() for r in opdiff.slower_ops([ta], [tb])] if ta is not None and tb is not None else None
 
 
-def check_baseline(path: str) -> dict:
+def check_baseline(path: str) -> Report:
     """For `advise profile --baseline`: load and check the baseline before spending a run on it."""
     try:
         report, _ = compare.load(path, "baseline")
@@ -184,7 +184,7 @@ def check_baseline(path: str) -> dict:
     return report
 
 
-def compare_after_profile(baseline: dict, baseline_path: str, current: dict, current_path: str, run_dir: Path, *,
+def compare_after_profile(baseline: Report, baseline_path: str, current: Report, current_path: str, run_dir: Path, *,
                           max_regression: float, as_json: bool) -> int:
     """`advise profile --baseline`: compare the fresh report with the baseline; write compare.json."""
     try:

@@ -318,8 +318,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
                    err=True)
         return report_mod.signal_exit(signum)
     if baseline_report is not None and status == "ok":
-        return ci_gate.compare_after_profile(baseline_report, baseline, report_mod.as_json(report),
-                                             str(out / run.files.report_json), out,
+        return ci_gate.compare_after_profile(baseline_report, baseline, report, str(out / run.files.report_json), out,
                                              max_regression=max_regression, as_json=as_json)
     return STATUS_EXIT[status]
 

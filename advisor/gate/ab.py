@@ -24,12 +24,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+import msgspec
 import numpy as np
 
 from . import compare, fingerprint, opdiff, sequential
 from ..analysis import metrics
-from ..analysis.steptime import CPU, DURATION, FAST_QUANTILE, PROFILED, fast
-from ..report import ReportError, load_report
+from ..analysis.steptime import CPU, DURATION, FAST_QUANTILE, fast
+from ..report import Report, ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.05  # paired rounds resolve smaller changes than one pair of runs
 DEFAULT_ALPHA = 0.05  # the gate's false-alarm rate: all metrics, all looks
@@ -158,27 +159,37 @@ def _command(options: ABOptions, run_dir: Path, script: str, args: list[str]) ->
     return cmd + (["-m"] if options.module else []) + [script, *args]
 
 
-def _measured(report: dict, name: str) -> list:
-    """Field `name` (a step column) of report.json's un-profiled step rows."""
-    return [s.get(name) for s in report.get("steps") or [] if not s.get(PROFILED)]
+@dataclass
+class Round:
+    """One side's whole `advise profile` in a round: its report, its run dir, how long it took."""
+
+    report: Report
+    run_dir: str
+    wall_s: float
 
 
-def fast_step(report: dict) -> float | None:
+def _measured(report: Report, name: str) -> list:
+    """Field `name` (a step column) of report.json's un-profiled steps."""
+    return [getattr(s, name) for s in report.steps if not s.profiled]
+
+
+def fast_step(report: Report | dict) -> float | None:
     """The run's step time from its fast steps (:func:`steptime.fast` of its measured, un-profiled
     steps); the report's median step where it lists too few such steps."""
+    report = Report.of(report)
     figure = fast(_measured(report, DURATION))
-    return figure if figure is not None else (report.get("throughput") or {}).get("step_time_median_s")
+    return figure if figure is not None else report.throughput.step_time_median_s
 
 
-def cpu_step(report: dict) -> float | None:
+def cpu_step(report: Report | dict) -> float | None:
     """The training process's CPU time per step at its fast steps (:func:`steptime.fast` of `cpu_s`)."""
-    return fast(_measured(report, CPU))
+    return fast(_measured(Report.of(report), CPU))
 
 
-def cpu_bound(reports: list[dict], data: dict) -> tuple[bool, str]:
+def cpu_bound(reports: list[Report], data: dict) -> tuple[bool, str]:
     """Whether the job is CPU-bound (the CPU time per step can settle the gate), and the figure said;
     `data` is :func:`series`'s, whose figures are the reports' (base then candidate)."""
-    if any((r.get("env") or {}).get("device") not in (None, "cpu") for r in reports):
+    if any(r.env.get("device") not in (None, "cpu") for r in reports):
         return False, "reported: a GPU job is gated on its step clock (the device's)"
     cpu, wall = (sum(data[name], []) for name in ("cpu_time", "step_time"))
     shares = [c / w for c, w in zip(cpu, wall) if c and w]
@@ -191,28 +202,29 @@ def cpu_bound(reports: list[dict], data: dict) -> tuple[bool, str]:
     return True, ""
 
 
-def fast_throughput(report: dict, key: str) -> float | None:
+def fast_throughput(report: Report | dict, key: str) -> float | None:
     """Throughput at the fast steps: the run's samples (or 1) per step over :func:`fast_step`."""
-    tp, step = report.get("throughput") or {}, fast_step(report)
+    report = Report.of(report)
+    tp, step = report.throughput, fast_step(report)
     if not step:
         return None
     if key == "steps_per_s":
         return 1.0 / step
-    per_step = tp["samples_per_s"] / tp["steps_per_s"] if tp.get("samples_per_s") and tp.get("steps_per_s") else None
+    per_step = tp.samples_per_s / tp.steps_per_s if tp.samples_per_s and tp.steps_per_s else None
     return per_step / step if per_step else None
 
 
-def _figures(report: dict) -> dict:
-    tp = report.get("throughput") or {}
-    return {"samples_per_s": tp.get("samples_per_s"), "steps_per_s": tp.get("steps_per_s"),
-            "step_time_median_s": tp.get("step_time_median_s"), "step_time_fast_s": fast_step(report),
+def _figures(report: Report) -> dict:
+    tp = report.throughput
+    return {"samples_per_s": tp.samples_per_s, "steps_per_s": tp.steps_per_s,
+            "step_time_median_s": tp.step_time_median_s, "step_time_fast_s": fast_step(report),
             "cpu_step_s": cpu_step(report),
             "memory": {k: v for k, (v, _) in compare.memory_figures(report).items()}}
 
 
 def run_round(side: str, checkout: Path, index: int, options: ABOptions, script: str, args: list[str],
-              out: Path) -> dict:
-    """One whole `advise profile` of SCRIPT in `checkout`; its report.json (RoundFailed when not ok)."""
+              out: Path) -> Round:
+    """One whole `advise profile` of SCRIPT in `checkout`: its typed report (RoundFailed when not ok)."""
     run_dir = out / side / f"round-{index:02d}"
     # The rounds' own summaries stay out of the job's; the job's own OMP_WAIT_POLICY wins over ROUND_ENV's.
     env = {**ROUND_ENV, **{k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}}
@@ -223,15 +235,14 @@ def run_round(side: str, checkout: Path, index: int, options: ABOptions, script:
     if proc.returncode in (130, 129, 143):
         raise KeyboardInterrupt
     try:
-        report = load_report(run_dir / "report.json")
-    except ReportError:
+        report = Report.of(load_report(run_dir / "report.json"))
+    except (ReportError, msgspec.ValidationError):
         last = (proc.stderr.strip().splitlines() or ["no report written"])[-1]
         raise RoundFailed(f"{side} round {index}: advise profile exited {proc.returncode}: {last}") from None
-    if report.get("status") != "ok":
-        raise RoundFailed(f"{side} round {index}: the script's run is {report.get('status')!r}"
-                          + (f" ({report['error']})" if report.get("error") else "") + f": see {run_dir}")
-    report["_run_dir"], report["_wall_s"] = str(run_dir), wall
-    return report
+    if report.status != "ok":
+        raise RoundFailed(f"{side} round {index}: the script's run is {report.status!r}"
+                          + (f" ({report.error})" if report.error else "") + f": see {run_dir}")
+    return Round(report, str(run_dir), wall)
 
 
 def specs(options: ABOptions, unit: str, memory_label: str | None,
@@ -252,13 +263,13 @@ def specs(options: ABOptions, unit: str, memory_label: str | None,
     return out
 
 
-def series(base: list[dict], cand: list[dict]) -> tuple[dict, str, str | None]:
+def series(base: list[Report], cand: list[Report]) -> tuple[dict, str, str | None]:
     """Per metric, (base rounds, candidate rounds); the throughput's unit; the memory figure's label.
 
     Step time and throughput are one figure (the run's fast steps, :func:`fast_step`), tested once;
     the CPU time per step (:func:`cpu_step`) where every run has it."""
     reports = base + cand
-    by_samples = all(r["throughput"].get("samples_per_s") for r in reports)
+    by_samples = all(r.throughput.samples_per_s for r in reports)
     unit, key = ("samples/s", "samples_per_s") if by_samples else ("steps/s", "steps_per_s")
     out = {"step_time": ([fast_step(r) for r in base], [fast_step(r) for r in cand]),
            "throughput": ([fast_throughput(r, key) for r in base], [fast_throughput(r, key) for r in cand])}
@@ -276,11 +287,11 @@ def series(base: list[dict], cand: list[dict]) -> tuple[dict, str, str | None]:
     return out, unit, label
 
 
-def _traces(reports: list[dict]) -> list:
-    return [t for t in (opdiff.run_dir_trace(r["_run_dir"], r) for r in reports) if t is not None]
+def _traces(rounds: list[Round]) -> list:
+    return [t for t in (opdiff.run_dir_trace(r.run_dir, r.report) for r in rounds) if t is not None]
 
 
-def where_the_time_went(base: list[dict], cand: list[dict]) -> tuple[list[opdiff.OpChange] | None, str]:
+def where_the_time_went(base: list[Round], cand: list[Round]) -> tuple[list[opdiff.OpChange] | None, str]:
     """The slower ops from the rounds' traces, or why there are none."""
     tb, tc = _traces(base), _traces(cand)
     if not tb or not tc:
@@ -303,7 +314,7 @@ def longer(current: ABOptions, options: ABOptions, decision: sequential.Decision
 
 
 def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], options: ABOptions, out: Path,
-           on_run: Callable[[str, int, dict], None] | None = None) -> ABResult:
+           on_run: Callable[[str, int, Report], None] | None = None) -> ABResult:
     """Profile SCRIPT in both checkouts in interleaved rounds until the sequential decision is final."""
     base_root = resolve(base_dir, script, options.module, "base")
     cand_root = resolve(candidate_dir, script, options.module, "candidate")
@@ -320,16 +331,16 @@ def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], opti
         order = (("base", base_root, base), ("candidate", cand_root, cand))
         lengths.append(current.steps)
         for side, root, into in (order if index % 2 else order[::-1]):  # B C, C B, B C, ...
-            report = run_round(side, root, index, current, script, args, out)
-            into.append(report)
-            runs.append({"side": side, "round": index, "run_dir": os.path.relpath(report["_run_dir"], out),
-                         "steps": current.steps, "wall_s": report["_wall_s"], **_figures(report)})
+            done = run_round(side, root, index, current, script, args, out)
+            into.append(done)
+            runs.append({"side": side, "round": index, "run_dir": os.path.relpath(done.run_dir, out),
+                         "steps": current.steps, "wall_s": done.wall_s, **_figures(done.report)})
             if on_run is not None:
-                on_run(side, index, report)
+                on_run(side, index, done.report)
         if index not in plan:
             continue
-        data, unit, memory_label = series(base, cand)
-        cpu = cpu_bound(base + cand, data) if "cpu_time" in data else None
+        data, unit, memory_label = series([r.report for r in base], [r.report for r in cand])
+        cpu = cpu_bound([r.report for r in base + cand], data) if "cpu_time" in data else None
         decision = sequential.decide(data, specs(options, unit, memory_label, cpu), alpha=options.alpha, plan=plan,
                                      lengths=lengths)
         history.append({"rounds": index, "look": decision.look, "final": decision.final, "steps": current.steps,
@@ -341,7 +352,7 @@ def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], opti
         current = longer(current, options, decision)
     assert decision is not None
     decision.history = history
-    warnings = [d.text() for d in fingerprint.differences(base[0], cand[0])]
+    warnings = [d.text() for d in fingerprint.differences(base[0].report, cand[0].report)]
     result = ABResult(str(base_dir), str(candidate_dir), script, decision, runs, warnings, wall_s=time.monotonic() - started,
                       inconclusive_policy=options.inconclusive)
     if result.failed or options.ops:

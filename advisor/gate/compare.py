@@ -45,12 +45,13 @@ import posixpath
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pandas as pd
 
 from . import fingerprint
 from ..analysis import metrics, stats, steptime
-from ..report import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, ReportError, load_report
+from ..report import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, Report, ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.10
 DEFAULT_MAX_MEMORY_REGRESSION = 0.20
@@ -191,8 +192,8 @@ def _pct(frac: float) -> str:
 
 # --- input -------------------------------------------------------------------------------------
 
-def load(path: str | Path, role: str, *, force: bool = False) -> tuple[dict, list[str]]:
-    """A report.json (or a run dir holding one) fit to compare: status ok, per-step times.
+def load(path: str | Path, role: str, *, force: bool = False) -> tuple[Report, list[str]]:
+    """A report.json (or a run dir holding one), typed, fit to compare: status ok, per-step times.
 
     Raises CompareError (one line) otherwise. With `force`, a report of another schema version
     is read anyway, with a warning.
@@ -210,10 +211,13 @@ def load(path: str | Path, role: str, *, force: bool = False) -> tuple[dict, lis
         report = raw
         warnings.append(f"{role} has schema_version {raw['schema_version']} (this advise reads {SCHEMA_VERSION}); "
                         "compared anyway (--force)")
-    status = report.get("status")
-    if status != "ok":
-        raise CompareError(f"{role}: {path}: the run's status is {status!r}, not 'ok'"
-                           + (f" ({report['error']})" if report.get("error") else "") + ": nothing to compare")
+    try:
+        report = Report.of(report)
+    except msgspec.ValidationError as exc:
+        raise CompareError(f"{role}: {path}: not a report.json ({exc})") from None
+    if report.status != "ok":
+        raise CompareError(f"{role}: {path}: the run's status is {report.status!r}, not 'ok'"
+                           + (f" ({report.error})" if report.error else "") + ": nothing to compare")
     timed, _ = _timed(report)
     if timed.empty:
         raise CompareError(f"{role}: {path}: the report has no measured steps to compare")
@@ -227,11 +231,9 @@ def _raw(path: Path):
         return None
 
 
-def _timed(report: dict) -> tuple[pd.DataFrame, str]:
+def _timed(report: Report) -> tuple[pd.DataFrame, str]:
     """The steps to compare: :func:`advisor.analysis.steptime.timed_steps` of those with a duration."""
-    rows = report.get("steps")
-    rows = [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
-    return steptime.timed_steps(steptime.from_rows(rows))
+    return steptime.timed_steps(steptime.from_rows([msgspec.structs.asdict(step) for step in report.steps]))
 
 
 def _norm_parts(script: str) -> tuple[str, ...]:
@@ -249,15 +251,16 @@ def same_script(a: str | None, b: str | None) -> bool:
     return n > 0 and pa[-n:] == pb[-n:]
 
 
-def compatibility(baseline: dict, current: dict) -> tuple[list[str], list[str]]:
+def compatibility(baseline: Report | dict, current: Report | dict) -> tuple[list[str], list[str]]:
     """(problems, warnings): problems make the comparison meaningless (exit 2 unless --force).
 
     Every difference of the environment fingerprint (:mod:`advisor.gate.fingerprint`) is listed: another
     device or GPU model is a problem, the rest (CPU model, versions, clocks, arguments) warnings.
     """
+    baseline, current = Report.of(baseline), Report.of(current)
     problems, warnings = [], []
-    if not same_script(baseline.get("script"), current.get("script")):
-        problems.append(f"different scripts: baseline {baseline.get('script')!r}, current {current.get('script')!r}")
+    if not same_script(baseline.script, current.script):
+        problems.append(f"different scripts: baseline {baseline.script!r}, current {current.script!r}")
     for diff in fingerprint.differences(baseline, current):
         (problems if diff.invalidating else warnings).append(diff.text())
     return problems, warnings
@@ -266,8 +269,8 @@ def compatibility(baseline: dict, current: dict) -> tuple[list[str], list[str]]:
 # --- the comparison ----------------------------------------------------------------------------
 
 def compare(
-    baseline: dict,
-    current: dict,
+    baseline: Report | dict,
+    current: Report | dict,
     *,
     max_regression: float = DEFAULT_MAX_REGRESSION,
     max_memory_regression: float = DEFAULT_MAX_MEMORY_REGRESSION,
@@ -277,7 +280,9 @@ def compare(
     baseline_path: str = "baseline",
     current_path: str = "current",
 ) -> Comparison:
-    """Compare two loaded reports. Raises CompareError when incompatible and not `force`."""
+    """Compare two loaded reports (typed, or report.json dicts). Raises CompareError when
+    incompatible and not `force`."""
+    baseline, current = Report.of(baseline), Report.of(current)
     problems, warnings = compatibility(baseline, current)
     if problems and not force:
         raise CompareError("; ".join(problems) + " (--force compares anyway)")
@@ -320,7 +325,7 @@ def compare(
     new, resolved = _findings_diff(baseline, current)
     ci = rows[1].ci
     return Comparison(
-        baseline_path=str(baseline_path), current_path=str(current_path), script=str(current.get("script") or ""),
+        baseline_path=str(baseline_path), current_path=str(current_path), script=str(current.script or ""),
         max_regression=max_regression, max_memory_regression=max_memory_regression, alpha=alpha,
         n_baseline=nb, n_current=nc, testable=testable, metrics=[r for r in rows if r is not None],
         new_findings=new, resolved_findings=resolved, fail_on_new_findings=fail_on_new_findings, warnings=warnings,
@@ -388,15 +393,16 @@ def _reported(name, label, unit, higher_is_better, base, cur) -> Metric:
 # The peak memory figures a report can carry, the preferred first: a comparison uses the first
 # one both runs have, so two runs are always compared on the same basis.
 MEMORY_FIGURES = (
-    ("gpu", "peak GPU memory", lambda r: (r.get("memory") or {}).get("peak_allocated_bytes")),
-    ("pss", "peak memory (PSS of the script's processes)", lambda r: (r.get("memory") or {}).get("peak_pss_bytes")),
-    ("rss", "peak RSS of the script's processes", lambda r: (r.get("memory") or {}).get("peak_rss_bytes")),
-    ("rss-window", "peak RSS", lambda r: (r.get("utilization") or {}).get("rss_bytes_max")),  # reports before `memory` had it
+    ("gpu", "peak GPU memory", lambda r: r.memory.get("peak_allocated_bytes")),
+    ("pss", "peak memory (PSS of the script's processes)", lambda r: r.memory.get("peak_pss_bytes")),
+    ("rss", "peak RSS of the script's processes", lambda r: r.memory.get("peak_rss_bytes")),
+    ("rss-window", "peak RSS", lambda r: r.utilization.get("rss_bytes_max")),  # reports before `memory` had it
 )
 
 
-def memory_figures(report: dict) -> dict[str, tuple[float, str]]:
+def memory_figures(report: Report | dict) -> dict[str, tuple[float, str]]:
     """Every peak memory figure `report` has: basis -> (bytes, label)."""
+    report = Report.of(report)
     out = {}
     for basis, label, read in MEMORY_FIGURES:
         value = read(report)
@@ -405,14 +411,14 @@ def memory_figures(report: dict) -> dict[str, tuple[float, str]]:
     return out
 
 
-def peak_memory(report: dict) -> tuple[float | None, str]:
+def peak_memory(report: Report | dict) -> tuple[float | None, str]:
     """The run's peak memory figure and what it is: GPU peak allocated, else the CPU process
     tree's peak (PSS where it was read, else RSS)."""
     figures = memory_figures(report)
     return next(iter(figures.values()), (None, ""))
 
 
-def _memory_metric(baseline: dict, current: dict, threshold: float) -> Metric | None:
+def _memory_metric(baseline: Report, current: Report, threshold: float) -> Metric | None:
     fig_b, fig_c = memory_figures(baseline), memory_figures(current)
     if not fig_b and not fig_c:
         return None
@@ -438,9 +444,8 @@ def _memory_metric(baseline: dict, current: dict, threshold: float) -> Metric | 
     return row
 
 
-def _data_wait_metric(baseline: dict, current: dict) -> Metric | None:
-    base = (baseline.get("breakdown") or {}).get("data_wait_frac")
-    cur = (current.get("breakdown") or {}).get("data_wait_frac")
+def _data_wait_metric(baseline: Report, current: Report) -> Metric | None:
+    base, cur = baseline.breakdown.data_wait_frac, current.breakdown.data_wait_frac
     if base is None and cur is None:
         return None
     row = Metric("data_wait_frac", "data-wait share", "fraction", False, False, base, cur, verdict=REPORTED)
@@ -455,12 +460,12 @@ def _finding_key(finding: dict) -> str:
     return str(finding.get("code") or finding.get("rule") or finding.get("title") or "")
 
 
-def _findings_diff(baseline: dict, current: dict) -> tuple[list[dict], list[dict]]:
+def _findings_diff(baseline: Report, current: Report) -> tuple[list[dict], list[dict]]:
     def brief(f: dict) -> dict:
         return {k: f.get(k) for k in ("code", "rule", "severity", "title")}
 
-    fb = {_finding_key(f): f for f in baseline.get("findings") or [] if isinstance(f, dict)}
-    fc = {_finding_key(f): f for f in current.get("findings") or [] if isinstance(f, dict)}
+    fb = {_finding_key(f): f for f in baseline.findings if isinstance(f, dict)}
+    fc = {_finding_key(f): f for f in current.findings if isinstance(f, dict)}
     new = [brief(f) for k, f in fc.items() if k not in fb]
     resolved = [brief(f) for k, f in fb.items() if k not in fc]
     return new, resolved

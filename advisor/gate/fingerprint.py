@@ -16,6 +16,8 @@ import platform
 import sys
 from dataclasses import dataclass
 
+from ..report import Report
+
 # Facts whose difference makes a comparison meaningless: another accelerator is another machine.
 INVALIDATING = ("device", "gpu_name")
 # (key, what it is) in the order differences are listed.
@@ -119,10 +121,11 @@ def collect(env: dict, argv: list[str], *, load_start: float | None, with_gpu: b
     return out
 
 
-def of(report: dict) -> dict:
+def of(report: Report | dict) -> dict:
     """A report's fingerprint, completed from ``env`` (and ``argv``) for reports that predate it."""
-    env = report.get("env") or {}
-    fp = dict(report.get("fingerprint") or {})
+    report = Report.of(report)
+    env = report.env
+    fp = dict(report.fingerprint) if isinstance(report.fingerprint, dict) else {}
     fp.setdefault("device", env.get("device"))
     if (fp.get("device") or "cpu") != "cpu":
         fp.setdefault("gpu_name", env.get("device_name"))
@@ -130,7 +133,7 @@ def of(report: dict) -> dict:
         fp.setdefault("cpu_model", env.get("device_name"))
     for key in ("torch", "cuda", "python", "cpu_count", "torch_threads"):
         fp.setdefault(key, env.get(key))
-    fp.setdefault("argv", list(report.get("argv") or []))
+    fp.setdefault("argv", list(report.argv))
     return fp
 
 
@@ -146,7 +149,7 @@ class Difference:
         return f"different {self.what}: baseline {self.base!r}, current {self.current!r}"
 
 
-def differences(base: dict, current: dict) -> list[Difference]:
+def differences(base: Report | dict, current: Report | dict) -> list[Difference]:
     """Every fact two reports both record and that differs (fingerprints as :func:`of` reads them)."""
     a, b = of(base), of(current)
     out = []

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from ..report import Report
 from ..run_dir import layout
 from ..trace import TraceError, TraceFrames, load_trace
 
@@ -123,9 +124,9 @@ def _num(x) -> float:
     return 0.0 if x is None or (isinstance(x, float) and np.isnan(x)) else float(x)
 
 
-def run_dir_trace(run_dir, report: dict) -> TraceFrames | None:
+def run_dir_trace(run_dir, report: Report | dict) -> TraceFrames | None:
     """The trace a run dir's report.json names (resolved inside the run dir), None without a readable one."""
-    name = (report.get("artifacts") or {}).get("trace")
+    name = Report.of(report).artifacts.get("trace")
     if not name:
         return None
     try:
