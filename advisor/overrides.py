@@ -261,10 +261,11 @@ def snippet(key: str, value, framework: dict | None = None) -> str:
     name = (framework or {}).get("name")
     form = FRAMEWORK_FORMS.get(name, {}).get(key) if name else None
     text = form(value, (framework or {}).get("settings") or {}) if form else None
+    at = (framework or {}).get("configured_at") or {}
     if text and name == HF_TRAINER and (framework or {}).get("command_line"):
-        return _as_flags(text, os.path.basename(((framework or {}).get("configured_at") or {}).get("file") or "train.py"))
+        return _as_flags(text, os.path.basename(at.get("file") or "train.py"))
     if text:
-        return text
+        return _in_users_line(text, at.get("code")) or text
     knob = VOCABULARY.get(key)
     return knob.snippet(value) if knob else f"# {key} = {value!r}"
 
@@ -286,6 +287,35 @@ FRAMEWORK_NAMES = {HF_TRAINER: "the Hugging Face Trainer", LIGHTNING: "the Light
 
 def _args(*settings: str) -> str:
     return f"- args = TrainingArguments(...)\n+ args = TrainingArguments(..., {', '.join(settings)})"
+
+
+_CONFIG_CHANGE = re.compile(r"(?P<pre>(?:[^\n]*\n)*?)- [^\n]*\n\+ [^\n]*?(?P<call>\w+)\(\.\.\., (?P<settings>[^\n]*)\)")
+_ONE_LINE_CALL = re.compile(r"(?P<head>[^#]*?\b(?P<call>\w+)\()(?P<args>[^#]*)\)\s*(?:#.*)?")
+
+
+def _in_users_line(change: str, code: str | None) -> str | None:
+    """A configuration call's change written into the user's own line where that line is the whole
+    call (``fabric = L.Fabric()`` -> ``fabric = L.Fabric(precision="bf16-mixed")``), so it pastes as
+    it stands; None where it is not (a call over several lines, a setting the line already passes)."""
+    m = _CONFIG_CHANGE.fullmatch(change)
+    line = _ONE_LINE_CALL.fullmatch((code or "").strip())
+    if not m or not line or m["call"] != line["call"] or not _balanced(line["args"]):
+        return None
+    args, settings = line["args"].strip(), _split_settings(m["settings"])
+    given = {a.partition("=")[0].strip() for a in _split_settings(args)}
+    if any(setting.partition("=")[0].strip() in given for setting in settings):
+        return None
+    new = f"{line['head']}{args + ', ' if args else ''}{', '.join(settings)})"
+    return f"{m['pre']}- {line.group(0).strip()}\n+ {new}"
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += (ch in "([{") - (ch in ")]}")
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def _as_flags(change: str, script: str) -> str:

@@ -66,6 +66,17 @@ def test_each_framework_has_its_own_words_for_a_fix():
     assert vocabulary.snippet("autocast", "bfloat16", lit).endswith('L.Trainer(..., precision="bf16-mixed")')
     assert "configure_optimizers" in vocabulary.snippet("optimizer", {"fused": True}, lit)
     assert vocabulary.snippet("batch_size_scale", 0.5, lit).endswith("accumulate_grad_batches=2)")
+    # the user's own line, where it is the whole call: the change pastes as it stands
+    fab = {"name": vocabulary.FABRIC, "settings": {"precision": "32-true"},
+           "configured_at": {"file": "/x/train.py", "line": 12, "code": "fabric = L.Fabric()"}}
+    assert vocabulary.snippet("autocast", "bfloat16", fab) == '- fabric = L.Fabric()\n+ fabric = L.Fabric(precision="bf16-mixed")'
+    one_line = {**lit, "configured_at": {"code": "trainer = L.Trainer(gradient_clip_val=0.25, max_epochs=20)"}}
+    assert vocabulary.snippet("autocast", "bfloat16", one_line).endswith(
+        '+ trainer = L.Trainer(gradient_clip_val=0.25, max_epochs=20, precision="bf16-mixed")')
+    # a call over several lines, or one that already passes the setting: the generic form
+    for code in ("trainer = L.Trainer(", 'trainer = L.Trainer(precision="32-true")'):
+        assert vocabulary.snippet("autocast", "bfloat16", {**lit, "configured_at": {"code": code}}).endswith(
+            'L.Trainer(..., precision="bf16-mixed")')
     # a knob the framework has no setting for keeps the plain form; no framework: the plain form
     assert vocabulary.snippet("torch_threads", 2, hf) == vocabulary.snippet("torch_threads", 2) == "+ torch.set_num_threads(2)"
     assert "torch.autocast" in vocabulary.snippet("autocast", "bfloat16")

@@ -338,6 +338,18 @@ LIT_TIMER = ("class _TruthTimer(L.Callback):\n"
              "        self.t = now\n\n\n"
              "def main():\n")
 
+FAB = "examples/fabric/language_model/train.py"
+# Fabric's example prints every 200 batches: by-hand runs print each iteration's wall time (from one
+# optimizer step's end to the next, within an epoch) and its loss.
+FAB_TIMER = (Patch(FAB, "    for batch_idx, batch in enumerate(train_dataloader):\n",
+                   "    _t = None\n    for batch_idx, batch in enumerate(train_dataloader):\n"),
+             Patch(FAB, "        optimizer.zero_grad()\n",
+                   "        optimizer.zero_grad()\n"
+                   "        _now = __import__('time').perf_counter()\n"
+                   "        if _t is not None:\n"
+                   "            print('truth-step %d ms %.3f loss %.4f' % (batch_idx, (_now - _t) * 1e3, float(loss)), flush=True)\n"
+                   "        _t = _now\n"))
+
 FRAMEWORK_CASES: tuple[Case, ...] = (
     Case(
         "hf-trainer-clm", *local("hf_clm.py"),
@@ -365,6 +377,18 @@ FRAMEWORK_CASES: tuple[Case, ...] = (
         not_applicable={"compile": "not claimed here", "workers": "not claimed here"},
         notes="examples/pytorch/basics/transformer.py: lightning.pytorch.demos Transformer (2+2 layers, 200) on "
               "WikiText2 (valid.txt as the demo's train.txt), batch 20, SGD, gradient_clip_val=0.25"),
+    Case(
+        "fabric-language-model", *LIGHTNING,
+        paths=(FAB,), cwd="examples/fabric/language_model", script="train.py", argv=(),
+        timing=r"truth-step (?P<step>\d+) ms (?P<ms>[\d.]+) loss (?P<loss>\S+)", warmup=5, samples=30,
+        # Fabric's own precision setting, in the script's L.Fabric() call
+        variants=(patched("bf16", AUTOCAST, FAB, "fabric = L.Fabric()", 'fabric = L.Fabric(precision="bf16-mixed")',
+                          numerics=True),),
+        prep=(Copy("wikitext-2-partial/valid.txt", "examples/fabric/language_model/data/wikitext-2.txt"),),
+        timing_patches=FAB_TIMER,
+        not_applicable={"compile": "not claimed here", "workers": "not claimed here"},
+        notes="examples/fabric/language_model/train.py: the same demo Transformer and data as lightning-transformer, "
+              "its loop written with Fabric (fabric.setup, fabric.backward), batch 20, SGD, clip 0.25"),
 )
 
 CASES = CASES + FRAMEWORK_CASES
