@@ -14,7 +14,8 @@ will make). Which switch carries a key is the vocabulary's (``Knob.switch`` in
 - ``zero_grad``: ``zero_grad(set_to_none=False)`` calls get ``set_to_none=True``;
 - ``checkpointing``: a Hugging Face model's gradient checkpointing, else the repeated blocks;
 - ``module``: autocast, compile, channels_last at top-level module calls (float16 needs a
-  GradScaler around the script's own backward/step: only from the start);
+  GradScaler around the script's own backward/step: only from the start); in a Lightning job,
+  autocast is the Trainer's own precision plugin (:mod:`advisor.probe.trainer_precision`);
 - ``dataloader``: DataLoader keywords and the batch size.
 """
 
