@@ -12,6 +12,7 @@ An override is plain data: ``{"dataloader": {"num_workers": 4}, "autocast": "bfl
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import os
@@ -290,46 +291,43 @@ def _args(*settings: str) -> str:
 
 
 _CONFIG_CHANGE = re.compile(r"(?P<pre>(?:[^\n]*\n)*?)- [^\n]*\n\+ [^\n]*?(?P<call>\w+)\(\.\.\., (?P<settings>[^\n]*)\)")
-_ONE_LINE_CALL = re.compile(r"(?P<head>[^#]*?\b(?P<call>\w+)\()(?P<args>[^#]*)\)\s*(?:#.*)?")
 
 
 def _in_users_line(change: str, code: str | None) -> str | None:
     """A configuration call's change written into the user's own line where that line is the whole
     call (``fabric = L.Fabric()`` -> ``fabric = L.Fabric(precision="bf16-mixed")``), so it pastes as
-    it stands; None where it is not (a call over several lines, a setting the line already passes)."""
+    it stands; None where it is not (a call over several lines, a setting the line already passes
+    or may pass through ``**``). The line is parsed, so a string holding a comma or a parenthesis
+    does not mislead it."""
     m = _CONFIG_CHANGE.fullmatch(change)
-    line = _ONE_LINE_CALL.fullmatch((code or "").strip())
-    if not m or not line or m["call"] != line["call"] or not _balanced(line["args"]):
+    line = (code or "").strip()
+    call = _the_call(line)
+    if not m or call is None or _called(call.func) != m["call"]:
         return None
-    args, settings = line["args"].strip(), _split_settings(m["settings"])
-    given = {a.partition("=")[0].strip() for a in _split_settings(args)}
-    if any(setting.partition("=")[0].strip() in given for setting in settings):
+    settings = _split_settings(m["settings"])
+    given = {k.arg for k in call.keywords}  # None: a **mapping, which may hold the setting already
+    if None in given or any(setting.partition("=")[0].strip() in given for setting in settings):
         return None
-    new = f"{line['head']}{args + ', ' if args else ''}{', '.join(settings)})"
-    return f"{m['pre']}- {line.group(0).strip()}\n+ {new}"
+    before = line.encode()[:call.end_col_offset - 1].decode()  # up to the call's closing parenthesis
+    after = line.encode()[call.end_col_offset - 1:].decode()
+    passed = bool(call.args or call.keywords)
+    return f"{m['pre']}- {line}\n+ {before}{', ' if passed else ''}{', '.join(settings)}{after}"
 
 
-def _balanced(text: str) -> bool:
-    depth = 0
-    for ch in text:
-        depth += (ch in "([{") - (ch in ")]}")
-        if depth < 0:
-            return False
-    return depth == 0
+def _the_call(line: str) -> ast.Call | None:
+    """The call a one-line statement makes (``x = f(...)`` or ``f(...)``), None for anything else."""
+    try:
+        tree = ast.parse(line)
+    except SyntaxError:
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], (ast.Assign, ast.AnnAssign, ast.Expr)):
+        return None
+    value = tree.body[0].value
+    return value if isinstance(value, ast.Call) and value.end_lineno == 1 else None
 
 
-def _as_flags(change: str, script: str) -> str:
-    """A TrainingArguments change as the flags of a script whose ``HfArgumentParser`` builds them
-    (run_clm.py's way): ``bf16=True`` is ``--bf16``, ``optim="adamw_torch_fused"`` is
-    ``--optim adamw_torch_fused``."""
-    head, _, settings = change.rpartition("TrainingArguments(..., ")
-    flags = []
-    for setting in _split_settings(settings[:-1]):
-        key, _, value = setting.partition("=")
-        value = value.strip("'\"")
-        flags.append(f"--{key}" if value == "True" else f"--{key} {value}")
-    comment = "\n".join(line for line in head.splitlines() if line.startswith("  #"))
-    return (comment + "\n" if comment else "") + f"+ python {script} ... " + " ".join(flags)
+def _called(func: ast.expr) -> str | None:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
 
 
 def _split_settings(text: str) -> list[str]:
@@ -344,6 +342,20 @@ def _split_settings(text: str) -> list[str]:
             parts.append(text[start:i].strip())
             start = i + 1
     return [p for p in parts + [text[start:].strip()] if p]
+
+
+def _as_flags(change: str, script: str) -> str:
+    """A TrainingArguments change as the flags of a script whose ``HfArgumentParser`` builds them
+    (run_clm.py's way): ``bf16=True`` is ``--bf16``, ``optim="adamw_torch_fused"`` is
+    ``--optim adamw_torch_fused``."""
+    head, _, settings = change.rpartition("TrainingArguments(..., ")
+    flags = []
+    for setting in _split_settings(settings[:-1]):
+        key, _, value = setting.partition("=")
+        value = value.strip("'\"")
+        flags.append(f"--{key}" if value == "True" else f"--{key} {value}")
+    comment = "\n".join(line for line in head.splitlines() if line.startswith("  #"))
+    return (comment + "\n" if comment else "") + f"+ python {script} ... " + " ".join(flags)
 
 
 def _hf_loader(v: dict, _s: dict) -> str:

@@ -73,8 +73,11 @@ def test_each_framework_has_its_own_words_for_a_fix():
     one_line = {**lit, "configured_at": {"code": "trainer = L.Trainer(gradient_clip_val=0.25, max_epochs=20)"}}
     assert vocabulary.snippet("autocast", "bfloat16", one_line).endswith(
         '+ trainer = L.Trainer(gradient_clip_val=0.25, max_epochs=20, precision="bf16-mixed")')
-    # a call over several lines, or one that already passes the setting: the generic form
-    for code in ("trainer = L.Trainer(", 'trainer = L.Trainer(precision="32-true")'):
+    odd = {**lit, "configured_at": {"code": 'trainer = L.Trainer(default_root_dir="a, b)")  # runs'}}
+    assert vocabulary.snippet("autocast", "bfloat16", odd).endswith(
+        '+ trainer = L.Trainer(default_root_dir="a, b)", precision="bf16-mixed")  # runs')
+    # a call over several lines, one that already passes the setting (or may, through **): the generic form
+    for code in ("trainer = L.Trainer(", 'trainer = L.Trainer(precision="32-true")', "trainer = L.Trainer(**cfg)"):
         assert vocabulary.snippet("autocast", "bfloat16", {**lit, "configured_at": {"code": code}}).endswith(
             'L.Trainer(..., precision="bf16-mixed")')
     # a knob the framework has no setting for keeps the plain form; no framework: the plain form
