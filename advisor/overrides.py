@@ -302,7 +302,7 @@ def _in_users_line(change: str, code: str | None) -> str | None:
     m = _CONFIG_CHANGE.fullmatch(change)
     line = (code or "").strip()
     call = _the_call(line)
-    if not m or call is None or _called(call.func) != m["call"]:
+    if not m or call is None or call_name(call.func) != m["call"]:
         return None
     settings = _split_settings(m["settings"])
     given = {k.arg for k in call.keywords}  # None: a **mapping, which may hold the setting already
@@ -326,7 +326,8 @@ def _the_call(line: str) -> ast.Call | None:
     return value if isinstance(value, ast.Call) and value.end_lineno == 1 else None
 
 
-def _called(func: ast.expr) -> str | None:
+def call_name(func: ast.expr) -> str | None:
+    """The name a call is made by, as written: `Trainer` in `L.Trainer(...)` and `Trainer(...)`."""
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
 
 

@@ -84,7 +84,7 @@ def build_report(
         "started_at": started_at,
         "env": profile.env,
         "step_source": profile.meta.get("step_source"),
-        "steps": steptime.records(steps, Step.__struct_fields__) if not steps.empty else [],
+        "steps": steptime.records(steps, Step.__struct_fields__),
         "throughput": steptime.throughput(steps),
         "breakdown": metrics.breakdown(steps),
         "memory": metrics.memory(profile.memory, profile.samples),

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-HF_TRAINER, LIGHTNING, FABRIC, ACCELERATE = "transformers.Trainer", "lightning.Trainer", "lightning.Fabric", "accelerate"
+from advisor.overrides import ACCELERATE, FABRIC, HF_TRAINER, LIGHTNING, call_name
 
 # TrainingArguments fields a fix reads or writes
 HF_SETTINGS = ("bf16", "fp16", "tf32", "dataloader_num_workers", "dataloader_persistent_workers", "dataloader_pin_memory",
@@ -131,12 +131,8 @@ def _call_line(path: str, call: str) -> tuple[int, str] | None:
     except (OSError, SyntaxError, ValueError):
         return None
     lines = source.splitlines()
-    found = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call) and _called(node.func) == call]
+    found = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call) and call_name(node.func) == call]
     if not found:
         return None
     lineno = min(found)
     return lineno, lines[lineno - 1].strip() if lineno <= len(lines) else ""
-
-
-def _called(func: ast.expr) -> str | None:
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None

@@ -324,6 +324,8 @@ CASES: tuple[Case, ...] = (
 
 AUTOCAST = {"autocast": "bfloat16"}
 HF_TRAINER_TIMING = r"step (?P<step>\d+): loss (?P<loss>[^,\s]+), time (?P<ms>[\d.]+) ms"
+# the line the by-hand timers below print, one per training iteration
+TRUTH_STEP = r"truth-step (?P<step>\d+) ms (?P<ms>[\d.]+) loss (?P<loss>\S+)"
 LIT = "examples/pytorch/basics/transformer.py"
 # Lightning's example prints a progress bar (a running it/s), no per-iteration time: a callback,
 # by-hand runs only, prints the wall time from one training batch's end to the next's (within an
@@ -366,7 +368,7 @@ FRAMEWORK_CASES: tuple[Case, ...] = (
     Case(
         "lightning-transformer", *LIGHTNING,
         paths=(LIT,), cwd="examples/pytorch/basics", script="transformer.py", argv=(),
-        timing=r"truth-step (?P<step>\d+) ms (?P<ms>[\d.]+) loss (?P<loss>\S+)", warmup=5, samples=30,
+        timing=TRUTH_STEP, warmup=5, samples=30,
         # the Trainer's own precision setting, in the script's L.Trainer(...) call
         variants=(patched("bf16", AUTOCAST, LIT, "gradient_clip_val=0.25,",
                           'gradient_clip_val=0.25, precision="bf16-mixed",', numerics=True),),
@@ -380,7 +382,7 @@ FRAMEWORK_CASES: tuple[Case, ...] = (
     Case(
         "fabric-language-model", *LIGHTNING,
         paths=(FAB,), cwd="examples/fabric/language_model", script="train.py", argv=(),
-        timing=r"truth-step (?P<step>\d+) ms (?P<ms>[\d.]+) loss (?P<loss>\S+)", warmup=5, samples=30,
+        timing=TRUTH_STEP, warmup=5, samples=30,
         # Fabric's own precision setting, in the script's L.Fabric() call
         variants=(patched("bf16", AUTOCAST, FAB, "fabric = L.Fabric()", 'fabric = L.Fabric(precision="bf16-mixed")',
                           numerics=True),),
