@@ -30,7 +30,7 @@ def drive(tmp_path: Path, script: str, plans: list[list[dict]], args: list[str] 
         if i < len(plans) and plans[i] is not None:
             write_json_atomic(out / "plan.json", {"round": i, "windows": plans[i]})
 
-    settings = dict(warmup=1, steps=3, profile_steps=0, arms=True, plan_timeout_s=20, timeout_s=60, arms_timeout_s=120)
+    settings = dict(warmup=1, steps=3, profile_steps=0, arms=True, plan_timeout_s=20, timeout_s=60, arms_budget_s=120)
     settings.update(config)
     run = run_probe(ProbeConfig(script=str(WORKLOADS / script), args=list(args), out=out, **settings),
                     on_window_done=on_window_done)
@@ -249,7 +249,7 @@ def test_the_compile_arm_counts_each_sample_once(tmp_path):
     model-input counter counted every sample twice under the compile arm (64 for 32), and the
     arm's throughput read 2x what it was."""
     plan = [window("b", {}, 1, 2), window("c", {"compile": True}, 2, 2), window("b", {}, 1, 2)]
-    got = drive(tmp_path, "model_input_wrappers.py", [plan, []], args=["--steps", "100000"], arms_timeout_s=300)
+    got = drive(tmp_path, "model_input_wrappers.py", [plan, []], args=["--steps", "100000"], arms_budget_s=300)
     assert got["run"].status == "ok", got["log"][-2000:]
     assert [a["applied"] for a in got["arms"]] == [{}, {"compile": True}, {}]
     for k in range(3):

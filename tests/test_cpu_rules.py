@@ -101,7 +101,7 @@ def test_zero_grad_switch_in_process_only_inside_its_window(tmp_path):
         sent.append(round_no)
 
     run = run_probe(ProbeConfig(script=str(WORKLOADS / "zoo" / "zero_grad_keeps_grads.py"), out=out, warmup=1, steps=3,
-                                profile_steps=0, arms=True, plan_timeout_s=20, timeout_s=60, arms_timeout_s=120),
+                                profile_steps=0, arms=True, plan_timeout_s=20, timeout_s=60, arms_budget_s=120),
                     on_window_done=on_window_done)
     windows = run.arms.arm_windows
     assert [w.arm for w in windows] == ["base", "none", "base"]

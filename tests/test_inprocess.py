@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 
 import numpy as np
@@ -326,6 +327,54 @@ def test_one_pass_settles_only_what_a_second_could_not_change(speedup, low, high
     assert is_settled(exp) is settled
 
 
+def _arms_energy(out, samples_of) -> tuple[Finding, dict]:
+    """A session whose child ran one round (the fix's steps 0.05 s, the baseline's 0.10 s); its energy
+    added from the ticks `samples_of(spans)` makes of each window's (arm, start, end)."""
+    out.mkdir()
+    finding = _dl001()
+    session = ArmsSession(out, "", diagnose=lambda: ([finding], _profile()))
+    session.on_window_done(0, [""])
+    child = Child(out)
+    child.run(0, read_plan(out / "plan.json").windows, lambda w: 0.05 if w.overrides else 0.10)
+    session.finish(child.lines)
+    steps = pd.DataFrame([{"arm": s.arm, "window": s.window, "t_start": s.t_start, "t_end": s.t_end, "samples": s.samples}
+                          for s in child.lines.arm_steps])
+    spans = [(g["arm"].iloc[0], g["t_start"].min(), g["t_end"].max()) for _, g in steps.groupby("window")]
+    session.add_energy(samples_of(spans))
+    per_sample = {arm: (g["t_end"] - g["t_start"]).sum() / g["samples"].sum() for arm, g in steps.groupby(
+        np.where(steps["arm"] == BASELINE, BASELINE, "fix"))}  # seconds per sample
+    return finding, per_sample
+
+
+def test_each_fix_and_its_baseline_read_their_joules_from_the_energy_counter(tmp_path):
+    """The counter climbs at 300 W over the baseline's windows and 150 W over the fix's, while NVML
+    power reads a stale 999 W throughout: the joules per sample follow the counter, both sides from
+    the same source, and the words say which."""
+    from advisor.reports import words
+
+    def ticks(spans):
+        grid = sorted({*np.arange(99.0, 106.0, 0.1).round(6), *(t for _, a, b in spans for t in (a, b))})
+        watts = [next((300.0 if arm == BASELINE else 150.0 for arm, a, b in spans if a <= t < b), 60.0) for t in grid]
+        mj = 1e9 + 1000.0 * np.concatenate([[0.0], np.cumsum(np.array(watts[:-1]) * np.diff(grid))])
+        return pd.DataFrame({"t": grid, "gpu_power_w": 999.0, "gpu_energy_mj": mj})
+
+    finding, per_sample = _arms_energy(tmp_path / "counter", ticks)
+    base, cand = finding.experiment.baseline, finding.experiment.candidate
+    assert base["energy_source"] == cand["energy_source"] == "energy-counter"
+    assert base["joules_per_sample"] == pytest.approx(300.0 * per_sample[BASELINE])
+    assert cand["joules_per_sample"] == pytest.approx(150.0 * per_sample["fix"])
+    assert words.energy_effect(finding.experiment).endswith(", NVML energy counter)")
+
+    def power_only(spans):  # a GPU before Volta: no counter column
+        return ticks(spans).drop(columns="gpu_energy_mj")
+
+    finding, per_sample = _arms_energy(tmp_path / "power", power_only)
+    base, cand = finding.experiment.baseline, finding.experiment.candidate
+    assert base["energy_source"] == cand["energy_source"] == "power-samples"
+    assert cand["joules_per_sample"] == pytest.approx(999.0 * per_sample["fix"])
+    assert words.energy_effect(finding.experiment).endswith(", NVML power samples)")
+
+
 def test_a_busy_machine_leaves_no_in_process_claim_verified(tmp_path):
     """Other processes on a quarter of the cores while the arms ran: the figures stay, not confirmed,
     and the note says how busy; on a quiet machine the verdicts stand. The session runs as against a
@@ -354,3 +403,52 @@ def test_a_busy_machine_leaves_no_in_process_claim_verified(tmp_path):
     assert not session.recommended.verified and "0.9 of 2 cores" in busy.reason and session.notes == [busy.reason]
     shared, session = judged(0.1, gpu_others=1)  # a quiet CPU, another process on the same GPU
     assert not shared.verified and "1 other process ran on the script's GPU" in shared.reason
+
+
+def test_a_round_that_does_not_fit_the_time_left_is_not_run_and_what_it_left_out_is_said(tmp_path):
+    """A time budget is a normal end: the round after the first does not fit the time left, so it is
+    not planned; the fix its first pass left undecided is settled on that pass, the batch ladder it
+    would have measured is named as not measured, and the note counts the windows."""
+    big, small = _dl001(), Finding("fp32 matmuls", "s", "medium", {}, Fix.unsafe("bf16", {"autocast": "bfloat16"}),
+                                   rule="fp32-matmul", code="PR001")
+    ladder = Finding("headroom", "s", "low", {}, Fix.unsafe("Double the batch size", {"batch_size_scale": 2}),
+                     rule="memory-headroom", code="MEM001")
+    rounds, child = Rounds(tmp_path), Child(tmp_path)
+    first = rounds.start([big, small, ladder], _profile())
+    bf16 = next(a for a, arm in rounds.arms.items() if arm.candidate.finding_index == 1)
+    speed = {"baseline": 0.10, bf16: 0.0926}
+    result = child.run(0, first, lambda w: speed.get(w.arm, 0.05))
+    assert rounds.advance(result, time_left_s=0.5) == [] and rounds.kind is RoundKind.END  # a window takes >= 1 s
+    assert small.experiment is not None and small.experiment.measured and len(small.experiment.runs) == 1
+    assert rounds.recommended is not None and rounds.recommended.verified
+    rounds.end(None)
+    assert ladder.experiment.verdict == "not-measured" and "time budget" in ladder.experiment.reason
+    note = rounds.budget_note(6)
+    assert note.startswith(f"the time budget (6 s) ended the experiments after {len(first)} of ")
+    assert int(note.split(" of ")[1].split()[0]) > len(first) and "not measured: Double the batch size" in note
+
+
+def test_a_first_round_is_planned_as_far_as_it_fits_and_ends_on_a_baseline(tmp_path):
+    rounds = Rounds(tmp_path)
+    everything = Rounds(tmp_path / "all").start([_dl001()], _profile())
+    fitted = rounds.start([_dl001()], _profile(), time_left_s=0.1 * sum(w.warmup + w.steps for w in everything[:3]) + 0.05)
+    assert [w.arm for w in fitted] == ["baseline", "a1", "baseline"][:len(fitted)] and len(fitted) in (0, 3)
+    assert fitted and rounds.budget_cut == len(everything) - 3
+    assert Rounds(tmp_path / "none").start([_dl001()], _profile(), time_left_s=0.01) == []
+
+
+@pytest.mark.slow
+def test_the_end_of_the_time_budget_is_a_normal_end(tmp_path):
+    """A script that never ends, its loader in 2 worker processes, --time-budget 6: the experiments
+    are stopped at a step boundary, the run is ok (exit 0), the fixes the budget left out are named,
+    and the script's log has no traceback (no worker or pin-memory thread killed mid-batch)."""
+    proc = subprocess.run(advise_cmd("profile", "--steps", "10", "--warmup", "2", "--time-budget", "6", "--out", "run",
+                                     str(WORKLOADS / "forever_workers.py")),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert proc.returncode == 0 and report["status"] == "ok" and report.get("error") is None, proc.stderr[-2000:]
+    said = [w for w in report["warnings"] if w.startswith("the time budget (6 s) ended the experiments after ")]
+    assert len(said) == 1 and "not measured: " in said[0], report["warnings"]
+    assert "the time budget (6 s) ended the experiments" in proc.stdout  # the terminal says it too
+    log = (tmp_path / "run" / "script.log").read_text()
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]

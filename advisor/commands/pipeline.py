@@ -124,7 +124,7 @@ def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_sett
 
     session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
                           max_experiments=experiments.max_experiments, window_steps=max(5, config.steps // 2),
-                          time_budget_s=config.arms_timeout_s,
+                          time_budget_s=config.arms_budget_s,
                           io_like=io_like, publish=link.publish_plan if link is not None else None)
     return session
 
@@ -237,7 +237,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
     in_process = bool(experiments and experiments.enabled and (not experiments.fresh_runs or launched_by_other))
     config = ProbeConfig(script=script, args=script_args, module=module, nproc=nproc, out=out, warmup=warmup, steps=steps,
                          profile_steps=profile_steps, timeout_s=timeout_s, arms=in_process,
-                         arms_timeout_s=experiments.time_budget_s if experiments else 900.0,
+                         arms_budget_s=experiments.time_budget_s if experiments else 900.0,
                          memory_budget_bytes=memory_budget_bytes)
     started_at = report_mod.now_iso()
     started = time.monotonic()
@@ -331,7 +331,7 @@ def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: Jo
     results = None
     if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
         findings, rule_warnings = session.findings, session.rule_warnings
-        session.finish(run.arms)
+        session.finish(run.arms, run.budget_ended)
         if link is None and not run.ranks:  # a job's other ranks are outside each rank's process tree
             session.withhold_if_busy(profile.samples, profile.env.get("cpu_count"))
         session.add_energy(profile.samples)
@@ -348,7 +348,8 @@ def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: Jo
                 findings, config, profile.steps, root=layout.make_subdir(out, layout.EXPERIMENTS), env=profile.env,
                 io_like=bool(metrics.io_bound(profile.samples, profile.steps, profile.env.get("cpu_count") or 1)),
                 safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
-                time_budget_s=experiments.time_budget_s, progress=progress, stop=stop,
+                time_budget_s=session.time_left() if session is not None else experiments.time_budget_s,
+                progress=progress, stop=stop,
                 only=[c.finding_index for c in fresh] if fresh is not None else None,
                 workers=script_workers(profile.observed),
             )

@@ -28,6 +28,7 @@ from .plan import BASELINE
 from .rounds import RoundKind, RoundResult, Rounds
 
 BUSY_SHARE = 0.25   # other processes on this share of the cores while the arms ran: nothing is verified
+PLAN_MARGIN_S = 0.5  # a plan's way to the child (written, polled, switched on) out of the time left
 
 
 @dataclass
@@ -75,14 +76,14 @@ class ArmsSession:
         the one whose steps are judged first: a job's rank 0)."""
         if suffixes:
             self.rank_suffix, self.plan_suffixes = suffixes[0], list(suffixes)
+        if self._started is None:  # the runner's budget counts from the same line
+            self._started = time.monotonic()
         try:
             windows = self._plan(round_no, lines)
         except Exception as exc:  # noqa: BLE001  a planning bug must end the child, not hang it
             self.notes.append(f"in-process experiments stopped: {type(exc).__name__}: {exc}")
             windows = []
         self._windows = windows
-        if self._started is None:
-            self._started = time.monotonic()
         if windows and self.progress is not None:
             arms = len({w.arm for w in windows} - {BASELINE})
             what = {RoundKind.CONFIRM: "the fixes not decided yet", RoundKind.STACK: "the winners stacked"}.get(
@@ -100,10 +101,14 @@ class ArmsSession:
             findings, profile = self.diagnose()
             self.rounds = Rounds(self.out, self.safe_only, self.max_experiments, self.window_steps, self.io_like(profile),
                                  notes=self.notes)
-            return self.rounds.start(findings, profile)
+            return self.rounds.start(findings, profile, self.time_left())
         if self.rounds is None or not self.rounds.running or lines is None:
             return []
-        return self.rounds.advance(RoundResult.read(lines, self.rounds.round))
+        return self.rounds.advance(RoundResult.read(lines, self.rounds.round), self.time_left())
+
+    def time_left(self) -> float:
+        """The arms' time budget left, less the margin a plan takes to reach the child."""
+        return max(0.0, self.time_budget_s - PLAN_MARGIN_S - (time.monotonic() - (self._started or time.monotonic())))
 
     def on_arm_step(self, line: ArmStepLine) -> None:
         """The child ran a step of window k: say which window and arm run, and the time left."""
@@ -146,10 +151,11 @@ class ArmsSession:
         self.notes.append(why)
 
     def add_energy(self, samples: pd.DataFrame) -> None:
-        """Joules per sample of each measured fix and of the baseline windows (NVML power over the
-        windows' wall time, :func:`metrics.energy`), beside their speed; nothing where no power was
-        sampled (a CPU run)."""
-        if self.rounds is None or samples.empty or "gpu_power_w" not in samples:
+        """Joules per sample of each measured fix and of the baseline windows (:func:`metrics.energy`:
+        NVML's energy counter over the windows' device spans, its power samples where there is no
+        counter), beside their speed, with their `energy_source`; an arm is read from the source its
+        baseline was, so the two compare. Nothing where the GPU was not sampled (a CPU run)."""
+        if self.rounds is None or samples.empty:
             return
         windows = [(line, result.steps.get(line.window)) for result in self.rounds.results.values()
                    for line in result.windows]
@@ -158,16 +164,21 @@ class ArmsSession:
         base_energy = metrics.energy(samples, pd.concat(base)) if base else None
         if not base_energy or base_energy.get("joules_per_sample") is None:
             return
+        source = base_energy["source"]
         for exp in (c for c in self.rounds.claims() if c.baseline and c.candidate):
             mine = [frame for line, frame in windows
                     if line.arm != BASELINE and line.overrides == (exp.overrides or {})]
-            energy = metrics.energy(samples, pd.concat(mine)) if mine else None
+            energy = metrics.energy(samples, pd.concat(mine), source) if mine else None
             if energy and energy.get("joules_per_sample") is not None:
-                exp.baseline["joules_per_sample"] = base_energy["joules_per_sample"]
-                exp.candidate["joules_per_sample"] = energy["joules_per_sample"]
+                exp.baseline.update(joules_per_sample=base_energy["joules_per_sample"], energy_source=source)
+                exp.candidate.update(joules_per_sample=energy["joules_per_sample"], energy_source=source)
 
-    def finish(self, lines: RankLines | None) -> None:
-        """The child ended (`lines`: the judged rank's, all of them: ProbeRun.arms): judge a round it
-        ended inside, on what it measured."""
+    def finish(self, lines: RankLines | None, out_of_time: bool = False) -> None:
+        """The child ended (`lines`: the judged rank's, all of them: ProbeRun.arms; `out_of_time`:
+        the time budget stopped it): judge a round it ended inside, on what it measured, and say
+        what the budget left out."""
         if self.rounds is not None:
-            self.rounds.end(RoundResult.read(lines, self.rounds.round) if lines is not None and self.rounds.running else None)
+            self.rounds.end(RoundResult.read(lines, self.rounds.round) if lines is not None and self.rounds.running else None,
+                            out_of_time)
+            if note := self.rounds.budget_note(self.time_budget_s):
+                self.notes.append(note)

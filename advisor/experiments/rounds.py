@@ -9,6 +9,11 @@ The transitions (:meth:`Rounds.advance`)::
     FIXES ──(a fix its first pass left undecided, a screen that looked faster, a batch ladder)──> CONFIRM
     FIXES, CONFIRM ──(two winners or more)──> STACK ──(one pass did not settle it)──> STACK
     any ──(nothing left to measure)──> END
+    any ──(the next round's windows do not fit the time left)──> END
+
+A time budget is a normal end: a round is planned only as far as its windows fit the time left
+(each window's steps at its arm's measured step time, ending on a baseline window), and what
+was planned but not run is counted and said (:meth:`Rounds.budget_note`).
 
 FIXES is one pass over the rules' fixes (every sweep value: switching is cheap) and one short window
 for each untried fix (a screen); CONFIRM the reverse pass (B P3 B P2 P1 B, so a drift weighs on both
@@ -143,43 +148,76 @@ class Rounds:
     _again: list[str] = field(default_factory=list)  # arms of fixes their first pass left undecided
     _screened: dict[str, Experiment] = field(default_factory=dict)  # screened arm -> its one window's result
     _promoted: list[str] = field(default_factory=list)  # screened arms to measure in full
+    _step_s: float | None = None  # the profiled window's median step: a window's time before its arm ran
+    _planned: dict[int, int] = field(default_factory=dict)  # round -> its windows
+    budget_cut: int = 0  # windows planned but not run: the time budget ended first
+    out_of_time: bool = False  # the time budget ended the rounds
 
     # the machine ------------------------------------------------------------------------------------
-    def start(self, findings: list[Finding], profile) -> list[Window]:
-        """Round 0 (FIXES) for the findings of the profiled window (`profile`: its Profile)."""
+    def start(self, findings: list[Finding], profile, time_left_s: float | None = None) -> list[Window]:
+        """Round 0 (FIXES) for the findings of the profiled window (`profile`: its Profile), as far
+        as it fits `time_left_s`."""
         self.findings = findings
         self.by_samples = judge.by_samples(profile.steps)
         self._sizing = WindowSizing.of(self.window_steps, profile.steps, profile.observed)
-        return self._enter(RoundKind.FIXES, self._fixes_round(profile))
+        self._step_s = steptime.median_step(profile.steps)
+        windows = self._fixes_round(profile)
+        fitted = self._fit(windows, time_left_s)
+        if windows and not fitted:
+            self.out_of_time = True
+        return self._enter(RoundKind.FIXES, fitted)
 
-    def advance(self, result: RoundResult) -> list[Window]:
-        """The current round measured `result`: judge it, then the next round's windows."""
+    def advance(self, result: RoundResult, time_left_s: float | None = None) -> list[Window]:
+        """The current round measured `result`: judge it, then the next round's windows, as far as
+        they fit `time_left_s` (None: no limit). A round none of whose windows fit is not run: the
+        rounds end there, each fix judged on what was measured."""
         self.results[self.round] = result
         self._judge_round(final=False)
-        return self._enter(*self._next())
+        kind, windows = self._next()
+        fitted = self._fit(windows, time_left_s)
+        if windows and not fitted:
+            self._out_of_time(kind)
+        return self._enter(kind, fitted)
 
-    def end(self, result: RoundResult | None) -> None:
-        """The run ended inside the current round (`result`: what it measured of it): judge it on
-        that, and say of every fix still unjudged why."""
+    def end(self, result: RoundResult | None, out_of_time: bool = False) -> None:
+        """The run ended inside the current round (`result`: what it measured of it; `out_of_time`:
+        the time budget ended it): judge it on that, and say of every fix still unjudged why."""
+        self.out_of_time = self.out_of_time or out_of_time
+        ended = "the time budget ended" if self.out_of_time else "the run ended"
         if self.running and self.round not in self.results and result is not None:
+            self.budget_cut += max(0, self._planned.get(self.round, 0) - len(result.windows))
             self.results[self.round] = result
             self._judge_round(final=True)
-            for arm in self._promoted:  # promoted, but the run ended before they were measured in full
-                finding = self.findings[self.arms[arm].candidate.finding_index]
-                if finding.experiment is None:
-                    exp = self._screened[arm]
-                    exp.verified, exp.verdict = False, Verdict.NOT_CONFIRMED
-                    exp.reason = "screened in one short window; the run ended before it was measured in full"
-                    finding.experiment = exp
         if self.recommended is None and self._winners and self.kind in (RoundKind.FIXES, RoundKind.CONFIRM):
             self.recommended = judge.recommend(self._winners, None if len(self._winners) == 1 else
-                                               "was not measured (the run ended first)",
+                                               f"was not measured ({ended} first)",
                                                budget=self._fit_budget, notes=self.notes)
-        for candidate in {a.candidate.finding_index: a.candidate for a in self.arms.values()
-                          if a.candidate.finding_index is not None}.values():
+        for arm in self._promoted:  # promoted, but the run ended before they were measured in full
+            finding = self.findings[self.arms[arm].candidate.finding_index]
+            if finding.experiment is None and arm in self._screened:
+                exp = self._screened[arm]
+                exp.verified, exp.verdict = False, Verdict.NOT_CONFIRMED
+                exp.reason = f"screened in one short window; {ended} before it was measured in full"
+                finding.experiment = exp
+        for candidate in self._candidates():
             finding = self.findings[candidate.finding_index]
             if finding.experiment is None and candidate not in self.fresh:
-                finding.experiment = Experiment.not_measured("the run ended before this fix was measured")
+                finding.experiment = Experiment.not_measured(f"{ended} before this fix was measured")
+
+    def _candidates(self) -> list[Candidate]:
+        """The fixes the arms measure, one per finding."""
+        return list({a.candidate.finding_index: a.candidate for a in self.arms.values()
+                     if a.candidate.finding_index is not None}.values())
+
+    def budget_note(self, budget_s: float) -> str | None:
+        """What the time budget left out, in one line (None: it left nothing out)."""
+        if not self.out_of_time:
+            return None
+        run = sum(len(r.windows) for r in self.results.values())
+        left = [f.fix.title for f in (self.findings[c.finding_index] for c in self._candidates())
+                if f.experiment is not None and f.experiment.verdict is Verdict.NOT_MEASURED]
+        return (f"the time budget ({budget_s:g} s) ended the experiments after {run} of {run + self.budget_cut} windows"
+                + (f"; not measured: {'; '.join(left)}" if left else "") + " (a longer --time-budget measures more)")
 
     @property
     def kind(self) -> RoundKind | None:
@@ -197,7 +235,47 @@ class Rounds:
     def _enter(self, kind: RoundKind, windows: list[Window]) -> list[Window]:
         self.round += 1
         self._kinds[self.round] = kind if windows else RoundKind.END
+        self._planned[self.round] = len(windows)
         return windows
+
+    # the time budget ---------------------------------------------------------------------------------
+    def _fit(self, windows: list[Window], time_left_s: float | None) -> list[Window]:
+        """The longest run of `windows` from the first that fits `time_left_s` and ends on a baseline
+        window with an arm's window in it ([]: not even that); the rest is counted as cut."""
+        if time_left_s is None or not windows:
+            return windows
+        used, fitted = 0.0, 0
+        for k, window in enumerate(windows):
+            used += self._window_s(window)
+            if used > time_left_s:
+                break
+            if window.arm == BASELINE and any(w.arm != BASELINE for w in windows[:k]):
+                fitted = k + 1
+        self.budget_cut += len(windows) - fitted
+        return windows[:fitted]
+
+    def _window_s(self, window: Window) -> float:
+        """A window's expected time: its steps at its arm's median step so far (the baseline's, or
+        the profiled window's, before the arm ran)."""
+        step_s = self._median_step(window.arm) or self._median_step(BASELINE) or self._step_s or 0.0
+        return (window.warmup + window.steps) * step_s
+
+    def _median_step(self, arm: str) -> float | None:
+        frames = [r.steps[line.window] for r in self.results.values() for line in r.windows
+                  if line.arm == arm and line.window in r.steps and len(r.steps[line.window])]
+        return steptime.median_step(pd.concat(frames)) if frames else None
+
+    def _out_of_time(self, kind: RoundKind) -> None:
+        """The next round does not fit: settle what the rounds so far measured, as a run that ended."""
+        self.out_of_time = True
+        if kind is RoundKind.CONFIRM:  # the fixes the first pass left undecided: settled on it alone
+            self._judge_fixes([self.results[0]], self._again)
+        elif kind is RoundKind.STACK and any(k is RoundKind.STACK for k in self._kinds.values()):
+            self._judge_stack(final=True)
+        if self.recommended is None:
+            self.recommended = judge.recommend(self._winners, None if len(self._winners) < 2 else
+                                               "was not measured (the time budget ended first)",
+                                               budget=self._fit_budget, notes=self.notes)
 
     def _next(self) -> tuple[RoundKind, list[Window]]:
         """The transition out of the round just judged."""

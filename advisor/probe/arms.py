@@ -7,7 +7,9 @@ switches its overrides on at a step boundary (the previous window's off first), 
 untimed and `steps` timed steps (an :class:`~advisor.run_dir.protocol.ArmStepLine` each) and ends
 with an :class:`~advisor.run_dir.protocol.ArmLine` in ``arms{r}.jsonl`` saying what really took
 effect. A :class:`~advisor.run_dir.protocol.PlanDone` ends a plan; an empty plan, no plan within
-``plan_timeout_s`` or a ``stop{r}`` file ends the run as today.
+``plan_timeout_s`` or a ``stop{r}`` file ends the run as today. The stop file is also looked for at
+every step boundary of a window (the parent's time budget ended): the window it cuts is left out
+(its steps are written, its ArmLine is not, so no verdict rests on a part of a window).
 
 Each window's overrides are switched on and off by the run's switches
 (:mod:`advisor.probe.switches`, the same ones a fresh run turns on before the script starts), so
@@ -176,6 +178,8 @@ class Arms:
         if not self.timeline.deferred:  # the host's clock: the step's line is out at once (nothing to wait on)
             self._flush()
         self.i += 1
+        if self.i < self.total and (self.out / self.names.stop).exists():  # the time budget ended: stop here
+            self._stop()
         if self.i == self.warmup:
             self.peak.end_step()
         elif self.i == self.warmup - 1:
@@ -192,6 +196,18 @@ class Arms:
         if not self._advance():
             raise ProbeDone()
         return True
+
+    def _stop(self) -> None:
+        """End the arms at this boundary: the open window's steps are written, it is not."""
+        self._flush()
+        self.peak.end_step()
+        self.record = None
+        try:
+            self._switch_off()
+        except Exception:  # noqa: BLE001 - the run ends anyway
+            pass
+        self.windows, self.k = [], 0
+        raise ProbeDone()
 
     def _flush(self) -> None:
         """The window's step lines: one wait on the device, then each step's time and loss."""

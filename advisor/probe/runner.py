@@ -39,6 +39,7 @@ from .tree import ProcessTree
 GRACE_S = 10.0  # after SIGINT, how long the child may take to export its trace
 ATEXIT_S = 5.0  # how long the script's atexit handlers may run once it was stopped (inside GRACE_S)
 HELPERS_GRACE_S = 5.0  # processes that escaped the script's group: SIGTERM, then SIGKILL after this
+BUDGET_GRACE_S = 10.0  # the arms' time budget ended: how long the child may take to reach a step boundary
 
 
 
@@ -61,7 +62,7 @@ class ProbeConfig:
     overrides: dict = field(default_factory=dict)
     arms: bool = False  # after the window the child waits for plan files and measures arms itself
     plan_timeout_s: float = 600.0  # how long the child waits for a plan before it finishes
-    arms_timeout_s: float = 900.0  # the deadline once the window is done (from the "window-done" line)
+    arms_budget_s: float = 900.0  # the arms' time, from the "window-done" line: its end stops them, not a timeout
     nproc: int = 1  # ranks started through torch.distributed.run (--standalone: a free rendezvous port)
     memory_budget_bytes: int | None = None  # --memory-budget (None: the device's capacity)
 
@@ -81,6 +82,7 @@ class ProbeRun:
     arms: RankLines | None = None  # the watched rank's lines (in-process arms: their steps and windows)
     suffix: str = ""  # the rank whose files `files` names ('.rank0' for a job advise launched)
     ranks: list[dict] = field(default_factory=list)  # a launched job: each rank's own account
+    budget_ended: bool = False  # the arms' time budget ended them (a normal end: the run is ok)
 
 
 def job_suffix(config: ProbeConfig) -> str:
@@ -103,8 +105,10 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     With ``config.arms`` the child waits after the window for plan files: `on_window_done` is
     called with 0 for its "window-done" line and with N for each "plan-done" line of round N
     (it writes the next plan), and the rank suffixes that run it (the first is the one whose steps
-    are judged: rank 0's in a job); from the "window-done" line on, the deadline is
-    ``config.arms_timeout_s`` from then. In a job, round N + 1 waits until every rank ended round N.
+    are judged: rank 0's in a job); from the "window-done" line on, ``config.arms_budget_s`` is the
+    arms' time: at its end the child is asked to stop at its next step boundary (its stop file), and
+    the run ends ok. ``config.timeout_s`` bounds the script until its window is done. In a job, round
+    N + 1 waits until every rank ended round N.
 
     `link`: this rank's tie to the other ranks of a job a launcher started (torchrun, srun): their
     plans come from rank 0 over the job's channel, and rank 0 waits for every rank's round end.
@@ -283,6 +287,8 @@ class ProbeSession:
         self.cfg_path = self.out.resolve() / f".probe-config{rank_suffix()}.json"
         self.notes: list[str] = []
         self.timed_out = self.interrupted = False
+        self.budget_at: float | None = None  # the arms' time budget ends then (set at the window's end)
+        self.budget_ended_at: float | None = None  # ... and did: the child was asked to stop
         self.signum: int | None = None
         self.escaped = 0
         self.lines = _lines(self.out, self.shape.names)  # the watched rank's, as they arrive
@@ -392,7 +398,8 @@ class ProbeSession:
             self.link.line(line)
 
     def _window_done(self) -> None:
-        self.deadline = time.monotonic() + self.config.arms_timeout_s
+        self.budget_at = time.monotonic() + self.config.arms_budget_s
+        self.deadline = float("inf")  # from here on the arms' budget bounds the run, not --timeout
         # the parent's rules read the window as a run dir: its steps and samples so far
         names = self.shape.names
         probe_now = read_account(self.out / names.probe_json)
@@ -449,8 +456,26 @@ class ProbeSession:
             self.timed_out = True
             self.stop_sent_at = now
             self._signal(signal.SIGINT)
+        elif self.stop_sent_at is None and self.budget_at is not None and now >= self.budget_at:
+            self._end_budget(now)
         elif self.stop_sent_at is not None and now - self.stop_sent_at > GRACE_S:
             self._signal(signal.SIGKILL)
+
+    def _end_budget(self, now: float) -> None:
+        """The arms' time budget is over: every rank is asked to stop at its next step boundary (the
+        window it is in is left out); one that has not within BUDGET_GRACE_S is stopped as Ctrl-C
+        would. Either way the run ends ok: the budget did what it was asked."""
+        if self.budget_ended_at is None:
+            self.budget_ended_at = now
+            for files in (self.shape.names, *self.job.others.values()):
+                (self.out / files.stop).touch()
+            if self.link is not None:
+                self.link.stop_job()
+        elif now - self.budget_ended_at > BUDGET_GRACE_S:
+            self.notes.append(f"the script did not reach a step boundary within {BUDGET_GRACE_S:g} s of the end of the "
+                              "time budget and was stopped")
+            self.stop_sent_at = now
+            self._signal(signal.SIGINT)
 
     # --- the end ---
 
@@ -501,11 +526,17 @@ class ProbeSession:
             probe.status, probe.error, probe.traceback = "done", None, None
             ranks = [dict(r, status="done", error=None, traceback=None) if r["status"] in ("interrupted", "died") else r
                      for r in ranks]
+        budget_ended = self.budget_ended_at is not None and not self.interrupted
+        if budget_ended and len(measured) >= config.steps:  # stopped by advise after its window: the window stands
+            if probe.status in ("interrupted", None) or self.child.returncode:
+                probe.status, probe.error, probe.traceback = "done", None, None
+            ranks = [dict(r, status="done", error=None, traceback=None) if r["status"] in ("interrupted", "died") else r
+                     for r in ranks]
         status = _status(probe, self.child.returncode, self.timed_out, self.interrupted, config.timeout_s, self.signum)
         status = _first_failure(status, probe, ranks)
         return ProbeRun(status=status, exit_code=self.child.returncode, wall_s=wall_s, probe=probe, files=names,
                         notes=notes, signal=self.signum if status == "interrupted" else None, escaped=self.escaped,
-                        arms=lines, suffix=suffix, ranks=ranks)
+                        arms=lines, suffix=suffix, ranks=ranks, budget_ended=budget_ended)
 
 
 def _first_failure(status: str, probe: ChildAccount, ranks: list[dict]) -> str:
