@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["merge", "coverage", "subtract", "union_length"]
+__all__ = ["merge", "coverage", "subtract", "intersect", "union_length"]
 
 
 def merge(starts, ends) -> tuple[np.ndarray, np.ndarray]:
@@ -79,6 +79,13 @@ def subtract(ms, me, cs, ce) -> tuple[np.ndarray, np.ndarray]:
     first = keep & np.concatenate(([True], ~keep[:-1]))
     last = keep & np.concatenate((~keep[1:], [True]))
     return lo[first], hi[last]
+
+
+def intersect(ms, me, cs, ce) -> tuple[np.ndarray, np.ndarray]:
+    """Merged intervals (ms, me) within merged intervals (cs, ce): what both cover, merged (the
+    first less what it has outside the second, so it rounds as :func:`subtract` does)."""
+    outside = subtract(ms, me, cs, ce)
+    return subtract(ms, me, *outside)
 
 
 def _inside(t: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

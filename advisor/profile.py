@@ -12,7 +12,8 @@ Frames (pandas; times in seconds unless the column says ``_us``):
   DataLoader ``__next__``), ``optimizer_s`` (host time in ``optimizer.step``), ``backward_s``
   (host time in ``backward()``), ``samples`` (batch size; NaN when unknown), ``profiled``
   (the step ran under torch.profiler, so its time is inflated), ``loss`` (NaN when unseen).
-  From a trace alone: one row per ``ProfilerStep#N`` with ``gpu_busy_s`` too.
+  From a trace alone: one row per ``ProfilerStep#N`` with ``gpu_busy_s`` too, its data wait and
+  optimizer time read on the device's timeline when the trace has GPU work (``meta["step_parts"]``).
 - ``ops``, ``kernels``, ``memcpy``, ``runtime``, ``annotations``, ``python``, ``memory``,
   ``trace_steps``: the trace's frames (see :mod:`advisor.trace`); empty without a trace.
 - ``samples``: the parent's sampler ticks (see :mod:`advisor.probe.sampler`).
@@ -33,7 +34,6 @@ for the cross-rank rules; a single-rank run has ``ranks == []`` and a job of one
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,11 +45,10 @@ from .run_dir.chatter import without_chatter
 from .run_dir.protocol import ChildAccount, read_account
 from .run_dir.seen import Env, MemoryAccount, Observed, typed
 from .model import SourceLocation
-from .analysis.ranks import JobProfile, name_mask
+from .analysis.ranks import JobProfile
 from .trace import TraceError, TraceFrames, load_trace
+from .trace.device_parts import optimizer_ranges
 
-_OPTIMIZER_STEP = re.compile(r"^Optimizer\.step")
-_BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function")
 LOG_TAIL_LINES = 30  # meta["log_tail"]: what a failed run's report shows of the script's log
 
 
@@ -126,6 +125,12 @@ class Profile:
         return self.meta.get("source") == "trace"
 
     @property
+    def parts_on_device(self) -> bool:
+        """Whether the steps' data wait and optimizer time are the device's (a GPU trace read alone):
+        the wait is then the device's idle time already, none of it hidden behind queued work."""
+        return self.meta.get("step_parts") == "device"
+
+    @property
     def has_gpu(self) -> bool:
         return self.device == "cuda" or (self.trace is not None and bool(self.trace.meta.get("has_gpu")))
 
@@ -179,9 +184,17 @@ class Profile:
         where the last kernel it launched ends (a span ends when Python moves on: on a GPU that
         is a step or more before the device does).
 
+        On a GPU the step's parts (data wait, optimizer) are read on the device's timeline too
+        (:mod:`advisor.trace.device_parts`): the host's ranges hold the time it waited for the
+        device. A host-only trace's parts are its ranges, less an optimizer's closure.
+
         `read`: path -> TraceFrames (a command's read-ahead, :meth:`advisor.trace.ReadAhead.frames`)."""
         trace = read(path)
         ts = trace.steps
+        on_device = bool(trace.meta.get("has_gpu"))
+        host_optimizer = (ts["optimizer_us"] - closure_us(trace, ts["index"])).clip(lower=0)
+        data_wait = ts["device_data_wait_us"] if on_device else ts["data_wait_us"]
+        optimizer = ts["device_optimizer_us"].fillna(host_optimizer) if on_device else host_optimizer
         steps = pd.DataFrame(
             {
                 steptime.INDEX: ts["index"].astype(int),
@@ -189,8 +202,8 @@ class Profile:
                 steptime.HOST: ts["dur_us"] / 1e6,
                 steptime.CPU: float("nan"),
                 steptime.CLOCK: "device" if len(trace.kernels) else "host",
-                steptime.DATA_WAIT: ts["data_wait_us"] / 1e6,
-                steptime.OPTIMIZER: (ts["optimizer_us"] - closure_us(trace, ts["index"])).clip(lower=0) / 1e6,
+                steptime.DATA_WAIT: data_wait / 1e6,
+                steptime.OPTIMIZER: optimizer / 1e6,
                 steptime.BACKWARD: float("nan"),
                 steptime.SAMPLES: float("nan"),
                 steptime.PROFILED: True,
@@ -199,34 +212,20 @@ class Profile:
             }
         )
         meta = {"source": "trace", "step_source": "ProfilerStep" if len(ts) else None, "trace": str(path),
-                "notes": list(trace.meta.get("warnings", []))}
+                "step_parts": "device" if on_device else "host", "notes": list(trace.meta.get("warnings", []))}
         return cls(steps=steps, trace=trace, env=env_from_trace(trace), meta=meta)
 
 
 def closure_us(trace: TraceFrames, index: pd.Series) -> pd.Series:
-    """Per step, the time in ``Optimizer.step`` ranges spent running a closure (LBFGS, Lightning).
-
-    ``step(closure)`` runs forward and backward inside the optimizer's range; that time is the
-    model's, not the optimizer's. A trace does not mark the closure, so it is read as the span
-    from the range's start to the end of the last backward op (``autograd::engine::...``) inside
-    it: torch's optimizers call the closure first, and LBFGS's few vector ops between its closure
-    calls are counted with them (the probe times closures exactly; this is the trace-only view).
-    """
-    out = pd.Series(0.0, index=index.index)
-    ann, ops = trace.annotations, trace.ops
-    if not len(ann) or not len(ops):
-        return out
-    steps = ann[name_mask(ann["name"], _OPTIMIZER_STEP)]
-    if not len(steps):
-        return out
-    backward = ops[name_mask(ops["name"], _BACKWARD_OP)]
-    if not len(backward):
-        return out
-    by_step: dict[int, float] = {}
-    for r in steps.itertuples():
-        inside = backward[(backward["ts_us"] >= r.ts_us) & (backward["end_us"] <= r.end_us) & (backward["pid"] == r.pid)]
-        if len(inside):
-            by_step[r.step] = by_step.get(r.step, 0.0) + float(inside["end_us"].max() - r.ts_us)
+    """Per step, the host's time in ``Optimizer.step`` ranges spent running a closure (LBFGS,
+    Lightning): forward and backward inside the optimizer's range are the model's time, not the
+    optimizer's. A trace does not mark the closure: it is read as the span from the range's start
+    to the end of the last backward op inside it
+    (:func:`advisor.trace.device_parts.optimizer_ranges`; the probe times closures exactly)."""
+    ranges = optimizer_ranges(trace.annotations, trace.ops)
+    if not len(ranges):
+        return pd.Series(0.0, index=index.index)
+    by_step = (ranges["work_us"] - ranges["ts_us"]).groupby(ranges["step"]).sum()
     return index.map(by_step).fillna(0.0).astype(float)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from advisor.intervals import coverage, merge, union_length
+from advisor.intervals import coverage, intersect, merge, union_length
 
 NAN = float("nan")
 
@@ -76,3 +76,11 @@ def test_coverage_matches_a_brute_force_union():
     step = grid[1] - grid[0]
     brute = [busy[(grid >= a) & (grid < b)].sum() * step for a, b in zip(lo, hi)]
     assert coverage(*merge(s, e), lo, hi) == pytest.approx(brute, abs=0.01)
+
+
+def test_intersect_keeps_what_both_cover():
+    a = merge([0, 10, 30], [5, 20, 40])
+    b = merge([3, 15], [12, 35])
+    s, e = intersect(*a, *b)
+    assert list(zip(s.tolist(), e.tolist())) == [(3.0, 5.0), (10.0, 12.0), (15.0, 20.0), (30.0, 35.0)]
+    assert intersect(*a, *merge([], []))[0].size == 0

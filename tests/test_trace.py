@@ -37,7 +37,7 @@ COLUMNS = {
     "python": ["name", "ts_us", "dur_us", "end_us", "pid", "tid", "step"],
     "memory": ["ts_us", "bytes", "total_allocated", "total_reserved", "device_type", "device_id"],
     "steps": ["index", "ts_us", "dur_us", "end_us", "data_wait_us", "optimizer_us", "gpu_busy_us",
-              "kernel_us", "n_kernels", "device_dur_us"],
+              "kernel_us", "n_kernels", "device_dur_us", "device_data_wait_us", "device_optimizer_us"],
 }
 META_KEYS = {"device_properties", "distributed", "rank", "world_size", "display_time_unit",
              "base_time_ns", "trace_span_us", "n_events", "has_gpu", "source", "skipped_events", "warnings"}
@@ -304,6 +304,11 @@ def check_invariants(t: TraceFrames, path: str) -> None:
         assert len(s) == cpu_steps["name"].nunique()
         if not t.meta["has_gpu"]:
             assert (s["gpu_busy_us"] == 0).all()
+            assert s["device_data_wait_us"].isna().all() and s["device_optimizer_us"].isna().all()
+        else:  # the device's parts are disjoint pieces of its span
+            parts = s["device_data_wait_us"] + s["device_optimizer_us"].fillna(0.0)
+            assert (s["device_data_wait_us"] >= 0).all() and (s["device_optimizer_us"].dropna() >= 0).all()
+            assert (parts <= s["device_dur_us"] + 1e-6).all()
 
 
 # Every trace found, plus those EXPECT names (they skip loudly when the shared folder is missing).

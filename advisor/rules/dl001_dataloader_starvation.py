@@ -17,8 +17,9 @@ many steps waited, one in how many, the median, p90 and longest wait. With `num_
 each batch from a worker process pays a fixed hand-over cost (pickling, shared-memory file
 descriptors, a round trip to the worker) that more workers cannot remove. When the workers
 and the trainer's threads oversubscribe a saturated CPU, the wait is a symptom of that, and
-it is left to `cpu-oversubscription`. On a GPU trace, wait during which the GPU
-was still busy with queued work is not counted: only the exposed wait is.
+it is left to `cpu-oversubscription`. On a GPU, wait during which the GPU
+was still busy with queued work is not counted: only the exposed wait is (a trace alone gives it
+directly: the GPU's idle time while the host waited on the loader).
 
 The workers proposed, and the values the experiments try, are capped by the CPUs this rank may
 use: its affinity mask where a scheduler bound it to a subset (`srun --cpu-bind`, `taskset`, a
@@ -86,7 +87,7 @@ def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> 
     wait = np.clip(steptime.data_wait(steps).to_numpy(), 0, None)
     wait = np.minimum(wait, dur)
     hidden = _gpu_busy_during_wait_frac(profile)
-    exposed = wait * (1.0 - hidden)
+    exposed = wait if profile.parts_on_device else wait * (1.0 - hidden)  # on the device: its idle time already
     total_frac = h.frac(exposed.sum(), dur.sum())
     # The wait less its one longest step: an epoch boundary (or one noisy moment) is a single step,
     # a loader that cannot keep up waits again and again (with w workers, about one step in w).

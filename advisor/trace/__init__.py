@@ -11,7 +11,8 @@ The surface, two calls:
 
 Inside: :mod:`.read` (the file streamed in blocks, decoded by msgspec into columns, no numpy),
 :mod:`.ahead` (the read-ahead session), :mod:`.forked` (work done in a forked child), :mod:`.build`
-(frames from columns), :mod:`.nesting` (operator depth and self time), :mod:`.flops` (FLOP
+(frames from columns), :mod:`.device_parts` (a step's data wait and optimizer on the device's
+timeline), :mod:`.nesting` (operator depth and self time), :mod:`.flops` (FLOP
 estimates for GEMMs and convolutions), :mod:`.frames` (the frames' layout, name helpers).
 
 Importing this package imports no numpy or pandas: the names below load their module on use,

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .. import intervals
+from .device_parts import DATALOADER_PREFIX, OPTIMIZER_PREFIX, device_parts, optimizer_ranges
 from .flops import op_flops, per_value, refine_conv_flops
 from .frames import (ANN_COLS, KERNEL_COLS, MEM_COLS, MEMCPY_COLS, OPS_COLS, PY_COLS, RUNTIME_COLS, STEP_COLS,
                      TraceFrames, empty_frame, build_frame, nullable_int, name_mask)
@@ -27,8 +28,6 @@ from .read import Coded, Columns, TraceError, concat, read_file
 _RECORD_FUNCTION_PREFIXES = (
     "ProfilerStep#", "enumerate(DataLoader)", "Optimizer.step", "Optimizer.zero_grad", "##",
 )
-_DATALOADER_PREFIX = "enumerate(DataLoader)"
-_OPTIMIZER_PREFIX = "Optimizer.step"
 _STEP_PREFIX = "ProfilerStep#"
 
 
@@ -92,7 +91,7 @@ def _build(src: str, doc: dict, cols: dict, n_events: int) -> TraceFrames:
     memcpy = _build_memcpy(cols["memcpy"], cols["memset"], assign, runtime, guard)
     python = _build_python(cols["python"], assign, guard)
     memory = _build_memory(cols["instant"])
-    steps = _build_steps(steps_span, ops, annotations, kernels, memcpy)
+    steps = _build_steps(steps_span, ops, annotations, kernels, memcpy, runtime)
 
     warnings = []
     if guard.skipped:
@@ -244,7 +243,7 @@ def _step_spans(ann: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _build_steps(span, ops, ann, kernels, memcpy) -> pd.DataFrame:
+def _build_steps(span, ops, ann, kernels, memcpy, runtime) -> pd.DataFrame:
     if span.empty:
         return empty_frame(STEP_COLS)
     lo = span["ts_us"].to_numpy()
@@ -280,24 +279,32 @@ def _build_steps(span, ops, ann, kernels, memcpy) -> pd.DataFrame:
                 kernel_us[i] = row_sum
                 n_k[i] = row_cnt
 
+    dev_start, dev_end = _device_spans(idx, lo, hi, kernels, memcpy)
+    if len(kernels) or len(memcpy):
+        dev_wait, dev_opt = device_parts(dev_start, dev_end, kernels, memcpy, runtime, ann, optimizer_ranges(ann, ops))
+    else:
+        dev_wait = dev_opt = np.full(len(idx), np.nan)
     out = pd.DataFrame({
         "index": idx.astype(np.int64),
         "ts_us": lo, "dur_us": span["dur_us"].to_numpy(), "end_us": hi,
-        "data_wait_us": coverage(_DATALOADER_PREFIX),
-        "optimizer_us": coverage(_OPTIMIZER_PREFIX),
+        "data_wait_us": coverage(DATALOADER_PREFIX),
+        "optimizer_us": coverage(OPTIMIZER_PREFIX),
         "gpu_busy_us": gpu,
         "kernel_us": kernel_us,
         "n_kernels": n_k,
-        "device_dur_us": _device_durations(idx, lo, hi, kernels, memcpy),
+        "device_dur_us": np.maximum(dev_end - dev_start, 0.0),
+        "device_data_wait_us": dev_wait,
+        "device_optimizer_us": dev_opt,
     })
     return out.sort_values("index", kind="stable").reset_index(drop=True)
 
 
-def _device_durations(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, kernels, memcpy) -> np.ndarray:
-    """Each step's time re-anchored to the device: a ProfilerStep span ends when Python moves on,
-    the step when the last kernel (or copy) it launched ends (as the profiler's TensorBoard plugin
-    reads it). A step ends at the later of the two and starts where the one before it ended; the
-    first starts at its span's start. Without device work this is the span itself."""
+def _device_spans(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, kernels, memcpy) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's (start, end) re-anchored to the device: a ProfilerStep span ends when Python
+    moves on, the step when the last kernel (or copy) it launched ends (as the profiler's
+    TensorBoard plugin reads it). A step ends at the later of the two and starts where the one
+    before it ended; the first starts at its span's start. Without device work this is the span
+    itself."""
     end = hi.astype(np.float64).copy()
     for frame in (kernels, memcpy):
         if len(frame):
@@ -310,7 +317,7 @@ def _device_durations(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, kernels, 
     order = np.argsort(lo, kind="stable")
     start = lo.astype(np.float64).copy()
     start[order[1:]] = np.maximum(lo[order[1:]], end[order[:-1]])
-    return np.maximum(end - start, 0.0)
+    return start, end
 
 
 # --------------------------------------------------------------------------

@@ -108,14 +108,18 @@ a duplicated N keeps the longer range), sorted by index.
 
     index (int N), ts_us, dur_us, end_us (float, us),
     data_wait_us (float, us): union of ``enumerate(DataLoader)*`` ranges
-        (ops or annotations) inside the step,
-    optimizer_us (float, us): union of ``Optimizer.step*`` ranges inside it,
+        (ops or annotations) inside the step, on the host,
+    optimizer_us (float, us): union of ``Optimizer.step*`` ranges inside it, on the host,
     gpu_busy_us (float, us): union of kernel/memcpy/memset intervals of all
         devices clipped to the step span (0 without GPU),
     kernel_us (float, us): sum of durations of kernels assigned to the step,
     n_kernels (int),
     device_dur_us (float, us): the step re-anchored to the device: from where the step before it
         ended to the end of the last kernel or copy it launched (its span where it launched none).
+    device_data_wait_us, device_optimizer_us (float, us): the wait on the DataLoader and the
+        optimizer's step on the device's timeline, inside that span
+        (:mod:`advisor.trace.device_parts`); NaN without device work, the optimizer's NaN too
+        where no kernel links to its launch.
 
 meta -- dict: device_properties (list of dicts), distributed (dict),
 rank, world_size (int or None), display_time_unit (str or None),
@@ -212,6 +216,7 @@ STEP_COLS = {
     "index": "int64", "ts_us": "float64", "dur_us": "float64", "end_us": "float64",
     "data_wait_us": "float64", "optimizer_us": "float64", "gpu_busy_us": "float64",
     "kernel_us": "float64", "n_kernels": "int64", "device_dur_us": "float64",
+    "device_data_wait_us": "float64", "device_optimizer_us": "float64",
 }
 
 
