@@ -75,6 +75,7 @@ class Fix:
     overrides: dict | None = None
     proposed_overrides: dict | None = None  # the rule's own proposal, when a sweep measured better
     framework: dict | None = None  # the framework the snippet speaks (name, settings, configured_at): speak()
+    ladder: list[dict] | None = None  # the other values of one fix, measured with `overrides` as one sweep
 
     def __post_init__(self):
         self.kind = _enum(FixKind, self.kind, "fix kind")
@@ -87,9 +88,11 @@ class Fix:
         return cls(title, FixKind.AUTOMATIC, Applicability.SAFE, _snippet(overrides), overrides)
 
     @classmethod
-    def unsafe(cls, title: str, overrides: dict) -> "Fix":
-        """An automatic fix that may change numerics: measured only without --safe-only, loss checked."""
-        return cls(title, FixKind.AUTOMATIC, Applicability.UNSAFE, _snippet(overrides), overrides)
+    def unsafe(cls, title: str, overrides: dict, ladder: list[dict] | None = None) -> "Fix":
+        """An automatic fix that may change numerics: measured only without --safe-only, loss checked.
+        `ladder`: other override sets that answer the same finding (FP32 matmuls: TF32, bf16
+        autocast, both), measured beside `overrides` as one sweep whose best verified value wins."""
+        return cls(title, FixKind.AUTOMATIC, Applicability.UNSAFE, _snippet(overrides), overrides, ladder=ladder)
 
     @classmethod
     def manual(cls, title: str, snippet: str) -> "Fix":
@@ -104,7 +107,18 @@ class Fix:
         """Why this fix breaks the contract, or None."""
         if self.automatic and not self.overrides:
             return "an automatic fix needs overrides"
+        for point in self.ladder or []:
+            if problem := vocabulary.problem(point):
+                return f"ladder: {problem}"
         return vocabulary.problem(self.overrides) if self.overrides else None
+
+    def points(self) -> list[dict]:
+        """The override sets this fix measures: its own, then its ladder's, each once."""
+        out = [self.overrides] if self.overrides else []
+        for point in self.ladder or []:
+            if point not in out:
+                out.append(point)
+        return out
 
     def adopt(self, measured: dict) -> None:
         """A sweep beat the rule's proposal: the fix becomes what was measured, the proposal is kept.
@@ -133,6 +147,8 @@ class Fix:
             out["proposed_overrides"] = self.proposed_overrides
         if self.framework is not None:
             out["framework"] = self.framework
+        if self.ladder:
+            out["ladder"] = self.ladder
         return out
 
     @classmethod
@@ -140,7 +156,8 @@ class Fix:
         return cls(str(d.get("title") or ""), d.get("kind") or FixKind.MANUAL,
                    d.get("applicability") or Applicability.DISPLAY_ONLY, str(d.get("snippet") or ""),
                    d.get("overrides"), d.get("proposed_overrides"),
-                   d.get("framework") if isinstance(d.get("framework"), dict) else None)
+                   d.get("framework") if isinstance(d.get("framework"), dict) else None,
+                   d.get("ladder") if isinstance(d.get("ladder"), list) else None)
 
 
 def _snippet(overrides: dict, framework: dict | None = None) -> str:
@@ -296,6 +313,54 @@ class Finding:
 
 
 @dataclass
+class PatchPart:
+    """One fix of the recommendation written into the user's code (``advise apply``): its change
+    alone as a unified diff, the changes that could not be made safely, each in one line naming
+    the file:line and why, and a change said rather than written (a command-line flag)."""
+
+    key: str  # the override's key in the vocabulary (dataloader, autocast, ...)
+    title: str = ""  # the override in one line: num_workers=8, persistent_workers=True
+    diff: str = ""
+    refused: list[str] = field(default_factory=list)
+    told: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PatchFile:
+    """A file the patch changes, as the diff names it, and the hash of the text it was made against
+    (``advise apply`` refuses a file that changed since: the probe's lines may have moved)."""
+
+    path: str
+    sha256: str
+
+
+@dataclass
+class Patch:
+    """The recommendation as a patch of the user's own files, ``git apply``-able from `root` (the
+    script's git checkout, else the working directory): every fix together (`diff`) and each alone."""
+
+    root: str
+    diff: str = ""
+    parts: list[PatchPart] = field(default_factory=list)
+    files: list[PatchFile] = field(default_factory=list)
+    command: str = ""  # the command that writes it: advise apply RUN_DIR --write
+
+    @property
+    def refused(self) -> list[str]:
+        return [line for part in self.parts for line in part.refused]
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Patch":
+        return cls(str(d.get("root") or ""), str(d.get("diff") or ""),
+                   [PatchPart(str(p.get("key") or ""), str(p.get("title") or ""), str(p.get("diff") or ""),
+                              [str(x) for x in p.get("refused") or []], [str(x) for x in p.get("told") or []])
+                    for p in d.get("parts") or [] if isinstance(p, dict)],
+                   [PatchFile(str(f.get("path") or ""), str(f.get("sha256") or ""))
+                    for f in d.get("files") or [] if isinstance(f, dict)],
+                   str(d.get("command") or ""))
+
+
+@dataclass
 class Recommendation:
     """The winners stacked into one configuration and measured together against the baseline."""
 
@@ -313,6 +378,7 @@ class Recommendation:
     measured_by: str | None = None
     confirmed: dict | None = None  # --confirm: the same overrides in fresh runs (an Experiment's dict)
     memory_budget_bytes: int | None = None  # the run was over this budget: the configuration includes the fastest fix that fits it
+    patch: Patch | None = None  # the configuration written into the user's files (advisor.apply)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -320,7 +386,9 @@ class Recommendation:
     @classmethod
     def from_dict(cls, d: dict) -> "Recommendation":
         known = {f.name for f in fields(cls)}
-        return cls(**{"fixes": [], "overrides": {}, **{k: v for k, v in d.items() if k in known}})
+        patch = d.get("patch")
+        return cls(**{"fixes": [], "overrides": {}, **{k: v for k, v in d.items() if k in known},
+                      "patch": Patch.from_dict(patch) if isinstance(patch, dict) else None})
 
 
 # `verified` needs the speedup interval's low end above 1 by more than this (and by more than the

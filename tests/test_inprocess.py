@@ -54,7 +54,8 @@ class Child:
         self.lines = RankLines(tmp_path / "steps.jsonl", tmp_path / "arms.jsonl")
         self.t, self.rng = 100.0, np.random.default_rng(0)
 
-    def run(self, round_no: int, windows: list, speed, not_switchable: dict | None = None, stop_after: int | None = None):
+    def run(self, round_no: int, windows: list, speed, not_switchable: dict | None = None, stop_after: int | None = None,
+            no_effect: dict | None = None):
         with open(self.lines.steps_path, "a") as steps, open(self.lines.arms_path, "a") as arms:
             for k, w in enumerate(windows[:stop_after]):
                 refused = (not_switchable or {}).get(w.arm, {})
@@ -68,7 +69,8 @@ class Child:
                 workers = (w.overrides.get("dataloader") or {}).get("num_workers", 0)
                 write_line(arms, ArmLine(round=round_no, window=k, arm=w.arm, overrides=w.overrides, switch_s=0.1,
                                          applied={"dataloaders": [{"num_workers": workers}],
-                                                  **{x: v for x, v in w.overrides.items() if x != "dataloader"}},
+                                                  **{x: v for x, v in w.overrides.items() if x != "dataloader"
+                                                     and x not in (no_effect or {}).get(w.arm, ())}},
                                          not_switchable=list(refused), reasons=refused))
         self.lines.read()
         return RoundResult.read(self.lines, round_no)
@@ -452,3 +454,69 @@ def test_the_end_of_the_time_budget_is_a_normal_end(tmp_path):
     assert "the time budget (6 s) ended the experiments" in proc.stdout  # the terminal says it too
     log = (tmp_path / "run" / "script.log").read_text()
     assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
+
+
+def _precision() -> Finding:
+    tf32, bf16 = {"float32_matmul_precision": "high"}, {"autocast": "bfloat16"}
+    return Finding("fp32 matmuls", "s", "high", {}, Fix.unsafe("tensor cores", tf32, ladder=[bf16, {**tf32, **bf16}]),
+                   rule="fp32-matmul", code="PR001")
+
+
+def test_the_precision_ladder_is_one_sweep_and_its_best_verified_step_leads_the_finding(tmp_path):
+    """TF32 2.8x, bf16 3.9x, both 3.9x: one finding, three arms in one pass; bf16 leads (the best
+    interval's low end), the sweep lists the three, and nothing is stacked with itself."""
+    finding, child = _precision(), Child(tmp_path)
+    rounds = Rounds(tmp_path)
+    first = rounds.start([finding], _profile())
+    points = [rounds.arms[a].point.overrides for a in rounds.arms]
+    assert points == finding.fix.points() and len({w.arm for w in first} - {"baseline"}) == 3
+    speed = {"a1": 0.1 / 2.8, "a2": 0.1 / 3.9, "a3": 0.1 / 3.85}
+    rest = rounds.advance(child.run(0, first, lambda w: speed.get(w.arm, 0.10)))
+    assert rest == [] and finding.experiment.verified and finding.experiment.overrides == {"autocast": "bfloat16"}
+    assert len(finding.experiment.sweep) == 3 and "measured best: " in finding.fix.title
+    assert rounds.recommended.overrides == {"autocast": "bfloat16"} and "stacked" not in rounds.arms
+
+
+def _two_winners(tmp_path, stacked_speed: float, no_effect: dict | None = None):
+    """DL001 at 2x and bf16 at 3.9x, both verified alone, then their stack measured at `stacked_speed`."""
+    dl, bf16 = _dl001(), Finding("fp32", "s", "high", {}, Fix.unsafe("bf16", {"autocast": "bfloat16"}),
+                                 rule="fp32-matmul", code="PR001")
+    rounds, child = Rounds(tmp_path), Child(tmp_path)
+    first = rounds.start([dl, bf16], _profile())
+    bf16_arm = next(a for a, arm in rounds.arms.items() if arm.candidate.finding_index == 1)
+    speed = {"baseline": 0.10, bf16_arm: 0.1 / 3.9, "stacked": stacked_speed}
+    second = rounds.advance(child.run(0, first, lambda w: speed.get(w.arm, 0.05)))
+    assert rounds.kind is RoundKind.STACK and {w.arm for w in second} == {"baseline", "stacked"}
+    rounds.advance(child.run(1, second, lambda w: speed[w.arm], no_effect=no_effect))
+    rounds.end(None)
+    return rounds, bf16
+
+
+def test_a_stack_slower_than_a_member_alone_is_not_recommended_and_says_why(tmp_path):
+    """The H100's case: the stack (3.0x, verified) measured below bf16 alone (3.9x): the member is
+    recommended, and one line says the stack was no faster."""
+    rounds, bf16 = _two_winners(tmp_path, stacked_speed=0.1 / 3.0)
+    assert rounds.recommended.overrides == {"autocast": "bfloat16"}
+    assert rounds.recommended.speedup == pytest.approx(3.9, rel=0.05)
+    said = [n for n in rounds.notes if n.startswith("the stacked configuration measured ")]
+    assert len(said) == 1 and "no faster than fp32-matmul alone (3.9" in said[0], rounds.notes
+    (tmp_path / "faster").mkdir()
+    faster, _ = _two_winners(tmp_path / "faster", stacked_speed=0.1 / 6.0)  # faster than either: the stack it is
+    assert set(faster.recommended.overrides) == {"dataloader", "autocast"} and len(faster.recommended.fixes) == 2
+
+
+def test_a_stack_whose_member_did_not_take_effect_fails_loudly(tmp_path):
+    """The child's account of the stacked windows has no autocast: the stack measured only part of
+    itself, so it is not verified whatever it read, and the note names the member."""
+    rounds, _ = _two_winners(tmp_path, stacked_speed=0.1 / 3.9, no_effect={"stacked": ("autocast",)})
+    assert rounds.recommended.overrides == {"autocast": "bfloat16"}
+    said = [n for n in rounds.notes if "did not take effect whole" in n]
+    assert len(said) == 1 and "no effect of autocast" in said[0], rounds.notes
+
+
+def test_a_stack_window_settles_as_long_as_its_slowest_member(tmp_path):
+    """The stack's warm-up is each member's at least (a new loader's prefetch, a compile's recompiles)."""
+    rounds, _ = _two_winners(tmp_path, stacked_speed=0.1 / 3.0)
+    stacked = rounds.arms["stacked"].point.overrides
+    members = [rounds.arms[a].point.overrides for a in rounds.arms if a != "stacked"]
+    assert all(rounds._sizing.warmup(stacked) >= rounds._sizing.warmup(m) for m in members)

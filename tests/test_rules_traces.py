@@ -109,6 +109,21 @@ def test_the_advice_follows_the_device_capability():
     assert findings(NW0, "PR001", device_capability="6.0") == {}  # Pascal: no tensor cores, no claim
 
 
+def test_fp32_matmuls_have_one_precision_ladder_on_a_device_with_tf32_and_bf16():
+    """TF32, bf16 autocast and both are one fix of one finding, measured as one sweep: the screen of
+    bf16 autocast no rule would otherwise own (EXP001) is left out, not told as a second story."""
+    found, _ = run_rules(profile_of(NW0, device_capability="8.0"), Settings(select=["PR001", "EXP001"]), CATALOGUE)
+    pr001 = next(f for f in found if f.code == "PR001")
+    tf32, bf16 = {"float32_matmul_precision": "high"}, {"autocast": "bfloat16"}
+    assert pr001.fix.points() == [tf32, bf16, {**tf32, **bf16}]
+    assert "bf16 autocast" in pr001.fix.title and "10-bit mantissa" in pr001.summary and "half the memory" in pr001.summary
+    assert not [f for f in found if f.screen and f.fix.overrides == bf16]
+    alone, _ = run_rules(profile_of(NW0, device_capability="8.0"), Settings(select=["EXP001"]), CATALOGUE)
+    assert [f for f in alone if f.fix.overrides == bf16]  # with PR001 off, the screen is there to measure it
+    volta = next(f for f in run_rules(profile_of(NW0), Settings(select=["PR001"]), CATALOGUE)[0])
+    assert volta.fix.points() == [{"autocast": "float16"}]  # no TF32, no bf16: one step
+
+
 @pytest.mark.parametrize("trace", [DEEPSEEK, LAB_AMP, MI300_RESNET_AMP, QWEN_BF16, BERT_H100])
 def test_no_precision_advice_for_fp8_and_mixed_precision_runs(trace):
     assert "PR001" not in findings(trace)

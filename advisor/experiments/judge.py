@@ -352,18 +352,33 @@ def recommendation(exp: Experiment, candidates: list[Candidate], *, overrides: d
 def recommend(winners: list[tuple[Candidate, Experiment]], stacked: Experiment | None | str, *,
               budget: int | None, notes: list[str]) -> Recommendation | None:
     """The recommendation from the winners (each verified alone) and, with two or more, the stacked
-    run's result (`stacked`: the Experiment, or why there is none). A stack that is not verified is
-    not recommended: the best single winner is, with a note saying what the stack measured."""
+    run's result (`stacked`: the Experiment, or why there is none): the best verified configuration
+    of the run. The stack is recommended only verified and faster than its best member alone;
+    otherwise the best single winner is, with one line saying why (a stack below a member it
+    contains has a member undoing another, or one of them did not take effect)."""
     if not winners:
         return None
     if len(winners) == 1:
         return recommendation(winners[0][1], [winners[0][0]], budget=budget)
-    if isinstance(stacked, Experiment) and stacked.verified:
+    candidate, best = best_single(winners)
+    if isinstance(stacked, Experiment) and stacked.verified and (stacked.speedup or 0.0) > (best.speedup or 0.0):
         return recommendation(stacked, [c for c, _ in winners], overrides=stacked_candidate(winners).overrides,
                               budget=budget)
-    why = (stacked if isinstance(stacked, str) else
-           f"measured {stacked.speedup:.2f}x, not verified" if stacked is not None and stacked.speedup else
-           "failed" if stacked is not None else "was not measured (no time left)")
-    notes.append(f"the stacked configuration {why}; the best single fix is recommended")
-    candidate, exp = best_single(winners)
-    return recommendation(exp, [candidate], budget=budget)
+    notes.append(f"the stacked configuration {_why_not_stacked(stacked, candidate, best)}; the best single fix is recommended")
+    return recommendation(best, [candidate], budget=budget)
+
+
+def _why_not_stacked(stacked: Experiment | None | str, member: Candidate, best: Experiment) -> str:
+    if isinstance(stacked, str):
+        return stacked
+    if stacked is None:
+        return "was not measured (no time left)"
+    if stacked.verdict is Verdict.NOT_APPLIED:  # a member's switch was not on in the stacked arm
+        return (f"did not take effect whole: the child saw no effect of {', '.join(stacked.not_applied or [])} in its "
+                "windows, so it measured only part of the stack")
+    if not stacked.speedup:
+        return "failed"
+    if not stacked.verified:
+        return f"measured {stacked.speedup:.2f}x, not verified"
+    return (f"measured {stacked.speedup:.2f}x ({stacked.ci_low:.2f}-{stacked.ci_high:.2f}x), no faster than "
+            f"{member.label} alone ({best.speedup:.2f}x)")

@@ -23,6 +23,7 @@ class Candidate:
     overrides: dict
     applicability: Applicability = Applicability.SAFE
     finding_index: int | None = None
+    ladder: list[dict] | None = None  # the fix's other values, measured with it as one sweep (Fix.ladder)
 
     def __post_init__(self):
         self.applicability = Applicability(self.applicability)
@@ -47,7 +48,7 @@ def candidates_from(findings: list[Finding], safe_only: bool) -> list[Candidate]
             continue
         seen.add(key)
         label = f"{finding.rule} ({vocabulary.describe(fix.overrides)})" if finding.screen else finding.rule or f"fix {i}"
-        out.append(Candidate(label, fix.overrides, fix.applicability, i))
+        out.append(Candidate(label, fix.overrides, fix.applicability, i, fix.ladder))
     return out
 
 
@@ -74,6 +75,7 @@ def say_why_untried(findings: list[Finding], candidates: list[Candidate], safe_o
 def sweep_points(candidate: Candidate, ctx: vocabulary.SweepContext) -> list[Candidate]:
     """The values to try for knobs whose best value can't be known in advance (the vocabulary's ladders)."""
     points = vocabulary.sweep(candidate.overrides, ctx)
+    points += [p for p in candidate.ladder or [] if p not in points]
     if len(points) == 1:
         return [candidate]
     return [Candidate(f"{candidate.label} ({_changed(candidate.overrides, p)})", p, candidate.applicability,

@@ -7,8 +7,9 @@ share is measured per op from the trace: the GPU kernel time launched by FP32 GE
 ops (their input dtype is recorded with `record_shapes=True`), or on a CPU the time of
 large FP32 GEMM/conv ops in the step.
 
-The advice follows the device: TF32 on Ampere and later (bf16 autocast when TF32 is already
-on), fp16 autocast with a GradScaler on Volta/Turing (no TF32 or bf16 there), bf16 autocast
+The advice follows the device: TF32 on Ampere and later, measured as one ladder with bf16
+autocast and the two together, the best verified step leading the finding (bf16 autocast alone
+when TF32 is already on), fp16 autocast with a GradScaler on Volta/Turing (no TF32 or bf16 there), bf16 autocast
 on AMD and on CPUs with native bf16. A CPU without native bf16, a GPU without tensor cores,
 and a run already in mixed precision get no finding: there is no gain to claim.
 
@@ -69,6 +70,10 @@ from advisor.analysis import steptime
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
+LADDER_COSTS = ("The precision ladder is measured as one fix, its best verified step leading: TF32 keeps FP32's "
+                "range and memory with a 10-bit mantissa; bf16 autocast runs the matmuls with an 8-bit mantissa "
+                "(weights stay FP32; activations take about half the memory); both together add TF32 for what "
+                "autocast keeps in FP32.")
 _TF32_KERNEL = re.compile(r"tf32|tensorop_s1688|xmma_.*tf32", re.I)
 
 
@@ -171,9 +176,10 @@ def _finding(evidence: dict, share: float, of_what: str, dev: h.Device, *, tf32_
         )
         why = f"{dev.name} has bf16/fp16 matrix cores"
     elif dev.tf32 and not tf32_on:
+        tf32, bf16 = {"float32_matmul_precision": "high"}, {"autocast": "bfloat16"}
         fix = Fix.unsafe(
-            "Allow TF32 tensor cores for float32 matmuls",
-            {"float32_matmul_precision": "high"},
+            "Use the tensor cores for float32 matmuls: TF32, bf16 autocast, or both",
+            tf32, ladder=[bf16, {**tf32, **bf16}] if dev.bf16 else None,
         )
         why = f"{dev.name}{cap} has TF32 and bf16 tensor cores"
     elif dev.tf32:
@@ -194,7 +200,8 @@ def _finding(evidence: dict, share: float, of_what: str, dev: h.Device, *, tf32_
     return Finding(
         title=f"FP32 matmuls and convolutions take {share:.0%} {of_what}",
         summary=(f"{share:.0%} {of_what} is in FP32 GEMM/convolution ops while {why}; "
-                 f"estimated gain {gain:.0%} of step time if they ran about 2x faster."),
+                 f"estimated gain {gain:.0%} of step time if they ran about 2x faster."
+                 + (f" {LADDER_COSTS}" if fix.ladder else "")),
         severity=severity,
         evidence={k: v for k, v in evidence.items() if v is not None},
         estimated_gain_frac=h.r3(gain),
