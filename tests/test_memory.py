@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import psutil
 import pytest
 
 from advisor.engine import Settings, run_rules
@@ -135,9 +136,13 @@ def test_an_out_of_memory_batch_ends_the_ladder_and_keeps_every_other_arm(advise
     assert exp["overrides"] == {"batch_size_scale": 2}
     other = found["CPU003"]["experiment"]
     assert other["measured_by"] == "in-process" and other["speedup"] > 0 and other["runs"]  # every pass it needed
-    assert "out of memory at batch_size_scale=4" in result.stdout
+    said = "x4 ran out of memory; x2 fits with "
+    assert said in result.stdout and " to spare, " in result.stdout and "x per sample" in result.stdout, result.stdout
     html = (tmp_path / "run" / "report.html").read_text()
-    assert "out of memory" in html
+    assert said in html and "out of memory" in html
+    # nothing left behind: the child and its loader are gone, the run dir holds the run's files only
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "deep_residual.py" in " ".join(p.info["cmdline"] or [])]
+    assert not [p.name for p in (tmp_path / "run").iterdir() if p.name.startswith(("plan", "stop", ".probe-config"))]
 
 
 def test_a_script_without_a_dataloader_gets_the_batch_change_as_a_manual_fix(advise, tmp_path):
@@ -201,3 +206,14 @@ def test_over_budget_the_fastest_fix_that_fits_joins_the_winners():
     assert with_fastest_fit([(fast, winner)], []) == ([(fast, winner)], None)
     same, budget = with_fastest_fit([(micro, quick_fit)], [(micro, quick_fit, 100)])  # a winner that fits already
     assert [c.label for c, _ in same] == ["micro"] and budget == 100
+
+
+def test_a_ladder_on_the_device_keeps_a_margin_and_a_budget_given_is_taken_as_given():
+    """Lightning's finder lands at the limit and fails in the eval step: rungs on a device's own
+    capacity are held to 90% of it; a --memory-budget the user chose is theirs."""
+    from advisor.experiments.judge import usable_budget
+
+    device = {"budget_bytes": 80 * 2**30, "budget_source": "device"}
+    assert usable_budget(device) == pytest.approx(72 * 2**30)
+    assert usable_budget({"budget_bytes": 10**9, "budget_source": "option"}) == 10**9
+    assert usable_budget({}) is None

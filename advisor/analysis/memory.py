@@ -27,6 +27,8 @@ PARTS = ("parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "runtim
 PART_WORDS = {"parameters_bytes": "parameters", "gradients_bytes": "gradients", "optimizer_state_bytes": "optimizer state",
               "runtime_bytes": "interpreter and torch", "activations_other_bytes": "activations and other"}
 
+DEVICE_MARGIN = 0.10  # of the device's memory, kept free by a batch ladder (experiments.judge.usable_budget)
+
 
 def parse_size(text: str) -> int:
     """`160MB`, `20GiB`, `1.5G`, `4096` (bytes) as bytes; ValueError with a one-line reason otherwise."""

@@ -199,7 +199,7 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
         if changes_batch and not samples:
             finding.experiment = Experiment.not_measured("the batch size is unknown, so samples/s cannot be compared")
             continue
-        memory_budget = finding.evidence.get("budget_bytes")
+        memory_budget = judge.usable_budget(finding.evidence)
         best, runs_of, tried = None, {}, []
         for point in sweep_points(candidate, ctx):
             if not budget.allows(2, runner.per_run_s):

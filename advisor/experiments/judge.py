@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import memory, steptime
+from ..analysis.memory import DEVICE_MARGIN
 from .. import overrides as vocabulary
 from ..model import VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Recommendation, Verdict
 from ..analysis.stats import baseline_drift, speedup_ci
@@ -274,6 +275,16 @@ def sweep_winner(tried: list[tuple[Candidate, Experiment]], budget: float | None
     verified = [(p, e) for p, e in tried if e.verified]
     ran = [(p, e) for p, e in tried if e.verdict is not Verdict.FAILED]
     return max(verified or ran or tried, key=lambda pe: (pe[1].ci_low if pe[1].ci_low is not None else -1.0))
+
+
+def usable_budget(evidence: dict) -> float | None:
+    """The memory a batch ladder's rungs are held to: a budget the user gave, as given; the device's
+    capacity less DEVICE_MARGIN (the allocator's fragmentation and an evaluation step's activations
+    need room the training step's peak does not show: a finder that lands at the limit fails there)."""
+    budget = evidence.get("budget_bytes")
+    if budget and evidence.get("budget_source") == "device":
+        return budget * (1 - DEVICE_MARGIN)
+    return budget
 
 
 def fits(exp: Experiment, budget: float) -> bool:

@@ -418,7 +418,7 @@ class Rounds:
             if candidate in self.fresh:
                 continue  # one of its values could not be switched: the fresh runs measure it whole
             finding = self.findings[index]
-            budget = finding.evidence.get("budget_bytes")
+            budget = judge.usable_budget(finding.evidence)
             values = [(point, exp) for _, point, exp in tried]
             _, best = judge.sweep_winner(values, budget)
             if not final and not judge.settled(best):

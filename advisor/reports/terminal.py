@@ -125,9 +125,6 @@ def result_line(finding: Finding, experiments: str = "ran") -> str:
         return text
     if exp.sweep and exp.verified and isinstance(exp.overrides, dict):
         text += f"; best of {len(exp.sweep)} values tried: {describe(exp.overrides)}"
-    oom = [p for p in exp.sweep or [] if isinstance(p, dict) and p.get("oom")]
-    if oom:
-        text += f"; out of memory at {describe(oom[0].get('overrides') or {})}"
     loss, _ = words.loss_words(exp.loss_check)
     memory = words.resource_effects(exp)
     return text + (f"; {loss}" if loss else "") + (f"; {memory}" if memory else "")
@@ -253,6 +250,8 @@ def _print_summary(report: Report, con: Console, run_dir: str | None = None, glu
             say(con, Text("      " + rec.confirmed))
         for snippet in rec.snippets:
             con.print(Text(_indent(snippet.code, "      "), style="dim"))
+        if rec.patch is not None:
+            say(con, Text("      " + words.patch_line(rec.patch.command, len(rec.patch.refused) + len(rec.patch.told))), hang=4)
     elif findings:
         text, state = words.outcome(findings, None, report)
         say(con, Text.assemble(("recommended: ", "bold"), (text, RESULT_STYLE.get(state, ""))))

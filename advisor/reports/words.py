@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from advisor.reports import format as fmt
+from advisor import overrides as vocabulary
 from advisor.overrides import FRAMEWORK_NAMES, in_config_call, one_off
 from advisor.report import Energy, Memory, Mfu, Rank, Report, Throughput
 from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind, Recommendation,
@@ -388,19 +389,52 @@ def fix_where(fix) -> str:
     return f"where {name} is configured, at {where}" if where else f"where {name} is configured"
 
 
+ENERGY_SOURCE_WORDS = {"energy-counter": "NVML energy counter", "power-samples": "NVML power samples"}
+
+
+def energy_source_words(source: str | None) -> str:
+    """Where joules were read from, in a few words (a report from before the source was said: NVML)."""
+    return ENERGY_SOURCE_WORDS.get(source or "", "NVML")
+
+
 def energy_effect(result) -> str:
-    """`energy 1.25 → 0.61 J/sample (−51%, NVML)`: a fix's energy per sample on the GPU (bf16 often
-    saves more energy than time); '' where power was not sampled."""
+    """`energy 1.25 → 0.61 J/sample (−51%, NVML energy counter)`: a fix's energy per sample on the GPU
+    (bf16 often saves more energy than time); '' where the GPU was not sampled."""
     base, cand = (getattr(result, "baseline", None) or {}), (getattr(result, "candidate", None) or {})
     b, c = finite(base.get("joules_per_sample")), finite(cand.get("joules_per_sample"))
     if b is None or c is None or b <= 0:
         return ""
-    return f"energy {b:.3g} → {c:.3g} J/sample ({fmt.change(c / b - 1)}, NVML)"
+    source = energy_source_words(base.get("energy_source"))
+    return f"energy {b:.3g} → {c:.3g} J/sample ({fmt.change(c / b - 1)}, {source})"
 
 
 def resource_effects(result) -> str:
-    """A fix's memory and energy effects, said next to its speed."""
-    return "; ".join(text for text in (memory_effect(result), energy_effect(result)) if text)
+    """A fix's memory and energy effects, said next to its speed (a batch ladder's, rung by rung)."""
+    return "; ".join(text for text in (ladder_effect(result), memory_effect(result), energy_effect(result)) if text)
+
+
+def ladder_effect(result) -> str:
+    """`x8 ran out of memory; x4 fits with 31.2 GiB (44%) to spare, 1.62x per sample`: a batch
+    ladder's outcome, from its sweep rows and the budget its rungs were held to ('' for any other fix)."""
+    rows = [r for r in getattr(result, "sweep", None) or [] if isinstance(r, dict)
+            and vocabulary.batch_scale(r.get("overrides") or {}) > 1]
+    if not rows:
+        return ""
+    scale = lambda r: vocabulary.batch_scale(r.get("overrides") or {})  # noqa: E731
+    oom = sorted((r for r in rows if r.get("oom")), key=scale)
+    over = sorted((r for r in rows if r.get("fits") is False and not r.get("oom")), key=scale)
+    fitting = sorted((r for r in rows if r.get("fits") and finite(r.get("speedup")) is not None), key=scale)
+    said = [f"x{scale(oom[0]):g} ran out of memory"] if oom else []
+    said += [f"x{scale(over[0]):g} went over the budget"] if over and not oom else []
+    budget, best = finite(getattr(result, "memory_budget_bytes", None)), fitting[-1] if fitting else None
+    if best is not None:
+        peak = finite(best.get("peak_memory_bytes"))
+        spare = (f" with {fmt.bytes_(budget - peak)} ({(budget - peak) / budget:.0%}) to spare"
+                 if budget and peak is not None and peak <= budget else "")
+        said.append(f"x{scale(best):g} fits{spare}, {best['speedup']:.2f}x per sample")
+    elif oom or over:
+        said.append("no larger batch fits")
+    return "; ".join(said)
 
 
 def loss_words(check) -> tuple[str, str]:
@@ -523,7 +557,8 @@ def energy_words(energy: Energy | dict | None) -> tuple[str, str]:
         return "", ""
     head = (f"{energy.joules_per_sample:.3g} J/sample" if finite(energy.joules_per_sample) is not None
             else f"{energy.joules_per_step:.3g} J/step")
-    return head, f"{fmt.number(energy.watts_mean)} W mean over {fmt.time_s(energy.seconds)}, NVML"
+    source = energy_source_words(energy.source)
+    return head, f"{fmt.number(energy.watts_mean)} W mean over {fmt.time_s(energy.seconds)}, {source}"
 
 
 def step_clock_words(report: Report) -> str:
@@ -551,3 +586,12 @@ def mfu_words(mfu: Mfu | dict | None) -> tuple[str, str]:
     if finite(mfu.mfu) is not None:
         return fmt.frac(mfu.mfu, 1), f"{achieved} of the {fmt.number(mfu.peak_tflops)} TFLOP/s dense {dtype} peak"
     return f"{achieved} achieved", f"{dtype}; {mfu.peak_source or 'no peak to compare with'}"
+
+
+def patch_line(command: str, notes: int) -> str:
+    """The recommendation's last line: the command that writes it into the user's code, and how many
+    of its changes it cannot write (``advise apply RUN_DIR`` says which and why)."""
+    if not command:
+        return "not written into your code automatically: advise apply says why"
+    return f"apply it: {command}" + (f" ({plural(notes, 'change')} to make by hand: advise apply says which)"
+                                     if notes else "")

@@ -71,6 +71,7 @@ import numpy as np
 
 from advisor import units
 from advisor.analysis import memory as mem
+from advisor.analysis.memory import DEVICE_MARGIN
 from advisor.run_dir.seen import MemoryAccount
 
 from . import helpers as h
@@ -133,11 +134,29 @@ def check(profile, *, max_used_frac: float = 0.4, near_oom_frac: float = 0.92,
         title=f"The run uses {used:.0%} of {where}: room for a {scale}x larger batch",
         summary=(f"Peak memory is {units.bytes_(peak)} of {units.bytes_(budget)}"
                  f"{' while the GPU is busy for ' + format(busy, '.0%') + ' of the step' if busy is not None else ''}: "
-                 f"a {scale}x batch would still fit under 80% (the largest batch that fits is searched, OOM-safe)."),
+                 f"a {scale}x batch would still fit under 80%{_basis(fixed, peak)}. {_ladder_words(profile, explicit)}"),
         severity="low",
         evidence={k: v for k, v in evidence.items() if v is not None},
         fix=_batch_fix(profile, scale),
     )
+
+
+def _basis(fixed: float, peak: float) -> str:
+    """What the estimate rests on: the activations, not a ratio of totals."""
+    if not fixed:
+        return ""
+    return (f" (an estimate: parameters, gradients and optimizer state, {units.bytes_(fixed)}, stay; the rest of the "
+            f"peak, {units.bytes_(max(0.0, peak - fixed))}, grows with the batch)")
+
+
+def _ladder_words(profile, explicit: bool) -> str:
+    """How the batch ladder is measured, or why it is not."""
+    if profile.observed and not profile.seen.dataloaders:
+        return "The script builds its own batches, so no larger batch is injected: the change is yours to make."
+    kept = "" if explicit else (f", each held to {1 - DEVICE_MARGIN:.0%} of the device's memory (the rest stays free "
+                                "for the allocator's fragmentation and an evaluation step)")
+    return (f"The ladder is measured rung by rung, smallest first{kept}; a rung that runs out of memory ends the "
+            "ladder, and the rungs below it stand.")
 
 
 def _batch_fix(profile, scale: int) -> Fix:
