@@ -83,6 +83,7 @@ class Knob:
     batch_scale: Callable[[Any], float] | None = None
     warmup: Callable[[Any], int] = lambda v: 0  # more untimed steps a window needs under this value
     one_off: bool = False  # a cost paid once when switched on (compilation): kept out of the steps, said with its payoff
+    fresh_only: str | None = None  # why no live process can switch it (then only fresh runs measure it)
 
 
 def _dataloader_valid(v) -> bool:
@@ -147,6 +148,23 @@ def _checkpoint_snippet(v) -> str:
 
 
 COMPILE_WARMUP = 3  # more untimed steps for a compiled model's window (a guard on the grad mode, a new shape: recompiles)
+# torch.compile's modes besides the default (`True`): CUDA graphs replay a whole step's launches;
+# max-autotune's GEMM search without them
+REDUCE_OVERHEAD, MAX_AUTOTUNE = "reduce-overhead", "max-autotune-no-cudagraphs"
+COMPILE_MODES = (REDUCE_OVERHEAD, MAX_AUTOTUNE)
+
+
+def _compile_snippet(v) -> str:
+    return "+ model = torch.compile(model)" if v is True else f'+ model = torch.compile(model, mode="{v}")'
+
+
+def compile_ladder(gpu: bool) -> list[dict]:
+    """The compile override sets one fix of a host-bound step measures as one sweep: the default
+    mode first, then on a GPU CUDA graphs (reduce-overhead: one replay per step instead of a launch
+    per kernel) and max-autotune without them. A CPU has no CUDA graphs, and max-autotune's search
+    there cost 2.3x the default's compilation (97 s against 42 s for a two-layer GPT on 2 cores)
+    and ran its steps slower: the default alone is measured."""
+    return [{"compile": True}] + ([{"compile": mode} for mode in COMPILE_MODES] if gpu else [])
 
 
 def _present(key: str) -> Callable[[Any, dict], bool]:
@@ -178,8 +196,10 @@ VOCABULARY: dict[str, Knob] = {k.key: k for k in (
          lambda v: v in ({"fused": True}, {"foreach": True}), _optimizer_snippet,
          lambda v, applied: any(o.get(k) for o in applied.get("optimizers") or [] for k in v), "optimizer",
          part=lambda v: "optimizer_s"),
-    Knob("compile", "each top-level module call goes through torch.compile",
-         lambda v: v is True, lambda v: "+ model = torch.compile(model)", _present("compile"), "module",
+    Knob("compile", "each top-level module call goes through torch.compile (true: its default mode; or the "
+         f"mode: {', '.join(COMPILE_MODES)})",
+         lambda v: v is True or v in COMPILE_MODES, _compile_snippet,
+         lambda v, applied: applied.get("compile") == v, "module",
          warmup=lambda v: COMPILE_WARMUP if v else 0, one_off=True),
     Knob("channels_last", "conv models and their 4-D inputs in channels_last memory format",
          lambda v: v is True,
@@ -187,6 +207,11 @@ VOCABULARY: dict[str, Knob] = {k.key: k for k in (
                    "+ images = images.to(memory_format=torch.channels_last)", _present("channels_last"), "module"),
     Knob("torch_threads", "torch.set_num_threads (intra-op threads)",
          lambda v: type(v) is int and v >= 1, lambda v: f"+ torch.set_num_threads({v})", _present("torch_threads"), "backend"),
+    Knob("expandable_segments", "the CUDA caching allocator grows segments in place "
+         "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), so freed blocks of odd sizes are reused",
+         lambda v: v is True, lambda v: "+ PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py ...",
+         _present("expandable_segments"), "allocator",
+         fresh_only="the CUDA allocator reads PYTORCH_CUDA_ALLOC_CONF once, before its first allocation"),
     Knob("zero_grad_set_to_none", "Optimizer.zero_grad / Module.zero_grad called with set_to_none=False get set_to_none=True",
          lambda v: v is True,
          lambda v: "- optimizer.zero_grad(set_to_none=False)\n+ optimizer.zero_grad()  # set_to_none=True, the default",
@@ -213,6 +238,11 @@ def changes_batch(overrides: dict) -> bool:
 def extra_warmup(overrides: dict) -> int:
     """The untimed steps a window needs beyond the usual under `overrides` (a compiled model's recompiles)."""
     return sum(knob.warmup(value) for knob, value in _knobs(overrides))
+
+
+def fresh_only(overrides: dict) -> str | None:
+    """Why `overrides` cannot be switched in a running script (None: they can): a fresh run measures them."""
+    return next((knob.fresh_only for knob, _ in _knobs(overrides) if knob.fresh_only), None)
 
 
 def one_off(overrides: dict) -> bool:
@@ -314,6 +344,29 @@ def _in_users_line(change: str, code: str | None) -> str | None:
     return f"{m['pre']}- {line}\n+ {before}{', ' if passed else ''}{', '.join(settings)}{after}"
 
 
+def config_settings(key: str, value, framework: dict | None) -> tuple[str, list[str]] | None:
+    """Where the framework's form of an override is settings of its configuring call, that call's
+    name and the settings (``("TrainingArguments", ["bf16=True"])``, ``("Trainer",
+    ['precision="bf16-mixed"'])``): what ``advise apply`` writes into the user's call; None for a
+    change made elsewhere (the plain form, a DataModule's loader)."""
+    name = (framework or {}).get("name")
+    form = FRAMEWORK_FORMS.get(name, {}).get(key) if name else None
+    text = form(value, (framework or {}).get("settings") or {}) if form else None
+    m = _CONFIG_CHANGE.fullmatch(text) if text else None
+    return (m["call"], _split_settings(m["settings"])) if m else None
+
+
+def command_line_flags(settings: list[str]) -> str:
+    """TrainingArguments settings as the flags of a script whose ``HfArgumentParser`` reads them:
+    ``bf16=True`` is ``--bf16``, ``optim="adamw_torch_fused"`` is ``--optim adamw_torch_fused``."""
+    flags = []
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        value = value.strip().strip("'\"")
+        flags.append(f"--{key.strip()}" if value == "True" else f"--{key.strip()} {value}")
+    return " ".join(flags)
+
+
 def _the_call(line: str) -> ast.Call | None:
     """The call a one-line statement makes (``x = f(...)`` or ``f(...)``), None for anything else."""
     try:
@@ -350,13 +403,8 @@ def _as_flags(change: str, script: str) -> str:
     (run_clm.py's way): ``bf16=True`` is ``--bf16``, ``optim="adamw_torch_fused"`` is
     ``--optim adamw_torch_fused``."""
     head, _, settings = change.rpartition("TrainingArguments(..., ")
-    flags = []
-    for setting in _split_settings(settings[:-1]):
-        key, _, value = setting.partition("=")
-        value = value.strip("'\"")
-        flags.append(f"--{key}" if value == "True" else f"--{key} {value}")
     comment = "\n".join(line for line in head.splitlines() if line.startswith("  #"))
-    return (comment + "\n" if comment else "") + f"+ python {script} ... " + " ".join(flags)
+    return (comment + "\n" if comment else "") + f"+ python {script} ... " + command_line_flags(_split_settings(settings[:-1]))
 
 
 def _hf_loader(v: dict, _s: dict) -> str:
@@ -406,7 +454,7 @@ FRAMEWORK_FORMS: dict[str, dict[str, Callable[[Any, dict], str | None]]] = {
         "float32_matmul_precision": lambda v, s: _args("tf32=True"),
         "dataloader": _hf_loader,
         "batch_size_scale": _hf_batch,
-        "compile": lambda v, s: _args("torch_compile=True"),
+        "compile": lambda v, s: _args("torch_compile=True", *([] if v is True else [f'torch_compile_mode="{v}"'])),
         "optimizer": lambda v, s: _args('optim="adamw_torch_fused"') if v.get("fused") else None,
         "activation_checkpointing": lambda v, s: _args("gradient_checkpointing=True"),
     },
@@ -414,7 +462,7 @@ FRAMEWORK_FORMS: dict[str, dict[str, Callable[[Any, dict], str | None]]] = {
         "autocast": lambda v, s: _trainer('precision="bf16-mixed"' if v == "bfloat16" else 'precision="16-mixed"'),
         "dataloader": _lightning_loader,
         "batch_size_scale": _lightning_batch,
-        "compile": lambda v, s: "+ model = torch.compile(model)  # before trainer.fit(model, ...)",
+        "compile": lambda v, s: _compile_snippet(v) + "  # before trainer.fit(model, ...)",
         "optimizer": lambda v, s: ("  # in your LightningModule's configure_optimizers()\n"
                                    + _optimizer_snippet(v).replace("optimizer = ", "return ")),
     },

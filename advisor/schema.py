@@ -57,6 +57,7 @@ class Env(TypedDict, total=False):
     cuda_matmul_allow_tf32: Optional[bool]
     cudnn_allow_tf32: Optional[bool]
     bf16_supported: Optional[bool]
+    cuda_alloc_conf: described("PYTORCH_CUDA_ALLOC_CONF as the script started with it", Optional[str])
     rank: Optional[int]
     local_rank: Optional[int]
     world_size: Optional[int]

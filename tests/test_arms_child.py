@@ -254,3 +254,20 @@ def test_the_compile_arm_counts_each_sample_once(tmp_path):
     assert [a["applied"] for a in got["arms"]] == [{}, {"compile": True}, {}]
     for k in range(3):
         assert {r["samples"] for r in arm_steps(got["lines"], k)} == {24}, (k, arm_steps(got["lines"], k))
+
+
+def test_expandable_segments_is_set_before_a_fresh_run_and_refused_live(tmp_path, monkeypatch):
+    """The allocator reads PYTORCH_CUDA_ALLOC_CONF once: a fresh run sets it before the script starts
+    (the user's other settings kept); a live arm refuses it, for the fresh runs to measure."""
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "garbage_collection_threshold:0.8")
+    fresh = run_probe(ProbeConfig(script=str(WORKLOADS / "alloc_conf.py"), out=tmp_path / "fresh", warmup=1, steps=3,
+                                  profile_steps=0, overrides={"expandable_segments": True}))
+    log = (tmp_path / "fresh" / "script.log").read_text()
+    assert fresh.status == "ok", log[-2000:]
+    assert "PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8,expandable_segments:True" in log, log
+    assert fresh.probe.applied.get("expandable_segments") is True
+    plan = [window("base", {}), window("segments", {"expandable_segments": True}), window("base", {})]
+    got = drive(tmp_path, "alloc_conf.py", [plan, []])
+    assert got["run"].status == "ok", got["log"][-2000:]
+    refused = {a["window"]: a for a in got["arms"]}[1]
+    assert refused["not_switchable"] == ["expandable_segments"] and "first allocation" in refused["reasons"]["expandable_segments"]

@@ -217,3 +217,28 @@ def test_a_ladder_on_the_device_keeps_a_margin_and_a_budget_given_is_taken_as_gi
     assert usable_budget(device) == pytest.approx(72 * 2**30)
     assert usable_budget({"budget_bytes": 10**9, "budget_source": "option"}) == 10**9
     assert usable_budget({}) is None
+
+
+def test_a_fragmented_allocator_near_oom_gets_expandable_segments_measured_in_fresh_runs(tmp_path):
+    """Reserved 1.5x the allocated peak, near the device's capacity: MEM001 proposes expandable
+    segments (safe: numerics unchanged); the arms plan no window for it (the allocator reads the
+    setting once) and leave it to fresh runs; a script already started with it gets no such finding."""
+    from advisor.experiments.rounds import Rounds
+
+    base = Profile.from_trace(trace_path("kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"))
+    total = 15637086208
+
+    def near(**env):
+        return Profile(steps=base.steps, trace=base.trace, env={**base.env, **env}, meta=base.meta,
+                       memory={"peak_allocated_bytes": int(0.6 * total), "peak_reserved_bytes": int(0.95 * total),
+                               "device_total_bytes": total, "tensors": {"parameters_bytes": 2**28}})
+
+    found, _ = run_rules(near(), Settings(select=["MEM001"]), load_rules())
+    (segments,) = [f for f in found if f.fix.overrides == {"expandable_segments": True}]
+    assert segments.fix.applicability.value == "safe" and segments.evidence["reserved_allocated_ratio"] == pytest.approx(1.583, abs=0.01)
+    assert "fragmentation" in segments.summary and "PYTORCH_CUDA_ALLOC_CONF" in segments.fix.snippet
+    rounds = Rounds(tmp_path)
+    assert rounds.start([segments], near()) == [] and [c.overrides for c in rounds.fresh] == [{"expandable_segments": True}]
+    assert "first allocation" in rounds.notes[0]
+    already, _ = run_rules(near(cuda_alloc_conf="expandable_segments:True"), Settings(select=["MEM001"]), load_rules())
+    assert not [f for f in already if f.fix.overrides == {"expandable_segments": True}]

@@ -297,6 +297,9 @@ class Rounds:
             if refusals and all(refusals):  # every loader the script built refuses it (an arm would only say so)
                 self._to_fresh(candidate, refusals[0])
                 continue
+            if why := vocabulary.fresh_only(candidate.overrides):  # no live process can switch it
+                self._to_fresh(candidate, why)
+                continue
             if vocabulary.changes_batch(candidate.overrides) and not self.by_samples:
                 finding.experiment = Experiment.not_measured("the batch size is unknown, so samples/s cannot be compared")
                 continue

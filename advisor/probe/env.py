@@ -34,22 +34,28 @@ def collect_env(device: str | None) -> dict:
         "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
         "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
         "bf16_supported": None,
+        "cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF"),
         **rank_info(),
     }
     if device == "cuda" and torch.cuda.is_initialized():
-        index = torch.cuda.current_device()
-        props = torch.cuda.get_device_properties(index)
-        env.update(
-            device_name=props.name,
-            device_capability=f"{props.major}.{props.minor}",
-            device_memory_bytes=int(props.total_memory),
-            cudnn=torch.backends.cudnn.version(),
-            bf16_supported=bool(torch.cuda.is_bf16_supported()),
-        )
+        env["device_name"] = None
+        try:
+            env.update(_cuda_env())
+        except Exception:  # noqa: BLE001 - a context the script's CUDA error poisoned answers nothing: unknown
+            pass
     else:
         env["device_memory_bytes"] = _total_ram()
         env["bf16_supported"] = _cpu_has_fast_bf16()
     return env
+
+
+def _cuda_env() -> dict:
+    """The device's own fields: each a CUDA call, so all or none."""
+    index = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    return {"device_name": props.name, "device_capability": f"{props.major}.{props.minor}",
+            "device_memory_bytes": int(props.total_memory), "cudnn": torch.backends.cudnn.version(),
+            "bf16_supported": bool(torch.cuda.is_bf16_supported())}
 
 
 def memory_stats(device: str | None) -> dict:

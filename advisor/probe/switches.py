@@ -574,6 +574,30 @@ class Switch(Protocol):
     def off(self) -> None: ...
 
 
+# --- the CUDA allocator: its settings, before its first allocation ------------------------------------
+
+class AllocatorSwitch:
+    """PYTORCH_CUDA_ALLOC_CONF's ``expandable_segments``: the allocator reads the variable once, at
+    its first allocation, so only a fresh run can turn it on (before the script starts; the probe
+    itself allocates nothing on the device before that)."""
+
+    def install(self) -> None:
+        """Nothing to patch."""
+
+    def on(self, overrides: dict, applied: dict, *, live: bool = True) -> None:
+        if not overrides.get("expandable_segments"):
+            return
+        if live or (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            raise NotSwitchable("the CUDA allocator reads PYTORCH_CUDA_ALLOC_CONF once, before its first allocation")
+        name = "PYTORCH_CUDA_ALLOC_CONF"
+        settings = [s for s in os.environ.get(name, "").split(",") if s and not s.startswith("expandable_segments")]
+        os.environ[name] = ",".join([*settings, "expandable_segments:True"])
+        applied["expandable_segments"] = True
+
+    def off(self) -> None:
+        """A fresh run keeps it to its end."""
+
+
 # Each switch by the name the vocabulary's knobs give (Knob.switch), built from the run's switches
 # so far, and switched on in this order (off in reverse). A new kind of knob is one entry here.
 SWITCH_TYPES: dict[str, Callable[["Switches"], Switch]] = {
@@ -583,6 +607,7 @@ SWITCH_TYPES: dict[str, Callable[["Switches"], Switch]] = {
     "module": lambda run: ModuleSwitch(run.observed),
     "checkpointing": lambda run: Checkpointing(run.module),
     "dataloader": lambda run: DataLoaderSwitch(run.observed),
+    "allocator": lambda run: AllocatorSwitch(),
 }
 
 

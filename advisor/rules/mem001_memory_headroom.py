@@ -18,6 +18,9 @@ Over budget (or near OOM) each fix is its own finding, with the same breakdown:
   `gradient_checkpointing_enable()`), injected without editing the script;
 - a halved micro-batch with gradient accumulation keeping the effective batch;
 - bf16 autocast, where the device has native bf16;
+- on a GPU whose allocator reserves 1.3x or more of what its tensors use at the peak
+  (fragmentation), expandable segments (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`),
+  measured in fresh runs (the allocator reads the setting before its first allocation);
 - where optimizer state and gradients dominate: ZeRO-style sharding with FSDP2 `fully_shard`
   over the job's ranks, or optimizer-state offload on one device (an estimate from the
   breakdown, not measured).
@@ -76,6 +79,9 @@ from advisor.run_dir.seen import MemoryAccount
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
+
+
+FRAGMENTED = 1.3  # reserved over allocated at the peak: the allocator holds this much more than the tensors use
 
 
 @rule(code="MEM001", name="memory-headroom")
@@ -239,6 +245,18 @@ def _each_fix(profile, evidence: dict, parts: dict | None, peak: float, budget: 
             summary=f"{where} bf16 autocast halves the activations the matmuls keep for backward.",
             severity=severity, evidence=evidence,
             fix=Fix.unsafe("Run forward and loss under bf16 autocast", {"autocast": "bfloat16"}))
+    reserved = evidence.get("peak_reserved_bytes")
+    conf = profile.environment.cuda_alloc_conf or ""
+    if profile.has_gpu and reserved and reserved >= FRAGMENTED * peak and "expandable_segments:True" not in conf:
+        yield Finding(
+            title=f"{head}: the allocator holds {reserved / peak:.1f}x what the tensors use",
+            summary=(f"{where} The caching allocator reserved {units.bytes_(reserved)} for a peak of "
+                     f"{units.bytes_(peak)} allocated: freed blocks of odd sizes cannot be reused (fragmentation). "
+                     "Expandable segments grow in place instead; the allocator reads the setting at its first "
+                     "allocation, so fresh runs of the script measure it."),
+            severity=severity, evidence={**evidence, "reserved_allocated_ratio": h.r3(reserved / peak)},
+            fix=Fix.safe("Let the CUDA allocator expand its segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
+                         {"expandable_segments": True}))
     if parts and parts["optimizer_state_bytes"] + parts["gradients_bytes"] >= state_dominates_frac * script:
         ranks = profile.environment.world_size or 1
         est = mem.sharding_estimate(parts, ranks)

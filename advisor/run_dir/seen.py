@@ -29,6 +29,7 @@ class Env(msgspec.Struct, kw_only=True):
     cudnn_allow_tf32: Optional[bool] = None
     cuda_matmul_allow_tf32: Optional[bool] = None
     float32_matmul_precision: Optional[str] = None
+    cuda_alloc_conf: Optional[str] = None  # PYTORCH_CUDA_ALLOC_CONF as the script started with it
     cpu_count: Optional[int] = None
     cpu_usable: Optional[int] = None  # the cores the affinity mask allows
     physical_cores: Optional[int] = None
