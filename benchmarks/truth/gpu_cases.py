@@ -16,6 +16,11 @@ these scripts ends with a device sync (nanoGPT reads ``loss.item()`` every logge
 - imagenet-dummy: pytorch/examples imagenet ``--dummy -a resnet18 -b 64`` at its default
   ``-j 4``: FakeData makes each 224x224 image on the CPU, and four workers starve the GPU (data
   wait 68% on the H200). Fixes by hand: ``-j 8``, ``-j 12``.
+- imagenet-fed: the same at ``-j 16``: fed, and far under the device's memory (MEM001's
+  headroom). The batch ladder by hand: ``-b 128``, ``-b 256`` (per sample).
+- nanogpt-compile-modes: nanogpt-fp32 (launch-bound: GPU001) with each compile mode by hand
+  (``--compile=True`` and the mode written into its ``torch.compile`` call). A cold compile per
+  run: this case is a call of its own (``--only nanogpt-compile-modes``).
 """
 
 from __future__ import annotations
@@ -35,6 +40,29 @@ def nanogpt_gpu(name: str, fixups: tuple, variants: tuple, notes: str) -> Case:
 
 
 IMAGENET = "imagenet/main.py"
+IMAGENET_TIMING = (Patch(IMAGENET, "        batch_time.update(time.time() - end)\n        end = time.time()\n",
+                         "        batch_time.update(time.time() - end)\n"
+                         "        print('truth-batch-ms %.3f' % (batch_time.val * 1e3), flush=True)\n"
+                         "        end = time.time()\n"),)
+IMAGENET_NOT = {"bf16": "the script has no mixed-precision switch to make it by hand with",
+                "compile": "not measured here: a cold compile of resnet18 per run is out of the call's budget"}
+
+
+def imagenet(name: str, workers: int, variants: tuple, notes: str) -> Case:
+    return Case(
+        name, *EXAMPLES, paths=(IMAGENET,), cwd="imagenet", script="main.py",
+        argv=("--dummy", "-a", "resnet18", "-b", "64", "-j", str(workers), "--epochs", "1", "--print-freq", "1000000"),
+        timing=r"^truth-batch-ms (?P<ms>[\d.]+)", warmup=20, samples=60, unit="batch", variants=variants,
+        timing_patches=IMAGENET_TIMING, timeout_s=240, advise_args=("--timeout", "240"), not_applicable=IMAGENET_NOT,
+        notes=notes)
+
+
+def compile_mode(mode: str) -> Variant:
+    """nanoGPT compiled in `mode` by hand: its own --compile=True, the mode written into its call."""
+    return Variant(f"compile-{mode}", {"compile": mode}, args=("--compile=True",),
+                   patches=(Patch("train.py", "model = torch.compile(model)", f"model = torch.compile(model, mode='{mode}')"),))
+
+OWN_CALL = ("nanogpt-compile-modes",)  # run only when named (--only): a cold compile per run fills a call
 
 GPU_CASES: tuple[Case, ...] = (
     nanogpt_gpu("nanogpt-fp32", (), (BF16_FLAG, Variant("compile", COMPILE, args=("--compile=True",))),
@@ -46,19 +74,13 @@ GPU_CASES: tuple[Case, ...] = (
                  BF16_FLAG,
                  patched("fused", FUSED, "model.py", "use_fused = False", "use_fused = fused_available")),
                 notes="TF32 and the fused optimizer switched off (fixups): a plain FP32 loop"),
-    Case(
-        "imagenet-dummy", *EXAMPLES,
-        paths=(IMAGENET,), cwd="imagenet", script="main.py",
-        argv=("--dummy", "-a", "resnet18", "-b", "64", "--epochs", "1", "--print-freq", "1000000"),
-        timing=r"^truth-batch-ms (?P<ms>[\d.]+)", warmup=20, samples=60, unit="batch",
-        variants=(Variant("workers-8", {"dataloader": {"num_workers": 8}}, args=("-j", "8")),
-                  Variant("workers-12", {"dataloader": {"num_workers": 12}}, args=("-j", "12"))),
-        timing_patches=(Patch(IMAGENET, "        batch_time.update(time.time() - end)\n        end = time.time()\n",
-                              "        batch_time.update(time.time() - end)\n"
-                              "        print('truth-batch-ms %.3f' % (batch_time.val * 1e3), flush=True)\n"
-                              "        end = time.time()\n"),),
-        timeout_s=240, advise_args=("--timeout", "240"),
-        not_applicable={"bf16": "the script has no mixed-precision switch to make it by hand with",
-                        "compile": "not measured here: a cold compile of resnet18 per run is out of the call's budget"},
-        notes="FakeData ToTensor images made by 4 workers (its default -j 4) for resnet18 at batch 64"),
+    imagenet("imagenet-dummy", 4, (Variant("workers-8", {"dataloader": {"num_workers": 8}}, args=("-j", "8")),
+                                    Variant("workers-12", {"dataloader": {"num_workers": 12}}, args=("-j", "12"))),
+             notes="FakeData ToTensor images made by 4 workers (its default -j 4) for resnet18 at batch 64"),
+    imagenet("imagenet-fed", 16, (Variant("batch-x2", {"batch_size_scale": 2}, args=("-b", "128"), batch_scale=2.0, numerics=True),
+                                  Variant("batch-x4", {"batch_size_scale": 4}, args=("-b", "256"), batch_scale=4.0, numerics=True)),
+             notes="16 workers feed resnet18 at batch 64 with most of the device's memory free: the batch ladder"),
+    nanogpt_gpu("nanogpt-compile-modes", (), (Variant("compile", COMPILE, args=("--compile=True",)),
+                                              compile_mode("reduce-overhead"), compile_mode("max-autotune-no-cudagraphs")),
+                notes="nanoGPT as shipped at --dtype=float32, launch-bound: each compile mode by hand"),
 )
