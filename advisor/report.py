@@ -310,14 +310,19 @@ class Mfu(Block):
 
 
 class Energy(Block):
-    """The GPU's energy over the timed steps (NVML power, sampled every 100 ms, over each window's
-    wall time); null where no power was sampled (a CPU run)."""
+    """The GPU's energy over the timed steps, as the device ran them (advisor.analysis.metrics.energy):
+    NVML's energy counter between each window's ends, or its power samples over each window where the
+    GPU has no counter; null where the GPU was not sampled (a CPU run)."""
 
     joules: Num = None
     seconds: Num = None
     watts_mean: Num = None
     joules_per_step: Num = None
     joules_per_sample: described("joules per sample (null when the batch size is unknown)", Num) = None
+    source: described("energy-counter: the rise of NVML's energy counter between each window's ends; "
+                      "power-samples: NVML power (a one-second average on Hopper and later) averaged over "
+                      "each window, where the GPU has no energy counter (before Volta)",
+                      Optional[Literal["energy-counter", "power-samples"]]) = None
 
 
 class Screened(Block):

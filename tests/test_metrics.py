@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -105,7 +108,79 @@ def test_energy_integrates_nvml_power_over_each_window_and_per_sample():
     got = metrics.energy(samples, steps)
     assert got["joules"] == pytest.approx(400 * 1.0 + 200 * 0.5) and got["seconds"] == pytest.approx(1.5)
     assert got["joules_per_step"] == pytest.approx(500 / 3) and got["joules_per_sample"] == pytest.approx(500 / 96)
+    assert got["source"] == "power-samples"  # no counter in these ticks
     assert metrics.energy(samples.drop(columns="gpu_power_w").assign(cpu_percent=1.0), steps) is None  # a CPU run
+
+
+def counter_ticks(times, watts, power_w):
+    """Sampler ticks of a GPU whose energy counter (mJ, from an arbitrary offset since the driver
+    loaded) climbs at `watts(t)` while its power reading says `power_w` (a stale one-second average)."""
+    t = np.asarray(times, float)
+    rate = np.array([watts(x) for x in t])
+    mj = 5e9 + np.concatenate([[0.0], np.cumsum((rate[:-1]) * np.diff(t))]) * 1000.0  # piecewise at the ticks
+    return pd.DataFrame({"t": t, "gpu_power_w": power_w, "gpu_energy_mj": mj})
+
+
+def test_energy_follows_the_counter_between_the_windows_ends_not_the_power_readings():
+    """The counter climbs at 300 W while NVML power reads 100 W: the window's joules are the counter's
+    rise (interpolated between the ticks around its ends), and the source says so."""
+    steps = pd.DataFrame({"t_start": [10.03, 10.13, 10.23], "t_end": [10.13, 10.23, 10.33], "samples": [8, 8, 8]})
+    samples = counter_ticks(np.arange(9.0, 11.0, 0.1), lambda t: 300.0, 100.0)
+    got = metrics.energy(samples, steps)
+    assert got["source"] == "energy-counter"
+    assert got["joules"] == pytest.approx(300 * 0.3) and got["seconds"] == pytest.approx(0.3)
+    assert got["watts_mean"] == pytest.approx(300) and got["joules_per_sample"] == pytest.approx(90 / 24)
+    power = metrics.energy(samples, steps, source="power-samples")  # an arm read as its baseline was
+    assert power["source"] == "power-samples" and power["joules"] == pytest.approx(100 * 0.3)
+
+
+def test_a_gpu_windows_energy_is_read_between_its_device_ends_not_when_python_queued_it():
+    """Python queued the steps over 10.0-10.3; the device ran them over 10.25-10.55 (`t_device_end`,
+    placed by the window's one wait), when the GPU drew 400 W instead of the 100 W before."""
+    steps = pd.DataFrame({"t_start": [10.0, 10.1, 10.2], "t_end": [10.1, 10.2, 10.3], "duration_s": [0.1] * 3,
+                          "clock": "device", "t_device_end": [10.35, 10.45, 10.55], "samples": [4, 4, 4]})
+    samples = counter_ticks(np.arange(9.0, 11.0, 0.05), lambda t: 400.0 if t >= 10.25 - 1e-9 else 100.0, 250.0)
+    got = metrics.energy(samples, steps)
+    assert got["source"] == "energy-counter" and got["joules"] == pytest.approx(400 * 0.3)
+    host_timed = metrics.energy(samples, steps.drop(columns="t_device_end"))
+    assert host_timed["joules"] == pytest.approx(100 * 0.25 + 400 * 0.05)  # what the host's span would have said
+
+
+def test_a_window_the_ticks_do_not_bracket_is_left_out_with_its_steps():
+    """The sampler stopped (the child exited) before the second window ended: the first window alone
+    is read, over its own steps and samples."""
+    steps = pd.DataFrame({"t_start": [10.0, 10.1, 12.0], "t_end": [10.1, 10.2, 12.1], "samples": [8, 8, 32]})
+    samples = counter_ticks(np.arange(9.0, 12.05, 0.1), lambda t: 200.0, 50.0)
+    got = metrics.energy(samples, steps)
+    assert got["source"] == "energy-counter" and got["joules"] == pytest.approx(200 * 0.2)
+    assert got["joules_per_step"] == pytest.approx(40 / 2) and got["joules_per_sample"] == pytest.approx(40 / 16)
+
+
+def test_without_counter_readings_energy_falls_back_on_power_and_says_so():
+    """A GPU before Volta (NVML NotSupported: the sampler leaves the column NaN) reads power."""
+    steps = pd.DataFrame({"t_start": [10.0, 10.5], "t_end": [10.5, 11.0], "samples": [8, 8]})
+    samples = counter_ticks(np.arange(9.0, 12.0, 0.1), lambda t: 300.0, 120.0).assign(gpu_energy_mj=float("nan"))
+    got = metrics.energy(samples, steps)
+    assert got["source"] == "power-samples" and got["joules"] == pytest.approx(120 * 1.0)
+    assert metrics.energy(samples, steps, source="energy-counter") is None  # asked for the counter: none to read
+
+
+def test_an_old_samples_csv_without_the_counter_column_still_reads(tmp_path):
+    """A run dir written before the counter was sampled: its samples.csv has no gpu_energy_mj."""
+    from advisor.analysis import steptime
+
+    gold = Path(__file__).parent / "gold" / "rundir"
+    profile = Profile.from_run_dir(gold)
+    assert "gpu_energy_mj" not in profile.samples and "gpu_power_w" in profile.samples
+    got = metrics.energy(profile.samples, steptime.timed_steps(profile.steps)[0])
+    assert got["source"] == "power-samples" and got["joules"] > 0 and got["joules_per_sample"] > 0
+
+
+def test_the_published_energy_sources_are_the_ones_metrics_names():
+    from advisor import schema
+
+    source = schema.schema("report")["$defs"]["Energy"]["properties"]["source"]
+    assert [kind.get("enum") for kind in source["anyOf"]] == [list(metrics.ENERGY_SOURCES), None]
 
 
 def test_a_gpu_runs_terminal_names_its_step_clock_and_energy():
@@ -113,10 +188,13 @@ def test_a_gpu_runs_terminal_names_its_step_clock_and_energy():
     from advisor.reports import words
 
     steps = [{"index": i, "duration_s": 0.0618, "host_s": 0.0131, "clock": "device"} for i in range(5)]
-    report = Report.of({"steps": steps, "energy": {"joules": 100.0, "seconds": 0.309, "watts_mean": 323.6,
-                                                   "joules_per_step": 20.0, "joules_per_sample": 1.25}})
+    energy = {"joules": 100.0, "seconds": 0.309, "watts_mean": 323.6, "joules_per_step": 20.0,
+              "joules_per_sample": 1.25}
+    report = Report.of({"steps": steps, "energy": {**energy, "source": "energy-counter"}})
     assert words.step_clock_words(report) == " on the device (Python queued it in 13.1 ms)"
-    assert words.energy_words(report.energy) == ("1.25 J/sample", "323.6 W mean over 309.0 ms, NVML")
+    assert words.energy_words(report.energy) == ("1.25 J/sample", "323.6 W mean over 309.0 ms, NVML energy counter")
+    assert words.energy_words({**energy, "source": "power-samples"})[1].endswith(", NVML power samples")
+    assert words.energy_words(energy)[1].endswith(", NVML")  # a report from before the source was said
     cpu = Report.of({"steps": [{"index": 0, "duration_s": 0.01, "host_s": 0.01, "clock": "host"}]})
     assert words.step_clock_words(cpu) == "" and words.energy_words(cpu.energy) == ("", "")
 

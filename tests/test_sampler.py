@@ -7,10 +7,13 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from advisor.probe import sampler as sampler_module
 from advisor.probe.sampler import COLUMNS, GPU_COLUMNS, Sampler, _resolve_gpu_index, nvml_snapshot, other_gpu_processes, script_gpu
 
 MB = 1024 * 1024
@@ -252,6 +255,91 @@ def test_gpu_index_resolution(monkeypatch):
     assert index == 0 and note
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert _resolve_gpu_index(None) == (0, None)
+
+
+class FakeNVML:
+    """pynvml as the sampler calls it, over one GPU whose energy counter (mJ since the driver loaded)
+    climbs at `watts` on the monotonic clock while its power reading says `power_w` (on Hopper a
+    one-second average). `energy=False`: a GPU before Volta, whose counter NVML refuses (NotSupported).
+    Errors and constants are pynvml's own, so the sampler's handling of them is the real one."""
+
+    def __init__(self, watts: float, power_w: float, energy: bool = True) -> None:
+        import pynvml
+
+        self.NVMLError, self.NVML_ERROR_NOT_SUPPORTED = pynvml.NVMLError, pynvml.NVML_ERROR_NOT_SUPPORTED
+        self.NVML_ERROR_FUNCTION_NOT_FOUND = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+        self.NVML_CLOCK_SM, self.NVML_PCIE_UTIL_TX_BYTES, self.NVML_PCIE_UTIL_RX_BYTES = 1, 0, 1
+        self.watts, self.power_w, self.energy, self.energy_calls = watts, power_w, energy, 0
+        self.t0 = time.monotonic()
+
+    def nvmlInit(self): pass
+    def nvmlShutdown(self): pass
+    def nvmlDeviceGetCount(self): return 1
+    def nvmlDeviceGetHandleByIndex(self, index): return f"gpu{index}"
+    def nvmlDeviceGetComputeRunningProcesses(self, handle): return []
+    def nvmlDeviceGetUtilizationRates(self, handle): return types.SimpleNamespace(gpu=90, memory=40)
+    def nvmlDeviceGetMemoryInfo(self, handle): return types.SimpleNamespace(used=2**30, total=2**34)
+    def nvmlDeviceGetPowerUsage(self, handle): return int(self.power_w * 1000)  # mW
+    def nvmlDeviceGetClockInfo(self, handle, clock): return 1410
+    def nvmlDeviceGetPcieThroughput(self, handle, counter): return 0
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        self.energy_calls += 1
+        if not self.energy:
+            raise self.NVMLError(self.NVML_ERROR_NOT_SUPPORTED)
+        return 7_000_000_000 + int(self.watts * (time.monotonic() - self.t0) * 1000)  # mJ
+
+
+def _sampled(monkeypatch, tmp_path, nvml: FakeNVML) -> tuple[Sampler, pd.DataFrame]:
+    """Sample a sleeping child at 20 ms through `nvml`; the ticks read back from samples.csv."""
+    monkeypatch.setattr(sampler_module, "pynvml", nvml)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.8)"])
+    sampler = Sampler(child.pid, interval_s=0.02)
+    sampler.start()
+    try:
+        child.wait(timeout=10)
+        _wait_done(sampler, timeout=2.0)
+    finally:
+        sampler.stop()
+    sampler.write_csv(tmp_path / "samples.csv")
+    return sampler, pd.read_csv(tmp_path / "samples.csv")
+
+
+def _window(ticks: pd.DataFrame) -> pd.DataFrame:
+    """Two steps in the middle of the sampled span (not on a tick)."""
+    a = ticks["t"].iloc[3] + 0.007
+    return pd.DataFrame({"t_start": [a, a + 0.1], "t_end": [a + 0.1, a + 0.2], "samples": [16, 16]})
+
+
+def test_the_energy_counter_is_sampled_and_a_windows_joules_follow_it(monkeypatch, tmp_path):
+    """The counter climbs at 300 W while power reads 100 W: each tick records the counter beside its
+    time, so a window's joules (the counter's rise between its ends) are 300 W's, not 100 W's."""
+    from advisor.analysis import metrics
+
+    nvml = FakeNVML(watts=300.0, power_w=100.0)
+    sampler, ticks = _sampled(monkeypatch, tmp_path, nvml)
+    assert list(ticks.columns) == COLUMNS and len(ticks) >= 10, sampler.notes
+    assert ticks["gpu_power_w"].eq(100.0).all() and ticks["gpu_energy_mj"].notna().all()
+    rate = np.diff(ticks["gpu_energy_mj"]) / np.diff(ticks["t"]) / 1000.0  # W between ticks
+    assert np.median(rate) == pytest.approx(300.0, rel=0.05)
+    got = metrics.energy(ticks, _window(ticks))  # (a tick's thread preempted between its time and its read: 10%)
+    assert got["source"] == "energy-counter" and got["joules"] == pytest.approx(300.0 * 0.2, rel=0.1)
+    assert got["joules_per_sample"] == pytest.approx(got["joules"] / 32)
+
+
+def test_a_gpu_without_the_counter_falls_back_on_power_and_says_so(monkeypatch, tmp_path):
+    """NVML NotSupported (before Volta): the column stays NaN, NVML is asked once and the reason noted
+    once; a window's joules come from the power samples, and the source says so."""
+    from advisor.analysis import metrics
+
+    nvml = FakeNVML(watts=300.0, power_w=100.0, energy=False)
+    sampler, ticks = _sampled(monkeypatch, tmp_path, nvml)
+    assert "gpu_energy_mj" in ticks and ticks["gpu_energy_mj"].isna().all() and len(ticks) >= 10
+    assert nvml.energy_calls == 1
+    (note,) = [n for n in sampler.notes if "nvmlDeviceGetTotalEnergyConsumption" in n]
+    assert "not sampled" in note and "NotSupported" in note
+    got = metrics.energy(ticks, _window(ticks))
+    assert got["source"] == "power-samples" and got["joules"] == pytest.approx(100.0 * 0.2)
 
 
 GPU_CHILD = textwrap.dedent(

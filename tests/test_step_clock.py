@@ -137,6 +137,24 @@ def test_advise_waits_on_the_device_once_per_window_and_never_inside_it():
     assert untimed and all(r["clock"] == "host" for r in untimed)  # written at once, no wait for them
 
 
+def test_the_windows_one_wait_places_its_steps_where_the_device_ran_them():
+    """The host queues a 62 ms step in 13 ms, so by the window's last boundary the device is most of
+    the window behind: each step's `t_device_end` is when the device passed its end event, on the
+    host's clock (the wait returns as the device passes the last one), and the steps lie back to back
+    there. The sampler's readings (the GPU's energy counter) are matched to that span."""
+    clock, host, gpu, sink = _gpu_clock(warmup=3, steps=6, profile_steps=0)
+    _loop(clock, host, gpu, 50, launch_s=0.013, gpu_s=0.062)
+    (_, waited_at), = gpu.waits
+    lines = _lines(sink)
+    measured = [r for r in lines if r["phase"] == Phase.MEASURE]
+    assert measured[-1]["t_device_end"] == pytest.approx(host.t) and host.t > waited_at  # the wait's return
+    ends = [r["t_device_end"] for r in measured]
+    assert [e - r["duration_s"] for e, r in zip(ends[1:], measured[1:])] == pytest.approx(ends[:-1])  # back to back
+    assert all(r["t_device_end"] - r["t_end"] > 0.1 for r in measured[2:])  # the device runs well behind the host
+    assert ends[-1] - (ends[0] - measured[0]["duration_s"]) == pytest.approx(6 * 0.062)  # the window's device span
+    assert all(r["t_device_end"] is None for r in lines if r["phase"] in (Phase.STARTUP, Phase.WARMUP))
+
+
 def test_on_a_cpu_the_host_clock_times_the_step_and_lines_are_written_as_steps_end():
     host = FakeHost()
     sink = io.StringIO()
@@ -146,7 +164,7 @@ def test_on_a_cpu_the_host_clock_times_the_step_and_lines_are_written_as_steps_e
     _loop(clock, host, None, 20, launch_s=0.02, gpu_s=0.0)
     measured = [r for r in _lines(sink) if r["phase"] == Phase.MEASURE]
     assert [r["duration_s"] for r in measured] == pytest.approx([0.02] * 4)
-    assert all(r["clock"] == "host" and r["host_s"] == r["duration_s"] for r in measured)
+    assert all(r["clock"] == "host" and r["host_s"] == r["duration_s"] and r["t_device_end"] is None for r in measured)
     assert seen == list(range(1, len(seen) + 1))  # each step's line is out before the next step starts
 
 
@@ -214,6 +232,10 @@ def test_the_arms_hold_a_windows_steps_and_losses_until_it_closes(tmp_path):
     timed = [r for r in lines if not r["warm"]]
     assert all(r["clock"] == "device" and r["duration_s"] == pytest.approx(0.020) for r in timed)
     assert all(r["host_s"] == pytest.approx(0.004) for r in timed)
+    for window in (0, 1):  # each window's steps placed on the host's clock by its own wait
+        ends = [r["t_device_end"] for r in timed if r["window"] == window]
+        assert [b - a for a, b in zip(ends, ends[1:])] == pytest.approx([0.020] * (len(ends) - 1))
+    assert all(r["t_device_end"] is None for r in lines if r["warm"])
     assert [r["loss"] for r in lines] == [float(i) for i in range(4, 4 + len(lines))]
     # the waits: the profiled window's end, then each arm window's end (its losses read after it)
     blocking = [(why, n) for why, n, blocked in boundaries_at_wait if blocked]

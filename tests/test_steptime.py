@@ -75,6 +75,22 @@ def test_the_accessors_on_a_frame_the_probe_wrote(steps):
     assert steptime.loss_finite(steps).astype(bool).tolist() == [True, True, False, True, True]  # NaN, told from unseen
 
 
+def test_a_device_timed_windows_steps_lie_where_the_device_ran_them():
+    """Two arm windows' frames (each indexed from 0, as the rounds keep them), queued by Python well
+    ahead of the device: each window is found on the device's spans, with its own steps."""
+    one = pd.DataFrame({"t_start": [10.0, 10.01], "t_end": [10.01, 10.02], "duration_s": [0.1, 0.1],
+                        "t_device_end": [10.1, 10.2], "samples": [8, 8]})
+    two = one.assign(t_start=one["t_start"] + 5, t_end=one["t_end"] + 5, t_device_end=one["t_device_end"] + 5,
+                     samples=[16, 16])
+    start, end = steptime.work_spans(one)
+    assert start.tolist() == pytest.approx([10.0, 10.1]) and end.tolist() == pytest.approx([10.1, 10.2])
+    found = steptime.window_steps(pd.concat([two, one]))
+    assert [(a, b) for a, b, _ in found] == [pytest.approx((10.0, 10.2)), pytest.approx((15.0, 15.2))]
+    assert [rows["samples"].tolist() for _, _, rows in found] == [[8, 8], [16, 16]]
+    host = one.assign(t_device_end=float("nan"))  # a step the host timed keeps the host's span
+    assert steptime.windows(host) == [(10.0, pytest.approx(10.02))]
+
+
 def test_a_loss_never_seen_is_not_written_as_a_non_finite_one(tmp_path):
     steps = _csv(tmp_path, [_line(i, duration=0.1) for i in range(3)], losses=[2.0, NAN])  # step 2's loss unseen
     assert steptime.loss_finite(steps).astype(bool).tolist() == [True, False]  # nothing said of step 2
@@ -137,7 +153,7 @@ def test_every_part_an_override_names_is_a_step_column():
 # --- no other module reads a step's field by name ----------------------------------------------
 
 _FIELDS = ("duration_s", "host_s", "cpu_s", "data_wait_s", "optimizer_s", "backward_s", "samples", "profiled",
-           "t_start", "t_end", "loss", "loss_finite", "clock")
+           "t_start", "t_end", "loss", "loss_finite", "clock", "t_device_end")
 _OWNERS = {"advisor/analysis/steptime.py", "advisor/run_dir/protocol.py"}
 
 

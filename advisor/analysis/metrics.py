@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from . import steptime
@@ -154,29 +155,90 @@ def utilization(samples: pd.DataFrame, steps: pd.DataFrame) -> dict:
     return out
 
 
-def energy(samples: pd.DataFrame, steps: pd.DataFrame) -> dict | None:
-    """The GPU's energy over timed steps: NVML power (sampled every 100 ms) averaged over the ticks
-    inside each step span's window and times its wall time, as Zeus measures a window; joules per
-    step and per sample (None where no power was sampled, on a CPU, or too few ticks fell inside).
+ENERGY_COUNTER, POWER_SAMPLES = "energy-counter", "power-samples"  # where a window's joules come from
+ENERGY_SOURCES = (ENERGY_COUNTER, POWER_SAMPLES)  # in the order they are tried
 
-    `steps` may hold several windows (an arm's, the baseline's): each is integrated on its own,
-    from its own ticks, and the sums are divided by all their steps and samples."""
-    if samples.empty or "gpu_power_w" not in samples or not samples["gpu_power_w"].notna().any():
+
+def energy(samples: pd.DataFrame, steps: pd.DataFrame, source: str | None = None) -> dict | None:
+    """The GPU's energy over timed steps, as Zeus measures a window: joules, joules per step and per
+    sample, and the `source` they come from (None on a CPU, or where no window could be read).
+
+    - ``energy-counter``: the rise of NVML's energy counter (`gpu_energy_mj`, read by the parent's
+      sampler each tick) between each window's ends, the counter interpolated linearly between the
+      ticks around them. The window's ends are where the device ran its steps
+      (:func:`steptime.work_spans`: placed on the monotonic clock by the window's one wait), so the
+      figure is exact to those ends, to within the counter's own update period (20-100 ms). The
+      child could read the counter itself only where the device is synced, and a window is synced
+      at its end alone: a read at its start would need a second wait, or would count the tail of
+      the work queued before it. Read by the parent, the counter costs the training process nothing
+      (no NVML in it, nothing inside a window). A window the ticks do not bracket (the sampler
+      stopped before its end) is left out.
+    - ``power-samples``, only where the counter is missing (before Volta, NotSupported, a run dir from
+      before the counter): the mean NVML power over the ticks inside each window, times its length.
+      NVML power is a one-second average on Hopper and later, so a window of ten 20 ms steps reads
+      power from before it.
+
+    `steps` may hold several windows (an arm's, the baseline's): each is read on its own, and the sums
+    are divided by the steps and samples of the windows read. `source` asks for one source only (an
+    arm is read as its baseline was)."""
+    if samples.empty or "t" not in samples or steps.empty or not steptime.has_spans(steps):
         return None
-    if steps.empty or not steptime.has_spans(steps):
+    windows = steptime.window_steps(steps)
+    for name, reader in ((ENERGY_COUNTER, _counter_joules), (POWER_SAMPLES, _power_joules)):
+        read = reader(samples) if source in (None, name) else None
+        got = _sum_windows(windows, read) if read is not None else None
+        if got is not None:
+            return {**got, "source": name}
+    return None
+
+
+def _readings(samples: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray] | None:
+    if column not in samples:
         return None
-    powered = samples.dropna(subset=["gpu_power_w"])
-    t, watts = powered["t"].to_numpy(float), powered["gpu_power_w"].to_numpy(float)
-    joules, seconds = 0.0, 0.0
-    for start, end in steptime.windows(steps):
+    read = samples[["t", column]].dropna().sort_values("t")
+    return (read["t"].to_numpy(float), read[column].to_numpy(float)) if len(read) else None
+
+
+def _counter_joules(samples: pd.DataFrame):
+    """(start, end) -> the counter's rise in J between them, None where the ticks do not bracket
+    them or the counter fell (the driver reloaded)."""
+    read = _readings(samples, "gpu_energy_mj")
+    if read is None or len(read[0]) < 2:
+        return None
+    t, mj = read
+
+    def joules(start: float, end: float) -> float | None:
+        if start < t[0] or end > t[-1]:
+            return None
+        rise = float(np.interp(end, t, mj) - np.interp(start, t, mj)) / 1000.0
+        return rise if rise >= 0 else None
+    return joules
+
+
+def _power_joules(samples: pd.DataFrame):
+    """(start, end) -> mean NVML power over the ticks inside, times the span (None: no tick inside)."""
+    read = _readings(samples, "gpu_power_w")
+    if read is None:
+        return None
+    t, watts = read
+
+    def joules(start: float, end: float) -> float | None:
         inside = (t >= start) & (t <= end)
-        if inside.sum() < 1:
+        return float(watts[inside].mean()) * (end - start) if inside.any() else None
+    return joules
+
+
+def _sum_windows(windows: list[tuple[float, float, pd.DataFrame]], joules_of) -> dict | None:
+    joules, seconds, read = 0.0, 0.0, []
+    for start, end, rows in windows:
+        got = joules_of(start, end)
+        if got is None:
             continue
-        joules += float(watts[inside].mean()) * (end - start)
-        seconds += end - start
+        joules, seconds = joules + got, seconds + (end - start)
+        read.append(rows)
     if seconds <= 0:
         return None
-    timed = steptime.spanned(steps)
+    timed = pd.concat(read)
     n_samples = float(steptime.batch_sizes(timed).sum()) if steptime.knows_batch(timed) else None
     return {"joules": joules, "seconds": seconds, "watts_mean": joules / seconds, "joules_per_step": joules / len(timed),
             "joules_per_sample": joules / n_samples if n_samples else None}

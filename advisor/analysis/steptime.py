@@ -46,9 +46,9 @@ def _columns(*names: str) -> tuple[str, ...]:
 
 # The step frame's columns (advisor.run_dir.protocol.StepTimes, StepLine and ArmStepLine's fields).
 (INDEX, T_START, T_END, DURATION, HOST, CPU, CLOCK, DATA_WAIT, OPTIMIZER, BACKWARD, SAMPLES, PROFILED, SOURCE,
- LOSS, LOSS_FINITE) = _columns(
+ LOSS, LOSS_FINITE, T_DEVICE_END) = _columns(
     "index", "t_start", "t_end", "duration_s", "host_s", "cpu_s", "clock", "data_wait_s", "optimizer_s",
-    "backward_s", "samples", "profiled", "source", "loss", "loss_finite")
+    "backward_s", "samples", "profiled", "source", "loss", "loss_finite", "t_device_end")
 
 MIN_CLEAN_STEPS = 3  # fewer un-profiled steps than this: fall back to all measured steps
 # A run's figure for the gate is read from its fast steps: the 5th percentile of its measured
@@ -159,17 +159,40 @@ def ends(steps: pd.DataFrame) -> pd.Series:
     return steps[T_END]
 
 
-def windows(steps: pd.DataFrame) -> list[tuple[float, float]]:
-    """The contiguous runs of steps (a window) as (first start, last end): a gap longer than a
-    step between two steps starts a new window."""
-    rows = spanned(steps).sort_values(T_START)
-    out: list[tuple[float, float]] = []
-    for a, b in zip(starts(rows).to_numpy(float), ends(rows).to_numpy(float)):
+def work_spans(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each spanned step's (starts, ends), in :func:`spanned`'s order, on the probe's monotonic clock
+    as its work ran: a device-timed step's as the device ran it (`t_device_end`, less its duration:
+    placed on the host's clock by its window's one wait), the host's span otherwise. On a GPU the
+    host's span says when Python queued the step, which can run most of a window ahead of the
+    device; the sampler's readings (the GPU's energy) are matched to this one."""
+    rows = spanned(steps)
+    start, end = starts(rows).to_numpy(float), ends(rows).to_numpy(float)
+    if T_DEVICE_END in rows:
+        device_end = rows[T_DEVICE_END].to_numpy(float)
+        device = np.isfinite(device_end) & np.isfinite(durations(rows).to_numpy(float))
+        start = np.where(device, device_end - durations(rows).to_numpy(float), start)
+        end = np.where(device, device_end, end)
+    return start, end
+
+
+def window_steps(steps: pd.DataFrame) -> list[tuple[float, float, pd.DataFrame]]:
+    """The contiguous runs of steps (a window), each as (first start, last end, its steps), on the
+    steps' :func:`work_spans`: a gap longer than a step between two steps starts a new window."""
+    rows = spanned(steps).reset_index(drop=True)
+    start, end = work_spans(rows)
+    out: list[tuple[float, float, list[int]]] = []
+    for i in np.argsort(start, kind="stable"):
+        a, b = float(start[i]), float(end[i])
         if out and a - out[-1][1] <= max(b - a, 1e-3):
-            out[-1] = (out[-1][0], max(out[-1][1], b))
+            out[-1] = (out[-1][0], max(out[-1][1], b), out[-1][2] + [int(i)])
         else:
-            out.append((a, b))
-    return out
+            out.append((a, b, [int(i)]))
+    return [(a, b, rows.iloc[sorted(members)]) for a, b, members in out]
+
+
+def windows(steps: pd.DataFrame) -> list[tuple[float, float]]:
+    """The windows of :func:`window_steps` as (first start, last end)."""
+    return [(a, b) for a, b, _ in window_steps(steps)]
 
 
 def losses(steps: pd.DataFrame) -> pd.Series:

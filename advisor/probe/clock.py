@@ -77,7 +77,8 @@ class ClosedStep:
         acc = self.acc
         return {"t_start": self.start.host, "t_end": self.end.host, "duration_s": duration_s, "host_s": host_s,
                 "cpu_s": self.end.cpu - self.start.cpu, "clock": clock, "data_wait_s": acc.data_wait_s, "optimizer_s": acc.optimizer_s,
-                "backward_s": acc.backward_s, "samples": acc.batch()}
+                "backward_s": acc.backward_s, "samples": acc.batch(),
+                "t_device_end": timeline.on_host(self.end) if clock == "device" else None}
 
 
 def timed_lines(timeline: Timeline, held: list[tuple[ClosedStep, Callable[..., Line]]]) -> list[Line]:

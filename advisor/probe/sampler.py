@@ -18,6 +18,15 @@ the peak rests on RSS and the report says so.
 Timestamps use ``time.monotonic()``: on Linux that is CLOCK_MONOTONIC, which is
 system-wide, so samples line up with the step timestamps the child records
 with the same clock.
+
+Energy: each tick reads the GPU's energy counter (``nvmlDeviceGetTotalEnergyConsumption``, mJ
+since the driver loaded; Volta and later) beside its power. A window's energy is the counter's
+rise between the window's ends, interpolated between the ticks around them
+(:func:`advisor.analysis.metrics.energy`): the parent reads it, so the training process pays
+nothing, and the window's ends are the device's own (placed on this clock by the window's one
+wait), so nothing is added inside a window. Power (``nvmlDeviceGetPowerUsage``) is a one-second
+average on Hopper and later, older than a window of ten 20 ms steps; it stands in only where the
+counter is missing.
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ GPU_COLUMNS: list[str] = [
     "gpu_mem_used_bytes",
     "gpu_mem_total_bytes",
     "gpu_power_w",
+    "gpu_energy_mj",
     "gpu_sm_clock_mhz",
     "gpu_proc_mem_bytes",
     "gpu_other_procs",
@@ -395,6 +405,7 @@ class Sampler:
     def _tick(self) -> bool:
         """Take one sample; False when the root process is gone."""
         t = time.monotonic()
+        energy = self._energy() if self._nvml_ok else NAN  # first: a window's ends are interpolated at `t`
         root = self._root
         if root is None:
             return False
@@ -450,6 +461,7 @@ class Sampler:
             "main_cpu_percent": main_cpu,
         }
         sample.update(self._gpu_sample(alive.keys()) if self._nvml_ok else dict.fromkeys(GPU_COLUMNS, NAN))
+        sample["gpu_energy_mj"] = energy
         with self._lock:
             self._samples.append(sample)
         return True
@@ -516,6 +528,14 @@ class Sampler:
         if found != self.gpu_index:
             self._note("gpu_located", f"the script runs on GPU {found} (NVML's index), not {self.gpu_index}: sampling it")
             self._handle, self.gpu_index = pynvml.nvmlDeviceGetHandleByIndex(found), found
+
+    def _energy(self) -> float:
+        """The GPU's energy counter in mJ; NaN where it cannot be read (before Volta: NotSupported,
+        noted once and not asked again)."""
+        h = self._handle
+        energy = self._query("nvmlDeviceGetTotalEnergyConsumption",
+                             lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(h))
+        return NAN if energy is None else float(energy)
 
     def _gpu_sample(self, pids: Any) -> dict[str, float]:
         self._locate(set(pids))

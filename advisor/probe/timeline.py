@@ -12,7 +12,11 @@ A step is the span between two step boundaries, and its time is defined once, pe
   closes. Nothing here waits inside a window: the queue stays as the script keeps it.
 
 Both clocks are kept on every step (``host_s`` beside ``duration_s``): a window whose host time
-falls well below its device time was launch-bound on the host, and the report says so.
+falls well below its device time was launch-bound on the host, and the report says so. The wait
+also places the device's steps on the host's clock (:meth:`DeviceTimeline.on_host`): when it
+returns, the device has just passed the window's last event, and each earlier event lies that
+event's elapsed time before it. That span is what the sampler's readings (the GPU's energy counter)
+are matched to; the host's says only when Python queued the work.
 
 The clock and the event source are injected, so the definition is tested on a CPU with a fake
 device whose timeline lags the host (``tests/test_step_clock.py``).
@@ -49,6 +53,8 @@ class Timeline(Protocol):
 
     def span(self, start: Mark, end: Mark) -> tuple[float, str]: ...
 
+    def on_host(self, mark: Mark) -> float | None: ...
+
 
 class HostTimeline:
     """A CPU's steps: the host clock is the work's clock."""
@@ -67,6 +73,9 @@ class HostTimeline:
     def span(self, start: Mark, end: Mark) -> tuple[float, str]:
         return end.host - start.host, "host"
 
+    def on_host(self, mark: Mark) -> float | None:
+        return None  # the host timed it: its own times say when it ran
+
 
 class DeviceTimeline:
     """A GPU's steps: an event per boundary once the device is in use, read after one wait.
@@ -84,6 +93,8 @@ class DeviceTimeline:
         self.active, self.new_event, self.clock, self.cpu_clock = active, new_event, clock, cpu_clock
         self.last: Any = None  # the newest event: settle() waits on it
         self.settles = 0  # waits made, for the tests' count of advise's own syncs
+        self.settled_on: Any = None  # the event the last wait returned at, and the host's time then
+        self.settled_at: float | None = None
 
     def mark(self) -> Mark:
         if not self.active():
@@ -96,6 +107,7 @@ class DeviceTimeline:
     def settle(self) -> None:
         if self.last is not None:
             self.last.synchronize()
+            self.settled_on, self.settled_at = self.last, self.clock()
             self.settles += 1
 
     def span(self, start: Mark, end: Mark) -> tuple[float, str]:
@@ -104,6 +116,14 @@ class DeviceTimeline:
         if start.event is None or end.event is None:
             return end.host - start.host, "host"
         return start.event.elapsed_time(end.event) / 1000.0, "device"
+
+    def on_host(self, mark: Mark) -> float | None:
+        """When the device passed `mark`'s event, on the host's clock: the last wait returned as the
+        device passed the event it waited on, and `mark`'s lies its elapsed time before that (None
+        before any wait, or for a mark without an event)."""
+        if mark.event is None or self.settled_on is None or self.settled_at is None:
+            return None
+        return self.settled_at - mark.event.elapsed_time(self.settled_on) / 1000.0
 
 
 def settled(timeline: Timeline) -> Timeline:

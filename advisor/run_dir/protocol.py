@@ -48,7 +48,10 @@ class StepTimes(msgspec.Struct, kw_only=True):
     """A step's span on both clocks and where its time went: the clock writes it
     (:meth:`advisor.probe.clock.ClosedStep.timing`). `duration_s` is on the step's `clock` (device or
     host), `host_s` on the host's (advisor/probe/timeline.py); `cpu_s` is the training process's CPU
-    time over the step (all its threads, not its loader workers'). docs/explanation/steps.md says why."""
+    time over the step (all its threads, not its loader workers'). docs/explanation/steps.md says why.
+    `t_device_end` places a device-timed step on the host's clock: when the device passed its end
+    event, read at the window's one wait (its start is `t_device_end - duration_s`); the sampler's
+    ticks are matched to that span, not to when Python queued the step."""
 
     t_start: float
     t_end: float
@@ -60,6 +63,7 @@ class StepTimes(msgspec.Struct, kw_only=True):
     optimizer_s: float = 0.0
     backward_s: float = 0.0
     samples: Optional[int] = None  # the step's batch (None: unknown)
+    t_device_end: Optional[float] = None  # host clock; None where the host timed the step
 
 
 class StepLine(StepTimes, kw_only=True):
