@@ -174,16 +174,9 @@ def test_stops_by_itself_and_stop_is_idempotent(workload_run):
     assert stopped_by_itself
     assert sampler.stopped_because == f"process {sampler.pid} exited"  # the normal end: not a note
     assert not any("exited" in n for n in sampler.notes)
-    t0 = time.monotonic()
     sampler.stop()
     sampler.stop()
-    assert time.monotonic() - t0 < 0.5
-
-
-def test_tick_cost_is_small(workload_run):
-    # A few ms is normal (psutil scans /proc for children); this catches e.g. reading smaps per tick.
-    sampler, _, _ = workload_run
-    assert sampler.mean_tick_cost_ms < 50, sampler.mean_tick_cost_ms
+    assert not sampler.running
 
 
 def test_stops_on_unreaped_zombie_and_stop_is_prompt():
@@ -195,16 +188,17 @@ def test_stops_on_unreaped_zombie_and_stop_is_prompt():
     child.wait()
     assert len(sampler.samples) >= 1
 
-    # A long-lived child: stop() must return well inside the interval, repeatedly.
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # A long-lived child: stop() wakes the sampler inside its interval instead of waiting it out (a
+    # minute here; how soon it returns is benchmarks/sampler_cost.py's figure), repeatedly.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        sampler = Sampler(child.pid, interval_s=0.2)
+        sampler = Sampler(child.pid, interval_s=60.0)
         sampler.start()
         time.sleep(0.1)
         t0 = time.monotonic()
         sampler.stop()
         sampler.stop()
-        assert time.monotonic() - t0 < 0.5
+        assert time.monotonic() - t0 < 30, "stop() waited for the sampling interval to end"
         assert not sampler.running
     finally:
         child.kill()
