@@ -292,6 +292,8 @@ class Memory(Block):
     peak_uss_bytes: Number = None
     basis: described("pss or rss: the figure that stands for the process tree's peak", Optional[str]) = None
     basis_note: Optional[str] = None
+    error: described("why the probe could not read some of the figures above (the device's, after a CUDA "
+                     "error of the script's poisoned it): those are missing", Optional[str]) = None
 
 
 class Mfu(Block):

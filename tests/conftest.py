@@ -118,6 +118,16 @@ def known_traces() -> list[str]:
 
 
 def pytest_configure(config):
+    # Every test checks the reports it leaves against the published schema (_reports_match_the_schema):
+    # without jsonschema each one would error at its teardown, so the session does not start.
+    try:
+        import jsonschema  # noqa: F401
+    except ImportError as exc:
+        raise pytest.UsageError(
+            f"jsonschema cannot be imported ({exc}): every test checks the reports it writes against advise's "
+            "published schema with it. Install the test extra (pip install -e '.[test]') or jsonschema>=4.18 with "
+            "its dependencies; on a GPU machine, the wheels benchmarks/truth/bundle.sh gathers "
+            "(benchmarks/truth/README.md, 'On a GPU').") from None
     # Under CI a missing shared folder is an error, not dozens of skips (checked once, not in xdist workers).
     if in_ci() and not SHARED_TRACES.is_dir() and not hasattr(config, "workerinput"):
         raise pytest.UsageError(

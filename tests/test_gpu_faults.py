@@ -1,8 +1,8 @@
 """GPU faults on a real GPU: a poisoned CUDA context, a device shared with another process, device
 tracing refused. Skipped without CUDA (CI has none); the mechanisms each have a CPU test
-(test_step_clock: a timeline whose settle raises; test_inprocess and test_metrics: NVML's other
-processes; test_probe_e2e: a profiler that refuses to start). One run of this file takes under 5
-minutes on an H100."""
+(test_step_clock: a device whose settle raises; test_probe_e2e: a CUDA error that poisons the
+device's calls, device tracing refused; test_inprocess and test_metrics: NVML's other processes).
+One run of this file takes under 5 minutes on an H100."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from advisor.run_dir import layout
 from conftest import WORKLOADS, advise_cmd
 
 torch = pytest.importorskip("torch")
@@ -65,4 +66,5 @@ def test_device_tracing_refused_gives_a_host_only_trace_said(tmp_path):
     assert proc.returncode == 0 and report["status"] == "ok", proc.stderr[-2000:]
     said = [w for w in report["warnings"] if "could not trace the GPU" in w]
     assert len(said) == 1 and "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES" in said[0]
-    assert list((tmp_path / "run").glob("*.pt.trace.json*")), "the host-only trace is missing"
+    trace = report["artifacts"].get("trace")
+    assert trace == layout.names().trace and (tmp_path / "run" / trace).is_file(), "the host-only trace is missing"

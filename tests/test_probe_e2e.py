@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import psutil
 import pytest
 import torch
 
+from advisor.run_dir import layout
 from conftest import FAST, WORKLOADS, advise_cmd
 
 pytestmark = pytest.mark.slow
@@ -121,6 +123,24 @@ def test_script_exception_is_reported_as_theirs(advise):
     assert "advisor" not in tb and "runpy" not in tb
     assert "planted failure at step 3" in r.stderr and "Traceback" in r.stderr
     assert "advisor/" not in r.stderr  # none of our frames
+
+
+@pytest.mark.parametrize("dies", [False, True], ids=["device-calls-raise", "device-call-kills"])
+def test_a_cuda_error_that_poisons_the_device_stays_the_scripts_error(advise, dies):
+    """After a device-side assert every CUDA call raises, the probe's own after the script's (its
+    memory figures, the device's fields), or kills the process: the script's error is on disk before
+    any of them, each fails soft, and the report names the script's error, not a child that died
+    before writing its results (tests/workloads/gpu/device_assert.py on a real GPU)."""
+    r = advise("profile", *FAST, "--out", "run", str(WORKLOADS / "poisoned_device.py"), *(["--dies"] if dies else []))
+    assert r.returncode == 1, r.stderr
+    rep = r.report
+    assert rep["status"] == "failed" and rep["error"] == "RuntimeError: CUDA error: device-side assert triggered"
+    assert "torch.cuda.synchronize()" in rep["traceback"] and "advisor" not in rep["traceback"]
+    assert len(rep["steps"]) == 1  # the step measured before the error stands
+    if not dies:
+        assert rep["env"]["device"] == "cuda" and rep["env"]["device_name"] is None  # the device could not say
+        memory = json.loads((r.out / "probe.json").read_text())["memory"]
+        assert memory["error"] == "RuntimeError: CUDA error: device-side assert triggered"
 
 
 def test_hang_without_steps_times_out_and_kills_the_group(advise):
@@ -354,7 +374,42 @@ def test_a_profiler_that_refuses_to_start_leaves_the_run_going_without_a_trace(a
     assert rep["status"] == "ok" and len(rep["steps"]) == 8
     said = [w for w in rep["warnings"] if "the profiler could not start" in w]
     assert len(said) == 1 and "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES" in said[0] and "step times stand" in said[0]
-    assert not list(r.out.glob("*.pt.trace.json*")) and "could not start" in r.stdout
+    assert "trace" not in rep["artifacts"] and not (r.out / layout.names().trace).exists()
+    assert "could not start" in r.stdout
+
+
+def test_device_tracing_refused_leaves_the_hosts_trace(advise):
+    """CUPTI refuses the device's activity, the host's tracing works: the window is traced on the
+    host, said once, and that trace is the run dir's (tests/test_gpu_faults.py on a real GPU)."""
+    r = advise("profile", "--steps", "8", "--warmup", "2", "--profile-steps", "2", "--no-experiments", "--out", "run",
+               str(WORKLOADS / "profiler_refused.py"), "--device-only", "--says-cuda")
+    assert r.returncode == 0, r.stderr
+    rep = r.report
+    said = [w for w in rep["warnings"] if "could not trace the GPU" in w]
+    assert len(said) == 1 and "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES" in said[0] and "the host's only" in said[0]
+    assert rep["artifacts"]["trace"] == layout.names().trace
+    assert "ProfilerStep#" in gzip.decompress((r.out / layout.names().trace).read_bytes()).decode()
+
+
+def test_a_profiler_that_fails_at_its_first_recorded_step_never_reaches_the_script(tmp_path, monkeypatch):
+    """torch.profiler's start() only prepares under the window's schedule; recording starts at its
+    first step(). A profiler refused there stops, says why, and the script's step goes on."""
+    from advisor.probe import bootstrap
+
+    def refuse(self):
+        raise RuntimeError("CUPTI_ERROR_INSUFFICIENT_PRIVILEGES: profiling is not permitted on this machine")
+
+    monkeypatch.setattr(torch.profiler.profile, "step", refuse)
+    window = bootstrap.ProfilerWindow(tmp_path / "trace.json")
+    window.start()
+    window.step()
+    assert window.prof is None and window.error.startswith("RuntimeError: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES")
+    window.step()
+    window.stop()
+    assert not window.exported and not (tmp_path / "trace.json").exists()
+    with torch.profiler.profile() as again:  # the refused one let go: a profiler starts again
+        torch.ones(2) + 1
+    assert again.key_averages()
 
 
 def test_a_profiler_window_that_outgrows_its_memory_limit_stops_and_keeps_its_steps(tmp_path, monkeypatch):

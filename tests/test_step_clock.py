@@ -247,3 +247,30 @@ def arm_steps(sink) -> list[dict]:
         sink.flush()
     with open(sink.name) as f:
         return [r for r in map(json.loads, f) if r["phase"] == "arm"]
+
+
+class PoisonedGPU(FakeGPU):
+    """A context the script's CUDA error poisoned (a device-side assert): every wait on it raises."""
+
+    poisoned = False
+
+    def wait(self, until: float, why: str) -> None:
+        if self.poisoned:
+            raise RuntimeError("CUDA error: device-side assert triggered")
+        super().wait(until, why)
+
+
+def test_a_device_the_scripts_error_poisoned_leaves_its_steps_on_the_hosts_clock():
+    """The script raised inside the window and its error poisoned the device: the window's one wait
+    raises too. The steps held for it keep their host times, their losses read as unknown, and no
+    error but the script's leaves the probe (end to end: test_probe_e2e, poisoned_device.py)."""
+    host = FakeHost()
+    gpu, sink = PoisonedGPU(host), io.StringIO()
+    clock = StepClock(warmup=2, steps=6, profile_steps=0, sink=sink, timeline=DeviceTimeline(lambda: True, gpu.event, clock=host))
+    _loop(clock, host, gpu, 5, launch_s=0.01, gpu_s=0.03)
+    assert all(r["phase"] != Phase.MEASURE for r in _lines(sink))  # held for the window's wait
+    gpu.poisoned = True
+    clock.flush()
+    measured = [r for r in _lines(sink) if r["phase"] == Phase.MEASURE]
+    assert [(r["clock"], r["duration_s"]) for r in measured] == [("host", pytest.approx(0.01))] * 2
+    assert clock.loss_values() == [None, None] and not gpu.waits

@@ -127,7 +127,16 @@ class ProfilerWindow:
                         f"{'s' if self._recorded > 1 else ''}: its buffers grew the process by {grown:.1f} GiB")
             self.stop()
             return
-        self.prof.step()
+        try:
+            self.prof.step()
+        except Exception as exc:  # noqa: BLE001 - recording refused as it starts (CUPTI): the script goes on
+            prof, self.prof = self.prof, None
+            self.error = f"{type(exc).__name__}: {exc}".strip()[:300]
+            try:
+                prof.stop()
+            except Exception:  # noqa: BLE001 - a profiler that failed may fail to stop
+                pass
+            return
         self._recorded += 1  # the first call ends the profiler's warm-up step: from then on, steps are recorded
 
     def stop(self) -> None:
@@ -264,10 +273,11 @@ class ChildProbe:
         self.sink.close()
         sys.stdout.flush()
         sys.stderr.flush()
-        if result.status in ("done", "interrupted"):
-            # The script was cut short on purpose: its non-daemon threads or DataLoader workers
-            # must not keep the child alive (the runner reaps the group). Its atexit handlers run,
-            # as they would under plain python, but only for so long.
+        if result.status in ("done", "interrupted", "failed"):
+            # The script was cut short on purpose, or its error ended it: its non-daemon threads or
+            # DataLoader workers must not keep the child alive (the runner reaps the group), nor may
+            # the teardown of a CUDA context the error poisoned hang or abort past the account. Its
+            # atexit handlers run, as they would under plain python, but only for so long.
             run_atexit_bounded(self.config.atexit_s, code)
             os._exit(code)
         return code
@@ -296,7 +306,10 @@ class ChildProbe:
             if arms is not None and arms.started:
                 # After the window, under an arm's settings (an OOM, a compile error): the window's
                 # measurements stand, the arm's line says what broke, and the run ends as done.
-                arms.script_raised(exc)
+                try:
+                    arms.script_raised(exc)
+                except Exception:  # noqa: BLE001 - the arm's own account failed (a poisoned device): its error stands
+                    pass
                 result.status, result.arms_error = "done", arms.error or f"{type(exc).__name__}: {exc}"
                 result.arms_traceback = user_traceback(exc)
             else:  # the user's error: report it as theirs
@@ -306,6 +319,8 @@ class ChildProbe:
                 result.status, result.error, result.traceback = "failed", last, tb
                 code = 1
         finally:
+            if result.status == "failed":
+                self._account_first(result)  # the script's error is on disk before anything below touches the device
             self.clock.capture.stop()  # a script that ended inside the capture step
             self.window.stop()  # a failure or Ctrl-C inside the window still leaves its trace
             advisor._clock = None
@@ -351,38 +366,55 @@ class ChildProbe:
         self._finish(ChildAccount(status="done", phase=Phase.WINDOW_DONE))
 
     def _finish(self, result: ChildAccount) -> None:
-        """probe.json: the child's own account of the run (also written when the window ends, for arms)."""
+        """probe.json: the child's own account of the run (also written when the window ends, for arms).
+
+        Every device read here fails soft (the host's step times, unknown memory and device fields):
+        after a script's CUDA error every call on its context raises, and the error must stay the script's."""
         gc.collect()
         clock, observed, window = self.clock, self.observed, self.window
         clock.flush()  # a script that ended inside its window: the steps it ran
         result = msgspec.structs.replace(
             result,
-            step_source=clock.source,
-            boundaries=clock.boundaries,
-            warmup=clock.warmup,
+            **self._host_fields(),
             measured_steps=len(clock.measured),
             losses=clock.loss_values(),
             env=collect_env(observed.device),
             observed=observed.to_dict(),
-            memory=self.memory or {**memory_stats(observed.device), **self._account_now()},
+            memory=self.memory or self._memory_now(),
             trace=self.names.trace if window.exported else None,
             profiler_error=window.error,
             profiler_cut=window.cut,
             profiler_refused=window.refused,
             profiler_errno=window.errno,
-            profile_steps=self.profile_steps,
-            overrides=self.config.overrides,
-            applied=self.applied,
         )
         write_account(self.out / self.names.probe_json, result)
 
-    def _account_now(self) -> dict:
-        """A run that ended before its window did: its memory as it stands."""
+    def _host_fields(self) -> dict:
+        """The account's fields the host alone knows (no device call)."""
+        clock = self.clock
+        return {"step_source": clock.source, "boundaries": clock.boundaries, "warmup": clock.warmup,
+                "profile_steps": self.profile_steps, "overrides": self.config.overrides, "applied": self.applied}
+
+    def _account_first(self, result: ChildAccount) -> None:
+        """probe.json with the script's error, before the probe's own device calls: where a CUDA context
+        the error poisoned makes one abort the process, the parent still reads the script's error."""
         try:
-            return account(self.observed.device, list(self.observed.live_optimizers), self.runtime_bytes,
-                           self.config.memory_budget_bytes)
-        except Exception as exc:  # noqa: BLE001
-            return {"error": f"{type(exc).__name__}: {exc}"}
+            write_account(self.out / self.names.probe_json, msgspec.structs.replace(result, **self._host_fields()))
+        except Exception:  # noqa: BLE001 - _finish writes it again, whole
+            pass
+
+    def _memory_now(self) -> dict:
+        """A run that ended before its window did: its memory as it stands (what the device still answers)."""
+        observed, memory = self.observed, {}
+        reads = (lambda: memory_stats(observed.device),
+                 lambda: account(observed.device, list(observed.live_optimizers), self.runtime_bytes,
+                                 self.config.memory_budget_bytes))
+        for read in reads:
+            try:
+                memory.update(read())
+            except Exception as exc:  # noqa: BLE001 - the timing is still worth reporting
+                memory["error"] = f"{type(exc).__name__}: {exc}"
+        return memory
 
 
 def run_atexit_bounded(limit_s: float, code: int) -> None:

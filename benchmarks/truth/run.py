@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cases import CASES, Case, Variant  # noqa: E402
 from fetch import FetchError, case_env, prepare_base, working_copy  # noqa: E402
-from gpu_cases import GPU_CASES  # noqa: E402
+from gpu_cases import GPU_CASES, OWN_CALL  # noqa: E402
 from timing import run_once, summarise  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -355,7 +355,7 @@ def main() -> None:
     p.add_argument("--out-dir", type=Path, help="also copy truth.json and truth.md there (the device's $OUT)")
     args = p.parse_args()
     args.variants = set(args.variants.split(",")) if args.variants else None
-    names = args.only.split(",") if args.only else [c.name for c in (GPU_CASES if args.gpu else CASES)]
+    names = args.only.split(",") if args.only else [c.name for c in (GPU_CASES if args.gpu else CASES) if c.name not in OWN_CALL]
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         p.error(f"unknown case {', '.join(unknown)} (cases: {', '.join(BY_NAME)})")
@@ -407,6 +407,8 @@ def main() -> None:
         print(f"  [{', '.join(f'{k} {v:.0f} s' for k, v in t.items())}]", flush=True)
 
     if args.prepare_only:
+        if rows:  # bundle.sh must not leave a bundle that lacks a case's sources
+            sys.exit(f"not prepared: {', '.join(r['case'] for r in rows)}")
         return
     cells = table(rows)
     print()

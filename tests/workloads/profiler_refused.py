@@ -2,7 +2,8 @@
 torch.profiler's start() raises. advise must go on without a trace, say so, and keep the step times.
 
 --device-only: only device tracing is refused (CUPTI missing, the host's tracing works); --cuda
-trains on the GPU."""
+trains on the GPU; --says-cuda is the CPU's stand-in for it: torch.cuda says a device is in use, so
+the probe asks the profiler for the device's activity too (and is refused), while training runs on the CPU."""
 import sys
 
 import torch
@@ -19,6 +20,8 @@ def refuse(self):
 
 
 torch.profiler.profile.start = refuse
+if "--says-cuda" in sys.argv:
+    torch.cuda.is_available = torch.cuda.is_initialized = lambda: True
 
 model = torch.nn.Linear(64, 64).to(DEVICE)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
