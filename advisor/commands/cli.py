@@ -402,6 +402,31 @@ def _rank_of_trace(trace) -> str:
     return (found.group(1) or "") if found else ""
 
 
+@main.command("apply")
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path())
+@click.option("--write", is_flag=True, help="Write the patch into the script's files, in place.")
+@click.option("-o", "--output", default=None, metavar="FILE", help="Save the patch to FILE (git apply FILE from the root it names).")
+@click.option("--check", is_flag=True,
+              help="Time the patched script against the unpatched one in fresh runs (copies of the checkout, "
+                   "interleaved as advise ab runs them) and say whether the arm's speed-up held.")
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(min=2),
+              help="With --check: pairs of runs (unpatched, patched).")
+@click.option("--steps", default=None, type=click.IntRange(min=2),
+              help="With --check: measured steps per run (default: as many as the profiled run measured).")
+@click.option("--warmup", default=None, type=click.IntRange(min=0), help="With --check: warm-up steps per run (default 5).")
+def apply_command(run_dir, write, output, check, rounds, steps, warmup):
+    """Write RUN_DIR's recommended configuration into the profiled script as a patch: advise apply --write advise-report
+
+    The patch (a unified diff, git apply-able from the script's checkout) goes to stdout; each
+    change that could not be made safely is one line on stderr naming the file:line and why.
+    """
+    if not str(run_dir).strip():
+        fail("an empty path is not a run dir (an unset variable?)")
+    from .apply import apply_run  # apply: libcst and the gate, only for apply
+
+    sys.exit(apply_run(Path(run_dir), write=write, output=output, check=check, rounds=rounds, steps=steps, warmup=warmup))
+
+
 @main.command("rules")
 @click.argument("name", required=False, metavar="[NAME|CODE]")
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue (or the rule) as JSON.")

@@ -32,6 +32,7 @@ from ..job.rank import detect as detect_job, rank_suffix
 from ..job.channel import ChannelError, open_channel
 from ..job.rank_summary import summarize
 from ..job.link import JobLink
+from ..apply import command_for, patch_for
 from ..experiments.fresh import confirm_recommendation, run_experiments
 from ..experiments.inprocess import ArmsSession
 from ..experiments.judge import ExperimentResults
@@ -365,11 +366,24 @@ def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: Jo
     if results is not None and results.recommended is not None:  # in the framework's words, as the findings
         results.recommended.snippets = vocabulary.snippets(results.recommended.overrides,
                                                            (profile.observed or {}).get("framework"))
+        results.recommended.patch = _patch(results.recommended, profile, config, rule_warnings)
     if results is not None:
         findings, screened = split_screened([settle_severity(f) for f in results.findings])
         findings = rank(findings)
         results.screened = screened
     return findings, rule_warnings, results
+
+
+def _patch(rec, profile: Profile, config: ProbeConfig, warnings: list[str]):
+    """The recommendation written into the script's own lines, as `advise apply` writes it (report.json's
+    `recommended.patch`); None, with a warning, where it could not be computed."""
+    try:
+        return patch_for(rec.overrides, profile.observed, profile.sources,
+                         f"-m {config.script}" if config.module else config.script,
+                         command=command_for(config.out)).patch
+    except Exception as exc:  # noqa: BLE001 - the report matters more than its patch
+        warnings.append(f"the patch of the recommendation could not be made: {type(exc).__name__}: {exc}")
+        return None
 
 
 def _outcome(run, merged: dict | None, results, stop: StopRequest, experimented: bool) -> tuple:

@@ -11,6 +11,7 @@ user's line, as the user would want to read it.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import sys
@@ -24,6 +25,8 @@ import torch
 import torch.utils.data.dataloader as dl
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from advisor.analysis.sources import is_user_file
 
 from . import framework
 from .clock import StepClock
@@ -136,6 +139,44 @@ def _batch_first(layer: torch.nn.Module) -> bool:
     return bool(getattr(getattr(layer, "self_attn", None), "batch_first", False))
 
 
+# Each DataLoader and optimizer the script built, and the user's line that built it (built_at): where
+# `advise apply` writes a loader or optimizer fix. Weak: the probe keeps nothing of the script alive.
+_BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def built_at(frame) -> dict | None:
+    """The user's line a constructor running under `frame` was called from: the innermost frame
+    in the user's own files, with the function of a library it went through (``via``: a factory
+    that builds the object where the user cannot add an argument); None when the probe built it
+    (an arm's substitute loader) or no user frame is on the stack."""
+    via = None
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if _probe_frame(name):
+            return None
+        if is_user_file(name):
+            return {"file": name, "line": frame.f_lineno, "function": frame.f_code.co_name, "via": via}
+        if not name.startswith(_TORCH_DIR):
+            via = frame.f_code.co_name
+        frame = frame.f_back
+    return None
+
+
+def _remember_where_built(obj: Any, frame) -> None:
+    try:
+        _BUILT[obj] = built_at(frame)
+    except TypeError:  # not weakly referenceable
+        pass
+
+
+def where_built(obj: Any) -> dict | None:
+    """:func:`built_at` of a DataLoader or optimizer, as recorded when it was constructed."""
+    try:
+        return _BUILT.get(obj)
+    except TypeError:
+        return None
+
+
 def _describe_optimizer(opt: torch.optim.Optimizer) -> dict:
     params = [p for g in opt.param_groups for p in g["params"]]
     first = params[0] if params else None
@@ -148,6 +189,7 @@ def _describe_optimizer(opt: torch.optim.Optimizer) -> dict:
         "n_elements": int(sum(p.numel() for p in params)),
         "device": str(first.device) if first is not None else None,
         "param_dtype": str(first.dtype).replace("torch.", "") if first is not None else None,
+        "built_at": where_built(opt),
     }
 
 
@@ -166,6 +208,7 @@ def _describe_loader(loader: Any) -> dict:
         "dataset": type(dataset).__name__,
         "dataset_len": n,
         **loader_kind(loader),
+        "built_at": where_built(loader),
     }
 
 
@@ -268,6 +311,8 @@ def install(clock: StepClock, observed: Observed) -> None:
     in_closure: dict[int, float] = {}  # per optimizer: seconds its step spent in the closure
 
     def pre_hook(opt, args, kwargs):
+        if clock.capture is not None:
+            clock.capture.stepped(opt, where_built(opt))
         started[id(opt)] = clock.optimizer_pre()
         in_closure[id(opt)] = 0.0
         return _timed_closure(opt, args, kwargs, in_closure)
@@ -290,11 +335,21 @@ def install(clock: StepClock, observed: Observed) -> None:
 
     original_opt_init = torch.optim.Optimizer.__init__
 
+    @functools.wraps(original_opt_init)
     def opt_init(self, *args, **kwargs):
         original_opt_init(self, *args, **kwargs)
+        _remember_where_built(self, sys._getframe(1))
         clock.optimizer_created = True
 
     torch.optim.Optimizer.__init__ = opt_init
+    original_loader_init = dl.DataLoader.__init__
+
+    @functools.wraps(original_loader_init)  # the signature stays DataLoader's (Lightning reads it)
+    def loader_init(self, *args, **kwargs):
+        original_loader_init(self, *args, **kwargs)
+        _remember_where_built(self, sys._getframe(1))
+
+    dl.DataLoader.__init__ = loader_init
     register_optimizer_step_pre_hook(pre_hook)
     register_optimizer_step_post_hook(post_hook)
 
@@ -303,6 +358,7 @@ def install(clock: StepClock, observed: Observed) -> None:
 
     def iter_init(self, loader, *args, **kwargs):
         orig_init(self, loader, *args, **kwargs)
+        self._advise_built_at = where_built(loader)  # the capture step names the loader that fed it
         if id(loader) not in observed.dataloaders:
             observed.dataloaders[id(loader)] = _describe_loader(loader)
         if loader.num_workers:

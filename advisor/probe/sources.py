@@ -10,6 +10,12 @@ autocast gives, the target device and the pin state are known. It runs for the l
 step only (never a measured or profiled one) and costs that step a few microseconds per torch
 call; a compiled model (torch.compile) is left alone, since a mode on the stack would make it
 recompile.
+
+It also records where ``advise apply`` writes each fix (:mod:`advisor.apply`): the line that built
+each DataLoader that fed the step and each optimizer that stepped in it (``dataloader-built``,
+``optimizer-built``), the top-level module calls (``model-call``, with the module's parameter
+count: the model is the one that has them) and the ``backward()`` calls, and the script's own file
+(``main``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
+from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode
 
 from advisor.run_dir.atomic import write_json_atomic
@@ -32,6 +39,7 @@ _SYNC = {"item": ".item()", "__float__": "float(tensor)", "__int__": "int(tensor
 _MATMUL = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "einsum", "conv1d",
            "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"}
 _COPY = {"to", "cuda", "copy_"}
+_CALL_IMPL = torch.nn.Module._call_impl.__code__  # one frame of it per module call on the stack
 
 
 def _user_frame(frame):
@@ -55,7 +63,10 @@ class SourceCapture(TorchFunctionMode):
         super().__init__()
         self.path = path  # where stop() writes sources.json
         self.sites: dict[str, Counter] = {"host-sync": Counter(), "matmul": Counter(), "h2d-copy": Counter(),
-                                          "dataloader": Counter()}
+                                          "dataloader": Counter(), "dataloader-built": Counter(),
+                                          "optimizer-built": Counter(), "model-call": Counter(), "backward": Counter()}
+        self._params: dict[int, int] = {}  # parameters of each module called at the top level
+        self._hook = None
         self.active = False
         self.skipped: str | None = None
         self.seconds = 0.0
@@ -72,6 +83,8 @@ class SourceCapture(TorchFunctionMode):
                 pass
             elif name in _SYNC or name in _MATMUL or name in _COPY:
                 self._record(name, args, kwargs)
+            elif name == "backward":
+                self._add("backward", "backward()")
         except Exception:  # noqa: BLE001 - never break the user's step over a location
             pass
         return func(*args, **kwargs)
@@ -112,11 +125,43 @@ class SourceCapture(TorchFunctionMode):
             key = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, op, tuple(sorted(extra.items())))
             self.sites[category][key] += 1
 
+    def _built(self, category: str, site: dict | None, op: str) -> None:
+        if site:
+            key = (site["file"], site["line"], site["function"], op, (("via", site.get("via")),))
+            self.sites[category][key] += 1
+
+    def stepped(self, optimizer, site: dict | None) -> None:
+        """An optimizer steps while active: the line that built it (advisor.probe.hooks.built_at)."""
+        if self.active:
+            self._built("optimizer-built", site, type(optimizer).__name__)
+
+    def _module_called(self, module, args) -> None:
+        """A forward pre-hook while active: a module called at the top level (not from another's
+        forward) is counted at the user's line that called it, with its parameter count."""
+        try:
+            frame, depth = sys._getframe(1), 0
+            f = frame
+            while f is not None:
+                depth += f.f_code is _CALL_IMPL
+                f = f.f_back
+            user = _user_frame(frame) if depth == 1 else None
+            if user is None:
+                return
+            params = self._params.get(id(module))
+            if params is None:
+                params = self._params[id(module)] = sum(p.numel() for p in module.parameters())
+            key = (user.f_code.co_filename, user.f_lineno, user.f_code.co_name, type(module).__name__,
+                   (("params", params),))
+            self.sites["model-call"][key] += 1
+        except Exception:  # noqa: BLE001 - never break the user's step over a location
+            pass
+
     def fetched(self, iterator, samples: int | None) -> None:
         """A DataLoader batch of `samples` was fetched while active: the Dataset's ``__getitem__``
         (called once per sample) and a user collate_fn (once per batch) are where its time goes."""
         if not self.active:
             return
+        self._built("dataloader-built", getattr(iterator, "_advise_built_at", None), "DataLoader")
         loader_fns = [(getattr(type(getattr(iterator, "_dataset", None)), "__getitem__", None), samples or 1),
                       (getattr(iterator, "_collate_fn", None), 1)]
         for fn, calls in loader_fns:
@@ -153,6 +198,7 @@ class SourceCapture(TorchFunctionMode):
         self.__enter__()
         self._sync = torch.cuda.synchronize
         torch.cuda.synchronize = self._synchronize  # not a torch function: seen through a wrapper
+        self._hook = register_module_forward_pre_hook(lambda module, args: self._module_called(module, args))
         self.active = True
 
     def _synchronize(self, *args, **kwargs):
@@ -168,6 +214,9 @@ class SourceCapture(TorchFunctionMode):
         self.active = False
         _CURRENT[0] = None
         torch.cuda.synchronize = self._sync
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
         stack = torch.overrides._get_current_function_mode_stack()
         if stack and stack[-1] is self:
             self.__exit__(None, None, None)
@@ -183,8 +232,10 @@ class SourceCapture(TorchFunctionMode):
                     for (f, line, fn, op, extra), n in counter.most_common()]
             if rows:
                 sites[category] = rows
+        main = getattr(sys.modules.get("__main__"), "__file__", None)
         return {"captured_by": "TorchFunctionMode over one warm-up step", "precision": "line",
-                "step_s": round(self.seconds, 6), "skipped": self.skipped, "sites": sites}
+                "step_s": round(self.seconds, 6), "skipped": self.skipped, "sites": sites,
+                "main": os.path.abspath(main) if isinstance(main, str) else None}
 
     def _write(self) -> None:
         if self.path is not None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from advisor.reports import format as fmt
-from advisor.model import Experiment, Finding, Recommendation, Verdict
+from advisor.model import Experiment, Finding, Patch, Recommendation, Verdict
 from advisor.overrides import describe
 from advisor.report import Experiments, Report
 
@@ -65,6 +65,18 @@ class Snippet:
 
     title: str
     code: str
+
+
+@dataclass
+class PatchView:
+    """The recommendation as a patch of the user's files (advise apply): the command that writes it,
+    every fix's change together and each alone, and the changes it could not write, each in a line."""
+
+    command: str  # advise apply --write RUN_DIR, or '' when nothing could be written
+    whole: str
+    parts: list[Snippet]
+    refused: list[str]  # "num_workers=8: train.py:12: DataLoader(...) passes **kwargs: ..."
+    told: list[str]  # changes said rather than written: the flags an HfArgumentParser script takes
 
 
 @dataclass
@@ -128,6 +140,7 @@ class Recommended:
     overrides: str
     snippets: list[Snippet]
     confirmed: str = ""  # --confirm: the fresh-run measurement of the same configuration
+    patch: PatchView | None = None  # the same configuration written into the user's code
 
 
 def inline(text: str) -> list[Inline]:
@@ -243,7 +256,17 @@ def recommended_view(rec: Recommendation | None, findings: list[Finding]) -> Rec
     result.sentence = words.recommended_sentence(rec)
     return Recommended(result=result, fixes=" + ".join(fixes),
                        overrides=_compact_json(rec.overrides) if rec.overrides else "", snippets=snippets,
-                       confirmed=words.confirmed_words(rec.confirmed))
+                       confirmed=words.confirmed_words(rec.confirmed), patch=patch_view(rec.patch))
+
+
+def patch_view(patch: Patch | None) -> PatchView | None:
+    """The patch of the recommendation, ready to print; None where the report has none."""
+    if patch is None:
+        return None
+    parts = [Snippet(part.title or part.key, part.diff) for part in patch.parts if part.diff]
+    return PatchView(patch.command, patch.diff, parts if len(parts) > 1 else [],
+                     [f"{part.title or part.key}: {line}" for part in patch.parts for line in part.refused],
+                     [f"{part.title or part.key}: {line}" for part in patch.parts for line in part.told])
 
 
 def findings_empty(report: Report) -> str:

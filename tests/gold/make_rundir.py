@@ -21,6 +21,37 @@ STEP_S, WAIT_S, N_STEPS, PROFILED = 0.0788, 0.0323, 20, 5
 MEASURE_START = T0 + 9.0
 
 
+# The recommendation as advise apply writes it into the script (a train.py of this shape: a DataLoader
+# without workers at line 10, the batch copied to the GPU at line 14), made by advisor.apply.build.
+PATCH = {
+    "root": "/home/ada/vision",
+    "diff": "diff --git a/train.py b/train.py\n--- a/train.py\n+++ b/train.py\n@@ -3,15 +3,17 @@\n from torch.utils.data import DataLoader\n from torchvision import datasets, models, transforms\n \n+torch.backends.cudnn.benchmark = True\n+\n \n def main():\n     device = \"cuda\"\n     dataset = datasets.ImageFolder(\"data\", transforms.ToTensor())\n-    loader = DataLoader(dataset, batch_size=64, shuffle=True)\n+    loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=8, pin_memory=True, persistent_workers=True)\n     model = models.resnet50().to(device)\n     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n     for images, labels in loader:\n-        images, labels = images.to(device), labels.to(device)\n+        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)\n         loss = torch.nn.functional.cross_entropy(model(images), labels)\n         optimizer.zero_grad()\n         loss.backward()\n",
+    "parts": [
+        {
+            "key": "dataloader",
+            "title": "num_workers=8, pin_memory=True, persistent_workers=True",
+            "diff": "diff --git a/train.py b/train.py\n--- a/train.py\n+++ b/train.py\n@@ -7,11 +7,11 @@\n def main():\n     device = \"cuda\"\n     dataset = datasets.ImageFolder(\"data\", transforms.ToTensor())\n-    loader = DataLoader(dataset, batch_size=64, shuffle=True)\n+    loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=8, pin_memory=True, persistent_workers=True)\n     model = models.resnet50().to(device)\n     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n     for images, labels in loader:\n-        images, labels = images.to(device), labels.to(device)\n+        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)\n         loss = torch.nn.functional.cross_entropy(model(images), labels)\n         optimizer.zero_grad()\n         loss.backward()\n",
+            "refused": [],
+            "told": []
+        },
+        {
+            "key": "cudnn_benchmark",
+            "title": "cudnn_benchmark=True",
+            "diff": "diff --git a/train.py b/train.py\n--- a/train.py\n+++ b/train.py\n@@ -2,6 +2,8 @@\n import torch\n from torch.utils.data import DataLoader\n from torchvision import datasets, models, transforms\n+\n+torch.backends.cudnn.benchmark = True\n \n \n def main():\n",
+            "refused": [],
+            "told": []
+        }
+    ],
+    "files": [
+        {
+            "path": "train.py",
+            "sha256": "fe277f3f824cc1dbe9cb212de75a3c8ae55268587a5fe279033b5e77916e21e4"
+        }
+    ],
+    "command": "advise apply --write advise-report"
+}
+
+
 def steps() -> list[dict]:
     rows, t = [], MEASURE_START
     for i in range(N_STEPS):
@@ -193,7 +224,8 @@ def report(step_rows: list[dict]) -> dict:
                         "candidate": {"samples_per_s": 1457.8, "steps_per_s": 22.78, "step_time_median_s": 0.0438, "n_steps": 20, "status": "ok"},
                         "snippets": [{"key": "dataloader", "value": DL_WIN["dataloader"],
                                       "snippet": "- loader = DataLoader(dataset, batch_size=B, ...)\n+ loader = DataLoader(dataset, batch_size=B, ..., num_workers=8, pin_memory=True, persistent_workers=True)"},
-                                     {"key": "cudnn_benchmark", "value": True, "snippet": "+ torch.backends.cudnn.benchmark = True"}]},
+                                     {"key": "cudnn_benchmark", "value": True, "snippet": "+ torch.backends.cudnn.benchmark = True"}],
+                        "patch": PATCH},
         "experiments": {"runs": [], "n_runs": 12, "child_wall_s": 262.4},
         "warnings": ["warm-up lengthened to 7 steps so the DataLoader workers' prefetched batches are used up before measuring"],
         "artifacts": {"report_json": "report.json", "trace": "trace.json.gz", "steps_csv": "steps.csv",

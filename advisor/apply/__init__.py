@@ -1,0 +1,33 @@
+"""``advise apply``: the recommended configuration written into the user's own code as a patch.
+
+The probe saw where each thing a fix changes lives in the script (:mod:`.sites`); each override
+of the vocabulary becomes edits of those lines (:mod:`.fixes`) on a lossless syntax tree
+(:mod:`.rewrite`), a unified diff from the script's checkout (:mod:`.patch`), and, on request,
+the patched script timed against the unpatched one in fresh runs, as ``advise ab`` times two
+checkouts (:mod:`.check`). The pipeline stores the same patch in report.json
+(``recommended.patch``) when it builds the report.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+from .patch import Patched, build, git_root, write
+from .rewrite import Refused
+from .sites import Sites, read
+
+__all__ = ["Patched", "Refused", "Sites", "build", "command_for", "git_root", "patch_for", "read", "write"]
+
+
+def command_for(run_dir: str | os.PathLike) -> str:
+    """The command that writes a run's patch, as the terminal and the page print it."""
+    return shlex.join(["advise", "apply", "--write", os.fspath(run_dir)])
+
+
+def patch_for(overrides: dict, observed: dict | None, sources: dict | None, script: str | None, *,
+              search: list[Path] = (), expected: dict[str, str] | None = None, command: str = "") -> Patched:
+    """The patch of a run's recommended `overrides`, from what the probe saw (report.json's
+    `observed`, its `sources.json`) and the report's `script`."""
+    return build(overrides, read(observed, sources, script, list(search)), expected=expected, command=command)

@@ -1,0 +1,135 @@
+"""``advise apply --check``: does the patched script run as fast as the arm that was measured?
+
+The arm switched the fix on inside the profiled run; the user will run the patched script from its
+start. So the script's checkout (its git checkout, else its folder) is copied twice into a temp
+folder, the patch is written into one copy, and the two are timed as ``advise ab`` times two
+revisions (:func:`advisor.gate.ab.run_ab`: whole fresh processes, interleaved in counterbalanced
+pairs, the same steps). The figure is the arm's: each run's throughput over its measured steps
+(samples/s, the median step's), the rounds paired as the gate pairs them
+(:func:`advisor.gate.sequential.paired`: the trimmed mean of the per-round log ratios and its 95%
+interval); the gate's own fast-step figure would read a loader's prefetched queue, not its steady
+pace. The fix held when that ratio is not below the arm's interval. The temp folder is removed
+afterwards: nothing is written into the user's checkout.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..gate import ab, sequential
+from ..model import Recommendation
+from ..units import finite
+from .patch import Patched, git_root
+
+MAX_COPY_BYTES = 2 << 30  # a checkout larger than this (datasets, checkpoints) is not copied
+SKIPPED = {".git", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+
+
+class CheckError(ValueError):
+    """A check that cannot be made: one line."""
+
+
+@dataclass
+class Checked:
+    """The patched script against the unpatched one in fresh runs, beside the arm's claim."""
+
+    speedup: float
+    ci_low: float
+    ci_high: float
+    rounds: int
+    arm: float | None
+    arm_low: float | None
+    arm_high: float | None
+
+    @property
+    def held(self) -> bool:
+        """Not below the arm's interval (its figure, where it has none)."""
+        floor = self.arm_low if self.arm_low is not None else self.arm
+        return floor is None or self.speedup >= floor
+
+
+def run(patched: Patched, rec: Recommendation, *, script: str, argv: list[str], main: str, run_dir: Path,
+        rounds: int, steps: int, warmup: int, on_run: Callable | None = None) -> Checked:
+    """Time the unpatched and the patched script (`main`, run as `script` was typed, with `argv`)
+    in `rounds` interleaved pairs of fresh runs of `steps` measured steps each."""
+    source = git_root(main) or Path(main).resolve().parent
+    cwd = _where_it_ran(script, main, source)
+    for path in patched.changed:
+        if not _under(path, source):
+            raise CheckError(f"{path} is outside {source}, the folder copied for the check")
+    _fits(source, run_dir)
+    tmp = Path(tempfile.mkdtemp(prefix="advise-apply-check-"))
+    try:
+        base, candidate = tmp / "unpatched", tmp / "patched"
+        for copy in (base, candidate):
+            shutil.copytree(source, copy, symlinks=True, ignore=_ignore(run_dir))
+        for path, (_, after) in patched.changed.items():
+            (candidate / os.path.relpath(os.path.realpath(path), source)).write_bytes(after)
+        options = ab.ABOptions(steps=steps, warmup=warmup, profile_steps=0, rounds=rounds, max_rounds=rounds)
+        script_rel = os.path.relpath(os.path.realpath(main), source / cwd)
+        try:
+            result = ab.run_ab(str(base / cwd), str(candidate / cwd), script_rel, argv, options, tmp / "rounds",
+                               on_run=on_run)
+        except ab.ABError as exc:
+            raise CheckError(str(exc)) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    speedup, low, high, rounds = _speedup(result.rounds)
+    return Checked(speedup, low, high, rounds, finite(rec.speedup), finite(rec.ci_low), finite(rec.ci_high))
+
+
+def _speedup(runs: list[dict]) -> tuple[float, float, float, int]:
+    """The patched runs' throughput over the unpatched ones', paired by round: (ratio, 95% low, high, pairs)."""
+    key = "samples_per_s" if all(r.get("samples_per_s") for r in runs) else "steps_per_s"
+    sides = {side: {r["round"]: r.get(key) for r in runs if r["side"] == side} for side in ("base", "candidate")}
+    rounds = sorted(set(sides["base"]) & set(sides["candidate"]))
+    paired = sequential.paired([sides["base"][i] for i in rounds], [sides["candidate"][i] for i in rounds],
+                               higher_is_better=True)
+    if paired is None or paired.n < 2:
+        raise CheckError("the rounds gave no throughput to compare (too few steps or rounds?)")
+    low, high = paired.interval()
+    return math.exp(-paired.estimate()), math.exp(-high), math.exp(-low), paired.n
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return not os.path.relpath(os.path.realpath(path), folder).startswith("..")
+
+
+def _where_it_ran(script: str, main: str, source: Path) -> Path:
+    """The folder the script ran from, relative to `source`: where the report's `script` (as it
+    was typed) is found as the end of `main`'s path; else the script's own folder."""
+    real = Path(os.path.realpath(main))
+    typed = Path(script)
+    cwd = real.parent
+    if not typed.is_absolute() and len(typed.parts) <= len(real.parts) and real.parts[-len(typed.parts):] == typed.parts:
+        cwd = Path(*real.parts[:-len(typed.parts)])
+    return Path(os.path.relpath(cwd, source)) if _under(cwd, source) else Path(os.path.relpath(real.parent, source))
+
+
+def _ignore(run_dir: Path) -> Callable:
+    skip_dir = os.path.realpath(run_dir)
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        return {n for n in names if n in SKIPPED or os.path.realpath(os.path.join(folder, n)) == skip_dir}
+    return ignore
+
+
+def _fits(source: Path, run_dir: Path) -> None:
+    """CheckError for a folder too large to copy twice."""
+    total, skip = 0, _ignore(run_dir)
+    for folder, dirs, files in os.walk(source):
+        dirs[:] = [d for d in dirs if d not in skip(folder, dirs)]
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+            except OSError:
+                continue
+            if total > MAX_COPY_BYTES:
+                raise CheckError(f"{source} holds more than {MAX_COPY_BYTES >> 30} GiB: too much to copy twice for "
+                                 "--check; apply the patch and compare with advise ab")

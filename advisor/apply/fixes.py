@@ -1,0 +1,433 @@
+"""What each override of the vocabulary changes in the user's code, at the lines the probe saw.
+
+One function per key of :data:`advisor.overrides.VOCABULARY`: it locates the user's nodes
+(:mod:`advisor.apply.rewrite`) from the run's sites (:mod:`advisor.apply.sites`) and plans the
+edits, or refuses, in one line naming the file:line and why, what it cannot change safely. Where
+a framework runs the step and the fix is a setting of its configuring call (``TrainingArguments``,
+``L.Trainer``, ``Fabric``, ``Accelerator``), the setting goes into the user's call instead, in the
+framework's own words (:func:`advisor.overrides.config_settings`: the same words as the snippets).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import libcst as cst
+
+from .. import overrides as vocabulary
+from .rewrite import Edit, InsertAfter, Refused, SetKeywords, SetValue, SourceFile, Wrap, call_name
+from .sites import Site, Sites
+
+# DataLoader's parameters in their positional order: a setting passed by position is refused, not doubled
+DATALOADER_PARAMETERS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "num_workers", "collate_fn",
+                         "pin_memory", "drop_last", "timeout", "worker_init_fn", "multiprocessing_context", "generator")
+
+
+class Files:
+    """The user's files, each read and parsed once; a file that changed since the report's patch
+    was made (`expected`: path -> sha256) is refused, since the probe's lines may have moved."""
+
+    def __init__(self, expected: dict[str, str] | None = None) -> None:
+        self.expected = expected or {}
+        self.parsed: dict[str, SourceFile | Refused] = {}
+
+    def get(self, path: str) -> SourceFile:
+        key = os.path.realpath(path)
+        if key not in self.parsed:
+            self.parsed[key] = self._load(Path(key), os.path.basename(path))
+        found = self.parsed[key]
+        if isinstance(found, Refused):
+            raise found
+        return found
+
+    def _load(self, path: Path, name: str) -> SourceFile | Refused:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            return Refused(f"{name}: cannot read it ({exc.strerror or exc})")
+        try:
+            source = SourceFile(path, data)
+        except Refused as exc:
+            return Refused(f"{name}: {exc}")
+        want = self.expected.get(str(path))
+        if want is not None and want != source.sha256:
+            return Refused(f"{name}: changed since the run (the probe's lines may have moved): profile it again")
+        return source
+
+
+@dataclass
+class Planned:
+    """One override's edits, file by file, and what was refused or is said instead."""
+
+    key: str
+    title: str
+    edits: list[tuple[SourceFile, Edit]] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    told: list[str] = field(default_factory=list)
+
+    def add(self, site: Site | str, source: SourceFile, edit: Edit) -> None:
+        """Plan `edit` in `source`, unless its own check refuses it (then one line, at `site`)."""
+        try:
+            check = getattr(edit, "check", None)
+            if check is not None:
+                check(source)
+        except Refused as exc:
+            self.refused.append(f"{_where(site)}: {exc}")
+            return
+        self.edits.append((source, edit))
+
+
+def _where(site: Site | str) -> str:
+    return site.short if isinstance(site, Site) else os.path.basename(site)
+
+
+def plan(overrides: dict, sites: Sites, files: Files) -> list[Planned]:
+    """Each override of the recommendation as edits of the user's files, or why it cannot be."""
+    out = []
+    for key, value in (overrides or {}).items():
+        planned = Planned(key, vocabulary.describe({key: value}))
+        try:
+            if not _in_config_call(planned, key, value, sites, files):
+                FIXES.get(key, _unknown)(planned, value, sites, files)
+        except Refused as exc:
+            planned.refused.append(str(exc))
+        out.append(planned)
+    return out
+
+
+def _script(sites: Sites) -> str:
+    return os.path.basename(sites.main) if sites.main else "the script"
+
+
+def _none_seen(sites: Sites, what: str) -> Refused:
+    """Why there is no line to change: the run dir is older than these records, or the probe saw none."""
+    if sites.unrecorded:
+        return Refused(f"{_script(sites)}: the run dir does not say where its {what} was built (an older advise "
+                       "made it): profile the script again")
+    return Refused(f"{_script(sites)}: the probe saw no {what} of yours in the steps"
+                   + (f" ({sites.unseen})" if sites.unseen else ""))
+
+
+# --- the framework's own configuring call ----------------------------------------------------------
+
+def _in_config_call(planned: Planned, key: str, value, sites: Sites, files: Files) -> bool:
+    """A setting of the framework's configuring call, written into the user's call (or, for
+    TrainingArguments an HfArgumentParser builds, said as the flag to add); False: not one."""
+    found = vocabulary.config_settings(key, value, sites.framework)
+    if found is None or key in REFUSED:
+        return False
+    call, settings = found
+    framework = sites.framework or {}
+    name = vocabulary.FRAMEWORK_NAMES.get(framework.get("name"), framework.get("name"))
+    at = framework.get("configured_at") or {}
+    if not at.get("file") or not isinstance(at.get("line"), int):
+        raise Refused(f"{_script(sites)}: {name} runs the step, but the probe found no {call}(...) line of yours "
+                      f"to add {', '.join(settings)} to")
+    site = Site(str(at["file"]), int(at["line"]))
+    if framework.get("command_line"):
+        planned.told.append(f"{site.short}: the script builds its TrainingArguments from its command line "
+                            f"(HfArgumentParser): add {vocabulary.command_line_flags(settings)} when you run it")
+        return True
+    pairs = []
+    for setting in settings:
+        keyword, _, code = setting.partition("=")
+        try:
+            ast.literal_eval(code.strip())
+        except (ValueError, SyntaxError):
+            raise Refused(f"{site.short}: {setting} needs a value of the script's own") from None
+        pairs.append((keyword.strip(), code.strip()))
+    source = _file(files, site)
+    planned.add(site, source, SetKeywords(_call(source, site, {call}, f"{call}(...)"), tuple(pairs)))
+    return True
+
+
+# --- plain PyTorch ----------------------------------------------------------------------------------
+
+def _file(files: Files, site: Site | str) -> SourceFile:
+    return files.get(site.file if isinstance(site, Site) else site)
+
+
+def _call(source: SourceFile, site: Site, names: set[str], what: str) -> Any:
+    try:
+        return source.call_at(site.line, names, what)
+    except Refused as exc:
+        if site.via:
+            raise Refused(f"{site.short}: built inside {site.via}(), which is not your code: give {site.via}() "
+                          f"the setting if it takes one, or build it with a {what} call of your own") from None
+        raise Refused(f"{site.short}: {exc}") from None
+
+
+def _dataloader(planned: Planned, value: dict, sites: Sites, files: Files) -> None:
+    settings = tuple((k, repr(value[k])) for k in vocabulary.DATALOADER_KEYS if k in value)
+    if not sites.loaders:
+        raise _none_seen(sites, "DataLoader")
+    for site in sites.loaders:
+        try:
+            source = _file(files, site)
+            names = {"DataLoader", site.op} | ({"__init__"} if site.function == "__init__" else set())
+            planned.add(site, source, SetKeywords(_call(source, site, names, "DataLoader(...)"), settings,
+                                                  DATALOADER_PARAMETERS))
+        except Refused as exc:
+            planned.refused.append(str(exc))
+    if value.get("pin_memory"):  # pinned batches pay off only when copied asynchronously
+        for site in sites.copies:
+            if site.non_blocking:
+                continue
+            try:
+                source = _file(files, site)
+                for call in source.calls_on(site.line, {"to", "cuda"}):
+                    if isinstance(call.func, cst.Attribute):
+                        planned.add(site, source, SetKeywords(call, (("non_blocking", "True"),)))
+            except Refused as exc:
+                planned.refused.append(str(exc))
+
+
+def _optimizer(planned: Planned, value: dict, sites: Sites, files: Files) -> None:
+    settings = tuple((k, "True") for k, on in value.items() if on)
+    if not sites.optimizers:
+        raise _none_seen(sites, "optimizer")
+    for site in sites.optimizers:
+        try:
+            source = _file(files, site)
+            planned.add(site, source, SetKeywords(_call(source, site, {site.op}, f"{site.op}(...)"), settings))
+        except Refused as exc:
+            planned.refused.append(str(exc))
+
+
+def _setup(planned: Planned, sites: Sites, files: Files, existing: Callable[[SourceFile], Any], value_code: str,
+           statement: str) -> None:
+    """Module-level setup in the script's own file: the value of an existing call or assignment
+    changed (`existing` finds its node), else `statement` after the imports (``{torch}``: the
+    name torch is bound to; ``import torch`` added where it is not)."""
+    if not sites.main:
+        raise Refused(f"the script's own file is not known (a module run, or it moved): add "
+                      f"{statement.format(torch='torch')} after its imports")
+    source = _file(files, sites.main)
+    node = existing(source)
+    if node is not None:
+        if source.text(node) == value_code:
+            raise Refused(f"{_where(sites.main)}:{source.span(node).start.line}: it already sets {value_code}")
+        planned.add(sites.main, source, SetValue(node, value_code))
+        return
+    torch = source.torch_name()
+    code = ([] if torch else ["import torch"]) + [statement.format(torch=torch or "torch")]
+    planned.add(sites.main, source, InsertAfter(source.header_anchor(), tuple(code), spaced=True))
+
+
+def _first_arg_of(name: str) -> Callable[[SourceFile], Any]:
+    def find(source: SourceFile):
+        calls = [c for c in source.nodes(cst.Call) if call_name(c) == name and c.args and not c.args[0].keyword]
+        return calls[0].args[0].value if calls else None
+    return find
+
+
+def _assigned(attribute: str) -> Callable[[SourceFile], Any]:
+    def find(source: SourceFile):
+        for node in source.nodes(cst.Assign):
+            if any(source.text(t.target).endswith(attribute) for t in node.targets):
+                return node.value
+        return None
+    return find
+
+
+def _matmul_precision(planned: Planned, value: str, sites: Sites, files: Files) -> None:
+    _setup(planned, sites, files, _first_arg_of("set_float32_matmul_precision"), f'"{value}"',
+           '{torch}.set_float32_matmul_precision("%s")' % value)
+
+
+def _cudnn_benchmark(planned: Planned, value, sites: Sites, files: Files) -> None:
+    _setup(planned, sites, files, _assigned("cudnn.benchmark"), "True", "{torch}.backends.cudnn.benchmark = True")
+
+
+def _threads(planned: Planned, value: int, sites: Sites, files: Files) -> None:
+    _setup(planned, sites, files, _first_arg_of("set_num_threads"), str(value), "{torch}.set_num_threads(%d)" % value)
+
+
+def _torch_in(planned: Planned, site: Site, source: SourceFile) -> str:
+    """The name torch is bound to in `source`, ``import torch`` planned after its imports where it is not."""
+    torch = source.torch_name()
+    if torch is None:
+        planned.add(site, source, InsertAfter(source.header_anchor(), ("import torch",)))
+    return torch or "torch"
+
+
+def _model(sites: Sites, what: str) -> Site:
+    model = sites.model
+    if model is None:
+        raise Refused(f"{_script(sites)}: the probe recorded no call of the model (a module with parameters)"
+                      + (f": {sites.unseen}" if sites.unseen else "") + f"; {what} by hand, as the snippet shows")
+    return model
+
+
+def _autocast(planned: Planned, value: str, sites: Sites, files: Files) -> None:
+    if value != "bfloat16":
+        raise Refused(f"{_script(sites)}: fp16 autocast also needs a GradScaler around backward() and the "
+                      "optimizer's step: make it by hand, as the snippet shows")
+    model = _model(sites, "wrap the forward and the loss in torch.autocast")
+    backward = next((b for b in sites.backward if b.file == model.file and b.function == model.function),
+                    next((b for b in sites.backward if b.file == model.file), None))
+    if backward is None:
+        raise Refused(f"{model.short}: the probe recorded no backward() in the file that calls the model "
+                      + (f"({sites.unseen})" if sites.unseen else ""))
+    source = _file(files, model)
+    step, forward = source.statement_at(backward.line), source.statement_at(model.line)
+    block = source.block_of(step)
+    if source.block_of(forward) is not block:
+        raise Refused(f"{model.short}: the model is called outside the block of backward() at {backward.short} "
+                      "(another function, or a nested block): wrap its forward and loss by hand")
+    body = list(block.body)
+    at_step, at_forward = body.index(step), body.index(forward)
+    loss = _loss(source, step, backward.line, body[:at_step])
+    if loss is None:
+        raise Refused(f"{backward.short}: cannot tell which statement before backward() computes the loss")
+    at_loss = body.index(loss)
+    if at_forward > at_loss:
+        raise Refused(f"{model.short}: the model is called after the loss is computed (at {_where(model.file)}:"
+                      f"{source.span(loss).start.line})")
+    if any(isinstance(a, cst.With) and any("autocast" in source.text(item.item) for item in a.items)
+           for a in source.ancestors(forward)):
+        raise Refused(f"{model.short}: already under torch.autocast")
+    torch = _torch_in(planned, model, source)
+    header = f'with {torch}.autocast(device_type="{sites.device}", dtype={torch}.bfloat16)'
+    planned.add(model, source, Wrap(body[at_forward], loss, header))
+
+
+def _loss(source: SourceFile, step, line: int, before: list) -> Any:
+    """The statement of `before` (the block up to backward()) that last assigns the tensor
+    backward() is called on (``loss`` in ``loss.backward()``, ``scaler.scale(loss).backward()``)."""
+    names: list[str] = []
+    for call in source.calls_on(line, {"backward"}):
+        parts = ([call.func.value] if isinstance(call.func, cst.Attribute) else []) + [a.value for a in call.args]
+        for part in parts:
+            names += [n.value for n in _names(part)]
+    for name in names:
+        for stmt in reversed(before):
+            if isinstance(stmt, cst.SimpleStatementLine) and any(
+                    isinstance(s, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and name in _targets(s) for s in stmt.body):
+                return stmt
+    return None
+
+
+def _names(node: cst.CSTNode) -> list[cst.Name]:
+    found: list[cst.Name] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            found.append(n)
+
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            n.value.visit(self)  # x.y: x, not the attribute's name
+            return False
+
+    node.visit(Collect())
+    return found
+
+
+def _targets(small) -> set[str]:
+    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+    return {n.value for t in targets for n in _names(t)}
+
+
+def _compile(planned: Planned, value, sites: Sites, files: Files) -> None:
+    model = _model(sites, "add torch.compile(model)")
+    source = _file(files, model)
+    calls = source.calls_on(model.line)
+    named = [c for c in calls if isinstance(c.func, cst.Name)]
+    scope = source.scope_of(source.statement_at(model.line))
+    scopes = [scope] if isinstance(scope, cst.Module) else [scope, source.module]
+
+    def binding(name: str):
+        for s in scopes:
+            found = [a for a in source.assignments(s, name) if source.span(a).start.line < model.line or s is not scope]
+            if found:
+                return found[-1]
+            if isinstance(s, cst.FunctionDef) and name in {p.name.value for p in _params(s)}:
+                raise Refused(f"{model.short}: `{name}` is an argument of {s.name.value}(): compile it where it is "
+                              f"built ({name} = torch.compile({name}))")
+        return None
+
+    bound = [(c.func.value, binding(c.func.value)) for c in named]
+    bound = [(n, b) for n, b in bound if b is not None]
+    matching = [(n, b) for n, b in bound if model.op and model.op in source.text(b)]
+    chosen = matching if len(matching) == 1 else bound
+    if not named:
+        called = next((source.text(c.func) for c in calls if not source.text(c.func).startswith(("torch.", "F."))), None)
+        if called:
+            raise Refused(f"{model.short}: the model is called as {called}(...): compile it where it is built "
+                          f"({called} = torch.compile({called}))")
+    if len(chosen) != 1:
+        called = ", ".join(source.text(c.func) for c in calls) or "nothing"
+        raise Refused(f"{model.short}: cannot tell which call here is the model ({model.op}; calls: {called}): "
+                      "compile it where it is built")
+    name, stmt = chosen[0]
+    torch = _torch_in(planned, model, source)
+    planned.add(model, source, InsertAfter(stmt, (f"{name} = {torch}.compile({name})",)))
+
+
+def _params(fn: cst.FunctionDef) -> list[cst.Param]:
+    p = fn.params
+    return [*p.posonly_params, *p.params, *p.kwonly_params] + [x for x in (p.star_arg, p.star_kwarg) if isinstance(x, cst.Param)]
+
+
+def _zero_grad(planned: Planned, value, sites: Sites, files: Files) -> None:
+    paths = list(dict.fromkeys([*(s.file for s in sites.backward + sites.optimizers), *([sites.main] if sites.main else [])]))
+    found = 0
+    for path in paths:
+        try:
+            source = _file(files, path)
+        except Refused as exc:
+            planned.refused.append(str(exc))
+            continue
+        for call in source.nodes(cst.Call):
+            kept = [a for a in call.args if a.keyword is not None and a.keyword.value == "set_to_none"]
+            if call_name(call) == "zero_grad" and kept and source.text(kept[0].value) == "False":
+                found += 1
+                planned.add(Site(path, source.span(call).start.line), source, SetKeywords(call, (("set_to_none", "True"),)))
+    if not found:
+        raise Refused(f"{', '.join(os.path.basename(p) for p in paths) or _script(sites)}: no zero_grad(set_to_none=False) "
+                      "call found: make the change by hand, as the snippet shows")
+
+
+# The fixes advise measures but does not write: the reason, in one line.
+REFUSED = {
+    "batch_size_scale": "a new batch size wants its learning rate (and, for a smaller one, the loop's accumulation) "
+                        "looked at: change batch_size by hand, as the snippet shows",
+    "channels_last": "channels_last converts the model and every image batch: make both changes by hand, as the "
+                     "snippet shows",
+    "activation_checkpointing": "checkpointing wraps the model's blocks inside its forward: make it by hand, as the "
+                                "snippet shows",
+}
+
+
+def _refused(key: str) -> Callable:
+    def refuse(planned: Planned, value, sites: Sites, files: Files) -> None:
+        raise Refused(f"{_script(sites)}: {REFUSED[key]}")
+    return refuse
+
+
+def _allocator(planned: Planned, value, sites: Sites, files: Files) -> None:
+    """The CUDA allocator reads its settings from the environment, before the script's first CUDA call."""
+    planned.told.append(f"{_script(sites)}: run it with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in its "
+                        "environment (the allocator reads it before the first CUDA call, not from the code)")
+
+
+def _unknown(planned: Planned, value, sites: Sites, files: Files) -> None:
+    raise Refused(f"{_script(sites)}: advise has no code change for {planned.key}")
+
+
+FIXES: dict[str, Callable[[Planned, Any, Sites, Files], None]] = {
+    "dataloader": _dataloader,
+    "optimizer": _optimizer,
+    "float32_matmul_precision": _matmul_precision,
+    "cudnn_benchmark": _cudnn_benchmark,
+    "torch_threads": _threads,
+    "autocast": _autocast,
+    "compile": _compile,
+    "zero_grad_set_to_none": _zero_grad,
+    "expandable_segments": _allocator,
+    **{key: _refused(key) for key in REFUSED},
+}

@@ -1,0 +1,107 @@
+"""`advise apply`: a run's recommended configuration as a patch of the user's own code.
+
+Prints the patch, saves it (``-o``), writes it into the files (``--write``) or times the patched
+script against the unpatched one in fresh runs (``--check``); each change it could not make is one
+line on stderr naming the file:line and why. Exit 0 when something was written, 2 (one line) when
+the run dir has no report, no recommendation or nothing that could be written; ``--check``: 3 when
+the patched script was slower than the arm's interval, 1 when a run of it failed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from .. import apply
+from ..analysis import sources as source_sites
+from ..apply import check as checking
+from ..gate import ab
+from ..model import Recommendation, recommendation_of
+from ..report import ReportError, load_report
+from ..reports import format as fmt
+from ..run_dir.atomic import write_text_atomic
+from .cli_exit import EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT, fail
+
+
+def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, rounds: int, steps: int | None,
+              warmup: int | None) -> int:
+    if not run_dir.exists():
+        fail(f"{run_dir}: no such run dir")
+    report_path = run_dir / "report.json" if run_dir.is_dir() else run_dir
+    run_dir = report_path.parent
+    try:
+        report = load_report(report_path)
+    except ReportError as exc:
+        fail(str(exc))
+    rec = recommendation_of(report)
+    if rec is None or not rec.overrides:
+        fail(f"{report_path}: no recommended configuration to apply (the run verified no automatic fix)")
+    expected = {os.path.realpath(Path(rec.patch.root) / f.path): f.sha256 for f in rec.patch.files} if rec.patch else {}
+    sources = source_sites.load(run_dir / "sources.json")
+    sites = apply.read(report.get("observed"), sources, report.get("script"), [run_dir.resolve().parent])
+    patched = apply.build(rec.overrides, sites, expected=expected, command=apply.command_for(run_dir))
+    for part in patched.patch.parts:
+        for line in part.told:
+            click.echo(f"advise: {part.title}: {line}", err=True)
+        for line in part.refused:
+            click.echo(f"advise: not written ({part.title}): {line}", err=True)
+    if not patched.applied:
+        fail("nothing in the recommendation could be written into the code (the lines above say why)")
+    if output:
+        try:
+            write_text_atomic(output, patched.patch.diff)
+        except OSError as exc:
+            fail(f"cannot write {output}: {exc.strerror or exc}")
+        click.echo(f"advise: patch saved to {output} (git apply it from {patched.patch.root})", err=True)
+    code = EXIT_OK
+    if check:
+        code = _check(patched, rec, report, sites, run_dir, rounds, steps, warmup)
+    if write and code != EXIT_OK:
+        click.echo("advise: nothing written: the patched script did not hold the arm's speed-up", err=True)
+    elif write:
+        try:
+            written = apply.write(patched.changed)
+        except OSError as exc:
+            fail(f"cannot write the patch: {exc.strerror or exc}")
+        for path in written:
+            click.echo(f"advise: wrote {os.path.relpath(path, patched.patch.root)}", err=True)
+    if not (write or output or check):
+        click.echo(patched.patch.diff, nl=False)
+    return code
+
+
+def _check(patched, rec: Recommendation, report: dict, sites, run_dir: Path, rounds: int, steps: int | None,
+           warmup: int | None) -> int:
+    if not sites.main:
+        fail("--check runs the script, and its file is not known (a module run, or it moved)")
+    measured = len(report.get("steps") or [])
+
+    def progress(side: str, index: int, round_report) -> None:
+        label = "patched" if side == "candidate" else "unpatched"
+        click.echo(f"advise: check round {index} {label}: median step "
+                   f"{fmt.time_s(round_report.throughput.step_time_median_s)}", err=True)
+
+    try:
+        checked = checking.run(patched, rec, script=str(report.get("script") or ""), argv=list(report.get("argv") or []),
+                               main=sites.main, run_dir=run_dir, rounds=rounds,
+                               steps=steps or max(2, measured or 20), warmup=warmup if warmup is not None else 5,
+                               on_run=progress)
+    except checking.CheckError as exc:
+        fail(f"--check: {exc}")
+    except ab.RoundFailed as exc:
+        fail(f"--check: {exc}", EXIT_SCRIPT)
+    click.echo(verdict(checked))
+    return EXIT_OK if checked.held else EXIT_REGRESSION
+
+
+def verdict(checked: checking.Checked) -> str:
+    """``applied: 3.40× faster in fresh runs (95% CI 3.21–3.60×, 3 pairs of runs; arm: 3.66×, 95% CI
+    3.51–3.84×): held``."""
+    fresh = f"95% CI {fmt.interval(checked.ci_low, checked.ci_high)}, {checked.rounds} pairs of runs"
+    arm = f"arm: {fmt.speedup(checked.arm)}" if checked.arm is not None else "arm: not measured"
+    if checked.arm_low is not None:
+        arm += f", 95% CI {fmt.interval(checked.arm_low, checked.arm_high)}"
+    return (f"applied: {fmt.speedup_words(checked.speedup)} in fresh runs ({fresh}; {arm}): "
+            + ("held" if checked.held else "did not hold"))

@@ -1,0 +1,359 @@
+"""`advise apply`: the recommendation written into the user's own code, as a patch that applies.
+
+Each fix kind is written into a real script the probe ran (tests/workloads/apply): the workloads are
+profiled for real, so the lines each fix edits are the ones the probe recorded, and each test then
+sets the recommendation it is about in a copy of the run dir (what the CPU experiments would
+recommend on a given day is the experiments' business; which lines a fix edits is this one's). The
+patch must `git apply --check` in a clone of the checkout, the patched script must run, and the fix
+must be in effect in its own output (the workloads print what they ran with); the lines around
+stay as they were, comments included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FAST, NO_SCREENS, WORKLOADS, advise_cmd
+
+APPLY = WORKLOADS / "apply"
+FRAMEWORKS = WORKLOADS / "frameworks"
+COMMITTER = ["-c", "user.name=advise tests", "-c", "user.email=tests@advise.invalid"]
+
+
+def git(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *COMMITTER, *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=60)
+
+
+def checkout(root: Path, sources: list[Path]) -> Path:
+    """A git checkout at `root` holding `sources` (files, or folders' contents), committed."""
+    root.mkdir(parents=True, exist_ok=True)
+    for source in sources:
+        if source.is_dir():
+            shutil.copytree(source, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, root)
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "the user's code"]):
+        assert git(root, *args).returncode == 0
+    return root
+
+
+def profile(root: Path, script: str, *flags: str, out: str | None = None, timeout: float = 300) -> Path:
+    """`advise profile FLAGS SCRIPT` run in `root` for real: its run dir."""
+    run = root / (out or f"run-{Path(script).stem}")
+    proc = subprocess.run(advise_cmd("profile", *flags, "--out", run.name, script), cwd=root, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run
+
+
+def recommend(run: Path, overrides: dict, into: Path, **edit) -> Path:
+    """A copy of run dir `run` whose report recommends `overrides` (measured 2.0x, 1.8-2.2x); `edit`
+    replaces top-level fields of the copy's report."""
+    shutil.copytree(run, into)
+    report = json.loads((into / "report.json").read_text())
+    report["recommended"] = {"fixes": ["set-by-the-test"], "overrides": overrides, "verified": True,
+                             "speedup": 2.0, "ci_low": 1.8, "ci_high": 2.2}
+    report.update(edit)
+    (into / "report.json").write_text(json.dumps(report, indent=2))
+    return into
+
+
+def advise_apply(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(advise_cmd("apply", *args), cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def patched_clone(root: Path, patch: str, into: Path) -> Path:
+    """A clone of the checkout at `root` with `patch` applied by git from its root."""
+    assert git(root, "clone", "-q", str(root), str(into)).returncode == 0
+    checked = git(into, "apply", "--check", "-", stdin=patch)
+    assert checked.returncode == 0, checked.stderr + patch
+    assert git(into, "apply", "-", stdin=patch).returncode == 0
+    return into
+
+
+def run_script(folder: Path, script: str, *args: str, env: dict | None = None) -> str:
+    proc = subprocess.run([sys.executable, script, *args], cwd=folder, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def changed_lines(patch: str) -> tuple[list[str], list[str]]:
+    """(the lines the patch removes, the lines it adds), without their markers."""
+    body = [line for line in patch.splitlines() if not line.startswith(("---", "+++"))]
+    return [line[1:] for line in body if line.startswith("-")], [line[1:] for line in body if line.startswith("+")]
+
+
+def the_rest_is_kept(before: str, after: str, removed: list[str]) -> None:
+    """Every line of `before` the patch did not remove is in `after`, in order, as it was (comments too)."""
+    kept = [line for line in before.splitlines() if line not in removed]
+    it = iter(after.splitlines())
+    missing = [line for line in kept if not any(line == other for other in it)]
+    assert not missing, missing
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A git checkout of tests/workloads/apply, its two scripts profiled once for real (no experiments)."""
+    root = checkout(tmp_path_factory.mktemp("apply") / "project", [APPLY])
+    for script in ("train_target.py", "train_refused.py"):
+        profile(root, script, *FAST)
+    return root
+
+
+def fix_in_effect(project: Path, tmp_path: Path, overrides: dict, env: dict | None = None) -> tuple[str, str]:
+    """Recommend `overrides` for train_target.py, apply the patch in a clone, run it: (patch, its output)."""
+    run = recommend(project / "run-train_target", overrides, tmp_path / "run")
+    result = advise_apply(str(run), cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "", result.stderr  # nothing refused
+    clone = patched_clone(project, result.stdout, tmp_path / "clone")
+    before = (project / "train_target.py").read_text()
+    removed, _ = changed_lines(result.stdout)
+    the_rest_is_kept(before, (clone / "train_target.py").read_text(), removed)
+    return result.stdout, run_script(clone, "train_target.py", "--steps", "3", env=env)
+
+
+def test_every_knob_of_the_vocabulary_is_written_or_says_why_not():
+    from advisor import overrides
+    from advisor.apply.fixes import FIXES
+
+    assert set(FIXES) == set(overrides.KEYS)
+
+
+# --- one test per fix kind -------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_num_workers_go_into_the_dataloader_call_that_fed_the_steps(project, tmp_path):
+    patch, out = fix_in_effect(project, tmp_path, {"dataloader": {"num_workers": 2, "persistent_workers": True}})
+    removed, added = changed_lines(patch)
+    assert removed == [] and added == ["        num_workers=2,", "        persistent_workers=True,"], patch
+    assert "loader num_workers=2 persistent_workers=True pin_memory=False" in out
+
+
+@pytest.mark.slow
+def test_pinned_memory_makes_the_batchs_copy_asynchronous(project, tmp_path):
+    patch, out = fix_in_effect(project, tmp_path, {"dataloader": {"num_workers": 2, "pin_memory": True}})
+    removed, added = changed_lines(patch)
+    assert removed == ['        x.to("meta")  # the batch\'s copy off the CPU']
+    assert added == ["        num_workers=2,", "        pin_memory=True,",
+                     '        x.to("meta", non_blocking=True)  # the batch\'s copy off the CPU'], patch
+    assert "loader num_workers=2 persistent_workers=False pin_memory=True" in out
+
+
+@pytest.mark.slow
+def test_a_fused_optimizer_is_set_in_its_constructor(project, tmp_path):
+    patch, out = fix_in_effect(project, tmp_path, {"optimizer": {"fused": True}})
+    assert changed_lines(patch) == (["    opt = torch.optim.SGD(model.parameters(), lr=1e-3)"],
+                                    ["    opt = torch.optim.SGD(model.parameters(), lr=1e-3, fused=True)"])
+    assert "fused True" in out
+
+
+@pytest.mark.slow
+def test_tf32_matmuls_are_set_after_the_imports(project, tmp_path):
+    patch, out = fix_in_effect(project, tmp_path, {"float32_matmul_precision": "high"})
+    assert changed_lines(patch) == ([], ["", 'torch.set_float32_matmul_precision("high")'])
+    assert re.search(r"from torch.utils.data import DataLoader, Dataset\n\+\n\+torch.set_float32", patch), patch
+    assert "precision high" in out
+
+
+@pytest.mark.slow
+def test_bf16_autocast_wraps_the_forward_and_the_loss(project, tmp_path):
+    patch, out = fix_in_effect(project, tmp_path, {"autocast": "bfloat16"})
+    assert changed_lines(patch) == (["        out = model(x)", "        loss = torch.nn.functional.mse_loss(out.float(), y)"],
+                                    ['        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):',
+                                     "            out = model(x)",
+                                     "            loss = torch.nn.functional.mse_loss(out.float(), y)"]), patch
+    assert "forward bfloat16" in out
+
+
+@pytest.mark.slow
+def test_the_model_is_compiled_where_it_is_built(project, tmp_path):
+    # TORCH_COMPILE_DISABLE: the model is still wrapped by torch.compile (what the patch does), without
+    # the 13 s of Inductor compiling an MLP on 2 cores
+    patch, out = fix_in_effect(project, tmp_path, {"compile": True}, env={"TORCH_COMPILE_DISABLE": "1"})
+    assert changed_lines(patch) == ([], ["    model = torch.compile(model)"])
+    assert re.search(r"torch.nn.Linear\(64, 1\)\)\n\+    model = torch.compile\(model\)\n", patch), patch
+    assert "compiled True" in out
+
+
+@pytest.mark.slow
+def test_every_fix_together_is_one_patch_of_the_file(project, tmp_path):
+    overrides = {"dataloader": {"num_workers": 2}, "optimizer": {"fused": True}, "float32_matmul_precision": "high",
+                 "autocast": "bfloat16", "compile": True}
+    patch, out = fix_in_effect(project, tmp_path, overrides, env={"TORCH_COMPILE_DISABLE": "1"})
+    assert patch.count("diff --git a/train_target.py b/train_target.py") == 1
+    assert ("loader num_workers=2" in out and "precision high" in out and "fused True" in out and "compiled True" in out
+            and "forward bfloat16" in out), out
+
+
+# --- what cannot be written safely -----------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_loader_from_a_librarys_factory_and_a_kwargs_call_are_refused_and_the_rest_applies(project, tmp_path):
+    run = recommend(project / "run-train_refused", {"dataloader": {"num_workers": 2}, "optimizer": {"fused": True},
+                                                    "float32_matmul_precision": "high"}, tmp_path / "run")
+    result = advise_apply(str(run), cwd=project)
+    assert result.returncode == 0, result.stderr
+    source = (project / "train_refused.py").read_text().splitlines()
+    loader = next(i for i, line in enumerate(source, 1) if "make_loader(4096" in line)
+    optimizer = next(i for i, line in enumerate(source, 1) if "**settings" in line)
+    lines = result.stderr.splitlines()
+    assert lines == [
+        f"advise: not written (num_workers=2): train_refused.py:{loader}: built inside make_loader(), which is not "
+        "your code: give make_loader() the setting if it takes one, or build it with a DataLoader(...) call of your own",
+        f"advise: not written (fused=True): train_refused.py:{optimizer}: torch.optim.SGD(...) passes **kwargs: "
+        "cannot tell what it already sets"], result.stderr
+    clone = patched_clone(project, result.stdout, tmp_path / "clone")
+    assert "precision high" in run_script(clone, "train_refused.py", env={"STEPS": "3"})
+
+
+@pytest.mark.slow
+def test_autocast_without_the_probes_lines_is_refused_in_one_line(project, tmp_path):
+    run = recommend(project / "run-train_target", {"autocast": "bfloat16"}, tmp_path / "run")
+    (run / "sources.json").unlink()  # a run whose probe recorded no lines of the step
+    result = advise_apply(str(run), cwd=project)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "advise: not written (autocast=bfloat16): train_target.py: the probe recorded no call of the model (a module "
+        "with parameters): the probe did not record the step's lines (no sources.json); wrap the forward and the "
+        "loss in torch.autocast by hand, as the snippet shows",
+        "advise: error: nothing in the recommendation could be written into the code (the lines above say why)"]
+
+
+@pytest.mark.slow
+def test_write_patches_the_file_in_place_and_o_saves_the_same_patch(tmp_path):
+    root = checkout(tmp_path / "project", [APPLY / "train_target.py"])
+    os.chmod(root / "train_target.py", 0o750)
+    run = recommend(profile(root, "train_target.py", *FAST), {"optimizer": {"fused": True}}, tmp_path / "run")
+    saved = advise_apply("-o", "fix.patch", str(run), cwd=root)
+    assert saved.returncode == 0 and saved.stdout == "", saved.stderr
+    assert saved.stderr == f"advise: patch saved to fix.patch (git apply it from {root.resolve()})\n"
+    wrote = advise_apply("--write", str(run), cwd=root)
+    assert wrote.returncode == 0 and wrote.stderr == "advise: wrote train_target.py\n", wrote.stderr
+    assert "lr=1e-3, fused=True)" in (root / "train_target.py").read_text()
+    assert os.stat(root / "train_target.py").st_mode & 0o777 == 0o750  # the file's mode is kept
+    # the file, the saved patch and the run dir: no temp file left, nothing else written
+    assert sorted(git(root, "status", "--porcelain").stdout.splitlines()) == [" M train_target.py", "?? fix.patch",
+                                                                               "?? run-train_target/"]
+    assert changed_lines(git(root, "diff").stdout) == changed_lines((root / "fix.patch").read_text())
+    again = advise_apply(str(run), cwd=root)  # the file already has it now
+    assert again.returncode == 2 and "already passes fused=True" in again.stderr, again.stderr
+
+
+def test_a_run_dir_without_a_report_or_recommendation_is_one_line_and_exit_2(tmp_path):
+    missing = advise_apply(str(tmp_path / "nowhere"), cwd=tmp_path)
+    assert (missing.returncode, missing.stderr) == (2, f"advise: error: {tmp_path / 'nowhere'}: no such run dir\n")
+    (tmp_path / "empty").mkdir()
+    empty = advise_apply("empty", cwd=tmp_path)
+    assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "Traceback" not in empty.stderr
+    (tmp_path / "none").mkdir()
+    (tmp_path / "none" / "report.json").write_text(json.dumps({"schema_version": 1, "recommended": None}))
+    none = advise_apply("none", cwd=tmp_path)
+    assert none.returncode == 2 and "no recommended configuration to apply" in none.stderr and none.stderr.count("\n") == 1
+
+
+# --- the frameworks' own settings ------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_fabric_gets_its_precision_in_its_own_call(tmp_path):
+    root = checkout(tmp_path / "project", [APPLY / "fabric_loop.py"])
+    run = recommend(profile(root, "fabric_loop.py", *FAST), {"autocast": "bfloat16"}, tmp_path / "run")
+    result = advise_apply(str(run), cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert changed_lines(result.stdout) == (['    fabric = L.Fabric(accelerator="cpu", devices=1)'],
+                                            ['    fabric = L.Fabric(accelerator="cpu", devices=1, precision="bf16-mixed")'])
+    clone = patched_clone(root, result.stdout, tmp_path / "clone")
+    assert "precision bf16-mixed" in run_script(clone, "fabric_loop.py", env={"STEPS": "3"})
+
+
+@pytest.mark.slow
+def test_lightning_gets_its_trainers_precision_changed_not_doubled(tmp_path):
+    root = checkout(tmp_path / "project", [FRAMEWORKS / "lit_module.py"])
+    run = recommend(profile(root, "lit_module.py", *FAST), {"autocast": "bfloat16"}, tmp_path / "run")
+    result = advise_apply(str(run), cwd=root)
+    assert result.returncode == 0, result.stderr
+    removed, added = changed_lines(result.stdout)
+    assert [line.replace("precision=args.precision", 'precision="bf16-mixed"') for line in removed] == added
+    assert len(added) == 1 and added[0].count("precision=") == 1, result.stdout
+    clone = patched_clone(root, result.stdout, tmp_path / "clone")
+    with subprocess.Popen([sys.executable, "lit_module.py", "--say-precision"], cwd=clone, stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True, start_new_session=True) as proc:
+        try:
+            said = next((line for line in proc.stdout if line.startswith("precision")), "")
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert said.strip() == "precision bf16-mixed"
+
+
+@pytest.mark.slow
+def test_training_arguments_get_the_setting_and_a_parsers_flags_are_told(tmp_path):
+    root = checkout(tmp_path / "project", [FRAMEWORKS / "hf_trainer.py"])
+    run = recommend(profile(root, "hf_trainer.py", *FAST), {"autocast": "bfloat16", "optimizer": {"fused": True}},
+                    tmp_path / "run")
+    result = advise_apply(str(run), cwd=root)
+    assert result.returncode == 0, result.stderr
+    removed, added = changed_lines(result.stdout)
+    assert removed == ['        bf16=cli.bf16, report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True)']
+    assert added == ['        bf16=True, report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True, '
+                     'optim="adamw_torch_fused")']
+    patched_clone(root, result.stdout, tmp_path / "clone")
+    # FABRICATED, the framework's record only: the same run, as if its TrainingArguments came from an
+    # HfArgumentParser (run_clm.py's way; tests/test_frameworks.py profiles such a script for real)
+    report = json.loads((run / "report.json").read_text())
+    report["observed"]["framework"]["command_line"] = True
+    flags = recommend(run, report["recommended"]["overrides"], tmp_path / "flags", observed=report["observed"])
+    told = advise_apply(str(flags), cwd=root)
+    assert told.returncode == 2 and told.stdout == ""
+    line = report["observed"]["framework"]["configured_at"]["line"]
+    assert told.stderr.splitlines()[:2] == [
+        f"advise: autocast=bfloat16: hf_trainer.py:{line}: the script builds its TrainingArguments from its command "
+        "line (HfArgumentParser): add --bf16 when you run it",
+        f"advise: fused=True: hf_trainer.py:{line}: the script builds its TrainingArguments from its command "
+        "line (HfArgumentParser): add --optim adamw_torch_fused when you run it"], told.stderr
+
+
+# --- the report knows the patch; --check times it ---------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.timing  # judges measured speed: alone
+def test_the_report_carries_the_patch_and_check_times_it_in_fresh_runs(tmp_path):
+    root = checkout(tmp_path / "project", [WORKLOADS / "starved_io.py"])
+    run = root / "run"
+    proc = subprocess.run(advise_cmd("profile", "--steps", "6", "--warmup", "2", "--profile-steps", "2", *NO_SCREENS,
+                                     "--out", "run", "starved_io.py", "--item-ms", "6"),
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads((run / "report.json").read_text())["recommended"]
+    assert rec is not None and "dataloader" in rec["overrides"], proc.stdout
+    patch = rec["patch"]
+    assert patch["root"] == str(root.resolve()) and patch["command"] == "advise apply --write run"
+    assert "num_workers=" in patch["diff"] and [p["key"] for p in rec["patch"]["parts"]] == list(rec["overrides"])
+    assert "      apply it: advise apply --write run" in proc.stdout
+    assert "advise apply --write run" in (run / "report.html").read_text()
+    patched_clone(root, patch["diff"], tmp_path / "clone")
+
+    check = advise_apply("--check", "--rounds", "2", "--steps", "6", "--warmup", "2", "run", cwd=root)
+    assert check.returncode in (0, 3), check.stderr[-3000:]
+    verdict = check.stdout.strip()
+    found = re.fullmatch(r"applied: ([\d.]+)× faster in fresh runs \(95% CI [\d.]+–[\d.]+×, 2 pairs of runs; "
+                         r"arm: ([\d.]+)×, 95% CI [\d.]+–[\d.]+×\): (held|did not hold)", verdict)
+    assert found, verdict
+    assert float(found[1]) > 2  # sleeps of 6 ms per sample, 16 a batch: workers read them side by side
+    assert (found[3] == "held") == (check.returncode == 0)
+    assert git(root, "status", "--porcelain").stdout.strip() == "?? run/"  # the check wrote nothing into the checkout
+
+    script = root / "starved_io.py"
+    script.write_text("# edited after the run\n" + script.read_text())
+    stale = advise_apply("run", cwd=root)
+    assert stale.returncode == 2 and stale.stderr.splitlines()[0].endswith(
+        "starved_io.py: changed since the run (the probe's lines may have moved): profile it again"), stale.stderr
