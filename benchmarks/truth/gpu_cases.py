@@ -62,7 +62,7 @@ def compile_mode(mode: str) -> Variant:
     return Variant(f"compile-{mode}", {"compile": mode}, args=("--compile=True",),
                    patches=(Patch("train.py", "model = torch.compile(model)", f"model = torch.compile(model, mode='{mode}')"),))
 
-OWN_CALL = ("nanogpt-compile-modes",)  # run only when named (--only): a cold compile per run fills a call
+OWN_CALL = ("imagenet-fed", "nanogpt-compile-modes")  # run only when named (--only): each fills a call of its own
 
 GPU_CASES: tuple[Case, ...] = (
     nanogpt_gpu("nanogpt-fp32", (), (BF16_FLAG, Variant("compile", COMPILE, args=("--compile=True",))),

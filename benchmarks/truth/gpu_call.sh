@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The one device call (see README.md's "On a GPU"), from the repository root on the lent machine,
+# carrying .gpu-truth (bundle.sh): advise's wheels installed aside, then the suite's GPU tests
+# first (they must pass; they are the shorter), then the truth harness's GPU cases in the time
+# left. Everything it prints goes to $OUT; the whole call stays inside BUDGET_S (default 540 s).
+#   [BUDGET_S=540] [VARIANTS=bf16,tf32,...] [ONLY=imagenet-fed] bash benchmarks/truth/gpu_call.sh
+set -u
+: "${OUT:?set OUT to the output folder of the device call}"
+budget=${BUDGET_S:-540}
+start=$(date +%s)
+left() { echo $(( budget - ($(date +%s) - start) )); }
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu-truth/whl/*.whl \
+  > "$OUT/install.log" 2>&1 || { echo "gpu_call: the bundled wheels did not install (see install.log)"; exit 3; }
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+timeout $(( $(left) * 6 / 10 )) python3 -m pytest -q -p no:cacheprovider -rs tests/test_gpu_e2e.py tests/test_gpu_faults.py \
+  > "$OUT/gpu-tests.log" 2>&1
+echo "gpu_call: GPU tests exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/gpu-tests.log"
+timeout $(( $(left) - 10 )) python3 benchmarks/truth/run.py --gpu --repeats 2 ${VARIANTS:+--variants "$VARIANTS"} ${ONLY:+--only "$ONLY"} \
+  --work .gpu-truth/work --out-dir "$OUT" > "$OUT/log" 2>&1
+echo "gpu_call: truth harness exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/log"
