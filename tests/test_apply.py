@@ -123,6 +123,70 @@ def fix_in_effect(project: Path, tmp_path: Path, overrides: dict, env: dict | No
     return result.stdout, run_script(clone, "train_target.py", "--steps", "3", env=env)
 
 
+# --- the edits themselves: a call's own layout, comments kept ---------------------------------------
+
+LAYOUTS = [  # (the user's call, after num_workers=2 and persistent_workers=True are set on it)
+    ("loader = DataLoader(ds, batch_size=16)\n",
+     "loader = DataLoader(ds, batch_size=16, num_workers=2, persistent_workers=True)\n"),
+    ("loader = DataLoader(ds, num_workers=args.workers)  # from the command line\n",
+     "loader = DataLoader(ds, num_workers=2, persistent_workers=True)  # from the command line\n"),
+    ("loader = DataLoader(\n    ds,\n    batch_size=16,  # fits\n)\n",
+     "loader = DataLoader(\n    ds,\n    batch_size=16,  # fits\n    num_workers=2,\n    persistent_workers=True,\n)\n"),
+    ("loader = DataLoader(\n    ds,\n    batch_size=16  # fits\n)\n",
+     "loader = DataLoader(\n    ds,\n    batch_size=16,  # fits\n    num_workers=2,\n    persistent_workers=True\n)\n"),
+    ("loader = DataLoader(ds, batch_size=16,\n                    shuffle=True)\n",
+     "loader = DataLoader(ds, batch_size=16,\n                    shuffle=True,\n                    num_workers=2,\n"
+     "                    persistent_workers=True)\n"),
+    ("loader = DataLoader(\n    ds, batch_size=16, shuffle=True,  # one line of arguments\n)\n",
+     "loader = DataLoader(\n    ds, batch_size=16, shuffle=True, num_workers=2, persistent_workers=True,  # one line of "
+     "arguments\n)\n"),
+    ("loader = DataLoader()\n", "loader = DataLoader(num_workers=2, persistent_workers=True)\n"),
+]
+
+
+@pytest.mark.parametrize("before, after", LAYOUTS)
+def test_new_arguments_follow_the_calls_own_layout_and_a_given_one_is_changed(before, after):
+    from advisor.apply.rewrite import SetKeywords, SourceFile, render
+
+    source = SourceFile(Path("train.py"), before.encode())
+    call = source.call_at(1, {"DataLoader"}, "DataLoader(...)")
+    assert render(source, [SetKeywords(call, (("num_workers", "2"), ("persistent_workers", "True")))]).decode() == after
+
+
+@pytest.mark.parametrize("call, why", [
+    ("DataLoader(ds, **options)", "DataLoader(...) passes **kwargs: cannot tell what it already sets"),
+    ("DataLoader(ds, 16, True, None, None, 0)", "DataLoader(...) passes num_workers by position (or *args)"),
+    ("DataLoader(*args)", "DataLoader(...) passes num_workers by position (or *args)"),
+    ("DataLoader(ds, num_workers=2)", "it already passes num_workers=2"),
+])
+def test_a_call_that_may_already_hold_the_setting_is_refused(call, why):
+    from advisor.apply.fixes import DATALOADER_PARAMETERS
+    from advisor.apply.rewrite import Refused, SetKeywords, SourceFile
+
+    source = SourceFile(Path("train.py"), f"loader = {call}\n".encode())
+    edit = SetKeywords(source.call_at(1, {"DataLoader"}, "DataLoader(...)"), (("num_workers", "2"),), DATALOADER_PARAMETERS)
+    with pytest.raises(Refused, match=re.escape(why)):
+        edit.check(source)
+
+
+def test_a_patch_of_a_crlf_file_without_a_last_newline_applies(tmp_path):
+    from advisor.apply.patch import build
+    from advisor.apply.sites import Site, Sites
+
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "train.py").write_bytes(b"import torch\r\n\r\nopt = torch.optim.SGD(params, lr=0.1)")
+    assert git(root, "init", "-q").returncode == 0
+    script = str(root / "train.py")
+    patched = build({"optimizer": {"fused": True}, "float32_matmul_precision": "high"},
+                    Sites(main=script, optimizers=[Site(script, 3, "<module>", "SGD")]), root=root)
+    assert patched.changed[root / "train.py"][1] == (b'import torch\r\n\r\ntorch.set_float32_matmul_precision("high")\r\n'
+                                                     b"\r\nopt = torch.optim.SGD(params, lr=0.1, fused=True)")
+    assert "\\ No newline at end of file" in patched.patch.diff
+    checked = git(root, "apply", "--check", "-", stdin=patched.patch.diff)
+    assert checked.returncode == 0, checked.stderr
+
+
 def test_every_knob_of_the_vocabulary_is_written_or_says_why_not():
     from advisor import overrides
     from advisor.apply.fixes import FIXES

@@ -168,6 +168,7 @@ def _dataloader(planned: Planned, value: dict, sites: Sites, files: Files) -> No
     for site in sites.loaders:
         try:
             source = _file(files, site)
+            # a subclass of the user's builds its loader through super().__init__(...)
             names = {"DataLoader", site.op} | ({"__init__"} if site.function == "__init__" else set())
             planned.add(site, source, SetKeywords(_call(source, site, names, "DataLoader(...)"), settings,
                                                   DATALOADER_PARAMETERS))
@@ -193,7 +194,8 @@ def _optimizer(planned: Planned, value: dict, sites: Sites, files: Files) -> Non
     for site in sites.optimizers:
         try:
             source = _file(files, site)
-            planned.add(site, source, SetKeywords(_call(source, site, {site.op}, f"{site.op}(...)"), settings))
+            what = f"{site.op or 'optimizer'}(...)"
+            planned.add(site, source, SetKeywords(_call(source, site, {site.op}, what), settings))
         except Refused as exc:
             planned.refused.append(str(exc))
 

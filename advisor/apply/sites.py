@@ -67,13 +67,13 @@ def _site(row: dict) -> Site:
                 bool(row.get("non_blocking")))
 
 
-def _built(seen: list, op_key: str) -> list[Site]:
+def _built(seen: list) -> list[Site]:
     """The distinct lines report.json's observed loaders or optimizers were built at."""
     out: list[Site] = []
     for item in seen or []:
         at = item.get("built_at") if isinstance(item, dict) else None
         if isinstance(at, dict) and at.get("file") and isinstance(at.get("line"), int):
-            site = Site(str(at["file"]), int(at["line"]), str(at.get("function") or ""), str(item.get(op_key) or ""),
+            site = Site(str(at["file"]), int(at["line"]), str(at.get("function") or ""), str(at.get("class") or ""),
                         at.get("via") or None)
             if site not in out:
                 out.append(site)
@@ -94,11 +94,8 @@ def read(observed: dict | None, sources: dict | None, script: str | None, search
     main = (sources or {}).get("main")
     if not (isinstance(main, str) and os.path.isfile(main)):
         main = _find_script(script, search)
-    loaders = [_site(r) for r in _rows(sources, "dataloader-built")]
-    if not loaders:
-        loaders = _built(observed.get("dataloaders"), "dataset")
-        loaders = [Site(s.file, s.line, s.function, "DataLoader", s.via) for s in loaders]
-    optimizers = [_site(r) for r in _rows(sources, "optimizer-built")] or _built(observed.get("optimizers"), "class")
+    loaders = [_site(r) for r in _rows(sources, "dataloader-built")] or _built(observed.get("dataloaders"))
+    optimizers = [_site(r) for r in _rows(sources, "optimizer-built")] or _built(observed.get("optimizers"))
     skipped = (sources or {}).get("skipped")
     unseen = ("the probe did not record the step's lines (no sources.json)" if sources is None
               else f"the probe did not record the step's lines: {skipped}" if skipped else "")

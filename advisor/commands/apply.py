@@ -24,6 +24,8 @@ from ..reports import format as fmt
 from ..run_dir.atomic import write_text_atomic
 from .cli_exit import EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT, fail
 
+MIN_CHECK_STEPS = 20  # --check's runs measure at least this many steps: a loader's prefetched queue is a few of them
+
 
 def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, rounds: int, steps: int | None,
               warmup: int | None) -> int:
@@ -86,7 +88,7 @@ def _check(patched, rec: Recommendation, report: dict, sites, run_dir: Path, rou
     try:
         checked = checking.run(patched, rec, script=str(report.get("script") or ""), argv=list(report.get("argv") or []),
                                main=sites.main, run_dir=run_dir, rounds=rounds,
-                               steps=steps or max(2, measured or 20), warmup=warmup if warmup is not None else 5,
+                               steps=steps or max(measured, MIN_CHECK_STEPS), warmup=warmup if warmup is not None else 5,
                                on_run=progress)
     except checking.CheckError as exc:
         fail(f"--check: {exc}")

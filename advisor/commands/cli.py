@@ -412,7 +412,7 @@ def _rank_of_trace(trace) -> str:
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(min=2),
               help="With --check: pairs of runs (unpatched, patched).")
 @click.option("--steps", default=None, type=click.IntRange(min=2),
-              help="With --check: measured steps per run (default: as many as the profiled run measured).")
+              help="With --check: measured steps per run (default: as many as the profiled run measured, at least 20).")
 @click.option("--warmup", default=None, type=click.IntRange(min=0), help="With --check: warm-up steps per run (default 5).")
 def apply_command(run_dir, write, output, check, rounds, steps, warmup):
     """Write RUN_DIR's recommended configuration into the profiled script as a patch: advise apply --write advise-report

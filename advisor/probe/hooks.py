@@ -163,8 +163,9 @@ def built_at(frame) -> dict | None:
 
 
 def _remember_where_built(obj: Any, frame) -> None:
+    site = built_at(frame)
     try:
-        _BUILT[obj] = built_at(frame)
+        _BUILT[obj] = {**site, "class": type(obj).__name__} if site is not None else None
     except TypeError:  # not weakly referenceable
         pass
 

@@ -125,15 +125,16 @@ class SourceCapture(TorchFunctionMode):
             key = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, op, tuple(sorted(extra.items())))
             self.sites[category][key] += 1
 
-    def _built(self, category: str, site: dict | None, op: str) -> None:
+    def _built(self, category: str, site: dict | None) -> None:
+        """The line that built an object (advisor.probe.hooks.built_at), counted under the object's class."""
         if site:
-            key = (site["file"], site["line"], site["function"], op, (("via", site.get("via")),))
+            key = (site["file"], site["line"], site["function"], site.get("class") or "", (("via", site.get("via")),))
             self.sites[category][key] += 1
 
     def stepped(self, optimizer, site: dict | None) -> None:
         """An optimizer steps while active: the line that built it (advisor.probe.hooks.built_at)."""
         if self.active:
-            self._built("optimizer-built", site, type(optimizer).__name__)
+            self._built("optimizer-built", site)
 
     def _module_called(self, module, args) -> None:
         """A forward pre-hook while active: a module called at the top level (not from another's
@@ -161,7 +162,7 @@ class SourceCapture(TorchFunctionMode):
         (called once per sample) and a user collate_fn (once per batch) are where its time goes."""
         if not self.active:
             return
-        self._built("dataloader-built", getattr(iterator, "_advise_built_at", None), "DataLoader")
+        self._built("dataloader-built", getattr(iterator, "_advise_built_at", None))
         loader_fns = [(getattr(type(getattr(iterator, "_dataset", None)), "__getitem__", None), samples or 1),
                       (getattr(iterator, "_collate_fn", None), 1)]
         for fn, calls in loader_fns:
