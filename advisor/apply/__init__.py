@@ -16,9 +16,9 @@ from pathlib import Path
 
 from .patch import Patched, build, git_root, write
 from .rewrite import Refused
-from .sites import Sites, read
+from .sites import Sites, read as read_sites
 
-__all__ = ["Patched", "Refused", "Sites", "build", "command_for", "git_root", "patch_for", "read", "write"]
+__all__ = ["Patched", "Refused", "Sites", "build", "command_for", "git_root", "patch_for", "read_sites", "write"]
 
 
 def command_for(run_dir: str | os.PathLike) -> str:
@@ -30,4 +30,4 @@ def patch_for(overrides: dict, observed: dict | None, sources: dict | None, scri
               search: list[Path] = (), expected: dict[str, str] | None = None, command: str = "") -> Patched:
     """The patch of a run's recommended `overrides`, from what the probe saw (report.json's
     `observed`, its `sources.json`) and the report's `script`."""
-    return build(overrides, read(observed, sources, script, list(search)), expected=expected, command=command)
+    return build(overrides, read_sites(observed, sources, script, list(search)), expected=expected, command=command)

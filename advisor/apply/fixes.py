@@ -334,6 +334,9 @@ def _targets(small) -> set[str]:
     return {n.value for t in targets for n in _names(t)}
 
 
+ARGUMENT = object()  # a name bound as a parameter of the function that calls the model
+
+
 def _compile(planned: Planned, value, sites: Sites, files: Files) -> None:
     model = _model(sites, "add torch.compile(model)")
     source = _file(files, model)
@@ -343,29 +346,35 @@ def _compile(planned: Planned, value, sites: Sites, files: Files) -> None:
     scopes = [scope] if isinstance(scope, cst.Module) else [scope, source.module]
 
     def binding(name: str):
+        """The last statement that binds `name` before the call (in the function, else the module),
+        ARGUMENT for a parameter of the function, None when neither."""
         for s in scopes:
             found = [a for a in source.assignments(s, name) if source.span(a).start.line < model.line or s is not scope]
             if found:
                 return found[-1]
             if isinstance(s, cst.FunctionDef) and name in {p.name.value for p in _params(s)}:
-                raise Refused(f"{model.short}: `{name}` is an argument of {s.name.value}(): compile it where it is "
-                              f"built ({name} = torch.compile({name}))")
+                return ARGUMENT
         return None
 
-    bound = [(c.func.value, binding(c.func.value)) for c in named]
-    bound = [(n, b) for n, b in bound if b is not None]
-    matching = [(n, b) for n, b in bound if model.op and model.op in source.text(b)]
-    chosen = matching if len(matching) == 1 else bound
     if not named:
         called = next((source.text(c.func) for c in calls if not source.text(c.func).startswith(("torch.", "F."))), None)
         if called:
             raise Refused(f"{model.short}: the model is called as {called}(...): compile it where it is built "
                           f"({called} = torch.compile({called}))")
+    bound = {name: b for name, b in ((c.func.value, binding(c.func.value)) for c in named) if b is not None}
+    matching = [name for name, b in bound.items() if b is not ARGUMENT and model.op and model.op in source.text(b)]
+    chosen = matching if len(matching) == 1 else list(bound)
+    if len(chosen) > 1 and all(b is ARGUMENT for b in bound.values()):
+        raise Refused(f"{model.short}: the model comes into {scope.name.value}() as an argument ({', '.join(bound)}): "
+                      "compile it where it is built (model = torch.compile(model))")
     if len(chosen) != 1:
         called = ", ".join(source.text(c.func) for c in calls) or "nothing"
         raise Refused(f"{model.short}: cannot tell which call here is the model ({model.op}; calls: {called}): "
                       "compile it where it is built")
-    name, stmt = chosen[0]
+    name, stmt = chosen[0], bound[chosen[0]]
+    if stmt is ARGUMENT:
+        raise Refused(f"{model.short}: `{name}` is an argument of {scope.name.value}(): compile it where it is "
+                      f"built ({name} = torch.compile({name}))")
     torch = _torch_in(planned, model, source)
     planned.add(model, source, InsertAfter(stmt, (f"{name} = {torch}.compile({name})",)))
 

@@ -45,7 +45,7 @@ class SourceFile:
         self.sha256 = hashlib.sha256(data).hexdigest()
         try:
             wrapper = MetadataWrapper(cst.parse_module(data))
-        except (cst.ParserSyntaxError, UnicodeDecodeError) as exc:
+        except (cst.ParserSyntaxError, SyntaxError, UnicodeDecodeError, LookupError, ValueError) as exc:  # an unknown coding too
             raise Refused(f"libcst cannot parse it ({str(exc).splitlines()[0]})") from None
         self.module = wrapper.module
         self.positions = wrapper.resolve(PositionProvider)

@@ -29,6 +29,7 @@ MIN_CHECK_STEPS = 20  # --check's runs measure at least this many steps: a loade
 
 def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, rounds: int, steps: int | None,
               warmup: int | None) -> int:
+    """`advise apply RUN_DIR`: the exit code (0 written or printed, 3 a check that did not hold; 2 and 1 via fail())."""
     if not run_dir.exists():
         fail(f"{run_dir}: no such run dir")
     report_path = run_dir / "report.json" if run_dir.is_dir() else run_dir
@@ -39,10 +40,10 @@ def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, ro
         fail(str(exc))
     rec = recommendation_of(report)
     if rec is None or not rec.overrides:
-        fail(f"{report_path}: no recommended configuration to apply (the run verified no automatic fix)")
+        fail(f"{report_path}: no recommended configuration to apply (no automatic fix was measured faster)")
     expected = {os.path.realpath(Path(rec.patch.root) / f.path): f.sha256 for f in rec.patch.files} if rec.patch else {}
     sources = source_sites.load(run_dir / "sources.json")
-    sites = apply.read(report.get("observed"), sources, report.get("script"), [run_dir.resolve().parent])
+    sites = apply.read_sites(report.get("observed"), sources, report.get("script"), [run_dir.resolve().parent])
     patched = apply.build(rec.overrides, sites, expected=expected, command=apply.command_for(run_dir))
     for part in patched.patch.parts:
         for line in part.told:
@@ -94,6 +95,8 @@ def _check(patched, rec: Recommendation, report: dict, sites, run_dir: Path, rou
         fail(f"--check: {exc}")
     except ab.RoundFailed as exc:
         fail(f"--check: {exc}", EXIT_SCRIPT)
+    except OSError as exc:  # the copies: a file that cannot be read, a temp folder that is full
+        fail(f"--check: cannot copy the checkout: {str(exc).splitlines()[0][:300]}")
     click.echo(verdict(checked))
     return EXIT_OK if checked.held else EXIT_REGRESSION
 
