@@ -45,7 +45,8 @@ class SourceFile:
         self.sha256 = hashlib.sha256(data).hexdigest()
         try:
             wrapper = MetadataWrapper(cst.parse_module(data))
-        except (cst.ParserSyntaxError, SyntaxError, UnicodeDecodeError, LookupError, ValueError) as exc:  # an unknown coding too
+        except (cst.ParserSyntaxError, SyntaxError, UnicodeDecodeError, LookupError, ValueError) as exc:
+            # a syntax libcst does not know, bytes that are not the file's coding, a coding Python does not know
             raise Refused(f"libcst cannot parse it ({str(exc).splitlines()[0]})") from None
         self.module = wrapper.module
         self.positions = wrapper.resolve(PositionProvider)
@@ -83,18 +84,10 @@ class SourceFile:
         calls = starting or calls
         if not calls:
             raise Refused(f"no {what} call on this line")
-        outer = [c for c in calls if not any(o is not c and self._inside(c, o) for o in calls)]
+        outer = [c for c in calls if not any(o is not c and any(a is o for a in self.ancestors(c)) for o in calls)]
         if len(outer) > 1:
             raise Refused(f"{len(outer)} {what} calls on this line: cannot tell which one")
-        return calls[0] if len(calls) == 1 else outer[0]
-
-    def _inside(self, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
-        parent = self.parents.get(node)
-        while parent is not None:
-            if parent is outer:
-                return True
-            parent = self.parents.get(parent)
-        return False
+        return outer[0]
 
     def statement_at(self, line: int) -> cst.BaseStatement:
         """The innermost statement spanning `line` that sits on a line of its own in a block."""
@@ -115,6 +108,7 @@ class SourceFile:
         return parent if parent is not None else self.module
 
     def ancestors(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        """The nodes that hold `node`, innermost first."""
         out, parent = [], self.parents.get(node)
         while parent is not None:
             out.append(parent)
@@ -141,7 +135,7 @@ class SourceFile:
     def torch_name(self) -> str | None:
         """The name torch is bound to at the module's top level (`torch`, or its alias), None when not bound."""
         for stmt in self.module.body:
-            for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
+            for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
                 if isinstance(small, cst.Import):
                     for alias in small.names:
                         dotted = self.module.code_for_node(alias.name)
@@ -244,6 +238,8 @@ def render(source: SourceFile, edits: Sequence[Edit]) -> bytes:
 
 
 class _Apply(cst.CSTTransformer):
+    """The edits, keyed by the original node each changes: every node passes through on_leave."""
+
     def __init__(self, source: SourceFile, edits: Sequence[Edit]) -> None:
         super().__init__()
         self.config = source.module.config_for_parsing
@@ -305,10 +301,6 @@ class _Apply(cst.CSTTransformer):
         first = body[0]
         return header.with_changes(leading_lines=first.leading_lines,
                                    body=cst.IndentedBlock(body=[first.with_changes(leading_lines=()), *body[1:]]))
-
-    # every node type passes through on_leave: the edits are keyed by the original node
-    def on_visit(self, node) -> bool:
-        return True
 
 
 _NO_SPACE = cst.SimpleWhitespace("")

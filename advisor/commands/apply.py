@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from .. import apply
 from ..analysis import sources as source_sites
-from ..apply import check as checking
-from ..gate import ab
 from ..model import Recommendation, recommendation_of
 from ..report import ReportError, load_report
 from ..reports import format as fmt
 from ..run_dir.atomic import write_text_atomic
 from .cli_exit import EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT, fail
+
+if TYPE_CHECKING:
+    from ..apply.check import Checked
 
 MIN_CHECK_STEPS = 20  # --check's runs measure at least this many steps: a loader's prefetched queue is a few of them
 
@@ -77,6 +79,9 @@ def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, ro
 
 def _check(patched, rec: Recommendation, report: dict, sites, run_dir: Path, rounds: int, steps: int | None,
            warmup: int | None) -> int:
+    from ..apply import check as checking  # the gate's A/B: 210 ms (pandas, scipy), only for --check
+    from ..gate import ab
+
     if not sites.main:
         fail("--check runs the script, and its file is not known (a module run, or it moved)")
     measured = len(report.get("steps") or [])
@@ -101,7 +106,7 @@ def _check(patched, rec: Recommendation, report: dict, sites, run_dir: Path, rou
     return EXIT_OK if checked.held else EXIT_REGRESSION
 
 
-def verdict(checked: checking.Checked) -> str:
+def verdict(checked: Checked) -> str:
     """``applied: 3.40× faster in fresh runs (95% CI 3.21–3.60×, 3 pairs of runs; arm: 3.66×, 95% CI
     3.51–3.84×): held``."""
     fresh = f"95% CI {fmt.interval(checked.ci_low, checked.ci_high)}, {checked.rounds} pairs of runs"
