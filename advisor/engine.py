@@ -207,12 +207,13 @@ def run_rules(profile, settings: Settings | None = None, catalogue: Catalogue | 
                 warnings.append(f"rule {r.code} ({r.name}) produced an invalid finding, dropped: {problem}")
                 continue
             findings.append(finding)
-    findings = _owned_screens_dropped(findings)
     codes = {f.code for f in findings}
-    framework = (getattr(profile, "observed", None) or {}).get("framework")
     for finding in findings:
         if finding.cause is not None and finding.cause not in codes:
-            finding.without_cause()
+            finding.without_cause()  # before the screens are weighed: its own fix may own one
+    findings = _owned_screens_dropped(findings)
+    framework = (getattr(profile, "observed", None) or {}).get("framework")
+    for finding in findings:
         finding.fix.speak(framework)
     return rank(findings), warnings
 

@@ -189,6 +189,8 @@ class Experiment:
     measured_by: str | None = None   # "in-process" (arms of the profiled run) or "fresh-run" (a re-run per arm)
     switch_s: float | None = None    # in-process: one-off cost of switching the arm on (workers, compile)
     payoff_steps: int | None = None  # compile: the steps after which its one-off cost is paid back by the time saved
+    # compile: what recompiled in its windows and why (advisor.experiments.recompiles), `said` in one line
+    recompiles: dict | None = None
     memory_change_frac: float | None = None  # candidate's peak memory / baseline's - 1 (negative: less)
     memory_budget_bytes: int | None = None   # the budget a memory fix or batch search was judged by
     oom: bool | None = None          # the candidate ran out of memory (True), else not said
@@ -263,18 +265,21 @@ class Finding:
     experiment: Experiment | None = None
     locations: list[SourceLocation] = field(default_factory=list)  # where in the user's code, most calls first
     cause: str | None = None  # the code of the finding this one is a symptom of (its fix says: fix that first)
+    fallback: Fix | None = None  # its own fix where that finding is not in the report (GPU001's compile ladder)
 
     def __post_init__(self):
         self.severity = _enum(Severity, self.severity, "severity")
 
     def without_cause(self) -> None:
         """The finding it names as its cause is not in the report (that rule did not fire): its fix
-        must not send the user to it. The fix says what to look at instead."""
+        must not send the user to it. Its own fix takes over where it has one (a fix to measure);
+        otherwise the fix says what to look at instead."""
         if self.cause is None:
             return
-        self.fix = Fix.manual("Find what keeps the GPU waiting: the rule for its main cause reported nothing "
-                              "in this run (its documentation says what it looks for)", f"advise rules {self.cause}")
-        self.cause = None
+        self.fix = self.fallback or Fix.manual(
+            "Find what keeps the GPU waiting: the rule for its main cause reported nothing in this run (its "
+            "documentation says what it looks for)", f"advise rules {self.cause}")
+        self.cause = self.fallback = None
 
     @property
     def screen(self) -> bool:
@@ -288,7 +293,7 @@ class Finding:
             return "a finding needs a one-line title"
         if not isinstance(self.fix, Fix):
             return "a finding needs a Fix"
-        return self.fix.problem()
+        return self.fix.problem() or (self.fallback.problem() if self.fallback is not None else None)
 
     def to_dict(self) -> dict:
         evidence = dict(self.evidence)

@@ -161,9 +161,11 @@ def _compile_snippet(v) -> str:
 def compile_ladder(gpu: bool) -> list[dict]:
     """The compile override sets one fix of a host-bound step measures as one sweep: the default
     mode first, then on a GPU CUDA graphs (reduce-overhead: one replay per step instead of a launch
-    per kernel) and max-autotune without them. A CPU has no CUDA graphs, and max-autotune's search
-    there cost 2.3x the default's compilation (97 s against 42 s for a two-layer GPT on 2 cores)
-    and ran its steps slower: the default alone is measured."""
+    per kernel) and max-autotune without them. On a CPU the default alone: there are no CUDA graphs,
+    and max-autotune has no matmul to search in a training step (Inductor's CPU GEMM templates need
+    frozen weights): it benchmarked nothing and compiled as long as the default (a two-layer GPT's
+    first step on 2 cores, two runs each: 31.0 and 30.8 s of CPU time, against 30.5 and 34.6 s), so
+    its arm would cost a compile to measure the same kernels again."""
     return [{"compile": True}] + ([{"compile": mode} for mode in COMPILE_MODES] if gpu else [])
 
 

@@ -338,6 +338,8 @@ class Screened(Block):
     ci_high: Num = None
     baseline_drift_frac: Num = None
     reason: Optional[str] = None
+    recompiles: described("a compile screen's recompiles: count, the inputs whose shape varied, and `said`, "
+                          "the line that tells them (as an experiment's `recompiles`)", Optional[dict]) = None
 
 
 class Experiments(Block):

@@ -37,6 +37,9 @@ COMM_A100 = "hta/negative_queue_length_values_check/rank0.json.gz"
 FUSED_ADAM_A100 = "hta/trace_diff/control/control.json.gz"
 MLP_V100 = "hta/df_index_resolver/df_index_resolver.json.gz"
 EVENT_SYNC = "hta/critical_path/cuda_event_sync/event_sync_trace.json.gz"
+TRITON_A100 = "hta/triton_example/triton_example.json.gz"
+MI250_TOY = "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+COMPILE_LADDER = [{"compile": "reduce-overhead"}, {"compile": "max-autotune-no-cudagraphs"}]
 
 
 @lru_cache(maxsize=None)
@@ -162,6 +165,27 @@ def test_idle_gpu_without_data_wait_points_at_the_cpu_side():
     assert ev["gpu_idle_frac"] > 0.7 and next(iter(ev["attributed_to"])) == "launch-bound"
 
 
+@pytest.mark.parametrize("trace", [TRITON_A100, MI250_TOY])
+def test_a_gpu_idle_while_the_host_issues_work_carries_the_compile_ladder_where_launch_bound_is_silent(trace):
+    """Few, long launches idle the GPU as much as many short ones: launch-bound's finer test stays
+    silent, and the idle-gpu finding measures torch.compile's modes itself rather than saying
+    'find what keeps the GPU waiting'. EXP001 screens no compile of its own beside it."""
+    every = findings(trace)
+    f = every["GPU001"]
+    assert "GPU002" not in every and next(iter(f["evidence"]["attributed_to"])) == "launch-bound"
+    assert f["fix"]["kind"] == "automatic" and f["fix"]["applicability"] == "unsafe"
+    assert f["fix"]["overrides"] == {"compile": True} and f["fix"]["ladder"] == COMPILE_LADDER
+    assert "reduce-overhead" in f["fix"]["title"] and "Find what keeps" not in f["fix"]["title"]
+    assert "torch.compile's modes are measured as one fix" in f["summary"]
+    assert every.get("EXP001", {}).get("fix", {}).get("overrides") != {"compile": True}
+
+
+def test_an_idle_gpu_points_at_launch_bound_where_it_fired_and_launch_bound_carries_the_ladder():
+    every = findings(BERT_H100)
+    assert every["GPU001"]["fix"]["title"] == "Fix the main cause first: launch-bound (GPU002)"
+    assert every["GPU002"]["fix"]["ladder"] == COMPILE_LADDER
+
+
 @pytest.mark.parametrize("trace", [GPU_BOUND_V100, DEEPSEEK, NW4, NW4_B, FUSED_ADAM_A100, MI300_RESNET_AMP])
 def test_busy_gpus_are_not_called_idle(trace):
     assert "GPU001" not in findings(trace, "GPU001")
@@ -175,6 +199,7 @@ def test_short_kernels_on_an_idle_gpu_are_launch_bound(trace):
     f = findings(trace, "GPU002")["GPU002"]
     assert f["evidence"]["gpu_busy_frac_outside_data_wait"] < 0.3
     assert f["fix"]["overrides"] == {"compile": True} and f["fix"]["applicability"] == "unsafe"
+    assert f["fix"]["ladder"] == COMPILE_LADDER  # measured with the default as one sweep
 
 
 @pytest.mark.parametrize("trace", [DEEPSEEK, GPU_BOUND_V100, NW4, LAB_AMP, MI300_RESNET_AMP])

@@ -376,7 +376,8 @@ def _compile(planned: Planned, value, sites: Sites, files: Files) -> None:
         raise Refused(f"{model.short}: `{name}` is an argument of {scope.name.value}(): compile it where it is "
                       f"built ({name} = torch.compile({name}))")
     torch = _torch_in(planned, model, source)
-    planned.add(model, source, InsertAfter(stmt, (f"{name} = {torch}.compile({name})",)))
+    mode = "" if value is True else f', mode="{value}"'  # the mode the compile ladder measured best
+    planned.add(model, source, InsertAfter(stmt, (f"{name} = {torch}.compile({name}{mode})",)))
 
 
 def _params(fn: cst.FunctionDef) -> list[cst.Param]:

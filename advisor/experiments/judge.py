@@ -74,7 +74,8 @@ class ExperimentResults:
                      "ci_low": f.experiment.ci_low if f.experiment else None,
                      "ci_high": f.experiment.ci_high if f.experiment else None,
                      "baseline_drift_frac": f.experiment.baseline_drift_frac if f.experiment else None,
-                     "reason": f.experiment.reason if f.experiment else None} for f in self.screened]
+                     "reason": f.experiment.reason if f.experiment else None,
+                     "recompiles": f.experiment.recompiles if f.experiment else None} for f in self.screened]
         return {"runs": self.runs, "n_runs": len(self.runs), "child_wall_s": sum(r["wall_s"] for r in self.runs),
                 "screened": screened}
 
@@ -263,6 +264,9 @@ def sweep_row(point: Candidate, exp: Experiment, budget: float | None) -> dict:
             "ci_high": exp.ci_high, "verdict": exp.verdict.value,
             "peak_memory_bytes": (exp.candidate or {}).get("peak_memory_bytes"),
             **({"oom": True} if exp.oom else {}),
+            **({"switch_s": exp.switch_s, "payoff_steps": exp.payoff_steps} if exp.switch_s else {}),
+            **({"recompiles": exp.recompiles["count"]} if exp.recompiles else {}),
+            **({"recompiled": exp.recompiles["said"]} if exp.recompiles and exp.recompiles.get("said") else {}),
             **({"fits": fits(exp, budget)} if budget else {})}
 
 

@@ -36,7 +36,7 @@ from .. import overrides as vocabulary
 from ..analysis import steptime
 from ..model import Experiment, Finding, Recommendation, Verdict
 from ..run_dir.protocol import ArmLine, RankLines, Window
-from . import judge
+from . import judge, recompiles
 from .judge import Measurement
 from .plan import BASELINE, Candidate, candidates_from, expected_speedup, interleave, plan_windows, sweep_points
 from .sizing import MIN_WINDOW_STEPS, WindowSizing
@@ -379,8 +379,10 @@ class Rounds:
             return Unmeasured("the run ended before its windows")
         pooled = judge.pool(passes, by_samples=self.by_samples, check_loss=self.arms[arm].candidate.changes_numerics,
                             measured_by="in-process")
-        pooled.switch_s = sum(line.switch_s for line in _arm_lines(self.results.values(), arm) or lines) or None
+        every = _arm_lines(self.results.values(), arm) or lines
+        pooled.switch_s = sum(line.switch_s for line in every) or None
         pooled.payoff_steps = judge.payoff_steps(pooled)
+        pooled.recompiles = recompiles.summary(every)
         return pooled
 
     def _judge_screens(self, result: RoundResult) -> None:

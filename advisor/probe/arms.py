@@ -29,6 +29,7 @@ from typing import Any, Callable
 import torch
 
 from .clock import ClosedStep, ProbeDone, loss_value, timed_lines
+from .compile_watch import CompileWatch
 from advisor.run_dir.protocol import ArmLine, ArmStepLine, Plan, PlanDone, Window, WindowDone, read_plan, write_line
 from .memory import WindowPeak, persistent_bytes, rss_high_water, tensor_bytes
 from .switches import Switches
@@ -52,6 +53,7 @@ class Arms:
         self.switches = Switches(observed)
         self.observed = observed
         self.peak = WindowPeak(getattr(observed, "device", None))
+        self.compiles = CompileWatch()  # what torch.compile did in each window (recompiles)
         self.round: int | None = None
         self.windows: list[Window] = []
         self.k = -1
@@ -132,6 +134,7 @@ class Arms:
         self.record.switch_s = time.monotonic() - t0
         self.peak.device = getattr(self.observed, "device", None)
         self.peak.start()  # this window's peak is its own (after the switch, before its first step)
+        self.compiles.start(self.warmup)
         if self.warmup == 1:
             self._profile_memory()
         # A window this rank cannot switch is skipped, unless the rank is one of a job's: the others
@@ -159,6 +162,7 @@ class Arms:
         if record is None:
             return
         module, loader = self.switches.module, self.switches.dataloader
+        record.compile = self.compiles.read(always="compile" in record.overrides)
         record.switch_s += module.compile_s + loader.build_s
         module.compile_s = loader.build_s = 0.0
         with open(self.out / self.names.arms_jsonl, "a") as f:
@@ -178,6 +182,7 @@ class Arms:
         if not self.timeline.deferred:  # the host's clock: the step's line is out at once (nothing to wait on)
             self._flush()
         self.i += 1
+        self.compiles.step()
         if self.i < self.total and (self.out / self.names.stop).exists():  # the time budget ended: stop here
             self._stop()
         if self.i == self.warmup:

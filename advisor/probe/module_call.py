@@ -9,7 +9,10 @@ through plain.
 Compilation wraps the module's ``_call_impl`` (its hooks, then ``forward``), not the module:
 ``torch.compile(module)`` calls ``type(module).__call__`` again from inside the compiled frame,
 which would re-enter whatever wraps the model's class (the probe's model-input sample counter
-counted every sample twice that way, and dynamo recompiled on the counter's state).
+counted every sample twice that way, and dynamo recompiled on the counter's state). Dynamo skips
+frames in torch's own files, so a model whose ``forward`` is torch's (``nn.Sequential``) is called
+through a frame of ours, as ``torch.compile(module)`` does, or nothing would be compiled. One
+compiled callable per (module, mode): each mode of the compile ladder compiles once.
 """
 
 from __future__ import annotations
@@ -77,6 +80,36 @@ def _has_parameters(module: torch.nn.Module) -> bool:
     return any(True for _ in module.parameters())
 
 
+def compile_call(module: torch.nn.Module, mode: bool | str) -> Callable:
+    """`module`'s ``_call_impl`` through torch.compile in `mode` (True: the default)."""
+    call = module._call_impl
+    try:
+        from torch._dynamo import trace_rules  # torch._dynamo: imported by torch.compile anyway
+        skipped = bool(trace_rules.check(module.forward))
+    except Exception:  # noqa: BLE001 - another torch: compile the call as it is
+        skipped = False
+    if skipped:  # a forward in torch's files: dynamo would run it eagerly, as it does every frame of torch's
+        plain = call
+
+        def call(*args, **kwargs):
+            return plain(*args, **kwargs)
+    return torch.compile(call, mode=None if mode is True else mode)
+
+
+def _room_for_another_mode(modes: int) -> None:
+    """Every mode's compiled entries for the model's frames count toward dynamo's one recompile
+    limit (8), so the third mode of a ladder could find it spent and run uncompiled: each mode gets
+    the limit a script compiling that mode alone has."""
+    from torch._dynamo import config  # torch._dynamo: imported by the first mode's compile
+
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    base = _limit_base.setdefault(name, getattr(config, name))
+    setattr(config, name, max(getattr(config, name), base * modes))
+
+
+_limit_base: dict[str, int] = {}  # dynamo's recompile limit before the ladder raised it
+
+
 class ModuleCallSwitch:
     """One ``Module.__call__`` wrapper for the whole run; :meth:`on` / :meth:`off` set its flags.
 
@@ -85,10 +118,10 @@ class ModuleCallSwitch:
 
     def __init__(self, first_call: Callable[[torch.nn.Module, dict], Any] | None = None) -> None:
         self.autocast: torch.dtype | None = None
-        self.compile = False
+        self.compile: bool | str = False  # True: torch.compile's default mode; else the mode
         self.channels_last = False
         self.applied: dict = {}
-        self.compiled: dict[int, Any] = {}
+        self.compiled: dict[tuple[int, bool | str], Any] = {}  # (id(module), mode) -> its compiled call
         self.compile_s = 0.0  # first calls of freshly compiled modules (compilation) in this window
         self.top: weakref.WeakSet = weakref.WeakSet()  # top-level modules seen (for channels_last)
         self.converted: weakref.WeakSet = weakref.WeakSet()
@@ -133,12 +166,15 @@ class ModuleCallSwitch:
                          else a for a in args)
         fresh = False
         if self.compile and _has_parameters(module):
-            fn = self.compiled.get(id(module))
+            fn = self.compiled.get((id(module), self.compile))
             if fn is None:
                 _cache_inside_the_run_dir()
-                fn = self.compiled[id(module)] = torch.compile(module._call_impl)
+                fn = self.compiled[(id(module), self.compile)] = compile_call(module, self.compile)
                 fresh = True
-            self.applied["compile"] = True
+                modes = sum(1 for key in self.compiled if key[0] == id(module))
+                if modes > 1:
+                    _room_for_another_mode(modes)
+            self.applied["compile"] = self.compile
             target = fn
         t0 = time.monotonic()
         try:
@@ -161,7 +197,7 @@ class ModuleCallSwitch:
         self.applied = applied
         self.compile_s = 0.0
         self.autocast = AUTOCAST_DTYPES.get(overrides.get("autocast") or "")
-        self.compile = bool(overrides.get("compile"))
+        self.compile = overrides.get("compile") or False
         if overrides.get("channels_last"):
             self.channels_last = True
             for module in list(self.top):  # the model seen so far: converted now, not in a timed step

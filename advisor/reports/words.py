@@ -168,7 +168,7 @@ MEASURED_BY = {"in-process": "in the profiled run", "fresh-run": "in fresh runs"
 
 def _how(result: Measured) -> str:
     """`, in the profiled run` / `, in fresh runs`: how a result was measured, when the report says;
-    for torch.compile also what compiling cost (once, kept out of the step times)."""
+    for torch.compile also what compiling cost (once, kept out of the step times) and what recompiled."""
     how = MEASURED_BY.get(getattr(result, "measured_by", None) or "")
     text = f", {how}" if how else ""
     cost = finite(getattr(result, "switch_s", None))
@@ -177,6 +177,9 @@ def _how(result: Measured) -> str:
         payoff = getattr(result, "payoff_steps", None)
         if payoff:
             text += f", paid back after {payoff:,} steps"
+    recompiled = (getattr(result, "recompiles", None) or {}).get("said")
+    if recompiled:
+        text += f"; {recompiled}"
     return text
 
 
@@ -409,8 +412,29 @@ def energy_effect(result) -> str:
 
 
 def resource_effects(result) -> str:
-    """A fix's memory and energy effects, said next to its speed (a batch ladder's, rung by rung)."""
-    return "; ".join(text for text in (ladder_effect(result), memory_effect(result), energy_effect(result)) if text)
+    """A fix's memory and energy effects, said next to its speed (a batch ladder's, rung by rung;
+    compile's modes, one by one)."""
+    return "; ".join(text for text in (ladder_effect(result), compile_modes_effect(result), memory_effect(result),
+                                       energy_effect(result)) if text)
+
+
+def compile_modes_effect(result) -> str:
+    """`modes tried: default 1.41x (compiling 20.0 s, paid back after 300 steps); reduce-overhead
+    1.97x (...)`: each torch.compile mode a sweep measured, with its one-off cost and payoff ('' for
+    any other fix), so a ladder none of whose modes helped says how each fared."""
+    rows = [r for r in getattr(result, "sweep", None) or [] if isinstance(r, dict)
+            and set(r.get("overrides") or {}) == {"compile"}]
+    if len(rows) < 2:
+        return ""
+    said = []
+    for r in rows:
+        mode, x = r["overrides"]["compile"], finite(r.get("speedup"))
+        cost, payoff, again = finite(r.get("switch_s")), r.get("payoff_steps"), r.get("recompiles")
+        parts = ([f"compiling {fmt.time_s(cost)}"] if cost else []) + ([f"paid back after {payoff:,} steps"] if payoff else [])
+        parts += [f"recompiled {'once' if again == 1 else f'{again} times'}"] if again else []
+        said.append(f"{'default' if mode is True else mode} {f'{x:.2f}x' if x is not None else 'not measured'}"
+                    + (f" ({', '.join(parts)})" if parts else ""))
+    return "modes tried: " + "; ".join(said)
 
 
 def ladder_effect(result) -> str:

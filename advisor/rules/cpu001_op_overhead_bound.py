@@ -19,6 +19,13 @@ step there, and more cores or a faster BLAS change nothing. `torch.compile` trac
 once and runs it as a few generated C++ loops with fused elementwise work, so the per-operator
 cost is paid per graph instead.
 
+Its fix is torch.compile's default mode alone. A GPU's launch-bound step measures three modes as
+one sweep (`launch-bound`), but a CPU has no CUDA graphs (`reduce-overhead`), and in a training
+step `max-autotune-no-cudagraphs` has no matmul to search (Inductor's CPU GEMM templates need
+frozen weights): on 2 cores it benchmarked nothing and compiled as long as the default (about 31 s
+of CPU time either way for a two-layer GPT), so its arm would pay a compile to measure the same
+kernels again.
+
 ## Example
 ```python
 model = nn.Sequential(*[Block(32) for _ in range(48)])   # 48 x (LayerNorm, Linear, GELU, add)
@@ -56,7 +63,7 @@ from advisor import units
 from advisor.analysis import steptime
 
 from . import helpers as h
-from .registry import Finding, Fix, rule
+from .registry import Finding, rule
 
 
 @rule(code="CPU001", name="op-overhead-bound")
@@ -95,7 +102,7 @@ def check(profile, *, min_ops_per_step: int = 300, min_overhead_frac: float = 0.
         },
         # compile removes most of the dispatch cost but not Python around the model, nor the optimizer's ops
         estimated_gain_frac=h.r3(0.5 * frac),
-        fix=Fix.unsafe("Compile the model with torch.compile", {"compile": True}),
+        fix=h.compile_fix(h.device(profile)),
     )
 
 

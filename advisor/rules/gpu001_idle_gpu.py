@@ -11,7 +11,11 @@ Idle means no kernel, copy or memset on any stream, from the trace's GPU timelin
   and kernel launches (see `launch-bound`).
 
 Without a trace it falls back to NVML's utilization sampled during the run. The finding
-points at the rule responsible for the largest share.
+points at the rule responsible for the largest share. Where that share is CPU overhead and
+`launch-bound`'s finer test did not fire (a step of few, long launches can idle the GPU as
+much as many short ones), this finding carries `launch-bound`'s fix itself: torch.compile's
+default, reduce-overhead (CUDA graphs) and max-autotune-no-cudagraphs modes, measured as one
+sweep, each with what compiling cost, the steps that pay it back and what recompiled.
 
 ## Why is this bad?
 An idle GPU is paid-for compute that does no work; the step can only get faster by giving it
@@ -33,8 +37,9 @@ for x, y in loader:                  # workers + pinned memory: see dataloader-s
 ```
 
 ## Fix safety
-There is no fix of its own: it is display-only and points to the rule that explains most of
-the idle time, whose fix has its own safety.
+Display-only where it points to the rule that explains most of the idle time, whose fix has its
+own safety. Where it carries the compile ladder itself, unsafe as `launch-bound`'s: compiled
+code rounds differently, and CUDA graphs need static shapes and memory addresses.
 
 ## Options
 - `min-idle-frac` (default 0.25): smallest median share of the step with an idle GPU to report.
@@ -78,6 +83,7 @@ def check(profile, *, min_idle_frac: float = 0.25) -> Iterator[Finding]:
     main = max(shares, key=shares.get)
     rule_name, code, text = _CAUSES[main]
     util = _nvml_util(profile)
+    own = h.compile_fix(h.device(profile)) if main == "cpu_overhead" else None
     evidence = {
         "gpu_idle_frac": h.r3(median_idle),
         "gpu_idle_s_per_step": h.r3(float(np.median(idle)) / 1e6),
@@ -93,7 +99,8 @@ def check(profile, *, min_idle_frac: float = 0.25) -> Iterator[Finding]:
     parts = ", ".join(f"{shares[k]:.0%} {_CAUSES[k][2]}" for k in sorted(shares, key=lambda k: -shares[k]) if shares[k] >= 0.005)
     yield Finding(
         title=f"The GPU is idle for {median_idle:.0%} of each step, mostly {text}",
-        summary=f"Per step the GPU idles {median_idle:.0%} of the time: {parts or 'no single cause'} (shares of step time).",
+        summary=(f"Per step the GPU idles {median_idle:.0%} of the time: {parts or 'no single cause'} (shares of step time)."
+                 + (f" {h.COMPILE_LADDER_SAID}" if own is not None and own.ladder else "")),
         severity="high" if median_idle >= 0.5 else "medium",
         evidence=evidence,
         fix=Fix.manual(
@@ -101,6 +108,7 @@ def check(profile, *, min_idle_frac: float = 0.25) -> Iterator[Finding]:
             f"advise rules {rule_name}",
         ),
         cause=code,  # named only while that finding is in the report (the engine checks)
+        fallback=own,  # else the compile ladder is this finding's own fix
     )
 
 

@@ -14,6 +14,15 @@ before the next arrives and idles in between: a faster GPU would not help, and n
 a faster kernel. Fusing operators (`torch.compile`) or replaying whole steps as CUDA graphs
 removes the per-kernel CPU cost.
 
+Which does more depends on the model, so the fix is torch.compile's three modes measured as one
+sweep, the best verified leading: the default (fused kernels), `reduce-overhead` (the same,
+replayed as CUDA graphs: one launch a step) and `max-autotune-no-cudagraphs` (a search for
+faster matmul kernels, at a longer compile). Each reports what compiling cost, once, and the
+steps that pay it back, and a mode that recompiled says how often and which input's shape varied
+(CUDA graphs record again for each new shape). On a CPU, `op-overhead-bound` measures the default
+mode alone: no CUDA graphs there, and in a training step max-autotune has no matmul to search
+(Inductor's CPU GEMM templates need frozen weights), so it compiles the same kernels.
+
 ## Example
 ```python
 model = MyModel().cuda()
@@ -24,6 +33,11 @@ for x, y in loader:
 Use instead:
 ```fix
 {"compile": true}
+```
+
+or, where the sweep measured CUDA graphs best:
+```fix
+{"compile": "reduce-overhead"}
 ```
 
 ## Fix safety
@@ -48,7 +62,7 @@ from typing import Iterator
 import numpy as np
 
 from . import helpers as h
-from .registry import Finding, Fix, rule
+from .registry import Finding, rule
 
 
 @rule(code="GPU002", name="launch-bound")
@@ -82,7 +96,8 @@ def check(profile, *, max_busy_frac: float = 0.6, min_kernels_per_step: int = 50
     yield Finding(
         title=f"The GPU waits on kernel launches: busy {busy:.0%} of the step outside data loading",
         summary=(f"{per_step:.0f} kernels per step with a median of {median_kernel:.1f} us each start a median "
-                 f"{delay:.1f} us after their launch; the CPU spends {cpu_per_kernel:.0f} us per kernel issuing them."),
+                 f"{delay:.1f} us after their launch; the CPU spends {cpu_per_kernel:.0f} us per kernel issuing them. "
+                 f"{h.COMPILE_LADDER_SAID}"),
         severity="high" if busy < 0.3 else "medium",
         evidence={
             "gpu_busy_frac_outside_data_wait": h.r3(busy),
@@ -96,8 +111,5 @@ def check(profile, *, max_busy_frac: float = 0.6, min_kernels_per_step: int = 50
             "n_steps": n,
         },
         estimated_gain_frac=h.r3(gain),
-        fix=Fix.unsafe(
-            "Fuse kernels with torch.compile (or capture CUDA graphs)",
-            {"compile": True},
-        ),
+        fix=h.compile_fix(h.device(profile)),
     )

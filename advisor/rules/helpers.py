@@ -16,7 +16,8 @@ import pandas as pd
 
 from advisor import intervals
 from advisor.analysis import metrics, steptime
-from advisor.overrides import cores_per_rank
+from advisor.model import Fix
+from advisor.overrides import compile_ladder, cores_per_rank
 
 # --------------------------------------------------------------------------- steps
 
@@ -129,6 +130,21 @@ def device(profile) -> Device:
     if cap is None:
         return Device("cuda", name, None, False, False, False)
     return Device("cuda", name, cap, cap >= (7, 0), cap >= (8, 0), cap >= (8, 0))
+
+
+COMPILE_LADDER_SAID = ("torch.compile's modes are measured as one fix, its best verified mode leading, each with what "
+                      "compiling cost and the steps that pay it back: the default fuses kernels; reduce-overhead also "
+                      "replays the step's launches as CUDA graphs (static shapes: a new input shape records again); "
+                      "max-autotune-no-cudagraphs searches faster matmul kernels at a longer compile.")
+
+
+def compile_fix(dev: Device) -> Fix:
+    """The fix of a step whose device waits on the host issuing work: torch.compile, on a GPU its
+    modes measured as one sweep (:func:`advisor.overrides.compile_ladder`)."""
+    first, *ladder = compile_ladder(gpu=dev.kind != "cpu")
+    title = ("Compile the model: torch.compile's default, reduce-overhead (CUDA graphs) and "
+             "max-autotune-no-cudagraphs modes, measured as one sweep" if ladder else "Compile the model with torch.compile")
+    return Fix.unsafe(title, first, ladder=ladder or None)
 
 
 # --------------------------------------------------------------------------- kernels and ops

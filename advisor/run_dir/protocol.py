@@ -111,6 +111,23 @@ Line = Union[StepLine, ArmStepLine, WindowDone, PlanDone]  # a line of steps{r}.
 STEP_COLUMNS = ("index", *StepTimes.__struct_fields__, "profiled", "source")
 
 
+class CompileCounts(msgspec.Struct, kw_only=True):
+    """What torch.compile did in an arm's window, from torch's own records
+    (:class:`advisor.probe.compile_watch.CompileWatch`): a recompile costs a compilation inside the
+    steps, and a shape that varies makes one; the reasons name the guard that failed."""
+
+    steps: int = 0  # the window's steps, warm-up included
+    graphs: int = 0  # graphs dynamo compiled in the window (a recompile's included)
+    recompiles: int = 0  # frames compiled again because a guard failed
+    recompiles_timed: int = 0  # of those, in the window's timed steps
+    reasons: list[str] = []  # each recompile's failed guard, in order
+    limit_hit: bool = False  # dynamo reached its recompile limit: that frame runs eagerly from then on
+    cudagraph_records: int = 0  # CUDA graphs recorded (reduce-overhead: once more for each new input shape)
+    cudagraph_records_timed: int = 0  # of those, in the timed steps: re-records
+    cudagraph_skips: int = 0  # graphs inductor ran without CUDA graphs
+    cudagraph_skip_reasons: list[str] = []
+
+
 class ArmLine(msgspec.Struct, kw_only=True):
     """arms{r}.jsonl: one line per arm window, what really took effect (the child's Arms writes it)."""
 
@@ -127,6 +144,7 @@ class ArmLine(msgspec.Struct, kw_only=True):
     peak_memory_bytes: Optional[int] = None
     memory_basis: Optional[str] = None
     peak_rss_hwm_bytes: Optional[int] = None
+    compile: Optional[CompileCounts] = None  # what torch.compile did in the window (None: nothing)
 
 
 class Window(msgspec.Struct, kw_only=True):
