@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
+from typing import Sequence
 
 from .patch import Patched, build, git_root, write
 from .rewrite import Refused
@@ -27,7 +28,7 @@ def command_for(run_dir: str | os.PathLike) -> str:
 
 
 def patch_for(overrides: dict, observed: dict | None, sources: dict | None, script: str | None, *,
-              search: list[Path] = (), expected: dict[str, str] | None = None, command: str = "") -> Patched:
+              search: Sequence[Path] = (), expected: dict[str, str] | None = None, command: str = "") -> Patched:
     """The patch of a run's recommended `overrides`, from what the probe saw (report.json's
     `observed`, its `sources.json`) and the report's `script`."""
-    return build(overrides, read_sites(observed, sources, script, list(search)), expected=expected, command=command)
+    return build(overrides, read_sites(observed, sources, script, search), expected=expected, command=command)

@@ -87,7 +87,8 @@ def run(patched: Patched, rec: Recommendation, *, script: str, argv: list[str], 
 def _speedup(runs: list[dict]) -> tuple[float, float, float, int]:
     """The patched runs' throughput over the unpatched ones', paired by round: (ratio, 95% low, high, pairs)."""
     key = "samples_per_s" if all(r.get("samples_per_s") for r in runs) else "steps_per_s"
-    sides = {side: {r["round"]: r.get(key) for r in runs if r["side"] == side} for side in ("base", "candidate")}
+    sides = {side: {r["round"]: finite(r.get(key)) or math.nan for r in runs if r["side"] == side}
+             for side in ("base", "candidate")}
     rounds = sorted(set(sides["base"]) & set(sides["candidate"]))
     paired = sequential.paired([sides["base"][i] for i in rounds], [sides["candidate"][i] for i in rounds],
                                higher_is_better=True)

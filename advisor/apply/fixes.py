@@ -19,7 +19,7 @@ from typing import Any, Callable
 import libcst as cst
 
 from .. import overrides as vocabulary
-from .rewrite import Edit, InsertAfter, Refused, SetKeywords, SetValue, SourceFile, Wrap, call_name
+from .rewrite import Edit, InsertAfter, Refused, Scope, SetKeywords, SetValue, SourceFile, Wrap, call_name
 from .sites import Site, Sites
 
 # DataLoader's parameters in their positional order: a setting passed by position is refused, not doubled
@@ -122,7 +122,7 @@ def _in_config_call(planned: Planned, key: str, value, sites: Sites, files: File
         return False
     call, settings = found
     framework = sites.framework or {}
-    name = vocabulary.FRAMEWORK_NAMES.get(framework.get("name"), framework.get("name"))
+    name = vocabulary.FRAMEWORK_NAMES.get(str(framework.get("name")), str(framework.get("name")))
     at = framework.get("configured_at") or {}
     if not at.get("file") or not isinstance(at.get("line"), int):
         raise Refused(f"{_script(sites)}: {name} runs the step, but the probe found no {call}(...) line of yours "
@@ -341,9 +341,10 @@ def _compile(planned: Planned, value, sites: Sites, files: Files) -> None:
     model = _model(sites, "add torch.compile(model)")
     source = _file(files, model)
     calls = source.calls_on(model.line)
-    named = [c for c in calls if isinstance(c.func, cst.Name)]
+    named = [c.func.value for c in calls if isinstance(c.func, cst.Name)]
     scope = source.scope_of(source.statement_at(model.line))
-    scopes = [scope] if isinstance(scope, cst.Module) else [scope, source.module]
+    scopes: list[Scope] = [scope] if isinstance(scope, cst.Module) else [scope, source.module]
+    where = f"{scope.name.value}()" if isinstance(scope, cst.FunctionDef) else "the module"
 
     def binding(name: str):
         """The last statement that binds `name` before the call (in the function, else the module),
@@ -361,11 +362,11 @@ def _compile(planned: Planned, value, sites: Sites, files: Files) -> None:
         if called:
             raise Refused(f"{model.short}: the model is called as {called}(...): compile it where it is built "
                           f"({called} = torch.compile({called}))")
-    bound = {name: b for name, b in ((c.func.value, binding(c.func.value)) for c in named) if b is not None}
+    bound = {name: b for name, b in ((n, binding(n)) for n in named) if b is not None}
     matching = [name for name, b in bound.items() if b is not ARGUMENT and model.op and model.op in source.text(b)]
     chosen = matching if len(matching) == 1 else list(bound)
     if len(chosen) > 1 and all(b is ARGUMENT for b in bound.values()):
-        raise Refused(f"{model.short}: the model comes into {scope.name.value}() as an argument ({', '.join(bound)}): "
+        raise Refused(f"{model.short}: the model comes into {where} as an argument ({', '.join(bound)}): "
                       "compile it where it is built (model = torch.compile(model))")
     if len(chosen) != 1:
         called = ", ".join(source.text(c.func) for c in calls) or "nothing"
@@ -373,7 +374,7 @@ def _compile(planned: Planned, value, sites: Sites, files: Files) -> None:
                       "compile it where it is built")
     name, stmt = chosen[0], bound[chosen[0]]
     if stmt is ARGUMENT:
-        raise Refused(f"{model.short}: `{name}` is an argument of {scope.name.value}(): compile it where it is "
+        raise Refused(f"{model.short}: `{name}` is an argument of {where}: compile it where it is "
                       f"built ({name} = torch.compile({name}))")
     torch = _torch_in(planned, model, source)
     mode = "" if value is True else f', mode="{value}"'  # the mode the compile ladder measured best

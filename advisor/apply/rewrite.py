@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence, Union
+from typing import Iterable, Sequence, TypeGuard, Union, cast
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
@@ -98,7 +98,7 @@ class SourceFile:
         return min(found, key=lambda s: self.span(s).end.line - self.span(s).start.line)
 
     def block_of(self, statement: cst.BaseStatement) -> Block:
-        return self.parents[statement]
+        return cast(Block, self.parents[statement])
 
     def scope_of(self, node: cst.CSTNode) -> Scope:
         """The function whose body holds `node`, else the module."""
@@ -297,7 +297,7 @@ class _Apply(cst.CSTTransformer):
         return out
 
     def _with(self, wrap: Wrap, body: list) -> cst.With:
-        header = cst.parse_statement(f"{wrap.header}:\n    pass\n", self.config)
+        header = cast(cst.With, cst.parse_statement(f"{wrap.header}:\n    pass\n", self.config))
         first = body[0]
         return header.with_changes(leading_lines=first.leading_lines,
                                    body=cst.IndentedBlock(body=[first.with_changes(leading_lines=()), *body[1:]]))
@@ -321,7 +321,7 @@ def _set_keywords(call: cst.Call, settings: Sequence[tuple[str, str]], config) -
     return call.with_changes(args=_appended(call, args, missing) if missing else args)
 
 
-def _newline(ws) -> bool:
+def _newline(ws) -> TypeGuard[cst.ParenthesizedWhitespace]:
     return isinstance(ws, cst.ParenthesizedWhitespace)
 
 
@@ -334,15 +334,15 @@ def _appended(call: cst.Call, args: list[cst.Arg], new: list[cst.Arg]) -> list[c
     tail = last.comma if isinstance(last.comma, cst.Comma) else None
     closing = tail.whitespace_after if tail is not None else last.whitespace_after_arg  # before ")"
     between = [a.comma.whitespace_after for a in args[:-1] if isinstance(a.comma, cst.Comma)]
-    if not _newline(closing) or (between and not _newline(between[-1])):  # not one per line: on the last one's line
+    if not isinstance(closing, cst.ParenthesizedWhitespace) or (between and not _newline(between[-1])):
+        # not one per line: the new arguments follow the last one on its line
         sep = cst.Comma(whitespace_before=_NO_SPACE,
                         whitespace_after=_clean(between[-1]) if between else cst.SimpleWhitespace(" "))
         return (args[:-1] + [last.with_changes(comma=sep, whitespace_after_arg=_NO_SPACE)]
                 + [a.with_changes(comma=sep) for a in new[:-1]]
                 + [new[-1].with_changes(comma=last.comma, whitespace_after_arg=last.whitespace_after_arg)])
-    indent = next((ws for ws in reversed([call.whitespace_before_args, *between]) if _newline(ws)), None)
-    if indent is None:  # f(a, b,\n): nothing says how an argument line is indented; the closing one will do
-        indent = closing
+    # f(a, b,\n): nothing says how an argument line is indented; the closing one will do
+    indent = next((ws for ws in reversed([call.whitespace_before_args, *between]) if _newline(ws)), closing)
     line = cst.ParenthesizedWhitespace(indent=indent.indent, last_line=indent.last_line)
     sep = cst.Comma(whitespace_before=_NO_SPACE, whitespace_after=line)
     end = cst.ParenthesizedWhitespace(indent=closing.indent, last_line=closing.last_line)

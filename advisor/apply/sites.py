@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def _site(row: dict) -> Site:
                 bool(row.get("non_blocking")))
 
 
-def _built(seen: list) -> list[Site]:
+def _built(seen: list | None) -> list[Site]:
     """The distinct lines report.json's observed loaders or optimizers were built at."""
     out: list[Site] = []
     for item in seen or []:
@@ -87,7 +88,7 @@ def _distinct(sites: list[Site]) -> list[Site]:
     return list(out.values())
 
 
-def read(observed: dict | None, sources: dict | None, script: str | None, search: list[Path] = ()) -> Sites:
+def read(observed: dict | None, sources: dict | None, script: str | None, search: Sequence[Path] = ()) -> Sites:
     """The sites of a run from report.json's `observed`, the probe's `sources.json` and the
     report's `script` (found in `search` where sources.json does not name the script's file)."""
     observed = observed or {}
@@ -109,7 +110,7 @@ def read(observed: dict | None, sources: dict | None, script: str | None, search
                  unseen=unseen, unrecorded=bool(seen) and not any("built_at" in x for x in seen))
 
 
-def _find_script(script: str | None, search: list[Path]) -> str | None:
+def _find_script(script: str | None, search: Sequence[Path]) -> str | None:
     """The report's `script` (as it was typed: relative to where advise ran) as a file: as it is,
     else under each of `search`; None for a module (``-m pkg.train``) or a file not found."""
     if not script or script.startswith("-m "):
