@@ -20,19 +20,20 @@ from __future__ import annotations
 
 import json
 
-from typing import Any, Literal, Optional, TypedDict, Union
+from typing import Annotated, Any, Literal, Optional, TypedDict, TypeVar, Union, get_args
 
 import msgspec
+from msgspec import Meta
 
 from .model import Finding, Recommendation
 from .report import (SCHEMA_VERSION, STATUSES, Block, Breakdown, Energy, Experiments, HtaBreakdown, Memory, Mfu, Num, Rank,
-                     Step, Throughput, Tool, described)
+                     Step, Throughput, Tool)
 
 COMPARE_SCHEMA_VERSION = 1  # advisor.gate.compare's (a stage: the core cannot import it; a test checks they agree)
 
 
 Status = Literal["ok", "failed", "timeout", "no-steps", "interrupted"]
-assert set(Status.__args__) == set(STATUSES)
+assert set(get_args(Status)) == set(STATUSES)
 
 
 class Env(TypedDict, total=False):
@@ -44,20 +45,21 @@ class Env(TypedDict, total=False):
     platform: str
     hostname: str
     cpu_count: Optional[int]
-    cpu_usable: described("the CPUs the script's process may run on (its affinity mask: a cgroup, taskset, srun --cpu-bind)",
-                   Optional[int])
+    cpu_usable: Annotated[Optional[int], Meta(description="the CPUs the script's process may run on (its affinity mask: a "
+                                                          "cgroup, taskset, srun --cpu-bind)")]
     physical_cores: Optional[int]
     torch_threads: Optional[int]
     device: str
     device_name: Optional[str]
-    device_capability: described("[major, minor] from the probe; a trace's deviceProperties give it as text", Union[list[int], str, None])
+    device_capability: Annotated[Union[list[int], str, None], Meta(description="[major, minor] from the probe; a trace's "
+                                                                               "deviceProperties give it as text")]
     device_memory_bytes: Optional[int]
     float32_matmul_precision: Optional[str]
     cudnn_benchmark: Optional[bool]
     cuda_matmul_allow_tf32: Optional[bool]
     cudnn_allow_tf32: Optional[bool]
     bf16_supported: Optional[bool]
-    cuda_alloc_conf: described("PYTORCH_CUDA_ALLOC_CONF as the script started with it", Optional[str])
+    cuda_alloc_conf: Annotated[Optional[str], Meta(description="PYTORCH_CUDA_ALLOC_CONF as the script started with it")]
     rank: Optional[int]
     local_rank: Optional[int]
     world_size: Optional[int]
@@ -92,7 +94,7 @@ class Fingerprint(TypedDict, total=False):
     torch_threads: Optional[int]
     argv: list[str]
     platform: str
-    load_avg_1m_start: described("the machine's 1-minute load average before the script started", Num)
+    load_avg_1m_start: Annotated[Num, Meta(description="the machine's 1-minute load average before the script started")]
     load_avg_1m_end: Num
     gpu_name: Optional[str]
     gpu_count: Optional[int]
@@ -104,16 +106,17 @@ class Fingerprint(TypedDict, total=False):
 
 
 class _ReportBase(TypedDict):
-    schema_version: described("1: within a version fields are only added, never changed or removed", Literal[1])
+    schema_version: Annotated[Literal[1], Meta(description="1: within a version fields are only added, never changed or removed")]
     tool: Tool
-    status: described("how the run ended", Status)
-    error: described("the script's error when status is not ok", Optional[str])
-    traceback: described("the script's traceback, without advise's frames", Optional[str])
+    status: Annotated[Status, Meta(description="how the run ended")]
+    error: Annotated[Optional[str], Meta(description="the script's error when status is not ok")]
+    traceback: Annotated[Optional[str], Meta(description="the script's traceback, without advise's frames")]
     script: str
-    argv: described("the script's own arguments", list[str])
-    started_at: described("ISO 8601, with the local offset", str)
+    argv: Annotated[list[str], Meta(description="the script's own arguments")]
+    started_at: Annotated[str, Meta(description="ISO 8601, with the local offset")]
     env: Env
-    step_source: described("what marked the steps: optimizer, dataloader, backward, marker or trace", Optional[str])
+    step_source: Annotated[Optional[str], Meta(description="what marked the steps: optimizer, dataloader, backward, marker or "
+                                                           "trace")]
     steps: list[Step]
     throughput: Throughput
     breakdown: Breakdown
@@ -121,23 +124,26 @@ class _ReportBase(TypedDict):
     mfu: Optional[Mfu]
     hta_breakdown: Optional[HtaBreakdown]
     utilization: Utilization
-    observed: described("what the probe saw of the script: optimizers, DataLoaders, zero_grad calls (open)", dict)
-    findings: described("ranked as every renderer shows them: measured gain first", list[Finding])
-    recommended: described("the winners stacked and measured together, with the code change for each", Optional[Recommendation])
+    observed: Annotated[dict, Meta(description="what the probe saw of the script: optimizers, DataLoaders, zero_grad calls "
+                                               "(open)")]
+    findings: Annotated[list[Finding], Meta(description="ranked as every renderer shows them: measured gain first")]
+    recommended: Annotated[Optional[Recommendation], Meta(description="the winners stacked and measured together, with the code "
+                                                                      "change for each")]
     warnings: list[str]
-    artifacts: described("the run dir's files, relative to it (analyze: the traces' absolute paths)", dict[str, Any])
+    artifacts: Annotated[dict[str, Any], Meta(description="the run dir's files, relative to it (analyze: the traces' absolute "
+                                                          "paths)")]
 
 
 class Report(_ReportBase, total=False):
     """report.json: one run of `advise profile` (or `advise analyze`)."""
 
-    notes: described("what the probe could not do and why, said once", list[str])
-    wall_s: described("the profiled run", Num)
-    total_wall_s: described("the whole command: run, analysis and experiments", Num)
+    notes: Annotated[list[str], Meta(description="what the probe could not do and why, said once")]
+    wall_s: Annotated[Num, Meta(description="the profiled run")]
+    total_wall_s: Annotated[Num, Meta(description="the whole command: run, analysis and experiments")]
     experiments: Optional[Experiments]
     energy: Optional[Energy]
-    ranks: described("each rank of a job (empty for one process)", list[Rank])
-    fingerprint: described("advise profile: what makes two runs comparable (advise compare)", Fingerprint)
+    ranks: Annotated[list[Rank], Meta(description="each rank of a job (empty for one process)")]
+    fingerprint: Annotated[Fingerprint, Meta(description="advise profile: what makes two runs comparable (advise compare)")]
 
 
 # --- compare.json ------------------------------------------------------------------------------
@@ -146,14 +152,14 @@ class Report(_ReportBase, total=False):
 class CompareMetric(TypedDict):
     name: str
     label: str
-    unit: described("samples/s, steps/s, s, bytes or fraction", str)
+    unit: Annotated[str, Meta(description="samples/s, steps/s, s, bytes or fraction")]
     higher_is_better: bool
-    gated: described("whether this metric can fail the gate", bool)
+    gated: Annotated[bool, Meta(description="whether this metric can fail the gate")]
     baseline: Num
     current: Num
-    change: described("current / baseline - 1 (fractions: the difference in points)", Num)
-    ci: described("95% bootstrap interval of the change", Optional[list[float]])
-    p_value: described("one-sided: the current run is worse", Num)
+    change: Annotated[Num, Meta(description="current / baseline - 1 (fractions: the difference in points)")]
+    ci: Annotated[Optional[list[float]], Meta(description="95% bootstrap interval of the change")]
+    p_value: Annotated[Num, Meta(description="one-sided: the current run is worse")]
     verdict: Literal["regression", "improvement", "ok", "not-significant", "reported", "n/a", "inconclusive"]
     note: str
 
@@ -178,8 +184,8 @@ class CompareSteps(TypedDict):
 
 class _CompareBase(TypedDict):
     verdict: Literal["pass", "regression", "inconclusive"]
-    exit_code: described("0 pass, 3 regression, 4 inconclusive (0 with --inconclusive pass)", int)
-    rule: described("the gate's rule, in words", str)
+    exit_code: Annotated[int, Meta(description="0 pass, 3 regression, 4 inconclusive (0 with --inconclusive pass)")]
+    rule: Annotated[str, Meta(description="the gate's rule, in words")]
     baseline: str
     current: str
     script: str
@@ -190,7 +196,7 @@ class _CompareBase(TypedDict):
     n_steps: CompareSteps
     significance_testable: bool
     metrics: list[CompareMetric]
-    regressions: described("names of the metrics that regressed", list[str])
+    regressions: Annotated[list[str], Meta(description="names of the metrics that regressed")]
     findings: CompareFindings
     warnings: list[str]
 
@@ -202,19 +208,20 @@ class Inconclusive(TypedDict):
 
 
 class NoiseFloor(TypedDict, total=False):
-    known: described("whether the runner's noise was measured (advise ab), not assumed", bool)
-    resolvable_change: described("half the 95% CI of the median step's change: the smallest change these runs resolve", Num)
+    known: Annotated[bool, Meta(description="whether the runner's noise was measured (advise ab), not assumed")]
+    resolvable_change: Annotated[Num, Meta(description="half the 95% CI of the median step's change: the smallest change these "
+                                                       "runs resolve")]
     note: str
 
 
 class Compare(_CompareBase, total=False):
     """compare.json: `advise compare` (or `advise profile --baseline`) of two report.json files."""
 
-    schema_version: described("compare.json's own version (fields only added within it)", Literal[1])
+    schema_version: Annotated[Literal[1], Meta(description="compare.json's own version (fields only added within it)")]
     noise_floor: NoiseFloor
-    inconclusive: described("policy (fail: exit 4, pass: exit 0), and the metrics these runs could not settle, with why",
-                            Inconclusive)
-    slower_ops: described("where the time went, op by op, when both runs have a trace", Optional[list[dict]])
+    inconclusive: Annotated[Inconclusive, Meta(description="policy (fail: exit 4, pass: exit 0), and the metrics these runs "
+                                                           "could not settle, with why")]
+    slower_ops: Annotated[Optional[list[dict]], Meta(description="where the time went, op by op, when both runs have a trace")]
 
 
 # --- the agent summary: `advise report DIR --format json` ---------------------------------------
@@ -225,25 +232,25 @@ class SummaryFinding(TypedDict):
     rule: str
     severity: Literal["high", "medium", "low"]
     title: str
-    locations: described("file:line of the user's code the finding is about, most calls first", list[str])
-    fix: described("what to do", str)
+    locations: Annotated[list[str], Meta(description="file:line of the user's code the finding is about, most calls first")]
+    fix: Annotated[str, Meta(description="what to do")]
     fix_kind: Literal["automatic", "manual"]
-    safe: described("true when the fix leaves numerics unchanged", bool)
-    speedup: described("measured throughput ratio (null: not measured)", Num)
-    ci: described("its 95% interval", Optional[list[float]])
-    verified: described("true only when the speedup was measured in this run and its interval clears 1", bool)
-    verdict: described("the experiment's verdict (null: no experiment)", Optional[str])
-    estimated_speedup: described("the rule's own estimate, never measured", Num)
+    safe: Annotated[bool, Meta(description="true when the fix leaves numerics unchanged")]
+    speedup: Annotated[Num, Meta(description="measured throughput ratio (null: not measured)")]
+    ci: Annotated[Optional[list[float]], Meta(description="its 95% interval")]
+    verified: Annotated[bool, Meta(description="true only when the speedup was measured in this run and its interval clears 1")]
+    verdict: Annotated[Optional[str], Meta(description="the experiment's verdict (null: no experiment)")]
+    estimated_speedup: Annotated[Num, Meta(description="the rule's own estimate, never measured")]
     snippet: str
 
 
 class SummaryRecommendation(TypedDict):
-    fixes: described("the stacked fixes, each as CODE rule-name", list[str])
+    fixes: Annotated[list[str], Meta(description="the stacked fixes, each as CODE rule-name")]
     speedup: Num
     ci: Optional[list[float]]
     verified: bool
     measured_by: Optional[str]
-    snippets: described("the code change that makes each fix permanent", list[str])
+    snippets: Annotated[list[str], Meta(description="the code change that makes each fix permanent")]
 
 
 class Summary(TypedDict):
@@ -256,14 +263,17 @@ class Summary(TypedDict):
     device: Optional[str]
     samples_per_s: Num
     step_time_median_s: Num
-    verdict: described("one line: what to do first, or why nothing is recommended", str)
+    verdict: Annotated[str, Meta(description="one line: what to do first, or why nothing is recommended")]
     recommended: Optional[SummaryRecommendation]
     findings: list[SummaryFinding]
     warnings: list[str]
-    report: described("the full report.json this summary was read from", str)
+    report: Annotated[str, Meta(description="the full report.json this summary was read from")]
 
 
-def _subclasses(cls: type) -> list[type]:
+_T = TypeVar("_T")
+
+
+def _subclasses(cls: type[_T]) -> list[type[_T]]:
     return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
 
 

@@ -194,7 +194,7 @@ def op_traffic(name: str, dims, types, flops: float | None) -> tuple[float, floa
             k = math.prod(matrices[1][1:])
         elif matrices:
             k = matrices[-2][-1] if "addm" in name or "baddbmm" in name else matrices[0][-1]
-    if k:
+    if k and flops:  # k is only found for an op with FLOPs
         out_items = flops / (2.0 * k)
     return read + out_items * out_size, out_items
 

@@ -129,7 +129,9 @@ def from_trace(trace) -> dict | None:
     for category, counter in sites.items():
         rows = []
         for (frame, extra), count in counter.items():
-            file, line, function = parse_frame(frame)
+            parsed = parse_frame(frame)
+            assert parsed is not None  # every frame here is one of `user`'s, which parse
+            file, line, function = parsed
             rows.append({"file": file, "line": line, "function": function, "count": count, **dict(extra)})
         if rows:
             out[category] = sorted(rows, key=lambda r: -r["count"])
@@ -138,7 +140,7 @@ def from_trace(trace) -> dict | None:
 
 def _user_frame_name(name: str) -> bool:
     parsed = parse_frame(name)
-    return bool(parsed) and is_user_file(parsed[0])
+    return parsed is not None and is_user_file(parsed[0])
 
 
 def _pageable_copies(trace, ops, innermost, add) -> None:

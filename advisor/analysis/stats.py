@@ -29,6 +29,8 @@ import pandas as pd
 
 from .steptime import per_step
 
+Values = Sequence[float] | np.ndarray  # a sample: a list of floats or an array (NaN and inf are dropped)
+
 
 def scipy_stats():
     """scipy.stats, imported on first use (here and by the gate's sequential test)."""
@@ -37,12 +39,12 @@ def scipy_stats():
     return stats
 
 
-def _array(values: Sequence[float]) -> np.ndarray:
+def _array(values: Values) -> np.ndarray:
     arr = np.asarray(values, dtype=float)
     return arr[np.isfinite(arr)]
 
 
-def mann_whitney(a: Sequence[float], b: Sequence[float], alternative: str = "two-sided") -> float:
+def mann_whitney(a: Values, b: Values, alternative: str = "two-sided") -> float:
     """p-value of the Mann-Whitney U test of `a` against `b`.
 
     `alternative`: "two-sided", "greater" (b tends to be larger than a) or "less" (b tends to be
@@ -94,8 +96,8 @@ def _median(x, axis=-1):
 
 
 def ratio_ci(
-    a: Sequence[float],
-    b: Sequence[float],
+    a: Values,
+    b: Values,
     statistic: Callable = _median,
     confidence: float = 0.95,
     n_resamples: int = 2000,
@@ -217,7 +219,7 @@ def _rate_var(dur: np.ndarray, work: np.ndarray) -> float:
     return float(resid.var(ddof=1) * n / dur.sum() ** 2)
 
 
-def ratio_of_means_ci_t(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Interval | None:
+def ratio_of_means_ci_t(a: Values, b: Values, confidence: float = 0.95) -> Interval | None:
     """t-based CI of ``mean(b) / mean(a)``: delta method with Welch-Satterthwaite degrees of freedom.
 
     Good enough when both means are well away from 0 relative to their standard errors (timings,

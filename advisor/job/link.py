@@ -13,6 +13,7 @@ the ranks advise launched itself. A rank whose arm raised stops the job's arms: 
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -104,7 +105,7 @@ class JobLink:
             return True
         for r in self.others:
             if round_no not in self._ended[r]:
-                value = self._call(lambda r=r: self.channel.get(f"ended/{r}/{round_no}"))
+                value = self._call(partial(self.channel.get, f"ended/{r}/{round_no}"))
                 if value is None:
                     return self._broken
                 self._ended[r].add(round_no)

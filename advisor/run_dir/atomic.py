@@ -32,7 +32,8 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
         check_replaceable(target)
         tmp, fd = _create_temp(target)
     except OSError as exc:
-        raise _naming(exc, path)
+        _naming(exc, path)
+        raise
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -40,7 +41,7 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise _naming(exc, path)
+            _naming(exc, path)
         raise
 
 
@@ -76,18 +77,21 @@ def check_writable(folder: str | os.PathLike, nbytes: int = 16384) -> None:
     try:
         tmp, fd = _create_temp(folder / "write-check")
     except OSError as exc:
-        raise _naming(exc, folder)
+        _naming(exc, folder)
+        raise
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(bytes(nbytes))
     except OSError as exc:
-        raise _naming(exc, folder)
+        _naming(exc, folder)
+        raise
     finally:
         tmp.unlink(missing_ok=True)
 
 
 def _naming(exc: OSError, path: str | os.PathLike) -> OSError:
-    """`exc` naming the file the caller asked for: not the hidden temp file, nor nothing (a failed write())."""
+    """`exc` naming the file the caller asked for: not the hidden temp file, nor nothing (a failed write()).
+    Changed in place (the caller re-raises it) and returned."""
     if exc.filename is None or Path(exc.filename).name.startswith(".tmp-"):
         exc.filename = os.fspath(path)
     return exc

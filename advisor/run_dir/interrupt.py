@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, NoReturn
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+_NAMES: dict[int, str] = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 GIVE_UP_AFTER = 3  # signals: the third one is not deferred
 
 
@@ -124,7 +124,7 @@ class StopRequest:
 
 
 # Exit codes: 128 + the signal, as a shell reports a process that a signal ended (README "Exit codes").
-EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGHUP: 129, signal.SIGTERM: 143}
+EXIT_SIGNAL: dict[int, int] = {signal.SIGINT: 130, signal.SIGHUP: 129, signal.SIGTERM: 143}
 
 
 def exit_code(signum: int | None) -> int:

@@ -108,7 +108,7 @@ class MemoryAccount(msgspec.Struct, kw_only=True):
     checkpointable: Optional[Checkpointable] = None
 
 
-T = TypeVar("T")
+T = TypeVar("T", bound=msgspec.Struct)
 
 
 def typed(cls: type[T], data: Any) -> T:

@@ -374,7 +374,7 @@ def _gpu_step(ts: np.ndarray, corr: pd.arrays.IntegerArray, runtime: pd.DataFram
     return np.where(found, rst[pos], by_time)
 
 
-def _build_kernels(c: Columns, assign, runtime: pd.DataFrame, guard: _Guard | None = None) -> pd.DataFrame:
+def _build_kernels(c: Columns | None, assign, runtime: pd.DataFrame, guard: _Guard | None = None) -> pd.DataFrame:
     c = _x_base(c, guard)
     if c is None:
         return empty_frame(KERNEL_COLS)
@@ -449,7 +449,7 @@ def _build_python(c: Columns, assign, guard: _Guard | None = None) -> pd.DataFra
     return _build_host_events(c, assign, PY_COLS, with_correlation=False, guard=guard)
 
 
-def _build_host_events(c: Columns, assign, schema: dict, *, with_correlation: bool,
+def _build_host_events(c: Columns | None, assign, schema: dict, *, with_correlation: bool,
                        guard: _Guard | None = None) -> pd.DataFrame:
     """Complete events on a host thread (runtime calls, python frames): name, times, pid/tid, step."""
     c = _x_base(c, guard)
@@ -480,7 +480,7 @@ def _build_memory(c: Columns) -> pd.DataFrame:
     return build_frame(cols, MEM_COLS, _ts_order(c["ts"]))
 
 
-def _build_ops(c: Columns, assign, guard: _Guard | None = None) -> pd.DataFrame:
+def _build_ops(c: Columns | None, assign, guard: _Guard | None = None) -> pd.DataFrame:
     c = _x_base(c, guard)
     if c is None:
         return empty_frame(OPS_COLS)

@@ -25,11 +25,13 @@ import os
 import re
 import zlib
 from array import array
+from types import ModuleType
 from typing import Any
 
 import msgspec
 from msgspec import field
 
+_inflate: ModuleType
 try:  # Intel ISA-L's inflate: twice zlib's speed on a trace (benchmarks/README.md), same checks
     from isal import isal_zlib as _inflate
 except ImportError:  # a platform without its wheel
@@ -119,6 +121,10 @@ class Table:
     decoded JSON). One table per kind serves every column of a read, so its columns join and
     concatenate by their codes."""
 
+    keys: list
+    values: list
+    index: _Index
+
     def __init__(self, kind: str, decode=None) -> None:
         self.kind, self.decode, self.keys, self.bad = kind, decode, [], False
         self.values = self.keys if decode is None else []
@@ -151,6 +157,8 @@ class Table:
 
 class _Index(dict):
     """key -> code; a new key is added to its table on first sight (the lookup stays in C)."""
+
+    table: Table
 
     def __missing__(self, key):
         table = self.table
@@ -409,6 +417,7 @@ def to_int_ids(values: list, default: int = -1) -> array:
         pass
     cache: dict = {}
     out = array("q", bytes(8 * len(values)))
+    r: int | None
     for i, v in enumerate(values):
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v:
             r = int(v) if -(2**63) <= v < 2**63 else default
@@ -465,6 +474,7 @@ _HEAD_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 def read_file(src: str) -> tuple[dict, dict, int]:
     """(the document without its events, columns per bucket, number of events); TraceError on bad input."""
     doc, columns, n = read_raw(src)
+    assert isinstance(doc, dict)  # a Shared stands in only for a read with a `share`
     return doc, arrays(columns), n
 
 
@@ -552,7 +562,7 @@ def _stream(src: str, gz: bool, builder: _Builder, share=None) -> dict | Shared:
         if not m:
             raise _NotStreamable
         buf = bytearray(b"[") + head[m.end():]
-        head = bytes(head[: m.end()])
+        doc_head = bytes(head[: m.end()])
         eof, want = False, BLOCK
         while True:
             while len(buf) < want and not eof:
@@ -565,7 +575,7 @@ def _stream(src: str, gz: bool, builder: _Builder, share=None) -> dict | Shared:
                     eof = not block
                     buf += block
                 if eof and _share(buf, builder, share):
-                    return Shared(head)
+                    return Shared(doc_head)
                 share.give(b"")  # too much left to hold at once, or no event end past the middle
                 share = None  # answered: read on alone
             if eof:
@@ -576,7 +586,7 @@ def _stream(src: str, gz: bool, builder: _Builder, share=None) -> dict | Shared:
         tail = _decode_last(bytes(buf), builder)
     if share is not None:
         share.give(b"")  # never asked, or asked too late: the asker reads nothing
-    return _document(head, tail)
+    return _document(doc_head, tail)
 
 
 SHARE_MAX = 256 << 20  # bytes of JSON left: more than this are not shared (held in memory at once)
@@ -786,6 +796,7 @@ def _whole(src: str, gz: bool, builder: _Builder) -> dict:
     builder.n_events = len(events)
     dicts = [e for e in events if isinstance(e, dict)]
     del events
+    decoded: list[_EventTyped] | list[_Event]
     try:  # NaN/Infinity become null (counted as impossible times, as before); re-read typed
         decoded = _EVENTS.decode(msgspec.json.encode(dicts))
     except (msgspec.DecodeError, msgspec.ValidationError, OverflowError, TypeError):
