@@ -43,6 +43,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from advisor.profile import Profile
+
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
@@ -51,7 +53,7 @@ FOREACH = FUSED_ON_CPU | {"Adamax", "RMSprop", "NAdam", "RAdam", "Adadelta", "AS
 
 
 @rule(code="CPU002", name="single-tensor-optimizer-cpu")
-def check(profile, *, min_optimizer_frac: float = 0.1, min_elements: int = 1_000_000,
+def check(profile: Profile, *, min_optimizer_frac: float = 0.1, min_elements: int = 1_000_000,
           min_sgd_tensors: int = 50) -> Iterator[Finding]:
     if profile.has_gpu:
         return

@@ -41,13 +41,14 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.analysis import metrics
+from advisor.profile import Profile
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
 
 @rule(code="CPU003", name="cpu-thread-settings")
-def check(profile, *, max_data_wait_frac: float = 0.3) -> Iterator[Finding]:
+def check(profile: Profile, *, max_data_wait_frac: float = 0.3) -> Iterator[Finding]:
     if profile.has_gpu or not h.is_training(profile):
         return
     env = profile.environment

@@ -72,6 +72,7 @@ import numpy as np
 from advisor import intervals
 from advisor.analysis import metrics, steptime
 from advisor.overrides import IO_WORKERS_PER_CORE, MAX_WORKERS, cores_per_rank, cores_said
+from advisor.profile import Profile
 from advisor.run_dir.seen import LoaderSeen
 
 from . import helpers as h
@@ -79,7 +80,7 @@ from .registry import Finding, Fix, rule
 
 
 @rule(code="DL001", name="dataloader-starvation")
-def check(profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> Iterator[Finding]:
+def check(profile: Profile, *, min_wait_frac: float = 0.10, min_wait_ms: float = 5.0) -> Iterator[Finding]:
     steps = h.timed_steps(profile)
     if steps.empty or not steptime.has_data_wait(steps):
         return

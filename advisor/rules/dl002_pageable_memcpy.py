@@ -43,6 +43,7 @@ from typing import Iterator
 import numpy as np
 
 from advisor import units
+from advisor.profile import Profile
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
@@ -52,7 +53,7 @@ _SYNC_CALLS = ("cudaStreamSynchronize", "hipStreamSynchronize")
 
 
 @rule(code="DL002", name="pageable-memcpy")
-def check(profile, *, min_bytes_per_step: int = 1048576, min_time_frac: float = 0.005) -> Iterator[Finding]:
+def check(profile: Profile, *, min_bytes_per_step: int = 1048576, min_time_frac: float = 0.005) -> Iterator[Finding]:
     mc = profile.memcpy
     steps = h.trace_steps(profile)
     if mc.empty or steps.empty:

@@ -43,12 +43,14 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from advisor.profile import Profile
+
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
 
 @rule(code="DL003", name="cpu-oversubscription")
-def check(profile, *, min_cpu_busy_frac: float = 0.85) -> Iterator[Finding]:
+def check(profile: Profile, *, min_cpu_busy_frac: float = 0.85) -> Iterator[Finding]:
     over = h.oversubscription(profile, min_cpu_busy_frac)
     if over is None:
         return

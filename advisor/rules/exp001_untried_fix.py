@@ -56,6 +56,7 @@ from typing import Iterator
 from advisor.overrides import cores_per_rank
 
 from advisor.model import SCREEN
+from advisor.profile import Profile
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
@@ -68,7 +69,7 @@ _COMPILED = ("CompiledFunction", "Torch-Compiled Region", "CompiledFxGraph")
 
 
 @rule(code="EXP001", name="untried-fix")
-def check(profile, *, fixes: str = "autocast,compile,optimizer,threads,workers,batch") -> Iterator[Finding]:
+def check(profile: Profile, *, fixes: str = "autocast,compile,optimizer,threads,workers,batch") -> Iterator[Finding]:
     wanted = {f.strip() for f in fixes.split(",") if f.strip()}
     if not h.is_training(profile):
         return

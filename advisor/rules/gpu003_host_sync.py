@@ -53,6 +53,7 @@ import numpy as np
 
 from advisor import intervals
 from advisor.analysis import sources
+from advisor.profile import Profile
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
@@ -66,7 +67,7 @@ _CAUSE = [
 
 
 @rule(code="GPU003", name="host-sync")
-def check(profile, *, min_idle_frac: float = 0.02, min_syncs_per_step: float = 1.0) -> Iterator[Finding]:
+def check(profile: Profile, *, min_idle_frac: float = 0.02, min_syncs_per_step: float = 1.0) -> Iterator[Finding]:
     if not profile.has_gpu:
         return
     steps = h.trace_steps(profile)

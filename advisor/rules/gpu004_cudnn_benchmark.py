@@ -38,12 +38,14 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from advisor.profile import Profile
+
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
 
 @rule(code="GPU004", name="cudnn-benchmark")
-def check(profile, *, min_conv_kernel_frac: float = 0.1) -> Iterator[Finding]:
+def check(profile: Profile, *, min_conv_kernel_frac: float = 0.1) -> Iterator[Finding]:
     benchmark = profile.environment.cudnn_benchmark  # None: not known (a trace alone)
     if not profile.has_gpu or benchmark is None or benchmark:
         return

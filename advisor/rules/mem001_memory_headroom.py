@@ -75,6 +75,7 @@ import numpy as np
 from advisor import units
 from advisor.analysis import memory as mem
 from advisor.analysis.memory import DEVICE_MARGIN
+from advisor.profile import Profile
 from advisor.run_dir.seen import MemoryAccount
 
 from . import helpers as h
@@ -85,7 +86,7 @@ FRAGMENTED = 1.3  # reserved over allocated at the peak: the allocator holds thi
 
 
 @rule(code="MEM001", name="memory-headroom")
-def check(profile, *, max_used_frac: float = 0.4, near_oom_frac: float = 0.92,
+def check(profile: Profile, *, max_used_frac: float = 0.4, near_oom_frac: float = 0.92,
           max_gpu_busy_frac: float = 0.9, state_dominates_frac: float = 0.5) -> Iterator[Finding]:
     if not h.is_training(profile):
         return

@@ -42,6 +42,7 @@ from typing import Iterator
 import numpy as np
 
 from advisor.analysis.ranks import name_mask
+from advisor.profile import Profile
 from advisor.run_dir.seen import OptimizerSeen
 
 from . import helpers as h
@@ -52,7 +53,7 @@ FOREACH = FUSED | {"RMSprop", "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop"}
 
 
 @rule(code="OPT001", name="unfused-optimizer")
-def check(profile, *, min_launches_per_step: int = 50, min_optimizer_frac: float = 0.1) -> Iterator[Finding]:
+def check(profile: Profile, *, min_launches_per_step: int = 50, min_optimizer_frac: float = 0.1) -> Iterator[Finding]:
     if not profile.has_gpu:
         return
     observed = [o for o in profile.seen.optimizers if (o.device or "").startswith("cuda")]

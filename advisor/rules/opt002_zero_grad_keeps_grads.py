@@ -49,6 +49,8 @@ from typing import Iterator
 
 import numpy as np
 
+from advisor.profile import Profile
+
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
@@ -57,7 +59,7 @@ SNIPPET_LOOP = ("- for p in model.parameters():\n-     p.grad.zero_()\n"
 
 
 @rule(code="OPT002", name="zero-grad-keeps-grads")
-def check(profile, *, min_zeroed_tensors: int = 4, min_zero_frac: float = 0.01) -> Iterator[Finding]:
+def check(profile: Profile, *, min_zeroed_tensors: int = 4, min_zero_frac: float = 0.01) -> Iterator[Finding]:
     calls = profile.seen.zero_grad
     kept = {who: c for who, c in calls.items() if c.kept}
     zeros = _trace_zeros(profile)
@@ -82,7 +84,8 @@ def check(profile, *, min_zeroed_tensors: int = 4, min_zero_frac: float = 0.01) 
             fix=Fix.safe("Call zero_grad with set_to_none=True", {"zero_grad_set_to_none": True}),
         )
         return
-    if profile.has_gpu or not zeros or zeros["zeroed_per_step"] < min_zeroed_tensors or frac < min_zero_frac:
+    if (profile.has_gpu or not zeros or zeros["zeroed_per_step"] < min_zeroed_tensors or frac is None
+            or frac < min_zero_frac):
         return
     yield Finding(
         title=f"{zeros['zeroed_per_step']:.0f} tensors zeroed in place each step: {frac:.0%} of the step",

@@ -58,6 +58,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.analysis import steptime
+from advisor.profile import Profile
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
@@ -66,7 +67,7 @@ CONSISTENT_SHARE = 2 / 3  # the straggler is the busiest rank in at least this s
 
 
 @rule(code="PAR001", name="straggler-rank")
-def check(profile, *, min_extra_frac: float = 0.1, min_extra_ms: float = 5.0, min_steps: int = 3) -> Iterator[Finding]:
+def check(profile: Profile, *, min_extra_frac: float = 0.1, min_extra_ms: float = 5.0, min_steps: int = 3) -> Iterator[Finding]:
     job = profile.job
     if len(job) < 2:
         return
@@ -88,7 +89,7 @@ def check(profile, *, min_extra_frac: float = 0.1, min_extra_ms: float = 5.0, mi
     consistent = _slowest_share(table, rank)
     if consistent < CONSISTENT_SHARE:
         return  # slowest now and then, not every step: scheduling noise, not a straggler
-    worst = max(waits, key=waits.get)
+    worst = max(waits, key=waits.__getitem__)
     share = h.frac(wait_s, step_s)
     yield Finding(
         title=f"Rank {rank} is a straggler: {extra_s * 1e3:,.1f} ms more work per step, the other ranks wait for it",

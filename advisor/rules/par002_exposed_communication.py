@@ -58,6 +58,7 @@ from typing import Iterator
 
 from advisor.analysis import steptime
 from advisor.analysis.ranks import name_mask
+from advisor.profile import Profile
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
@@ -67,7 +68,7 @@ _UNUSED_SEARCH = "search_unused_parameters"
 
 
 @rule(code="PAR002", name="exposed-communication")
-def check(profile, *, min_exposed_frac: float = 0.1) -> Iterator[Finding]:
+def check(profile: Profile, *, min_exposed_frac: float = 0.1) -> Iterator[Finding]:
     job = profile.job
     ranks = job.per_rank()
     if ranks.empty or not ranks["comm_s"].gt(0).any():

@@ -48,6 +48,8 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
+from advisor.profile import Profile
+
 from .registry import Finding, Fix, rule
 
 _MODULE = re.compile(r"(^|[^A-Za-z])DataParallel(_\d+)?$|nn\.Module: DataParallel|torch/nn/parallel/(data_parallel|parallel_apply)\.py")
@@ -55,7 +57,7 @@ _COLLECTIVE = re.compile(r"nccl|rccl", re.IGNORECASE)
 
 
 @rule(code="PAR003", name="data-parallel")
-def check(profile) -> Iterator[Finding]:
+def check(profile: Profile) -> Iterator[Finding]:
     kernels = profile.kernels
     if not len(kernels):
         return

@@ -46,13 +46,14 @@ import math
 from typing import Iterator
 
 from advisor.analysis import steptime
+from advisor.profile import Profile
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
 
 @rule(code="PAR004", name="rank-load-imbalance")
-def check(profile, *, min_imbalance: float = 0.1) -> Iterator[Finding]:
+def check(profile: Profile, *, min_imbalance: float = 0.1) -> Iterator[Finding]:
     job = profile.job
     if len(job) < 2:
         return

@@ -66,6 +66,7 @@ from typing import Iterator
 import numpy as np
 
 from advisor.analysis import steptime
+from advisor.profile import Profile
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
@@ -78,7 +79,7 @@ _TF32_KERNEL = re.compile(r"tf32|tensorop_s1688|xmma_.*tf32", re.I)
 
 
 @rule(code="PR001", name="fp32-matmul")
-def check(profile, *, min_kernel_frac: float = 0.2, min_step_frac: float = 0.05, min_cpu_step_frac: float = 0.3,
+def check(profile: Profile, *, min_kernel_frac: float = 0.2, min_step_frac: float = 0.05, min_cpu_step_frac: float = 0.3,
           min_cpu_op_mflops: float = 100.0) -> Iterator[Finding]:
     dev = h.device(profile)
     ops = h.gemm_ops(profile)

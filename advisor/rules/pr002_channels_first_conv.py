@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from advisor.profile import Profile
+
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
@@ -44,7 +46,7 @@ _LAYOUT_KERNEL = r"nchwToNhwc|nhwcToNchw|batched_transpose|transpose_NCHW|NCHW.*
 
 
 @rule(code="PR002", name="channels-first-conv")
-def check(profile, *, min_transpose_frac: float = 0.03) -> Iterator[Finding]:
+def check(profile: Profile, *, min_transpose_frac: float = 0.03) -> Iterator[Finding]:
     if not profile.has_gpu:
         return
     steps = h.trace_steps(profile)

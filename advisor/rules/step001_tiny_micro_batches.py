@@ -42,13 +42,14 @@ from __future__ import annotations
 from typing import Iterator
 
 from advisor.analysis import steptime
+from advisor.profile import Profile
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
 
 @rule(code="STEP001", name="tiny-micro-batches")
-def check(profile, *, min_micro_batches: int = 4, max_micro_batch: int = 8) -> Iterator[Finding]:
+def check(profile: Profile, *, min_micro_batches: int = 4, max_micro_batch: int = 8) -> Iterator[Finding]:
     steps = h.timed_steps(profile)
     loaders = profile.seen.dataloaders
     if not steptime.knows_batch(steps) or not loaders:
