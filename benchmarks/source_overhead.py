@@ -98,12 +98,12 @@ def main() -> None:
         step = make_step(width)
         for _ in range(10):
             step()
-        plain, captured, ratio = pairs(lambda: block_plain(step, args.steps), lambda: block_captured(step, args.steps),
+        plain, captured, ratio = pairs(lambda step=step: block_plain(step, args.steps), lambda step=step: block_captured(step, args.steps),
                                        args.pairs)
         print(f"width {width}: capture step {captured * 1e3:.3f} ms vs plain {plain * 1e3:.3f} ms: {ratio:.2f}x "
               f"(+{(captured - plain) * 1e6:.0f} us, once per run)")
-        off, on, ratio = pairs(lambda: block_profiled(step, args.steps, False),
-                               lambda: block_profiled(step, args.steps, True), args.pairs)
+        off, on, ratio = pairs(lambda step=step: block_profiled(step, args.steps, False),
+                               lambda step=step: block_profiled(step, args.steps, True), args.pairs)
         print(f"width {width}: profiled step with_stack {on * 1e3:.3f} ms vs without {off * 1e3:.3f} ms: {ratio:.2f}x")
 
 

@@ -472,9 +472,9 @@ def test_ctrl_c_at_any_moment_after_the_measurements_agrees_with_the_report(tmp_
         proc = subprocess.Popen(advise_cmd("profile", *FAST_ARGS, "--out", str(run), str(WORKLOADS / "train_basic.py")),
                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         seen: list[str] = []
-        reader = threading.Thread(target=lambda: seen.extend(iter(proc.stdout.readline, "")), daemon=True)
+        reader = threading.Thread(target=seen.extend, args=(iter(proc.stdout.readline, ""),), daemon=True)
         reader.start()
-        wait_for(lambda: any("analysing" in line for line in seen), proc, "the analysis")
+        wait_for(lambda seen=seen: any("analysing" in line for line in seen), proc, "the analysis")
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)

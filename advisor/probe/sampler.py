@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -517,9 +518,9 @@ class Sampler:
         count = self._query("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount) or 0
         listed = {}
         for index in range(count):
-            handle = self._query("nvmlDeviceGetHandleByIndex", lambda: pynvml.nvmlDeviceGetHandleByIndex(index))
+            handle = self._query("nvmlDeviceGetHandleByIndex", partial(pynvml.nvmlDeviceGetHandleByIndex, index))
             procs = self._query("nvmlDeviceGetComputeRunningProcesses",
-                                lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(handle)) if handle else None
+                                partial(pynvml.nvmlDeviceGetComputeRunningProcesses, handle)) if handle else None
             listed[index] = [p.pid for p in procs or []]
         found = script_gpu(listed, tree)
         if found is None:

@@ -38,7 +38,7 @@ def on_config(config):
     rules = _rules()
 
     def expand(items):
-        for i, item in enumerate(items):
+        for item in items:
             if isinstance(item, dict):
                 for title, value in item.items():
                     if value == RULES_PAGE:
