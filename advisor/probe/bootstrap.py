@@ -171,7 +171,7 @@ def user_traceback(exc: BaseException) -> str:
     """The traceback as plain python would print it, minus the probe's own frames."""
     te = traceback.TracebackException.from_exception(exc)
     seen = set()
-    node = te
+    node: traceback.TracebackException | None = te
     while node is not None and id(node) not in seen:
         seen.add(id(node))
         node.stack = traceback.StackSummary.from_list([f for f in node.stack if not _is_ours(f.filename)])
@@ -186,10 +186,10 @@ def run_script(script: str, args: list[str]) -> None:
     sys.path.insert(0, os.path.dirname(os.path.realpath(path)))
     main = types.ModuleType("__main__")
     main.__file__ = path
-    main.__builtins__ = builtins
+    main.__builtins__ = builtins  # type: ignore[attr-defined]  # runpy sets it; typeshed's ModuleType lacks it
     main.__loader__ = None
     main.__spec__ = None
-    main.__cached__ = None
+    main.__cached__ = None  # type: ignore[attr-defined]  # as runpy sets it; typeshed's ModuleType lacks it
     sys.modules["__main__"] = main
     with tokenize.open(path) as f:
         source = f.read()
@@ -206,7 +206,7 @@ def run_module(name: str, args: list[str]) -> None:
     """
     sys.argv = [name, *args]
     sys.path.insert(0, os.getcwd())
-    runpy._run_module_as_main(name, alter_argv=True)
+    runpy._run_module_as_main(name, alter_argv=True)  # type: ignore[attr-defined]  # python -m's own entry, untyped
 
 
 def main(config_path: str) -> int:

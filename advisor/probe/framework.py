@@ -41,7 +41,7 @@ def detect(frame=None) -> tuple[dict, Any] | None:
     if found is None:
         return None
     name, settings, *owner = found
-    info = {"name": name, "settings": settings, "configured_at": configured_at(frames, CONFIG_CALL[name])}
+    info: dict[str, Any] = {"name": name, "settings": settings, "configured_at": configured_at(frames, CONFIG_CALL[name])}
     if name == HF_TRAINER and info["configured_at"] is None:  # run_clm.py's way: the flags are the arguments
         parser = configured_at(frames, "HfArgumentParser")
         if parser is not None:

@@ -19,7 +19,7 @@ import time
 import warnings
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 import torch.utils.data.dataloader as dl
@@ -105,6 +105,7 @@ def batch_size(batch: Any, depth: int = 0, axis: int = 0) -> int | None:
         return int(batch.shape[0]) if batch.dim() > 0 else None
     if depth > 3:
         return None
+    items: Iterable[Any]
     if isinstance(batch, dict):
         items = batch.values()
     elif isinstance(batch, (list, tuple)):

@@ -72,7 +72,7 @@ class WindowPeak:
         self.device = device
         self.step_peak: int | None = None
         self.persistent = 0
-        self._prof = None
+        self._prof: torch.profiler.profile | None = None
 
     def _cuda(self) -> bool:
         return self.device == "cuda" and torch.cuda.is_available() and torch.cuda.is_initialized()
@@ -221,7 +221,7 @@ def _checkpointed(block: torch.nn.Module):
             return checkpoint(forward, *args, use_reentrant=False, **kwargs)
         return forward(*args, **kwargs)
 
-    run._advise_checkpoint = True
+    run._advise_checkpoint = True  # type: ignore[attr-defined]  # a mark on the function, read back by getattr
     return run
 
 

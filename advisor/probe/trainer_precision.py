@@ -35,7 +35,7 @@ class TrainerPrecision:
 
     def on(self, dtype: torch.dtype) -> bool:
         """The Trainer's precision set to `dtype`'s mixed form; False where this Trainer cannot be."""
-        strategy = getattr(self._trainer(), "strategy", None)
+        strategy: Any = getattr(self._trainer(), "strategy", None)  # a Lightning Strategy (mixed is None without one)
         mixed = _mixed_precision_class(strategy)
         if mixed is None or dtype not in PRECISION:
             return False
