@@ -505,7 +505,7 @@ def throughput_basis(tp: Throughput | dict) -> str:
 def baseline_vs_headline(tp: Throughput | dict, baseline: dict) -> str:
     """Why the experiments' baseline and the headline throughput differ, when they do by more than 5%."""
     tp = Throughput.of(tp)
-    for key, unit in (("samples_per_s", "samples/s"), ("steps_per_s", "steps/s")):
+    for key, unit in (("samples_per_s", "samples/s"), ("steps_per_s", "steps/s")):  # noqa: B007  (unit: read after the break)
         head, base = finite(getattr(tp, key)), finite((baseline or {}).get(key))
         if head and base:
             break
