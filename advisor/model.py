@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-from . import overrides as vocabulary
+from . import framework_words, overrides as vocabulary
 
 
 class _Str(str, Enum):
@@ -161,7 +161,7 @@ class Fix:
 
 
 def _snippet(overrides: dict, framework: dict | None = None) -> str:
-    return "\n".join(vocabulary.snippet(k, v, framework) for k, v in (overrides or {}).items())
+    return "\n".join(framework_words.snippet(k, v, framework) for k, v in (overrides or {}).items())
 
 
 @dataclass

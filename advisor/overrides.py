@@ -5,18 +5,16 @@ One table, torch-free, read by everyone who deals in overrides: the rules propos
 experiments sweep and combine them, and the reports show the code change that makes each one
 permanent. A key's validator, description, snippet, sweep ladder, "did it take effect" check
 and the name of the probe's switch that carries it sit together here, so adding a knob is one
-entry here and, for a new kind of change, one switch in ``advisor.probe.switches``.
+entry here and, for a new kind of change, one switch in ``advisor.probe.switches``. The same
+change in a framework's own words (the Hugging Face Trainer's ``bf16=True``) is
+:mod:`advisor.framework_words`'s; the cores a rank may plan for, :mod:`advisor.cores`'s.
 
 An override is plain data: ``{"dataloader": {"num_workers": 4}, "autocast": "bfloat16"}``.
 """
 
 from __future__ import annotations
 
-import ast
-import json
 import math
-import os
-import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -32,29 +30,6 @@ MICRO_BATCH_CUTS = (0.5, 0.25)  # batch_size_scale below 1: the micro-batch cut,
 
 class OverrideError(ValueError):
     """An override nobody can apply: unknown key or value. The message is one line."""
-
-
-def cores_per_rank(env: dict) -> int:
-    """The cores one rank may plan for: those its affinity mask allows (`cpu_usable`: a job
-    scheduler that binds each rank to its own cores has split them already), else the node's,
-    shared by the ranks on it (workers and threads are a per-node budget: 2 ranks x 4 workers on
-    2 cores is 8 workers)."""
-    cores = int(env.get("cpu_count") or os.cpu_count() or 1)
-    usable = int(env.get("cpu_usable") or cores)
-    if usable < cores:  # bound to a subset: that subset is this rank's
-        return max(1, usable)
-    return max(1, cores // int(env.get("local_world_size") or 1))
-
-
-def cores_said(env: dict) -> str:
-    """Where :func:`cores_per_rank`'s figure comes from, in words."""
-    cores, usable = int(env.get("cpu_count") or 0), int(env.get("cpu_usable") or env.get("cpu_count") or 0)
-    ranks = int(env.get("local_world_size") or 1)
-    if usable and cores and usable < cores:
-        return f"the {usable} CPU{'s' if usable > 1 else ''} this rank may use (its affinity mask, of {cores})"
-    if ranks > 1:
-        return f"{cores_per_rank(env)} CPUs: the node's {cores} shared by its {ranks} ranks"
-    return f"the node's {cores} CPUs"
 
 
 @dataclass(frozen=True)
@@ -286,217 +261,6 @@ def describe(overrides: dict) -> str:
         items = value.items() if isinstance(value, dict) else [(key, value)]
         parts += [f"{k}={v}" for k, v in items]
     return ", ".join(parts)
-
-
-def snippet(key: str, value, framework: dict | None = None) -> str:
-    """The code change that makes one override permanent, in the words of the user's `framework`
-    (the probe's ``observed.framework``: its name and settings) where it has its own."""
-    name = (framework or {}).get("name")
-    form = FRAMEWORK_FORMS.get(name, {}).get(key) if name else None
-    text = form(value, (framework or {}).get("settings") or {}) if form else None
-    at = (framework or {}).get("configured_at") or {}
-    if text and name == HF_TRAINER and (framework or {}).get("command_line"):
-        return _as_flags(text, os.path.basename(at.get("file") or "train.py"))
-    if text:
-        return _in_users_line(text, at.get("code")) or text
-    knob = VOCABULARY.get(key)
-    return knob.snippet(value) if knob else f"# {key} = {value!r}"
-
-
-def snippets(overrides: dict, framework: dict | None = None) -> list[dict]:
-    """[{key, value, snippet}] for each key of `overrides` (report.json's `recommended.snippets`)."""
-    return [{"key": key, "value": value, "snippet": snippet(key, value, framework)}
-            for key, value in (overrides or {}).items()]
-
-
-# --- the frameworks' own words --------------------------------------------------------------------
-# The measured arm stays the same override: only the words change. Each form takes the value and the
-# settings the probe read (advisor.probe.framework) and returns the change, or None for the plain form.
-
-HF_TRAINER, LIGHTNING, FABRIC, ACCELERATE = "transformers.Trainer", "lightning.Trainer", "lightning.Fabric", "accelerate"
-FRAMEWORK_NAMES = {HF_TRAINER: "the Hugging Face Trainer", LIGHTNING: "the Lightning Trainer", FABRIC: "Lightning Fabric",
-                   ACCELERATE: "Accelerate"}
-
-
-def _args(*settings: str) -> str:
-    return f"- args = TrainingArguments(...)\n+ args = TrainingArguments(..., {', '.join(settings)})"
-
-
-_CONFIG_CHANGE = re.compile(r"(?P<pre>(?:[^\n]*\n)*?)- [^\n]*\n\+ [^\n]*?(?P<call>\w+)\(\.\.\., (?P<settings>[^\n]*)\)")
-
-
-def _in_users_line(change: str, code: str | None) -> str | None:
-    """A configuration call's change written into the user's own line where that line is the whole
-    call (``fabric = L.Fabric()`` -> ``fabric = L.Fabric(precision="bf16-mixed")``), so it pastes as
-    it stands; None where it is not (a call over several lines, a setting the line already passes
-    or may pass through ``**``). The line is parsed, so a string holding a comma or a parenthesis
-    does not mislead it."""
-    m = _CONFIG_CHANGE.fullmatch(change)
-    line = (code or "").strip()
-    call = _the_call(line)
-    if not m or call is None or call_name(call.func) != m["call"]:
-        return None
-    settings = _split_settings(m["settings"])
-    given = {k.arg for k in call.keywords}  # None: a **mapping, which may hold the setting already
-    if None in given or any(setting.partition("=")[0].strip() in given for setting in settings):
-        return None
-    before = line.encode()[:call.end_col_offset - 1].decode()  # up to the call's closing parenthesis
-    after = line.encode()[call.end_col_offset - 1:].decode()
-    passed = bool(call.args or call.keywords)
-    return f"{m['pre']}- {line}\n+ {before}{', ' if passed else ''}{', '.join(settings)}{after}"
-
-
-def config_settings(key: str, value, framework: dict | None) -> tuple[str, list[str]] | None:
-    """Where the framework's form of an override is settings of its configuring call, that call's
-    name and the settings (``("TrainingArguments", ["bf16=True"])``, ``("Trainer",
-    ['precision="bf16-mixed"'])``): what ``advise apply`` writes into the user's call; None for a
-    change made elsewhere (the plain form, a DataModule's loader)."""
-    name = (framework or {}).get("name")
-    form = FRAMEWORK_FORMS.get(name, {}).get(key) if name else None
-    text = form(value, (framework or {}).get("settings") or {}) if form else None
-    m = _CONFIG_CHANGE.fullmatch(text) if text else None
-    return (m["call"], _split_settings(m["settings"])) if m else None
-
-
-def command_line_flags(settings: list[str]) -> str:
-    """TrainingArguments settings as the flags of a script whose ``HfArgumentParser`` reads them:
-    ``bf16=True`` is ``--bf16``, ``optim="adamw_torch_fused"`` is ``--optim adamw_torch_fused``."""
-    flags = []
-    for setting in settings:
-        key, _, value = setting.partition("=")
-        value = value.strip().strip("'\"")
-        flags.append(f"--{key.strip()}" if value == "True" else f"--{key.strip()} {value}")
-    return " ".join(flags)
-
-
-def _the_call(line: str) -> ast.Call | None:
-    """The call a one-line statement makes (``x = f(...)`` or ``f(...)``), None for anything else."""
-    try:
-        tree = ast.parse(line)
-    except SyntaxError:
-        return None
-    if len(tree.body) != 1 or not isinstance(tree.body[0], (ast.Assign, ast.AnnAssign, ast.Expr)):
-        return None
-    value = tree.body[0].value
-    return value if isinstance(value, ast.Call) and value.end_lineno == 1 else None
-
-
-def call_name(func: ast.expr) -> str | None:
-    """The name a call is made by, as written: `Trainer` in `L.Trainer(...)` and `Trainer(...)`."""
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-
-
-def _split_settings(text: str) -> list[str]:
-    """`a=1, b=f(x, y)` at its top-level commas."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    return [p for p in parts + [text[start:].strip()] if p]
-
-
-def _as_flags(change: str, script: str) -> str:
-    """A TrainingArguments change as the flags of a script whose ``HfArgumentParser`` builds them
-    (run_clm.py's way): ``bf16=True`` is ``--bf16``, ``optim="adamw_torch_fused"`` is
-    ``--optim adamw_torch_fused``."""
-    head, _, settings = change.rpartition("TrainingArguments(..., ")
-    comment = "\n".join(line for line in head.splitlines() if line.startswith("  #"))
-    return (comment + "\n" if comment else "") + f"+ python {script} ... " + command_line_flags(_split_settings(settings[:-1]))
-
-
-def _hf_loader(v: dict, _s: dict) -> str:
-    names = {"num_workers": "dataloader_num_workers", "pin_memory": "dataloader_pin_memory",
-             "persistent_workers": "dataloader_persistent_workers", "prefetch_factor": "dataloader_prefetch_factor"}
-    return _args(*(f"{names[k]}={v[k]!r}" for k in DATALOADER_KEYS if k in v))
-
-
-def _hf_batch(v, s: dict) -> str:
-    batch, accumulate = s.get("per_device_train_batch_size"), s.get("gradient_accumulation_steps") or 1
-    if v in MICRO_BATCH_CUTS:  # a smaller micro-batch, the effective batch kept by accumulation
-        if batch:
-            return _args(f"per_device_train_batch_size={max(1, int(batch * v))}",
-                         f"gradient_accumulation_steps={int(round(accumulate / v))}")
-        return _args(f"per_device_train_batch_size=B * {v}", f"gradient_accumulation_steps=G / {v}")
-    return _args(f"per_device_train_batch_size={batch * v}" if batch else f"per_device_train_batch_size=B * {v}")
-
-
-def _trainer(setting: str) -> str:
-    return f"- trainer = L.Trainer(...)\n+ trainer = L.Trainer(..., {setting})"
-
-
-def _lightning_loader(v: dict, _s: dict) -> str:
-    return ("  # in your LightningDataModule's train_dataloader(), or the loader you pass to trainer.fit\n"
-            + _dataloader_snippet(v))
-
-
-def _lightning_batch(v, s: dict) -> str:
-    if v in MICRO_BATCH_CUTS:
-        accumulate = int(s.get("accumulate_grad_batches") or 1)
-        return ("  # the loader's batch_size times %s, the effective batch kept by accumulation\n" % v
-                + _trainer(f"accumulate_grad_batches={int(round(accumulate / v))}"))
-    return "  # in your LightningDataModule's train_dataloader(), or the loader you pass to trainer.fit\n" + \
-        _batch_scale_snippet(v)
-
-
-def in_config_call(framework: str, overrides: dict) -> bool:
-    """Whether every change of `overrides` is a setting of the framework's own configuration call
-    (TrainingArguments, L.Trainer, Fabric, Accelerator), so the fix goes at that line."""
-    keys = set(FRAMEWORK_FORMS.get(framework, {})) if framework == HF_TRAINER else {"autocast"}
-    return bool(overrides) and set(overrides) <= keys
-
-
-FRAMEWORK_FORMS: dict[str, dict[str, Callable[[Any, dict], str | None]]] = {
-    HF_TRAINER: {
-        "autocast": lambda v, s: _args("bf16=True" if v == "bfloat16" else "fp16=True"),
-        "float32_matmul_precision": lambda v, s: _args("tf32=True"),
-        "dataloader": _hf_loader,
-        "batch_size_scale": _hf_batch,
-        "compile": lambda v, s: _args("torch_compile=True", *([] if v is True else [f'torch_compile_mode="{v}"'])),
-        "optimizer": lambda v, s: _args('optim="adamw_torch_fused"') if v.get("fused") else None,
-        "activation_checkpointing": lambda v, s: _args("gradient_checkpointing=True"),
-    },
-    LIGHTNING: {
-        "autocast": lambda v, s: _trainer('precision="bf16-mixed"' if v == "bfloat16" else 'precision="16-mixed"'),
-        "dataloader": _lightning_loader,
-        "batch_size_scale": _lightning_batch,
-        "compile": lambda v, s: _compile_snippet(v) + "  # before trainer.fit(model, ...)",
-        "optimizer": lambda v, s: ("  # in your LightningModule's configure_optimizers()\n"
-                                   + _optimizer_snippet(v).replace("optimizer = ", "return ")),
-    },
-    FABRIC: {
-        "autocast": lambda v, s: ("- fabric = Fabric(...)\n+ fabric = Fabric(..., precision=%s)"
-                                  % ('"bf16-mixed"' if v == "bfloat16" else '"16-mixed"')),
-    },
-    ACCELERATE: {
-        "autocast": lambda v, s: ("- accelerator = Accelerator(...)\n+ accelerator = Accelerator(..., mixed_precision=%s)"
-                                  % ('"bf16"' if v == "bfloat16" else '"fp16"')),
-    },
-}
-
-
-_FIX_BLOCK = re.compile(r"^```fix\n(.*?)\n```$", re.M | re.S)
-
-
-def expand_fix_blocks(doc: str) -> str:
-    """A rule doc's ```` ```fix ```` block (an override as JSON) becomes the snippets advise shows
-    for that fix everywhere else (a ```` ```diff ```` block), so the rule's documentation cannot
-    show the fix differently from the terminal, the page and report.json."""
-    def expand(match: re.Match) -> str:
-        overrides = json.loads(match.group(1))
-        validate(overrides)
-        out = "```diff\n" + "\n".join(snippet(k, v) for k, v in overrides.items()) + "\n```"
-        for name, forms in FRAMEWORK_FORMS.items():  # every framework that has its own words for it
-            if any(forms.get(k) and forms[k](v, {}) for k, v in overrides.items()):
-                framework = {"name": name, "settings": {}}
-                out += (f"\n\nWith {FRAMEWORK_NAMES[name]}:\n```diff\n"
-                        + "\n".join(snippet(k, v, framework) for k, v in overrides.items()) + "\n```")
-        return out
-    return _FIX_BLOCK.sub(expand, doc)
 
 
 def not_applied(overrides: dict, applied: dict) -> list[str]:

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import torch
 
-from advisor import overrides as vocabulary
+from advisor import framework_words, overrides as vocabulary
 from advisor.experiments import recompiles
 from advisor.experiments.plan import BASELINE, candidates_from, sweep_points
 from advisor.experiments.rounds import RoundResult, Rounds
@@ -45,11 +45,11 @@ MODES = [{"compile": True}, {"compile": "reduce-overhead"}, {"compile": "max-aut
 ])
 def test_the_compile_override_takes_a_mode(mode, snippet):
     vocabulary.validate({"compile": mode})
-    assert vocabulary.snippet("compile", mode) == snippet
+    assert framework_words.snippet("compile", mode) == snippet
     assert vocabulary.describe({"compile": mode}) == f"compile={mode}"
     assert vocabulary.not_applied({"compile": mode}, {"compile": mode}) == []
     assert vocabulary.extra_warmup({"compile": mode}) == vocabulary.COMPILE_WARMUP and vocabulary.one_off({"compile": mode})
-    hf = vocabulary.snippet("compile", mode, {"name": vocabulary.HF_TRAINER, "settings": {}})
+    hf = framework_words.snippet("compile", mode, {"name": framework_words.HF_TRAINER, "settings": {}})
     assert hf.endswith("torch_compile=True)" if mode is True else f'torch_compile=True, torch_compile_mode="{mode}")')
 
 

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from advisor import overrides as vocabulary
+from advisor import framework_words
 from conftest import WORKLOADS, advise_cmd
 
 FRAMEWORKS = WORKLOADS / "frameworks"
@@ -43,46 +43,46 @@ def _line_of(path, text: str) -> int:
 
 
 def test_each_framework_has_its_own_words_for_a_fix():
-    hf = {"name": vocabulary.HF_TRAINER, "settings": {"per_device_train_batch_size": 16, "gradient_accumulation_steps": 1}}
-    lit = {"name": vocabulary.LIGHTNING, "settings": {"accumulate_grad_batches": 1}}
-    assert vocabulary.snippet("autocast", "bfloat16", hf).endswith("TrainingArguments(..., bf16=True)")
-    assert vocabulary.snippet("autocast", "float16", hf).endswith("fp16=True)")
-    assert "dataloader_num_workers=4, dataloader_persistent_workers=True" in vocabulary.snippet(
+    hf = {"name": framework_words.HF_TRAINER, "settings": {"per_device_train_batch_size": 16, "gradient_accumulation_steps": 1}}
+    lit = {"name": framework_words.LIGHTNING, "settings": {"accumulate_grad_batches": 1}}
+    assert framework_words.snippet("autocast", "bfloat16", hf).endswith("TrainingArguments(..., bf16=True)")
+    assert framework_words.snippet("autocast", "float16", hf).endswith("fp16=True)")
+    assert "dataloader_num_workers=4, dataloader_persistent_workers=True" in framework_words.snippet(
         "dataloader", {"num_workers": 4, "persistent_workers": True}, hf)
-    assert vocabulary.snippet("compile", True, hf).endswith("torch_compile=True)")
-    assert vocabulary.snippet("optimizer", {"fused": True}, hf).endswith('optim="adamw_torch_fused")')
-    assert vocabulary.snippet("activation_checkpointing", True, hf).endswith("gradient_checkpointing=True)")
-    assert vocabulary.snippet("float32_matmul_precision", "high", hf).endswith("tf32=True)")
-    assert vocabulary.snippet("batch_size_scale", 2, hf).endswith("per_device_train_batch_size=32)")
-    assert vocabulary.snippet("batch_size_scale", 0.5, hf).endswith(
+    assert framework_words.snippet("compile", True, hf).endswith("torch_compile=True)")
+    assert framework_words.snippet("optimizer", {"fused": True}, hf).endswith('optim="adamw_torch_fused")')
+    assert framework_words.snippet("activation_checkpointing", True, hf).endswith("gradient_checkpointing=True)")
+    assert framework_words.snippet("float32_matmul_precision", "high", hf).endswith("tf32=True)")
+    assert framework_words.snippet("batch_size_scale", 2, hf).endswith("per_device_train_batch_size=32)")
+    assert framework_words.snippet("batch_size_scale", 0.5, hf).endswith(
         "per_device_train_batch_size=8, gradient_accumulation_steps=2)")
     flags = {**hf, "command_line": True, "configured_at": {"file": "/x/run_clm.py", "line": 3}}
-    assert vocabulary.snippet("autocast", "bfloat16", flags) == "+ python run_clm.py ... --bf16"
-    assert vocabulary.snippet("dataloader", {"num_workers": 4, "persistent_workers": True}, flags) == (
+    assert framework_words.snippet("autocast", "bfloat16", flags) == "+ python run_clm.py ... --bf16"
+    assert framework_words.snippet("dataloader", {"num_workers": 4, "persistent_workers": True}, flags) == (
         "+ python run_clm.py ... --dataloader_num_workers 4 --dataloader_persistent_workers")
-    assert vocabulary.snippet("optimizer", {"fused": True}, flags) == "+ python run_clm.py ... --optim adamw_torch_fused"
-    assert vocabulary.snippet("batch_size_scale", 0.5, flags) == (
+    assert framework_words.snippet("optimizer", {"fused": True}, flags) == "+ python run_clm.py ... --optim adamw_torch_fused"
+    assert framework_words.snippet("batch_size_scale", 0.5, flags) == (
         "+ python run_clm.py ... --per_device_train_batch_size 8 --gradient_accumulation_steps 2")
-    assert vocabulary.snippet("autocast", "bfloat16", lit).endswith('L.Trainer(..., precision="bf16-mixed")')
-    assert "configure_optimizers" in vocabulary.snippet("optimizer", {"fused": True}, lit)
-    assert vocabulary.snippet("batch_size_scale", 0.5, lit).endswith("accumulate_grad_batches=2)")
+    assert framework_words.snippet("autocast", "bfloat16", lit).endswith('L.Trainer(..., precision="bf16-mixed")')
+    assert "configure_optimizers" in framework_words.snippet("optimizer", {"fused": True}, lit)
+    assert framework_words.snippet("batch_size_scale", 0.5, lit).endswith("accumulate_grad_batches=2)")
     # the user's own line, where it is the whole call: the change pastes as it stands
-    fab = {"name": vocabulary.FABRIC, "settings": {"precision": "32-true"},
+    fab = {"name": framework_words.FABRIC, "settings": {"precision": "32-true"},
            "configured_at": {"file": "/x/train.py", "line": 12, "code": "fabric = L.Fabric()"}}
-    assert vocabulary.snippet("autocast", "bfloat16", fab) == '- fabric = L.Fabric()\n+ fabric = L.Fabric(precision="bf16-mixed")'
+    assert framework_words.snippet("autocast", "bfloat16", fab) == '- fabric = L.Fabric()\n+ fabric = L.Fabric(precision="bf16-mixed")'
     one_line = {**lit, "configured_at": {"code": "trainer = L.Trainer(gradient_clip_val=0.25, max_epochs=20)"}}
-    assert vocabulary.snippet("autocast", "bfloat16", one_line).endswith(
+    assert framework_words.snippet("autocast", "bfloat16", one_line).endswith(
         '+ trainer = L.Trainer(gradient_clip_val=0.25, max_epochs=20, precision="bf16-mixed")')
     odd = {**lit, "configured_at": {"code": 'trainer = L.Trainer(default_root_dir="a, b)")  # runs'}}
-    assert vocabulary.snippet("autocast", "bfloat16", odd).endswith(
+    assert framework_words.snippet("autocast", "bfloat16", odd).endswith(
         '+ trainer = L.Trainer(default_root_dir="a, b)", precision="bf16-mixed")  # runs')
     # a call over several lines, one that already passes the setting (or may, through **): the generic form
     for code in ("trainer = L.Trainer(", 'trainer = L.Trainer(precision="32-true")', "trainer = L.Trainer(**cfg)"):
-        assert vocabulary.snippet("autocast", "bfloat16", {**lit, "configured_at": {"code": code}}).endswith(
+        assert framework_words.snippet("autocast", "bfloat16", {**lit, "configured_at": {"code": code}}).endswith(
             'L.Trainer(..., precision="bf16-mixed")')
     # a knob the framework has no setting for keeps the plain form; no framework: the plain form
-    assert vocabulary.snippet("torch_threads", 2, hf) == vocabulary.snippet("torch_threads", 2) == "+ torch.set_num_threads(2)"
-    assert "torch.autocast" in vocabulary.snippet("autocast", "bfloat16")
+    assert framework_words.snippet("torch_threads", 2, hf) == framework_words.snippet("torch_threads", 2) == "+ torch.set_num_threads(2)"
+    assert "torch.autocast" in framework_words.snippet("autocast", "bfloat16")
 
 
 def test_the_rule_docs_show_every_frameworks_form(advise):

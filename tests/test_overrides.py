@@ -85,13 +85,14 @@ def test_compile_override_wraps_the_model_in_torch_compile(tmp_path):
 def test_workers_are_a_per_node_budget_shared_by_the_ranks():
     """DL001 once offered 4 workers per rank to 2 ranks on 2 cores: the ladder plans for the rank's share."""
     from advisor import overrides as vocabulary
+    from advisor.cores import cores_per_rank
 
-    assert vocabulary.cores_per_rank({"cpu_count": 16}) == 16
-    assert vocabulary.cores_per_rank({"cpu_count": 16, "local_world_size": 4}) == 4
-    assert vocabulary.cores_per_rank({"cpu_count": 2, "local_world_size": 4}) == 1
-    alone = vocabulary.sweep({"dataloader": {"num_workers": 4}}, vocabulary.SweepContext(vocabulary.cores_per_rank({"cpu_count": 16})))
+    assert cores_per_rank({"cpu_count": 16}) == 16
+    assert cores_per_rank({"cpu_count": 16, "local_world_size": 4}) == 4
+    assert cores_per_rank({"cpu_count": 2, "local_world_size": 4}) == 1
+    alone = vocabulary.sweep({"dataloader": {"num_workers": 4}}, vocabulary.SweepContext(cores_per_rank({"cpu_count": 16})))
     shared = vocabulary.sweep({"dataloader": {"num_workers": 4}},
-                              vocabulary.SweepContext(vocabulary.cores_per_rank({"cpu_count": 16, "local_world_size": 4})))
+                              vocabulary.SweepContext(cores_per_rank({"cpu_count": 16, "local_world_size": 4})))
     assert max(o["dataloader"]["num_workers"] for o in alone) == 16
     assert max(o["dataloader"]["num_workers"] for o in shared) == 4
 
@@ -121,7 +122,7 @@ def test_the_thread_override_holds_against_the_scripts_own_setting(tmp_path):
 def test_a_new_knob_is_one_vocabulary_entry_and_one_switch(monkeypatch):
     """The vocabulary names each knob's switch; both modes go through it: an arm switches it on and
     off at a step boundary, a fresh run turns it on before the script (live=False)."""
-    from advisor import overrides as vocabulary
+    from advisor import framework_words, overrides as vocabulary
     from advisor.probe import switches
 
     class Toy:
@@ -143,7 +144,7 @@ def test_a_new_knob_is_one_vocabulary_entry_and_one_switch(monkeypatch):
     applied: dict = {}
     assert run.on({"toy": 2, "torch_threads": 1}, applied, live=True) == {}
     assert applied["toy"] == 2 and applied["torch_threads"] == 1
-    assert vocabulary.not_applied({"toy": 2}, applied) == [] and vocabulary.snippet("toy", 2) == "+ toy(2)"
+    assert vocabulary.not_applied({"toy": 2}, applied) == [] and framework_words.snippet("toy", 2) == "+ toy(2)"
     run.off()
     fresh = switches.Switches()
     fresh.on({"toy": 1}, {}, live=False)
@@ -179,7 +180,7 @@ def test_the_worker_ladder_is_capped_by_the_cpus_this_rank_may_use(tmp_path):
 
     from conftest import advise_cmd
 
-    from advisor.overrides import cores_per_rank
+    from advisor.cores import cores_per_rank
 
     assert cores_per_rank({"cpu_count": 16, "cpu_usable": 4, "local_world_size": 4}) == 4  # bound: already split
     assert cores_per_rank({"cpu_count": 16, "cpu_usable": 16, "local_world_size": 4}) == 4  # shared by the ranks

@@ -15,7 +15,7 @@ import pytest
 
 from advisor.engine import ConfigError, Settings, load_settings, resolve, run_rules, settings_from_table
 from advisor.profile import Profile
-from advisor import overrides as vocabulary
+from advisor import framework_words, overrides as vocabulary
 from advisor.model import Experiment, rank
 from advisor.rules.registry import (REQUIRED_SECTIONS, Finding, Fix, doc_problems,
                                     documented_defaults, documented_options, load_rules, rule, section)
@@ -115,8 +115,8 @@ def test_overrides_use_only_the_experiments_vocabulary(overrides, ok):
 def test_every_vocabulary_key_has_a_snippet_and_a_description():
     for knob in vocabulary.VOCABULARY.values():
         assert knob.description and knob.snippet is not None
-    assert "num_workers=8" in vocabulary.snippet("dataloader", {"num_workers": 8})
-    assert vocabulary.snippet("torch_threads", 2) == "+ torch.set_num_threads(2)"
+    assert "num_workers=8" in framework_words.snippet("dataloader", {"num_workers": 8})
+    assert framework_words.snippet("torch_threads", 2) == "+ torch.set_num_threads(2)"
 
 
 def test_contract_shape_of_a_finding():

@@ -5,7 +5,7 @@ One function per key of :data:`advisor.overrides.VOCABULARY`: it locates the use
 edits, or refuses, in one line naming the file:line and why, what it cannot change safely. Where
 a framework runs the step and the fix is a setting of its configuring call (``TrainingArguments``,
 ``L.Trainer``, ``Fabric``, ``Accelerator``), the setting goes into the user's call instead, in the
-framework's own words (:func:`advisor.overrides.config_settings`: the same words as the snippets).
+framework's own words (:func:`advisor.framework_words.config_settings`: the same words as the snippets).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 import libcst as cst
 
-from .. import overrides as vocabulary
+from .. import framework_words, overrides as vocabulary
+from ..config_line import command_line_flags
 from .rewrite import Edit, InsertAfter, Refused, Scope, SetKeywords, SetValue, SourceFile, Wrap, call_name
 from .sites import Site, Sites
 
@@ -117,12 +118,12 @@ def _none_seen(sites: Sites, what: str) -> Refused:
 def _in_config_call(planned: Planned, key: str, value, sites: Sites, files: Files) -> bool:
     """A setting of the framework's configuring call, written into the user's call (or, for
     TrainingArguments an HfArgumentParser builds, said as the flag to add); False: not one."""
-    found = vocabulary.config_settings(key, value, sites.framework)
+    found = framework_words.config_settings(key, value, sites.framework)
     if found is None or key in REFUSED:
         return False
     call, settings = found
     framework = sites.framework or {}
-    name = vocabulary.FRAMEWORK_NAMES.get(str(framework.get("name")), str(framework.get("name")))
+    name = framework_words.FRAMEWORK_NAMES.get(str(framework.get("name")), str(framework.get("name")))
     at = framework.get("configured_at") or {}
     if not at.get("file") or not isinstance(at.get("line"), int):
         raise Refused(f"{_script(sites)}: {name} runs the step, but the probe found no {call}(...) line of yours "
@@ -130,7 +131,7 @@ def _in_config_call(planned: Planned, key: str, value, sites: Sites, files: File
     site = Site(str(at["file"]), int(at["line"]))
     if framework.get("command_line"):
         planned.told.append(f"{site.short}: the script builds its TrainingArguments from its command line "
-                            f"(HfArgumentParser): add {vocabulary.command_line_flags(settings)} when you run it")
+                            f"(HfArgumentParser): add {command_line_flags(settings)} when you run it")
         return True
     pairs = []
     for setting in settings:

@@ -19,7 +19,7 @@ from advisor.reports import terminal
 from ..gate import fingerprint
 from . import ci_gate, outputs
 from ..job import report as job_report
-from .. import overrides as vocabulary, report as report_mod
+from .. import framework_words, report as report_mod
 from ..analysis import metrics, steptime
 from ..run_dir import layout
 from ..run_dir.atomic import NotAFile, check_writable
@@ -364,7 +364,7 @@ def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: Jo
     if results is not None and experiments.confirm and not stop and link is None:
         _confirm(results, config, profile, out, progress, stop)
     if results is not None and results.recommended is not None:  # in the framework's words, as the findings
-        results.recommended.snippets = vocabulary.snippets(results.recommended.overrides,
+        results.recommended.snippets = framework_words.snippets(results.recommended.overrides,
                                                            (profile.observed or {}).get("framework"))
         results.recommended.patch = _patch(results.recommended, profile, config, rule_warnings)
     if results is not None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import overrides as vocabulary
+from ..cores import cores_per_rank
 from ..run_dir.interrupt import Interrupted, StopRequest, describe
 from ..model import Applicability, Experiment, Finding, Recommendation, Verdict
 from ..probe.runner import ProbeConfig, run_probe
@@ -187,7 +188,7 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
     budget = runner.budget
     runner.progress.experiment("measuring the baseline without the profiler", 0, len(candidates))
     runner.baselines = [runner.measure("baseline", {})]
-    ctx = vocabulary.SweepContext(vocabulary.cores_per_rank(env), io_like)
+    ctx = vocabulary.SweepContext(cores_per_rank(env), io_like)
     winners: list[tuple[Candidate, Experiment]] = []
     fitting: list[tuple[Candidate, Experiment, int]] = []  # memory fixes that bring an over-budget run within it
     planned = sum(len(sweep_points(c, ctx)) for c in candidates)

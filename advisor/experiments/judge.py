@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..analysis import memory, steptime
 from ..analysis.memory import DEVICE_MARGIN
-from .. import overrides as vocabulary
+from .. import framework_words, overrides as vocabulary
 from ..model import VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Recommendation, Verdict
 from ..analysis.stats import baseline_drift, speedup_ci
 from .plan import Candidate
@@ -360,7 +360,7 @@ def recommendation(exp: Experiment, candidates: list[Candidate], *, overrides: d
     return Recommendation(fixes=[c.label for c in candidates], overrides=overrides, verified=exp.verified,
                           speedup=exp.speedup, ci_low=exp.ci_low, ci_high=exp.ci_high, loss_check=exp.loss_check,
                           applicability=Applicability.UNSAFE if unsafe else Applicability.SAFE,
-                          baseline=exp.baseline, candidate=exp.candidate, snippets=vocabulary.snippets(overrides),
+                          baseline=exp.baseline, candidate=exp.candidate, snippets=framework_words.snippets(overrides),
                           measured_by=exp.measured_by, memory_budget_bytes=budget)
 
 

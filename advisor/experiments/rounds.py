@@ -33,6 +33,7 @@ import msgspec
 import pandas as pd
 
 from .. import overrides as vocabulary
+from ..cores import cores_per_rank
 from ..analysis import steptime
 from ..model import Experiment, Finding, Recommendation, Verdict
 from ..run_dir.protocol import ArmLine, RankLines, Window
@@ -289,7 +290,7 @@ class Rounds:
 
     # planning --------------------------------------------------------------------------------------
     def _fixes_round(self, profile) -> list[Window]:
-        ctx = vocabulary.SweepContext(vocabulary.cores_per_rank(profile.env), self.io_like)
+        ctx = vocabulary.SweepContext(cores_per_rank(profile.env), self.io_like)
         loaders = profile.observed.get("dataloaders") or []
         for candidate in candidates_from(self.findings, self.safe_only):
             finding = self.findings[candidate.finding_index]

@@ -14,7 +14,8 @@ import os
 import sys
 from typing import Any
 
-from advisor.overrides import ACCELERATE, FABRIC, HF_TRAINER, LIGHTNING, call_name
+from advisor.config_line import call_name
+from advisor.framework_words import ACCELERATE, FABRIC, HF_TRAINER, LIGHTNING
 
 # TrainingArguments fields a fix reads or writes
 HF_SETTINGS = ("bf16", "fp16", "tf32", "dataloader_num_workers", "dataloader_persistent_workers", "dataloader_pin_memory",

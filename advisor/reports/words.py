@@ -13,7 +13,8 @@ import os
 
 from advisor.reports import format as fmt
 from advisor import overrides as vocabulary
-from advisor.overrides import FRAMEWORK_NAMES, in_config_call, one_off
+from advisor.framework_words import FRAMEWORK_NAMES, in_config_call
+from advisor.overrides import one_off
 from advisor.report import Energy, Memory, Mfu, Rank, Report, Throughput
 from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind, Recommendation,
                            SourceLocation, Verdict, estimated_speedup, finite)

@@ -71,7 +71,8 @@ import numpy as np
 
 from advisor import intervals
 from advisor.analysis import metrics, steptime
-from advisor.overrides import IO_WORKERS_PER_CORE, MAX_WORKERS, cores_per_rank, cores_said
+from advisor.cores import cores_per_rank, cores_said
+from advisor.overrides import IO_WORKERS_PER_CORE, MAX_WORKERS
 from advisor.profile import Profile
 from advisor.run_dir.seen import LoaderSeen
 

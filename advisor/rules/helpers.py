@@ -17,7 +17,8 @@ import pandas as pd
 from advisor import intervals
 from advisor.analysis import metrics, steptime
 from advisor.model import Fix
-from advisor.overrides import compile_ladder, cores_per_rank
+from advisor.cores import cores_per_rank
+from advisor.overrides import compile_ladder
 
 # --------------------------------------------------------------------------- steps
 

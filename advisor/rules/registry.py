@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable
 
 from advisor.run_dir.interrupt import Interrupted
 from advisor.model import Finding, Fix  # noqa: F401  (rules and plugins import them from here)
-from advisor.overrides import expand_fix_blocks
+from advisor.framework_words import expand_fix_blocks
 
 STATUSES = ("stable", "preview", "deprecated", "removed")
 REQUIRED_SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Fix safety", "## Options")
