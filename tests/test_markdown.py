@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from advisor.profile import Profile
-from advisor.reports.markdown import append_step_summary, code, escape, fence, markdown_for
+from advisor.reports.markdown import code, escape, fence, markdown_for
 
 RUN_DIR = Path(__file__).parent / "gold" / "rundir"
 
@@ -70,14 +70,3 @@ def test_hostile_report_fields_never_become_markup():
     outside_code = re.sub(r"(`+)(?:(?!\1).)+\1", "", md)
     assert "<img" not in outside_code  # only inside a code span, where it is text
     assert "&lt;img src=x onerror=alert(1)&gt; \\| \\*\\*x\\*\\*" in md
-
-
-def test_step_summary_is_appended_only_when_asked(tmp_path, monkeypatch):
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    assert append_step_summary(gold_report()) is None
-    target = tmp_path / "summary.md"
-    target.write_text("earlier step\n")
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(target))
-    assert append_step_summary(gold_report()) == target
-    text = target.read_text()
-    assert text.startswith("earlier step\n## advise: ok")

@@ -169,6 +169,6 @@ def _analyze(profile: Profile, script: str, artifacts: dict, *, as_json: bool, o
     con = terminal.console(stderr=as_json)
     html_path = write_renderings(report, out, profile, con, summary=not quiet)
     if not quiet:
-        emit(report, con, as_json, str(out) if out else None)
+        emit(report, as_json, str(out) if out else None)
         say_html(html_path, con, as_json)
     return 0

@@ -8,38 +8,37 @@ Command code (prints and exits); the work is in :mod:`advisor.gate.ab` (rounds a
 from __future__ import annotations
 
 import gzip
-import json
-import os
 from pathlib import Path
 
 import click
 
-from advisor.reports import ab_output, compare_output, slower_ops as slower_ops_view, terminal
+from advisor.reports import terminal
+from advisor.reports.render import Renderer
+from advisor.reports.renderers import (AB_JSON, AB_PAGE, AB_RENDERERS, COMPARE_RENDERERS, JUNIT, TRACE_DIFF_RENDERERS,
+                                       ABOutcome, TraceDiff)
 
 from ..gate import ab, compare, opdiff
 from ..analysis import steptime
-from ..run_dir.atomic import write_json_atomic, write_text_atomic
+from ..run_dir.atomic import write_json_atomic
 from .cli_exit import EXIT_SCRIPT, EXIT_USAGE, fail
+from .outputs import append_step_summary, render_report
 from ..report import EXIT_INTERRUPTED, EXIT_OK, Report
 from ..profile import Profile
 from ..trace import TraceError
 
 
-def _append_summary(markdown: str) -> None:
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if not summary:
-        return
+def _append_summary(document, renderer: Renderer) -> None:
+    """The markdown in $GITHUB_STEP_SUMMARY when set; a summary that cannot be appended is a warning."""
     try:
-        with open(summary, "a", encoding="utf-8") as fh:
-            fh.write(markdown + "\n")
+        append_step_summary(document, renderer)
     except OSError as exc:
-        click.echo(f"advise: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary}): {exc.strerror}", err=True)
+        click.echo(f"advise: warning: cannot append to $GITHUB_STEP_SUMMARY ({exc.filename}): {exc.strerror}", err=True)
 
 
 def run_ab(base: str, candidate: str, script: str, args: list[str], options: ab.ABOptions, out: Path,
-           fmt: str = "terminal") -> int:
+           renderer: Renderer = AB_RENDERERS["terminal"]) -> int:
     """`advise ab`: the exit code (0 pass, 3 regression, 4 inconclusive, 1 a round's script failed, 2 via fail())."""
-    con = terminal.console(stderr=fmt == "json")
+    con = terminal.console(stderr=renderer.filename.endswith(".json"))  # JSON on stdout is a program's: progress to stderr
 
     def progress(side: str, index: int, report) -> None:
         step = ab.fast_step(report)
@@ -60,21 +59,16 @@ def run_ab(base: str, candidate: str, script: str, args: list[str], options: ab.
     except KeyboardInterrupt:
         click.echo(f"advise: interrupted; the rounds measured so far are in {out}", err=True)
         return EXIT_INTERRUPTED
-    markdown = ab_output.markdown(result)
+    outcome = ABOutcome(result, out)
+    summary = AB_RENDERERS["markdown"]
     try:
-        write_json_atomic(out / "ab.json", result.to_dict())
-        write_text_atomic(out / "summary.md", markdown)
-        write_text_atomic(out / "ab.html", ab_output.page(result))
+        write_json_atomic(out / AB_JSON, result.to_dict())
+        render_report(outcome, summary, out / summary.filename)
+        render_report(outcome, AB_PAGE, out / AB_PAGE.filename)
     except OSError as exc:
         fail(f"cannot write the decision into {out}: {exc.strerror or exc}")
-    if fmt == "json":
-        click.echo(json.dumps(result.to_dict(), indent=2))
-    elif fmt == "markdown":
-        click.echo(markdown)
-    else:
-        ab_output.print_table(result, con)
-        con.print(f"decision: {out / 'ab.json'}, page: {out / 'ab.html'}", style="dim", highlight=False)
-    _append_summary(markdown)
+    render_report(outcome, renderer)
+    _append_summary(outcome, summary)
     return result.exit_code
 
 
@@ -93,57 +87,36 @@ def is_trace(path: str) -> bool:
                                                                         b'"schemaVersion"', b'"distributedInfo"'))
 
 
-def compare_traces(a: str, b: str, fmt: str = "terminal") -> int:
+def compare_traces(a: str, b: str, renderer: Renderer = TRACE_DIFF_RENDERERS["terminal"]) -> int:
     """`advise compare A.json.gz B.json.gz`: the step time and the ops whose time per step grew (exit 0)."""
     try:
         pa, pb = Profile.from_trace(a), Profile.from_trace(b)
     except TraceError as exc:
         fail(str(exc), EXIT_USAGE)
-    rows = opdiff.slower_ops([pa.trace], [pb.trace])
-    step_a, step_b = steptime.median_step(pa.steps), steptime.median_step(pb.steps)
-    change = (step_b / step_a - 1) if step_a and step_b else None
-    step = (f"median ProfilerStep {step_a * 1e3:.2f} ms → {step_b * 1e3:.2f} ms ({change:+.1%}) over "
-            f"{len(pa.steps)} and {len(pb.steps)} steps" if change is not None
-            else "the traces have no ProfilerStep#N spans: times are per trace, not per step")
-    note = f"{a} → {b}; {step}"
-    if fmt == "json":
-        click.echo(json.dumps({"a": a, "b": b, "step_time_median_s": [step_a, step_b], "step_time_change": change,
-                               "slower_ops": [r.to_dict() for r in rows]}, indent=2))
-    elif fmt == "markdown":
-        click.echo("\n".join(["### advise compare: two traces", ""] + slower_ops_view.markdown(rows, note)))
-    else:
-        slower_ops_view.print_table(rows, note, terminal.console())
-    _append_summary("\n".join(["### advise compare: two traces", ""] + slower_ops_view.markdown(rows, note)))
+    diff = TraceDiff(a, b, opdiff.slower_ops([pa.trace], [pb.trace]),
+                     (steptime.median_step(pa.steps), steptime.median_step(pb.steps)), (len(pa.steps), len(pb.steps)))
+    render_report(diff, renderer)
+    _append_summary(diff, TRACE_DIFF_RENDERERS["markdown"])
     return EXIT_OK
 
 
 # --- advise compare of two report.json (and profile --baseline) -------------------------------
 
-def emit_comparison(result: compare.Comparison, *, fmt: str = "terminal", junit: str | Path | None = None, stderr: bool = False) -> None:
-    """Print the comparison; write JUnit XML; append markdown to $GITHUB_STEP_SUMMARY when set."""
-    if fmt == "json":
-        click.echo(json.dumps(result.to_dict(), indent=2), err=stderr)
-    elif fmt == "markdown":
-        click.echo(compare_output.markdown(result), err=stderr)
-    else:
-        compare_output.print_table(result, terminal.console(stderr=stderr))
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        try:
-            with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(compare_output.markdown(result) + "\n")
-        except OSError as exc:
-            click.echo(f"advise: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary}): {exc.strerror}", err=True)
+def emit_comparison(result: compare.Comparison, renderer: Renderer = COMPARE_RENDERERS["terminal"], *,
+                    junit: str | Path | None = None, err: bool = False) -> None:
+    """Print the comparison (on stderr with `err`); write JUnit XML; append markdown to $GITHUB_STEP_SUMMARY when set."""
+    render_report(result, renderer, err=err)
+    _append_summary(result, COMPARE_RENDERERS["markdown"])
     if junit:
         try:
-            write_text_atomic(junit, compare_output.junit(result))
+            render_report(result, JUNIT, junit)
         except OSError as exc:
             fail(f"cannot write the JUnit file {junit}: {exc.strerror}")
 
 
 def run_compare(baseline: str, current: str, *, max_regression: float = compare.DEFAULT_MAX_REGRESSION,
                 max_memory_regression: float = compare.DEFAULT_MAX_MEMORY_REGRESSION, alpha: float = compare.DEFAULT_ALPHA,
-                fmt: str = "terminal", junit: str | None = None, fail_on_new_findings: bool = False,
+                renderer: Renderer = COMPARE_RENDERERS["terminal"], junit: str | None = None, fail_on_new_findings: bool = False,
                 force: bool = False, ops: bool = False, inconclusive: str = "fail") -> int:
     """`advise compare BASELINE CURRENT`: the exit code (0 pass, 3 regression, 4 inconclusive; 2 via fail()).
 
@@ -162,7 +135,7 @@ def run_compare(baseline: str, current: str, *, max_regression: float = compare.
     result.inconclusive_policy = inconclusive
     if result.failed or ops:
         result.slower_ops = _slower_ops(baseline, base, current, cur)
-    emit_comparison(result, fmt=fmt, junit=junit)
+    emit_comparison(result, renderer, junit=junit)
     return result.exit_code
 
 
@@ -197,5 +170,5 @@ def compare_after_profile(baseline: Report, baseline_path: str, current: Report,
     except OSError:
         pass
     click.echo("", err=as_json)
-    emit_comparison(result, stderr=as_json)
+    emit_comparison(result, err=as_json)
     return result.exit_code

@@ -10,7 +10,6 @@ import atexit
 import importlib.machinery
 import json
 import os
-import re
 import shlex
 import sys
 from dataclasses import dataclass
@@ -21,9 +20,10 @@ import click
 
 from .. import __version__
 
-from .cli_exit import EXIT_USAGE, fail, run_dir_errors
+from .cli_exit import OneLineError, fail, run_dir_errors
 from ..analysis.memory import parse_size
 from ..report import ReportError, load_report
+from ..reports.renderers import AB_RENDERERS, COMPARE_RENDERERS, REPORT_RENDERERS, TRACE_DIFF_RENDERERS
 from ..run_dir import interrupt
 
 
@@ -67,20 +67,12 @@ def _rule_settings(select, ignore, config, search_from: Path):
         fail(str(exc))
 
 
-class _OneLineError(click.ClickException):
-    """A usage error as every other advise error: one line, exit 2 (click's own is four lines)."""
-
-    exit_code = EXIT_USAGE
-
-    def show(self, file=None) -> None:
-        click.echo(f"advise: error: {self.format_message()}", err=True)
-
-
 def _one_line(exc: click.UsageError) -> click.ClickException:
+    """A usage error as every other advise error (:class:`OneLineError`)."""
     if isinstance(exc, click.exceptions.NoArgsIsHelpError):  # bare `advise`: the help, as click prints it
         return exc
     hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
-    return _OneLineError(exc.format_message() + hint)
+    return OneLineError(exc.format_message() + hint)
 
 
 class _Interrupted(click.ClickException):
@@ -331,11 +323,13 @@ def _leave(code: int, own_process: bool) -> NoReturn:
 
 @main.command("report")
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(exists=True))
-@click.option("--format", "fmt", default="html", show_default=True, type=click.Choice(["html", "markdown", "json"]),
+@click.option("--format", "fmt", default="html", show_default=True, type=click.Choice(list(REPORT_RENDERERS)),
               help="html: rewrite report.html in RUN_DIR; markdown: print the summary to stdout; "
                    "json: print the short summary for agents and bots (`advise schema summary`).")
 def report_command(run_dir, fmt):
     """Re-render RUN_DIR's report (its report.json) without re-running anything."""
+    from .outputs import RenderError, render_report, saved_report
+
     path = Path(run_dir) / "report.json" if Path(run_dir).is_dir() else Path(run_dir)
     if Path(run_dir).is_dir() and not path.exists():
         _report_from_traces(Path(run_dir))
@@ -343,40 +337,20 @@ def report_command(run_dir, fmt):
         report = load_report(path)
     except ReportError as exc:
         fail(str(exc))
-    if fmt == "json":
-        from advisor.reports.agent import summary  # agent: 20 ms, only for the agents' summary
-
-        try:
-            click.echo(json.dumps(summary(report, str(path)), indent=2, ensure_ascii=False))
-        except ValueError as exc:  # a finding or experiment outside the report.json contract
-            fail(f"{path}: {exc}")
-        sys.exit(0)
-    from advisor.profile import Profile  # profile: 340 ms (pandas), only for report
-    from advisor.reports import html, markdown, ruledoc  # the renderers: 290 ms (jinja2, pandas), only for report
-    from advisor.trace import TraceError  # trace: 10 ms, only for report
-
-    trace = (report.get("artifacts") or {}).get("trace")
-    profile = Profile.from_run_dir(path.parent, _rank_of_trace(trace))
-    if profile.trace is None and trace and Path(trace).is_absolute() and Path(trace).is_file():
-        try:  # `advise analyze --out`: the trace stays where the user keeps it
-            profile = Profile.from_trace(trace)
-        except TraceError:
-            pass  # the page says the trace was not loaded
+    renderer = REPORT_RENDERERS[fmt]
     try:
-        from advisor.rules.registry import load_rules  # rules: 17 ms, only for report
+        target = "-"
+        if renderer.page:
+            from ..reports.html import page_path  # the page's renderer: 290 ms (jinja2), only for the page
 
-        rule_docs = ruledoc.docs_by_key(load_rules().rules)
-    except Exception:  # noqa: BLE001 - the report renders whatever state the rules are in
-        rule_docs = {}
-    try:
-        if fmt == "markdown":
-            click.echo(markdown.markdown_for(report, profile, rule_docs), nl=False)
-        else:
-            click.echo(html.write_html(report, path.parent, profile, rule_docs))
-    except ValueError as exc:  # a finding or experiment outside the report.json contract
+            target = page_path(report, path.parent)
+        written = render_report(saved_report(report, path), renderer, target)
+    except (RenderError, ValueError) as exc:  # a report outside the report.json contract; a page name leading out
         fail(f"{path}: {exc}")
     except OSError as exc:
         fail(f"cannot write the report into {path.parent}: {exc.strerror or exc}")
+    if written is not None:
+        click.echo(written)
     sys.exit(0)
 
 
@@ -394,12 +368,6 @@ def _report_from_traces(run_dir: Path) -> None:
                f"{'s' if len(traces) > 1 else ''} into one", err=True)
     with run_dir_errors(run_dir):
         analyze_traces([run_dir], ReadAhead().start(traces), as_json=False, out=run_dir, quiet=True)
-
-
-def _rank_of_trace(trace) -> str:
-    """The rank suffix of a run dir's trace named in its report (``trace.rank0.json.gz``: '.rank0')."""
-    found = re.fullmatch(r"trace(\.rank\d+)?\.json(\.gz)?", trace) if isinstance(trace, str) else None
-    return (found.group(1) or "") if found else ""
 
 
 @main.command("apply")
@@ -495,8 +463,7 @@ def _percent(text: str, option: str) -> float:
               help="Peak memory higher than this (and by 64 MiB or more) is a regression.")
 @click.option("--alpha", default=0.01, show_default=True, type=_Number(0, 0.5, min_open=True),
               help="Significance level of the one-sided Mann-Whitney U test over per-step times.")
-@click.option("--format", "fmt", default="terminal", show_default=True,
-              type=click.Choice(["terminal", "markdown", "json"]))
+@click.option("--format", "fmt", default="terminal", show_default=True, type=click.Choice(list(COMPARE_RENDERERS)))
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--junit", default=None, metavar="FILE", help="Also write JUnit XML: one testcase per metric.")
 @click.option("--fail-on-new-findings", is_flag=True, help="A finding CURRENT has and BASELINE lacks fails the gate.")
@@ -515,13 +482,14 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
     """
     from .ci_gate import compare_traces, is_trace, run_compare  # the gate's commands: 320 ms (pandas), only for compare
 
+    fmt = "json" if as_json else fmt
     if is_trace(baseline) and is_trace(current):
-        sys.exit(compare_traces(baseline, current, fmt="json" if as_json else fmt))
+        sys.exit(compare_traces(baseline, current, TRACE_DIFF_RENDERERS[fmt]))
 
     sys.exit(run_compare(
         baseline, current, max_regression=_percent(max_regression, "--max-regression"),
         max_memory_regression=_percent(max_memory_regression, "--max-memory-regression"), alpha=alpha,
-        fmt="json" if as_json else fmt, junit=junit, fail_on_new_findings=fail_on_new_findings, force=force, ops=ops,
+        renderer=COMPARE_RENDERERS[fmt], junit=junit, fail_on_new_findings=fail_on_new_findings, force=force, ops=ops,
         inconclusive=inconclusive,
     ))
 
@@ -557,7 +525,7 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
               help="Output dir: base/round-NN and candidate/round-NN run dirs, ab.json, ab.html, summary.md.")
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds before one run's script is stopped.")
-@click.option("--format", "fmt", default="terminal", show_default=True, type=click.Choice(["terminal", "markdown", "json"]))
+@click.option("--format", "fmt", default="terminal", show_default=True, type=click.Choice(list(AB_RENDERERS)))
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 def ab(script, script_args, base, candidate, module, nproc, steps, warmup, profile_steps, rounds, max_rounds,
        max_regression, max_memory_regression, alpha, ops, inconclusive, out, timeout_s, fmt, as_json):
@@ -583,4 +551,4 @@ def ab(script, script_args, base, candidate, module, nproc, steps, warmup, profi
                         inconclusive=inconclusive)
     args = list(script_args)
     sys.exit(run_ab(base, candidate, script, args[1:] if args[:1] == ["--"] else args, options, Path(out),
-                    fmt="json" if as_json else fmt))
+                    AB_RENDERERS["json" if as_json else fmt]))

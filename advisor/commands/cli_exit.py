@@ -19,6 +19,15 @@ from ..run_dir.layout import remove_scratch
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM})
 
 
+class OneLineError(click.ClickException):
+    """An error as every advise error shows it: one line, exit 2 (click's own is four lines)."""
+
+    exit_code = EXIT_USAGE
+
+    def show(self, file=None) -> None:
+        click.echo(f"advise: error: {self.format_message()}", err=True)
+
+
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """One clear line on stderr and a non-zero exit; never a traceback from our code."""
     click.echo(f"advise: error: {message}", err=True)

@@ -302,7 +302,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
     if html_path is None:  # the page was not written: the report does not name it
         report = msgspec.structs.replace(report, artifacts={k: v for k, v in report.artifacts.items() if k != "report_html"})
     report_mod.write_report(report, out / run.files.report_json)
-    outputs.emit(report, con, as_json, str(out))
+    outputs.emit(report, as_json, str(out))
     outputs.say_html(html_path, con, as_json)
     if stop.signum and not signum:  # a signal while the report was written: the report says so too
         signum = stop.signum

@@ -66,10 +66,12 @@ def render_html(page: Page) -> str:
     return environment().get_template("report.html.j2").render(page=page, css=css, js=js)
 
 
-def html_name(report: Report | dict) -> str:
-    """report.html beside report.json (report.rank1.html under torchrun)."""
+def page_path(report: Report | dict, run_dir: str | Path) -> Path:
+    """Where a run's page goes: report.html beside report.json (report.rank1.html under torchrun), as
+    the report's artifacts name it; refused when that name leads out of `run_dir`."""
     artifacts = Report.of(report).artifacts
-    return artifacts.get("report_html") or str(Path(artifacts.get("report_json") or "report.json").with_suffix(".html"))
+    name = artifacts.get("report_html") or str(Path(artifacts.get("report_json") or "report.json").with_suffix(".html"))
+    return resolve_inside(run_dir, name, "artifacts.report_html")
 
 
 def write_html(report: Report | dict, run_dir: str | Path, profile=None, rule_docs: Mapping[str, str] = NO_DOCS,
@@ -79,6 +81,6 @@ def write_html(report: Report | dict, run_dir: str | Path, profile=None, rule_do
     `profile` is the run's :class:`advisor.profile.Profile` (timeline, top ops, log tail) or None;
     `rule_docs` maps rule names and/or codes to their documentation.
     """
-    target = Path(path) if path is not None else resolve_inside(run_dir, html_name(report), "artifacts.report_html")
+    target = Path(path) if path is not None else page_path(report, run_dir)
     write_text_atomic(target, render_html(build_page(report, profile, rule_docs)))
     return target

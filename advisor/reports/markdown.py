@@ -8,11 +8,9 @@ unless a filter below made it into code on purpose.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from functools import lru_cache
-from pathlib import Path
 
 import jinja2
 
@@ -81,13 +79,3 @@ def render_markdown(page: Page) -> str:
 def markdown_for(report: Report | dict, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> str:
     """The markdown summary of `report` (with the run's Profile, or None)."""
     return render_markdown(build_page(report, profile, rule_docs))
-
-
-def append_step_summary(report: Report | dict, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> Path | None:
-    """Append the summary to $GITHUB_STEP_SUMMARY when that is set (GitHub Actions); else do nothing."""
-    target = os.environ.get("GITHUB_STEP_SUMMARY")
-    if not target:
-        return None
-    with open(target, "a", encoding="utf-8") as f:
-        f.write(markdown_for(report, profile, rule_docs) + "\n")
-    return Path(target)

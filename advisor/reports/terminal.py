@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.table import Table
@@ -178,16 +179,27 @@ def say(con: Console, line: Text, hang: int = 0) -> None:
         con.print(Text(" " * (indent + (hang if i else 0))) + part, soft_wrap=True)
 
 
+def captured(con: Console, print_on: Callable[[Console], None]) -> str:
+    """What `print_on(con)` prints, as text the way `con` writes it (its colours and width)."""
+    with con.capture() as capture:
+        print_on(con)
+    return capture.get()
+
+
+def summary_text(report: Report | dict, con: Console, run_dir: str | None = None) -> str:
+    """The summary a user reads after `advise profile`, as `con` prints it; wrapped to the width where
+    it is wrapped (:func:`wrapping`), with no value split across lines."""
+    typed, glued = Report.of(report), wrapping(con)
+    text = captured(con, lambda c: _print_summary(typed, c, run_dir, glued=glued))
+    return text.replace(_JOIN, " ") if glued else text  # the table's cells were glued too
+
+
 def print_summary(report: Report | dict, con: Console, run_dir: str | None = None) -> None:
-    """The summary a user reads after `advise profile`; wrapped to the width where it is wrapped
-    (:func:`wrapping`), with no value split across lines."""
-    report = Report.of(report)
+    """:func:`summary_text`, printed on `con`."""
     if not wrapping(con):
-        _print_summary(report, con, run_dir)
+        _print_summary(Report.of(report), con, run_dir)
         return
-    with con.capture() as captured:
-        _print_summary(report, con, run_dir, glued=True)
-    con.file.write(captured.get().replace(_JOIN, " "))  # the table's cells were glued too
+    con.file.write(summary_text(report, con, run_dir))
     con.file.flush()
 
 
