@@ -20,7 +20,7 @@ def in_users_line(change: str, code: str | None) -> str | None:
     m = CONFIG_CHANGE.fullmatch(change)
     line = (code or "").strip()
     call = _the_call(line)
-    if not m or call is None or call_name(call.func) != m["call"]:
+    if not m or call is None or call.end_col_offset is None or call_name(call.func) != m["call"]:
         return None
     settings = split_settings(m["settings"])
     given = {k.arg for k in call.keywords}  # None: a **mapping, which may hold the setting already

@@ -19,14 +19,15 @@ or a wrongly typed value) is a :class:`ConfigError` with a one-line message.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10
+    import tomli as tomllib
 
 from advisor.model import Finding, rank
 from advisor.rules.registry import Catalogue, Rule, load_rules

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from . import framework_words, overrides as vocabulary
 
@@ -52,7 +52,10 @@ class Verdict(_Str):
     NOT_MEASURED = "not-measured"
 
 
-def _enum(kind: type[_Str], value, what: str) -> _Str:
+E = TypeVar("E", bound=_Str)
+
+
+def _enum(kind: type[E], value: object, what: str) -> E:
     try:
         return kind(value)
     except ValueError:
@@ -141,7 +144,7 @@ class Fix:
             self.snippet = _snippet(self.overrides, framework)
 
     def to_dict(self) -> dict:
-        out = {"title": self.title, "kind": self.kind.value, "applicability": self.applicability.value,
+        out: dict[str, Any] = {"title": self.title, "kind": self.kind.value, "applicability": self.applicability.value,
                "snippet": self.snippet, "overrides": self.overrides}
         if self.proposed_overrides is not None:
             out["proposed_overrides"] = self.proposed_overrides
@@ -267,8 +270,19 @@ class Finding:
     cause: str | None = None  # the code of the finding this one is a symptom of (its fix says: fix that first)
     fallback: Fix | None = None  # its own fix where that finding is not in the report (GPU001's compile ladder)
 
-    def __post_init__(self):
-        self.severity = _enum(Severity, self.severity, "severity")
+    # Written out (the dataclass keeps its fields, repr and eq) so the severity may be given as its
+    # string ("high", as the rule plugin docs write it) and is held as a Severity: a field added
+    # above is added here too.
+    def __init__(self, title: str, summary: str, severity: Severity | str, evidence: dict, fix: Fix,
+                 estimated_gain_frac: float | None = None, rule: str = "", code: str = "",
+                 experiment: Experiment | None = None, locations: list[SourceLocation] | None = None,
+                 cause: str | None = None, fallback: Fix | None = None) -> None:
+        self.title, self.summary, self.evidence, self.fix = title, summary, evidence, fix
+        self.severity = _enum(Severity, severity, "severity")
+        self.estimated_gain_frac, self.rule, self.code = estimated_gain_frac, rule, code
+        self.experiment = experiment
+        self.locations = [] if locations is None else locations
+        self.cause, self.fallback = cause, fallback
 
     def without_cause(self) -> None:
         """The finding it names as its cause is not in the report (that rule did not fire): its fix
@@ -423,7 +437,7 @@ def rank_key(finding: Finding, index: int = 0) -> tuple:
     exp = finding.experiment
     speedup = _finite(exp.speedup) if exp is not None else None
     estimate = estimated_speedup(finding.estimated_gain_frac)
-    if speedup is not None and exp.verified:
+    if exp is not None and speedup is not None and exp.verified:
         tier, value = 0, speedup
     elif speedup is not None and speedup >= 1:
         tier, value = 1, speedup
@@ -445,7 +459,7 @@ def settle_severity(finding: Finding) -> Finding:
     win the rule capped at [medium] is [high] when it measures 1.5x)."""
     exp = finding.experiment
     speedup = _finite(exp.speedup) if exp is not None else None
-    if speedup is None:
+    if exp is None or speedup is None:
         return finding
     if exp.verified:
         finding.severity = (Severity.HIGH if speedup >= MEASURED_HIGH else

@@ -231,7 +231,8 @@ def parts(overrides: dict) -> tuple[str, ...] | None:
     """The step columns these overrides can at most remove (their Amdahl bound), or None where one
     of them may speed up anything (a precision, compile, a batch size)."""
     found = [VOCABULARY[k].part(v) if k in VOCABULARY else None for k, v in overrides.items()]
-    return tuple(sorted(set(found))) if found and None not in found else None
+    named = [part for part in found if part is not None]
+    return tuple(sorted(set(named))) if found and len(named) == len(found) else None
 
 
 def problem(overrides: dict) -> str | None:

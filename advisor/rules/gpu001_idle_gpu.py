@@ -80,7 +80,7 @@ def check(profile, *, min_idle_frac: float = 0.25) -> Iterator[Finding]:
     causes = _attribute(profile, steps)
     total_us = float(dur.sum())
     shares = {k: h.frac(v, total_us) for k, v in causes.items()}
-    main = max(shares, key=shares.get)
+    main = max(shares, key=lambda k: shares[k])
     rule_name, code, text = _CAUSES[main]
     util = _nvml_util(profile)
     own = h.compile_fix(h.device(profile)) if main == "cpu_overhead" else None

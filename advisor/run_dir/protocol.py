@@ -178,7 +178,7 @@ def read_plan(path: Path) -> Plan:
 
 _encoder = msgspec.json.Encoder()
 _head = msgspec.json.Decoder(type=WindowDone)  # any line: its phase alone (the other fields are skipped)
-_decoders = {Phase.ARM: msgspec.json.Decoder(ArmStepLine), Phase.WINDOW_DONE: msgspec.json.Decoder(WindowDone),
+_decoders: dict[Phase, msgspec.json.Decoder] = {Phase.ARM: msgspec.json.Decoder(ArmStepLine), Phase.WINDOW_DONE: msgspec.json.Decoder(WindowDone),
              Phase.PLAN_DONE: msgspec.json.Decoder(PlanDone)}
 _step_decoder = msgspec.json.Decoder(StepLine)
 _arm_decoder = msgspec.json.Decoder(ArmLine)
