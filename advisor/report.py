@@ -14,9 +14,10 @@ import json
 from pathlib import Path
 import functools
 import typing
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Optional, TypeVar, Union
 
 import msgspec
+from msgspec import Meta
 
 from . import __version__
 from .run_dir.atomic import write_json_atomic
@@ -170,16 +171,14 @@ Num = Optional[float]  # a figure that can be missing (null: not measured, or Na
 Number = Union[int, float, None]  # as report.json has it (an int stays an int)
 
 
-def described(text: str, kind: Any = None) -> Any:
-    """A field described: the description lands in the schema (and the docs' field tables)."""
-    return Annotated[kind, msgspec.Meta(description=text)]
+B = TypeVar("B", bound="Block")
 
 
 class Block(msgspec.Struct, kw_only=True):
     required: ClassVar[tuple[str, ...]] = ()  # the schema's required keys (a reader takes a report without them)
 
     @classmethod
-    def of(cls, block):
+    def of(cls: type[B], block: object) -> B:
         """The typed block of a report's dict (null and unknown keys left out; a block is returned as it is)."""
         if isinstance(block, cls):
             return block
@@ -198,12 +197,14 @@ class Step(Block):
     """One measured step (the profiler's warm-up step is not one)."""
 
     index: Optional[int] = None
-    duration_s: described("the step's time on its clock: on a GPU the device's, between the events recorded at its "
-                          "two boundaries; on a CPU the host's (docs/explanation/steps.md)", Num) = None
-    host_s: described("the same span on the host's clock: on a GPU, how long Python took to queue the step", Num) = None
-    cpu_s: described("the training process's CPU time over the step (all its threads, not its loader workers'): "
-                     "a busy neighbour delays the step, it barely inflates this", Num) = None
-    clock: described("which clock duration_s was read from", Optional[Literal["device", "host"]]) = None
+    duration_s: Annotated[Num, Meta(description="the step's time on its clock: on a GPU the device's, between the events "
+                                                "recorded at its two boundaries; on a CPU the host's "
+                                                "(docs/explanation/steps.md)")] = None
+    host_s: Annotated[Num, Meta(description="the same span on the host's clock: on a GPU, how long Python took to queue the "
+                                            "step")] = None
+    cpu_s: Annotated[Num, Meta(description="the training process's CPU time over the step (all its threads, not its loader "
+                                           "workers'): a busy neighbour delays the step, it barely inflates this")] = None
+    clock: Annotated[Optional[Literal["device", "host"]], Meta(description="which clock duration_s was read from")] = None
     data_wait_s: Num = None
     samples: Optional[int] = None
     optimizer_s: Num = None
@@ -215,15 +216,16 @@ class Step(Block):
 class Throughput(Block):
     """Rates over the measured steps outside the profiler, stalled steps left out."""
 
-    samples_per_s: described("samples per second (null when the batch size is unknown)", Num) = None
+    samples_per_s: Annotated[Num, Meta(description="samples per second (null when the batch size is unknown)")] = None
     steps_per_s: Num = None
     step_time_median_s: Num = None
     step_time_p90_s: Num = None
     step_time_mean_s: Num = None
     n_steps: Optional[int] = None
-    stalled_steps: described("steps far slower than the rest (beyond Q3 + 3 IQR and twice the median) even without "
-                             "their wait on the DataLoader, left out of the rates", Optional[int]) = None
-    basis: described("which steps the rates come from", Optional[str]) = None
+    stalled_steps: Annotated[Optional[int], Meta(description="steps far slower than the rest (beyond Q3 + 3 IQR and twice the "
+                                                             "median) even without their wait on the DataLoader, left out of the "
+                                                             "rates")] = None
+    basis: Annotated[Optional[str], Meta(description="which steps the rates come from")] = None
 
 
 class Breakdown(Block):
@@ -231,34 +233,35 @@ class Breakdown(Block):
 
     data_wait_frac: Num = None
     optimizer_frac: Num = None
-    compute_frac: described("forward and backward: the rest of the step", Num) = None
+    compute_frac: Annotated[Num, Meta(description="forward and backward: the rest of the step")] = None
 
 
 class Rank(Block):
     """One rank of a job: how it ended (advise profile) or its trace's figures (advise analyze)."""
 
     rank: Optional[int] = None
-    status: described("profile: the rank's status (done, finished, failed, interrupted, died; missing: it sent rank 0 "
-                      "no summary); none for a trace's rank (advise analyze)", Optional[str]) = None
-    node: described("profile, a job a launcher started: the node the rank ran on (GROUP_RANK, SLURM_NODEID)",
-                    Optional[int]) = None
-    host: described("profile, a job a launcher started: the rank's host name", Optional[str]) = None
+    status: Annotated[Optional[str], Meta(description="profile: the rank's status (done, finished, failed, interrupted, died; "
+                                                      "missing: it sent rank 0 no summary); none for a trace's rank (advise "
+                                                      "analyze)")] = None
+    node: Annotated[Optional[int], Meta(description="profile, a job a launcher started: the node the rank ran on (GROUP_RANK, "
+                                                    "SLURM_NODEID)")] = None
+    host: Annotated[Optional[str], Meta(description="profile, a job a launcher started: the rank's host name")] = None
     measured_steps: Optional[int] = None
     error: Optional[str] = None
     traceback: Optional[str] = None
     ended_at: Num = None
-    arm_windows_switched: described("windows this rank ran with a fix switched on", Optional[int]) = None
+    arm_windows_switched: Annotated[Optional[int], Meta(description="windows this rank ran with a fix switched on")] = None
     samples_per_s: Num = None
     step_time_median_s: Num = None
     step_time_p90_s: Num = None
-    trace: described("analyze: the rank's trace file", Optional[str]) = None
-    duration_s: described("analyze: the median profiled step", Num) = None
-    comm_s: described("collective time per step", Num) = None
-    exposed_comm_s: described("collective time no compute overlaps (waiting)", Num) = None
+    trace: Annotated[Optional[str], Meta(description="analyze: the rank's trace file")] = None
+    duration_s: Annotated[Num, Meta(description="analyze: the median profiled step")] = None
+    comm_s: Annotated[Num, Meta(description="collective time per step")] = None
+    exposed_comm_s: Annotated[Num, Meta(description="collective time no compute overlaps (waiting)")] = None
     compute_s: Num = None
-    busy_s: described("the step less the exposed collective time: the rank's own work", Num) = None
-    flops: described("FLOPs per step", Num) = None
-    samples: described("samples per step", Num) = None
+    busy_s: Annotated[Num, Meta(description="the step less the exposed collective time: the rank's own work")] = None
+    flops: Annotated[Num, Meta(description="FLOPs per step")] = None
+    samples: Annotated[Num, Meta(description="samples per step")] = None
 
     @property
     def step_s(self) -> Optional[float]:
@@ -276,24 +279,26 @@ class Tensors(Block):
 class Memory(Block):
     """Peak memory: the accelerator's (CUDA), the measured window's, and the script's process tree's."""
 
-    peak_allocated_bytes: described("CUDA: torch.cuda.max_memory_allocated", Number) = None
+    peak_allocated_bytes: Annotated[Number, Meta(description="CUDA: torch.cuda.max_memory_allocated")] = None
     peak_reserved_bytes: Number = None
     device_total_bytes: Number = None
-    peak_memory_bytes: described("the measured window's peak, by memory_basis", Number) = None
-    memory_basis: described("cuda-max-allocated, cpu-allocator or rss-high-water", Optional[str]) = None
+    peak_memory_bytes: Annotated[Number, Meta(description="the measured window's peak, by memory_basis")] = None
+    memory_basis: Annotated[Optional[str], Meta(description="cuda-max-allocated, cpu-allocator or rss-high-water")] = None
     peak_rss_hwm_bytes: Number = None
     runtime_bytes: Number = None
-    budget_bytes: described("the memory the run may use (--memory-budget, else the device's capacity)", Number) = None
-    budget_source: described("option or device", Optional[str]) = None
-    tensors: described("parameters, gradients and optimizer state, in bytes", Optional[Tensors]) = None
-    checkpointable: described("what activation checkpointing would wrap", Optional[dict]) = None
-    peak_rss_bytes: described("summed RSS of the script's processes over the run (an upper bound)", Number) = None
+    budget_bytes: Annotated[Number, Meta(description="the memory the run may use (--memory-budget, else the device's "
+                                                     "capacity)")] = None
+    budget_source: Annotated[Optional[str], Meta(description="option or device")] = None
+    tensors: Annotated[Optional[Tensors], Meta(description="parameters, gradients and optimizer state, in bytes")] = None
+    checkpointable: Annotated[Optional[dict], Meta(description="what activation checkpointing would wrap")] = None
+    peak_rss_bytes: Annotated[Number, Meta(description="summed RSS of the script's processes over the run (an upper "
+                                                       "bound)")] = None
     peak_pss_bytes: Number = None
     peak_uss_bytes: Number = None
-    basis: described("pss or rss: the figure that stands for the process tree's peak", Optional[str]) = None
+    basis: Annotated[Optional[str], Meta(description="pss or rss: the figure that stands for the process tree's peak")] = None
     basis_note: Optional[str] = None
-    error: described("why the probe could not read some of the figures above (the device's, after a CUDA "
-                     "error of the script's poisoned it): those are missing", Optional[str]) = None
+    error: Annotated[Optional[str], Meta(description="why the probe could not read some of the figures above (the device's, "
+                                                     "after a CUDA error of the script's poisoned it): those are missing")] = None
 
 
 class Mfu(Block):
@@ -301,10 +306,10 @@ class Mfu(Block):
 
     achieved_tflops: Number = None
     peak_tflops: Number = None
-    mfu: described("achieved / peak (null without a peak for the device and dtype)", Number) = None
-    dtype: described("the precision of the peak: the dtype carrying most FLOPs; fp32 matmuls or convolutions "
-                     "the run let use TF32 count as tf32", Optional[str]) = None
-    precision_basis: described("why that precision", Optional[str]) = None
+    mfu: Annotated[Number, Meta(description="achieved / peak (null without a peak for the device and dtype)")] = None
+    dtype: Annotated[Optional[str], Meta(description="the precision of the peak: the dtype carrying most FLOPs; fp32 matmuls or "
+                                                     "convolutions the run let use TF32 count as tf32")] = None
+    precision_basis: Annotated[Optional[str], Meta(description="why that precision")] = None
     device_name: Optional[str] = None
     flops_per_step: Number = None
     basis: Optional[str] = None
@@ -320,11 +325,11 @@ class Energy(Block):
     seconds: Num = None
     watts_mean: Num = None
     joules_per_step: Num = None
-    joules_per_sample: described("joules per sample (null when the batch size is unknown)", Num) = None
-    source: described("energy-counter: the rise of NVML's energy counter between each window's ends; "
-                      "power-samples: NVML power (a one-second average on Hopper and later) averaged over "
-                      "each window, where the GPU has no energy counter (before Volta)",
-                      Optional[Literal["energy-counter", "power-samples"]]) = None
+    joules_per_sample: Annotated[Num, Meta(description="joules per sample (null when the batch size is unknown)")] = None
+    source: Annotated[Optional[Literal["energy-counter", "power-samples"]], Meta(
+        description="energy-counter: the rise of NVML's energy counter between each window's ends; power-samples: NVML power (a "
+                    "one-second average on Hopper and later) averaged over each window, where the GPU has no energy counter "
+                    "(before Volta)")] = None
 
 
 class Screened(Block):
@@ -338,14 +343,15 @@ class Screened(Block):
     ci_high: Num = None
     baseline_drift_frac: Num = None
     reason: Optional[str] = None
-    recompiles: described("a compile screen's recompiles: count, the inputs whose shape varied, and `said`, "
-                          "the line that tells them (as an experiment's `recompiles`)", Optional[dict]) = None
+    recompiles: Annotated[Optional[dict], Meta(description="a compile screen's recompiles: count, the inputs whose shape varied, "
+                                                           "and `said`, the line that tells them (as an experiment's "
+                                                           "`recompiles`)")] = None
 
 
 class Experiments(Block):
     """What the experiments ran and what they cost."""
 
-    runs: described("fresh runs of the script (in-process arms need none)", list[dict]) = []
+    runs: Annotated[list[dict], Meta(description="fresh runs of the script (in-process arms need none)")] = []
     n_runs: Optional[int] = None
     child_wall_s: Number = None
     screened: list[Screened] = []
@@ -422,7 +428,7 @@ class Report(Block):
         return (self.status or "ok") == "ok"
 
 
-def _readable(cls: type, data: dict) -> dict:
+def _readable(cls: type[Block], data: dict) -> dict:
     """`data` as `cls` reads it: keys it does not name and null values left out, the blocks inside
     alike (a block that is not an object reads as missing; the open dicts are kept as they are)."""
     fields = _fields(cls)
@@ -444,13 +450,13 @@ def _readable(cls: type, data: dict) -> dict:
 
 
 @functools.cache
-def _fields(cls: type) -> dict[str, tuple[Optional[type], bool]]:
+def _fields(cls: type[Block]) -> dict[str, tuple[Optional[type[Block]], bool]]:
     """Each field of `cls`: the block class it holds (Optional[...] and list[...] unwrapped; None
     for a plain value or an open dict) and whether a list of them."""
     return {name: _block_in(kind) for name, kind in typing.get_type_hints(cls).items() if name in cls.__struct_fields__}
 
 
-def _block_in(kind) -> tuple[Optional[type], bool]:
+def _block_in(kind: Any) -> tuple[Optional[type[Block]], bool]:
     many = False
     while True:
         origin, args = typing.get_origin(kind), typing.get_args(kind)
