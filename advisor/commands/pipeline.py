@@ -240,24 +240,67 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
                          profile_steps=profile_steps, timeout_s=timeout_s, arms=in_process,
                          arms_budget_s=experiments.time_budget_s if experiments else 900.0,
                          memory_budget_bytes=memory_budget_bytes)
-    started_at = report_mod.now_iso()
-    started = time.monotonic()
-    load_start = fingerprint.load_avg()  # how busy the machine was before the script started
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        check_writable(out)  # read-only, forbidden or full: say so now, not after the run
-    except OSError as exc:
-        fail(writing_error(exc, out) if exc.errno in DISK_ERRNOS
-             else f"cannot create the run dir {out}: {exc.strerror}")
-    _take_run_dir(lock, out)
+    started = _Started(report_mod.now_iso(), time.monotonic(), fingerprint.load_avg())  # the machine's load before the script
+    _open_run_dir(out, lock)
     experiments = experiments or ExperimentOptions()
     link = _job_link(job, out) if launched_by_other else None
     if link is not None and not link.leader:  # its summary goes to rank 0, which writes the job's report
         return _finish_rank(run_probe(config, None, stop, link=link), config, link, out, lock, stop)
     if link is not None:
         layout.clear_job_report(out)
-    session = _arms_session(config, experiments, rule_settings, link, stop) if config.arms else None
     shown = f"-m {script}" if module else script  # how the report and the progress name the job
+    measured = _run_and_measure(config, experiments, rule_settings, link, out, lock, con, shown, stop)
+    report = _build(measured, config, experiments, link, out, shown, started)
+    if link is not None:
+        link.channel.close()
+    report, status, signum = _deliver(report, measured, out, con, as_json, stop)
+    if signum:
+        return report_mod.signal_exit(signum)
+    if baseline_report is not None and status == "ok":
+        return ci_gate.compare_after_profile(baseline_report, baseline, report, str(out / measured.run.files.report_json),
+                                             out, max_regression=max_regression, as_json=as_json)
+    return STATUS_EXIT[status]
+
+
+@dataclass
+class _Started:
+    """When the run started, and how busy the machine was then (the fingerprint's load)."""
+
+    at: str
+    monotonic: float
+    load: object
+
+
+@dataclass
+class _Measured:
+    """What the probe and the experiments saw: the run, its Profile, the job's merged ranks (a
+    launched job's), the findings with their experiments, and the run's outcome."""
+
+    run: object
+    profile: Profile
+    merged: dict | None
+    findings: list
+    rule_warnings: list[str]
+    results: object
+    outcome: tuple  # (status, signal, error, traceback): _outcome's
+
+
+def _open_run_dir(out: Path, lock: layout.RunDirLock) -> None:
+    """The run dir made, writable, locked and cleared; read-only, forbidden or full is said now,
+    not after the run."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        check_writable(out)
+    except OSError as exc:
+        fail(writing_error(exc, out) if exc.errno in DISK_ERRNOS
+             else f"cannot create the run dir {out}: {exc.strerror}")
+    _take_run_dir(lock, out)
+
+
+def _run_and_measure(config: ProbeConfig, experiments: ExperimentOptions, rule_settings, link: JobLink | None, out: Path,
+                     lock: layout.RunDirLock, con, shown: str, stop: StopRequest) -> _Measured:
+    """The script under the probe (the arms in it), its Profile, and the fixes measured."""
+    session = _arms_session(config, experiments, rule_settings, link, stop) if config.arms else None
     with terminal.ProbeProgress(con, f"profiling {shown}") as progress:
         if session is not None:
             session.progress = progress
@@ -276,28 +319,42 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         merged = job_report.merge_job(profile, run, link, out, stop) if link is not None else None
         findings, rule_warnings, results = _measure_fixes(session, run, profile, merged, link, config, experiments,
                                                           rule_settings, out, progress, stop)
-    status, signum, error, tb = _outcome(run, merged, results, stop, experiments.enabled and bool(findings))
-    report = report_mod.build_report(
+    outcome = _outcome(run, merged, results, stop, experiments.enabled and bool(findings))
+    return _Measured(run, profile, merged, findings, rule_warnings, results, outcome)
+
+
+def _build(m: _Measured, config: ProbeConfig, experiments: ExperimentOptions, link: JobLink | None, out: Path, shown: str,
+           started: _Started):
+    """The run's typed Report."""
+    run, profile, merged, results = m.run, m.profile, m.merged, m.results
+    status, _, error, tb = m.outcome
+    return report_mod.build_report(
         profile,
         status=status,
         script=shown,
-        argv=script_args,
-        started_at=started_at,
+        argv=list(config.args),
+        started_at=started.at,
         error=error,
         traceback=tb,
-        findings=findings,
+        findings=m.findings,
         recommended=results.recommended if results else None,
-        warnings=_warnings(run, config, profile) + profile.meta.get("notes", []) + rule_warnings + (results.notes if results else [])
-        + (merged["warnings"] if merged else []) + _launcher_notes(link, experiments),
+        warnings=_warnings(run, config, profile) + profile.meta.get("notes", []) + m.rule_warnings
+        + (results.notes if results else []) + (merged["warnings"] if merged else []) + _launcher_notes(link, experiments),
         artifacts={**_artifacts(out, run.files, profile), "report_html": run.files.report_html},
-        fingerprint=fingerprint.collect(profile.env, script_args, load_start=load_start, with_gpu=profile.device == "cuda"),
-        notes=run.notes, wall_s=run.wall_s, total_wall_s=time.monotonic() - started,
+        fingerprint=fingerprint.collect(profile.env, list(config.args), load_start=started.load,
+                                        with_gpu=profile.device == "cuda"),
+        notes=run.notes, wall_s=run.wall_s, total_wall_s=time.monotonic() - started.monotonic,
         experiments=results.summary() if results else None,
         ranks=merged["rows"] if merged else _ranks(run, profile),
         **({"hta_breakdown": merged["hta"]} if merged and merged["hta"] else {}),
     )
-    if link is not None:
-        link.channel.close()
+
+
+def _deliver(report, m: _Measured, out: Path, con, as_json: bool, stop: StopRequest) -> tuple:
+    """The page, report.json and the summary written; a signal that came while they were written
+    said in the report too. Returns (the report as written, its status, the signal)."""
+    run, profile = m.run, m.profile
+    status, signum, _, _ = m.outcome
     html_path = outputs.write_renderings(report, out, profile, con)
     if html_path is None:  # the page was not written: the report does not name it
         report = msgspec.structs.replace(report, artifacts={k: v for k, v in report.artifacts.items() if k != "report_html"})
@@ -317,11 +374,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
     if signum:
         click.echo(f"advise: interrupted ({describe(signum)}); what was measured is in {out / run.files.report_json}",
                    err=True)
-        return report_mod.signal_exit(signum)
-    if baseline_report is not None and status == "ok":
-        return ci_gate.compare_after_profile(baseline_report, baseline, report, str(out / run.files.report_json), out,
-                                             max_regression=max_regression, as_json=as_json)
-    return STATUS_EXIT[status]
+    return report, status, signum
 
 
 def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: JobLink | None, config: ProbeConfig,

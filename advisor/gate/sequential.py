@@ -235,68 +235,89 @@ def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[Metri
     level = alpha / len(plan)
     rows, tests = [], []
     for spec in specs:
-        b, c = series.get(spec.name, ([], []))
-        pr = paired(b, c, spec.higher_is_better, lengths)
-        mid_b = float(np.median(b)) if len(b) else None
-        mid_c = float(np.median(c)) if len(c) else None
-        row = MetricDecision(spec.name, spec.label, spec.unit, spec.higher_is_better, mid_b, mid_c,
-                             threshold=spec.threshold, alpha=level)
+        row, tested = _measure(spec, series.get(spec.name, ([], [])), lengths, level)
         rows.append(row)
-        if pr is None or pr.n < 2:
-            row.gated, row.verdict, row.note = False, "n/a", "missing in some rounds"
-            continue
-        if spec.mirrors:
-            row.gated, row.alpha = False, None
-        sign = -1 if spec.higher_is_better else 1  # the metric's own change from a slowdown
-        row.slowdown = math.expm1(pr.estimate())
-        row.change = math.expm1(sign * pr.estimate())
-        lo, hi = pr.interval()
-        row.ci = sorted([math.expm1(sign * lo), math.expm1(sign * hi)])
-        if spec.mirrors:
-            continue  # shown, not tested: one hypothesis per figure, so Holm's alpha is not split over copies
-        floor = pr.floor()
-        row.floor = math.expm1(floor) if floor is not None else None
-        row.aa_change = math.expm1(float(np.mean(pr.aa))) if len(pr.aa) else None
-        if not spec.gated:
-            row.gated, row.alpha, row.verdict, row.note = False, None, REPORTED, spec.note
-            continue
-        row.p_value = pr.p_value()
-        big_enough = spec.min_abs <= 0 or abs((mid_c or 0) - (mid_b or 0)) >= spec.min_abs
-        # More rounds can settle a close call (the floor shrinks with them); they cannot make 10 MiB into 64.
-        # Suspected: at least half the threshold slower, and the threshold still inside its 95% bound. An
-        # unchanged revision's wobble about 0 stops at the first look; this choice cannot raise the error
-        # rate (alpha is spent per planned look, whatever decides to continue).
-        row.suspected = (big_enough and pr.estimate() > math.log1p(spec.threshold / 2)
-                         and math.expm1(pr.upper()) > spec.threshold)
-        tests.append((row, pr))
-    for (row, _), rejected in zip(tests, holm([r.p_value for r, _ in tests], level)):
+        if tested is not None:
+            tests.append((row, *tested))
+    for (row, _, _), rejected in zip(tests, holm([row.p_value for row, _, _ in tests], level)):
         row.significant = rejected
-    for row, pr in tests:
-        spec = next(s for s in specs if s.name == row.name)
-        beyond_floor = row.floor is None or row.slowdown > row.floor
-        big_enough = spec.min_abs <= 0 or abs((row.current or 0) - (row.base or 0)) >= spec.min_abs
-        if row.slowdown > row.threshold and beyond_floor and big_enough and row.significant:
-            row.verdict = REGRESSION
-            row.note = f"{row.slowdown:.1%} worse over {pr.n} paired rounds (p = {row.p_value:.2g})"
-        elif row.slowdown > row.threshold:
-            row.verdict = NOT_SIGNIFICANT
-            why = ([] if row.significant else [f"p = {row.p_value:.2g} not below Holm's level"]) + \
-                  ([] if beyond_floor else [f"within this runner's noise floor ({row.floor:.1%})"]) + \
-                  ([] if big_enough else ["too small in absolute terms"])
-            row.note = f"{row.slowdown:.1%} worse but " + "; ".join(why)
-        elif math.expm1(pr.interval()[1]) < 0 and -row.slowdown > row.threshold / (1 + row.threshold):
-            row.verdict = IMPROVEMENT
-            row.note = f"{abs(row.change):.1%} better"
-        else:
-            row.verdict = OK
-        row.upper = math.expm1(pr.upper())
-        row.undecided = row.verdict != REGRESSION and big_enough and (
-            row.upper > row.threshold or (row.floor is not None and row.floor > row.threshold))
-    for spec, row in zip(specs, rows):
-        source = next((r for r in rows if r.name == spec.mirrors), None)
-        if source is not None and row.slowdown is not None:
-            row.verdict, row.note = source.verdict, (f"the same figure as {source.label}, inverted: its test decides"
-                                                     if source.verdict != OK else "")
+    for row, pr, big_enough in tests:
+        _judge(row, pr, big_enough)
+    _settle(specs, rows)
+    regressed = any(r.verdict == REGRESSION for r in rows)
+    open_ = any((r.suspected or r.undecided) and r.verdict != REGRESSION and not r.settled_by for r in rows)
+    final = regressed or not open_ or k >= len(plan) - 1 or n >= plan[-1]
+    if final and not regressed:
+        _close(rows, n)
+    _mirror(specs, rows)
+    rule = (f"regression = worse than the threshold, beyond this runner's A/A noise floor, and significant: "
+            f"{TEST}, {CORRECTION} over the gated metrics, {SPENDING} ({len(plan)} looks at {', '.join(map(str, plan))} "
+            f"rounds: alpha {alpha:g} / {len(plan)} = {level:.3g} per look)")
+    return Decision(rows, n, k + 1, plan, alpha, final, rule)
+
+
+def _measure(spec: MetricSpec, rounds: tuple[list[float], list[float]], lengths: list[int] | None,
+             level: float) -> tuple[MetricDecision, tuple | None]:
+    """One metric's figures over the paired rounds, and (its pairs, whether the change is big
+    enough in absolute terms) where it is tested: a gated metric that is no other's mirror."""
+    b, c = rounds
+    pr = paired(b, c, spec.higher_is_better, lengths)
+    mid_b = float(np.median(b)) if len(b) else None
+    mid_c = float(np.median(c)) if len(c) else None
+    row = MetricDecision(spec.name, spec.label, spec.unit, spec.higher_is_better, mid_b, mid_c,
+                         threshold=spec.threshold, alpha=level)
+    if pr is None or pr.n < 2:
+        row.gated, row.verdict, row.note = False, "n/a", "missing in some rounds"
+        return row, None
+    sign = -1 if spec.higher_is_better else 1  # the metric's own change from a slowdown
+    row.slowdown = math.expm1(pr.estimate())
+    row.change = math.expm1(sign * pr.estimate())
+    lo, hi = pr.interval()
+    row.ci = sorted([math.expm1(sign * lo), math.expm1(sign * hi)])
+    if spec.mirrors:  # shown, not tested: one hypothesis per figure, so Holm's alpha is not split over copies
+        row.gated, row.alpha = False, None
+        return row, None
+    floor = pr.floor()
+    row.floor = math.expm1(floor) if floor is not None else None
+    row.aa_change = math.expm1(float(np.mean(pr.aa))) if len(pr.aa) else None
+    if not spec.gated:
+        row.gated, row.alpha, row.verdict, row.note = False, None, REPORTED, spec.note
+        return row, None
+    row.p_value = pr.p_value()
+    big_enough = spec.min_abs <= 0 or abs((mid_c or 0) - (mid_b or 0)) >= spec.min_abs
+    # More rounds can settle a close call (the floor shrinks with them); they cannot make 10 MiB into 64.
+    # Suspected: at least half the threshold slower, and the threshold still inside its 95% bound. An
+    # unchanged revision's wobble about 0 stops at the first look; this choice cannot raise the error
+    # rate (alpha is spent per planned look, whatever decides to continue).
+    row.suspected = (big_enough and pr.estimate() > math.log1p(spec.threshold / 2)
+                     and math.expm1(pr.upper()) > spec.threshold)
+    return row, (pr, big_enough)
+
+
+def _judge(row: MetricDecision, pr, big_enough: bool) -> None:
+    """A tested metric's verdict, once Holm's correction said whether it is significant."""
+    beyond_floor = row.floor is None or row.slowdown > row.floor
+    if row.slowdown > row.threshold and beyond_floor and big_enough and row.significant:
+        row.verdict = REGRESSION
+        row.note = f"{row.slowdown:.1%} worse over {pr.n} paired rounds (p = {row.p_value:.2g})"
+    elif row.slowdown > row.threshold:
+        row.verdict = NOT_SIGNIFICANT
+        why = ([] if row.significant else [f"p = {row.p_value:.2g} not below Holm's level"]) + \
+              ([] if beyond_floor else [f"within this runner's noise floor ({row.floor:.1%})"]) + \
+              ([] if big_enough else ["too small in absolute terms"])
+        row.note = f"{row.slowdown:.1%} worse but " + "; ".join(why)
+    elif math.expm1(pr.interval()[1]) < 0 and -row.slowdown > row.threshold / (1 + row.threshold):
+        row.verdict = IMPROVEMENT
+        row.note = f"{abs(row.change):.1%} better"
+    else:
+        row.verdict = OK
+    row.upper = math.expm1(pr.upper())
+    row.undecided = row.verdict != REGRESSION and big_enough and (
+        row.upper > row.threshold or (row.floor is not None and row.floor > row.threshold))
+
+
+def _settle(specs: list[MetricSpec], rows: list[MetricDecision]) -> None:
+    """A metric a neighbour cannot inflate (CPU time) settles the one it `settles` (the wall clock)."""
     for spec, settler in zip(specs, rows):
         row = next((r for r in rows if r.name == spec.settles), None)
         if row is not None and settler.gated and settler.slowdown is not None and not settler.undecided:
@@ -307,25 +328,25 @@ def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[Metri
             elif row.verdict == REGRESSION and settler.verdict in (OK, IMPROVEMENT):
                 row.note += (f"; {settler.label} did not grow: the step waits longer (a sleep, I/O, a lock), "
                              "or this runner slowed it: the wall clock alone sees it")
-    regressed = any(r.verdict == REGRESSION for r in rows)
-    open_ = any((r.suspected or r.undecided) and r.verdict != REGRESSION and not r.settled_by for r in rows)
-    last = k >= len(plan) - 1 or n >= plan[-1]
-    final = regressed or not open_ or last
-    if final and not regressed:
-        for row in rows:
-            if row.undecided:
-                row.verdict, row.note = INCONCLUSIVE, _undecided_note(row, n)
-                if row.settled_by:
-                    settler = next(r for r in rows if r.name == row.settled_by)
-                    row.note += f"; {settler.label}, which a busy neighbour cannot inflate, rules it out: the gate goes by it"
+
+
+def _close(rows: list[MetricDecision], rounds: int) -> None:
+    """The gate stops without a regression: what the rounds could not settle is inconclusive."""
+    for row in rows:
+        if row.undecided:
+            row.verdict, row.note = INCONCLUSIVE, _undecided_note(row, rounds)
+            if row.settled_by:
+                settler = next(r for r in rows if r.name == row.settled_by)
+                row.note += f"; {settler.label}, which a busy neighbour cannot inflate, rules it out: the gate goes by it"
+
+
+def _mirror(specs: list[MetricSpec], rows: list[MetricDecision]) -> None:
+    """A mirrored metric (the same figure inverted: steps/s of a step time) takes its source's verdict."""
     for spec, row in zip(specs, rows):
         source = next((r for r in rows if r.name == spec.mirrors), None)
-        if source is not None and row.slowdown is not None and source.verdict == INCONCLUSIVE:
-            row.verdict, row.note = INCONCLUSIVE, "the same figure as " + source.label + ", inverted: its test decides"
-    rule = (f"regression = worse than the threshold, beyond this runner's A/A noise floor, and significant: "
-            f"{TEST}, {CORRECTION} over the gated metrics, {SPENDING} ({len(plan)} looks at {', '.join(map(str, plan))} "
-            f"rounds: alpha {alpha:g} / {len(plan)} = {level:.3g} per look)")
-    return Decision(rows, n, k + 1, plan, alpha, final, rule)
+        if source is not None and row.slowdown is not None:
+            row.verdict = source.verdict
+            row.note = f"the same figure as {source.label}, inverted: its test decides" if source.verdict != OK else ""
 
 
 def _undecided_note(row: MetricDecision, rounds: int) -> str:
