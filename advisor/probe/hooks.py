@@ -305,11 +305,19 @@ def _timed_closure(opt, args, kwargs, in_closure: dict):
 
 def install(clock: StepClock, observed: Observed) -> None:
     """Patch torch so every step boundary, batch and backward reaches `clock`."""
-    started: dict[int, float] = {}
-    in_next = [False]
+    in_next = [False]  # inside a DataLoader's __next__: a model call there is no batch of the loop's
     warnings.warn = user_facing_warn
     clock.on_unknown_batch = lambda: _watch_model_input(clock, in_next)
+    _install_optimizer_hooks(clock, observed)
+    _install_loader_hooks(clock, observed, in_next)
+    _install_backward(clock, observed)
+    _watch_zero_grad(observed)
 
+
+def _install_optimizer_hooks(clock: StepClock, observed: Observed) -> None:
+    """Each optimizer step timed (its closure apart) and the optimizer described at its first step;
+    where each optimizer and DataLoader was built, remembered."""
+    started: dict[int, float] = {}
     in_closure: dict[int, float] = {}  # per optimizer: seconds its step spent in the closure
 
     def pre_hook(opt, args, kwargs):
@@ -321,18 +329,7 @@ def install(clock: StepClock, observed: Observed) -> None:
 
     def post_hook(opt, args, kwargs):
         if id(opt) not in observed.optimizers:
-            if not observed.optimizers:  # the first optimizer step: who runs the loop (once)
-                try:
-                    observed.framework, trainer = framework.detect() or (None, None)
-                except Exception:  # noqa: BLE001 - plain PyTorch words then
-                    observed.framework, trainer = None, None
-                if trainer is not None:
-                    for tell in observed.on_trainer:
-                        tell(trainer)
-            observed.optimizers[id(opt)] = _describe_optimizer(opt)
-            device = observed.optimizers[id(opt)]["device"]
-            observed.device = observed.device or (device and torch.device(device).type)
-            observed.live_optimizers.add(opt)
+            _first_step_of(opt, observed)
         clock.optimizer_post(opt, started.pop(id(opt), None), in_closure.pop(id(opt), 0.0))
 
     original_opt_init = torch.optim.Optimizer.__init__
@@ -355,6 +352,26 @@ def install(clock: StepClock, observed: Observed) -> None:
     register_optimizer_step_pre_hook(pre_hook)
     register_optimizer_step_post_hook(post_hook)
 
+
+def _first_step_of(opt, observed: Observed) -> None:
+    """An optimizer's first step: described; at the run's first, who runs the loop (a framework's
+    Trainer, told to the switches that speak its words)."""
+    if not observed.optimizers:
+        try:
+            observed.framework, trainer = framework.detect() or (None, None)
+        except Exception:  # noqa: BLE001 - plain PyTorch words then
+            observed.framework, trainer = None, None
+        if trainer is not None:
+            for tell in observed.on_trainer:
+                tell(trainer)
+    observed.optimizers[id(opt)] = _describe_optimizer(opt)
+    device = observed.optimizers[id(opt)]["device"]
+    observed.device = observed.device or (device and torch.device(device).type)
+    observed.live_optimizers.add(opt)
+
+
+def _install_loader_hooks(clock: StepClock, observed: Observed, in_next: list[bool]) -> None:
+    """Each DataLoader iterator described at its start and each batch's wait timed."""
     base_iter = dl._BaseDataLoaderIter
     orig_init, orig_next = base_iter.__init__, base_iter.__next__
 
@@ -382,6 +399,9 @@ def install(clock: StepClock, observed: Observed) -> None:
     base_iter.__init__ = iter_init
     base_iter.__next__ = iter_next
 
+
+def _install_backward(clock: StepClock, observed: Observed) -> None:
+    """Each backward() timed; the loss it started from kept for the step (and its device and dtype)."""
     orig_backward = torch.autograd.backward
 
     def backward(tensors, *args, **kwargs):
@@ -397,7 +417,6 @@ def install(clock: StepClock, observed: Observed) -> None:
         return result
 
     torch.autograd.backward = backward
-    _watch_zero_grad(observed)
 
 
 def _watch_zero_grad(observed: Observed) -> None:
