@@ -141,9 +141,9 @@ def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: 
         recommended = _measure_all(findings, candidates, runner, by_samples(baseline_steps), env, io_like, notes)
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", None) or (stop.signum if stop else None)
-        left = [c for c in candidates if findings[c.finding_index].experiment is None]
+        left = [c for c in candidates if c.finding(findings).experiment is None]
         for candidate in left:
-            findings[candidate.finding_index].experiment = Experiment.not_measured(
+            candidate.finding(findings).experiment = Experiment.not_measured(
                 f"the experiments were interrupted ({describe(signum)}) before this fix was measured")
         runs = len(runner.log)
         notes.append(f"experiments interrupted ({describe(signum)}) after {runs} run{'' if runs == 1 else 's'}: "
@@ -195,7 +195,7 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
     done = 0
 
     for candidate in candidates:
-        finding = findings[candidate.finding_index]
+        finding = candidate.finding(findings)
         changes_batch = vocabulary.changes_batch(candidate.overrides)
         if changes_batch and not samples:
             finding.experiment = Experiment.not_measured("the batch size is unknown, so samples/s cannot be compared")
@@ -251,6 +251,6 @@ def _confirm(runner: Runner, candidate: Candidate, first: Experiment, first_runs
         return first
     before = runner.baselines[-1]
     runner.progress.experiment(f"{candidate.label}: confirming with a second run", 1, 1)
-    cand = runner.pair(candidate.label + " (confirmation)", first.overrides)
+    cand = runner.pair(candidate.label + " (confirmation)", first.overrides or {})  # a verified result names them
     after = runner.baselines[-1]
     return judge.pool([first_runs, ([before, after], [cand])], by_samples=samples, check_loss=candidate.changes_numerics)

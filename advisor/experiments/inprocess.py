@@ -17,18 +17,25 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 import pandas as pd
 
 from ..analysis import metrics, steptime
 from ..model import Experiment, Finding, Verdict
+from ..profile import Profile
 from ..run_dir.protocol import ArmStepLine, Plan, RankLines, Window, write_plan
 from .plan import BASELINE
 from .rounds import RoundKind, RoundResult, Rounds
 
 BUSY_SHARE = 0.25   # other processes on this share of the cores while the arms ran: nothing is verified
 PLAN_MARGIN_S = 0.5  # a plan's way to the child (written, polled, switched on) out of the time left
+
+
+class PhaseProgress(Protocol):
+    """The line that says what runs now (the terminal's progress)."""
+
+    def phase(self, text: str) -> None: ...
 
 
 @dataclass
@@ -41,12 +48,12 @@ class ArmsSession:
 
     out: Path
     rank_suffix: str  # whose steps are judged: this process's rank, or rank 0 of a job advise launched
-    diagnose: Callable[[], tuple[list[Finding], object]]  # -> (findings, the window's Profile)
+    diagnose: Callable[[], tuple[list[Finding], Profile]]  # -> (findings, the window's Profile)
     safe_only: bool = False
     max_experiments: int = 12
     window_steps: int = 10
-    io_like: Callable[[object], bool] = lambda profile: False  # the window's Profile -> loading waits, not computes
-    progress: object | None = None
+    io_like: Callable[[Profile], bool] = lambda profile: False  # the window's Profile -> loading waits, not computes
+    progress: PhaseProgress | None = None
     rule_warnings: list[str] = field(default_factory=list)
     time_budget_s: float = 900.0  # the arms' deadline, counted from the window's end (the runner's)
     plan_suffixes: list[str] = field(default_factory=list)  # the ranks that run each plan (default: rank_suffix's)
@@ -84,10 +91,11 @@ class ArmsSession:
             self.notes.append(f"in-process experiments stopped: {type(exc).__name__}: {exc}")
             windows = []
         self._windows = windows
-        if windows and self.progress is not None:
+        if windows and self.progress is not None and self.rounds is not None:  # windows: _plan made the rounds
             arms = len({w.arm for w in windows} - {BASELINE})
-            what = {RoundKind.CONFIRM: "the fixes not decided yet", RoundKind.STACK: "the winners stacked"}.get(
-                self.rounds.kind, "the fixes")
+            names: dict[RoundKind | None, str] = {RoundKind.CONFIRM: "the fixes not decided yet",
+                                                  RoundKind.STACK: "the winners stacked"}
+            what = names.get(self.rounds.kind, "the fixes")
             self.progress.phase(f"measuring {what} inside this run: {arms} arm{'s' if arms != 1 else ''}, "
                                 f"{len(windows)} windows of {windows[0].steps} steps")
         plan = Plan(round=round_no, windows=windows)
@@ -113,7 +121,7 @@ class ArmsSession:
     def on_arm_step(self, line: ArmStepLine) -> None:
         """The child ran a step of window k: say which window and arm run, and the time left."""
         k, key = line.window, (line.round, line.window)
-        if self.progress is None or key == self._shown or k >= len(self._windows):
+        if self.progress is None or self.rounds is None or key == self._shown or k >= len(self._windows):
             return
         self._shown = key
         window = self._windows[k]

@@ -124,9 +124,10 @@ def compare(base_runs: list[Measurement], cand_runs: list[Measurement] | Measure
     result.speedup, result.ci_low, result.ci_high, result.baseline_drift_frac = ratio, lo, hi, drift
     result.memory_change_frac = memory.change_frac((result.baseline or {}).get("peak_memory_bytes"),
                                                    (result.candidate or {}).get("peak_memory_bytes"))
+    loss_ok = True
     if check_loss:
         result.loss_check = loss_check(ok_base, pd.concat([m.steps for m in ok_cand], ignore_index=True))
-    loss_ok = not check_loss or result.loss_check["passed"] is not False
+        loss_ok = result.loss_check["passed"] is not False
     bound = amdahl_bound(cand_runs[0].overrides, ok_base)
     if result.not_applied:  # the child says the fix never took effect: whatever was measured is noise
         result.verdict = Verdict.NOT_APPLIED
@@ -219,12 +220,12 @@ def payoff_steps(exp: Experiment) -> int | None:
 
 def apart(results: list[Experiment]) -> bool:
     """Whether two passes of one fix disagree: intervals that do not overlap and speedups 1.5x apart."""
-    known = [r for r in results if r.ci_low is not None and r.ci_high is not None and r.speedup]
+    known = [(r.speedup, r.ci_low, r.ci_high) for r in results if r.ci_low is not None and r.ci_high is not None and r.speedup]
     if len(known) < 2:
         return False
-    lo = min(known, key=lambda r: r.speedup)
-    hi = max(known, key=lambda r: r.speedup)
-    return lo.ci_high < hi.ci_low and hi.speedup / lo.speedup >= APART
+    lo = min(known, key=lambda k: k[0])  # (speedup, ci_low, ci_high)
+    hi = max(known, key=lambda k: k[0])
+    return lo[2] < hi[1] and hi[0] / lo[0] >= APART
 
 
 def distinct(items: list[Measurement]) -> list[Measurement]:
@@ -255,7 +256,7 @@ def better(a: Experiment | None, b: Experiment) -> bool:
     """Does sweep point `b` beat the best so far `a` by a real margin?"""
     if b.speedup is None or not b.verified:
         return False
-    return a is None or b.speedup >= a.speedup * (1 + MIN_GAIN)
+    return a is None or a.speedup is None or b.speedup >= a.speedup * (1 + MIN_GAIN)
 
 
 def sweep_row(point: Candidate, exp: Experiment, budget: float | None) -> dict:
@@ -330,11 +331,12 @@ def settle(finding: Finding, candidate: Candidate, exp: Experiment, budget: floa
     """Record a fix's chosen result on its finding: a verified one joins the winners (and becomes
     the fix's value), one that brings an over-budget run within its budget joins `fitting`."""
     exp.applicability = candidate.applicability
-    exp.memory_budget_bytes = budget
+    exp.memory_budget_bytes = None if budget is None else int(budget)  # report.json's is an integer
     finding.experiment = exp
     if exp.verified:
         winners.append((candidate, exp))
-        finding.fix.adopt(exp.overrides)
+        if exp.overrides is not None:
+            finding.fix.adopt(exp.overrides)
     if fits_over_budget(finding, exp):
         fitting.append((candidate, exp, finding.evidence["budget_bytes"]))
 
@@ -344,7 +346,7 @@ def settle(finding: Finding, candidate: Candidate, exp: Experiment, budget: floa
 def stacked_candidate(winners: list[tuple[Candidate, Experiment]]) -> Candidate:
     """The winners as one candidate: their overrides merged, unsafe if any of them is."""
     unsafe = any(c.changes_numerics for c, _ in winners)
-    return Candidate(" + ".join(c.label for c, _ in winners), vocabulary.merge(*(e.overrides for _, e in winners)),
+    return Candidate(" + ".join(c.label for c, _ in winners), vocabulary.merge(*(e.overrides or {} for _, e in winners)),
                      Applicability.UNSAFE if unsafe else Applicability.SAFE)
 
 

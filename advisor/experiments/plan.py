@@ -4,7 +4,7 @@ and the order of the windows an in-process round runs (their sizes: :mod:`.sizin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from .. import overrides as vocabulary
 from ..model import Applicability, Experiment, Finding, estimated_speedup
@@ -27,6 +27,12 @@ class Candidate:
 
     def __post_init__(self):
         self.applicability = Applicability(self.applicability)
+
+    def finding(self, findings: list[Finding]) -> Finding:
+        """The finding it answers, of the `findings` it was drawn from (the stacked run answers none)."""
+        if self.finding_index is None:
+            raise TypeError(f"{self.label} answers no one finding")
+        return findings[self.finding_index]
 
     @property
     def changes_numerics(self) -> bool:
@@ -55,7 +61,7 @@ def candidates_from(findings: list[Finding], safe_only: bool) -> list[Candidate]
 def say_why_untried(findings: list[Finding], candidates: list[Candidate], safe_only: bool) -> None:
     """An automatic fix the experiments did not try gets a `not-measured` experiment saying why
     (a manual fix keeps none: there is nothing to inject)."""
-    tried = {repr(sorted(c.overrides.items())): findings[c.finding_index] for c in candidates}
+    tried = {repr(sorted(c.overrides.items())): c.finding(findings) for c in candidates}
     for finding in findings:
         fix = finding.fix
         if finding.experiment is not None or not fix.automatic or not fix.overrides:
@@ -123,7 +129,7 @@ def interleave(arms: list[tuple[str, dict]], warmup: Callable[[dict], int], step
 
 
 def plan_windows(arms: list[tuple[str, dict]], growing: list[tuple[str, dict]], warmup: Callable[[dict], int],
-                 steps: Callable[[str], int] | int, screens: list[tuple[str, dict]] = (),
+                 steps: Callable[[str], int] | int, screens: Sequence[tuple[str, dict]] = (),
                  passes: int = REPEATS) -> list[Window]:
     """The round's windows: `arms` interleaved (see :func:`interleave`, `passes` times), then the
     `screens` once each, in windows of half an arm's steps, two between baselines (what looks

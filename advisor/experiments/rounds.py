@@ -154,6 +154,13 @@ class Rounds:
     budget_cut: int = 0  # windows planned but not run: the time budget ended first
     out_of_time: bool = False  # the time budget ended the rounds
 
+    @property
+    def sizing(self) -> WindowSizing:
+        """The windows' sizes, fixed by :meth:`start`."""
+        if self._sizing is None:
+            raise RuntimeError("the rounds have not started")
+        return self._sizing
+
     # the machine ------------------------------------------------------------------------------------
     def start(self, findings: list[Finding], profile, time_left_s: float | None = None) -> list[Window]:
         """Round 0 (FIXES) for the findings of the profiled window (`profile`: its Profile), as far
@@ -194,14 +201,14 @@ class Rounds:
                                                f"was not measured ({ended} first)",
                                                budget=self._fit_budget, notes=self.notes)
         for arm in self._promoted:  # promoted, but the run ended before they were measured in full
-            finding = self.findings[self.arms[arm].candidate.finding_index]
+            finding = self.arms[arm].candidate.finding(self.findings)
             if finding.experiment is None and arm in self._screened:
                 exp = self._screened[arm]
                 exp.verified, exp.verdict = False, Verdict.NOT_CONFIRMED
                 exp.reason = f"screened in one short window; {ended} before it was measured in full"
                 finding.experiment = exp
         for candidate in self._candidates():
-            finding = self.findings[candidate.finding_index]
+            finding = candidate.finding(self.findings)
             if finding.experiment is None and candidate not in self.fresh:
                 finding.experiment = Experiment.not_measured(f"{ended} before this fix was measured")
 
@@ -215,7 +222,7 @@ class Rounds:
         if not self.out_of_time:
             return None
         run = sum(len(r.windows) for r in self.results.values())
-        left = [f.fix.title for f in (self.findings[c.finding_index] for c in self._candidates())
+        left = [f.fix.title for f in (c.finding(self.findings) for c in self._candidates())
                 if f.experiment is not None and f.experiment.verdict is Verdict.NOT_MEASURED]
         return (f"the time budget ({budget_s:g} s) ended the experiments after {run} of {run + self.budget_cut} windows"
                 + (f"; not measured: {'; '.join(left)}" if left else "") + " (a longer --time-budget measures more)")
@@ -293,10 +300,11 @@ class Rounds:
         ctx = vocabulary.SweepContext(cores_per_rank(profile.env), self.io_like)
         loaders = profile.observed.get("dataloaders") or []
         for candidate in candidates_from(self.findings, self.safe_only):
-            finding = self.findings[candidate.finding_index]
+            finding = candidate.finding(self.findings)
             refusals = [vocabulary.live_loader_refusal(candidate.overrides, dl) for dl in loaders]
-            if refusals and all(refusals):  # every loader the script built refuses it (an arm would only say so)
-                self._to_fresh(candidate, refusals[0])
+            refused = refusals[0] if refusals and all(refusals) else None
+            if refused:  # every loader the script built refuses it (an arm would only say so)
+                self._to_fresh(candidate, refused)
                 continue
             if why := vocabulary.fresh_only(candidate.overrides):  # no live process can switch it
                 self._to_fresh(candidate, why)
@@ -310,16 +318,16 @@ class Rounds:
                 role = (Role.SCREEN if finding.screen else
                         Role.LADDER if vocabulary.batch_scale(point.overrides) > 1 else Role.FIX)
                 self.arms[arm] = Arm(candidate, point, role)
-                self._sizing.lengths[arm] = expected_speedup(finding)
+                self.sizing.lengths[arm] = expected_speedup(finding)
         fixes, ladder, screens = (self._of(role) for role in (Role.FIX, Role.LADDER, Role.SCREEN))
-        expected = [self._sizing.lengths[a] for a, _ in fixes + ladder]
+        expected = [self.sizing.lengths[a] for a, _ in fixes + ladder]
         if expected and min(expected) >= LARGE_EFFECT:  # the slow baseline windows need half the steps
-            self._sizing.base_steps = max(MIN_WINDOW_STEPS, self._sizing.timed // 2)
+            self.sizing.base_steps = max(MIN_WINDOW_STEPS, self.sizing.timed // 2)
         if not fixes and not screens:  # the ladder alone: measured in this round, judged as the fixes are
             for a, _ in ladder:
                 self.arms[a].role = Role.FIX
-            return plan_windows([], ladder, self._sizing.warmup, self._steps)
-        return plan_windows(fixes, [], self._sizing.warmup, self._steps, screens, passes=1)  # the ladder: CONFIRM
+            return plan_windows([], ladder, self.sizing.warmup, self._steps)
+        return plan_windows(fixes, [], self.sizing.warmup, self._steps, screens, passes=1)  # the ladder: CONFIRM
 
     def _confirm_round(self) -> list[Window]:
         """The reverse pass of the undecided fixes, the promoted screens in two passes, then the
@@ -328,9 +336,9 @@ class Rounds:
         again = [(a, self.arms[a].point.overrides) for a in reversed(self._again)]
         promoted = [(a, self.arms[a].point.overrides) for a in self._promoted]
         windows: list[Window] = []
-        for part in (plan_windows(again, [], self._sizing.warmup, self._steps, passes=1),
-                     interleave(promoted, self._sizing.warmup, self._steps) if promoted else [],
-                     plan_windows([], self._of(Role.LADDER), self._sizing.warmup, self._steps)):
+        for part in (plan_windows(again, [], self.sizing.warmup, self._steps, passes=1),
+                     interleave(promoted, self.sizing.warmup, self._steps) if promoted else [],
+                     plan_windows([], self._of(Role.LADDER), self.sizing.warmup, self._steps)):
             windows += part[1:] if windows and part else part  # one baseline window between two parts
         return windows
 
@@ -340,15 +348,15 @@ class Rounds:
             return []
         stacked = judge.stacked_candidate(self._winners)
         self.arms[STACKED] = Arm(stacked, stacked, Role.STACK)
-        self._sizing.lengths[STACKED] = max(1, min(8, round(max((e.speedup or 1.0) for _, e in self._winners))))
+        self.sizing.lengths[STACKED] = max(1, min(8, round(max((e.speedup or 1.0) for _, e in self._winners))))
         return self._windows([(STACKED, stacked.overrides)])
 
     def _windows(self, arms: list[tuple[str, dict]]) -> list[Window]:
-        return interleave(arms, self._sizing.warmup, self._steps, passes=1)
+        return interleave(arms, self.sizing.warmup, self._steps, passes=1)
 
     def _steps(self, arm: str) -> int:
         overrides = self.arms[arm].point.overrides if arm in self.arms else {}
-        return self._sizing.steps(arm, overrides, baseline=arm == BASELINE)
+        return self.sizing.steps(arm, overrides, baseline=arm == BASELINE)
 
     def _of(self, role: Role) -> list[tuple[str, dict]]:
         return [(a, arm.point.overrides) for a, arm in self.arms.items() if arm.role is role]
@@ -357,12 +365,12 @@ class Rounds:
     def _judge_round(self, *, final: bool) -> None:
         """Judge what the current round measured. `final`: the run ended in it, so a fix its first
         pass left undecided is settled on that pass alone."""
-        this, first = self.results[self.round], self.results.get(0)
+        this = self.results[self.round]
         if self.kind is RoundKind.FIXES:
             self._again = self._judge_fixes([this], [a for a, _ in self._of(Role.FIX)], final=final)
             self._judge_screens(this)
         elif self.kind is RoundKind.CONFIRM:
-            self._judge_fixes([first, this], self._again)
+            self._judge_fixes([self.results[0], this], self._again)  # round 0 measured their first pass
             self._judge_fixes([this], self._promoted + [a for a, _ in self._of(Role.LADDER)])
         elif self.kind is RoundKind.STACK:
             self._judge_stack(final=final)
@@ -402,14 +410,14 @@ class Rounds:
                 continue
             exp.verified = False
             exp.verdict = Verdict.SLOWER if exp.ci_high is not None and exp.ci_high < 1 else Verdict.NO_CHANGE
-            self.findings[self.arms[arm].candidate.finding_index].experiment = exp
+            self.arms[arm].candidate.finding(self.findings).experiment = exp
 
     def _judge_fixes(self, results: list[RoundResult], arms: list[str], *, final: bool = True) -> list[str]:
         """Judge `arms` and settle each fix on its best value (:func:`judge.sweep_winner`).
         `final=False`: a fix whose best value the first pass did not settle (:func:`judge.settled`)
         is left for a second; its arms are returned."""
         fitting: list[tuple[Candidate, Experiment, int]] = []  # memory fixes that bring an over-budget run within it
-        by_candidate: dict[int, list[tuple[str, Candidate, Experiment]]] = {}
+        by_candidate: dict[int | None, list[tuple[str, Candidate, Experiment]]] = {}
         for arm in arms:
             candidate, point = self.arms[arm].candidate, self.arms[arm].point
             exp = self.outcome(results, arm)
@@ -419,11 +427,11 @@ class Rounds:
                 continue
             by_candidate.setdefault(candidate.finding_index, []).append((arm, point, exp))
         again: list[str] = []
-        for index, tried in by_candidate.items():
+        for tried in by_candidate.values():
             candidate = self.arms[tried[0][0]].candidate
             if candidate in self.fresh:
                 continue  # one of its values could not be switched: the fresh runs measure it whole
-            finding = self.findings[index]
+            finding = candidate.finding(self.findings)
             budget = judge.usable_budget(finding.evidence)
             values = [(point, exp) for _, point, exp in tried]
             _, best = judge.sweep_winner(values, budget)
@@ -442,8 +450,8 @@ class Rounds:
         exp = self.outcome(rounds, STACKED)
         if isinstance(exp, Experiment) and not final and len(rounds) < 2 and not judge.settled(exp):
             return  # a second pass follows
-        exp = "could not be measured in-process" if isinstance(exp, Unmeasured) else exp
-        self.recommended = judge.recommend(self._winners, exp, budget=self._fit_budget, notes=self.notes)
+        stacked = "could not be measured in-process" if isinstance(exp, Unmeasured) else exp
+        self.recommended = judge.recommend(self._winners, stacked, budget=self._fit_budget, notes=self.notes)
 
     def _to_fresh(self, candidate: Candidate, why: str) -> None:
         """Leave `candidate` to fresh runs of the script, saying why once (the child's reason)."""
