@@ -94,32 +94,40 @@ def check(profile: Profile, *, min_kernel_frac: float = 0.2, min_step_frac: floa
     low_flops = known.loc[known["dtype"].isin(h.LOW_PRECISION), "flops"].sum()
     if fp32.empty or low_flops >= 0.5 * known["flops"].sum():
         return  # already mixed precision: the FP32 remainder is what autocast keeps in FP32 on purpose
-    step_us = float(steps["dur_us"].sum())
-    n_steps = len(steps)
-
     if dev.kind == "cpu":
-        if not dev.bf16:
-            return  # no native bf16: autocast would be emulated and slower, no gain to claim
-        big = fp32[fp32["flops"] >= min_cpu_op_mflops * 1e6]
-        # over the step outside the profiler (whose hooks inflate small ops more than big GEMMs); GEMMs
-        # timed on a contended profiled window can add up to more than a clean step: a share, at most 1
-        share = min(1.0, h.frac(big["dur_us"].sum() / n_steps, _clean_step_us(profile) or step_us / n_steps))
-        if share < min_cpu_step_frac:
-            return
-        evidence = {
-            "fp32_gemm_step_frac": h.r3(share),
-            "fp32_gemm_s_per_step": h.r3(big["dur_us"].sum() / n_steps / 1e6),
-            "fp32_gemm_ops_per_step": h.r3(len(big) / n_steps),
-            "fp32_gflop_per_step": h.r3(big["flops"].sum() / n_steps / 1e9),
-            "achieved_fp32_gflops": h.r3(big["flops"].sum() / (big["dur_us"].sum() * 1e-6) / 1e9),
-            "device": "cpu", "cpu_bf16": True,
-        }
-        yield _finding(evidence, share, "of step time", dev, tf32_on=False, gain=0.5 * share,
-                       locations=profile.locations("matmul", dtype="float32", device="cpu"))
-        return
+        yield from _on_cpu(profile, dev, fp32, steps, min_cpu_step_frac, min_cpu_op_mflops)
+    elif dev.fp16_tensor_cores:  # (none, e.g. Pascal: nothing faster to move to)
+        yield from _on_gpu(profile, dev, fp32, steps, min_kernel_frac, min_step_frac)
 
-    if not dev.fp16_tensor_cores:
-        return  # no tensor cores (e.g. Pascal): nothing faster to move to
+
+def _on_cpu(profile: Profile, dev: h.Device, fp32, steps, min_cpu_step_frac: float,
+            min_cpu_op_mflops: float) -> Iterator[Finding]:
+    """Large FP32 GEMMs' share of the step on a CPU with native bf16."""
+    step_us, n_steps = float(steps["dur_us"].sum()), len(steps)
+    if not dev.bf16:
+        return  # no native bf16: autocast would be emulated and slower, no gain to claim
+    big = fp32[fp32["flops"] >= min_cpu_op_mflops * 1e6]
+    # over the step outside the profiler (whose hooks inflate small ops more than big GEMMs); GEMMs
+    # timed on a contended profiled window can add up to more than a clean step: a share, at most 1
+    share = min(1.0, h.frac(big["dur_us"].sum() / n_steps, _clean_step_us(profile) or step_us / n_steps))
+    if share < min_cpu_step_frac:
+        return
+    evidence = {
+        "fp32_gemm_step_frac": h.r3(share),
+        "fp32_gemm_s_per_step": h.r3(big["dur_us"].sum() / n_steps / 1e6),
+        "fp32_gemm_ops_per_step": h.r3(len(big) / n_steps),
+        "fp32_gflop_per_step": h.r3(big["flops"].sum() / n_steps / 1e9),
+        "achieved_fp32_gflops": h.r3(big["flops"].sum() / (big["dur_us"].sum() * 1e-6) / 1e9),
+        "device": "cpu", "cpu_bf16": True,
+    }
+    yield _finding(evidence, share, "of step time", dev, tf32_on=False, gain=0.5 * share,
+                   locations=profile.locations("matmul", dtype="float32", device="cpu"))
+
+
+def _on_gpu(profile: Profile, dev: h.Device, fp32, steps, min_kernel_frac: float,
+            min_step_frac: float) -> Iterator[Finding]:
+    """The GPU kernel time FP32 GEMM/conv ops launched, and how much of it already runs on TF32."""
+    step_us, n_steps = float(steps["dur_us"].sum()), len(steps)
     launches = h.kernel_launches(profile)
     launches = launches[launches["step"].isin(steps["index"])]
     kernel_us = float(launches["dur_us"].sum())
