@@ -191,7 +191,8 @@ def cpu_bound(reports: list[Report], data: dict) -> tuple[bool, str]:
     `data` is :func:`series`'s, whose figures are the reports' (base then candidate)."""
     if any(r.env.get("device") not in (None, "cpu") for r in reports):
         return False, "reported: a GPU job is gated on its step clock (the device's)"
-    cpu, wall = (sum(data[name], []) for name in ("cpu_time", "step_time"))
+    cpu: list[float | None] = data["cpu_time"][0] + data["cpu_time"][1]  # base rounds, then candidate rounds
+    wall: list[float | None] = data["step_time"][0] + data["step_time"][1]
     shares = [c / w for c, w in zip(cpu, wall) if c and w]
     if len(shares) < len(reports):
         return False, "reported: some runs have no CPU time per step"
@@ -323,7 +324,10 @@ def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], opti
     plan = sequential.looks(options.rounds, options.max_rounds)
     out = Path(out).resolve()  # the rounds run in the checkouts: their run dirs must not follow them there
     started = time.monotonic()
-    base, cand, runs, history = [], [], [], []
+    base: list[Round] = []
+    cand: list[Round] = []
+    runs: list[dict] = []
+    history: list[dict] = []
     decision = None
     lengths: list[int] = []  # each round's measured steps: longer rounds once the floor is found above the threshold
     current = options

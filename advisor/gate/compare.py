@@ -203,16 +203,16 @@ def load(path: str | Path, role: str, *, force: bool = False) -> tuple[Report, l
         path = path / "report.json"
     warnings: list[str] = []
     try:
-        report = load_report(path)
+        data = load_report(path)
     except ReportError as exc:
         raw = _raw(path)
         if not (force and isinstance(raw, dict) and "schema_version" in raw):
             raise CompareError(f"{role}: {exc}") from None
-        report = raw
+        data = raw
         warnings.append(f"{role} has schema_version {raw['schema_version']} (this advise reads {SCHEMA_VERSION}); "
                         "compared anyway (--force)")
     try:
-        report = Report.of(report)
+        report = Report.of(data)
     except msgspec.ValidationError as exc:
         raise CompareError(f"{role}: {path}: not a report.json ({exc})") from None
     if report.status != "ok":
@@ -258,7 +258,8 @@ def compatibility(baseline: Report | dict, current: Report | dict) -> tuple[list
     device or GPU model is a problem, the rest (CPU model, versions, clocks, arguments) warnings.
     """
     baseline, current = Report.of(baseline), Report.of(current)
-    problems, warnings = [], []
+    problems: list[str] = []
+    warnings: list[str] = []
     if not same_script(baseline.script, current.script):
         problems.append(f"different scripts: baseline {baseline.script!r}, current {current.script!r}")
     for diff in fingerprint.differences(baseline, current):
@@ -314,16 +315,17 @@ def compare(
             warnings.append(f"batch sizes differ (baseline {sb}, current {sc}): throughput is compared per sample")
 
     gate = dict(threshold=max_regression, alpha=alpha, testable=testable)
+    step_time = _timing_metric("step_time_median", "step time median", "s", False,
+                               tp_b["step_time_median_s"], tp_c["step_time_median_s"], dur_b, dur_c, np.median, **gate)
     rows = [
         _timing_metric("throughput", f"throughput ({unit})", unit, True, tput_b, tput_c, per_b, per_c, np.mean, **gate),
-        _timing_metric("step_time_median", "step time median", "s", False,
-                       tp_b["step_time_median_s"], tp_c["step_time_median_s"], dur_b, dur_c, np.median, **gate),
+        step_time,
         _reported("step_time_p90", "step time p90", "s", False, tp_b["step_time_p90_s"], tp_c["step_time_p90_s"]),
         _memory_metric(baseline, current, max_memory_regression),
         _data_wait_metric(baseline, current),
     ]
     new, resolved = _findings_diff(baseline, current)
-    ci = rows[1].ci
+    ci = step_time.ci
     return Comparison(
         baseline_path=str(baseline_path), current_path=str(current_path), script=str(current.script or ""),
         max_regression=max_regression, max_memory_regression=max_memory_regression, alpha=alpha,

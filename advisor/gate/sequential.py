@@ -233,15 +233,16 @@ def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[Metri
     n = min((len(b) for b, _ in series.values()), default=0)
     k = max((i for i, at in enumerate(plan) if at <= n), default=0)
     level = alpha / len(plan)
-    rows, tests = [], []
+    rows: list[MetricDecision] = []
+    tests: list[tuple[MetricDecision, Paired, bool, float]] = []
     for spec in specs:
         row, tested = _measure(spec, series.get(spec.name, ([], [])), lengths, level)
         rows.append(row)
         if tested is not None:
             tests.append((row, *tested))
-    for (row, _, _), rejected in zip(tests, holm([row.p_value for row, _, _ in tests], level)):
+    for (row, _, _, _), rejected in zip(tests, holm([p for _, _, _, p in tests], level)):
         row.significant = rejected
-    for row, pr, big_enough in tests:
+    for row, pr, big_enough, _ in tests:
         _judge(row, pr, big_enough)
     _settle(specs, rows)
     regressed = any(r.verdict == REGRESSION for r in rows)
@@ -257,9 +258,9 @@ def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[Metri
 
 
 def _measure(spec: MetricSpec, rounds: tuple[list[float], list[float]], lengths: list[int] | None,
-             level: float) -> tuple[MetricDecision, tuple | None]:
+             level: float) -> tuple[MetricDecision, tuple[Paired, bool, float] | None]:
     """One metric's figures over the paired rounds, and (its pairs, whether the change is big
-    enough in absolute terms) where it is tested: a gated metric that is no other's mirror."""
+    enough in absolute terms, its p-value) where it is tested: a gated metric that is no other's mirror."""
     b, c = rounds
     pr = paired(b, c, spec.higher_is_better, lengths)
     mid_b = float(np.median(b)) if len(b) else None
@@ -283,7 +284,7 @@ def _measure(spec: MetricSpec, rounds: tuple[list[float], list[float]], lengths:
     if not spec.gated:
         row.gated, row.alpha, row.verdict, row.note = False, None, REPORTED, spec.note
         return row, None
-    row.p_value = pr.p_value()
+    row.p_value = p_value = pr.p_value()
     big_enough = spec.min_abs <= 0 or abs((mid_c or 0) - (mid_b or 0)) >= spec.min_abs
     # More rounds can settle a close call (the floor shrinks with them); they cannot make 10 MiB into 64.
     # Suspected: at least half the threshold slower, and the threshold still inside its 95% bound. An
@@ -291,11 +292,12 @@ def _measure(spec: MetricSpec, rounds: tuple[list[float], list[float]], lengths:
     # rate (alpha is spent per planned look, whatever decides to continue).
     row.suspected = (big_enough and pr.estimate() > math.log1p(spec.threshold / 2)
                      and math.expm1(pr.upper()) > spec.threshold)
-    return row, (pr, big_enough)
+    return row, (pr, big_enough, p_value)
 
 
-def _judge(row: MetricDecision, pr, big_enough: bool) -> None:
+def _judge(row: MetricDecision, pr: Paired, big_enough: bool) -> None:
     """A tested metric's verdict, once Holm's correction said whether it is significant."""
+    assert row.slowdown is not None and row.change is not None  # a tested metric was measured (_measure)
     beyond_floor = row.floor is None or row.slowdown > row.floor
     if row.slowdown > row.threshold and beyond_floor and big_enough and row.significant:
         row.verdict = REGRESSION
