@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advisor.probe import sampler as sampler_module
-from advisor.probe.sampler import COLUMNS, GPU_COLUMNS, Sampler, _resolve_gpu_index, nvml_snapshot, other_gpu_processes, script_gpu
+from advisor.probe import nvml_reader as nvml_module
+from advisor.probe.nvml_reader import GPU_COLUMNS, _resolve_gpu_index, nvml_snapshot, other_gpu_processes, script_gpu
+from advisor.probe.sampler import COLUMNS, Sampler
 
 MB = 1024 * 1024
 
@@ -160,7 +161,7 @@ def test_unique_memory_counts_shared_pages_once():
     assert SHARED_MB * MB < peak_pss < 1.6 * SHARED_MB * MB + 100 * MB  # PSS counts it once (plus three interpreters)
     assert peak_uss <= peak_pss
     # Readings are rationed: never more than the budget of the wall time, yet the peak was caught.
-    assert sampler._full_spent_s <= sampler_budget(df) + 0.05
+    assert sampler.unique.spent_s <= sampler_budget(df) + 0.05
 
 
 def sampler_budget(df) -> float:
@@ -286,7 +287,7 @@ class FakeNVML:
 
 def _sampled(monkeypatch, tmp_path, nvml: FakeNVML) -> tuple[Sampler, pd.DataFrame]:
     """Sample a sleeping child at 20 ms through `nvml`; the ticks read back from samples.csv."""
-    monkeypatch.setattr(sampler_module, "pynvml", nvml)
+    monkeypatch.setattr(nvml_module, "pynvml", nvml)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.8)"])
     sampler = Sampler(child.pid, interval_s=0.02)
     sampler.start()

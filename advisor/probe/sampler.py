@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,19 +42,13 @@ import psutil
 
 from advisor.run_dir.atomic import write_text_atomic
 
-try:  # nvidia-ml-py is a dependency, but a broken install must not kill CPU sampling.
-    import pynvml
-except Exception as _exc:  # pragma: no cover - depends on the environment
-    pynvml = None
-    _PYNVML_IMPORT_ERROR: str | None = f"{type(_exc).__name__}: {_exc}"
-else:
-    _PYNVML_IMPORT_ERROR = None
+from .nvml_reader import GPU_COLUMNS, GpuReader
 
-__all__ = ["Sampler", "nvml_snapshot", "COLUMNS", "GPU_COLUMNS"]
+__all__ = ["Sampler", "COLUMNS"]
 
 NAN = float("nan")
 
-GPU_COLUMNS: list[str] = [
+COLUMNS: list[str] = [
     "gpu_util_percent",
     "gpu_mem_util_percent",
     "gpu_mem_used_bytes",
@@ -71,8 +64,6 @@ GPU_COLUMNS: list[str] = [
 COLUMNS: list[str] = ["t", "cpu_percent", "rss_bytes", "pss_bytes", "uss_bytes", "n_procs", "sys_cpu_percent",
                       "main_cpu_percent", *GPU_COLUMNS]
 
-LOCATE_EVERY = 10  # ticks between looks for the GPU that runs the script, until it is found
-
 # Reading smaps_rollup walks the page tables: ~10 ms for a 400 MB process on a busy 2-core box.
 FULL_MEMORY_BUDGET = 0.03   # at most this share of the wall time goes to PSS/USS readings ...
 FULL_MEMORY_PEAK_BUDGET = 0.10  # ... or this much, to read a new high of the tree's RSS
@@ -80,116 +71,6 @@ FULL_MEMORY_PEAK_BUDGET = 0.10  # ... or this much, to read a new high of the tr
 # Per-process errors that mean "this process is gone or not ours to read":
 # expected while DataLoader workers come and go, so they are skipped, not reported.
 _GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
-
-
-def _resolve_gpu_index(gpu_index: int | None) -> tuple[int, str | None]:
-    """Pick the NVML index to watch; returns (index, note-or-None).
-
-    CUDA_VISIBLE_DEVICES remaps indices inside the child, so its first entry is
-    the physical GPU the child's ``cuda:0`` lands on. NVML enumerates in PCI
-    bus order, which matches CUDA only with CUDA_DEVICE_ORDER=PCI_BUS_ID (the
-    usual single-GPU case is unaffected). UUID/MIG entries fall back to 0.
-    """
-    if gpu_index is not None:
-        return int(gpu_index), None
-    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if cvd is None or not cvd.strip():
-        return 0, None
-    first = cvd.split(",")[0].strip()
-    try:
-        return int(first), None
-    except ValueError:
-        return 0, f"CUDA_VISIBLE_DEVICES={cvd!r} is not a plain integer list; sampling GPU index 0"
-
-
-def _nvml_error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _is_permanent_nvml_error(exc: BaseException) -> bool:
-    """NotSupported / FunctionNotFound will not change: stop asking (keeps ticks cheap)."""
-    if pynvml is None or not isinstance(exc, pynvml.NVMLError):
-        return False
-    return getattr(exc, "value", None) in (
-        pynvml.NVML_ERROR_NOT_SUPPORTED,
-        pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-    )
-
-
-def _nvml_unavailable_why(exc: BaseException) -> str:
-    """Why NVML is unavailable, plainly: on a machine without an NVIDIA driver that is expected."""
-    text = _nvml_error_text(exc)
-    if pynvml is not None and getattr(exc, "value", None) in (getattr(pynvml, "NVML_ERROR_LIBRARY_NOT_FOUND", None),
-                                                            getattr(pynvml, "NVML_ERROR_DRIVER_NOT_LOADED", None)):
-        return f"no NVIDIA driver on this machine: {text}"
-    return text
-
-
-def _as_str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def nvml_snapshot(gpu_index: int | None = None) -> dict:
-    """Static facts about the GPU the child will use, for the report header.
-
-    Read-only NVML queries only. Returns ``{"available": False, "reason": ...}``
-    when there is no driver/GPU, so callers never need a try/except. Fields
-    that a given driver/GPU does not support are left out and explained in
-    ``"notes"``.
-    """
-    if pynvml is None:
-        return {"available": False, "reason": f"pynvml import failed: {_PYNVML_IMPORT_ERROR}"}
-    index, index_note = _resolve_gpu_index(gpu_index)
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:
-        return {"available": False, "reason": f"NVML unavailable: {_nvml_error_text(exc)}"}
-    try:
-        try:
-            count = pynvml.nvmlDeviceGetCount()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        except Exception as exc:
-            return {
-                "available": False,
-                "reason": f"NVML has no GPU index {index}: {_nvml_error_text(exc)}",
-            }
-        info: dict[str, Any] = {"available": True, "index": index, "device_count": count}
-        notes: list[str] = [index_note] if index_note else []
-
-        def grab(key: str, fn: Callable[[], Any]) -> None:
-            try:
-                info[key] = fn()
-            except Exception as exc:
-                notes.append(f"{key}: {_nvml_error_text(exc)}")
-
-        grab("name", lambda: _as_str(pynvml.nvmlDeviceGetName(handle)))
-        grab("uuid", lambda: _as_str(pynvml.nvmlDeviceGetUUID(handle)))
-        grab("memory_total_bytes", lambda: int(pynvml.nvmlDeviceGetMemoryInfo(handle).total))
-        grab("driver_version", lambda: _as_str(pynvml.nvmlSystemGetDriverVersion()))
-        grab("cuda_capability", lambda: tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)))
-        grab("power_limit_w", lambda: pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0)
-        if notes:
-            info["notes"] = notes
-        return info
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass  # init succeeded, so shutdown failing leaves nothing to report or fix
-
-
-def other_gpu_processes(listed: list[int], tree: set[int]) -> int:
-    """How many of the processes NVML lists on the watched GPU are not the script's: a device that
-    is not the script's alone times like a CPU with a neighbour. In a container NVML lists host pids
-    and none match the script's tree; the script is then taken to be one of those listed."""
-    others = [pid for pid in listed if pid not in tree]
-    return len(others) - (1 if others and len(others) == len(listed) else 0)
-
-
-def script_gpu(listed: dict[int, list[int]], tree: set[int]) -> int | None:
-    """The NVML index of the GPU whose processes include the script's (a script on cuda:1, or one that
-    CUDA_VISIBLE_DEVICES maps by UUID), None where none does (not started yet, or a container's pids)."""
-    return next((index for index, pids in sorted(listed.items()) if tree.intersection(pids)), None)
 
 
 def descendant_pids(pid: int) -> list[int] | None:
@@ -247,8 +128,6 @@ class Sampler:
             raise ValueError("interval_s must be > 0")
         self.pid = int(pid)
         self.interval_s = float(interval_s)
-        self._gpu_index_arg = gpu_index
-        self.gpu_index: int | None = None  # resolved in start()
 
         self._samples: list[dict] = []
         self._notes: list[str] = []
@@ -263,18 +142,11 @@ class Sampler:
         # Cached so cpu_percent() compares against the previous call on the same object.
         self._procs: dict[int, psutil.Process] = {}
 
-        self._nvml_ok = False
-        self._handle: Any = None
-        self._located = False  # the watched GPU is known to be the script's (it lists one of the tree's pids)
-        self._gpu_ticks = 0
-        self._disabled_queries: set[str] = set()
+        self.gpu = GpuReader(self._note, gpu_index)
         self._tick_cost_s: list[float] = []
         self.stopped_because: str | None = None  # e.g. "process 123 exited": the normal end, not a note
 
-        self._full_memory = True  # PSS/USS readable (turned off at the first refusal)
-        self._full_spent_s = 0.0
-        self._full_peak_rss = 0.0  # the tree's RSS at the highest reading so far
-        self._started_t: float | None = None
+        self.unique = UniqueMemory(self._note, self.interval_s)
 
     # ------------------------------------------------------------------ API
     @property
@@ -288,6 +160,11 @@ class Sampler:
         """Why something was not sampled; each distinct reason once."""
         with self._lock:
             return list(self._notes)
+
+    @property
+    def gpu_index(self) -> int | None:
+        """The NVML index of the GPU sampled (None: no GPU is)."""
+        return self.gpu.gpu_index
 
     @property
     def running(self) -> bool:
@@ -312,7 +189,7 @@ class Sampler:
             self._note("root", f"process {self.pid} not sampled: {type(exc).__name__}: {exc}")
             self._root = None
         psutil.cpu_percent(None)  # prime the system-wide counter; first call is meaningless
-        self._init_nvml()
+        self.gpu.start()
         self._thread = threading.Thread(target=self._run, name=f"advisor-sampler-{self.pid}", daemon=True)
         self._thread.start()
 
@@ -325,13 +202,7 @@ class Sampler:
             if self._stopped:
                 return
             self._stopped = True
-            if self._nvml_ok:
-                self._nvml_ok = False
-                self._handle = None
-                try:
-                    pynvml.nvmlShutdown()
-                except Exception as exc:
-                    self._note("nvmlShutdown", f"nvmlShutdown failed: {_nvml_error_text(exc)}")
+            self.gpu.stop()
 
     def __enter__(self) -> "Sampler":
         self.start()
@@ -359,31 +230,6 @@ class Sampler:
             self._noted.add(key)
             self._notes.append(message)
 
-    def _init_nvml(self) -> None:
-        if pynvml is None:
-            self._note("nvml", f"GPU not sampled: NVML unavailable (pynvml import failed: {_PYNVML_IMPORT_ERROR}); "
-                               "CPU and memory sampled")
-            return
-        index, index_note = _resolve_gpu_index(self._gpu_index_arg)
-        if index_note:
-            self._note("cuda_visible_devices", index_note)
-        try:
-            pynvml.nvmlInit()
-        except Exception as exc:
-            self._note("nvml", f"GPU not sampled: NVML unavailable ({_nvml_unavailable_why(exc)}); CPU and memory sampled")
-            return
-        try:
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        except Exception as exc:
-            self._note("nvml", f"NVML GPU index {index} unavailable: {_nvml_error_text(exc)}")
-            try:
-                pynvml.nvmlShutdown()
-            except Exception:
-                pass  # already reporting the real problem above
-            return
-        self.gpu_index = index
-        self._nvml_ok = True
-
     def _run(self) -> None:
         next_t = time.monotonic()
         while not self._stop_event.is_set():
@@ -406,7 +252,7 @@ class Sampler:
     def _tick(self) -> bool:
         """Take one sample; False when the root process is gone."""
         t = time.monotonic()
-        energy = self._energy() if self._nvml_ok else NAN  # first: a window's ends are interpolated at `t`
+        energy = self.gpu.energy() if self.gpu.ok else NAN  # first: a window's ends are interpolated at `t`
         root = self._root
         if root is None:
             return False
@@ -420,10 +266,31 @@ class Sampler:
             self.stopped_because = f"process {self.pid} exited"
             return False
 
+        self._procs = alive = self._alive(root, children)
+        cpu, main_cpu, rss, n = self._cpu_and_rss(alive)
+        pss, uss = self.unique.read(alive.values(), t, rss)
+
+        sample: dict[str, Any] = {
+            "t": t,
+            "cpu_percent": cpu,
+            "rss_bytes": float(rss),
+            "pss_bytes": pss,
+            "uss_bytes": uss,
+            "n_procs": n,
+            "sys_cpu_percent": psutil.cpu_percent(None),
+            "main_cpu_percent": main_cpu,
+        }
+        sample.update(self.gpu.sample(alive.keys()) if self.gpu.ok else dict.fromkeys(GPU_COLUMNS, NAN))
+        sample["gpu_energy_mj"] = energy
+        with self._lock:
+            self._samples.append(sample)
+        return True
+
+    def _alive(self, root: psutil.Process, children: list[int]) -> dict[int, psutil.Process]:
+        """The tree's processes now, each psutil object reused (cpu_percent compares with its last
+        reading); a recycled pid gets a fresh one (its create_time differs)."""
         alive: dict[int, psutil.Process] = {self.pid: root}
         for pid in children:
-            # Reuse the cached object (keeps cpu_percent's previous reading); a
-            # recycled pid gets a fresh object because create_time differs.
             try:
                 child = psutil.Process(pid) if pid not in self._procs else self._procs[pid]
                 if pid in self._procs and not child.is_running():
@@ -431,12 +298,11 @@ class Sampler:
             except _GONE:
                 continue
             alive[pid] = child
-        self._procs = alive
+        return alive
 
-        cpu = 0.0
-        main_cpu = NAN  # the script's own process; the rest of the tree is its workers and helpers
-        rss = 0
-        n = 0
+    def _cpu_and_rss(self, alive: dict[int, psutil.Process]) -> tuple[float, float, int, int]:
+        """(CPU % summed over the tree, the script's own process's, RSS summed, processes read)."""
+        cpu, main_cpu, rss, n = 0.0, NAN, 0, 0  # main: the script's own; the rest are its workers and helpers
         for proc in alive.values():
             try:
                 with proc.oneshot():
@@ -449,34 +315,30 @@ class Sampler:
             cpu += c
             rss += r
             n += 1
-        pss, uss = self._unique_memory(alive.values(), t, rss)
+        return cpu, main_cpu, rss, n
 
-        sample: dict[str, Any] = {
-            "t": t,
-            "cpu_percent": cpu,
-            "rss_bytes": float(rss),
-            "pss_bytes": pss,
-            "uss_bytes": uss,
-            "n_procs": n,
-            "sys_cpu_percent": psutil.cpu_percent(None),
-            "main_cpu_percent": main_cpu,
-        }
-        sample.update(self._gpu_sample(alive.keys()) if self._nvml_ok else dict.fromkeys(GPU_COLUMNS, NAN))
-        sample["gpu_energy_mj"] = energy
-        with self._lock:
-            self._samples.append(sample)
-        return True
 
-    def _unique_memory(self, procs, t: float, rss: float) -> tuple[float, float]:
-        """The tree's summed PSS and USS, when a reading is due and affordable; NaN otherwise."""
-        if not self._full_memory:
+class UniqueMemory:
+    """The tree's summed PSS and USS (``/proc/<pid>/smaps_rollup``), read within a share of the wall
+    time (FULL_MEMORY_BUDGET; FULL_MEMORY_PEAK_BUDGET to catch a new high of the RSS); NaN where a
+    reading is not due or cannot be made (said once, through `note`)."""
+
+    def __init__(self, note: Callable[[str, str], None], interval_s: float) -> None:
+        self._note, self.interval_s = note, interval_s
+        self.readable = True  # turned off at the first refusal
+        self.spent_s = 0.0
+        self.peak_rss = 0.0  # the tree's RSS at the highest reading so far
+        self.started_t: float | None = None
+
+    def read(self, procs, t: float, rss: float) -> tuple[float, float]:
+        if not self.readable:
             return NAN, NAN
-        if self._started_t is None:
-            self._started_t = t
-        elapsed = max(t - self._started_t, self.interval_s)
-        spent = self._full_spent_s
-        new_high = rss > self._full_peak_rss * 1.02
-        if not (spent <= FULL_MEMORY_BUDGET * elapsed or (new_high and spent <= FULL_MEMORY_PEAK_BUDGET * elapsed)):
+        if self.started_t is None:
+            self.started_t = t
+        elapsed = max(t - self.started_t, self.interval_s)
+        new_high = rss > self.peak_rss * 1.02
+        if not (self.spent_s <= FULL_MEMORY_BUDGET * elapsed
+                or (new_high and self.spent_s <= FULL_MEMORY_PEAK_BUDGET * elapsed)):
             return NAN, NAN
         t0 = time.perf_counter()
         pss = uss = 0.0
@@ -489,103 +351,11 @@ class Sampler:
                 pss += getattr(full, "pss", NAN)
                 uss += full.uss
         except (psutil.Error, NotImplementedError, AttributeError, OSError) as exc:
-            self._full_memory = False
+            self.readable = False
             self._note("pss", f"unique memory (PSS/USS) not readable ({type(exc).__name__}: {exc}); "
                               "peak memory rests on RSS summed over the processes")
             return NAN, NAN
         finally:
-            self._full_spent_s += time.perf_counter() - t0
-        self._full_peak_rss = max(self._full_peak_rss, rss)
+            self.spent_s += time.perf_counter() - t0
+        self.peak_rss = max(self.peak_rss, rss)
         return pss, uss
-
-    def _query(self, name: str, fn: Callable[[], Any]) -> Any:
-        """Run one NVML query; None on failure (noted once, disabled if permanent)."""
-        if name in self._disabled_queries:
-            return None
-        try:
-            return fn()
-        except Exception as exc:
-            if _is_permanent_nvml_error(exc):
-                self._disabled_queries.add(name)
-            self._note(f"nvml:{name}", f"NVML {name} not sampled: {_nvml_error_text(exc)}")
-            return None
-
-    def _locate(self, tree: set[int]) -> None:
-        """Every LOCATE_EVERY ticks until found: watch the GPU that runs the script's processes."""
-        self._gpu_ticks += 1
-        if self._located or self._gpu_ticks % LOCATE_EVERY != 1:
-            return
-        count = self._query("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount) or 0
-        listed = {}
-        for index in range(count):
-            handle = self._query("nvmlDeviceGetHandleByIndex", partial(pynvml.nvmlDeviceGetHandleByIndex, index))
-            procs = self._query("nvmlDeviceGetComputeRunningProcesses",
-                                partial(pynvml.nvmlDeviceGetComputeRunningProcesses, handle)) if handle else None
-            listed[index] = [p.pid for p in procs or []]
-        found = script_gpu(listed, tree)
-        if found is None:
-            return
-        self._located = True
-        if found != self.gpu_index:
-            self._note("gpu_located", f"the script runs on GPU {found} (NVML's index), not {self.gpu_index}: sampling it")
-            self._handle, self.gpu_index = pynvml.nvmlDeviceGetHandleByIndex(found), found
-
-    def _energy(self) -> float:
-        """The GPU's energy counter in mJ; NaN where it cannot be read (before Volta: NotSupported,
-        noted once and not asked again)."""
-        h = self._handle
-        energy = self._query("nvmlDeviceGetTotalEnergyConsumption",
-                             lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(h))
-        return NAN if energy is None else float(energy)
-
-    def _gpu_sample(self, pids: Any) -> dict[str, float]:
-        self._locate(set(pids))
-        h = self._handle
-        out = dict.fromkeys(GPU_COLUMNS, NAN)
-
-        util = self._query("nvmlDeviceGetUtilizationRates", lambda: pynvml.nvmlDeviceGetUtilizationRates(h))
-        if util is not None:
-            out["gpu_util_percent"] = float(util.gpu)
-            out["gpu_mem_util_percent"] = float(util.memory)
-        mem = self._query("nvmlDeviceGetMemoryInfo", lambda: pynvml.nvmlDeviceGetMemoryInfo(h))
-        if mem is not None:
-            out["gpu_mem_used_bytes"] = float(mem.used)
-            out["gpu_mem_total_bytes"] = float(mem.total)
-        power = self._query("nvmlDeviceGetPowerUsage", lambda: pynvml.nvmlDeviceGetPowerUsage(h))
-        if power is not None:
-            out["gpu_power_w"] = power / 1000.0
-        clock = self._query("nvmlDeviceGetClockInfo(SM)", lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
-        if clock is not None:
-            out["gpu_sm_clock_mhz"] = float(clock)
-
-        procs = self._query(
-            "nvmlDeviceGetComputeRunningProcesses", lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(h)
-        )
-        if procs is not None:
-            # In a container NVML may report host pids, so none match: that reads
-            # as 0 here, while gpu_mem_used_bytes still shows the device total.
-            tree = set(pids)
-            out["gpu_other_procs"] = float(other_gpu_processes([p.pid for p in procs], tree))
-            used = 0.0
-            for p in procs:
-                if p.pid in tree:
-                    if p.usedGpuMemory is None:
-                        used = NAN
-                        self._note("nvml:proc_mem_na", "NVML reports per-process GPU memory as not available")
-                        break
-                    used += p.usedGpuMemory
-            out["gpu_proc_mem_bytes"] = used
-
-        tx = self._query(
-            "nvmlDeviceGetPcieThroughput(TX)",
-            lambda: pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES),
-        )
-        if tx is not None:
-            out["gpu_pcie_tx_kbps"] = float(tx)
-        rx = self._query(
-            "nvmlDeviceGetPcieThroughput(RX)",
-            lambda: pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_RX_BYTES),
-        )
-        if rx is not None:
-            out["gpu_pcie_rx_kbps"] = float(rx)
-        return out
