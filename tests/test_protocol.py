@@ -119,7 +119,7 @@ def test_the_parent_watches_rank_0_whichever_rank_the_script_started_first(tmp_p
     latched onto the script's own (empty) lines, never saw the window end, and the job waited for a
     plan until its deadline (600 s; one spawned job in about seven). Rank 0's lines, when they
     come, are the job's; a script whose own process steps (Lightning's re-run ranks) keeps its own."""
-    from advisor.probe.runner import ScriptRanks
+    from advisor.probe.job_shapes import ScriptRanks
 
     spawned = ScriptRanks(ProbeConfig(script="train.py", out=tmp_path), tmp_path)
     (tmp_path / "steps.jsonl").touch()  # the script's own process only starts the ranks

@@ -13,7 +13,7 @@ import pytest
 
 from advisor import overrides as vocabulary
 from advisor.analysis import steptime
-from advisor.probe.runner import _write_steps_csv
+from advisor.probe.job_shapes import write_steps_csv as _write_steps_csv
 from advisor.run_dir.protocol import STEP_COLUMNS, ArmStepLine, Phase, StepLine
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,27 +12,23 @@ ended too (see ``tree.py``).
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import signal
 import subprocess
-import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Protocol
 
-import pandas as pd
 
-from advisor.analysis import steptime
 from advisor.run_dir import layout
-from advisor.run_dir.atomic import open_nofollow, write_text_atomic
+from advisor.run_dir.atomic import open_nofollow
 from advisor.run_dir.interrupt import StopRequest, describe
 from advisor.job.rank import rank_suffix
-from .entry import BOOTSTRAP
 from advisor.job.link import JobLink
-from advisor.run_dir.protocol import (STEP_COLUMNS, ArmStepLine, ChildAccount, ChildConfig, Line, Phase, PlanDone, RankLines,
-                                      StepLine, WindowDone, rank_account, read_account, write_config)
+from advisor.run_dir.protocol import (ArmStepLine, ChildAccount, ChildConfig, Line, Phase, PlanDone, RankLines,
+                                      StepLine, WindowDone, read_account, write_config)
+from .job_shapes import job_shape, lines_of, write_steps_csv
 from .sampler import Sampler
 from .tree import ProcessTree
 
@@ -119,159 +115,6 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     return ProbeSession(config, progress, stop, on_window_done, on_arm_step, link).run()
 
 
-# --- the job's shape: which process advise starts, whose files it watches, which ranks it accounts for ---
-
-
-class OneProcess:
-    """The script in one process: one rank of a job an outside launcher started (torchrun, srun,
-    advise running on every rank), whose files carry that rank's suffix. The base of the shapes:
-    `names` and `suffix` are the files the parent watches (rank 0's, in a job's shapes)."""
-
-    def __init__(self, config: ProbeConfig, out: Path) -> None:
-        self.config, self.out = config, out
-        self.suffix = rank_suffix()
-        self.names = layout.names(self.suffix)
-
-    def stale(self) -> list[layout.RunFiles]:
-        """The files a previous run may have left, removed before the child starts."""
-        return [self.names]
-
-    def command(self, cfg_path: Path) -> list[str]:
-        return [sys.executable, "-c", BOOTSTRAP, str(cfg_path)]
-
-    def child_suffix(self) -> str | None:
-        """The child's files' suffix (None: each launched rank takes its own from its RANK)."""
-        return rank_suffix()
-
-    def arm_ranks(self) -> Iterable[int]:
-        """The other ranks that run the arms' plans, beside the watched one."""
-        return ()
-
-    def poll(self) -> bool:
-        """Between two reads of the step lines: True when the watched files changed (read from the start)."""
-        return False
-
-    def window_done(self) -> list[int] | None:
-        """At the window's end: the other ranks that run the arms, when they are only known now."""
-        return None
-
-    def child_ended(self, stopped: bool) -> None:
-        """The script's process ended (`stopped`: by advise, or it timed out)."""
-
-    def clean_up(self) -> None:
-        """Remove the shape's own scratch files."""
-
-    def settle(self) -> ChildAccount | None:
-        """After the run: switch to the files that hold the job's account; the script's own
-        process's account when it only started the ranks (else None)."""
-        return None
-
-    def accounts(self) -> list[dict]:
-        """Each rank's own account (none for one process)."""
-        return []
-
-
-class ScriptRanks(OneProcess):
-    """One process advise starts, whose script may start ranks of its own (``mp.spawn``,
-    Lightning's re-run ranks, see ``spawned.py``): they write ``.rankN`` files, and once rank 0's
-    step lines appear, its files are the job's."""
-
-    def __init__(self, config: ProbeConfig, out: Path) -> None:
-        super().__init__(config, out)
-        self.own = self.names  # the script's own process's files
-        self.spawned: list[int] = []
-
-    def stale(self) -> list[layout.RunFiles]:
-        return [self.names, *(layout.names(f".rank{r}") for r in _spawned_ranks(self.out))]
-
-    def poll(self) -> bool:
-        """True once: when rank 0's step lines appear (the script started every rank: its steps are
-        the job's from now on). Until the script's own process steps (it is rank 0, as under
-        Lightning's re-run ranks) the ranks are looked for again: the ranks start together, and
-        rank 1's file may come first (the parent then read the script's empty lines, and the job
-        waited for a plan until its deadline)."""
-        if self.suffix or (self.spawned and self._own_steps()):
-            return False
-        self.spawned = _spawned_ranks(self.out)
-        if self.spawned and self.spawned[0] == 0:
-            self.names, self.suffix = _job_names(".rank0"), ".rank0"
-            return True
-        return False
-
-    def _own_steps(self) -> bool:
-        try:
-            return (self.out / self.own.steps_jsonl).stat().st_size > 0
-        except OSError:
-            return False
-
-    def window_done(self) -> list[int] | None:
-        if self.config.arms and (now := _spawned_ranks(self.out)):
-            return [r for r in now if r != 0]  # ranks the script started run the plans too
-        return None
-
-    def child_ended(self, stopped: bool) -> None:
-        if not stopped:
-            _await_rank_accounts(self.out, time.monotonic() + GRACE_S)  # ranks rank 0 did not wait for
-
-    def clean_up(self) -> None:
-        for rank_cfg in self.out.glob(".probe-config.rank*.json"):  # ranks the script re-ran as new commands
-            rank_cfg.unlink(missing_ok=True)
-
-    def settle(self) -> ChildAccount | None:
-        self.spawned = _spawned_ranks(self.out)
-        if self.spawned and self.spawned[0] != 0:  # the script's process is rank 0
-            self.spawned = [0, *self.spawned]
-            return None
-        if not self.spawned:
-            return None
-        own, out = self.own, self.out  # every rank, also those that started after rank 0
-        parent = read_account(out / own.probe_json)  # the script's own process: it only started the ranks
-        layout.end_exchange(out, own)
-        for name in (own.probe_json, own.sources):
-            (out / name).unlink(missing_ok=True)
-        self.names, self.suffix = _job_names(".rank0"), ".rank0"
-        if (out / own.samples_csv).exists():  # the ranks ended between two polls: the samples are the job's
-            os.replace(out / own.samples_csv, out / self.names.samples_csv)
-        return parent
-
-    def accounts(self) -> list[dict]:
-        return [_rank_account(self.out, r, self.names if r == 0 and self.suffix == "" else None) for r in self.spawned]
-
-
-class LaunchedRanks(OneProcess):
-    """``--nproc-per-node N``: N ranks under torch's own elastic launcher (``--standalone``: a free
-    rendezvous port). The parent watches rank 0's files; one log and one report for the job."""
-
-    def __init__(self, config: ProbeConfig, out: Path) -> None:
-        super().__init__(config, out)
-        self.suffix = ".rank0"
-        self.names = _job_names(self.suffix)
-
-    def stale(self) -> list[layout.RunFiles]:
-        return [self.names, *(layout.names(f".rank{r}") for r in range(self.config.nproc))]
-
-    def command(self, cfg_path: Path) -> list[str]:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc-per-node={self.config.nproc}", "--no-python", *super().command(cfg_path)]
-
-    def child_suffix(self) -> str | None:
-        return None  # launched ranks: from their RANK
-
-    def arm_ranks(self) -> Iterable[int]:
-        return range(1, self.config.nproc) if self.config.arms else ()
-
-    def accounts(self) -> list[dict]:
-        return [_rank_account(self.out, r) for r in range(self.config.nproc)]
-
-
-def job_shape(config: ProbeConfig, out: Path) -> OneProcess:
-    if config.nproc > 1:
-        return LaunchedRanks(config, out)
-    if rank_suffix():
-        return OneProcess(config, out)
-    return ScriptRanks(config, out)
-
-
 class ProbeSession:
     """One probed run, seen from the parent: the child, its sampler and process tree, the step
     lines read as they arrive, the arms' rounds, and the stop, timeout and signal handling."""
@@ -291,7 +134,7 @@ class ProbeSession:
         self.budget_ended_at: float | None = None  # ... and did: the child was asked to stop
         self.signum: int | None = None
         self.escaped = 0
-        self.lines = _lines(self.out, self.shape.names)  # the watched rank's, as they arrive
+        self.lines = lines_of(self.out, self.shape.names)  # the watched rank's, as they arrive
         self.job = _JobArms(self.shape.suffix, self.shape.arm_ranks())
         self.next_round: int | None = None
         self.stop_sent_at: float | None = None
@@ -377,7 +220,7 @@ class ProbeSession:
     def _read(self) -> list[Line]:
         """The new step lines of the watched rank, each acted on."""
         if self.shape.poll():
-            self.lines = _lines(self.out, self.shape.names)
+            self.lines = lines_of(self.out, self.shape.names)
         lines = self.lines.read()
         for line in lines:
             self._line(line)
@@ -403,7 +246,7 @@ class ProbeSession:
         # the parent's rules read the window as a run dir: its steps and samples so far
         names = self.shape.names
         probe_now = read_account(self.out / names.probe_json)
-        _write_steps_csv(self.out / names.steps_csv, self.lines.measured, probe_now.losses if probe_now else [])
+        write_steps_csv(self.out / names.steps_csv, self.lines.measured, probe_now.losses if probe_now else [])
         self.sampler.write_csv(self.out / names.samples_csv)
         if (others := self.shape.window_done()) is not None:
             self.job = _JobArms(self.shape.suffix, others)
@@ -485,7 +328,7 @@ class ProbeSession:
         if child.poll() is None:
             self._signal(signal.SIGKILL)
         child.wait()
-        self.shape.child_ended(self.interrupted or self.timed_out)
+        self.shape.child_ended(self.interrupted or self.timed_out, GRACE_S)
         self._signal(signal.SIGKILL)  # orphaned DataLoader workers share the group
         try:  # helpers outside the group (start_new_session=True) would outlive the run
             self.escaped = self.tree.end_escaped(HELPERS_GRACE_S, hurry=lambda: stop is not None and stop.hurry)
@@ -506,7 +349,7 @@ class ProbeSession:
         parent = self.shape.settle()
         names, suffix = self.shape.names, self.shape.suffix
         probe = read_account(out / names.probe_json)
-        lines = self.lines if self.lines.steps_path == out / names.steps_jsonl else _lines(out, names)  # (settled)
+        lines = self.lines if self.lines.steps_path == out / names.steps_jsonl else lines_of(out, names)  # (settled)
         lines.read()
         records, measured = lines.window, lines.measured
         if probe is None:  # a child killed at the deadline never wrote probe.json: its step lines still tell
@@ -514,7 +357,7 @@ class ProbeSession:
                                  step_source=records[-1].source if records else None)
         if parent and parent.status == "failed" and probe.status in ("done", "finished"):
             probe.status, probe.error, probe.traceback = "failed", parent.error, parent.traceback
-        _write_steps_csv(out / names.steps_csv, measured, probe.losses)
+        write_steps_csv(out / names.steps_csv, measured, probe.losses)
         ranks = self.shape.accounts()
         layout.end_exchange(out, names)
 
@@ -569,7 +412,7 @@ class _JobArms:
 
     def poll(self, out: Path) -> None:
         for r, files in self.others.items():
-            lines = self._lines.setdefault(r, _lines(out, files))
+            lines = self._lines.setdefault(r, lines_of(out, files))
             for line in (x for x in lines.read() if isinstance(x, PlanDone)):
                 self._ended[r] = max(self._ended[r], line.round)
                 if line.error:
@@ -578,64 +421,6 @@ class _JobArms:
     def ended(self, round_no: int) -> bool:
         """Every other rank has ended round `round_no` (-1: the window, which needs no wait)."""
         return round_no < 0 or all(done >= round_no for done in self._ended.values())
-
-
-def _job_names(suffix: str) -> layout.RunFiles:
-    """Rank 0's files, with one log and one report for the job (the launcher's and every rank's output)."""
-    return replace(layout.names(suffix), log="script.log", report_json="report.json", report_html="report.html")
-
-
-def _spawned_ranks(out: Path) -> list[int]:
-    """Ranks with step lines in `out` (``steps.rankN.jsonl``): started by the script itself."""
-    found = []
-    for path in out.glob("steps.rank*.jsonl"):
-        digits = path.name[len("steps.rank"):-len(".jsonl")]
-        if digits.isdigit():
-            found.append(int(digits))
-    return sorted(found)
-
-
-def _await_rank_accounts(out: Path, deadline: float) -> None:
-    """Rank 0 ended: give the ranks the script started until `deadline` to write their accounts
-    (a framework's rank 0 need not wait for the others, and the group is killed next)."""
-    while time.monotonic() < deadline:
-        ranks = _spawned_ranks(out)
-        if all((out / layout.names(f".rank{r}").probe_json).exists() for r in ranks if r):
-            return
-        time.sleep(0.05)
-
-
-def _rank_account(out: Path, rank: int, files: layout.RunFiles | None = None) -> dict:
-    """One rank: its steps written as steps.rankN.csv, and how it ended (`files`: the rank's
-    files when they are not .rankN's: the script's own process, as rank 0)."""
-    files = files or layout.names(f".rank{rank}")
-    probe = read_account(out / files.probe_json)
-    lines = _lines(out, files)
-    lines.read()
-    measured, arm_windows = lines.measured, lines.arm_windows
-    if rank:  # rank 0's are written with the job's
-        _write_steps_csv(out / files.steps_csv, measured, probe.losses if probe else [])
-        layout.end_exchange(out, files)
-    try:  # when it wrote its account: the first rank to fail is the one the others waited for
-        ended_at = (out / files.probe_json).stat().st_mtime
-    except OSError:
-        ended_at = float("inf")
-    return rank_account(rank, probe, len(measured), ended_at, arm_windows)
-
-
-def _lines(out: Path, files: layout.RunFiles) -> RankLines:
-    return RankLines(out / files.steps_jsonl, out / files.arms_jsonl)
-
-
-def _write_steps_csv(path: Path, records: list[StepLine], losses: list) -> None:
-    columns = [*STEP_COLUMNS, steptime.LOSS, steptime.LOSS_FINITE]
-    frame = pd.DataFrame([[getattr(r, c) for c in STEP_COLUMNS] for r in records], columns=list(STEP_COLUMNS))
-    seen = [losses[i] if i < len(losses) else None for i in range(len(frame))]
-    frame[steptime.LOSS] = seen
-    # A NaN loss and an unseen loss look alike in CSV; this column tells them apart (read from the
-    # list: in the frame's float column an unseen loss is already a NaN).
-    frame[steptime.LOSS_FINITE] = pd.Series([None if v is None else bool(math.isfinite(v)) for v in seen], dtype=object)
-    write_text_atomic(path, frame[columns].to_csv(index=False))
 
 
 def _status(probe: ChildAccount, returncode: int | None, timed_out: bool, interrupted: bool, timeout_s: float,
