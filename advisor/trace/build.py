@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import gc
 import os
-import re
 from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
 
 from .. import intervals
+from .copy_kinds import copy_sides
 from .device_parts import DATALOADER_PREFIX, OPTIMIZER_PREFIX, device_parts, optimizer_ranges
 from .flops import op_flops, per_value, refine_conv_flops
 from .frames import (ANN_COLS, KERNEL_COLS, MEM_COLS, MEMCPY_COLS, OPS_COLS, PY_COLS, RUNTIME_COLS, STEP_COLS,
@@ -389,27 +389,6 @@ def _build_kernels(c: Columns | None, assign, runtime: pd.DataFrame, guard: _Gua
     return build_frame(cols, KERNEL_COLS, _ts_order(ts))
 
 
-_MEM_RE = re.compile(r"^\s*Mem(?:cpy|set)\s*([A-Za-z]+)?\s*(?:\(\s*([A-Za-z]+)\s*(?:->\s*([A-Za-z]+)\s*)?\))?")
-_COPY_KINDS = {"HtoD", "DtoH", "DtoD", "HtoH", "PtoP"}
-_MEM_SIDES = {"Pageable", "Pinned", "Device", "Managed"}
-
-
-def _parse_mem_name(name: str, is_memset: bool, args_kind):
-    """'Memcpy HtoD (Pageable -> Device)' -> ('HtoD', 'Pageable', 'Device')."""
-    m = _MEM_RE.match(name)
-    tok = a = b = None
-    if m:
-        tok, a, b = m.groups()
-    if is_memset:
-        # 'Memset (Device)': the single side is the destination.
-        dst = a if a in _MEM_SIDES else ""
-        return "Memset", "", dst
-    kind = tok if tok in _COPY_KINDS else (args_kind if args_kind in _COPY_KINDS else "other")
-    src = a if a in _MEM_SIDES else ""
-    dst = b if b in _MEM_SIDES else ""
-    return kind, src, dst
-
-
 _MEMCPY_KEYS = ("name", "ts", "dur", "ok", "pid", "tid", "device", "stream", "kind", "bytes")
 
 
@@ -422,17 +401,7 @@ def _build_memcpy(cp: Columns, st: Columns, assign, runtime: pd.DataFrame,
             parts.append((c, is_set))
     if not parts:
         return empty_frame(MEMCPY_COLS)
-    cache: dict = {}
-    kinds, srcs, dsts = [], [], []
-    for c, s in parts:
-        for name, k in zip(c["name"].tolist(), c["kind"]):
-            key = (name, s, k)
-            r = cache.get(key)
-            if r is None:
-                r = cache[key] = _parse_mem_name(name, s, k)
-            kinds.append(r[0])
-            srcs.append(r[1])
-            dsts.append(r[2])
+    kinds, srcs, dsts = copy_sides((c["name"].tolist(), c["kind"], is_set) for c, is_set in parts)
     cat = {k: concat([c[k] for c, _ in parts]) for k in _MEMCPY_KEYS}
     corr = nullable_int((np.concatenate([c["correlation"] for c, _ in parts]),
                           np.concatenate([c["correlation_na"] for c, _ in parts])))
