@@ -17,27 +17,22 @@ import msgspec
 from advisor.reports import terminal
 
 from ..gate import fingerprint
-from . import ci_gate, outputs
+from . import ci_gate, measure, outputs
+from .measure import ExperimentOptions
 from ..job import report as job_report
-from .. import framework_words, report as report_mod
+from .. import report as report_mod
 from ..analysis import metrics, steptime
 from ..run_dir import layout
 from ..run_dir.atomic import NotAFile, check_writable
 from ..run_dir.chatter import strip_log, without_chatter
 from .cli_exit import DISK_ERRNOS, STATUS_EXIT, fail, writing_error
 from ..run_dir.interrupt import StopRequest, deferred, describe
-from ..model import rank, settle_severity, split_screened
 from ..profile import Profile
 from ..job.rank import detect as detect_job, rank_suffix
 from ..job.channel import ChannelError, open_channel
 from ..job.rank_summary import summarize
 from ..job.link import JobLink
-from ..apply import command_for, patch_for
-from ..experiments.fresh import confirm_recommendation, run_experiments
-from ..experiments.inprocess import ArmsSession
-from ..experiments.judge import ExperimentResults
-from ..experiments.sizing import script_workers
-from ..probe.runner import ProbeConfig, job_suffix, run_probe
+from ..probe.runner import ProbeConfig, run_probe
 
 
 def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[str]:
@@ -87,49 +82,6 @@ def _artifacts(out: Path, names: layout.RunFiles, profile: Profile) -> dict:
     return {key: name for key, name in wanted.items() if key == "report_json" or (out / name).exists()}
 
 
-@dataclass
-class ExperimentOptions:
-    """--no-experiments / --max-experiments / --time-budget / --safe-only / --fresh-runs."""
-
-    enabled: bool = True
-    max_experiments: int = 12
-    time_budget_s: float = 900.0
-    safe_only: bool = False
-    fresh_runs: bool = False  # measure every fix in a re-run of the script, not as arms of the profiled run
-    confirm: bool = False  # also measure the in-process recommendation in fresh runs (B R B R B)
-
-
-def _arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_settings, link: JobLink | None = None,
-                  stop: StopRequest | None = None) -> ArmsSession:
-    """The parent's side of the in-process experiments: the rules run on the live window's Profile.
-
-    `link`: rank 0 of a job a launcher started: the plan goes to every rank, and the rules read
-    every rank's window (their summaries, :func:`_merge_windows`)."""
-    out, suffix = Path(config.out), job_suffix(config)  # a launched job: rank 0's window and arms are judged
-    session: ArmsSession
-
-    def diagnose():  # the window of the rank whose steps are judged (the runner names it: rank 0's in a job)
-        profile = Profile.from_run_dir(out, session.rank_suffix)
-        if link is not None:
-            session.notes.extend(job_report.merge_windows(profile, link, stop))
-        elif len(session.plan_suffixes) > 1:  # ranks advise (or the script) started: their windows are in the run dir
-            session.notes.extend(job_report.read_windows(profile, out, session.plan_suffixes[1:], stop))
-        if len(session.plan_suffixes) > 1:  # the job's ranks share this node's cores (spawned ranks do not say so)
-            profile.env["local_world_size"] = profile.env.get("local_world_size") or len(session.plan_suffixes)
-        findings, warnings = outputs.diagnose(profile, rule_settings, screen=True)
-        session.rule_warnings = warnings
-        return findings, profile
-
-    def io_like(profile: Profile) -> bool:  # the Profile diagnose() loaded: the trace is parsed once
-        return bool(metrics.io_bound(profile.samples, profile.steps, profile.env.get("cpu_count") or 1))
-
-    session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
-                          max_experiments=experiments.max_experiments, window_steps=max(5, config.steps // 2),
-                          time_budget_s=config.arms_budget_s,
-                          io_like=io_like, publish=link.publish_plan if link is not None else None)
-    return session
-
-
 # --- a job a launcher started (torchrun, srun): rank 0 writes the job's report ---------------------
 
 def _job_link(job, out: Path) -> JobLink:
@@ -173,18 +125,6 @@ def _finish_rank(run, config: ProbeConfig, link: JobLink, out: Path, lock: layou
         click.echo(run.probe.traceback.rstrip(), err=True)
     signum = stop.signum or run.signal
     return report_mod.signal_exit(signum) if signum else STATUS_EXIT[status]
-
-
-def _combine(first: ExperimentResults | None, fresh: ExperimentResults) -> ExperimentResults:
-    """In-process results with the fresh runs of the fixes that could not be switched live."""
-    if first is None:
-        return fresh
-    recommended = max((r for r in (first.recommended, fresh.recommended) if r is not None),
-                      key=lambda r: r.speedup or 0.0, default=None)
-    notes = first.notes + fresh.notes
-    if first.recommended is not None and fresh.recommended is not None:
-        notes.append("fixes measured in-process and in fresh runs were not stacked together; the faster is recommended")
-    return ExperimentResults(fresh.findings, recommended, notes, fresh.runs, fresh.interrupted)
 
 
 def profile_script(**options) -> int:
@@ -300,7 +240,7 @@ def _open_run_dir(out: Path, lock: layout.RunDirLock) -> None:
 def _run_and_measure(config: ProbeConfig, experiments: ExperimentOptions, rule_settings, link: JobLink | None, out: Path,
                      lock: layout.RunDirLock, con, shown: str, stop: StopRequest) -> _Measured:
     """The script under the probe (the arms in it), its Profile, and the fixes measured."""
-    session = _arms_session(config, experiments, rule_settings, link, stop) if config.arms else None
+    session = measure.arms_session(config, experiments, rule_settings, link, stop) if config.arms else None
     with terminal.ProbeProgress(con, f"profiling {shown}") as progress:
         if session is not None:
             session.progress = progress
@@ -317,7 +257,7 @@ def _run_and_measure(config: ProbeConfig, experiments: ExperimentOptions, rule_s
             for rank_profile in profile.ranks:  # ranks the script spawned share this node, as torchrun's say
                 rank_profile.env["local_world_size"] = rank_profile.env.get("local_world_size") or len(run.ranks)
         merged = job_report.merge_job(profile, run, link, out, stop) if link is not None else None
-        findings, rule_warnings, results = _measure_fixes(session, run, profile, merged, link, config, experiments,
+        findings, rule_warnings, results = measure.measure_fixes(session, run, profile, merged, link, config, experiments,
                                                           rule_settings, out, progress, stop)
     outcome = _outcome(run, merged, results, stop, experiments.enabled and bool(findings))
     return _Measured(run, profile, merged, findings, rule_warnings, results, outcome)
@@ -377,68 +317,6 @@ def _deliver(report, m: _Measured, out: Path, con, as_json: bool, stop: StopRequ
     return report, status, signum
 
 
-def _measure_fixes(session, run, profile: Profile, merged: dict | None, link: JobLink | None, config: ProbeConfig,
-                   experiments: ExperimentOptions, rule_settings, out: Path, progress, stop: StopRequest):
-    """The findings and what the experiments measured of them: the arms of the profiled run
-    (judged by `session`), fresh runs for what they could not switch, then severity and order.
-    Returns (findings, rule warnings, ExperimentResults or None)."""
-    results = None
-    if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
-        findings, rule_warnings = session.findings, session.rule_warnings
-        session.finish(run.arms, run.budget_ended)
-        if link is None and not run.ranks:  # a job's other ranks are outside each rank's process tree
-            session.withhold_if_busy(profile.samples, profile.env.get("cpu_count"))
-        session.add_energy(profile.samples)
-        results = ExperimentResults(findings, session.recommended, session.notes, [])
-    else:
-        findings, rule_warnings = outputs.diagnose(profile, rule_settings)
-    # A session that never saw a window (the script's ranks, spawned by itself, ran the steps): fresh runs of the job.
-    fresh = session.fresh if session is not None and session.findings else None
-    if link is not None:
-        job_report.no_fresh_runs(findings, fresh)
-    elif run.status == "ok" and experiments.enabled and findings and not stop and (fresh is None or fresh):
-        try:
-            fresh_results = run_experiments(
-                findings, config, profile.steps, root=layout.make_subdir(out, layout.EXPERIMENTS), env=profile.env,
-                io_like=bool(metrics.io_bound(profile.samples, profile.steps, profile.env.get("cpu_count") or 1)),
-                safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
-                time_budget_s=session.time_left() if session is not None else experiments.time_budget_s,
-                progress=progress, stop=stop,
-                only=[c.finding_index for c in fresh] if fresh is not None else None,
-                workers=script_workers(profile.observed),
-            )
-            results = _combine(results, fresh_results)
-        except KeyboardInterrupt:
-            rule_warnings.append("experiments interrupted (Ctrl-C): findings are unmeasured estimates")
-        except Exception as exc:  # the diagnosis is still worth writing
-            rule_warnings.append(f"experiments failed: {type(exc).__name__}: {exc}")
-    if merged is not None:
-        job_report.settle_disagreements(results, merged["disagree"], rule_warnings)
-    if results is not None and experiments.confirm and not stop and link is None:
-        _confirm(results, config, profile, out, progress, stop)
-    if results is not None and results.recommended is not None:  # in the framework's words, as the findings
-        results.recommended.snippets = framework_words.snippets(results.recommended.overrides,
-                                                           (profile.observed or {}).get("framework"))
-        results.recommended.patch = _patch(results.recommended, profile, config, rule_warnings)
-    if results is not None:
-        findings, screened = split_screened([settle_severity(f) for f in results.findings])
-        findings = rank(findings)
-        results.screened = screened
-    return findings, rule_warnings, results
-
-
-def _patch(rec, profile: Profile, config: ProbeConfig, warnings: list[str]):
-    """The recommendation written into the script's own lines, as `advise apply` writes it (report.json's
-    `recommended.patch`); None, with a warning, where it could not be computed."""
-    try:
-        return patch_for(rec.overrides, profile.observed, profile.sources,
-                         f"-m {config.script}" if config.module else config.script,
-                         command=command_for(config.out)).patch
-    except Exception as exc:  # noqa: BLE001 - the report matters more than its patch
-        warnings.append(f"the patch of the recommendation could not be made: {type(exc).__name__}: {exc}")
-        return None
-
-
 def _outcome(run, merged: dict | None, results, stop: StopRequest, experimented: bool) -> tuple:
     """(status, signal, error, traceback) of the run: the first failing rank's account in a job a
     launcher started, "interrupted" where a signal came after the measurements were whole."""
@@ -454,23 +332,6 @@ def _outcome(run, merged: dict | None, results, stop: StopRequest, experimented:
         status, error = "interrupted", f"interrupted ({describe(signum)}) after the measurements" + (
             cut if experimented else "")
     return status, signum, error, tb
-
-
-def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, out: Path, progress, stop) -> None:
-    """--confirm: the recommendation the arms measured, measured again in fresh runs of the script."""
-    rec = results.recommended
-    if rec is None or rec.measured_by != "in-process" or not rec.overrides:
-        if rec is not None and rec.measured_by == "fresh-run":
-            results.notes.append("--confirm: the recommendation was already measured in fresh runs")
-        return
-    try:
-        exp, runs = confirm_recommendation(rec, config, profile.steps, root=layout.make_subdir(out, layout.EXPERIMENTS, "confirm"),
-                                           progress=progress, stop=stop, workers=script_workers(profile.observed))
-    except Exception as exc:  # noqa: BLE001 - the in-process result stands; say why there is no confirmation
-        results.notes.append(f"--confirm failed: {type(exc).__name__}: {exc}")
-        return
-    rec.confirmed = exp.to_dict()
-    results.runs.extend(runs)
 
 
 def _ranks(run, profile: Profile) -> list[dict]:

@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 import pandas as pd
 
@@ -21,10 +21,8 @@ from advisor.job.rank import rank_suffix
 from advisor.run_dir import layout
 from advisor.run_dir.atomic import write_text_atomic
 from advisor.run_dir.protocol import STEP_COLUMNS, ChildAccount, RankLines, StepLine, rank_account, read_account
+from .config import ProbeConfig
 from .entry import BOOTSTRAP
-
-if TYPE_CHECKING:
-    from .runner import ProbeConfig
 
 
 

@@ -28,6 +28,7 @@ from advisor.job.rank import rank_suffix
 from advisor.job.link import JobLink
 from advisor.run_dir.protocol import (ArmStepLine, ChildAccount, ChildConfig, Line, Phase, PlanDone, RankLines,
                                       StepLine, WindowDone, read_account, write_config)
+from .config import ProbeConfig
 from .job_shapes import job_shape, lines_of, write_steps_csv
 from .sampler import Sampler
 from .tree import ProcessTree
@@ -38,29 +39,8 @@ HELPERS_GRACE_S = 5.0  # processes that escaped the script's group: SIGTERM, the
 BUDGET_GRACE_S = 10.0  # the arms' time budget ended: how long the child may take to reach a step boundary
 
 
-
-
 class Progress(Protocol):
     def update(self, phase: str, done: int, total: int) -> None: ...
-
-
-@dataclass
-class ProbeConfig:
-    script: str  # a path, or with `module` a module name (python -m)
-    args: list[str] = field(default_factory=list)
-    module: bool = False
-    out: Path = Path("advise-report")
-    warmup: int = 5
-    steps: int = 20
-    profile_steps: int = 5
-    timeout_s: float = 600.0
-    sample_interval_s: float = 0.1
-    overrides: dict = field(default_factory=dict)
-    arms: bool = False  # after the window the child waits for plan files and measures arms itself
-    plan_timeout_s: float = 600.0  # how long the child waits for a plan before it finishes
-    arms_budget_s: float = 900.0  # the arms' time, from the "window-done" line: its end stops them, not a timeout
-    nproc: int = 1  # ranks started through torch.distributed.run (--standalone: a free rendezvous port)
-    memory_budget_bytes: int | None = None  # --memory-budget (None: the device's capacity)
 
 
 @dataclass
