@@ -5,9 +5,16 @@ the probe cannot see (no ``torch.optim`` optimizer, no DataLoader). Outside the 
 no-op, so scripts keep working without ``advise``.
 """
 
+from typing import Protocol
+
 __version__ = "0.1.0"
 
-_clock = None  # set by advisor.probe.bootstrap inside a probed child process
+
+class _Clock(Protocol):
+    def explicit_step(self, samples: int | None = None) -> None: ...
+
+
+_clock: _Clock | None = None  # set by advisor.probe.bootstrap inside a probed child process
 
 
 def step(samples: int | None = None) -> None:

@@ -54,7 +54,7 @@ class Arms:
         self.observed = observed
         self.peak = WindowPeak(getattr(observed, "device", None))
         self.compiles = CompileWatch()  # what torch.compile did in each window (recompiles)
-        self.round: int | None = None
+        self.round = 0  # the current plan's (0 before the first)
         self.windows: list[Window] = []
         self.k = -1
         self.i = 0  # steps run in the current window
@@ -62,7 +62,7 @@ class Arms:
         self.started = False
         self.error: str | None = None
         self.timeline: Timeline = HostTimeline()  # the run's (the StepClock's): where a step's time is read
-        self._held: list[tuple[ClosedStep, Any]] = []  # the window's steps, written when it closes
+        self._held: list[tuple[ClosedStep, Callable[..., ArmStepLine]]] = []  # the window's steps, written when it closes
         self._losses: list[Any] = []  # their loss tensors, read after the window's one wait
 
     def install(self) -> None:
@@ -252,7 +252,7 @@ class Arms:
             except Exception:  # noqa: BLE001 - the run ends anyway
                 pass
             self._write_arm()
-        write_line(self.sink, PlanDone(round=self.round or 0, error=error))
+        write_line(self.sink, PlanDone(round=self.round, error=error))
         self.windows, self.k = [], 0
         raise ProbeDone()
 

@@ -60,7 +60,7 @@ class ProfilerWindow:
 
     def __init__(self, trace_path: Path):
         self.trace_path = trace_path
-        self.prof = None
+        self.prof: torch.profiler.profile | None = None
         self.error: str | None = None
         self.errno: int | None = None  # the export's OSError errno: a full or read-only run dir
         self.exported = False

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from advisor.run_dir.protocol import Line, Phase, StepLine, write_line
 from .timeline import HostTimeline, Mark, Timeline, settled
@@ -81,7 +81,10 @@ class ClosedStep:
                 "t_device_end": timeline.on_host(self.end) if clock == "device" else None}
 
 
-def timed_lines(timeline: Timeline, held: list[tuple[ClosedStep, Callable[..., Line]]]) -> list[Line]:
+L = TypeVar("L", bound=Line)
+
+
+def timed_lines(timeline: Timeline, held: list[tuple[ClosedStep, Callable[..., L]]]) -> list[L]:
     """The held steps' lines (each made by its `line`, given the step's times): after one wait on the
     device, when any of them is timed (the profiled window's and an arm window's steps alike)."""
     if any(step.timed for step, _ in held):
@@ -125,12 +128,13 @@ class StepClock:
     _asked_batch: bool = False
     measured: list[StepLine] = field(default_factory=list)
     losses: list = field(default_factory=list)
-    _start: Mark | None = None  # the boundary the current step started at
+    _start: Mark = field(init=False)  # the boundary the current step started at
     _acc: StepAccumulator = field(default_factory=StepAccumulator)
-    _held: list = field(default_factory=list)  # timed steps closed, waiting for their timeline (flush)
+    # timed steps closed, waiting for their timeline (flush)
+    _held: list[tuple[ClosedStep, Callable[..., StepLine]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._start = self._start or self.timeline.mark()
+        self._start = self.timeline.mark()
 
     def now(self) -> float:
         return self.timeline.clock()
@@ -146,7 +150,7 @@ class StepClock:
         """Boundaries seen when the measured window ends (the profiler's warm-up step counts one)."""
         return self.warmup + self.steps + 1 + (1 if self.profile_steps else 0)
 
-    def _phase(self, n: int) -> tuple[str, int]:
+    def _phase(self, n: int) -> tuple[Phase, int]:
         """(phase, measured index) of step `n` (step 0 = start-up)."""
         index = n - 1 - self.warmup
         if n == 0:

@@ -110,7 +110,7 @@ class CompileWatch:
         if utils is None:
             return CompileCounts(steps=self._steps) if always else None
         self._collect(utils)
-        graphs0, skips0, recordings0 = self._start
+        graphs0, skips0, recordings0 = self._start or (0, 0, 0)  # _ready set it, dynamo's records being there
         recompiles, new = self._recompiles, self._new
         counts = CompileCounts(
             steps=self._steps, graphs=max(0, self._graphs(utils) - graphs0), recompiles=len(recompiles),

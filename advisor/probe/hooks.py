@@ -340,7 +340,7 @@ def _install_optimizer_hooks(clock: StepClock, observed: Observed) -> None:
         _remember_where_built(self, sys._getframe(1))
         clock.optimizer_created = True
 
-    torch.optim.Optimizer.__init__ = opt_init
+    torch.optim.Optimizer.__init__ = opt_init  # type: ignore[method-assign]  # the probe's hook, patched in
     original_loader_init = dl.DataLoader.__init__
 
     @functools.wraps(original_loader_init)  # the signature stays DataLoader's (Lightning reads it)
@@ -348,7 +348,7 @@ def _install_optimizer_hooks(clock: StepClock, observed: Observed) -> None:
         original_loader_init(self, *args, **kwargs)
         _remember_where_built(self, sys._getframe(1))
 
-    dl.DataLoader.__init__ = loader_init
+    dl.DataLoader.__init__ = loader_init  # type: ignore[method-assign]  # the probe's hook, patched in
     register_optimizer_step_pre_hook(pre_hook)
     register_optimizer_step_post_hook(post_hook)
 
@@ -396,8 +396,8 @@ def _install_loader_hooks(clock: StepClock, observed: Observed, in_next: list[bo
             clock.capture.fetched(self, samples)
         return batch
 
-    base_iter.__init__ = iter_init
-    base_iter.__next__ = iter_next
+    base_iter.__init__ = iter_init  # type: ignore[method-assign]  # the probe's hook, patched in
+    base_iter.__next__ = iter_next  # type: ignore[method-assign]  # the probe's hook, patched in
 
 
 def _install_backward(clock: StepClock, observed: Observed) -> None:
@@ -431,4 +431,4 @@ def _watch_zero_grad(observed: Observed) -> None:
             seen["kept"] += 0 if set_to_none else 1
             return _original(self, set_to_none)
 
-        cls.zero_grad = zero_grad
+        cls.zero_grad = zero_grad  # type: ignore[method-assign]  # the probe's hook, patched in

@@ -233,7 +233,7 @@ class CheckpointSwitch:
         self.wrapped: list = []  # weakrefs to blocks given a checkpointed forward
         self.hf: list = []  # weakrefs to HF models switched on here
 
-    def on(self, overrides: dict, applied: dict) -> bool:
+    def checkpoint_biggest(self, overrides: dict, applied: dict) -> bool:
         """Checkpoint the biggest model seen that has blocks to wrap; False when none has."""
         if not overrides.get("activation_checkpointing"):
             return True
@@ -243,7 +243,8 @@ class CheckpointSwitch:
     def enable(self, module: torch.nn.Module, applied: dict) -> bool:
         if _is_hf(module):
             if not getattr(module, "is_gradient_checkpointing", False):
-                module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                module.gradient_checkpointing_enable(  # type: ignore[operator]  # a Hugging Face model's (_is_hf)
+                    gradient_checkpointing_kwargs={"use_reentrant": False})
                 self.hf.append(weakref.ref(module))
             applied["activation_checkpointing"] = {"how": "gradient_checkpointing_enable", "model": type(module).__name__}
             return True

@@ -45,9 +45,10 @@ def _cache_inside_the_run_dir() -> None:
     if not _compile_cache:
         return
     try:
-        from torch._inductor import config  # torch._inductor: 1 s, only where compile is used
+        from torch._inductor import config as inductor  # torch._inductor: 1 s, only where compile is used
         from torch._inductor.runtime.cache_dir_utils import default_cache_dir  # torch._inductor: 1 s, only where compile is used
-        default = default_cache_dir()
+        config: Any = inductor  # its settings differ between torch versions (hasattr below)
+        default: str | None = default_cache_dir()
     except Exception:  # noqa: BLE001 - another torch: only an unset variable is replaced
         config, default = None, None
     if os.environ.get("TORCHINDUCTOR_CACHE_DIR") not in (None, default):
@@ -93,7 +94,7 @@ def compile_call(module: torch.nn.Module, mode: bool | str) -> Callable:
 
         def call(*args, **kwargs):
             return plain(*args, **kwargs)
-    return torch.compile(call, mode=None if mode is True else mode)
+    return torch.compile(call, mode=mode if isinstance(mode, str) else None)  # True: the default mode
 
 
 def _room_for_another_mode(modes: int) -> None:
@@ -143,7 +144,7 @@ class ModuleCallSwitch:
             finally:
                 state.depth -= 1
 
-        torch.nn.Module.__call__ = __call__
+        torch.nn.Module.__call__ = __call__  # type: ignore[method-assign]  # the switch's own call, patched in
 
     @property
     def active(self) -> bool:
@@ -189,7 +190,7 @@ class ModuleCallSwitch:
 
     def _to_channels_last(self, module: torch.nn.Module) -> None:
         if module not in self.converted:
-            module.to(memory_format=torch.channels_last)
+            module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stub lacks memory_format
             self.converted.add(module)
         self.applied["channels_last"] = True
 

@@ -25,10 +25,12 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from types import FrameType
 
 import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode
+from torch.utils.hooks import RemovableHandle
 
 from advisor.run_dir.atomic import write_json_atomic
 from advisor.analysis.sources import is_user_file
@@ -66,12 +68,12 @@ class SourceCapture(TorchFunctionMode):
                                           "dataloader": Counter(), "dataloader-built": Counter(),
                                           "optimizer-built": Counter(), "model-call": Counter(), "backward": Counter()}
         self._params: dict[int, int] = {}  # parameters of each module called at the top level
-        self._hook = None
+        self._hook: RemovableHandle | None = None
         self.active = False
         self.skipped: str | None = None
         self.seconds = 0.0
         self._t0 = 0.0
-        self._sync = None
+        self._sync = torch.cuda.synchronize  # torch's own, while the capture wraps it (start, stop)
         self.done = False
 
     # the mode --------------------------------------------------------------------------
@@ -141,7 +143,7 @@ class SourceCapture(TorchFunctionMode):
         forward) is counted at the user's line that called it, with its parameter count."""
         try:
             frame, depth = sys._getframe(1), 0
-            f = frame
+            f: FrameType | None = frame
             while f is not None:
                 depth += f.f_code is _CALL_IMPL
                 f = f.f_back

@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -42,14 +43,14 @@ _original = None  # torch's _wrap, once install() replaced it (a forked rank inh
 
 def install(config_path: str) -> None:
     """In the probed script's process: ranks it spawns find the config and run under the probe."""
-    module = sys.modules.get(_TORCH_SPAWN)
+    module: Any = sys.modules.get(_TORCH_SPAWN)  # torch's spawn module, where imported: its private _wrap is replaced
     if module is None or not hasattr(module, "_wrap"):
         return  # a torch without the hook point: its ranks run unprobed, as before
     os.environ[ENV] = str(config_path)
     global _original
     _original = module._wrap
     module._wrap = probed_wrap
-    subprocess.Popen = _RankPopen
+    subprocess.Popen = _RankPopen  # type: ignore[misc]  # patched in: the ranks the script starts run under the probe
 
 
 class _RankPopen(subprocess.Popen):

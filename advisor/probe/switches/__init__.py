@@ -57,6 +57,8 @@ class Switches:
     The ones the arms reach into (the model's calls, the loaders, the optimizers) are typed
     properties."""
 
+    observed: Any  # the run's Observed (SWITCH_TYPES, above, reads it before __init__ is checked)
+
     def __init__(self, observed: Any = None) -> None:
         self.observed = observed
         self.by_name: dict[str, Switch] = {}

@@ -31,10 +31,10 @@ class BackendSwitch:
         DataLoader workers (other processes) still set their own."""
         original, pid, switch = torch.set_num_threads, os.getpid(), self
 
-        def set_num_threads(k: int) -> None:
+        def set_num_threads(nthreads: int) -> None:
             if switch.threads is None or os.getpid() != pid:
-                return original(k)
-            switch.applied["torch_threads_script_asked"] = int(k)  # held at the experiment's value
+                return original(nthreads)
+            switch.applied["torch_threads_script_asked"] = int(nthreads)  # held at the experiment's value
 
         self._set_threads = original
         torch.set_num_threads = set_num_threads

@@ -9,7 +9,7 @@ import os
 import time
 import weakref
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.utils.data.dataloader as dl
@@ -88,7 +88,7 @@ class DataLoaderSwitch:
         self.subs: dict[int, tuple[Any, _Substitute]] = {}
         self.build_s = 0.0
         self.error: str | None = None
-        self._next = None
+        self._next: Callable[[Any], Any] = dl._BaseDataLoaderIter.__next__  # install(): the one it wraps
         self.construct: tuple[dict, Any] | None = None  # on from the start: (keywords, batch scale)
 
     def install(self) -> None:
@@ -113,7 +113,7 @@ class DataLoaderSwitch:
             return switch.next(self)
 
         self.pid = os.getpid()
-        base.__init__, base.__next__, base._reset = __init__, __next__, _reset
+        base.__init__, base.__next__, base._reset = __init__, __next__, _reset  # type: ignore[method-assign]  # patched in
 
     def _install_construct(self) -> None:
         original = torch.utils.data.DataLoader.__init__
@@ -140,7 +140,7 @@ class DataLoaderSwitch:
                 {"num_workers": self.num_workers, "pin_memory": self.pin_memory, "batch_size": self.batch_size,
                  "persistent_workers": self.persistent_workers, "prefetch_factor": self.prefetch_factor})
 
-        torch.utils.data.DataLoader.__init__ = __init__
+        torch.utils.data.DataLoader.__init__ = __init__  # type: ignore[method-assign]  # the switch's, patched in
 
     def mirrorable(self, it: Any) -> str | None:
         loader = self._loader(it)
@@ -195,7 +195,7 @@ class DataLoaderSwitch:
         known = set(self.observed.dataloaders) if self.observed is not None else set()
         sub_loader = torch.utils.data.DataLoader(loader.dataset, batch_sampler=pull, collate_fn=loader.collate_fn, **options)
         sub_it = iter(sub_loader)  # worker start-up happens here, at the switch
-        sub_it._advise_sub = True
+        sub_it._advise_sub = True  # type: ignore[attr-defined]  # the probe's mark on its own iterator
         if self.observed is not None:  # the substitute is ours, not the script's
             for key in set(self.observed.dataloaders) - known:
                 self.observed.dataloaders.pop(key, None)

@@ -69,7 +69,7 @@ class Checkpointing(CheckpointSwitch):
             self.module.first_call = self.enable
             self.module.applied = applied
             return
-        if not super().on(overrides, applied):
+        if not self.checkpoint_biggest(overrides, applied):
             raise NotSwitchable("no Hugging Face model and no ModuleList/Sequential of repeated blocks seen")
 
     def off(self) -> None:
@@ -105,5 +105,5 @@ def _install_grad_scaler(applied: dict) -> None:
         self.step = step
 
     torch.autograd.backward = backward
-    torch.optim.Optimizer.__init__ = __init__
+    torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign]  # the GradScaler's wiring, patched in
     applied["grad_scaler"] = True

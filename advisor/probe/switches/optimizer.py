@@ -46,7 +46,7 @@ class OptimizerSwitch:
                 switch.applied.setdefault("optimizers", []).append(
                     {"class": type(self).__name__, "fused": self.defaults.get("fused"), "foreach": self.defaults.get("foreach")})
 
-        torch.optim.Optimizer.__init__ = __init__
+        torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign]  # the switch's, patched in
 
     @staticmethod
     def flag(options: dict) -> str:

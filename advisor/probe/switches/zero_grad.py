@@ -23,7 +23,7 @@ def force_set_to_none(active) -> None:
                 applied["zero_grad_set_to_none"] = int(applied.get("zero_grad_set_to_none") or 0) + 1
             return _original(self, set_to_none)
 
-        cls.zero_grad = zero_grad
+        cls.zero_grad = zero_grad  # type: ignore[method-assign]  # the switch's, patched in
 
 
 class ZeroGradSwitch:
