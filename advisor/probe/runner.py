@@ -239,7 +239,8 @@ class ProbeSession:
         if link is not None:
             link.poll()
             job.failed = job.failed or link.failed
-        if self.next_round is not None and job.ended(self.next_round - 1) and (link is None or link.ended(self.next_round - 1)):
+        if (self.next_round is not None and self.on_window_done is not None and job.ended(self.next_round - 1)
+                and (link is None or link.ended(self.next_round - 1))):  # (next_round: set only with on_window_done)
             self.on_window_done(self.next_round, job.suffixes, self.lines)
             self.next_round = None
         if job.failed and (job.others or link) and self.stop_sent_at is None:

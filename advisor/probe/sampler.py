@@ -48,19 +48,6 @@ __all__ = ["Sampler", "COLUMNS"]
 
 NAN = float("nan")
 
-COLUMNS: list[str] = [
-    "gpu_util_percent",
-    "gpu_mem_util_percent",
-    "gpu_mem_used_bytes",
-    "gpu_mem_total_bytes",
-    "gpu_power_w",
-    "gpu_energy_mj",
-    "gpu_sm_clock_mhz",
-    "gpu_proc_mem_bytes",
-    "gpu_other_procs",
-    "gpu_pcie_tx_kbps",
-    "gpu_pcie_rx_kbps",
-]
 COLUMNS: list[str] = ["t", "cpu_percent", "rss_bytes", "pss_bytes", "uss_bytes", "n_procs", "sys_cpu_percent",
                       "main_cpu_percent", *GPU_COLUMNS]
 

@@ -27,7 +27,7 @@ def _parse_mem_name(name: str, is_memset: bool, args_kind):
     return kind, src, dst
 
 
-def copy_sides(parts: Iterable[tuple[list[str], object, bool]]) -> tuple[list[str], list[str], list[str]]:
+def copy_sides(parts: Iterable[tuple[list[str], Iterable, bool]]) -> tuple[list[str], list[str], list[str]]:
     """(kinds, sources, destinations) of every copy and memset of `parts` (each: its names, its
     args' kinds, whether they are memsets), each distinct name parsed once."""
     cache: dict = {}
