@@ -271,3 +271,16 @@ def test_expandable_segments_is_set_before_a_fresh_run_and_refused_live(tmp_path
     assert got["run"].status == "ok", got["log"][-2000:]
     refused = {a["window"]: a for a in got["arms"]}[1]
     assert refused["not_switchable"] == ["expandable_segments"] and "first allocation" in refused["reasons"]["expandable_segments"]
+
+
+def test_the_end_of_the_time_budget_stops_a_window_at_a_step_boundary(tmp_path):
+    """The budget ends inside a window far longer than it (2 workers feeding it): the runner asks the
+    child to stop (its stop file), the child stops at its next step boundary, the window it cut is
+    left out (its steps are written, its line is not), and the run is ok: no timeout, no traceback."""
+    plan = [window("base", {}, 1, 3), window("long", {"dataloader": {"num_workers": 1}}, 2, 100000)]
+    got = drive(tmp_path, "forever_workers.py", [plan], arms_budget_s=4)
+    run = got["run"]
+    assert run.status == "ok" and run.budget_ended and run.probe.status == "done", (run.probe.error, got["log"][-2000:])
+    assert [a["arm"] for a in got["arms"]] == ["base"]  # the cut window has no line: no verdict rests on part of it
+    assert any(line.window == 1 for line in run.arms.arm_steps)  # it did run, and was stopped
+    assert run.wall_s < 60 and "Traceback" not in got["log"], got["log"][-2000:]

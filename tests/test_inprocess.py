@@ -441,17 +441,20 @@ def test_a_first_round_is_planned_as_far_as_it_fits_and_ends_on_a_baseline(tmp_p
 
 @pytest.mark.slow
 def test_the_end_of_the_time_budget_is_a_normal_end(tmp_path):
-    """A script that never ends, its loader in 2 worker processes, --time-budget 6: the experiments
-    are stopped at a step boundary, the run is ok (exit 0), the fixes the budget left out are named,
-    and the script's log has no traceback (no worker or pin-memory thread killed mid-batch)."""
-    proc = subprocess.run(advise_cmd("profile", "--steps", "10", "--warmup", "2", "--time-budget", "6", "--out", "run",
-                                     str(WORKLOADS / "forever_workers.py")),
+    """A script that never ends, its loader in 2 worker processes (each batch 32 ms of loading or
+    more), --time-budget 1: no window of DL001's fix fits what is left once the rules ran, so none is
+    planned; the run is ok (exit 0), the warning counts the windows and names the fix left out, and
+    the script ends at a step boundary, its log without a traceback."""
+    proc = subprocess.run(advise_cmd("profile", "--steps", "10", "--warmup", "2", "--select", "DL001",
+                                     "--time-budget", "1", "--out", "run", str(WORKLOADS / "forever_workers.py")),
                           cwd=tmp_path, capture_output=True, text=True, timeout=180)
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert proc.returncode == 0 and report["status"] == "ok" and report.get("error") is None, proc.stderr[-2000:]
-    said = [w for w in report["warnings"] if w.startswith("the time budget (6 s) ended the experiments after ")]
-    assert len(said) == 1 and "not measured: " in said[0], report["warnings"]
-    assert "the time budget (6 s) ended the experiments" in proc.stdout  # the terminal says it too
+    (dl001,) = [f for f in report["findings"] if f["code"] == "DL001"]
+    assert dl001["experiment"]["verdict"] == "not-measured" and "time budget" in dl001["experiment"]["reason"]
+    said = [w for w in report["warnings"] if w.startswith("the time budget (1 s) ended the experiments after 0 of ")]
+    assert len(said) == 1 and f"not measured: {dl001['fix']['title']}" in said[0], report["warnings"]
+    assert "the time budget (1 s) ended the experiments" in proc.stdout  # the terminal says it too
     log = (tmp_path / "run" / "script.log").read_text()
     assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
 
