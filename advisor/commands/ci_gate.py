@@ -93,6 +93,8 @@ def compare_traces(a: str, b: str, renderer: Renderer = TRACE_DIFF_RENDERERS["te
         pa, pb = Profile.from_trace(a), Profile.from_trace(b)
     except TraceError as exc:
         fail(str(exc), EXIT_USAGE)
+    if pa.trace is None or pb.trace is None:  # (from_trace keeps the trace it read)
+        fail(f"{a if pa.trace is None else b}: no trace was read", EXIT_USAGE)
     diff = TraceDiff(a, b, opdiff.slower_ops([pa.trace], [pb.trace]),
                      (steptime.median_step(pa.steps), steptime.median_step(pb.steps)), (len(pa.steps), len(pb.steps)))
     render_report(diff, renderer)
@@ -139,7 +141,7 @@ def run_compare(baseline: str, current: str, *, max_regression: float = compare.
     return result.exit_code
 
 
-def _slower_ops(baseline: str, base: dict, current: str, cur: dict) -> list[dict] | None:
+def _slower_ops(baseline: str, base: Report, current: str, cur: Report) -> list[dict] | None:
     """The slower ops between two run dirs' traces, None when either has none."""
     def folder(path: str) -> Path:
         return Path(path) if Path(path).is_dir() else Path(path).parent

@@ -82,7 +82,7 @@ class _Interrupted(click.ClickException):
     def __init__(self, exc: KeyboardInterrupt):
         signum = getattr(exc, "signum", None)
         super().__init__(f"interrupted ({interrupt.describe(signum)})")
-        self.exit_code = interrupt.exit_code(signum)
+        self.exit_code = interrupt.exit_code(signum)  # type: ignore[misc]  # click types it a ClassVar; this one is the signal's
 
     def show(self, file=None) -> None:
         click.echo(f"advise: {self.format_message()}", err=True)

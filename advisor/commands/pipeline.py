@@ -32,7 +32,8 @@ from ..job.rank import detect as detect_job, rank_suffix
 from ..job.channel import ChannelError, open_channel
 from ..job.rank_summary import summarize
 from ..job.link import JobLink
-from ..probe.runner import ProbeConfig, run_probe
+from ..experiments.judge import ExperimentResults
+from ..probe.runner import ProbeConfig, ProbeRun, run_probe
 
 
 def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[str]:
@@ -196,7 +197,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
     report, status, signum = _deliver(report, measured, out, con, as_json, stop)
     if signum:
         return report_mod.signal_exit(signum)
-    if baseline_report is not None and status == "ok":
+    if baseline_report is not None and baseline is not None and status == "ok":
         return ci_gate.compare_after_profile(baseline_report, baseline, report, str(out / measured.run.files.report_json),
                                              out, max_regression=max_regression, as_json=as_json)
     return STATUS_EXIT[status]
@@ -208,7 +209,7 @@ class _Started:
 
     at: str
     monotonic: float
-    load: object
+    load: float | None
 
 
 @dataclass
@@ -216,12 +217,12 @@ class _Measured:
     """What the probe and the experiments saw: the run, its Profile, the job's merged ranks (a
     launched job's), the findings with their experiments, and the run's outcome."""
 
-    run: object
+    run: ProbeRun
     profile: Profile
     merged: dict | None
     findings: list
     rule_warnings: list[str]
-    results: object
+    results: ExperimentResults | None
     outcome: tuple  # (status, signal, error, traceback): _outcome's
 
 

@@ -41,7 +41,7 @@ def summary(report: Report | dict, report_path: str) -> dict:
     findings = findings_of(report)
     rec = recommendation_of(report)
     view = recommended_view(rec, findings)
-    if view is not None:
+    if view is not None and rec is not None:
         verdict = f"recommended: {view.fixes}: {view.result.sentence}"
         recommended = {"fixes": view.fixes.split(" + "), "speedup": finite(rec.speedup), "ci": _ci(rec.ci_low, rec.ci_high),
                        "verified": bool(rec.verified), "measured_by": rec.measured_by,

@@ -12,6 +12,7 @@ loops over shapes, so every label still goes through jinja's autoescape.
 from __future__ import annotations
 
 import math
+from typing import Callable
 from dataclasses import dataclass, field
 
 from advisor.reports import format as fmt
@@ -147,7 +148,7 @@ def _r(x: float) -> float:
 
 def step_chart(steps: list[Step]) -> StepChart | None:
     """Bars for each measured step (data wait at the bottom, optimizer on top); profiled steps are marked."""
-    rows = [s for s in steps if _finite(s.duration_s) and s.duration_s >= 0]
+    rows = [s for s in steps if s.duration_s is not None and _finite(s.duration_s) and s.duration_s >= 0]
     if not rows:
         return None
     note = ""
@@ -157,20 +158,20 @@ def step_chart(steps: list[Step]) -> StepChart | None:
         note = f"every {k}th step shown ({len(steps)} measured)"
     height, top, bottom = 210, 12, 180
     plot_h = bottom - top
-    y_max = nice_max(max(r.duration_s for r in rows))
+    y_max = nice_max(max(float(r.duration_s or 0.0) for r in rows))
     slot = (WIDTH - LEFT - RIGHT) / len(rows)
     bar_w = max(1.0, slot * 0.72)
     bars: list[Rect] = []
     for i, r in enumerate(rows):
-        dur = float(r.duration_s)
-        data = min(dur, max(0.0, float(r.data_wait_s) if _finite(r.data_wait_s) else 0.0))
-        opt = min(dur - data, max(0.0, float(r.optimizer_s) if _finite(r.optimizer_s) else 0.0))
+        dur = float(r.duration_s or 0.0)
+        data = min(dur, max(0.0, float(r.data_wait_s or 0.0) if _finite(r.data_wait_s) else 0.0))
+        opt = min(dur - data, max(0.0, float(r.optimizer_s or 0.0) if _finite(r.optimizer_s) else 0.0))
         rest = max(0.0, dur - data - opt)
         x = LEFT + i * slot + (slot - bar_w) / 2
         prof = " profiled" if r.profiled else ""
         tip = (f"step {i if r.index is None else r.index}{' (under the profiler)' if prof else ''}: {fmt.time_s(dur)}; "
                f"data wait {fmt.time_s(data)}, forward/backward {fmt.time_s(rest)}, optimizer {fmt.time_s(opt)}")
-        y = bottom
+        y = float(bottom)
         for part, cls in ((data, "data"), (rest, "compute"), (opt, "optimizer")):
             h = plot_h * part / y_max
             if h > 0:
@@ -192,9 +193,9 @@ class Series:
     column: str
     title: str
     cls: str
-    fmt: object
+    fmt: Callable[[float], str]
     top: float | None = None
-    nice: object = nice_max  # rounds the data's max up to the axis top
+    nice: Callable[[float], float] = nice_max  # rounds the data's max up to the axis top
 
 
 def decimate(ts: list[float], ys: list[float], buckets: int = MAX_BUCKETS) -> list[tuple[float, float]]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as _dt
 import xml.etree.ElementTree as ET
 
+from typing import Literal
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -72,8 +74,10 @@ def print_table(result, con: Console) -> None:
     if not con.is_terminal and con.width < WIDTH:
         con.width = WIDTH  # CI logs: one row per metric rather than wrapped cells
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="dim")
-    for name, justify in (("metric", "left"), ("baseline", "right"), ("current", "right"), ("change", "right"),
-                          ("95% CI", "right"), ("p", "right"), ("verdict", "left")):
+    columns: tuple[tuple[str, Literal["left", "right"]], ...] = (
+        ("metric", "left"), ("baseline", "right"), ("current", "right"), ("change", "right"), ("95% CI", "right"),
+        ("p", "right"), ("verdict", "left"))
+    for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=name != "verdict")
     for m in result.metrics:
         table.add_row(

@@ -165,7 +165,7 @@ def finding_view(f: Finding, rank: int, rule_docs: Mapping[str, str], experiment
     exp = f.experiment
     result = experiment_view(exp) if exp is not None else estimate_view(f)
     sentence = words.finding_sentence(f, experiments)
-    if exp is not None and exp.verdict is Verdict.NOT_MEASURED and words.has_estimate(f):
+    if result is not None and exp is not None and exp.verdict is Verdict.NOT_MEASURED and words.has_estimate(f):
         result.detail = f"{result.detail}; {words.estimate_detail(f.estimated_gain_frac)}"
         result.sentence = sentence
     return FindingView(

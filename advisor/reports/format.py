@@ -107,7 +107,8 @@ def by_suffix(key: str, v) -> str:
     if key.endswith("_us"):
         return time_us(v)
     if key.endswith("_ms"):
-        return time_s(finite(v) / 1e3)
+        ms = finite(v)
+        return time_s(ms / 1e3 if ms is not None else None)
     if key.endswith("_s"):
         return time_s(v)
     if key.endswith("_bytes"):

@@ -73,8 +73,7 @@ def _table(r: HtaRank, several: bool) -> HtaTable:
 
 
 def _mean(values: list) -> float | None:
-    nums = [finite(v) for v in values]
-    nums = [v for v in nums if v is not None]
+    nums = [v for v in map(finite, values) if v is not None]
     return sum(nums) / len(nums) if nums else None
 
 

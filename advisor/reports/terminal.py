@@ -11,6 +11,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -23,6 +24,9 @@ from advisor.report import Report
 
 from . import words
 from .findings_view import recommended_view
+
+if TYPE_CHECKING:
+    from rich.status import Status
 
 PLAIN_LINES = 5  # plain mode: a line each fifth of a phase (plus its first step)
 
@@ -38,7 +42,7 @@ class ProbeProgress:
         self.con = con
         self.label = label
         self.live = con.is_terminal and sys.stdout.isatty()
-        self._status = None
+        self._status: Status | None = None
         self._last: tuple[str, int] | None = None
         self._printed: dict[str, int] = {}  # plain mode: the last step printed, per phase
         self._measuring = False
@@ -46,8 +50,8 @@ class ProbeProgress:
 
     def __enter__(self) -> "ProbeProgress":
         if self.live:
-            self._status = self.con.status(f"{self.label}: starting the script")
-            self._status.__enter__()
+            self._status = status = self.con.status(f"{self.label}: starting the script")
+            status.__enter__()
         else:
             say(self.con, Text(f"{self.label}: starting the script"), hang=2)
         return self
@@ -206,7 +210,7 @@ def print_summary(report: Report | dict, con: Console, run_dir: str | None = Non
 def _print_summary(report: Report, con: Console, run_dir: str | None = None, glued: bool = False) -> None:
     cell = glue if glued else str
     env, tp, bd = report.env, report.throughput, report.breakdown
-    status = report.status
+    status = report.status or "ok"
     title = Text.assemble(("advise ", "bold"), (status, STATUS_STYLE.get(status, "bold")), f"  {report.script or ''}")
     table = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
     table.add_column(style="dim")

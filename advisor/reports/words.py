@@ -99,7 +99,7 @@ def not_applied_words(keys: list[str] | None) -> str:
 
 def _why(result: Measured) -> str:
     if getattr(result, "verdict", None) is Verdict.NOT_APPLIED:
-        return not_applied_words(result.not_applied)
+        return not_applied_words(getattr(result, "not_applied", None))
     return str(getattr(result, "reason", None) or getattr(result, "error", None) or "")
 
 
@@ -142,8 +142,8 @@ def measured_detail(result: Measured) -> str:
         text += ": the interval includes no gain"
     elif state == "unclear" and (remark := _below_the_bar(result)):
         text += f": {remark}"
-    elif getattr(result, "verdict", None) is Verdict.NOT_CONFIRMED and getattr(result, "reason", None):
-        text += f": {result.reason}"
+    elif getattr(result, "verdict", None) is Verdict.NOT_CONFIRMED and (reason := getattr(result, "reason", None)):
+        text += f": {reason}"
     return text
 
 
@@ -327,9 +327,10 @@ def missing_why(result: Measured) -> str:
     """Why a baseline or candidate has no figure: the failure, the override not taken, or no run."""
     verdict = getattr(result, "verdict", None)
     if verdict is Verdict.FAILED:
-        return f"no run finished: {result.error}" if getattr(result, "error", None) else "no run finished"
+        error = getattr(result, "error", None)
+        return f"no run finished: {error}" if error else "no run finished"
     if verdict is Verdict.NOT_APPLIED:
-        return not_applied_words(result.not_applied)
+        return not_applied_words(getattr(result, "not_applied", None))
     return "not measured"
 
 
@@ -370,7 +371,8 @@ def memory_effect(result) -> str:
     b, c = finite(base.get("peak_memory_bytes")), finite(cand.get("peak_memory_bytes"))
     if b is None or c is None or b <= 0:
         return ""
-    basis = MEMORY_BASIS_SHORT.get(base.get("memory_basis"), base.get("memory_basis") or "")
+    named = str(base.get("memory_basis") or "")
+    basis = MEMORY_BASIS_SHORT.get(named, named)
     text = f"peak memory {fmt.bytes_(b)} → {fmt.bytes_(c)} ({fmt.change(c / b - 1)}{', ' + basis if basis else ''})"
     budget = finite(getattr(result, "memory_budget_bytes", None))
     if budget:
@@ -592,8 +594,8 @@ def step_clock_words(report: Report) -> str:
     steps = [s for s in report.steps if s.clock == "device"]
     if not steps or len(steps) < len(report.steps) / 2:
         return ""
-    device = sorted(s.duration_s for s in steps if finite(s.duration_s) is not None)
-    host = sorted(s.host_s for s in steps if finite(s.host_s) is not None)
+    device = sorted(d for s in steps if (d := finite(s.duration_s)) is not None)
+    host = sorted(h for s in steps if (h := finite(s.host_s)) is not None)
     if not device or not host:
         return " on the device"
     d, h = device[len(device) // 2], host[len(host) // 2]
@@ -604,9 +606,10 @@ def mfu_words(mfu: Mfu | dict | None) -> tuple[str, str]:
     """Model FLOPs utilization as (headline, detail): `35.8%` and `5.62 of 15.7 TFLOP/s, fp32 peak of
     the device`; a CPU run, or a device without a peak, gets the achieved rate alone."""
     mfu = Mfu.of(mfu)
-    if finite(mfu.achieved_tflops) is None:
+    tflops = finite(mfu.achieved_tflops)
+    if tflops is None:
         return "", ""
-    achieved = fmt.flops(mfu.achieved_tflops * 1e12) + "/s"
+    achieved = fmt.flops(tflops * 1e12) + "/s"
     dtype = mfu.dtype or "?"
     if finite(mfu.mfu) is not None:
         return fmt.frac(mfu.mfu, 1), f"{achieved} of the {fmt.number(mfu.peak_tflops)} TFLOP/s dense {dtype} peak"

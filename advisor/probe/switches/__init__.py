@@ -67,15 +67,15 @@ class Switches:
 
     @property
     def module(self) -> ModuleSwitch:
-        return self.by_name["module"]  # type: ignore[return-value]
+        return self.by_name["module"]  # type: ignore[return-value]  # by_name holds that name's switch (SWITCH_TYPES)
 
     @property
     def dataloader(self) -> DataLoaderSwitch:
-        return self.by_name["dataloader"]  # type: ignore[return-value]
+        return self.by_name["dataloader"]  # type: ignore[return-value]  # by_name holds that name's switch (SWITCH_TYPES)
 
     @property
     def optimizer(self) -> OptimizerSwitch:
-        return self.by_name["optimizer"]  # type: ignore[return-value]
+        return self.by_name["optimizer"]  # type: ignore[return-value]  # by_name holds that name's switch (SWITCH_TYPES)
 
     @staticmethod
     def groups(overrides: dict) -> dict[str, dict]:
