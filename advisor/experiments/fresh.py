@@ -172,7 +172,8 @@ def confirm_recommendation(rec: Recommendation, base: ProbeConfig, baseline_step
             baselines.append(runner.measure("confirm-baseline", {}))
     except KeyboardInterrupt:
         return Experiment.not_measured("the confirmation was interrupted"), runner.log
-    return judge.compare(baselines, cands, by_samples=by_samples(baseline_steps), check_loss=check_loss), runner.log
+    return judge.compare(baselines, cands, by_samples=by_samples(baseline_steps), check_loss=check_loss,
+                         loads_in_process=runner.workers == 0), runner.log
 
 
 def _escaped_note(runner: Runner, notes: list[str]) -> list[str]:
@@ -210,7 +211,8 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
             runner.progress.experiment(f"{point.label} ({done} of at most {planned})", done, planned)
             cand = runner.pair(point.label, point.overrides)
             budget.used += 1
-            result = judge.compare(runner.baselines[-2:], cand, by_samples=samples, check_loss=candidate.changes_numerics)
+            result = judge.compare(runner.baselines[-2:], cand, by_samples=samples, check_loss=candidate.changes_numerics,
+                                   loads_in_process=runner.workers == 0)
             runs_of[id(result)] = (runner.baselines[-2:], [cand])
             tried.append((point, result))
             if changes_batch and memory_budget and not judge.fits(result, memory_budget):
@@ -237,7 +239,8 @@ def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: R
         together = judge.stacked_candidate(winners)
         runner.progress.experiment("all winners stacked: " + together.label, 1, 1)
         cand = runner.pair("stacked", together.overrides)
-        stacked = judge.compare(runner.baselines[-2:], cand, by_samples=samples, check_loss=together.changes_numerics)
+        stacked = judge.compare(runner.baselines[-2:], cand, by_samples=samples, check_loss=together.changes_numerics,
+                                loads_in_process=runner.workers == 0)
     return judge.recommend(winners, stacked, budget=fit_budget, notes=notes)
 
 
@@ -253,4 +256,5 @@ def _confirm(runner: Runner, candidate: Candidate, first: Experiment, first_runs
     runner.progress.experiment(f"{candidate.label}: confirming with a second run", 1, 1)
     cand = runner.pair(candidate.label + " (confirmation)", first.overrides or {})  # a verified result names them
     after = runner.baselines[-1]
-    return judge.pool([first_runs, ([before, after], [cand])], by_samples=samples, check_loss=candidate.changes_numerics)
+    return judge.pool([first_runs, ([before, after], [cand])], by_samples=samples, check_loss=candidate.changes_numerics,
+                      loads_in_process=runner.workers == 0)

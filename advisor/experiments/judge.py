@@ -106,8 +106,9 @@ def loss_check(baseline: list[pd.DataFrame], candidate: pd.DataFrame) -> dict:
 
 
 def compare(base_runs: list[Measurement], cand_runs: list[Measurement] | Measurement, *, by_samples: bool,
-            check_loss: bool, measured_by: str = "fresh-run") -> Experiment:
-    """Judge candidate run(s) against the baseline runs measured around them."""
+            check_loss: bool, measured_by: str = "fresh-run", loads_in_process: bool = False) -> Experiment:
+    """Judge candidate run(s) against the baseline runs measured around them (`loads_in_process`: the
+    script's DataLoader has no workers, see :func:`amdahl_bound`)."""
     cand_runs = [cand_runs] if isinstance(cand_runs, Measurement) else cand_runs
     ok_base = [m.steps for m in base_runs if m.ok]
     ok_cand = [m for m in cand_runs if m.ok]
@@ -128,7 +129,7 @@ def compare(base_runs: list[Measurement], cand_runs: list[Measurement] | Measure
     if check_loss:
         result.loss_check = loss_check(ok_base, pd.concat([m.steps for m in ok_cand], ignore_index=True))
         loss_ok = result.loss_check["passed"] is not False
-    bound = amdahl_bound(cand_runs[0].overrides, ok_base)
+    bound = amdahl_bound(cand_runs[0].overrides, ok_base, loads_in_process)
     if result.not_applied:  # the child says the fix never took effect: whatever was measured is noise
         result.verdict = Verdict.NOT_APPLIED
     elif bound is not None and lo > bound[0] * AMDAHL_SLACK:
@@ -146,12 +147,16 @@ def compare(base_runs: list[Measurement], cand_runs: list[Measurement] | Measure
     return result
 
 
-def amdahl_bound(overrides: dict, baseline: list[pd.DataFrame]) -> tuple[float, str] | None:
+def amdahl_bound(overrides: dict, baseline: list[pd.DataFrame], loads_in_process: bool = False) -> tuple[float, str] | None:
     """The most a fix that can only shorten part of a step could give (Amdahl): 1 / (1 - that
     part's share of the baseline's time), and the part in words; None for a fix that may speed up
-    anything. A fused optimizer cannot beat removing the optimizer; more workers, removing the wait."""
+    anything. A fused optimizer cannot beat removing the optimizer; more workers, removing the wait
+    on workers that are already there. Where the loading runs in the training process itself
+    (`loads_in_process`: no workers), workers also take its drag off the compute (its intra-op
+    threads, caches and allocator): train_mnist_like on a busy 2-core box, 42% of the step in the
+    loader, was 6-9x faster by hand with 4 workers. No bound holds there."""
     columns = vocabulary.parts(overrides or {})
-    if not columns or not baseline:
+    if not columns or not baseline or (loads_in_process and steptime.DATA_WAIT in columns):
         return None
     share = steptime.share(pd.concat(baseline, ignore_index=True), *columns)
     if share is None:
@@ -163,12 +168,13 @@ def amdahl_bound(overrides: dict, baseline: list[pd.DataFrame]) -> tuple[float, 
 
 
 def pool(passes: list[tuple[list[Measurement], list[Measurement]]], *, by_samples: bool, check_loss: bool,
-         measured_by: str = "fresh-run") -> Experiment:
+         measured_by: str = "fresh-run", loads_in_process: bool = False) -> Experiment:
     """A fix over its passes, for both schedulers (each pass: its candidate's windows or runs and the
     baselines around them): every baseline against every candidate, pooled, kept verified only where
     the passes agree (:func:`confirm`)."""
     def versus(base, cand):
-        return compare(base, cand, by_samples=by_samples, check_loss=check_loss, measured_by=measured_by)
+        return compare(base, cand, by_samples=by_samples, check_loss=check_loss, measured_by=measured_by,
+                       loads_in_process=loads_in_process)
     bases = distinct([m for around, _ in passes for m in around])
     pooled = versus(bases, [m for _, cands in passes for m in cands])
     return confirm(pooled, [versus(around, cands) for around, cands in passes])

@@ -387,7 +387,7 @@ class Rounds:
         if not passes:
             return Unmeasured("the run ended before its windows")
         pooled = judge.pool(passes, by_samples=self.by_samples, check_loss=self.arms[arm].candidate.changes_numerics,
-                            measured_by="in-process")
+                            measured_by="in-process", loads_in_process=self.sizing.workers == 0)
         every = _arm_lines(self.results.values(), arm) or lines
         pooled.switch_s = sum(line.switch_s for line in every) or None
         pooled.payoff_steps = judge.payoff_steps(pooled)
