@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 NANOGPT = ("karpathy/nanoGPT", "3adf61e154c3fe3fca428ad6bc3818b27a3b8291")
@@ -317,6 +317,17 @@ CASES: tuple[Case, ...] = (
         notes="REINFORCE on CartPole-v1 (gymnasium); one optimizer step an episode, timed per env step "
               "(episodes grow as it learns)"),
 )
+
+
+# chargpt with its DataLoader loading in the training process (--trainer.num_workers=0): the workers fix
+# from a 0-worker baseline (mingpt-chargpt's baseline is the Trainer's default, 4 workers)
+CHARGPT = next(c for c in CASES if c.name == "mingpt-chargpt")
+CASES = CASES + (replace(
+    CHARGPT, name="mingpt-chargpt-w0", argv=(*CHARGPT.argv, "--trainer.num_workers=0"),
+    variants=(workers(2, "--trainer.num_workers"), workers(4, "--trainer.num_workers")),
+    not_applicable={**CHARGPT.not_applicable,
+                    "bf16, compile, fused, threads, batch-x2": "measured on mingpt-chargpt (the same script)"},
+    notes="projects/chargpt as mingpt-chargpt, its DataLoader with num_workers=0 (loading in the training process)"),)
 
 
 # ----------------------------------------------------------------------------- frameworks (issue 38)
