@@ -105,7 +105,7 @@ def the_rest_is_kept(before: str, after: str, removed: list[str]) -> None:
 def project(tmp_path_factory) -> Path:
     """A git checkout of tests/workloads/apply, its two scripts profiled once for real (no experiments)."""
     root = checkout(tmp_path_factory.mktemp("apply") / "project", [APPLY])
-    for script in ("train_target.py", "train_refused.py"):
+    for script in ("train_target.py", "train_refused.py", "train_ctx.py"):
         profile(root, script, *FAST)
     return root
 
@@ -279,6 +279,24 @@ def test_a_loader_from_a_librarys_factory_and_a_kwargs_call_are_refused_and_the_
         "cannot tell what it already sets"], result.stderr
     clone = patched_clone(project, result.stdout, tmp_path / "clone")
     assert "precision high" in run_script(clone, "train_refused.py", env={"STEPS": "3"})
+
+
+@pytest.mark.slow
+def test_autocast_wraps_a_forward_in_a_block_of_its_own_before_backward(project, tmp_path):
+    """nanoGPT's shape: the forward and the loss's scaling under `with ctx:`, backward() after that
+    block. The two lines are wrapped inside it (the same edit `git apply --check` accepted on nanoGPT
+    at 3adf61e), and the patched script's forward runs in bf16."""
+    run = recommend(project / "run-train_ctx", {"autocast": "bfloat16"}, tmp_path / "run")
+    result = advise_apply(str(run), cwd=project)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert changed_lines(result.stdout) == (
+        ["                out = model(x)",
+         "                loss = out.float().pow(2).mean() / accumulate  # scaled for the accumulation"],
+        ['                with torch.autocast(device_type="cpu", dtype=torch.bfloat16):',
+         "                    out = model(x)",
+         "                    loss = out.float().pow(2).mean() / accumulate  # scaled for the accumulation"]), result.stdout
+    clone = patched_clone(project, result.stdout, tmp_path / "clone")
+    assert "forward bfloat16" in run_script(clone, "train_ctx.py", "--steps", "3")
 
 
 @pytest.mark.slow

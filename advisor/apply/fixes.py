@@ -279,15 +279,14 @@ def _autocast(planned: Planned, value: str, sites: Sites, files: Files) -> None:
     source = _file(files, model)
     step, forward = source.statement_at(backward.line), source.statement_at(model.line)
     block = source.block_of(step)
-    if source.block_of(forward) is not block:
-        raise Refused(f"{model.short}: the model is called outside the block of backward() at {backward.short} "
-                      "(another function, or a nested block): wrap its forward and loss by hand")
     body = list(block.body)
-    at_step, at_forward = body.index(step), body.index(forward)
-    loss = _loss(source, step, backward.line, body[:at_step])
+    if source.block_of(forward) is not block:
+        body, loss = _nested_forward(source, forward, step, backward, block, model)
+    else:
+        loss = _loss(source, step, backward.line, body[:body.index(step)])
     if loss is None:
         raise Refused(f"{backward.short}: cannot tell which statement before backward() computes the loss")
-    at_loss = body.index(loss)
+    at_forward, at_loss = body.index(forward), body.index(loss)
     if at_forward > at_loss:
         raise Refused(f"{model.short}: the model is called after the loss is computed (at {_where(model.file)}:"
                       f"{source.span(loss).start.line})")
@@ -297,6 +296,19 @@ def _autocast(planned: Planned, value: str, sites: Sites, files: Files) -> None:
     torch = _torch_in(planned, model, source)
     header = f'with {torch}.autocast(device_type="{sites.device}", dtype={torch}.bfloat16)'
     planned.add(model, source, Wrap(body[at_forward], loss, header))
+
+
+def _nested_forward(source: SourceFile, forward, step, backward: Site, block, model: Site) -> tuple[list, Any]:
+    """The forward in a block of its own before backward() (nanoGPT's ``with ctx:``, whose body
+    computes the model's loss and scales it, backward() after it): that block's statements and the
+    one of them that last assigns the loss backward() is called on (None: not in that block)."""
+    owner = next((a for a in source.ancestors(forward) if source.parents.get(a) is block), None)
+    outer = list(block.body)
+    if owner is None or not isinstance(owner, cst.BaseStatement) or outer.index(owner) > outer.index(step):
+        raise Refused(f"{model.short}: the model is called outside the block of backward() at {backward.short} "
+                      "(another function, or after it): wrap its forward and loss by hand")
+    body = list(source.block_of(forward).body)
+    return body, _loss(source, step, backward.line, body[body.index(forward):])
 
 
 def _loss(source: SourceFile, step, line: int, before: list) -> Any:
