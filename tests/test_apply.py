@@ -439,3 +439,24 @@ def test_the_report_carries_the_patch_and_check_times_it_in_fresh_runs(tmp_path)
     stale = advise_apply("run", cwd=root)
     assert stale.returncode == 2 and stale.stderr.splitlines()[0].endswith(
         "starved_io.py: changed since the run (the probe's lines may have moved): profile it again"), stale.stderr
+
+
+def test_a_check_of_a_partly_written_recommendation_is_held_to_the_arm_of_that_part():
+    """minGPT's recommendation was bf16 + a doubled batch (1.82x); the patch writes bf16 alone (a new
+    batch size is the user's to make), so its fresh runs are held to the bf16 arm (1.56x), not to
+    the pair's; a part no arm measured alone leaves the whole recommendation, said as such."""
+    from advisor.apply.check import arm_of
+    from advisor.apply.patch import Patched
+    from advisor.model import Experiment, Finding, Fix, Patch, PatchPart, Recommendation, Verdict
+
+    bf16, batch = {"autocast": "bfloat16"}, {"batch_size_scale": 2}
+    rec = Recommendation(fixes=["fp32-matmul", "untried-fix"], overrides={**bf16, **batch}, verified=True,
+                         speedup=1.82, ci_low=1.75, ci_high=1.90)
+    written = Patched(Patch(".", "diff", [PatchPart("autocast", diff="diff"), PatchPart("batch_size_scale", refused=["no"])]))
+    arm = Experiment(Verdict.FASTER, verified=True, speedup=1.56, ci_low=1.51, ci_high=1.60, overrides=bf16)
+    findings = [Finding("fp32", "s", "high", {}, Fix.unsafe("bf16", bf16), experiment=arm)]
+    measured, part = arm_of(written, rec, findings)
+    assert measured is arm and part == "autocast=bfloat16 alone"
+    assert arm_of(written, rec, []) == (rec, "")  # no arm of that part alone: the whole, as before
+    whole = Patched(Patch(".", "diff", [PatchPart("autocast", diff="d"), PatchPart("batch_size_scale", diff="d")]))
+    assert arm_of(whole, rec, findings) == (rec, "")

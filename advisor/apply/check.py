@@ -20,10 +20,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from ..gate import ab, sequential
-from ..model import Recommendation
+from ..model import Experiment, Finding, Recommendation, Verdict
+from ..overrides import describe
 from ..units import finite
 from .patch import Patched, git_root
 
@@ -46,6 +47,7 @@ class Checked:
     arm: float | None
     arm_low: float | None
     arm_high: float | None
+    arm_of: str = ""  # the part of the recommendation the arm measured, where the patch writes only that part
 
     @property
     def held(self) -> bool:
@@ -55,10 +57,12 @@ class Checked:
 
 
 def run(patched: Patched, rec: Recommendation, *, script: str, argv: list[str], main: str, run_dir: Path,
-        rounds: int, steps: int, warmup: int, on_run: Callable | None = None) -> Checked:
+        rounds: int, steps: int, warmup: int, on_run: Callable | None = None,
+        findings: Sequence[Finding] = ()) -> Checked:
     """Time the unpatched and the patched script (`main`, run as `script` was typed, with `argv`)
-    in `rounds` interleaved pairs of fresh runs of `steps` measured steps each."""
-    source = git_root(main) or Path(main).resolve().parent
+    in `rounds` interleaved pairs of fresh runs of `steps` measured steps each, beside the arm of
+    what the patch writes (:func:`arm_of`: the recommendation's, or its part's, from `findings`)."""
+    source = _copied(patched, main)
     cwd = _where_it_ran(script, main, source)
     for path in patched.changed:
         if not _under(path, source):
@@ -81,7 +85,29 @@ def run(patched: Patched, rec: Recommendation, *, script: str, argv: list[str], 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     speedup, low, high, rounds = _speedup(result.rounds)
-    return Checked(speedup, low, high, rounds, finite(rec.speedup), finite(rec.ci_low), finite(rec.ci_high))
+    arm, part = arm_of(patched, rec, findings)
+    return Checked(speedup, low, high, rounds, finite(arm.speedup), finite(arm.ci_low), finite(arm.ci_high), part)
+
+
+def arm_of(patched: Patched, rec: Recommendation, findings: Sequence[Finding]) -> tuple[Experiment | Recommendation, str]:
+    """The measurement the patched script is held to: the recommendation's where the patch writes
+    all of it; where a change was refused (a new batch size, say), the verified arm of the part it
+    writes, measured alone (minGPT: its bf16 arm, not bf16 with a doubled batch), and that part in
+    words. The whole recommendation where no arm measured that part alone."""
+    written = {part.key for part in patched.patch.parts if part.diff}
+    if not written or written == set(rec.overrides or {}):
+        return rec, ""
+    alone = {k: v for k, v in (rec.overrides or {}).items() if k in written}
+    for finding in findings:
+        exp = finding.experiment
+        if exp is None:
+            continue
+        if exp.verified and exp.overrides == alone:
+            return exp, describe(alone) + " alone"
+        for row in exp.sweep or []:
+            if row.get("overrides") == alone and row.get("verdict") == Verdict.FASTER.value:
+                return Experiment.from_dict(row), describe(alone) + " alone"
+    return rec, ""
 
 
 def _speedup(runs: list[dict]) -> tuple[float, float, float, int]:
@@ -96,6 +122,14 @@ def _speedup(runs: list[dict]) -> tuple[float, float, float, int]:
         raise CheckError("the rounds gave no throughput to compare (too few steps or rounds?)")
     low, high = paired.interval()
     return math.exp(-paired.estimate()), math.exp(-high), math.exp(-low), paired.n
+
+
+def _copied(patched: Patched, main: str) -> Path:
+    """The folder copied for the check: the script's git checkout, else the folder the patch's
+    paths start from where it holds the script (minGPT's chargpt.py imports the trainer the patch
+    edits, two folders up), else the script's own folder."""
+    root = Path(patched.patch.root).resolve() if patched.patch.root else None
+    return git_root(main) or (root if root is not None and _under(Path(main), root) else Path(main).resolve().parent)
 
 
 def _under(path: Path, folder: Path) -> bool:

@@ -17,7 +17,7 @@ import click
 
 from .. import apply
 from ..analysis import sources as source_sites
-from ..model import Recommendation, recommendation_of
+from ..model import Recommendation, findings_of, recommendation_of
 from ..report import ReportError, load_report
 from ..reports import format as fmt
 from ..run_dir.atomic import write_text_atomic
@@ -95,7 +95,7 @@ def _check(patched, rec: Recommendation, report: dict, sites, run_dir: Path, rou
         checked = checking.run(patched, rec, script=str(report.get("script") or ""), argv=list(report.get("argv") or []),
                                main=sites.main, run_dir=run_dir, rounds=rounds,
                                steps=steps or max(measured, MIN_CHECK_STEPS), warmup=warmup if warmup is not None else 5,
-                               on_run=progress)
+                               on_run=progress, findings=findings_of(report))
     except checking.CheckError as exc:
         fail(f"--check: {exc}")
     except ab.RoundFailed as exc:
@@ -110,7 +110,8 @@ def verdict(checked: Checked) -> str:
     """``applied: 3.40× faster in fresh runs (95% CI 3.21–3.60×, 3 pairs of runs; arm: 3.66×, 95% CI
     3.51–3.84×): held``."""
     fresh = f"95% CI {fmt.interval(checked.ci_low, checked.ci_high)}, {checked.rounds} pairs of runs"
-    arm = f"arm: {fmt.speedup(checked.arm)}" if checked.arm is not None else "arm: not measured"
+    arm = f"arm{' of ' + checked.arm_of if checked.arm_of else ''}: {fmt.speedup(checked.arm)}" if checked.arm is not None \
+        else "arm: not measured"
     if checked.arm_low is not None:
         arm += f", 95% CI {fmt.interval(checked.arm_low, checked.arm_high)}"
     return (f"applied: {fmt.speedup_words(checked.speedup)} in fresh runs ({fresh}; {arm}): "
