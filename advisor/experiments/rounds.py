@@ -197,9 +197,7 @@ class Rounds:
             self.results[self.round] = result
             self._judge_round(final=True)
         if self.recommended is None and self._winners and self.kind in (RoundKind.FIXES, RoundKind.CONFIRM):
-            self.recommended = judge.recommend(self._winners, None if len(self._winners) == 1 else
-                                               f"was not measured ({ended} first)",
-                                               budget=self._fit_budget, notes=self.notes)
+            self._recommend_unstacked(ended)
         for arm in self._promoted:  # promoted, but the run ended before they were measured in full
             finding = self.arms[arm].candidate.finding(self.findings)
             if finding.experiment is None and arm in self._screened:
@@ -211,6 +209,11 @@ class Rounds:
             finding = candidate.finding(self.findings)
             if finding.experiment is None and candidate not in self.fresh:
                 finding.experiment = Experiment.not_measured(f"{ended} before this fix was measured")
+
+    def _recommend_unstacked(self, ended: str) -> None:
+        """The recommendation from the winners, their stack unmeasured because `ended` first."""
+        self.recommended = judge.recommend(self._winners, None if len(self._winners) < 2 else
+                                           f"was not measured ({ended} first)", budget=self._fit_budget, notes=self.notes)
 
     def _candidates(self) -> list[Candidate]:
         """The fixes the arms measure, one per finding."""
@@ -252,9 +255,11 @@ class Rounds:
         window with an arm's window in it ([]: not even that); the rest is counted as cut."""
         if time_left_s is None or not windows:
             return windows
+        step_s = self._median_steps()
         used, fitted = 0.0, 0
-        for k, window in enumerate(windows):
-            used += self._window_s(window)
+        for k, window in enumerate(windows):  # each at its arm's median step so far (the baseline's, or
+            # the profiled window's, before the arm ran)
+            used += (window.warmup + window.steps) * (step_s.get(window.arm) or step_s.get(BASELINE) or self._step_s or 0.0)
             if used > time_left_s:
                 break
             if window.arm == BASELINE and any(w.arm != BASELINE for w in windows[:k]):
@@ -262,16 +267,14 @@ class Rounds:
         self.budget_cut += len(windows) - fitted
         return windows[:fitted]
 
-    def _window_s(self, window: Window) -> float:
-        """A window's expected time: its steps at its arm's median step so far (the baseline's, or
-        the profiled window's, before the arm ran)."""
-        step_s = self._median_step(window.arm) or self._median_step(BASELINE) or self._step_s or 0.0
-        return (window.warmup + window.steps) * step_s
-
-    def _median_step(self, arm: str) -> float | None:
-        frames = [r.steps[line.window] for r in self.results.values() for line in r.windows
-                  if line.arm == arm and line.window in r.steps and len(r.steps[line.window])]
-        return steptime.median_step(pd.concat(frames)) if frames else None
+    def _median_steps(self) -> dict[str, float | None]:
+        """Each arm's median timed step over the rounds measured so far."""
+        frames: dict[str, list[pd.DataFrame]] = {}
+        for r in self.results.values():
+            for line in r.windows:
+                if line.window in r.steps and len(r.steps[line.window]):
+                    frames.setdefault(line.arm, []).append(r.steps[line.window])
+        return {arm: steptime.median_step(pd.concat(parts)) for arm, parts in frames.items()}
 
     def _out_of_time(self, kind: RoundKind) -> None:
         """The next round does not fit: settle what the rounds so far measured, as a run that ended."""
@@ -281,9 +284,7 @@ class Rounds:
         elif kind is RoundKind.STACK and any(k is RoundKind.STACK for k in self._kinds.values()):
             self._judge_stack(final=True)
         if self.recommended is None:
-            self.recommended = judge.recommend(self._winners, None if len(self._winners) < 2 else
-                                               "was not measured (the time budget ended first)",
-                                               budget=self._fit_budget, notes=self.notes)
+            self._recommend_unstacked("the time budget ended")
 
     def _next(self) -> tuple[RoundKind, list[Window]]:
         """The transition out of the round just judged."""

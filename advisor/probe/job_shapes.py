@@ -59,7 +59,7 @@ class OneProcess:
         """At the window's end: the other ranks that run the arms, when they are only known now."""
         return None
 
-    def child_ended(self, stopped: bool, grace_s: float = 0.0) -> None:
+    def child_ended(self, stopped: bool, grace_s: float) -> None:
         """The script's process ended (`stopped`: by advise, or it timed out)."""
 
     def clean_up(self) -> None:
@@ -113,7 +113,7 @@ class ScriptRanks(OneProcess):
             return [r for r in now if r != 0]  # ranks the script started run the plans too
         return None
 
-    def child_ended(self, stopped: bool, grace_s: float = 0.0) -> None:
+    def child_ended(self, stopped: bool, grace_s: float) -> None:
         if not stopped:
             await_rank_accounts(self.out, time.monotonic() + grace_s)  # ranks rank 0 did not wait for
 

@@ -246,10 +246,7 @@ class ProbeSession:
         if job.failed and (job.others or link) and self.stop_sent_at is None:
             # one rank's arm raised (out of memory, say): the others would wait for it in a collective
             self.notes.append(f"the in-process experiments ended early, {job.failed}; the other ranks were stopped")
-            for files in (names, *job.others.values()):
-                (out / files.stop).touch()
-            if link is not None:
-                link.stop_job()
+            self._ask_ranks_to_stop()
             self.stop_sent_at = time.monotonic()
             self._signal(signal.SIGINT)
         if link is not None and link.stop_asked and self.stop_sent_at is None:  # rank 0 stopped the job's arms
@@ -285,16 +282,21 @@ class ProbeSession:
         elif self.stop_sent_at is not None and now - self.stop_sent_at > GRACE_S:
             self._signal(signal.SIGKILL)
 
+    def _ask_ranks_to_stop(self) -> None:
+        """Every rank's stop file (the child stops at its next step boundary), and a job a launcher
+        started told over its channel."""
+        for files in (self.shape.names, *self.job.others.values()):
+            (self.out / files.stop).touch()
+        if self.link is not None:
+            self.link.stop_job()
+
     def _end_budget(self, now: float) -> None:
         """The arms' time budget is over: every rank is asked to stop at its next step boundary (the
         window it is in is left out); one that has not within BUDGET_GRACE_S is stopped as Ctrl-C
         would. Either way the run ends ok: the budget did what it was asked."""
         if self.budget_ended_at is None:
             self.budget_ended_at = now
-            for files in (self.shape.names, *self.job.others.values()):
-                (self.out / files.stop).touch()
-            if self.link is not None:
-                self.link.stop_job()
+            self._ask_ranks_to_stop()
         elif now - self.budget_ended_at > BUDGET_GRACE_S:
             self.notes.append(f"the script did not reach a step boundary within {BUDGET_GRACE_S:g} s of the end of the "
                               "time budget and was stopped")
