@@ -3,7 +3,8 @@
 # carrying .gpu-truth (bundle.sh): advise's wheels installed aside, then the suite's GPU tests
 # first (they must pass; they are the shorter), then the truth harness's GPU cases in the time
 # left. Everything it prints goes to $OUT; the whole call stays inside BUDGET_S (default 540 s).
-#   [BUDGET_S=540] [VARIANTS=bf16,tf32,...] [ONLY=imagenet-fed] bash benchmarks/truth/gpu_call.sh
+#   [BUDGET_S=540] [TESTS_S=300 (0: no tests)] [REPEATS=2] [VARIANTS=bf16,tf32,...] [ONLY=imagenet-fed]
+#   bash benchmarks/truth/gpu_call.sh
 set -u
 : "${OUT:?set OUT to the output folder of the device call}"
 budget=${BUDGET_S:-540}
@@ -13,9 +14,18 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
   > "$OUT/install.log" 2>&1 || { echo "gpu_call: the bundled wheels did not install (see install.log)"; exit 3; }
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
-timeout $(( $(left) * 6 / 10 )) python3 -m pytest -q -p no:cacheprovider -rs tests/test_gpu_e2e.py tests/test_gpu_faults.py \
-  > "$OUT/gpu-tests.log" 2>&1
-echo "gpu_call: GPU tests exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/gpu-tests.log"
-timeout $(( $(left) - 10 )) python3 benchmarks/truth/run.py --gpu --repeats 2 ${VARIANTS:+--variants "$VARIANTS"} ${ONLY:+--only "$ONLY"} \
+tests_s=${TESTS_S:-$(( $(left) * 6 / 10 ))}
+if [ "$tests_s" -gt 0 ]; then  # -v: each test's verdict is in the log as it ends, even if the cap cuts the run
+  timeout "$tests_s" python3 -m pytest -v --durations=0 -p no:cacheprovider -rs tests/test_gpu_e2e.py tests/test_gpu_faults.py \
+    > "$OUT/gpu-tests.log" 2>&1
+  echo "gpu_call: GPU tests exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/gpu-tests.log"
+fi
+timeout $(( $(left) - 30 )) python3 benchmarks/truth/run.py --gpu --repeats "${REPEATS:-2}" ${VARIANTS:+--variants "$VARIANTS"} ${ONLY:+--only "$ONLY"} \
   --work .gpu-truth/work --out-dir "$OUT" > "$OUT/log" 2>&1
 echo "gpu_call: truth harness exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/log"
+# analyze on each profiled run's own device trace: its step split beside the profiled run's (issue 42)
+for run in .gpu-truth/work/advise/*/; do
+  [ -f "$run/trace.json.gz" ] || continue
+  name=$(basename "$run")
+  timeout 20 python3 -m advisor analyze --out "$OUT/cases/$name/analyze" "$run/trace.json.gz" > "$OUT/cases/$name/analyze.txt" 2>&1
+done

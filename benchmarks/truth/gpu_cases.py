@@ -30,6 +30,8 @@ from cases import EXAMPLES, COMPILE, FUSED, Case, Patch, Variant, nanogpt, patch
 BF16_FLAG = Variant("bf16", {"autocast": "bfloat16"}, args=("--dtype=bfloat16",), numerics=True)
 TF32_OFF = (Patch("train.py", "torch.backends.cuda.matmul.allow_tf32 = True", "torch.backends.cuda.matmul.allow_tf32 = False"),
             Patch("train.py", "torch.backends.cudnn.allow_tf32 = True", "torch.backends.cudnn.allow_tf32 = False"))
+TF32_BY_HAND = patched("tf32", {"float32_matmul_precision": "high"}, "train.py",
+                       "torch.backends.cuda.matmul.allow_tf32 = False", "torch.set_float32_matmul_precision('high')")
 FUSED_OFF = Patch("model.py", "use_fused = fused_available and device_type == 'cuda'", "use_fused = False")
 
 
@@ -68,10 +70,9 @@ GPU_CASES: tuple[Case, ...] = (
     nanogpt_gpu("nanogpt-fp32", (), (BF16_FLAG, Variant("compile", COMPILE, args=("--compile=True",))),
                 notes="nanoGPT as shipped at --dtype=float32: TF32 and fused AdamW already on"),
     nanogpt_gpu("nanogpt-strict-fp32", (*TF32_OFF, FUSED_OFF),
-                (patched("tf32", {"float32_matmul_precision": "high"}, "train.py",
-                         "torch.backends.cuda.matmul.allow_tf32 = False",
-                         "torch.set_float32_matmul_precision('high')"),
-                 BF16_FLAG,
+                (TF32_BY_HAND, BF16_FLAG,
+                 Variant("tf32+bf16", {"autocast": "bfloat16", "float32_matmul_precision": "high"},
+                         patches=TF32_BY_HAND.patches, args=BF16_FLAG.args, numerics=True),
                  patched("fused", FUSED, "model.py", "use_fused = False", "use_fused = fused_available")),
                 notes="TF32 and the fused optimizer switched off (fixups): a plain FP32 loop"),
     imagenet("imagenet-dummy", 4, (Variant("workers-8", {"dataloader": {"num_workers": 8}}, args=("-j", "8")),

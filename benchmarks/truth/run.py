@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -156,6 +157,13 @@ def read_advise(case: Case, work: Path) -> dict:
                        "speedup": exp.get("speedup"), "ci_low": exp.get("ci_low"), "ci_high": exp.get("ci_high"),
                        "verified": bool(exp.get("verified")), "verdict": exp.get("verdict"),
                        "measured_by": exp.get("measured_by"), "reason": exp.get("reason") or exp.get("error")})
+        lead = json.dumps(exp.get("overrides"), sort_keys=True)
+        for row in exp.get("sweep") or []:  # a ladder's other rungs (PR001: TF32, bf16, both) are claims too
+            if isinstance(row, dict) and row.get("overrides") and json.dumps(row["overrides"], sort_keys=True) != lead:
+                claims.append({"code": f.get("code"), "severity": f.get("severity"), "title": f"{f.get('title')} [{row.get('label')}]",
+                               "overrides": row["overrides"], "speedup": row.get("speedup"), "ci_low": row.get("ci_low"),
+                               "ci_high": row.get("ci_high"), "verified": row.get("verdict") == "faster" and bool(row.get("verified", True)),
+                               "verdict": row.get("verdict"), "measured_by": exp.get("measured_by"), "reason": row.get("reason")})
     rec = report.get("recommended")
     mfu, energy = report.get("mfu") or {}, report.get("energy") or {}
     return {**meta, "status": report.get("status"), "claims": claims,
@@ -355,7 +363,8 @@ def main() -> None:
     p.add_argument("--out-dir", type=Path, help="also copy truth.json and truth.md there (the device's $OUT)")
     args = p.parse_args()
     args.variants = set(args.variants.split(",")) if args.variants else None
-    names = args.only.split(",") if args.only else [c.name for c in (GPU_CASES if args.gpu else CASES) if c.name not in OWN_CALL]
+    names = args.only.split(",") if args.only else [c.name for c in (GPU_CASES if args.gpu else CASES)
+                                                       if args.prepare_only or c.name not in OWN_CALL]
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         p.error(f"unknown case {', '.join(unknown)} (cases: {', '.join(BY_NAME)})")
@@ -405,6 +414,9 @@ def main() -> None:
         for fix, why in case.not_applicable.items():
             print(f"  no by-hand {fix}: {why}")
         print(f"  [{', '.join(f'{k} {v:.0f} s' for k, v in t.items())}]", flush=True)
+        if not args.prepare_only:  # a call cut short by its time limit still returns the cases it finished
+            write_results(rows, names, timings, work, args)
+            keep_case_files(case, work, args.out_dir)
 
     if args.prepare_only:
         if rows:  # bundle.sh must not leave a bundle that lacks a case's sources
@@ -413,21 +425,40 @@ def main() -> None:
     cells = table(rows)
     print()
     print_table(cells)
-    goal_lines = goals(rows)
     print()
-    for g in goal_lines:
+    for g in write_results(rows, names, timings, work, args):
         print(g)
+    print(f"\nwrote {work / 'truth.json'} and {work / 'truth.md'}")
+
+
+def write_results(rows: list[dict], names: list[str], timings: dict, work: Path, args) -> list[str]:
+    """truth.json and truth.md in the work dir (and --out-dir) for the rows so far; returns the goal lines."""
+    cells, goal_lines = table(rows), goals(rows)
     meta = {"when": datetime.datetime.now().isoformat(timespec="seconds"), "repeats": args.repeats,
             "machine": f"{subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores",
             "cases": names, "timings_s": timings}
     (work / "truth.json").write_text(json.dumps({"meta": meta, "rows": rows, "goals": goal_lines}, indent=1, default=str))
     (work / "truth.md").write_text(markdown(cells, goal_lines, meta))
-    print(f"\nwrote {work / 'truth.json'} and {work / 'truth.md'}")
     if args.out_dir:
         args.out_dir.mkdir(parents=True, exist_ok=True)
         for name in ("truth.json", "truth.md"):
             (args.out_dir / name).write_bytes((work / name).read_bytes())
+    return goal_lines
 
+
+def keep_case_files(case: Case, work: Path, out_dir: Path | None) -> None:
+    """A case's advise report and terminal log, and its by-hand logs, into --out-dir (the device's $OUT)."""
+    if not out_dir:
+        return
+    dest = out_dir / "cases" / case.name
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("report.json",):
+        src = work / "advise" / case.name / name
+        if src.is_file():
+            shutil.copyfile(src, dest / name)
+    logs = work / "logs" / case.name
+    for src in sorted(logs.glob("*.log")) if logs.is_dir() else []:
+        shutil.copyfile(src, dest / src.name)
 
 if __name__ == "__main__":
     main()
