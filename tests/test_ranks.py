@@ -1,8 +1,7 @@
-"""Cross-rank analysis: a multi-rank job as one JobProfile, the PAR rules, `advise analyze` of several traces.
+"""Cross-rank analysis: a multi-rank job as one JobProfile, `advise analyze` of several traces.
 
-Real data only: the HTA pair (ranks 0 and 1 of a 128-rank NCCL job) for GPU evidence, and a
-real two-rank gloo DDP job on CPU (tests/workloads/ddp_straggler.py, started with torchrun once)
-whose cases make rank 1 sleep 30 ms more per step, take a bigger batch, or neither.
+Real data only: the HTA pair (ranks 0 and 1 of a 128-rank NCCL job) for GPU evidence. The PAR
+rules' own tests, on that pair and on a real two-rank gloo DDP job, are in tests/rules/test_par00N.py.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,15 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 from advisor.commands.cli import main
-from advisor.engine import Settings, run_rules
 from advisor.intervals import merge, subtract
 from advisor.profile import Profile
-from advisor.rules.registry import load_rules
 from conftest import FAST, WORKLOADS, advise_cmd, trace_path
 
 PAIR = ("hta/trace_filter/sampled_rank-0.json.gz", "hta/trace_filter/sampled_rank-1.json.gz")
-SINGLE_RANK_COMM = "hta/negative_queue_length_values_check/rank0.json.gz"  # rank 0 of 16, TorchRec all2all
-CATALOGUE = load_rules()
 
 
 @lru_cache(maxsize=None)
@@ -36,12 +30,6 @@ def _pair() -> Profile:
     primary = profiles[0]
     primary.ranks = profiles
     return primary
-
-
-def by_code(profile: Profile, select: str = "PAR") -> dict[str, dict]:
-    found, warnings = run_rules(profile, Settings(select=[select]), CATALOGUE)
-    assert warnings == []
-    return {f.code: f.to_dict() for f in found}
 
 
 # --------------------------------------------------------------------------- exposed time
@@ -73,60 +61,6 @@ def test_job_reads_each_rank_from_its_trace():
     assert list(table["rank"]) == [0, 1]
     assert (table["exposed_comm_s"] <= table["comm_s"]).all() and (table["comm_s"] > 0.1).all()  # ~0.19 s of NCCL a step
     assert ((table["busy_s"] + table["exposed_comm_s"] - table["duration_s"]).abs() < 1e-9).all()
-
-
-def test_nccl_pair_has_exposed_communication_and_no_straggler():
-    found = by_code(_pair())
-    assert "PAR001" not in found  # the ranks' own work differs by ~3%: no straggler
-    assert "PAR004" not in found  # FLOPs per step differ by ~4%
-    exposed = found["PAR002"]["evidence"]
-    assert exposed["n_ranks"] == 2 and exposed["ddp"] is True
-    assert 0.15 < exposed["exposed_comm_frac"] < 0.35
-    assert set(exposed["comm_comp_overlap_by_rank"]) == {"0", "1"}
-    assert all(0.0 < v < 0.5 for v in exposed["comm_comp_overlap_by_rank"].values())
-    assert "gradient_as_bucket_view=True" in found["PAR002"]["fix"]["snippet"]
-    assert found["PAR002"]["fix"]["kind"] == "manual"
-
-
-def test_overlap_agrees_with_holistic_trace_analysis():
-    """HTA 0.5.0's get_comm_comp_overlap on these two files (benchmarks/cross_rank_vs_hta.py): 0.149 and 0.199."""
-    overlap = by_code(_pair())["PAR002"]["evidence"]["comm_comp_overlap_by_rank"]
-    assert overlap["0"] == pytest.approx(0.149, abs=0.002) and overlap["1"] == pytest.approx(0.199, abs=0.002)
-
-
-def test_one_rank_alone_gets_no_cross_rank_findings_but_is_told_its_exposure():
-    one = Profile.from_trace(trace_path(SINGLE_RANK_COMM))
-    found = by_code(one)
-    assert "PAR001" not in found and "PAR004" not in found
-    assert "With one rank's trace" in found["PAR002"]["summary"]
-
-
-DDP_TRACES = [*PAIR, SINGLE_RANK_COMM, "hta/nccl_parser_config/nccl_data.json.gz",
-              "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
-              "tracelens/mi300/resnet_act_checkpoint.json.gz"]
-
-
-@pytest.mark.parametrize("relative", DDP_TRACES)
-def test_data_parallel_is_not_flagged_on_distributed_data_parallel_traces(relative):
-    """One GPU per process, `DistributedDataParallel.forward` in every one: not nn.DataParallel."""
-    profile = Profile.from_trace(trace_path(relative))
-    assert profile.annotations["name"].str.contains("DistributedDataParallel").any()
-    assert "PAR003" not in by_code(profile, "PAR003")
-
-
-def test_data_parallel_is_flagged_when_one_process_drives_two_gpus():
-    """No two-GPU DataParallel trace exists in the shared set (nor a second GPU here): a real
-    one-GPU ResNet-50 trace with every other kernel moved to GPU 1, as DataParallel's replicas
-    would run, and no process group. The same move on a DDP rank's trace (NCCL kernels) is not
-    DataParallel's signature."""
-    profile = Profile.from_trace(trace_path("kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"))
-    profile.kernels.loc[profile.kernels.index[1::2], "device"] = 1
-    found = by_code(profile, "PAR003")["PAR003"]
-    assert found["evidence"]["devices"] == [0, 1] and not found["evidence"]["module_seen"]
-    assert found["fix"]["kind"] == "manual" and "DistributedDataParallel" in found["fix"]["snippet"]
-    ddp = Profile.from_trace(trace_path(SINGLE_RANK_COMM))
-    ddp.kernels.loc[ddp.kernels.index[1::2], "device"] = 1
-    assert "PAR003" not in by_code(ddp, "PAR003")
 
 
 # --------------------------------------------------------------------------- advise analyze
@@ -187,65 +121,6 @@ def test_analyze_an_empty_folder_is_one_line(tmp_path):
 
 
 # --------------------------------------------------------------------------- real gloo DDP jobs on CPU
-
-
-CASES = {"slow": "slow:30:32", "even": "even:0:32", "uneven": "uneven:0:128"}  # NAME:SLEEP_MS:BATCH_RANK1
-
-
-@pytest.fixture(scope="module")
-def ddp_traces(tmp_path_factory):
-    """One launch of two gloo ranks (tests/workloads/ddp_straggler.py) running three cases, each case's
-    traces in its own folder: rank 1 sleeps 30 ms more per step / nothing differs / rank 1 gets 4x the batch."""
-    root = tmp_path_factory.mktemp("ddp")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           str(WORKLOADS / "ddp_straggler.py"), str(root), *[a for c in CASES.values() for a in ("--case", c)]]
-    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return root
-
-
-def analyze_case(root, case: str) -> dict:
-    """`advise analyze` of the case's two traces, as a user runs it."""
-    folder = root / case
-    proc = analyze(root, "--json", str(folder / "trace_rank0.json"), str(folder / "trace_rank1.json"))
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
-def case_findings(root, case: str) -> dict[str, dict]:
-    """The same analysis in-process (the CLI's path is covered above): a job of the case's two ranks."""
-    profiles = [Profile.from_trace(root / case / f"trace_rank{r}.json") for r in (0, 1)]
-    profiles[0].ranks = profiles
-    assert profiles[0].job.ranks == [0, 1]
-    return by_code(profiles[0])
-
-
-@pytest.mark.slow
-def test_rank_that_sleeps_30ms_more_is_named_straggler_with_the_wait_it_causes(ddp_traces):
-    report = analyze_case(ddp_traces, "slow")
-    found = {f["code"]: f for f in report["findings"]}
-    straggler = found["PAR001"]["evidence"]
-    assert straggler["straggler_rank"] == 1
-    assert 0.02 < straggler["extra_s_per_step"] < 0.045  # 30 ms of sleep, give or take a loaded machine
-    assert 0.02 < straggler["wait_caused_by_rank_s"]["0"] < 0.045  # rank 0 waits in gloo:all_reduce for it
-    assert "Rank 1" in found["PAR001"]["title"] and "rank 0 waits" in found["PAR001"]["summary"]
-    assert [r["rank"] for r in report["ranks"]] == [0, 1]
-    # The wait is the straggler's, not the network's: whatever PAR002 reports (gloo's own all-reduce
-    # can pass its 10% on a loaded 2-core machine) leaves the 30 ms wait out.
-    exposed = found.get("PAR002", {}).get("evidence", {}).get("exposed_comm_s_per_step", 0.0)
-    assert exposed < 0.5 * straggler["wait_caused_s_per_step"], found.get("PAR002")
-
-
-@pytest.mark.slow
-def test_the_same_job_without_the_sleep_has_no_straggler(ddp_traces):
-    assert "PAR001" not in case_findings(ddp_traces, "even")
-
-
-@pytest.mark.slow
-def test_a_rank_with_four_times_the_batch_is_load_imbalance(ddp_traces):
-    imbalance = case_findings(ddp_traces, "uneven")["PAR004"]["evidence"]
-    assert imbalance["heaviest_rank"] == 1 and imbalance["measure"] == "flops"
-    assert 2.9 < imbalance["imbalance"] < 3.1  # 128 against 32 samples: 4x the FLOPs
 
 
 # --------------------------------------------------------------------------- step(closure)

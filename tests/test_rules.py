@@ -1,14 +1,17 @@
 """The rule engine: the catalogue documents itself, settings are validated, plugins load or warn.
 
-Findings on real data live in test_rules_traces.py (GPU traces) and test_rules_zoo.py
-(planted-bottleneck scripts profiled for real).
+Each rule's findings on real data (recorded GPU traces, probe-shaped profiles, real scripts) live
+in its own file, tests/rules/test_<code>.py; test_rules_zoo.py profiles the planted-bottleneck
+scripts for real with every rule on.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import textwrap
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -40,6 +43,29 @@ def test_every_rule_named_in_the_contract_exists():
     assert CONTRACT_NAMES <= {r.name for r in RULES}
     assert len({r.code for r in RULES}) == len(RULES) == len({r.name for r in RULES})
     assert not CATALOGUE.warnings
+
+
+RULE_TESTS = Path(__file__).parent / "rules"
+
+
+def _test_functions(path: Path) -> list[str]:
+    return [n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+
+
+@pytest.mark.parametrize("r", [r for r in RULES if r.origin == "advise"], ids=lambda r: r.code)
+def test_every_rule_has_its_test_home(r):
+    """A rule's tests live in one file named by its code, as ruff keeps one fixture set per rule: a
+    rule registered without one fails here, naming the file to write."""
+    home = RULE_TESTS / f"test_{r.code.lower()}.py"
+    assert home.is_file(), f"{r.code} ({r.name}) has no tests: write tests/rules/{home.name}"
+    assert _test_functions(home), f"tests/rules/{home.name} holds no test"
+    assert r.code in home.read_text(), f"tests/rules/{home.name} never names {r.code}"
+
+
+def test_every_test_file_under_rules_names_a_registered_rule():
+    """The converse: a rule removed or renumbered leaves no test file behind under its old code."""
+    homes = {p.stem.removeprefix("test_").upper() for p in RULE_TESTS.glob("test_*.py")}
+    assert homes and homes <= {r.code for r in RULES}, sorted(homes - {r.code for r in RULES})
 
 
 @pytest.mark.parametrize("r", RULES, ids=lambda r: r.code)
@@ -169,7 +195,7 @@ def test_a_crashing_rule_is_a_warning_not_a_crash(monkeypatch):
 
 
 @pytest.mark.parametrize("keys, expected", [
-    (["DL001"], {"DL001"}), (["dataloader-starvation"], {"DL001"}), (["dl"], {"DL001", "DL002", "DL003"}),
+    (["DL001"], {"DL001"}), (["dataloader-starvation"], {"DL001"}), (["dl"], {r.code for r in RULES if r.prefix == "DL"}),
     (["GPU00"], {r.code for r in RULES if r.code[:5] == "GPU00"}), (["ALL"], {r.code for r in RULES}),
 ])
 def test_select_by_code_prefix_name_or_all(keys, expected):
@@ -261,7 +287,8 @@ def test_advise_rules_lists_the_catalogue_and_prints_one_rule():
     listing = _cli("rules")
     assert listing.exit_code == 0, listing.stderr
     lines = listing.stdout.splitlines()
-    assert len(lines) == len(RULES) and lines[0].split()[:2] == ["CPU001", "op-overhead-bound"]  # code order
+    first = min(RULES, key=lambda r: r.code)
+    assert len(lines) == len(RULES) and lines[0].split()[:2] == [first.code, first.name]  # code order
     assert ["DL001", "dataloader-starvation"] in [line.split()[:2] for line in lines]
     for code in ("DL001", "fp32-matmul"):
         one = _cli("rules", code)
@@ -368,117 +395,3 @@ def test_rules_run_on_analyze_and_can_be_narrowed(tmp_path):
 # --------------------------------------------------------------------------- CPU-side rules on small real profiles
 
 
-@pytest.fixture(scope="module")
-def cpu_matmul_trace(tmp_path_factory):
-    """A real CPU Kineto trace of a few steps dominated by 1024^3 FP32 matmuls."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile, schedule
-
-    path = tmp_path_factory.mktemp("cpu") / "trace.json"
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
-                 schedule=schedule(wait=0, warmup=1, active=3, repeat=1), on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
-        for _ in range(4):
-            for _ in range(3):
-                a @ b
-            prof.step()
-    return path
-
-
-@pytest.mark.parametrize("bf16, fires", [(True, True), (False, False)])
-def test_fp32_matmul_on_a_cpu_claims_a_gain_only_with_native_bf16(cpu_matmul_trace, bf16, fires):
-    base = Profile.from_trace(cpu_matmul_trace)
-    cpu = Profile(steps=base.steps, trace=base.trace, env={"device": "cpu", "bf16_supported": bf16}, meta=base.meta)
-    found, _ = run_rules_json(cpu, Settings(select=["PR001"]), CATALOGUE)
-    assert bool(found) == fires
-    if fires:
-        f = found[0]
-        assert f["fix"]["overrides"] == {"autocast": "bfloat16"} and f["severity"] in ("medium", "low")
-        assert f["evidence"]["fp32_gemm_step_frac"] > 0.5 and f["evidence"]["cpu_bf16"] is True
-
-
-def _probe_profile(*, workers=0, threads=2, cores=2, cpu_percent=195.0, samples=32, batch=32, steps=6, source="optimizer",
-                   optimizer_every=1, wait=0.001):
-    steps_df = pd.DataFrame({
-        "index": range(steps), "t_start": [float(i) for i in range(steps)], "t_end": [i + 0.9 for i in range(steps)],
-        "duration_s": [0.05] * steps, "data_wait_s": [wait] * steps,
-        "optimizer_s": [0.002 if i % optimizer_every == 0 else 0.0 for i in range(steps)],
-        "samples": [samples] * steps, "profiled": [False] * steps,
-    })
-    sampled = pd.DataFrame({"t": [i * 0.5 for i in range(2 * steps)], "cpu_percent": [cpu_percent] * (2 * steps),
-                            "sys_cpu_percent": [cpu_percent / cores] * (2 * steps)})
-    return Profile(steps=steps_df, samples=sampled, env={"device": "cpu", "cpu_count": cores, "torch_threads": threads},
-                   observed={"dataloaders": [{"num_workers": workers, "batch_size": batch, "pin_memory": False}]},
-                   meta={"source": "probe", "step_source": source})
-
-
-@pytest.mark.parametrize("kw, fires", [
-    (dict(workers=4, threads=2), True),          # 6 busy threads on 2 saturated cores
-    (dict(workers=1, threads=1), False),         # fits
-    (dict(workers=4, threads=2, cpu_percent=60.0), False),  # the CPU was not saturated
-    (dict(workers=0, threads=2), False),
-])
-def test_cpu_oversubscription(kw, fires):
-    found, _ = run_rules_json(_probe_profile(**kw), Settings(select=["DL003"]), CATALOGUE)
-    assert bool(found) == fires
-    if fires:
-        assert found[0]["evidence"]["threads_demanded"] == 6
-        assert found[0]["fix"]["overrides"] == {"torch_threads": 1, "dataloader": {"num_workers": 1}}
-
-
-@pytest.mark.parametrize("kw, micro", [
-    (dict(samples=32, batch=2), 16),             # 16 micro-batches of 2 per optimizer step
-    (dict(samples=2, batch=2, source="dataloader", optimizer_every=8, steps=16), 8),  # probe timed batches
-])
-def test_tiny_micro_batches(kw, micro):
-    (f,), _ = run_rules_json(_probe_profile(**kw), Settings(select=["STEP001"]), CATALOGUE)
-    assert f["evidence"]["micro_batches_per_step"] == micro and f["evidence"]["micro_batch_size"] == 2
-    assert f["fix"]["overrides"]["batch_size_scale"] >= 2 and f["fix"]["applicability"] == "unsafe"
-
-
-@pytest.mark.parametrize("kw", [dict(samples=32, batch=32), dict(samples=64, batch=16), dict(samples=8, batch=8)])
-def test_ordinary_batches_are_not_tiny(kw):
-    assert run_rules_json(_probe_profile(**kw), Settings(select=["STEP001"]), CATALOGUE)[0] == []
-
-
-def test_a_few_slow_steps_are_not_starvation():
-    """An epoch boundary or a noisy neighbour makes a few steps wait; starvation is every step."""
-    waits = [0.0005] * 10 + [0.2, 0.3]
-    steps = pd.DataFrame({"index": range(12), "duration_s": [0.02] * 10 + [0.22, 0.32], "data_wait_s": waits,
-                          "profiled": [False] * 12})
-    assert run_rules_json(Profile(steps=steps), Settings(select=["DL001"]), CATALOGUE)[0] == []
-
-
-def test_a_bursty_loader_is_starvation_from_its_totals():
-    """4 workers that cannot keep up: three steps wait nothing and every fourth waits for the next
-    burst (imagenet's 15 ms steps, then 150 ms). The median step waits 0 ms; the loop waits 69% of the time."""
-    dur = [0.015, 0.015, 0.015, 0.150] * 5
-    wait = [0.0, 0.0, 0.0, 0.135] * 5
-    steps = pd.DataFrame({"index": range(20), "duration_s": dur, "data_wait_s": wait, "profiled": [False] * 20})
-    profile = Profile(steps=steps, env={"device": "cpu", "cpu_count": 16, "torch_threads": 4},
-                      observed={"dataloaders": [{"num_workers": 4, "batch_size": 32}]})
-    (finding,), _ = run_rules_json(profile, Settings(select=["DL001"]), CATALOGUE)
-    ev = finding["evidence"]
-    assert ev["data_wait_frac"] == pytest.approx(0.692, abs=1e-3) and ev["data_wait_median_s"] == 0.0
-    assert ev["waiting_steps"] == 5 and ev["stall_period_steps"] == 4 and ev["data_wait_max_s"] == pytest.approx(0.135)
-    assert "5 of 20 steps waited, one in 4, up to 135 ms" in finding["summary"]
-    assert finding["fix"]["overrides"]["dataloader"]["num_workers"] > 4  # more workers, not a manual fix
-
-
-@pytest.mark.parametrize("wait_s, step_s, workers", [
-    (0.002, 0.006, 0),   # a third of a tiny step, but 2 ms: an in-memory batch, not starvation
-    (0.012, 0.080, 1),   # 15% with a worker: the shared-memory hand-over, not starvation
-])
-def test_small_or_handover_waits_are_not_starvation(wait_s, step_s, workers):
-    steps = pd.DataFrame({"index": range(8), "duration_s": [step_s] * 8, "data_wait_s": [wait_s] * 8,
-                          "profiled": [False] * 8})
-    profile = Profile(steps=steps, observed={"dataloaders": [{"num_workers": workers, "batch_size": 32}]})
-    assert run_rules_json(profile, Settings(select=["DL001"]), CATALOGUE)[0] == []
-
-
-def test_a_wait_caused_by_oversubscription_is_reported_once_as_oversubscription():
-    starved_by_contention = _probe_profile(workers=4, threads=2, wait=0.03)
-    found, _ = run_rules_json(starved_by_contention, Settings(select=["DL001", "DL003"]), CATALOGUE)
-    assert [f["code"] for f in found] == ["DL003"] and found[0]["evidence"]["data_wait_frac"] == pytest.approx(0.6)
-    fitting = _probe_profile(workers=1, threads=1, wait=0.03)
-    assert [f["code"] for f in run_rules_json(fitting, Settings(select=["DL001", "DL003"]), CATALOGUE)[0]] == ["DL001"]

@@ -1,0 +1,34 @@
+"""DL003 cpu-oversubscription: more busy threads than cores, the CPU saturated.
+
+Fixtures: probe-shaped CPU profiles (workers, intra-op threads, cores, CPU load). The zoo's
+planted script (tests/test_rules_zoo.py) runs it end to end.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.engine import Settings
+from rule_inputs import CATALOGUE, probe_profile, run_rules_json
+
+
+@pytest.mark.parametrize("kw, fires", [
+    (dict(workers=4, threads=2), True),          # 6 busy threads on 2 saturated cores
+    (dict(workers=1, threads=1), False),         # fits
+    (dict(workers=4, threads=2, cpu_percent=60.0), False),  # the CPU was not saturated
+    (dict(workers=0, threads=2), False),
+])
+def test_cpu_oversubscription(kw, fires):
+    found, _ = run_rules_json(probe_profile(**kw), Settings(select=["DL003"]), CATALOGUE)
+    assert bool(found) == fires
+    if fires:
+        assert found[0]["evidence"]["threads_demanded"] == 6
+        assert found[0]["fix"]["overrides"] == {"torch_threads": 1, "dataloader": {"num_workers": 1}}
+
+
+def test_a_wait_caused_by_oversubscription_is_reported_once_as_oversubscription():
+    starved_by_contention = probe_profile(workers=4, threads=2, wait=0.03)
+    found, _ = run_rules_json(starved_by_contention, Settings(select=["DL001", "DL003"]), CATALOGUE)
+    assert [f["code"] for f in found] == ["DL003"] and found[0]["evidence"]["data_wait_frac"] == pytest.approx(0.6)
+    fitting = probe_profile(workers=1, threads=1, wait=0.03)
+    assert [f["code"] for f in run_rules_json(fitting, Settings(select=["DL001", "DL003"]), CATALOGUE)[0]] == ["DL001"]

@@ -1,0 +1,35 @@
+"""EXP001 untried-fix: cheap fixes that apply to a run though no other rule proposed them.
+
+Fixtures: tests/workloads/starved_io.py (a loop waiting on data) and tensor_pairs.py (a
+compute-bound loop), profiled for real. How the screens are run and kept in the in-process arms:
+tests/test_inprocess.py; beside PR001's precision ladder: test_pr001.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+from advisor.profile import Profile
+from advisor.rules.exp001_untried_fix import check
+from conftest import WORKLOADS, advise_cmd
+
+
+def test_screens_follow_what_the_step_is_waiting_on(tmp_path):
+    """A loop that waits on data for over half its step gets no screen of a compute fix (the
+    loading comes first) and no larger batch; a compute-bound loop gets them."""
+
+    def screened(script: str, *args: str) -> tuple[set, float]:
+        out = tmp_path / script
+        proc = subprocess.run(advise_cmd("profile", "--steps", "8", "--warmup", "2", "--profile-steps", "2",
+                                         "--no-experiments", "--out", str(out), str(WORKLOADS / script), *args),
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        profile = Profile.from_run_dir(out)
+        steps = profile.steps[~profile.steps["profiled"]]
+        wait = float(steps["data_wait_s"].sum() / steps["duration_s"].sum())
+        return {key for f in check(profile) for key in f.fix.overrides}, wait
+
+    starved, wait = screened("starved_io.py", "--item-ms", "4")  # the wait dominates on a loaded machine too
+    assert wait > 0.5 and not starved & {"autocast", "compile", "optimizer", "torch_threads", "batch_size_scale"}, (wait, starved)
+    busy, wait = screened("tensor_pairs.py")
+    assert wait < 0.5 and {"compile", "optimizer"} <= busy, (wait, busy)
