@@ -17,11 +17,14 @@ import pytest
 from click.testing import CliRunner
 
 from advisor.commands.cli import main
+from advisor.engine import Settings, run_rules
 from advisor.intervals import merge, subtract
 from advisor.profile import Profile
+from advisor.rules.registry import load_rules
 from conftest import FAST, WORKLOADS, advise_cmd, trace_path
 
 PAIR = ("hta/trace_filter/sampled_rank-0.json.gz", "hta/trace_filter/sampled_rank-1.json.gz")
+CATALOGUE = load_rules()
 
 
 @lru_cache(maxsize=None)
@@ -30,6 +33,13 @@ def _pair() -> Profile:
     primary = profiles[0]
     primary.ranks = profiles
     return primary
+
+
+def by_code(profile: Profile, select: str = "PAR") -> dict[str, dict]:
+    """The PAR findings by code (test_launchers compares the pair's, whole and from a rank's summary)."""
+    found, warnings = run_rules(profile, Settings(select=[select]), CATALOGUE)
+    assert warnings == []
+    return {f.code: f.to_dict() for f in found}
 
 
 # --------------------------------------------------------------------------- exposed time
