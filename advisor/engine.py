@@ -213,7 +213,7 @@ def run_rules(profile, settings: Settings | None = None, catalogue: Catalogue | 
         if finding.cause is not None and finding.cause not in codes:
             finding.without_cause()  # before the screens are weighed: its own fix may own one
     findings = _owned_screens_dropped(findings)
-    framework = (getattr(profile, "observed", None) or {}).get("framework")
+    framework = profile.observed.framework
     for finding in findings:
         finding.fix.speak(framework)
     return rank(findings), warnings

@@ -270,23 +270,28 @@ def not_applied(overrides: dict, applied: dict) -> list[str]:
             if key in VOCABULARY and not VOCABULARY[key].took_effect(value, applied or {})]
 
 
-def unmirrorable(loader: dict) -> str | None:
+def _said(loader: Any, name: str) -> Any:
+    """A field of a DataLoader's description: the account's (advisor.run_dir.seen.LoaderSeen), or the child's dict."""
+    return loader.get(name) if isinstance(loader, dict) else getattr(loader, name, None)
+
+
+def unmirrorable(loader: Any) -> str | None:
     """Why a substitute loader cannot take over this DataLoader's stream at a step boundary, from
-    the probe's description of it (probe.hooks.loader_kind); None: it can."""
-    if loader.get("iterable"):
+    the probe's description of it (probe.hooks.loader_kind, or the account's LoaderSeen); None: it can."""
+    if _said(loader, "iterable"):
         return "an IterableDataset cannot be re-fed from the original sampler"
-    if loader.get("batched") is False:
+    if _said(loader, "batched") is False:
         return "a DataLoader without batching (batch_size=None) is not mirrored"
     return None
 
 
-def live_loader_refusal(overrides: dict, loader: dict) -> str | None:
+def live_loader_refusal(overrides: dict, loader: Any) -> str | None:
     """Why this fix cannot be switched on in the running script for this DataLoader, so that a fresh
     run of the script must measure it; None: it can (or it is not a loader fix). The child refuses
     the switch for this reason; the parent, knowing it from the window, plans no arm for it."""
     if "dataloader" not in overrides and "batch_size_scale" not in overrides:
         return None
-    start = loader.get("worker_start")
+    start = _said(loader, "worker_start")
     if (overrides.get("dataloader") or {}).get("num_workers") and start not in (None, "fork"):
         # Each worker is a new interpreter importing torch (seconds on a small machine): a window's
         # warm-up ends before they all serve, and the arm reads ~1x (mp.spawn ranks read 1.19x for

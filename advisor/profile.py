@@ -22,10 +22,14 @@ Frames (pandas; times in seconds unless the column says ``_us``):
 probe's ``sources.json``, else the trace's ``python_function`` events; see :mod:`advisor.analysis.sources`),
 read through :meth:`Profile.locations`.
 
-Plain dicts: ``env`` (python, torch, cuda, device, device_name, device_capability,
-device_memory_bytes, cpu_count, backend flags, rank...), ``observed`` (optimizers and
-DataLoaders the script built), ``memory`` (peak accelerator memory), ``meta`` (step source,
-trace path, probe status, ``log_tail``: the last lines of the script's log).
+Typed, read once from probe.json (:mod:`advisor.run_dir.seen`; a rule reads their attributes):
+``env`` (:class:`~advisor.run_dir.seen.Env`: python, torch, cuda, device, device_name,
+device_capability, device_memory_bytes, cpu_count, backend flags, rank...), ``observed``
+(:class:`~advisor.run_dir.seen.Observed`: the optimizers and DataLoaders the script built),
+``memory`` (:class:`~advisor.run_dir.seen.MemoryAccount`: the window's peak, the budget, the
+tensors). A Profile built by hand may pass them as dicts: they are read once, when it is made.
+A plain dict: ``meta`` (step source, trace path, probe status, ``log_tail``: the last lines of the
+script's log).
 
 A multi-rank job: ``ranks`` lists every rank's Profile (ordered by rank; this one is one of
 them, normally rank 0) and :attr:`Profile.job` wraps them in a :class:`~advisor.analysis.ranks.JobProfile`
@@ -43,7 +47,7 @@ from .analysis import sources as source_sites, steptime
 from .run_dir import layout
 from .run_dir.chatter import without_chatter
 from .run_dir.protocol import ChildAccount, read_account
-from .run_dir.seen import Env, MemoryAccount, Observed, typed
+from .run_dir.seen import Env, MemoryAccount, Observed
 from .model import SourceLocation
 from .analysis.ranks import JobProfile
 from .trace import TraceError, TraceFrames, load_trace
@@ -57,9 +61,9 @@ class Profile:
     steps: pd.DataFrame
     trace: TraceFrames | None = None
     samples: pd.DataFrame = field(default_factory=pd.DataFrame)
-    env: dict = field(default_factory=dict)
-    observed: dict = field(default_factory=dict)
-    memory: dict = field(default_factory=dict)
+    env: Env = field(default_factory=lambda: Env.read({}))
+    observed: Observed = field(default_factory=lambda: Observed.read({}))
+    memory: MemoryAccount = field(default_factory=lambda: MemoryAccount.read({}))
     meta: dict = field(default_factory=dict)
     sources: dict | None = None  # the probe's sources.json (None without one)
     _trace_sources: dict | None = field(default=None, repr=False)  # derived from the trace on first use
@@ -67,6 +71,10 @@ class Profile:
     ranks: list["Profile"] = field(default_factory=list)
     # figures derived from the trace, by key: computed once (see `derived`), or ahead in a fork
     memo: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        # read once: a dict (a Profile built by hand, a plugin's test) becomes its typed account here
+        self.env, self.observed, self.memory = Env.read(self.env), Observed.read(self.observed), MemoryAccount.read(self.memory)
 
     def derived(self, key, compute):
         """``compute()``, once per Profile: a table several readers (or a forked child) want."""
@@ -99,20 +107,25 @@ class Profile:
 
     @property
     def device(self) -> str:
-        return self.env.get("device") or "cpu"
+        return self.env.device or "cpu"
 
-    # the probe's account, typed (what a rule reads: advisor/run_dir/seen.py)
+    # the names rules read the typed account by before `env`, `observed` and `memory` were typed
     @property
     def environment(self) -> Env:
-        return typed(Env, self.env)
+        return self.env
 
     @property
     def seen(self) -> Observed:
-        return typed(Observed, self.observed)
+        return self.observed
 
     @property
     def memory_account(self) -> MemoryAccount:
-        return typed(MemoryAccount, self.memory)
+        return self.memory
+
+    @property
+    def probed(self) -> bool:
+        """Whether the probe described the script (a bare trace's Profile has no ``observed``)."""
+        return bool(self.observed.record())
 
     @property
     def step_source(self) -> str | None:
@@ -229,11 +242,11 @@ def closure_us(trace: TraceFrames, index: pd.Series) -> pd.Series:
     return index.map(by_step).fillna(0.0).astype(float)
 
 
-def env_from_trace(trace: TraceFrames) -> dict:
+def env_from_trace(trace: TraceFrames) -> Env:
     """What a trace says about its machine: deviceProperties and distributedInfo."""
     props = trace.meta.get("device_properties") or []
     first = props[0] if props else {}
-    env = {
+    return Env.read({  # read as the probe's is: the trace's own fields, of any type, said as they are
         "device": "cuda" if trace.meta.get("has_gpu") else "cpu",
         "device_name": first.get("name"),
         "device_capability": f"{first['computeMajor']}.{first['computeMinor']}" if "computeMajor" in first else None,
@@ -241,8 +254,7 @@ def env_from_trace(trace: TraceFrames) -> dict:
         "device_count": len(props) or None,
         "rank": trace.meta.get("rank"),
         "world_size": trace.meta.get("world_size"),
-    }
-    return env
+    })
 
 
 def _tail(path: Path, n: int) -> str:

@@ -71,7 +71,7 @@ def advise_figures(paths: list[Path]) -> dict[int, dict]:
     table = primary.job.step_table()
     out = {}
     for p in profiles:
-        rank = int(p.env.get("rank") or 0)
+        rank = int(p.env.rank or 0)
         comm = collectives(p)
         cs, ce = merge(comm["ts_us"], comm["end_us"])
         ks, ke = compute_intervals(p, comm)

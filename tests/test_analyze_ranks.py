@@ -36,7 +36,7 @@ def job(tmp_path):
 
 def _whole(folder):
     """The job as every rank's frames held at once: the figures the summaries must give."""
-    profiles = sorted((Profile.from_trace(p) for p in trace_files([folder])), key=lambda p: p.env["rank"])
+    profiles = sorted((Profile.from_trace(p) for p in trace_files([folder])), key=lambda p: p.env.rank)
     primary = profiles[0]
     primary.ranks = profiles
     return primary, profiles
@@ -56,7 +56,7 @@ def test_the_job_figures_come_from_summaries_and_equal_those_of_every_ranks_fram
 
     def rules(profile, settings):  # while the rules run: which frames are still alive
         seen["alive"] = sum(ref() is not None for ref in alive)
-        seen["ranks"] = [(p.env["rank"], p.trace is not None) for p in profile.ranks]
+        seen["ranks"] = [(p.env.rank, p.trace is not None) for p in profile.ranks]
         return diagnose(profile, settings)
 
     monkeypatch.setattr(ReadAhead, "frames", kept)

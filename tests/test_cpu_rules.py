@@ -54,7 +54,7 @@ def test_zero_grad_override_takes_effect_in_a_fresh_child(tmp_path):
     assert applied["zero_grad_set_to_none"] >= 4  # every zero_grad of the run was switched
     assert not_applied({"zero_grad_set_to_none": True}, applied) == []
     # the hooks still see what the script asked for
-    assert run.probe.observed["zero_grad"]["Optimizer"]["kept"] == run.probe.observed["zero_grad"]["Optimizer"]["calls"]
+    assert run.probe.observed.zero_grad["Optimizer"].kept == run.probe.observed.zero_grad["Optimizer"].calls
 
 
 def test_zero_grad_override_is_not_applied_where_grads_are_already_dropped(tmp_path):

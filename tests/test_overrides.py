@@ -38,7 +38,7 @@ def test_dataloader_batch_and_backend_overrides(tmp_path):
     assert seen["batch_size"] == 32 and seen["x_batch"] == 32
     assert seen["matmul_precision"] == "high" and seen["cudnn_benchmark"] is True and seen["threads"] == 1
     assert probe.applied["dataloaders"][0]["num_workers"] == 2
-    assert probe.observed["dataloaders"][0]["batch_size"] == 32
+    assert probe.observed.dataloaders[0].batch_size == 32
 
 
 def test_optimizer_autocast_and_channels_last(tmp_path):

@@ -22,7 +22,7 @@ def test_a_real_childs_account_reads_back_typed(tmp_path):
     account = read_account(tmp_path / "run" / "probe.json")
     assert run.status == "ok" and account == run.probe
     assert account.status == "done" and account.measured_steps == 3 and account.step_source == "optimizer"
-    assert len(account.losses) == 3 and account.env["device"] == "cpu" and account.phase is None
+    assert len(account.losses) == 3 and account.env.device == "cpu" and account.phase is None
     # what the rules read: the same account, typed, every field the probe wrote of its own type
     env, seen, memory = typed(Env, account.env), typed(Observed, account.observed), typed(MemoryAccount, account.memory)
     assert env == msgspec.convert(account.env, Env, strict=False)  # nothing was dropped as mistyped

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from . import steptime
+from ..run_dir.seen import Env
 
 # (name pattern, {dtype: dense peak TFLOP/s}, source). First match wins: specific before generic.
 PEAKS: list[tuple[str, dict[str, float], str]] = [
@@ -57,12 +58,13 @@ def peak_tflops(device_name: str | None, dtype: str) -> tuple[float | None, str 
     return None, None
 
 
-def precision(ops: pd.DataFrame, kernels: pd.DataFrame, env: dict) -> tuple[str | None, str | None]:
+def precision(ops: pd.DataFrame, kernels: pd.DataFrame, env: Env | dict) -> tuple[str | None, str | None]:
     """(the precision carrying most FLOPs, why it is that one): fp32 matmuls (convolutions) count as
     tf32 where the run's flags let them use TF32 on a CUDA device, or where their kernels are TF32."""
     counted = ops.dropna(subset=["flops"]) if "flops" in ops else ops.iloc[0:0]
     if counted.empty:
         return None, None
+    env = Env.read(env)
     first = counted["input_types"].map(lambda t: t[0] if isinstance(t, (list, tuple)) and t else None)
     dtypes = first.map(lambda t: _DTYPES.get(t, t))
     by_dtype = counted.groupby(dtypes)["flops"].sum()
@@ -76,19 +78,19 @@ def precision(ops: pd.DataFrame, kernels: pd.DataFrame, env: dict) -> tuple[str 
         tf32 = gemm["name"].str.contains("tf32", case=False)
         if len(gemm) and gemm.loc[tf32, "dur_us"].sum() > 0.5 * gemm["dur_us"].sum():
             return "tf32", "fp32 GEMMs on TF32 kernels"
-    if str(env.get("device") or "") != "cuda":
+    if str(env.device or "") != "cuda":
         return "fp32", "fp32 inputs"
     fp32 = counted[dtypes == "fp32"]
     conv = float(fp32.loc[fp32["name"].str.contains("conv", case=False), "flops"].sum())
     if conv > 0.5 * float(fp32["flops"].sum()):
-        if env.get("cudnn_allow_tf32", True):
+        if env.cudnn_allow_tf32 is not False:  # unknown: its default
             return "tf32", "fp32 convolutions with torch.backends.cudnn.allow_tf32 on (its default)"
         return "fp32", "fp32 convolutions, cuDNN's TF32 off"
-    if "cuda_matmul_allow_tf32" not in env and "float32_matmul_precision" not in env:
+    if env.cuda_matmul_allow_tf32 is None and env.float32_matmul_precision is None:
         return "fp32", "fp32 matmuls (whether TF32 was allowed is not recorded)"
-    if env.get("cuda_matmul_allow_tf32") or env.get("float32_matmul_precision") in ("high", "medium"):
-        return "tf32", (f"fp32 matmuls with float32_matmul_precision={env.get('float32_matmul_precision')!r}"
-                        if env.get("float32_matmul_precision") in ("high", "medium") else
+    if env.cuda_matmul_allow_tf32 or env.float32_matmul_precision in ("high", "medium"):
+        return "tf32", (f"fp32 matmuls with float32_matmul_precision={env.float32_matmul_precision!r}"
+                        if env.float32_matmul_precision in ("high", "medium") else
                         "fp32 matmuls with torch.backends.cuda.matmul.allow_tf32 on")
     return "fp32", "fp32 matmuls, TF32 off"
 
@@ -119,7 +121,7 @@ def model_flops_utilization(profile) -> dict | None:
         return None
     achieved = total / seconds / 1e12
     dtype, why = precision(ops, profile.kernels, profile.env)
-    device = profile.env.get("device_name") if profile.has_gpu else None
+    device = profile.env.device_name if profile.has_gpu else None
     peak, source = peak_tflops(device, dtype) if dtype else (None, None)
     if peak is None and dtype == "tf32":  # a device without TF32 (V100, T4) runs fp32 matmuls in fp32
         dtype, why = "fp32", "fp32 inputs (no TF32 on this device)"
@@ -266,7 +268,7 @@ def _kernel_efficiency(profile, top: int) -> pd.DataFrame:
     g["tflops"] = g["flops"] / seconds / 1e12
     g["tbps"] = g["bytes"] / seconds / 1e12
     g["intensity"] = g["flops"] / g["bytes"]
-    device = profile.env.get("device_name") if profile.has_gpu else None
+    device = profile.env.device_name if profile.has_gpu else None
     g["peak_tflops"] = pd.to_numeric(pd.Series([peak_tflops(device, d)[0] if d else None for d in g["dtype"]],
                                                dtype=object), errors="coerce")
     g["peak_tbps"] = peak_bandwidth(device)[0]

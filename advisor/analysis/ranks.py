@@ -112,7 +112,7 @@ class JobProfile:
 
 def rank_of(profile, fallback: int) -> int:
     """The rank a Profile says it is (env, from the trace's distributedInfo or the probe), else its position."""
-    rank = (profile.env or {}).get("rank")
+    rank = profile.env.rank
     if rank is None:
         return fallback
     try:

@@ -53,13 +53,13 @@ def arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_setti
         elif len(session.plan_suffixes) > 1:  # ranks advise (or the script) started: their windows are in the run dir
             session.notes.extend(job_report.read_windows(profile, out, session.plan_suffixes[1:], stop))
         if len(session.plan_suffixes) > 1:  # the job's ranks share this node's cores (spawned ranks do not say so)
-            profile.env["local_world_size"] = profile.env.get("local_world_size") or len(session.plan_suffixes)
+            profile.env.local_world_size = profile.env.local_world_size or len(session.plan_suffixes)
         findings, warnings = outputs.diagnose(profile, rule_settings, screen=True)
         session.rule_warnings = warnings
         return findings, profile
 
     def io_like(profile: Profile) -> bool:  # the Profile diagnose() loaded: the trace is parsed once
-        return bool(metrics.io_bound(profile.samples, profile.steps, profile.env.get("cpu_count") or 1))
+        return bool(metrics.io_bound(profile.samples, profile.steps, profile.env.cpu_count or 1))
 
     session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
                           max_experiments=experiments.max_experiments, window_steps=max(5, config.steps // 2),
@@ -90,7 +90,7 @@ def measure_fixes(session, run, profile: Profile, merged: dict | None, link: Job
         findings, rule_warnings = session.findings, session.rule_warnings
         session.finish(run.arms, run.budget_ended)
         if link is None and not run.ranks:  # a job's other ranks are outside each rank's process tree
-            session.withhold_if_busy(profile.samples, profile.env.get("cpu_count"))
+            session.withhold_if_busy(profile.samples, profile.env.cpu_count)
         session.add_energy(profile.samples)
         results = ExperimentResults(findings, session.recommended, session.notes, [])
     else:
@@ -103,7 +103,7 @@ def measure_fixes(session, run, profile: Profile, merged: dict | None, link: Job
         try:
             fresh_results = run_experiments(
                 findings, config, profile.steps, root=layout.make_subdir(out, layout.EXPERIMENTS), env=profile.env,
-                io_like=bool(metrics.io_bound(profile.samples, profile.steps, profile.env.get("cpu_count") or 1)),
+                io_like=bool(metrics.io_bound(profile.samples, profile.steps, profile.env.cpu_count or 1)),
                 safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
                 time_budget_s=session.time_left() if session is not None else experiments.time_budget_s,
                 progress=progress, stop=stop,
@@ -121,7 +121,7 @@ def measure_fixes(session, run, profile: Profile, merged: dict | None, link: Job
         _confirm(results, config, profile, out, progress, stop)
     if results is not None and results.recommended is not None:  # in the framework's words, as the findings
         results.recommended.snippets = framework_words.snippets(results.recommended.overrides,
-                                                           (profile.observed or {}).get("framework"))
+                                                           profile.observed.framework)
         results.recommended.patch = _patch(results.recommended, profile, config, rule_warnings)
     if results is not None:
         findings, screened = split_screened([settle_severity(f) for f in results.findings])
@@ -134,7 +134,7 @@ def _patch(rec, profile: Profile, config: ProbeConfig, warnings: list[str]):
     """The recommendation written into the script's own lines, as `advise apply` writes it (report.json's
     `recommended.patch`); None, with a warning, where it could not be computed."""
     try:
-        return patch_for(rec.overrides, profile.observed, profile.sources,
+        return patch_for(rec.overrides, profile.observed.record(), profile.sources,
                          f"-m {config.script}" if config.module else config.script,
                          command=command_for(config.out)).patch
     except Exception as exc:  # noqa: BLE001 - the report matters more than its patch

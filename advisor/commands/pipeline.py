@@ -51,7 +51,7 @@ def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[
         out.append(f"no step ran under the profiler ({why}): the rules had no trace to read, so their silence "
                    "and the missing MFU say nothing about this script; give it more steps (--steps, or the "
                    "script's own iteration count)")
-    contended = metrics.contention_warning(steps, profile.samples, profile.env.get("cpu_count")) if profile else None
+    contended = metrics.contention_warning(steps, profile.samples, profile.env.cpu_count) if profile else None
     if contended:
         out.append(contended)
     if probe.profiler_cut:
@@ -256,7 +256,7 @@ def _run_and_measure(config: ProbeConfig, experiments: ExperimentOptions, rule_s
         if run.ranks:  # a launched job: the cross-rank rules read every rank
             profile.ranks = [profile] + [Profile.from_run_dir(out, f".rank{a['rank']}") for a in run.ranks[1:]]
             for rank_profile in profile.ranks:  # ranks the script spawned share this node, as torchrun's say
-                rank_profile.env["local_world_size"] = rank_profile.env.get("local_world_size") or len(run.ranks)
+                rank_profile.env.local_world_size = rank_profile.env.local_world_size or len(run.ranks)
         merged = job_report.merge_job(profile, run, link, out, stop) if link is not None else None
         findings, rule_warnings, results = measure.measure_fixes(session, run, profile, merged, link, config, experiments,
                                                           rule_settings, out, progress, stop)

@@ -24,6 +24,7 @@ from ..model import Applicability, Experiment, Finding, Recommendation, Verdict
 from ..probe.runner import ProbeConfig, run_probe
 from ..profile import Profile
 from ..run_dir.layout import make_subdir
+from ..run_dir.seen import Env
 from . import judge
 from .judge import ExperimentResults, Measurement, by_samples
 from .plan import Candidate, candidates_from, say_why_untried, sweep_points
@@ -105,7 +106,7 @@ class Runner:
                          "run_dir": str(run_dir), "applied": applied})
         error = run.probe.error
         return Measurement(label, overrides, run.status, run_dir, profile.steps, run.wall_s, error, applied,
-                           mem.get("peak_memory_bytes"), mem.get("memory_basis"),
+                           mem.peak_memory_bytes, mem.memory_basis,
                            "out of memory" in str(error or "").lower())
 
     def pair(self, label: str, overrides: dict) -> Measurement:
@@ -117,7 +118,7 @@ class Runner:
 
 
 def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: pd.DataFrame, *, root: Path,
-                    env: dict, io_like: bool = False, safe_only: bool = False, max_experiments: int = 12,
+                    env: Env | dict, io_like: bool = False, safe_only: bool = False, max_experiments: int = 12,
                     time_budget_s: float = 900.0, progress: Progress | None = None,
                     stop: StopRequest | None = None, only: list[int] | None = None, workers: int = 0) -> ExperimentResults:
     """Measure every automatic fix, sweep the knobs that need it, then stack the winners.
@@ -184,7 +185,7 @@ def _escaped_note(runner: Runner, notes: list[str]) -> list[str]:
 
 
 def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: Runner, samples: bool,
-                 env: dict, io_like: bool, notes: list[str]) -> Recommendation | None:
+                 env: Env | dict, io_like: bool, notes: list[str]) -> Recommendation | None:
     """The baseline, each candidate (swept, confirmed) between baselines, then the stacked winners."""
     budget = runner.budget
     runner.progress.experiment("measuring the baseline without the profiler", 0, len(candidates))

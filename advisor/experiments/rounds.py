@@ -299,7 +299,7 @@ class Rounds:
     # planning --------------------------------------------------------------------------------------
     def _fixes_round(self, profile) -> list[Window]:
         ctx = vocabulary.SweepContext(cores_per_rank(profile.env), self.io_like)
-        loaders = profile.observed.get("dataloaders") or []
+        loaders = profile.observed.dataloaders
         for candidate in candidates_from(self.findings, self.safe_only):
             finding = candidate.finding(self.findings)
             refusals = [vocabulary.live_loader_refusal(candidate.overrides, dl) for dl in loaders]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .. import overrides as vocabulary
+from ..run_dir.seen import Observed
 from ..analysis import steptime
 
 MIN_WINDOW_STEPS = 5
@@ -39,9 +40,9 @@ def batch_window(timed: int, asked: int, overrides: dict) -> int:
     return max(asked, math.ceil(timed / scale)) if scale > 1 else timed
 
 
-def script_workers(observed: dict) -> int:
+def script_workers(observed: Observed) -> int:
     """The most workers any DataLoader the script built has (a profile's `observed`)."""
-    return max([int(dl.get("num_workers") or 0) for dl in observed.get("dataloaders") or []] or [0])
+    return observed.max_workers
 
 
 def loader_workers(overrides: dict, script_workers: int) -> int:
@@ -82,7 +83,7 @@ class WindowSizing:
     lengths: dict[str, int] = field(default_factory=dict)  # arm id -> window length, in baseline windows
 
     @classmethod
-    def of(cls, asked: int, steps: pd.DataFrame, observed: dict) -> "WindowSizing":
+    def of(cls, asked: int, steps: pd.DataFrame, observed: Observed) -> "WindowSizing":
         """From the profiled window's steps and what the script built (its loaders' workers)."""
         return cls(asked, window_steps(asked, steps), script_workers(observed))
 

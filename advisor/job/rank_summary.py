@@ -18,6 +18,7 @@ import pandas as pd
 from ..analysis import steptime, temporal
 from ..profile import Profile
 from ..run_dir.protocol import ArmLine
+from ..run_dir.seen import Env
 from ..analysis.ranks import JobProfile
 
 VERSION = 1
@@ -36,15 +37,15 @@ def _clean(value):
 
 def summarize(profile: Profile, account: dict, rank: int, node: int, arm_windows: list[ArmLine] | None = None) -> dict:
     """This rank's summary: `account` (status, measured steps, error) and what its trace and steps say."""
-    profile.env["rank"] = rank
+    profile.env.rank = rank
     table = profile.derived("rank_steps", lambda: JobProfile([profile]).step_table())
     return _clean({
         "version": VERSION,
         "rank": rank,
         "node": node,
-        "host": profile.env.get("hostname"),
+        "host": profile.env.hostname,
         "account": account,
-        "env": profile.env,
+        "env": profile.env.record(),
         "steps": profile.steps.to_dict("records"),
         "rank_steps": table.to_dict("records"),
         "hta": (temporal.hta_breakdown(profile.trace) or {}).get("ranks", []),
@@ -56,9 +57,9 @@ def summarize(profile: Profile, account: dict, rank: int, node: int, arm_windows
 
 def to_profile(summary: dict) -> Profile:
     """A Profile of the summarised rank: its steps and env, its step table ready (no trace)."""
-    profile = Profile(steps=pd.DataFrame(summary.get("steps") or []), env=dict(summary.get("env") or {}),
+    profile = Profile(steps=pd.DataFrame(summary.get("steps") or []), env=Env.read(summary.get("env")),
                       meta={"source": "summary", "notes": [], "trace": None})
-    profile.env["rank"] = summary["rank"]
+    profile.env.rank = summary["rank"]
     table = pd.DataFrame(summary.get("rank_steps") or [])
     profile.memo["rank_steps"] = table.astype(float).assign(rank=int(summary["rank"]), index=table["index"].astype(int)) \
         if len(table) else table

@@ -40,6 +40,7 @@ from .memory import WindowPeak, account, persistent_bytes, rss_bytes, tensor_byt
 from .module_call import compile_cache_in
 from .overrides import OverrideError, apply as apply_overrides
 from advisor.run_dir.protocol import ChildAccount, ChildConfig, Phase, read_config, write_account
+from advisor.run_dir.seen import MemoryAccount
 from .sources import SourceCapture
 from .trace_export import TraceLost, export_trace
 
@@ -379,8 +380,8 @@ class ChildProbe:
             measured_steps=len(clock.measured),
             losses=clock.loss_values(),
             env=collect_env(observed.device),
-            observed=observed.to_dict(),
-            memory=self.memory or self._memory_now(),
+            observed=observed.account(),
+            memory=MemoryAccount.given(**(self.memory or self._memory_now())),
             trace=self.names.trace if window.exported else None,
             profiler_error=window.error,
             profiler_cut=window.cut,

@@ -11,13 +11,14 @@ import torch
 import psutil
 
 from advisor.job.rank import rank_info
+from advisor.run_dir.seen import Env
 
 
-def collect_env(device: str | None) -> dict:
+def collect_env(device: str | None) -> Env:
     """Describe the run; touches CUDA only if the script already initialised it."""
     env = {
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a TorchVersion: a str to the account
         "cuda": torch.version.cuda,
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
@@ -46,7 +47,7 @@ def collect_env(device: str | None) -> dict:
     else:
         env["device_memory_bytes"] = _total_ram()
         env["bf16_supported"] = _cpu_has_fast_bf16()
-    return env
+    return Env.given(**env)
 
 
 def _cuda_env() -> dict:

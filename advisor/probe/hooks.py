@@ -27,6 +27,7 @@ from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from advisor.analysis.sources import is_user_file
+from advisor.run_dir import seen
 
 from . import framework
 from .clock import StepClock
@@ -34,29 +35,24 @@ from .module_call import Depth, compiling
 
 
 class Observed:
-    """What the script set up, as seen by the hooks; plain data for probe.json."""
+    """What the script set up, as seen by the hooks; probe.json's ``observed`` (:meth:`account`)."""
 
     def __init__(self) -> None:
-        self.optimizers: dict[int, dict] = {}
-        self.dataloaders: dict[int, dict] = {}
+        self.optimizers: dict[int, seen.OptimizerSeen] = {}
+        self.dataloaders: dict[int, seen.LoaderSeen] = {}
         self.device: str | None = None
         self.loss_dtype: str | None = None
         # zero_grad() calls by who made them ("Optimizer"/"Module"): how many, how many kept the grads
-        self.zero_grad: dict[str, dict] = {}
+        self.zero_grad: dict[str, seen.ZeroGradSeen] = {}
         self.live_optimizers: weakref.WeakSet = weakref.WeakSet()  # for the memory breakdown (optimizer state)
         self.framework: dict | None = None  # the framework that steps (advisor.probe.framework.detect)
         # told the Trainer whose precision an autocast arm switches, once it is found (trainer_precision)
         self.on_trainer: list = []
 
-    def to_dict(self) -> dict:
-        return {
-            "device": self.device or "cpu",
-            "loss_dtype": self.loss_dtype,
-            "zero_grad": self.zero_grad,
-            "optimizers": list(self.optimizers.values()),
-            "dataloaders": list(self.dataloaders.values()),
-            "framework": self.framework,
-        }
+    def account(self) -> seen.Observed:
+        return seen.Observed.given(device=self.device or "cpu", loss_dtype=self.loss_dtype, zero_grad=dict(self.zero_grad),
+                                   optimizers=list(self.optimizers.values()),
+                                   dataloaders=list(self.dataloaders.values()), framework=self.framework)
 
 
 _PROBE_DIR = str(Path(__file__).resolve().parent) + os.sep
@@ -179,39 +175,42 @@ def where_built(obj: Any) -> dict | None:
         return None
 
 
-def _describe_optimizer(opt: torch.optim.Optimizer) -> dict:
+def _describe_optimizer(opt: torch.optim.Optimizer) -> seen.OptimizerSeen:
     params = [p for g in opt.param_groups for p in g["params"]]
     first = params[0] if params else None
     defaults = opt.defaults
-    return {
-        "class": type(opt).__name__,
-        "fused": defaults.get("fused"),
-        "foreach": defaults.get("foreach"),
-        "n_params": len(params),
-        "n_elements": int(sum(p.numel() for p in params)),
-        "device": str(first.device) if first is not None else None,
-        "param_dtype": str(first.dtype).replace("torch.", "") if first is not None else None,
-        "built_at": where_built(opt),
-    }
+    return seen.OptimizerSeen(
+        cls=type(opt).__name__,
+        fused=defaults.get("fused"),
+        foreach=defaults.get("foreach"),
+        n_params=len(params),
+        n_elements=int(sum(p.numel() for p in params)),
+        device=str(first.device) if first is not None else None,
+        param_dtype=str(first.dtype).replace("torch.", "") if first is not None else None,
+        built_at=where_built(opt),
+    )
 
 
-def _describe_loader(loader: Any) -> dict:
+def _describe_loader(loader: Any) -> seen.LoaderSeen:
     dataset = getattr(loader, "dataset", None)
     try:
         n = len(dataset)  # type: ignore[arg-type]
     except Exception:
         n = None
-    return {
-        "num_workers": loader.num_workers,
-        "pin_memory": bool(loader.pin_memory),
-        "batch_size": loader.batch_size,
-        "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
-        "prefetch_factor": getattr(loader, "prefetch_factor", None),
-        "dataset": type(dataset).__name__,
-        "dataset_len": n,
-        **loader_kind(loader),
-        "built_at": where_built(loader),
-    }
+    kind = loader_kind(loader)
+    return seen.LoaderSeen(
+        num_workers=loader.num_workers,
+        pin_memory=bool(loader.pin_memory),
+        batch_size=loader.batch_size,
+        persistent_workers=bool(getattr(loader, "persistent_workers", False)),
+        prefetch_factor=getattr(loader, "prefetch_factor", None),
+        dataset=type(dataset).__name__,
+        dataset_len=n,
+        iterable=kind["iterable"],
+        batched=kind["batched"],
+        worker_start=kind["worker_start"],
+        built_at=where_built(loader),
+    )
 
 
 def loader_kind(loader: Any) -> dict:
@@ -365,7 +364,7 @@ def _first_step_of(opt, observed: Observed) -> None:
             for tell in observed.on_trainer:
                 tell(trainer)
     observed.optimizers[id(opt)] = _describe_optimizer(opt)
-    device = observed.optimizers[id(opt)]["device"]
+    device = observed.optimizers[id(opt)].device
     observed.device = observed.device or (device and torch.device(device).type)
     observed.live_optimizers.add(opt)
 
@@ -426,9 +425,9 @@ def _watch_zero_grad(observed: Observed) -> None:
         original = cls.zero_grad
 
         def zero_grad(self, set_to_none: bool = True, _original=original, _who=who):
-            seen = observed.zero_grad.setdefault(_who, {"calls": 0, "kept": 0, "class": type(self).__name__})
-            seen["calls"] += 1
-            seen["kept"] += 0 if set_to_none else 1
+            calls = observed.zero_grad.setdefault(_who, seen.ZeroGradSeen(cls=type(self).__name__))
+            calls.calls += 1
+            calls.kept += 0 if set_to_none else 1
             return _original(self, set_to_none)
 
         cls.zero_grad = zero_grad  # type: ignore[method-assign]  # the probe's hook, patched in

@@ -48,7 +48,7 @@ def roofline_table(profile) -> RooflineTable | None:
     eff = kernel_efficiency(profile, TOP_KERNELS)
     if eff.empty:
         return None
-    device = profile.env.get("device_name")
+    device = profile.env.device_name
     bandwidth, source = peak_bandwidth(device)
     rows = [RooflineRow(
         name=short_name(str(r["name"])), full_name=str(r["name"]), time=fmt.time_us(r["dur_us"]),

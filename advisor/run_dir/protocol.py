@@ -29,6 +29,7 @@ from typing import IO, Optional, Union
 import msgspec
 
 from advisor.run_dir.atomic import write_json_atomic
+from advisor.run_dir.seen import Env, MemoryAccount, Observed
 
 
 class Phase(str, Enum):
@@ -281,9 +282,9 @@ class ChildAccount(msgspec.Struct, kw_only=True):
     warmup: Optional[int] = None  # the warm-up it ran (lengthened for a DataLoader's prefetch)
     measured_steps: int = 0
     losses: list[Optional[float]] = []  # one per measured step (None: not seen)
-    env: dict = {}
-    observed: dict = {}  # hooks.Observed.to_dict(): optimizers, DataLoaders, zero_grad calls
-    memory: dict = {}  # probe.memory's account of the window
+    env: Env = msgspec.field(default_factory=lambda: Env.read({}))  # probe/env.py's
+    observed: Observed = msgspec.field(default_factory=lambda: Observed.read({}))  # hooks.Observed.account()
+    memory: MemoryAccount = msgspec.field(default_factory=lambda: MemoryAccount.read({}))  # the window's (probe/memory.py)
     trace: Optional[str] = None  # the trace's file name, when the window exported one
     profiler_error: Optional[str] = None
     profiler_cut: Optional[str] = None
@@ -296,18 +297,29 @@ class ChildAccount(msgspec.Struct, kw_only=True):
     arms_traceback: Optional[str] = None
 
 
+_SAID = ("env", "observed", "memory")  # the account's typed parts: each read alone, a field at a time
+
+
 def write_account(path: Path, account: ChildAccount) -> None:
-    write_json_atomic(path, msgspec.structs.asdict(account))
+    data = msgspec.structs.asdict(account)
+    write_json_atomic(path, {**data, **{name: data[name].record() for name in _SAID}})
 
 
 def read_account(path: Path) -> Optional[ChildAccount]:
     """The account at `path`; None when the child wrote none (killed, or crashed in C++) or it is
-    unreadable. NaN losses are valid here (Python's JSON writes them)."""
+    unreadable. NaN losses are valid here (Python's JSON writes them). Its env, observed and memory
+    read as any version wrote them (:meth:`advisor.run_dir.seen.Said.read`)."""
     try:
         data = json.loads(Path(path).read_text())
-        return msgspec.convert(data, ChildAccount, strict=False) if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            return None
+        said = {name: data.pop(name, None) for name in _SAID}
+        account = msgspec.convert(data, ChildAccount, strict=False)
     except (OSError, ValueError, msgspec.ValidationError):
         return None
+    account.env, account.observed, account.memory = (Env.read(said["env"]), Observed.read(said["observed"]),
+                                                     MemoryAccount.read(said["memory"]))
+    return account
 
 
 def rank_account(rank: int, account: Optional[ChildAccount], measured_steps: int, ended_at: float,
