@@ -61,7 +61,7 @@ def check(profile: Profile, *, min_optimizer_frac: float = 0.1, min_elements: in
     if frac is None or frac < min_optimizer_frac:
         return
     multi = _trace_multi_tensor(profile)
-    for opt in profile.seen.optimizers:
+    for opt in profile.observed.optimizers:
         cls = opt.cls
         if cls not in FOREACH or opt.fused or opt.foreach or multi:
             continue
@@ -101,7 +101,7 @@ def _trace_multi_tensor(profile) -> bool:
 
 
 def _torch_at_least(profile, version: tuple[int, int]) -> bool:
-    raw = profile.environment.torch or ""
+    raw = profile.env.torch or ""
     try:
         major, minor = (int(x) for x in raw.split("+")[0].split(".")[:2])
     except ValueError:

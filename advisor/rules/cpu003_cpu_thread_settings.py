@@ -51,14 +51,14 @@ from .registry import Finding, Fix, rule
 def check(profile: Profile, *, max_data_wait_frac: float = 0.3) -> Iterator[Finding]:
     if profile.has_gpu or not h.is_training(profile):
         return
-    env = profile.environment
+    env = profile.env
     logical, threads = env.cpu_count, env.torch_threads
     physical = env.physical_cores or logical
     if not logical or not threads or not physical or h.oversubscription(profile) is not None:
         return
     ranks = env.local_world_size or 1  # the node's ranks share its cores: each plans for its part
     physical, logical = max(1, physical // ranks), max(1, logical // ranks)
-    workers = profile.seen.max_workers
+    workers = profile.observed.max_workers
     wait = h.data_wait_frac(profile)
     if wait is None or wait > max_data_wait_frac:
         return

@@ -116,9 +116,9 @@ def check(profile: Profile, *, min_wait_frac: float = 0.10, min_wait_ms: float =
     step_s = float(dur.mean())
     compute_s = max(step_s - mean_wait_s, 1e-6)
     device = profile.device
-    cores = cores_per_rank(profile.env) if profile.environment.cpu_count else None  # the node's, shared by its ranks
+    cores = cores_per_rank(profile.env) if profile.env.cpu_count else None  # the node's, shared by its ranks
     io_bound = metrics.io_bound(profile.samples, profile.steps, cores)
-    fix, gain = _fix(loader, device, cores, profile.environment.torch_threads, mean_wait_s, compute_s, step_s, io_bound)
+    fix, gain = _fix(loader, device, cores, profile.env.torch_threads, mean_wait_s, compute_s, step_s, io_bound)
 
     severity = "high" if total_frac >= 0.30 else "medium" if total_frac >= 0.15 else "low"
     where = "the GPU idles" if profile.has_gpu else "compute waits"
@@ -191,7 +191,7 @@ def _gpu_busy_during_wait_frac(profile) -> float:
 
 def _main_loader(profile) -> LoaderSeen | None:
     """The DataLoader the steps draw from: the one whose batch size matches the steps'."""
-    loaders = profile.seen.dataloaders
+    loaders = profile.observed.dataloaders
     if not loaders:
         return None
     sizes = steptime.batch_sizes(profile.steps)

@@ -89,7 +89,7 @@ def check(profile: Profile, *, min_bytes_per_step: int = 1048576, min_time_frac:
     if bytes_per_step < min_bytes_per_step or cost_frac < min_time_frac:
         return
 
-    loaders = profile.seen.dataloaders
+    loaders = profile.observed.dataloaders
     already_pinned = bool(loaders) and all(dl.pin_memory for dl in loaders)
     if already_pinned:
         fix = Fix.manual(

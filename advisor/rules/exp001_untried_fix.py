@@ -85,13 +85,13 @@ def check(profile: Profile, *, fixes: str = "autocast,compile,optimizer,threads,
     if "compile" in wanted and not _compiled(profile):
         yield _screen("torch.compile", Fix.unsafe("Compile the model with torch.compile", {"compile": True}),
                       "the model runs eagerly")
-    optimizers = [o for o in profile.seen.optimizers if o.cls in _FUSED and not o.fused]
+    optimizers = [o for o in profile.observed.optimizers if o.cls in _FUSED and not o.fused]
     if "optimizer" in wanted and optimizers:
         names = ", ".join(sorted({o.cls for o in optimizers}))
         yield _screen("fused optimizer step", Fix.safe(f"Build {names} with fused=True", {"optimizer": {"fused": True}}),
                       f"{names} steps one tensor or one group at a time")
-    loaders = profile.seen.dataloaders
-    workers = profile.seen.max_workers
+    loaders = profile.observed.dataloaders
+    workers = profile.observed.max_workers
     if "workers" in wanted and workers and waits < WORKERS_MAX_WAIT:
         yield _screen("loading in the training process", Fix.safe("Load batches in the training process (num_workers=0)",
                                                                  {"dataloader": {"num_workers": 0}}),
@@ -101,7 +101,7 @@ def check(profile: Profile, *, fixes: str = "autocast,compile,optimizer,threads,
         yield _screen("a batch twice as large", Fix.unsafe("Double the batch size (and re-tune the learning rate)",
                                                            {"batch_size_scale": 2}),
                       "the DataLoader sets the batch size, and a larger batch often does more per second")
-    cores, threads = cores_per_rank(profile.env), profile.environment.torch_threads
+    cores, threads = cores_per_rank(profile.env), profile.env.torch_threads
     if "threads" in wanted and not profile.has_gpu and cores and threads and threads < cores:
         yield _screen(f"{cores} intra-op threads", Fix.safe(f"Run {cores} intra-op threads", {"torch_threads": cores}),
                       f"the script runs {threads} intra-op thread{'s' if threads > 1 else ''} on {cores} cores")

@@ -46,7 +46,7 @@ from .registry import Finding, Fix, rule
 
 @rule(code="GPU004", name="cudnn-benchmark")
 def check(profile: Profile, *, min_conv_kernel_frac: float = 0.1) -> Iterator[Finding]:
-    benchmark = profile.environment.cudnn_benchmark  # None: not known (a trace alone)
+    benchmark = profile.env.cudnn_benchmark  # None: not known (a trace alone)
     if not profile.has_gpu or benchmark is None or benchmark:
         return
     if h.device(profile).kind != "cuda":

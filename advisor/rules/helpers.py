@@ -49,7 +49,7 @@ def trace_steps(profile) -> pd.DataFrame:
 
 def is_training(profile) -> bool:
     """Whether the run trains (an optimizer stepped, or backward ran), not just infers."""
-    if profile.seen.optimizers:
+    if profile.observed.optimizers:
         return True
     if profile.step_source in ("optimizer", "backward"):
         return True
@@ -113,7 +113,7 @@ _AMD = re.compile(r"\b(AMD|Instinct|Radeon|MI\d{2,3}X?)\b", re.I)
 
 
 def device(profile) -> Device:
-    env = profile.environment
+    env = profile.env
     name = env.device_name or ""
     if not profile.has_gpu:
         return Device("cpu", name or "cpu", None, False, False, bool(env.bf16_supported))
@@ -305,9 +305,9 @@ def oversubscription(profile, min_cpu_busy_frac: float = 0.85) -> Oversubscripti
 
     CPU training: intra-op threads + DataLoader workers; GPU training: workers + the main process.
     """
-    env = profile.environment
+    env = profile.env
     cores, threads = env.cpu_count, env.torch_threads
-    workers = profile.seen.max_workers
+    workers = profile.observed.max_workers
     if not cores or not threads or workers == 0:
         return None
     busy_workers = workers_busy(profile)

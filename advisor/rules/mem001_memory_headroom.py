@@ -90,7 +90,7 @@ def check(profile: Profile, *, max_used_frac: float = 0.4, near_oom_frac: float 
           max_gpu_busy_frac: float = 0.9, state_dominates_frac: float = 0.5) -> Iterator[Finding]:
     if not h.is_training(profile):
         return
-    info = profile.memory_account
+    info = profile.memory
     explicit = info.budget_source == "option"
     if not profile.has_gpu and not explicit:
         return
@@ -158,7 +158,7 @@ def _basis(fixed: float, peak: float) -> str:
 
 def _ladder_words(profile, explicit: bool) -> str:
     """How the batch ladder is measured, or why it is not."""
-    if profile.observed and not profile.seen.dataloaders:
+    if profile.probed and not profile.observed.dataloaders:
         return "The script builds its own batches, so no larger batch is injected: the change is yours to make."
     kept = "" if explicit else (f", each held to {1 - DEVICE_MARGIN:.0%} of the device's memory (the rest stays free "
                                 "for the allocator's fragmentation and an evaluation step)")
@@ -171,7 +171,7 @@ def _batch_fix(profile, scale: int) -> Fix:
     (tensors sliced in a loop, a generator) gets the change as a manual fix, since nothing can be
     injected there and a measured claim would be a false one."""
     lr = f"optimizer = torch.optim.AdamW(model.parameters(), lr={scale} * lr)  # or sqrt({scale}) * lr"
-    if profile.observed and not profile.seen.dataloaders:  # a probed run (not a bare trace) without one
+    if profile.probed and not profile.observed.dataloaders:  # a probed run (not a bare trace) without one
         return Fix.manual(f"Build {scale}x larger batches where the script makes them (and scale the learning rate)",
                           f"batch_size = {scale} * batch_size  # where the loop slices or generates its batches\n{lr}")
     return Fix.unsafe(f"Try a {scale}x larger batch (and scale the learning rate)", {"batch_size_scale": scale})
@@ -225,7 +225,7 @@ def _each_fix(profile, evidence: dict, parts: dict | None, peak: float, budget: 
     severity = "high" if over else "medium"
     script = peak - (parts["runtime_bytes"] if parts else 0)
     activations = parts["activations_other_bytes"] if parts else script
-    target = profile.memory_account.checkpointable
+    target = profile.memory.checkpointable
     if target and activations >= 0.25 * script:
         what = (f"the {target.blocks} {target.block} blocks of `{target.path}`" if target.how == "blocks"
                 else f"{target.model} (gradient_checkpointing_enable)")
@@ -234,20 +234,20 @@ def _each_fix(profile, evidence: dict, parts: dict | None, peak: float, budget: 
             summary=f"{where} Checkpointing keeps only each block's input and recomputes the rest in backward.",
             severity=severity, evidence={**evidence, "checkpoint_target": msgspec.to_builtins(target)},
             fix=Fix.safe(f"Checkpoint {what} (use_reentrant=False)", {"activation_checkpointing": True}))
-    if profile.seen.dataloaders and activations >= 0.25 * script:
+    if profile.observed.dataloaders and activations >= 0.25 * script:
         yield Finding(
             title=f"{head}: halve the micro-batch, accumulate 2",
             summary=f"{where} Half the micro-batch holds about half the activations; accumulating two keeps the effective batch.",
             severity=severity, evidence=evidence,
             fix=Fix.unsafe("Halve the micro-batch and accumulate gradients over 2 micro-batches", {"batch_size_scale": 0.5}))
-    if profile.environment.bf16_supported and (profile.seen.loss_dtype or "float32") == "float32":
+    if profile.env.bf16_supported and (profile.observed.loss_dtype or "float32") == "float32":
         yield Finding(
             title=f"{head}: run the forward in bf16",
             summary=f"{where} bf16 autocast halves the activations the matmuls keep for backward.",
             severity=severity, evidence=evidence,
             fix=Fix.unsafe("Run forward and loss under bf16 autocast", {"autocast": "bfloat16"}))
     reserved = evidence.get("peak_reserved_bytes")
-    conf = profile.environment.cuda_alloc_conf or ""
+    conf = profile.env.cuda_alloc_conf or ""
     if profile.has_gpu and reserved and reserved >= FRAGMENTED * peak and "expandable_segments:True" not in conf:
         yield Finding(
             title=f"{head}: the allocator holds {reserved / peak:.1f}x what the tensors use",
@@ -259,7 +259,7 @@ def _each_fix(profile, evidence: dict, parts: dict | None, peak: float, budget: 
             fix=Fix.safe("Let the CUDA allocator expand its segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
                          {"expandable_segments": True}))
     if parts and parts["optimizer_state_bytes"] + parts["gradients_bytes"] >= state_dominates_frac * script:
-        ranks = profile.environment.world_size or 1
+        ranks = profile.env.world_size or 1
         est = mem.sharding_estimate(parts, ranks)
         if ranks > 1:
             title = f"{head}: shard optimizer state and gradients over the {ranks} ranks"
@@ -285,8 +285,8 @@ def _each_fix(profile, evidence: dict, parts: dict | None, peak: float, budget: 
 
 def _peaks(profile):
     """(peak, peak reserved, device total, source): the probe's figures, else the trace's memory events."""
-    info = profile.memory_account
-    total = info.device_total_bytes or (profile.environment.device_memory_bytes if profile.has_gpu else None)
+    info = profile.memory
+    total = info.device_total_bytes or (profile.env.device_memory_bytes if profile.has_gpu else None)
     if info.peak_allocated_bytes is not None:
         return float(info.peak_allocated_bytes), info.peak_reserved_bytes, total, "probe"
     ev = profile.memory_events

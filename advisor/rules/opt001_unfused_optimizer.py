@@ -56,7 +56,7 @@ FOREACH = FUSED | {"RMSprop", "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop"}
 def check(profile: Profile, *, min_launches_per_step: int = 50, min_optimizer_frac: float = 0.1) -> Iterator[Finding]:
     if not profile.has_gpu:
         return
-    observed = [o for o in profile.seen.optimizers if (o.device or "").startswith("cuda")]
+    observed = [o for o in profile.observed.optimizers if (o.device or "").startswith("cuda")]
     trace = _from_trace(profile, min_launches_per_step)
     opt_frac = h.optimizer_frac(profile)
     for opt in observed or ([trace.optimizer] if trace else []):

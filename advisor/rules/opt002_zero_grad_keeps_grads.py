@@ -60,7 +60,7 @@ SNIPPET_LOOP = ("- for p in model.parameters():\n-     p.grad.zero_()\n"
 
 @rule(code="OPT002", name="zero-grad-keeps-grads")
 def check(profile: Profile, *, min_zeroed_tensors: int = 4, min_zero_frac: float = 0.01) -> Iterator[Finding]:
-    calls = profile.seen.zero_grad
+    calls = profile.observed.zero_grad
     kept = {who: c for who, c in calls.items() if c.kept}
     zeros = _trace_zeros(profile)
     evidence = {"zero_grad_calls": sum(c.calls for c in calls.values()) or None,

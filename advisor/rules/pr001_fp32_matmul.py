@@ -141,7 +141,7 @@ def _on_gpu(profile: Profile, dev: h.Device, fp32, steps, min_kernel_frac: float
         return
     conv_of_kernel = fp32["is_conv"].to_numpy()[pos[pos >= 0]]
     tf32_named = mine["name"].str.contains(_TF32_KERNEL).to_numpy()
-    env = profile.environment
+    env = profile.env
     if dev.tf32:
         # Convolutions use TF32 by default (cudnn.allow_tf32); matmuls only when asked.
         conv_tf32 = env.cudnn_allow_tf32

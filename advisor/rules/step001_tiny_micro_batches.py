@@ -51,7 +51,7 @@ from .registry import Finding, Fix, rule
 @rule(code="STEP001", name="tiny-micro-batches")
 def check(profile: Profile, *, min_micro_batches: int = 4, max_micro_batch: int = 8) -> Iterator[Finding]:
     steps = h.timed_steps(profile)
-    loaders = profile.seen.dataloaders
+    loaders = profile.observed.dataloaders
     if not steptime.knows_batch(steps) or not loaders:
         return
     samples = float(steptime.batch_sizes(steps).median())
