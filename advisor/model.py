@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from . import framework_words, overrides as vocabulary
 
@@ -482,15 +482,14 @@ def rank(findings: list[Finding]) -> list[Finding]:
     return [f for _, f in sorted(enumerate(findings), key=lambda item: rank_key(item[1], item[0]))]
 
 
-def findings_of(report) -> list[Finding]:
-    """A report.json's findings (the dict, or the renderers' typed Report) as the typed model, ranked."""
-    rows = report.get("findings") if isinstance(report, dict) else report.findings
-    return rank([Finding.from_dict(d) for d in rows or [] if isinstance(d, dict)])
+class _Reported(Protocol):
+    findings: list[Finding]
 
 
-def recommendation_of(report) -> Recommendation | None:
-    rec = report.get("recommended") if isinstance(report, dict) else report.recommended
-    return Recommendation.from_dict(rec) if isinstance(rec, dict) and rec else None
+def findings_of(report: _Reported) -> list[Finding]:
+    """A report's findings (an :class:`advisor.report.Report`, built or read back: the report imports
+    the model, never the other way), ranked."""
+    return rank(list(report.findings))
 
 
 def finite(x: Any) -> float | None:

@@ -4,17 +4,18 @@
 ever added. :func:`build_report` builds the typed :class:`Report` (a key no block names fails the
 build), :func:`write_report` writes it with every key of its schema (null where there is no value),
 and every renderer (terminal, HTML, markdown) reads that same typed report (or one read back from a
-report.json by :meth:`Report.of`), so what a user sees and what CI compares are the same numbers.
+report.json by :func:`load_report`), so what a user sees and what CI compares are the same numbers.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import json
 from pathlib import Path
 import functools
 import typing
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Optional, TypedDict, TypeVar, Union
 
 import msgspec
 from msgspec import Meta
@@ -83,19 +84,19 @@ def build_report(
         "script": script,
         "argv": list(argv),
         "started_at": started_at,
-        "env": profile.env.record(),
+        "env": profile.env,
         "step_source": profile.meta.get("step_source"),
         "steps": steptime.records(steps, Step.__struct_fields__),
         "throughput": steptime.throughput(steps),
         "breakdown": metrics.breakdown(steps),
-        "memory": metrics.memory(profile.memory.record(), profile.samples),
+        "memory": metrics.memory(profile.memory, profile.samples),
         "mfu": mfu.model_flops_utilization(profile),
         "hta_breakdown": temporal.hta_breakdown(profile.trace) if hta_breakdown is FROM_TRACE else hta_breakdown,
         "utilization": metrics.utilization(profile.samples, steps),
         "energy": metrics.energy(profile.samples, steptime.timed_steps(steps)[0]),
-        "observed": profile.observed.record(),
-        "findings": [f.to_dict() for f in findings or []],
-        "recommended": recommended.to_dict() if recommended is not None else None,
+        "observed": profile.observed,
+        "findings": [],  # the model's objects, set below
+        "recommended": None,
         "warnings": list(warnings or []),
         "artifacts": dict(artifacts or {}),
         "notes": list(notes or []),
@@ -111,6 +112,10 @@ def build_report(
     lost = _lost(report, msgspec.to_builtins(typed))
     if lost:  # the published schema lets readers take unknown keys, so the writer must not make any
         raise ValueError(f"report.json: {lost} is not a field of its block (advisor.report)")
+    # The model's own objects (copies: a later change to a finding does not reach the report), written
+    # by their to_dict (as_json)
+    typed.findings = copy.deepcopy(list(findings or []))
+    typed.recommended = copy.deepcopy(recommended)
     return typed
 
 
@@ -131,13 +136,19 @@ def _lost(given, kept, at: str = "report") -> str | None:
     return None
 
 
-def as_json(report: "Report | dict") -> dict:
+def as_json(report: "Report") -> dict:
     """report.json's JSON value: every field of the typed report, nulls included (a reader finds
-    each key of its schema version), as written and as `--json` prints it."""
-    return report if isinstance(report, dict) else msgspec.to_builtins(report)
+    each key of its schema version), as written and as `--json` prints it. The findings and the
+    recommendation are the model's objects, written as their ``to_dict``."""
+    from .analysis.metrics import clean  # JSON-safe numbers: NaN as null, numpy scalars as Python's
+
+    out = msgspec.to_builtins(msgspec.structs.replace(report, findings=[], recommended=None))
+    out["findings"] = clean([f.to_dict() for f in report.findings])
+    out["recommended"] = clean(report.recommended.to_dict()) if report.recommended is not None else None
+    return out
 
 
-def write_report(report: "Report | dict", path: Path) -> None:
+def write_report(report: "Report", path: Path) -> None:
     write_json_atomic(path, as_json(report))
 
 
@@ -145,8 +156,9 @@ class ReportError(ValueError):
     """A report.json that cannot be used: missing, not JSON, or from another schema."""
 
 
-def load_report(path: str | Path) -> dict:
-    """Read and check a report.json; errors are one line, for the CLI to print."""
+def load_report(path: str | Path, *, any_version: bool = False) -> "Report":
+    """Read and check a report.json, typed; errors are one line, for the CLI to print. `any_version`
+    reads a report of another schema version too (advise compare --force)."""
     path = Path(path)
     try:
         report = json.loads(path.read_text())
@@ -156,9 +168,20 @@ def load_report(path: str | Path) -> dict:
         raise ReportError(f"{path}: not a report.json ({type(exc).__name__})") from None
     if not isinstance(report, dict) or "schema_version" not in report:
         raise ReportError(f"{path}: not a report.json (no schema_version)")
-    if report["schema_version"] != SCHEMA_VERSION:
+    if report["schema_version"] != SCHEMA_VERSION and not any_version:
         raise ReportError(f"{path}: schema_version {report['schema_version']} is not supported (this advise reads {SCHEMA_VERSION})")
-    return report
+    try:
+        return Report.of(report)
+    except ValueError as exc:  # a value of the wrong type (msgspec), a finding's unknown severity
+        raise ReportContentError(f"{path}: {exc}", exc) from None
+
+
+class ReportContentError(ReportError):
+    """A report.json whose values do not fit its schema (`cause`: what said so)."""
+
+    def __init__(self, message: str, cause: ValueError) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 # --- the report's blocks, typed ------------------------------------------------------------------
@@ -388,44 +411,149 @@ class HtaBreakdown(Block):
     ranks: Optional[list[HtaRank]] = None
 
 
-class Report(Block):
-    """report.json, typed: what :func:`build_report` returns and the renderers read
-    (:meth:`Report.of` reads one from a report.json's dict; the schema's top level,
-    :class:`advisor.schema.Report`, describes every field)."""
+Status = Literal["ok", "failed", "timeout", "no-steps", "interrupted"]
+assert set(typing.get_args(Status)) == set(STATUSES)
 
-    schema_version: int = SCHEMA_VERSION
+
+class Env(TypedDict, total=False):
+    """The machine and the torch build the script ran on (open: more keys may appear)."""
+
+    python: str
+    torch: str
+    cuda: Optional[str]
+    platform: str
+    hostname: str
+    cpu_count: Optional[int]
+    cpu_usable: Annotated[Optional[int], Meta(description="the CPUs the script's process may run on (its affinity mask: a "
+                                                          "cgroup, taskset, srun --cpu-bind)")]
+    physical_cores: Optional[int]
+    torch_threads: Optional[int]
+    device: str
+    device_name: Optional[str]
+    device_capability: Annotated[Union[list[int], str, None], Meta(description="[major, minor] from the probe; a trace's "
+                                                                               "deviceProperties give it as text")]
+    device_memory_bytes: Optional[int]
+    float32_matmul_precision: Optional[str]
+    cudnn_benchmark: Optional[bool]
+    cuda_matmul_allow_tf32: Optional[bool]
+    cudnn_allow_tf32: Optional[bool]
+    bf16_supported: Optional[bool]
+    cuda_alloc_conf: Annotated[Optional[str], Meta(description="PYTORCH_CUDA_ALLOC_CONF as the script started with it")]
+    rank: Optional[int]
+    local_rank: Optional[int]
+    world_size: Optional[int]
+    local_world_size: Optional[int]
+
+
+class Utilization(TypedDict, total=False):
+    """Sampler means and maxima over the measured window."""
+
+    gpu_util_percent_mean: Num
+    gpu_util_percent_max: Num
+    gpu_mem_used_bytes_mean: Num
+    gpu_mem_used_bytes_max: Num
+    gpu_power_w_mean: Num
+    gpu_power_w_max: Num
+    cpu_percent_mean: Num
+    cpu_percent_max: Num
+    rss_bytes_mean: Num
+    rss_bytes_max: Num
+
+
+class Fingerprint(TypedDict, total=False):
+    """What makes two runs comparable: the software, the machine and how busy it was (advise compare
+    lists every difference; another device or GPU model makes two runs incomparable)."""
+
+    device: str
+    cpu_model: Optional[str]
+    cpu_count: Optional[int]
+    torch: Optional[str]
+    cuda: Optional[str]
+    python: Optional[str]
+    torch_threads: Optional[int]
+    argv: list[str]
+    platform: str
+    load_avg_1m_start: Annotated[Num, Meta(description="the machine's 1-minute load average before the script started")]
+    load_avg_1m_end: Num
+    gpu_name: Optional[str]
+    gpu_count: Optional[int]
+    driver_version: Optional[str]
+    gpu_max_sm_clock_mhz: Num
+    gpu_app_sm_clock_mhz: Num
+    gpu_app_mem_clock_mhz: Num
+    gpu_power_limit_w: Num
+
+
+class Published:
+    """A field's type as report.json promises it, where the typed report reads the field more loosely
+    (an open block kept as its dict, a status as any string): :mod:`advisor.schema` publishes this one."""
+
+    def __init__(self, kind: Any) -> None:
+        self.kind = kind
+
+
+# report.json, typed: what :func:`build_report` returns, :func:`load_report` reads and the renderers
+# read; the one declaration of the top level: :mod:`advisor.schema` publishes its JSON Schema from it
+# (each field's Published type where it has one, and its description). The docstring is the schema's.
+class Report(Block):
+    """report.json: one run of `advise profile` (or `advise analyze`)."""
+
+    schema_version: Annotated[int, Published(Literal[1]), Meta(
+        description="1: within a version fields are only added, never changed or removed")] = SCHEMA_VERSION
     tool: Tool = msgspec.field(default_factory=Tool)
-    status: Optional[str] = None
-    error: Optional[str] = None
-    traceback: Optional[str] = None
-    script: Optional[str] = None
-    argv: list[str] = []
-    started_at: Optional[str] = None
-    env: dict[str, Any] = {}
-    step_source: Optional[str] = None
+    status: Annotated[Optional[str], Published(Status), Meta(description="how the run ended")] = None
+    error: Annotated[Optional[str], Meta(description="the script's error when status is not ok")] = None
+    traceback: Annotated[Optional[str], Meta(description="the script's traceback, without advise's frames")] = None
+    script: Annotated[Optional[str], Published(str)] = None
+    argv: Annotated[list[str], Meta(description="the script's own arguments")] = []
+    started_at: Annotated[Optional[str], Published(str), Meta(description="ISO 8601, with the local offset")] = None
+    env: Annotated[dict[str, Any], Published(Env)] = {}
+    step_source: Annotated[Optional[str], Meta(description="what marked the steps: optimizer, dataloader, backward, marker or "
+                                                           "trace")] = None
     steps: list[Step] = []
     throughput: Throughput = msgspec.field(default_factory=Throughput)
     breakdown: Breakdown = msgspec.field(default_factory=Breakdown)
-    memory: dict[str, Any] = {}
+    memory: Annotated[dict[str, Any], Published(Memory)] = {}  # read through Memory.of where a figure is wanted
     mfu: Optional[Mfu] = None
     hta_breakdown: Optional[HtaBreakdown] = None
-    utilization: dict[str, Any] = {}
+    utilization: Annotated[dict[str, Any], Published(Utilization)] = {}
     energy: Optional[Energy] = None
-    observed: dict[str, Any] = {}
-    findings: list[Any] = []  # the model's dicts: model.findings_of reads them as Findings
-    recommended: Optional[dict] = None
-    warnings: list[Any] = []
-    artifacts: dict[str, Any] = {}
-    notes: list[Any] = []
-    wall_s: Optional[float] = None
-    total_wall_s: Optional[float] = None
+    observed: Annotated[dict[str, Any], Meta(description="what the probe saw of the script: optimizers, DataLoaders, zero_grad "
+                                                         "calls (open)")] = {}
+    # The result model's objects (advisor.model): written by their to_dict, read by their from_dict
+    findings: Annotated[list[Finding], Meta(description="ranked as every renderer shows them: measured gain first")] = []
+    recommended: Annotated[Optional[Recommendation], Meta(description="the winners stacked and measured together, with the "
+                                                                      "code change for each")] = None
+    warnings: Annotated[list[Any], Published(list[str])] = []
+    artifacts: Annotated[dict[str, Any], Meta(description="the run dir's files, relative to it (analyze: the traces' absolute "
+                                                          "paths)")] = {}
+    notes: Annotated[list[Any], Published(list[str]), Meta(description="what the probe could not do and why, said once")] = []
+    wall_s: Annotated[Num, Meta(description="the profiled run")] = None
+    total_wall_s: Annotated[Num, Meta(description="the whole command: run, analysis and experiments")] = None
     experiments: Optional[Experiments] = None  # none: no experiments ran
-    ranks: list[Rank] = []
-    fingerprint: Union[dict[str, Any], msgspec.UnsetType] = msgspec.UNSET  # advise profile's alone
+    ranks: Annotated[list[Rank], Meta(description="each rank of a job (empty for one process)")] = []
+    fingerprint: Annotated[Union[dict[str, Any], msgspec.UnsetType], Published(Fingerprint), Meta(
+        description="advise profile: what makes two runs comparable (advise compare)")] = msgspec.UNSET  # advise profile's alone
+
+    @classmethod
+    def of(cls, block: object) -> "Report":
+        """The typed report of a report.json's dict: its blocks as :meth:`Block.of` reads them, its
+        findings and recommendation as the model's ``from_dict`` does (a report is returned as it is)."""
+        if isinstance(block, Report):
+            return block
+        data = block if isinstance(block, dict) else {}
+        report = super().of({k: v for k, v in data.items() if k not in _MODEL_FIELDS})
+        rows, rec = data.get("findings"), data.get("recommended")
+        report.findings = [Finding.from_dict(d) for d in rows if isinstance(d, dict)] if isinstance(rows, list) else []
+        report.recommended = Recommendation.from_dict(rec) if isinstance(rec, dict) and rec else None
+        return report
 
     @property
     def ok(self) -> bool:
         return (self.status or "ok") == "ok"
+
+
+_MODEL_FIELDS = ("findings", "recommended")  # the result model's (advisor.model): its to_dict and from_dict, not msgspec's
 
 
 def _readable(cls: type[Block], data: dict) -> dict:

@@ -1,13 +1,13 @@
 """The report.json and compare.json contract as types: the one source of their JSON Schemas.
 
-:mod:`advisor.report` builds report.json as a dict from the Profile and the typed result model
-(:mod:`advisor.model`: ``Finding``, ``Fix``, ``Experiment``, ``SourceLocation``,
-``Recommendation``), and types its blocks (``Step``, ``Throughput``, ``Memory``, ``Rank``...) for
-the renderers, with their descriptions; this module describes the top level and the open blocks
-(``env``, ``utilization``, ``fingerprint``), and :func:`schema` turns the description, blocks and
-model included, into a JSON Schema with msgspec.
-``advise schema`` prints it, the package ships it (``advisor/schemas/``, checked equal to the
-generated one by the tests), and the docs site publishes it.
+report.json is declared once, as the typed :class:`advisor.report.Report` that :mod:`advisor.report`
+builds, writes and reads back: its blocks (``Step``, ``Throughput``, ``Memory``, ``Rank``...) with
+their descriptions, the open blocks (``Env``, ``Utilization``, ``Fingerprint``) and the result model
+(:mod:`advisor.model`: ``Finding``, ``Fix``, ``Experiment``, ``SourceLocation``, ``Recommendation``).
+:func:`published` reads that struct as report.json promises it, and :func:`schema` turns it into a
+JSON Schema with msgspec; compare.json and the agent summary are described here.
+``advise schema`` prints them, the package ships them (``advisor/schemas/``, checked equal to the
+generated ones by the tests), and the docs site publishes them.
 
 The published schema lets objects carry fields it does not name: within a ``schema_version``
 fields are only ever added, so a consumer holding an older schema still accepts a newer report.
@@ -20,130 +20,15 @@ from __future__ import annotations
 
 import json
 
-from typing import Annotated, Any, Literal, Optional, TypedDict, TypeVar, Union, get_args
+import typing
+from typing import Annotated, Literal, Optional, TypedDict, TypeVar, get_args, get_origin
 
 import msgspec
 from msgspec import Meta
 
-from .model import Finding, Recommendation
-from .report import (SCHEMA_VERSION, STATUSES, Block, Breakdown, Energy, Experiments, HtaBreakdown, Memory, Mfu, Num, Rank,
-                     Step, Throughput, Tool)
+from .report import SCHEMA_VERSION, Block, Num, Published, Report, Status
 
 COMPARE_SCHEMA_VERSION = 1  # advisor.gate.compare's (a stage: the core cannot import it; a test checks they agree)
-
-
-Status = Literal["ok", "failed", "timeout", "no-steps", "interrupted"]
-assert set(get_args(Status)) == set(STATUSES)
-
-
-class Env(TypedDict, total=False):
-    """The machine and the torch build the script ran on (open: more keys may appear)."""
-
-    python: str
-    torch: str
-    cuda: Optional[str]
-    platform: str
-    hostname: str
-    cpu_count: Optional[int]
-    cpu_usable: Annotated[Optional[int], Meta(description="the CPUs the script's process may run on (its affinity mask: a "
-                                                          "cgroup, taskset, srun --cpu-bind)")]
-    physical_cores: Optional[int]
-    torch_threads: Optional[int]
-    device: str
-    device_name: Optional[str]
-    device_capability: Annotated[Union[list[int], str, None], Meta(description="[major, minor] from the probe; a trace's "
-                                                                               "deviceProperties give it as text")]
-    device_memory_bytes: Optional[int]
-    float32_matmul_precision: Optional[str]
-    cudnn_benchmark: Optional[bool]
-    cuda_matmul_allow_tf32: Optional[bool]
-    cudnn_allow_tf32: Optional[bool]
-    bf16_supported: Optional[bool]
-    cuda_alloc_conf: Annotated[Optional[str], Meta(description="PYTORCH_CUDA_ALLOC_CONF as the script started with it")]
-    rank: Optional[int]
-    local_rank: Optional[int]
-    world_size: Optional[int]
-    local_world_size: Optional[int]
-
-
-class Utilization(TypedDict, total=False):
-    """Sampler means and maxima over the measured window."""
-
-    gpu_util_percent_mean: Num
-    gpu_util_percent_max: Num
-    gpu_mem_used_bytes_mean: Num
-    gpu_mem_used_bytes_max: Num
-    gpu_power_w_mean: Num
-    gpu_power_w_max: Num
-    cpu_percent_mean: Num
-    cpu_percent_max: Num
-    rss_bytes_mean: Num
-    rss_bytes_max: Num
-
-
-class Fingerprint(TypedDict, total=False):
-    """What makes two runs comparable: the software, the machine and how busy it was (advise compare
-    lists every difference; another device or GPU model makes two runs incomparable)."""
-
-    device: str
-    cpu_model: Optional[str]
-    cpu_count: Optional[int]
-    torch: Optional[str]
-    cuda: Optional[str]
-    python: Optional[str]
-    torch_threads: Optional[int]
-    argv: list[str]
-    platform: str
-    load_avg_1m_start: Annotated[Num, Meta(description="the machine's 1-minute load average before the script started")]
-    load_avg_1m_end: Num
-    gpu_name: Optional[str]
-    gpu_count: Optional[int]
-    driver_version: Optional[str]
-    gpu_max_sm_clock_mhz: Num
-    gpu_app_sm_clock_mhz: Num
-    gpu_app_mem_clock_mhz: Num
-    gpu_power_limit_w: Num
-
-
-class _ReportBase(TypedDict):
-    schema_version: Annotated[Literal[1], Meta(description="1: within a version fields are only added, never changed or removed")]
-    tool: Tool
-    status: Annotated[Status, Meta(description="how the run ended")]
-    error: Annotated[Optional[str], Meta(description="the script's error when status is not ok")]
-    traceback: Annotated[Optional[str], Meta(description="the script's traceback, without advise's frames")]
-    script: str
-    argv: Annotated[list[str], Meta(description="the script's own arguments")]
-    started_at: Annotated[str, Meta(description="ISO 8601, with the local offset")]
-    env: Env
-    step_source: Annotated[Optional[str], Meta(description="what marked the steps: optimizer, dataloader, backward, marker or "
-                                                           "trace")]
-    steps: list[Step]
-    throughput: Throughput
-    breakdown: Breakdown
-    memory: Memory
-    mfu: Optional[Mfu]
-    hta_breakdown: Optional[HtaBreakdown]
-    utilization: Utilization
-    observed: Annotated[dict, Meta(description="what the probe saw of the script: optimizers, DataLoaders, zero_grad calls "
-                                               "(open)")]
-    findings: Annotated[list[Finding], Meta(description="ranked as every renderer shows them: measured gain first")]
-    recommended: Annotated[Optional[Recommendation], Meta(description="the winners stacked and measured together, with the code "
-                                                                      "change for each")]
-    warnings: list[str]
-    artifacts: Annotated[dict[str, Any], Meta(description="the run dir's files, relative to it (analyze: the traces' absolute "
-                                                          "paths)")]
-
-
-class Report(_ReportBase, total=False):
-    """report.json: one run of `advise profile` (or `advise analyze`)."""
-
-    notes: Annotated[list[str], Meta(description="what the probe could not do and why, said once")]
-    wall_s: Annotated[Num, Meta(description="the profiled run")]
-    total_wall_s: Annotated[Num, Meta(description="the whole command: run, analysis and experiments")]
-    experiments: Optional[Experiments]
-    energy: Optional[Energy]
-    ranks: Annotated[list[Rank], Meta(description="each rank of a job (empty for one process)")]
-    fingerprint: Annotated[Fingerprint, Meta(description="advise profile: what makes two runs comparable (advise compare)")]
 
 
 # --- compare.json ------------------------------------------------------------------------------
@@ -282,7 +167,27 @@ _BLOCKS = {c.__name__: c for c in _subclasses(Block)}
 # Objects whose keys are open (they hold what the run saw, or more keys may come): never closed.
 OPEN = {"Env"}
 
-SCHEMAS = {"report": (Report, SCHEMA_VERSION), "compare": (Compare, COMPARE_SCHEMA_VERSION),
+def published(struct: type[msgspec.Struct]) -> type[msgspec.Struct]:
+    """`struct` as its JSON Schema describes it: each field's :class:`advisor.report.Published` type
+    where it has one (the struct reads some fields more loosely than report.json promises them), its
+    description kept, the fields in alphabetical order (the order of report.json's schema since
+    version 1) and the struct's docstring its description."""
+    hints = typing.get_type_hints(struct, include_extras=True)
+    fields = []
+    for name in sorted(struct.__struct_fields__):
+        kind = hints[name]
+        if get_origin(kind) is Annotated:
+            base, *extras = get_args(kind)
+            said = [x.kind for x in extras if isinstance(x, Published)]
+            metas = tuple(x for x in extras if isinstance(x, Meta))
+            kind = said[0] if said else base
+            if metas:
+                kind = Annotated[(kind,) + metas]
+        fields.append((name, kind))
+    return msgspec.defstruct(struct.__name__, fields, namespace={"__doc__": struct.__doc__}, module=__name__)
+
+
+SCHEMAS = {"report": (published(Report), SCHEMA_VERSION), "compare": (Compare, COMPARE_SCHEMA_VERSION),
            "summary": (Summary, 1)}
 BASE_URL = "https://advise.dev/schema"  # the $id's base; the files ship in advisor/schemas/
 

@@ -22,6 +22,7 @@ from advisor.gate import compare as cmp
 from advisor.gate import fingerprint, opdiff, sequential
 from advisor.gate.ab import ABResult, fast_step, fast_throughput
 from advisor.commands.cli import main
+from advisor.report import Report
 from advisor.trace import load_trace
 from conftest import WORKLOADS, advise_cmd, trace_path
 
@@ -111,8 +112,8 @@ def simulated_step_rounds(rng, n, slowdown, steps=150, gap=250):
             load = np.where(hit, rng.uniform(1.5, 2.5), 1.0)
             t = 0.013 * np.exp(0.07 * rng.standard_normal()) * load * np.exp(0.05 * np.abs(rng.standard_normal(steps)))
             t = t * (slowdown if side == "c" else 1.0)
-            (base if side == "b" else cand).append({"steps": [{"duration_s": float(x)} for x in t],
-                                                     "throughput": {"step_time_median_s": float(np.median(t))}})
+            (base if side == "b" else cand).append(Report.of({"steps": [{"duration_s": float(x)} for x in t],
+                                                               "throughput": {"step_time_median_s": float(np.median(t))}}))
     return base, cand
 
 
@@ -129,19 +130,19 @@ def step_gate(rng, slowdown, figure, plan=(6, 9, 12)):
 def test_a_run_is_read_from_its_fast_steps():
     """A burst over part of a run moves its median, not its fast steps; the report's median when it lists too few."""
     steps = [0.010] * 40 + [0.020] * 60  # a neighbour on for 60% of the run doubles those steps
-    report = {"steps": [{"duration_s": d} for d in steps] + [{"duration_s": 5.0, "profiled": True}] * 10,
-              "throughput": {"step_time_median_s": 0.020, "samples_per_s": 64 / 0.016, "steps_per_s": 1 / 0.016}}
+    report = Report.of({"steps": [{"duration_s": d} for d in steps] + [{"duration_s": 5.0, "profiled": True}] * 10,
+                        "throughput": {"step_time_median_s": 0.020, "samples_per_s": 64 / 0.016, "steps_per_s": 1 / 0.016}})
     assert np.median(steps) == 0.020 and fast_step(report) == pytest.approx(0.010)
     assert fast_throughput(report, "samples_per_s") == pytest.approx(6400)
     assert fast_throughput(report, "steps_per_s") == pytest.approx(100)
-    assert fast_step({"steps": [{"duration_s": 0.01}] * 3, "throughput": {"step_time_median_s": 0.02}}) == 0.02
+    assert fast_step(Report.of({"steps": [{"duration_s": 0.01}] * 3, "throughput": {"step_time_median_s": 0.02}})) == 0.02
 
 
 def test_fast_steps_keep_the_error_rate_and_catch_what_the_median_misses():
     """Step by step, a neighbour that covers parts of runs: the gate on the fast steps stays within alpha on A/A
     and catches a 10% slowdown far more often than the same gate on each run's median step."""
     rng = np.random.default_rng(3)
-    median = lambda r: r["throughput"]["step_time_median_s"]  # noqa: E731
+    median = lambda r: r.throughput.step_time_median_s  # noqa: E731
     same = [step_gate(rng, 1.0, fast_step) for _ in range(150)]
     fast = [step_gate(rng, 1.10, fast_step) for _ in range(60)]
     slow = [step_gate(rng, 1.10, median) for _ in range(60)]
@@ -245,8 +246,8 @@ def test_rounds_of_another_length_make_no_a_a_pair():
 
 # --- the fingerprint ---------------------------------------------------------------------------
 
-def report_with(**fp):
-    return {"script": "train.py", "argv": [], "env": {"device": fp.get("device", "cpu")}, "fingerprint": fp}
+def report_with(**fp) -> Report:
+    return Report.of({"script": "train.py", "argv": [], "env": {"device": fp.get("device", "cpu")}, "fingerprint": fp})
 
 
 def test_fingerprint_differences_another_gpu_is_invalid_the_rest_warn():

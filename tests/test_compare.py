@@ -15,10 +15,16 @@ import pytest
 from click.testing import CliRunner
 
 from advisor.gate import compare as cmp
+from advisor.report import Report
 from advisor.analysis import stats, steptime
 from advisor.commands.cli import main
 
 MiB = 2**20
+
+
+def compare(baseline: dict, current: dict, **options) -> cmp.Comparison:
+    """cmp.compare of two report.json dicts, typed as load_report reads them."""
+    return cmp.compare(Report.of(baseline), Report.of(current), **options)
 
 
 def make_report(step_ms, *, batch=32, script="train.py", device="cpu", device_name="x86_64", status="ok",
@@ -82,13 +88,13 @@ def test_ratio_cis_cover_the_true_ratio_and_are_deterministic():
 # --- the gate ------------------------------------------------------------------------------
 
 def test_identical_reruns_pass():
-    result = cmp.compare(make_report(noisy(seed=1)), make_report(noisy(seed=2)))
+    result = compare(make_report(noisy(seed=1)), make_report(noisy(seed=2)))
     assert not result.failed and result.exit_code == 0
     assert {m.verdict for m in result.metrics if m.gated} == {cmp.OK}
 
 
 def test_twice_as_slow_is_a_regression():
-    result = cmp.compare(make_report(noisy(seed=1)), make_report(noisy(80, seed=2)))
+    result = compare(make_report(noisy(seed=1)), make_report(noisy(80, seed=2)))
     assert result.exit_code == 3
     assert [m.name for m in result.regressions] == ["throughput", "step_time_median"]
     tput = metric(result, "throughput")
@@ -98,12 +104,12 @@ def test_twice_as_slow_is_a_regression():
 
 def test_ten_percent_slower_fails_at_five_percent_and_passes_at_twenty():
     base, cur = make_report(noisy(seed=1, cv=0.02)), make_report(noisy(44, seed=2, cv=0.02))
-    assert cmp.compare(base, cur, max_regression=0.05).exit_code == 3
-    assert cmp.compare(base, cur, max_regression=0.20).exit_code == 0
+    assert compare(base, cur, max_regression=0.05).exit_code == 3
+    assert compare(base, cur, max_regression=0.20).exit_code == 0
 
 
 def test_small_but_significant_slowdown_is_below_the_threshold():
-    result = cmp.compare(make_report(noisy(seed=1, cv=0.01)), make_report(noisy(41.2, seed=2, cv=0.01)))
+    result = compare(make_report(noisy(seed=1, cv=0.01)), make_report(noisy(41.2, seed=2, cv=0.01)))
     step = metric(result, "step_time_median")
     assert step.p_value < 1e-6 and step.verdict == cmp.OK and result.exit_code == 0
 
@@ -112,16 +118,16 @@ def test_slower_beyond_the_threshold_but_not_significant_passes_with_a_note():
     # 12 steps each, 40% noise: the ratio is beyond 10% by chance, the ranks say nothing.
     base = make_report([40, 41, 39, 42, 38, 40, 41, 39, 40, 42, 38, 40])
     cur = make_report([40, 60, 39, 62, 38, 61, 41, 39, 40, 63, 38, 40])
-    step, tput = metric(cmp.compare(base, cur), "step_time_median"), metric(cmp.compare(base, cur), "throughput")
+    step, tput = metric(compare(base, cur), "step_time_median"), metric(compare(base, cur), "throughput")
     assert tput.verdict == cmp.NOT_SIGNIFICANT and "median step" in tput.note
     assert step.verdict == cmp.OK
-    assert cmp.compare(base, cur).exit_code == 0
+    assert compare(base, cur).exit_code == 0
 
 
 def test_typical_step_slower_but_not_significant_is_inconclusive_not_a_pass():
     base = make_report([30, 50, 35, 45, 40, 38, 42, 60])
     cur = make_report([35, 55, 40, 52, 47, 44, 48, 62])  # median +16%, the ranks overlap
-    result = cmp.compare(base, cur)
+    result = compare(base, cur)
     step = metric(result, "step_time_median")
     assert step.change > 0.10 and step.p_value > 0.01
     assert step.verdict == cmp.INCONCLUSIVE and "cannot tell" in step.note
@@ -134,14 +140,14 @@ def test_typical_step_slower_but_not_significant_is_inconclusive_not_a_pass():
 def test_outlier_steps_do_not_fail_the_gate():
     """A neighbour's burst: 3 of 30 steps take 3x. The typical step does not change, and the throughput
     leaves the stalled steps out (with them the mean would drop 20%)."""
-    result = cmp.compare(make_report(noisy(seed=1)), make_report(noisy(seed=2, outliers=3)))
+    result = compare(make_report(noisy(seed=1)), make_report(noisy(seed=2, outliers=3)))
     tput = metric(result, "throughput")
     assert abs(tput.change) < 0.05 and tput.verdict == cmp.OK
     assert result.exit_code == 0
 
 
 def test_too_few_steps_fall_back_to_the_ratio_and_say_so():
-    result = cmp.compare(make_report([40, 41, 40]), make_report([80, 81, 80]))
+    result = compare(make_report([40, 41, 40]), make_report([80, 81, 80]))
     assert not result.testable and result.exit_code == 3
     assert any("too few" in w for w in result.warnings) and "ratio alone" in result.rule
 
@@ -151,19 +157,19 @@ def test_profiled_steps_are_left_out_like_the_reports_throughput():
     base = make_report(noisy(seed=1, n=20), profiled=range(15, 20))
     slow_window = noisy(seed=2, n=20)
     slow_window[15:] = [200.0] * 5
-    result = cmp.compare(base, make_report(slow_window, profiled=range(15, 20)))
+    result = compare(base, make_report(slow_window, profiled=range(15, 20)))
     assert result.n_baseline == result.n_current == 15 and result.exit_code == 0
 
 
 def test_faster_is_an_improvement_not_a_failure():
-    result = cmp.compare(make_report(noisy(seed=1)), make_report(noisy(30, seed=2)))
+    result = compare(make_report(noisy(seed=1)), make_report(noisy(30, seed=2)))
     assert metric(result, "throughput").verdict == cmp.IMPROVEMENT and result.exit_code == 0
 
 
 def test_throughput_is_per_sample_when_the_batch_size_changes():
     base = make_report(noisy(seed=1), batch=32)
     cur = make_report(noisy(70, seed=2), batch=64)  # 75% longer steps, twice the samples: faster per sample
-    result = cmp.compare(base, cur)
+    result = compare(base, cur)
     assert metric(result, "throughput").verdict == cmp.IMPROVEMENT
     assert metric(result, "step_time_median").verdict == cmp.REGRESSION
     assert any("batch sizes differ" in w for w in result.warnings)
@@ -171,12 +177,12 @@ def test_throughput_is_per_sample_when_the_batch_size_changes():
 
 def test_memory_gates_only_when_clearly_higher():
     steps = noisy(seed=1)
-    gpu = cmp.compare(make_report(steps, peak_allocated=2048 * MiB), make_report(steps, peak_allocated=3072 * MiB))
+    gpu = compare(make_report(steps, peak_allocated=2048 * MiB), make_report(steps, peak_allocated=3072 * MiB))
     assert metric(gpu, "peak_memory").verdict == cmp.REGRESSION and gpu.exit_code == 3
     assert metric(gpu, "peak_memory").label == "peak GPU memory"
-    small = cmp.compare(make_report(steps, rss=100 * MiB), make_report(steps, rss=140 * MiB))  # +40% but 40 MiB
+    small = compare(make_report(steps, rss=100 * MiB), make_report(steps, rss=140 * MiB))  # +40% but 40 MiB
     assert metric(small, "peak_memory").verdict == cmp.OK
-    within = cmp.compare(make_report(steps, rss=1000 * MiB), make_report(steps, rss=1150 * MiB))  # +15%
+    within = compare(make_report(steps, rss=1000 * MiB), make_report(steps, rss=1150 * MiB))  # +15%
     assert metric(within, "peak_memory").verdict == cmp.OK and within.exit_code == 0
 
 
@@ -189,20 +195,20 @@ def test_cpu_runs_compare_the_process_trees_peak_on_a_basis_both_have():
         report["memory"] = {k: v for k, v in (("peak_pss_bytes", pss), ("peak_rss_bytes", rss)) if v is not None}
         return report
 
-    both = cmp.compare(cpu(pss=1000 * MiB, rss=3000 * MiB), cpu(pss=1500 * MiB, rss=3100 * MiB))
+    both = compare(cpu(pss=1000 * MiB, rss=3000 * MiB), cpu(pss=1500 * MiB, rss=3100 * MiB))
     row = metric(both, "peak_memory")
     assert row.label == "peak memory (PSS of the script's processes)" and row.verdict == cmp.REGRESSION
     assert row.baseline == 1000 * MiB and row.current == 1500 * MiB
-    older = cmp.compare(cpu(rss=3000 * MiB), cpu(pss=1500 * MiB, rss=3100 * MiB))  # a baseline without PSS
+    older = compare(cpu(rss=3000 * MiB), cpu(pss=1500 * MiB, rss=3100 * MiB))  # a baseline without PSS
     row = metric(older, "peak_memory")
     assert row.label == "peak RSS of the script's processes" and row.verdict == cmp.OK
-    oldest = cmp.compare(make_report(steps, rss=300 * MiB), cpu(pss=150 * MiB, rss=310 * MiB))  # before `memory` had it
+    oldest = compare(make_report(steps, rss=300 * MiB), cpu(pss=150 * MiB, rss=310 * MiB))  # before `memory` had it
     assert metric(oldest, "peak_memory").label == "peak RSS" and metric(oldest, "peak_memory").baseline == 300 * MiB
-    assert cmp.peak_memory(cpu(pss=1000 * MiB, rss=3000 * MiB)) == (1000 * MiB, "peak memory (PSS of the script's processes)")
+    assert cmp.peak_memory(Report.of(cpu(pss=1000 * MiB, rss=3000 * MiB))) == (1000 * MiB, "peak memory (PSS of the script's processes)")
 
 
 def test_data_wait_and_p90_are_reported_not_gated():
-    result = cmp.compare(make_report(noisy(seed=1), data_wait=0.05), make_report(noisy(seed=2), data_wait=0.40))
+    result = compare(make_report(noisy(seed=1), data_wait=0.05), make_report(noisy(seed=2), data_wait=0.40))
     wait = metric(result, "data_wait_frac")
     assert not wait.gated and wait.change == pytest.approx(0.35) and wait.note
     assert not metric(result, "step_time_p90").gated and result.exit_code == 0
@@ -214,11 +220,11 @@ PR = {"rule": "fp32-matmul", "code": "PR001", "severity": "medium", "title": "ma
 
 def test_a_new_finding_warns_and_fails_only_when_asked():
     base, cur = make_report(noisy(seed=1), findings=[PR]), make_report(noisy(seed=2), findings=[DL])
-    result = cmp.compare(base, cur)
+    result = compare(base, cur)
     assert [f["code"] for f in result.new_findings] == ["DL001"]
     assert [f["code"] for f in result.resolved_findings] == ["PR001"]
     assert result.exit_code == 0
-    assert cmp.compare(base, cur, fail_on_new_findings=True).exit_code == 3
+    assert compare(base, cur, fail_on_new_findings=True).exit_code == 3
 
 
 # --- compatibility and input ---------------------------------------------------------------
@@ -237,16 +243,16 @@ def test_same_script_from_another_checkout():
 def test_incompatible_runs_are_refused_unless_forced(change, message):
     base, cur = make_report(noisy(seed=1)), make_report(noisy(seed=2), **change)
     with pytest.raises(cmp.CompareError, match=message):
-        cmp.compare(base, cur)
-    forced = cmp.compare(base, cur, force=True)
+        compare(base, cur)
+    forced = compare(base, cur, force=True)
     assert any(message in w and "--force" in w for w in forced.warnings)
 
 
 def test_another_gpu_model_is_incompatible_another_cpu_model_is_a_warning():
     gpu = dict(device="cuda", peak_allocated=MiB)
     with pytest.raises(cmp.CompareError, match="different GPU models"):
-        cmp.compare(make_report(noisy(), device_name="NVIDIA A100", **gpu), make_report(noisy(), device_name="NVIDIA H100", **gpu))
-    result = cmp.compare(make_report(noisy(), device_name="x86_64"), make_report(noisy(), device_name="aarch64"))
+        compare(make_report(noisy(), device_name="NVIDIA A100", **gpu), make_report(noisy(), device_name="NVIDIA H100", **gpu))
+    result = compare(make_report(noisy(), device_name="x86_64"), make_report(noisy(), device_name="aarch64"))
     assert any("different CPU models" in w for w in result.warnings)
 
 

@@ -24,6 +24,7 @@ from conftest import FAST, WORKLOADS, advise_cmd
 from advisor.reports import format as fmt
 from advisor.model import Finding
 from advisor.profile import Profile
+from advisor.report import Report
 from advisor.reports import charts, run_view
 from advisor.reports.html import render_html, write_html
 from advisor.reports.page import build_page
@@ -202,7 +203,7 @@ def test_a_run_that_did_not_end_well_still_gets_a_report(tmp_path, status, error
     report.update(status=status, error=error, findings=[], recommended=None, experiments=None,
                   traceback='Traceback (most recent call last):\n  File "train.py", line 3\nValueError: planted' if status == "failed" else None)
     (run_dir / "script.log").write_text("".join(f"line {i}\n" for i in range(50)))
-    html = write_html(report, run_dir, Profile.from_run_dir(run_dir)).read_text()
+    html = write_html(Report.of(report), run_dir, Profile.from_run_dir(run_dir)).read_text()
     text = text_of(html)
     assert f'class="verdict status-{"bad" if status in ("failed", "timeout") else "warn"}"' in html
     assert headline in text and error in text and "What happened" in text
@@ -217,7 +218,7 @@ def test_a_run_that_did_not_end_well_still_gets_a_report(tmp_path, status, error
 def test_a_run_with_nothing_measured_renders(tmp_path):
     report = {"schema_version": 1, "status": "failed", "error": "the script's process was killed by signal SIGKILL",
               "script": "train.py", "argv": [], "steps": [], "findings": [], "artifacts": {"report_json": "report.json"}}
-    html = write_html(report, tmp_path).read_text()
+    html = write_html(Report.of(report), tmp_path).read_text()
     text = text_of(html)
     assert "killed by signal SIGKILL" in text and "No measured step was recorded" in text
     assert "No breakdown: no timed steps." in text and "no sampler data in this run" in text
@@ -295,7 +296,7 @@ def test_a_long_run_stays_small(tmp_path):
     report.update(steps=[{k: v for k, v in s.items() if not k.startswith("t_")} for s in steps],
                   artifacts={"report_json": "report.json", "samples_csv": "samples.csv", "steps_csv": "steps.csv"})
     profile = Profile.from_run_dir(run_dir)
-    html = write_html(report, run_dir, profile).read_text()
+    html = write_html(Report.of(report), run_dir, profile).read_text()
     assert len(html.encode()) < 500_000, len(html.encode())
     page = build_page(report, profile)
     assert len(page.step_chart.bars) <= 3 * charts.MAX_STEP_BARS and "every 9th step shown" in page.step_chart.note
@@ -601,7 +602,7 @@ def assert_sections_visible(browser):
 def test_chromium_shows_the_full_report_offline(browser, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(GOLD_RUN, run_dir)
-    page = write_html(gold_report(), run_dir, Profile.from_run_dir(run_dir), gold_docs())
+    page = write_html(Report.of(gold_report()), run_dir, Profile.from_run_dir(run_dir), gold_docs())
     for scheme in ("light", "dark"):
         loaded = open_page(browser, page, scheme)
         assert loaded.console == [] and loaded.requests == [] and loaded.resources == []
@@ -618,7 +619,7 @@ def test_chromium_shows_the_full_report_offline(browser, tmp_path):
 def test_chromium_prints_it(browser, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(GOLD_RUN, run_dir)
-    open_page(browser, write_html(gold_report(), run_dir, Profile.from_run_dir(run_dir), gold_docs()))
+    open_page(browser, write_html(Report.of(gold_report()), run_dir, Profile.from_run_dir(run_dir), gold_docs()))
     pdf = base64.b64decode(browser.execute_cdp_cmd("Page.printToPDF", {"printBackground": True})["data"])
     assert pdf.startswith(b"%PDF") and len(pdf) > 20_000
     (tmp_path / "report.pdf").write_bytes(pdf)
@@ -668,7 +669,7 @@ def test_chromium_shows_the_recommendation_only_when_report_json_has_one(browser
         report["recommended"] = None
     run_dir = tmp_path / "run"
     shutil.copytree(GOLD_RUN, run_dir)
-    open_page(browser, write_html(report, run_dir, Profile.from_run_dir(run_dir), gold_docs()))
+    open_page(browser, write_html(Report.of(report), run_dir, Profile.from_run_dir(run_dir), gold_docs()))
     blocks = browser.find_elements(By.CSS_SELECTOR, "#experiments .recommended")
     gain = _header_gain(browser)
     if with_recommendation:
@@ -708,7 +709,7 @@ def test_copy_button_does_not_raise(browser, tmp_path):
 
     run_dir = tmp_path / "run"
     shutil.copytree(GOLD_RUN, run_dir)
-    open_page(browser, write_html(gold_report(), run_dir, Profile.from_run_dir(run_dir), gold_docs()))
+    open_page(browser, write_html(Report.of(gold_report()), run_dir, Profile.from_run_dir(run_dir), gold_docs()))
     button = browser.find_element(By.CSS_SELECTOR, ".snippet .copy")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", button)
     button.click()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from advisor.profile import Profile
+from advisor.report import Report
 from advisor.reports.markdown import code, escape, fence, markdown_for
 
 RUN_DIR = Path(__file__).parent / "gold" / "rundir"
@@ -19,7 +20,7 @@ def gold_report() -> dict:
 
 
 def test_summary_has_the_verdict_findings_and_recommendation():
-    md = markdown_for(gold_report(), Profile.from_run_dir(RUN_DIR))
+    md = markdown_for(Report.of(gold_report()), Profile.from_run_dir(RUN_DIR))
     assert md.startswith("## advise: ok · `train.py`\n")
     assert "| throughput | **812.7 samples/s** (over 15 steps outside the profiler) |" in md
     assert "| step breakdown | data wait 41% · forward/backward 53% · optimizer 5% |" in md
@@ -34,7 +35,7 @@ def test_a_failed_run_says_so_with_its_traceback():
     report = gold_report()
     report.update(status="failed", error="ValueError: boom", traceback="Traceback ...\nValueError: boom\n", findings=[],
                   recommended=None)
-    md = markdown_for(report, Profile.from_run_dir(RUN_DIR))
+    md = markdown_for(Report.of(report), Profile.from_run_dir(RUN_DIR))
     assert md.startswith("## advise: failed · `train.py`\n\nThe script failed.")
     assert "**error:** ValueError: boom" in md
     assert "<details><summary>the script's traceback</summary>\n\n```\nTraceback ...\nValueError: boom\n```" in md
@@ -66,7 +67,7 @@ def test_hostile_report_fields_never_become_markup():
     report = gold_report()
     report.update(script=f"/x/{hostile}.py", error=hostile, warnings=[hostile])
     report["findings"][0]["title"] = hostile
-    md = markdown_for(report, Profile.from_run_dir(RUN_DIR))
+    md = markdown_for(Report.of(report), Profile.from_run_dir(RUN_DIR))
     outside_code = re.sub(r"(`+)(?:(?!\1).)+\1", "", md)
     assert "<img" not in outside_code  # only inside a code span, where it is text
     assert "&lt;img src=x onerror=alert(1)&gt; \\| \\*\\*x\\*\\*" in md

@@ -184,7 +184,7 @@ def test_the_published_energy_sources_are_the_ones_metrics_names():
 
 
 def test_a_gpu_runs_terminal_names_its_step_clock_and_energy():
-    from advisor.report import Report
+    from advisor.report import Energy, Report
     from advisor.reports import words
 
     steps = [{"index": i, "duration_s": 0.0618, "host_s": 0.0131, "clock": "device"} for i in range(5)]
@@ -193,8 +193,8 @@ def test_a_gpu_runs_terminal_names_its_step_clock_and_energy():
     report = Report.of({"steps": steps, "energy": {**energy, "source": "energy-counter"}})
     assert words.step_clock_words(report) == " on the device (Python queued it in 13.1 ms)"
     assert words.energy_words(report.energy) == ("1.25 J/sample", "323.6 W mean over 309.0 ms, NVML energy counter")
-    assert words.energy_words({**energy, "source": "power-samples"})[1].endswith(", NVML power samples")
-    assert words.energy_words(energy)[1].endswith(", NVML")  # a report from before the source was said
+    assert words.energy_words(Energy.of({**energy, "source": "power-samples"}))[1].endswith(", NVML power samples")
+    assert words.energy_words(Energy.of(energy))[1].endswith(", NVML")  # a report from before the source was said
     cpu = Report.of({"steps": [{"index": 0, "duration_s": 0.01, "host_s": 0.01, "clock": "host"}]})
     assert words.step_clock_words(cpu) == "" and words.energy_words(cpu.energy) == ("", "")
 

@@ -14,6 +14,7 @@ from rich.console import Console
 from advisor.engine import Settings, run_rules
 from advisor.model import Finding
 from advisor.profile import Profile
+from advisor.report import Report
 from advisor.reports import terminal
 from advisor.reports.html import render_html
 from advisor.reports.markdown import markdown_for
@@ -138,4 +139,4 @@ def test_a_report_without_locations_still_reads_and_the_card_and_summary_list_th
     html = render_html(build_page(report, Profile.from_run_dir(gold), {}))
     assert '<code title="/home/u/train.py">train.py:42</code> in <code>step</code>' in html
     assert "(.item(), 3 calls)" in html
-    assert "at `train.py:42` in `step`" in markdown_for(report, Profile.from_run_dir(gold)).splitlines()
+    assert "at `train.py:42` in `step`" in markdown_for(Report.of(report), Profile.from_run_dir(gold)).splitlines()

@@ -16,6 +16,7 @@ import pytest
 
 from advisor.analysis.temporal import CATEGORIES, for_ranks, hta_breakdown
 from advisor.trace import load_trace
+from advisor.report import Report
 from advisor.reports.hta_view import hta_tables
 from conftest import advise_cmd, trace_path
 
@@ -84,7 +85,7 @@ def test_nccl_trace_splits_communication_and_steps_add_up():
 def test_no_gpu_no_breakdown():
     assert hta_breakdown(load_trace(trace_path(CPU_ONLY))) is None
     assert hta_breakdown(None) is None
-    assert hta_tables({"hta_breakdown": None}) == []
+    assert hta_tables(Report(hta_breakdown=None)) == []
 
 
 @pytest.mark.parametrize("rel", [RESNET, SAMPLED])

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from advisor.model import Experiment, Finding, Fix, Severity, Verdict
 from advisor.reports import terminal
+from advisor.report import Report
 
 GOLD_RUN = Path(__file__).parent / "gold" / "rundir"
 
@@ -51,7 +52,7 @@ def test_plain_progress_skipping_steps_still_shows_each_fifth():
 
 def summary(report: dict) -> str:
     con = Console(file=io.StringIO(), width=300, record=True, color_system=None)
-    terminal.print_summary(report, con)
+    terminal.print_summary(Report.of(report), con)
     return con.export_text()
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from advisor.model import Experiment, Finding, Fix, Recommendation, Severity, Verdict
 from advisor.profile import Profile
+from advisor.report import Mfu, Report, Throughput
 from advisor.reports import terminal, words
 from advisor.reports.markdown import render_markdown
 from advisor.reports.page import build_page
@@ -109,13 +110,13 @@ def test_the_outcome_is_one_line_whatever_happened():
     slower = Finding("a", "s", Severity.HIGH, {}, safe, code="DL001", experiment=exp(Verdict.SLOWER, 0.9, 0.85, 0.95))
     unclear = Finding("b", "s", Severity.LOW, {}, safe, code="OPT001", experiment=exp(Verdict.NO_CHANGE, 1.01, 0.97, 1.05))
     manual = Finding("c", "s", Severity.LOW, {}, Fix.manual("m", "+ x"), code="GPU003")
-    ran = {"status": "ok", "experiments": {"n_runs": 5}}
+    ran = Report.of({"status": "ok", "experiments": {"n_runs": 5}})
     assert words.outcome([], None, ran) == ("none: no bottleneck found", "not-run")
     assert words.outcome([slower, unclear, manual], None, ran) == \
         ("none: 2 fixes measured, none faster (1 slower, 1 no clear gain)", "unclear")
     assert words.outcome([manual], None, ran)[0] == "none: every fix found is a manual code change; nothing could be measured"
-    assert words.outcome([slower], None, {"status": "ok"})[0] == "none: experiments were off (--no-experiments)"
-    assert words.outcome([slower], None, {"status": "failed"})[0] == "none: the run did not finish"
+    assert words.outcome([slower], None, Report.of({"status": "ok"}))[0] == "none: experiments were off (--no-experiments)"
+    assert words.outcome([slower], None, Report.of({"status": "failed"}))[0] == "none: the run did not finish"
     rec = Recommendation(["a"], {}, verified=True, speedup=1.8, ci_low=1.66, ci_high=1.93)
     assert words.outcome([slower], rec, ran) == ("1.80× faster (95% CI 1.66–1.93×), verified", "verified")
 
@@ -159,16 +160,16 @@ def test_plural_and_memory_and_wall_words():
     assert words.memory_words({"peak_rss_bytes": 900 * 2**20, "basis": "rss"}) == \
         "900.0 MiB (RSS summed over the script's processes)"
     assert words.memory_words({}) == ""
-    report = {"wall_s": 4.6, "total_wall_s": 23.04, "experiments": {"n_runs": 5, "child_wall_s": 17.5}}
+    report = Report.of({"wall_s": 4.6, "total_wall_s": 23.04, "experiments": {"n_runs": 5, "child_wall_s": 17.5}})
     assert words.wall_words(report) == "took 23.04 s in all (the profiled run 4.60 s, experiments 17.50 s in 5 runs)"
-    assert words.wall_words({"wall_s": 4.6}) == "the profiled run took 4.60 s"
+    assert words.wall_words(Report.of({"wall_s": 4.6})) == "the profiled run took 4.60 s"
 
 
 def test_the_baseline_and_the_headline_are_told_apart():
-    note = words.baseline_vs_headline({"samples_per_s": 312.4}, {"runs": 4, "samples_per_s": 217.4})
+    note = words.baseline_vs_headline(Throughput(samples_per_s=312.4), {"runs": 4, "samples_per_s": 217.4})
     assert note.startswith("The experiments' baseline, 217.4 samples/s, is 30% below the headline 312.4 samples/s: "
                            "it was measured in 4 fresh runs of the script without the profiler")
-    assert words.baseline_vs_headline({"samples_per_s": 312.4}, {"samples_per_s": 320.0}) == ""  # within 5%
+    assert words.baseline_vs_headline(Throughput(samples_per_s=312.4), {"samples_per_s": 320.0}) == ""  # within 5%
 
 
 @pytest.mark.parametrize("check, text, state", [
@@ -187,7 +188,7 @@ def test_the_terminal_ranks_and_words_findings_as_the_page_does():
     report = json.loads((GOLD_RUN / "report.json").read_text())
     page = build_page(report, Profile.from_run_dir(GOLD_RUN))
     con = Console(file=io.StringIO(), width=400, record=True, color_system=None)
-    terminal.print_summary(report, con)
+    terminal.print_summary(Report.of(report), con)
     text = con.export_text()
     codes = [line.split()[0] for line in text.splitlines() if line.startswith("  ") and not line.startswith("   ")]
     assert codes == [f.code for f in page.findings] == ["DL001", "GPU004", "PR001", "GPU003", "MEM001", "OPT001"]
@@ -201,10 +202,10 @@ def test_the_terminal_ranks_and_words_findings_as_the_page_does():
 
 def test_mfu_is_said_against_the_dtype_peak_or_as_a_rate_alone():
     gpu = {"achieved_tflops": 5.62, "peak_tflops": 15.7, "mfu": 5.62 / 15.7, "dtype": "fp32"}
-    assert words.mfu_words(gpu) == ("35.8%", "5.62 TFLOP/s of the 15.7 TFLOP/s dense fp32 peak")
+    assert words.mfu_words(Mfu.of(gpu)) == ("35.8%", "5.62 TFLOP/s of the 15.7 TFLOP/s dense fp32 peak")
     cpu = {"achieved_tflops": 0.012, "peak_tflops": None, "mfu": None, "dtype": "fp32",
            "peak_source": "CPU run: no peak table for CPUs"}
-    assert words.mfu_words(cpu) == ("12.00 GFLOP/s achieved", "fp32; CPU run: no peak table for CPUs")
+    assert words.mfu_words(Mfu.of(cpu)) == ("12.00 GFLOP/s achieved", "fp32; CPU run: no peak table for CPUs")
     assert words.mfu_words(None) == ("", "")
 
 

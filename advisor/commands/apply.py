@@ -17,8 +17,8 @@ import click
 
 from .. import apply
 from ..analysis import sources as source_sites
-from ..model import Recommendation, findings_of, recommendation_of
-from ..report import ReportError, load_report
+from ..model import Recommendation, findings_of
+from ..report import Report, ReportError, load_report
 from ..reports import format as fmt
 from ..run_dir.atomic import write_text_atomic
 from .cli_exit import EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT, fail
@@ -40,12 +40,12 @@ def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, ro
         report = load_report(report_path)
     except ReportError as exc:
         fail(str(exc))
-    rec = recommendation_of(report)
+    rec = report.recommended
     if rec is None or not rec.overrides:
         fail(f"{report_path}: no recommended configuration to apply (no automatic fix was measured faster)")
     expected = {os.path.realpath(Path(rec.patch.root) / f.path): f.sha256 for f in rec.patch.files} if rec.patch else {}
     sources = source_sites.load(run_dir / "sources.json")
-    sites = apply.read_sites(report.get("observed"), sources, report.get("script"), [run_dir.resolve().parent])
+    sites = apply.read_sites(report.observed, sources, report.script, [run_dir.resolve().parent])
     patched = apply.build(rec.overrides, sites, expected=expected, command=apply.command_for(run_dir))
     for part in patched.patch.parts:
         for line in part.told:
@@ -77,14 +77,14 @@ def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, ro
     return code
 
 
-def _check(patched, rec: Recommendation, report: dict, sites, run_dir: Path, rounds: int, steps: int | None,
+def _check(patched, rec: Recommendation, report: Report, sites, run_dir: Path, rounds: int, steps: int | None,
            warmup: int | None) -> int:
     from ..apply import check as checking  # the gate's A/B: 210 ms (pandas, scipy), only for --check
     from ..gate import ab
 
     if not sites.main:
         fail("--check runs the script, and its file is not known (a module run, or it moved)")
-    measured = len(report.get("steps") or [])
+    measured = len(report.steps)
 
     def progress(side: str, index: int, round_report) -> None:
         label = "patched" if side == "candidate" else "unpatched"
@@ -92,7 +92,7 @@ def _check(patched, rec: Recommendation, report: dict, sites, run_dir: Path, rou
                    f"{fmt.time_s(round_report.throughput.step_time_median_s)}", err=True)
 
     try:
-        checked = checking.run(patched, rec, script=str(report.get("script") or ""), argv=list(report.get("argv") or []),
+        checked = checking.run(patched, rec, script=str(report.script or ""), argv=list(report.argv),
                                main=sites.main, run_dir=run_dir, rounds=rounds,
                                steps=steps or max(measured, MIN_CHECK_STEPS), warmup=warmup if warmup is not None else 5,
                                on_run=progress, findings=findings_of(report))

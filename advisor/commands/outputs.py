@@ -23,6 +23,7 @@ from ..run_dir.atomic import write_text_atomic
 
 if TYPE_CHECKING:
     from ..profile import Profile
+    from ..report import Report
 
 
 class RenderError(OneLineError):
@@ -124,7 +125,7 @@ def emit(report, as_json: bool, run_dir: str | None) -> None:
     render_report(RunReport(report, run_dir=run_dir), REPORT_JSON if as_json else TERMINAL)
 
 
-def saved_report(report, path: Path) -> RunReport:
+def saved_report(report: Report, path: Path) -> RunReport:
     """`advise report`'s document: the report read from `path`; the run's Profile and the rules'
     docs are read only for the renderers that ask (the page and the markdown)."""
 
@@ -132,7 +133,7 @@ def saved_report(report, path: Path) -> RunReport:
         from advisor.profile import Profile  # profile: 340 ms (pandas), only for the page and the markdown
         from advisor.trace import TraceError  # trace: 10 ms, only for report
 
-        trace = (report.get("artifacts") or {}).get("trace")
+        trace = report.artifacts.get("trace")
         found = Profile.from_run_dir(path.parent, _rank_of_trace(trace))
         if found.trace is None and trace and Path(trace).is_absolute() and Path(trace).is_file():
             try:  # `advise analyze --out`: the trace stays where the user keeps it

@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-import msgspec
 import numpy as np
 
 from . import compare, fingerprint, opdiff, sequential
@@ -173,17 +172,16 @@ def _measured(report: Report, name: str) -> list:
     return [getattr(s, name) for s in report.steps if not s.profiled]
 
 
-def fast_step(report: Report | dict) -> float | None:
+def fast_step(report: Report) -> float | None:
     """The run's step time from its fast steps (:func:`steptime.fast` of its measured, un-profiled
     steps); the report's median step where it lists too few such steps."""
-    report = Report.of(report)
     figure = fast(_measured(report, DURATION))
     return figure if figure is not None else report.throughput.step_time_median_s
 
 
-def cpu_step(report: Report | dict) -> float | None:
+def cpu_step(report: Report) -> float | None:
     """The training process's CPU time per step at its fast steps (:func:`steptime.fast` of `cpu_s`)."""
-    return fast(_measured(Report.of(report), CPU))
+    return fast(_measured(report, CPU))
 
 
 def cpu_bound(reports: list[Report], data: dict) -> tuple[bool, str]:
@@ -203,9 +201,8 @@ def cpu_bound(reports: list[Report], data: dict) -> tuple[bool, str]:
     return True, ""
 
 
-def fast_throughput(report: Report | dict, key: str) -> float | None:
+def fast_throughput(report: Report, key: str) -> float | None:
     """Throughput at the fast steps: the run's samples (or 1) per step over :func:`fast_step`."""
-    report = Report.of(report)
     tp, step = report.throughput, fast_step(report)
     if not step:
         return None
@@ -236,8 +233,8 @@ def run_round(side: str, checkout: Path, index: int, options: ABOptions, script:
     if proc.returncode in (130, 129, 143):
         raise KeyboardInterrupt
     try:
-        report = Report.of(load_report(run_dir / "report.json"))
-    except (ReportError, msgspec.ValidationError):
+        report = load_report(run_dir / "report.json")
+    except ReportError:
         last = (proc.stderr.strip().splitlines() or ["no report written"])[-1]
         raise RoundFailed(f"{side} round {index}: advise profile exited {proc.returncode}: {last}") from None
     if report.status != "ok":

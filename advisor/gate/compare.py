@@ -51,7 +51,9 @@ import pandas as pd
 
 from . import fingerprint
 from ..analysis import metrics, stats, steptime
-from ..report import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, Report, ReportError, load_report
+from ..model import Finding
+from ..report import (EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, Report, ReportContentError, ReportError,
+                      load_report)
 
 DEFAULT_MAX_REGRESSION = 0.10
 DEFAULT_MAX_MEMORY_REGRESSION = 0.20
@@ -203,18 +205,21 @@ def load(path: str | Path, role: str, *, force: bool = False) -> tuple[Report, l
         path = path / "report.json"
     warnings: list[str] = []
     try:
-        data = load_report(path)
+        report = load_report(path)
+    except ReportContentError as exc:
+        raise CompareError(f"{role}: {path}: not a report.json ({exc.cause})") from None
     except ReportError as exc:
         raw = _raw(path)
         if not (force and isinstance(raw, dict) and "schema_version" in raw):
             raise CompareError(f"{role}: {exc}") from None
-        data = raw
+        try:
+            report = load_report(path, any_version=True)
+        except ReportContentError as content:
+            raise CompareError(f"{role}: {path}: not a report.json ({content.cause})") from None
+        except ReportError as again:
+            raise CompareError(f"{role}: {again}") from None
         warnings.append(f"{role} has schema_version {raw['schema_version']} (this advise reads {SCHEMA_VERSION}); "
                         "compared anyway (--force)")
-    try:
-        report = Report.of(data)
-    except msgspec.ValidationError as exc:
-        raise CompareError(f"{role}: {path}: not a report.json ({exc})") from None
     if report.status != "ok":
         raise CompareError(f"{role}: {path}: the run's status is {report.status!r}, not 'ok'"
                            + (f" ({report.error})" if report.error else "") + ": nothing to compare")
@@ -251,13 +256,12 @@ def same_script(a: str | None, b: str | None) -> bool:
     return n > 0 and pa[-n:] == pb[-n:]
 
 
-def compatibility(baseline: Report | dict, current: Report | dict) -> tuple[list[str], list[str]]:
+def compatibility(baseline: Report, current: Report) -> tuple[list[str], list[str]]:
     """(problems, warnings): problems make the comparison meaningless (exit 2 unless --force).
 
     Every difference of the environment fingerprint (:mod:`advisor.gate.fingerprint`) is listed: another
     device or GPU model is a problem, the rest (CPU model, versions, clocks, arguments) warnings.
     """
-    baseline, current = Report.of(baseline), Report.of(current)
     problems: list[str] = []
     warnings: list[str] = []
     if not same_script(baseline.script, current.script):
@@ -270,8 +274,8 @@ def compatibility(baseline: Report | dict, current: Report | dict) -> tuple[list
 # --- the comparison ----------------------------------------------------------------------------
 
 def compare(
-    baseline: Report | dict,
-    current: Report | dict,
+    baseline: Report,
+    current: Report,
     *,
     max_regression: float = DEFAULT_MAX_REGRESSION,
     max_memory_regression: float = DEFAULT_MAX_MEMORY_REGRESSION,
@@ -281,9 +285,8 @@ def compare(
     baseline_path: str = "baseline",
     current_path: str = "current",
 ) -> Comparison:
-    """Compare two loaded reports (typed, or report.json dicts). Raises CompareError when
+    """Compare two loaded reports (:func:`advisor.report.load_report`). Raises CompareError when
     incompatible and not `force`."""
-    baseline, current = Report.of(baseline), Report.of(current)
     problems, warnings = compatibility(baseline, current)
     if problems and not force:
         raise CompareError("; ".join(problems) + " (--force compares anyway)")
@@ -402,9 +405,8 @@ MEMORY_FIGURES = (
 )
 
 
-def memory_figures(report: Report | dict) -> dict[str, tuple[float, str]]:
+def memory_figures(report: Report) -> dict[str, tuple[float, str]]:
     """Every peak memory figure `report` has: basis -> (bytes, label)."""
-    report = Report.of(report)
     out = {}
     for basis, label, read in MEMORY_FIGURES:
         value = read(report)
@@ -413,7 +415,7 @@ def memory_figures(report: Report | dict) -> dict[str, tuple[float, str]]:
     return out
 
 
-def peak_memory(report: Report | dict) -> tuple[float | None, str]:
+def peak_memory(report: Report) -> tuple[float | None, str]:
     """The run's peak memory figure and what it is: GPU peak allocated, else the CPU process
     tree's peak (PSS where it was read, else RSS)."""
     figures = memory_figures(report)
@@ -458,16 +460,16 @@ def _data_wait_metric(baseline: Report, current: Report) -> Metric | None:
     return row
 
 
-def _finding_key(finding: dict) -> str:
-    return str(finding.get("code") or finding.get("rule") or finding.get("title") or "")
+def _finding_key(finding: Finding) -> str:
+    return str(finding.code or finding.rule or finding.title or "")
 
 
 def _findings_diff(baseline: Report, current: Report) -> tuple[list[dict], list[dict]]:
-    def brief(f: dict) -> dict:
-        return {k: f.get(k) for k in ("code", "rule", "severity", "title")}
+    def brief(f: Finding) -> dict:
+        return {"code": f.code, "rule": f.rule, "severity": f.severity.value, "title": f.title}
 
-    fb = {_finding_key(f): f for f in baseline.findings if isinstance(f, dict)}
-    fc = {_finding_key(f): f for f in current.findings if isinstance(f, dict)}
+    fb = {_finding_key(f): f for f in baseline.findings}
+    fc = {_finding_key(f): f for f in current.findings}
     new = [brief(f) for k, f in fc.items() if k not in fb]
     resolved = [brief(f) for k, f in fb.items() if k not in fc]
     return new, resolved

@@ -17,7 +17,6 @@ import sys
 from dataclasses import dataclass
 
 from ..report import Report
-from ..run_dir.seen import Env
 
 # Facts whose difference makes a comparison meaningless: another accelerator is another machine.
 INVALIDATING = ("device", "gpu_name")
@@ -101,16 +100,16 @@ def gpu(index: int = 0) -> dict:
     return out
 
 
-def collect(env: Env, argv: list[str], *, load_start: float | None, with_gpu: bool) -> dict:
+def collect(env: dict, argv: list[str], *, load_start: float | None, with_gpu: bool) -> dict:
     """The run's fingerprint: the child's env (torch, threads, device) and the parent's view of the machine."""
     out = {
-        "device": env.device or "cpu",
+        "device": env.get("device") or "cpu",
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
-        "torch": env.torch,
-        "cuda": env.cuda,
-        "python": env.python or platform.python_version(),
-        "torch_threads": env.torch_threads,
+        "torch": env.get("torch"),
+        "cuda": env.get("cuda"),
+        "python": env.get("python") or platform.python_version(),
+        "torch_threads": env.get("torch_threads"),
         "argv": list(argv),
         "platform": sys.platform,
         "load_avg_1m_start": load_start,
@@ -118,13 +117,12 @@ def collect(env: Env, argv: list[str], *, load_start: float | None, with_gpu: bo
     }
     if with_gpu:
         out.update(gpu())
-        out.setdefault("gpu_name", env.device_name)
+        out.setdefault("gpu_name", env.get("device_name"))
     return out
 
 
-def of(report: Report | dict) -> dict:
+def of(report: Report) -> dict:
     """A report's fingerprint, completed from ``env`` (and ``argv``) for reports that predate it."""
-    report = Report.of(report)
     env = report.env
     fp = dict(report.fingerprint) if isinstance(report.fingerprint, dict) else {}
     fp.setdefault("device", env.get("device"))
@@ -150,7 +148,7 @@ class Difference:
         return f"different {self.what}: baseline {self.base!r}, current {self.current!r}"
 
 
-def differences(base: Report | dict, current: Report | dict) -> list[Difference]:
+def differences(base: Report, current: Report) -> list[Difference]:
     """Every fact two reports both record and that differs (fingerprints as :func:`of` reads them)."""
     a, b = of(base), of(current)
     out = []

@@ -124,9 +124,9 @@ def _num(x) -> float:
     return 0.0 if x is None or (isinstance(x, float) and np.isnan(x)) else float(x)
 
 
-def run_dir_trace(run_dir, report: Report | dict) -> TraceFrames | None:
+def run_dir_trace(run_dir, report: Report) -> TraceFrames | None:
     """The trace a run dir's report.json names (resolved inside the run dir), None without a readable one."""
-    name = Report.of(report).artifacts.get("trace")
+    name = report.artifacts.get("trace")
     if not name:
         return None
     try:

@@ -8,7 +8,7 @@ its words are the terminal's (:mod:`advisor.reports.words`), so the two never di
 
 from __future__ import annotations
 
-from advisor.model import Finding, estimated_speedup, findings_of, finite, recommendation_of
+from advisor.model import Finding, estimated_speedup, findings_of, finite
 from advisor.report import Report
 
 from . import words
@@ -35,11 +35,10 @@ def _finding(f: Finding) -> dict:
     }
 
 
-def summary(report: Report | dict, report_path: str) -> dict:
+def summary(report: Report, report_path: str) -> dict:
     """The short, stable summary of `report` (read from `report_path`)."""
-    report = Report.of(report)
     findings = findings_of(report)
-    rec = recommendation_of(report)
+    rec = report.recommended
     view = recommended_view(rec, findings)
     if view is not None and rec is not None:
         verdict = f"recommended: {view.fixes}: {view.result.sentence}"

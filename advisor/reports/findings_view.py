@@ -1,7 +1,7 @@
 """The findings, their experiments and the recommended configuration, ready to print.
 
 Read through the typed model (:func:`advisor.model.findings_of`, already in :func:`~advisor.model.rank`
-order, and :func:`~advisor.model.recommendation_of`); worded by :mod:`advisor.reports.words`,
+order, and the typed report's ``recommended``); worded by :mod:`advisor.reports.words`,
 so the page says what the terminal says.
 """
 

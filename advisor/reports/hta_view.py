@@ -41,9 +41,8 @@ class HtaTable:
     hta_line: str  # HTA's own three percentages, as its table prints them
 
 
-def hta_tables(report: Report | dict) -> list[HtaTable]:
+def hta_tables(report: Report) -> list[HtaTable]:
     """One table per rank; none when the trace has no GPU events."""
-    report = Report.of(report)
     ranks = (report.hta_breakdown.ranks or []) if report.hta_breakdown is not None else []
     return [_table(r, len(ranks) > 1) for r in ranks]
 

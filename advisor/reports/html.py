@@ -66,15 +66,15 @@ def render_html(page: Page) -> str:
     return environment().get_template("report.html.j2").render(page=page, css=css, js=js)
 
 
-def page_path(report: Report | dict, run_dir: str | Path) -> Path:
+def page_path(report: Report, run_dir: str | Path) -> Path:
     """Where a run's page goes: report.html beside report.json (report.rank1.html under torchrun), as
     the report's artifacts name it; refused when that name leads out of `run_dir`."""
-    artifacts = Report.of(report).artifacts
+    artifacts = report.artifacts
     name = artifacts.get("report_html") or str(Path(artifacts.get("report_json") or "report.json").with_suffix(".html"))
     return resolve_inside(run_dir, name, "artifacts.report_html")
 
 
-def write_html(report: Report | dict, run_dir: str | Path, profile=None, rule_docs: Mapping[str, str] = NO_DOCS,
+def write_html(report: Report, run_dir: str | Path, profile=None, rule_docs: Mapping[str, str] = NO_DOCS,
                path: str | Path | None = None) -> Path:
     """Render `report` into `path` (by default report.html in `run_dir`) and return where it went.
 

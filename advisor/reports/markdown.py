@@ -76,6 +76,6 @@ def render_markdown(page: Page) -> str:
     return re.sub(r"\n{3,}", "\n\n", text)
 
 
-def markdown_for(report: Report | dict, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> str:
+def markdown_for(report: Report, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> str:
     """The markdown summary of `report` (with the run's Profile, or None)."""
     return render_markdown(build_page(report, profile, rule_docs))

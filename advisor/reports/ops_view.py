@@ -45,10 +45,10 @@ class OpsTable:
     flops_column: bool
 
 
-def top_tables(report: Report | dict, profile) -> tuple[list[OpsTable], str]:
+def top_tables(report: Report, profile) -> tuple[list[OpsTable], str]:
     """The top CPU ops and, with a GPU trace, the top kernels; or why there are none."""
     if profile is None or profile.trace is None:
-        return [], _no_trace(Report.of(report), profile)
+        return [], _no_trace(report, profile)
     tables = profile.derived("top_tables", lambda: _tables(profile))
     return tables, "" if tables else "the trace holds no operators"
 

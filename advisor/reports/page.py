@@ -26,7 +26,7 @@ from pathlib import PurePath
 from types import MappingProxyType
 
 from advisor.reports import format as fmt
-from advisor.model import Finding, Recommendation, findings_of, recommendation_of
+from advisor.model import Finding, Recommendation, findings_of
 from advisor.report import Report, Throughput
 
 from . import charts, findings_view, hta_view, ops_view, roofline_view, run_view, timeline_view, words
@@ -128,7 +128,8 @@ class Page:
 
 
 def build_page(report: Report | dict, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> Page:
-    """The whole page from a report (the report.json contract, typed; a dict is read as one).
+    """The whole page from a report (the report.json contract, typed; a report.json's dict, as a
+    library caller may hold one, is read as one: :meth:`advisor.report.Report.of`).
 
     `profile` (an :class:`advisor.profile.Profile`, or None) adds the utilization timeline, the top
     ops and kernels, and a failed run's log tail; `rule_docs` maps rule names and/or codes to their
@@ -137,7 +138,7 @@ def build_page(report: Report | dict, profile=None, rule_docs: Mapping[str, str]
     report = Report.of(report)
     findings = findings_of(report)
     views = findings_view.finding_views(findings, rule_docs, words.experiments_state(report))
-    rec = recommendation_of(report)
+    rec = report.recommended
     recommended = findings_view.recommended_view(rec, findings)
     experiments = findings_view.experiment_rows(views)
     op_tables, ops_empty = ops_view.top_tables(report, profile)

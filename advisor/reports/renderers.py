@@ -46,7 +46,7 @@ class RunReport:
     (timeline, top ops, log tail) and the rules' documentation. Both are read the first time a
     renderer asks, so the agents' summary costs no pandas."""
 
-    report: Report | dict
+    report: Report
     run_dir: str | None = None  # the run dir as the user named it: the terminal summary's last line
     source: str | None = None  # the report file as the user named it: the agents' summary says it
     profile_of: Callable[[], Profile | None] = field(default=_no_profile, repr=False)

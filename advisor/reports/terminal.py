@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from advisor.reports import format as fmt
-from advisor.model import Finding, findings_of, recommendation_of
+from advisor.model import Finding, findings_of
 from advisor.overrides import describe
 from advisor.report import Report
 
@@ -190,18 +190,18 @@ def captured(con: Console, print_on: Callable[[Console], None]) -> str:
     return capture.get()
 
 
-def summary_text(report: Report | dict, con: Console, run_dir: str | None = None) -> str:
+def summary_text(report: Report, con: Console, run_dir: str | None = None) -> str:
     """The summary a user reads after `advise profile`, as `con` prints it; wrapped to the width where
     it is wrapped (:func:`wrapping`), with no value split across lines."""
-    typed, glued = Report.of(report), wrapping(con)
-    text = captured(con, lambda c: _print_summary(typed, c, run_dir, glued=glued))
+    glued = wrapping(con)
+    text = captured(con, lambda c: _print_summary(report, c, run_dir, glued=glued))
     return text.replace(_JOIN, " ") if glued else text  # the table's cells were glued too
 
 
-def print_summary(report: Report | dict, con: Console, run_dir: str | None = None) -> None:
+def print_summary(report: Report, con: Console, run_dir: str | None = None) -> None:
     """:func:`summary_text`, printed on `con`."""
     if not wrapping(con):
-        _print_summary(Report.of(report), con, run_dir)
+        _print_summary(report, con, run_dir)
         return
     con.file.write(summary_text(report, con, run_dir))
     con.file.flush()
@@ -258,7 +258,7 @@ def _print_summary(report: Report, con: Console, run_dir: str | None = None, glu
     for finding in findings:
         for line in finding_lines(finding, experiments):
             say(con, line, hang=0 if line.plain.startswith("      ") else 4)
-    rec = recommended_view(recommendation_of(report), findings)
+    rec = recommended_view(report.recommended, findings)
     if rec is not None:
         style = "bold green" if rec.result.state == "verified" else RESULT_STYLE.get(rec.result.state, "")
         say(con, Text.assemble(("recommended: ", "bold"), rec.fixes, "  ", (rec.result.sentence, style)))

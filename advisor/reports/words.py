@@ -10,6 +10,7 @@ renderer keys on: ``verified``, ``slower``, ``bad``, ``unclear``, ``not-run``, `
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from advisor.reports import format as fmt
 from advisor import overrides as vocabulary
@@ -217,20 +218,18 @@ UNTRIED = {
 }
 
 
-def from_trace(report: Report | dict) -> bool:
+def from_trace(report: Report) -> bool:
     """Whether `report` is `advise analyze`'s: its traces are named by absolute path (a profiled
     run's files are relative to its run dir), one or several (`rank_traces`), or it is named for its trace."""
-    report = Report.of(report)
     artifacts = report.artifacts
     trace = artifacts.get("trace")
     return ("rank_traces" in artifacts or (isinstance(trace, str) and os.path.isabs(trace))
             or bool(report.script) and report.script == trace)
 
 
-def experiments_state(report: Report | dict) -> str:
+def experiments_state(report: Report) -> str:
     """"ran" (report.json has an `experiments` block), "trace" (`advise analyze`: nothing to re-run),
     "off" (an ok run without one: --no-experiments) or "not-run" (the run did not end well)."""
-    report = Report.of(report)
     if report.experiments is not None:
         return "ran"
     if from_trace(report):
@@ -275,9 +274,8 @@ def fix_label(fix: Fix) -> str:
     return f"automatic; {applicability_words(fix.applicability)}"
 
 
-def no_findings(report: Report | dict) -> str:
+def no_findings(report: Report) -> str:
     """Why there is no finding: none fired, or none could (no profiled step, an unfinished run)."""
-    report = Report.of(report)
     if not report.ok:
         return "none: the rules need a finished measured window"
     steps = report.steps
@@ -286,13 +284,12 @@ def no_findings(report: Report | dict) -> str:
     return f"none: {NO_BOTTLENECK}"
 
 
-def outcome(findings: list[Finding], recommended: Measured | None, report: Report | dict) -> tuple[str, str]:
+def outcome(findings: list[Finding], recommended: Measured | None, report: Report) -> tuple[str, str]:
     """What the run concluded, in one line, and its state: the recommended configuration's result,
     else why there is none (`no bottleneck found`, `4 fixes measured, none faster`, ...)."""
     if recommended is not None:
         state, _ = state_and_label(recommended)
         return recommended_sentence(recommended), state
-    report = Report.of(report)
     if not report.ok:
         return "none: the run did not finish", "not-run"
     if not findings:
@@ -494,9 +491,8 @@ def applicability_words(applicability) -> str:
         return str(applicability or "")
 
 
-def throughput_basis(tp: Throughput | dict) -> str:
+def throughput_basis(tp: Throughput) -> str:
     """Which steps the throughput rests on: `over 15 steps outside the profiler`."""
-    tp = Throughput.of(tp)
     basis, n = tp.basis, tp.n_steps
     if basis == "unprofiled":
         return f"over {plural(n, 'step')} outside the profiler"
@@ -505,9 +501,8 @@ def throughput_basis(tp: Throughput | dict) -> str:
     return ""
 
 
-def baseline_vs_headline(tp: Throughput | dict, baseline: dict) -> str:
+def baseline_vs_headline(tp: Throughput, baseline: dict) -> str:
     """Why the experiments' baseline and the headline throughput differ, when they do by more than 5%."""
-    tp = Throughput.of(tp)
     for key, unit in (("samples_per_s", "samples/s"), ("steps_per_s", "steps/s")):  # noqa: B007  (unit: read after the break)
         head, base = finite(getattr(tp, key)), finite((baseline or {}).get(key))
         if head and base:
@@ -526,10 +521,9 @@ def baseline_vs_headline(tp: Throughput | dict, baseline: dict) -> str:
             "candidate with the baselines run beside it, never with the headline.")
 
 
-def wall_words(report: Report | dict) -> str:
+def wall_words(report: Report) -> str:
     """How long the run took: the whole `advise profile` (probe, analysis, experiments) when the
     report says so, with its parts; else the probe run alone, said as such."""
-    report = Report.of(report)
     total, probe = finite(report.total_wall_s), finite(report.wall_s)
     block = report.experiments
     exp_s, n_runs = (finite(block.child_wall_s), block.n_runs) if block is not None else (None, None)
@@ -545,9 +539,10 @@ def wall_words(report: Report | dict) -> str:
     return ""
 
 
-def memory_words(memory: Memory | dict | None) -> str:
+def memory_words(memory: dict[str, Any]) -> str:
     """Peak memory as the terminal and the page's header say it: the accelerator's peak of its
-    total; else the script's process tree's host memory, on the basis report.json names."""
+    total; else the script's process tree's host memory, on the basis report.json names. `memory`:
+    the report's memory block, an open dict as report.json has it (read here through :class:`Memory`)."""
     mem = Memory.of(memory)
     if finite(mem.peak_allocated_bytes) is not None:
         return f"{fmt.bytes_(mem.peak_allocated_bytes)} of {fmt.bytes_(mem.device_total_bytes)}"
@@ -577,10 +572,9 @@ def ranks_words(ranks: list[Rank]) -> str:
     return f"{len(ranks)} (figures above are rank 0's; median step per rank {steps}" + (f"; {', '.join(bad)}" if bad else "") + ")"
 
 
-def energy_words(energy: Energy | dict | None) -> tuple[str, str]:
+def energy_words(energy: Energy | None) -> tuple[str, str]:
     """The GPU's energy as (headline, detail): `3.1 J/sample` and `412 W mean over 5.2 s`."""
-    energy = Energy.of(energy)
-    if finite(energy.joules) is None:
+    if energy is None or finite(energy.joules) is None:
         return "", ""
     head = (f"{energy.joules_per_sample:.3g} J/sample" if finite(energy.joules_per_sample) is not None
             else f"{energy.joules_per_step:.3g} J/step")
@@ -602,10 +596,11 @@ def step_clock_words(report: Report) -> str:
     return f" on the device (Python queued it in {fmt.time_s(h)})" if h < 0.8 * d else " on the device"
 
 
-def mfu_words(mfu: Mfu | dict | None) -> tuple[str, str]:
+def mfu_words(mfu: Mfu | None) -> tuple[str, str]:
     """Model FLOPs utilization as (headline, detail): `35.8%` and `5.62 of 15.7 TFLOP/s, fp32 peak of
     the device`; a CPU run, or a device without a peak, gets the achieved rate alone."""
-    mfu = Mfu.of(mfu)
+    if mfu is None:
+        return "", ""
     tflops = finite(mfu.achieved_tflops)
     if tflops is None:
         return "", ""
