@@ -63,7 +63,7 @@ def analyze_traces(paths: list[Path], reads: ReadAhead, *, as_json: bool, out: P
     files = rank_trace_files(paths)
     _import_renderings()
     primary, summaries, traces = _read_ranks(files, reads)
-    others = [s for s in summaries if s["rank"] != primary.env["rank"]]
+    others = [s for s in summaries if s["rank"] != primary.env.rank]
     primary.ranks = [primary] + [to_profile(s) for s in others]
     for s in others:
         primary.meta["notes"] += [f"rank {s['rank']}: {note}" for note in s.get("notes") or []]
@@ -90,6 +90,7 @@ def _read_ranks(files: list[Path], reads: ReadAhead) -> tuple[Profile, list[dict
     A rank is the trace's distributedInfo rank, else the trace's position among `files`; two
     traces of one rank: one line, exit 2."""
     lowest: Profile | None = None
+    lowest_rank = 0
     summaries: dict[int, dict] = {}
     where: dict[int, Path] = {}
     for i, path in enumerate(files):
@@ -97,14 +98,14 @@ def _read_ranks(files: list[Path], reads: ReadAhead) -> tuple[Profile, list[dict
             profile = Profile.from_trace(path, read=reads.frames)
         except TraceError as exc:
             fail(str(exc))
-        rank = profile.env.get("rank")
+        rank = profile.env.rank
         rank = i if rank is None else int(rank)
         if rank in where:
             fail(f"{where[rank]} and {path} are both rank {rank}: give one trace per rank")
         where[rank] = path
-        summaries[rank] = summarize(profile, {"status": "trace"}, rank, 0)  # sets env["rank"]
-        if lowest is None or rank < lowest.env["rank"]:
-            lowest = profile  # the one kept whole; the others live on as their summaries
+        summaries[rank] = summarize(profile, {"status": "trace"}, rank, 0)  # sets env.rank
+        if lowest is None or rank < lowest_rank:
+            lowest, lowest_rank = profile, rank  # the one kept whole; the others live on as their summaries
         del profile
     assert lowest is not None  # trace_files gives at least one file
     return lowest, [summaries[r] for r in sorted(summaries)], {r: str(p) for r, p in where.items()}

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 
 from ..report import Report
+from ..run_dir.seen import Env
 
 # Facts whose difference makes a comparison meaningless: another accelerator is another machine.
 INVALIDATING = ("device", "gpu_name")
@@ -100,16 +101,16 @@ def gpu(index: int = 0) -> dict:
     return out
 
 
-def collect(env: dict, argv: list[str], *, load_start: float | None, with_gpu: bool) -> dict:
+def collect(env: Env, argv: list[str], *, load_start: float | None, with_gpu: bool) -> dict:
     """The run's fingerprint: the child's env (torch, threads, device) and the parent's view of the machine."""
     out = {
-        "device": env.get("device") or "cpu",
+        "device": env.device or "cpu",
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
-        "torch": env.get("torch"),
-        "cuda": env.get("cuda"),
-        "python": env.get("python") or platform.python_version(),
-        "torch_threads": env.get("torch_threads"),
+        "torch": env.torch,
+        "cuda": env.cuda,
+        "python": env.python or platform.python_version(),
+        "torch_threads": env.torch_threads,
         "argv": list(argv),
         "platform": sys.platform,
         "load_avg_1m_start": load_start,
@@ -117,7 +118,7 @@ def collect(env: dict, argv: list[str], *, load_start: float | None, with_gpu: b
     }
     if with_gpu:
         out.update(gpu())
-        out.setdefault("gpu_name", env.get("device_name"))
+        out.setdefault("gpu_name", env.device_name)
     return out
 
 
