@@ -305,6 +305,8 @@ class Memory(Block):
     peak_allocated_bytes: Annotated[Number, Meta(description="CUDA: torch.cuda.max_memory_allocated")] = None
     peak_reserved_bytes: Number = None
     device_total_bytes: Number = None
+    device_free_bytes: Annotated[Number, Meta(description="CUDA: free device memory when the probe started "
+                                                          "(torch.cuda.mem_get_info): other processes' use shows here")] = None
     peak_memory_bytes: Annotated[Number, Meta(description="the measured window's peak, by memory_basis")] = None
     memory_basis: Annotated[Optional[str], Meta(description="cuda-max-allocated, cpu-allocator or rss-high-water")] = None
     peak_rss_hwm_bytes: Number = None
