@@ -165,3 +165,17 @@ def test_the_agent_summary_is_short_stable_and_matches_the_report(advise, tmp_pa
     bad = subprocess.run(advise_cmd("report", "nowhere", "--format", "json"), cwd=tmp_path, capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_every_field_the_probe_writes_into_memory_is_in_the_published_memory_block():
+    """report.json's memory block is the probe's account copied over: a field only a CUDA run
+    writes (device_free_bytes) must be declared too, or every GPU report leaves the strict schema
+    (the H200 run's five teardown errors), which no CPU run would show."""
+    import msgspec
+
+    from advisor.report import Memory
+    from advisor.run_dir.seen import MemoryAccount
+
+    written = {f.encode_name for f in msgspec.structs.fields(MemoryAccount)}
+    declared = {f.encode_name for f in msgspec.structs.fields(Memory)}
+    assert written <= declared, sorted(written - declared)
