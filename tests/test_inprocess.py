@@ -455,6 +455,25 @@ def test_the_precision_ladder_is_one_sweep_and_its_best_verified_step_leads_the_
     assert rounds.recommended.overrides == {"autocast": "bfloat16"} and "stacked" not in rounds.arms
 
 
+def test_a_ladder_step_the_time_budget_ended_before_stays_in_the_sweep_as_not_measured(tmp_path):
+    """The H200's imagenet run: its budget ended after two of the three compile modes, and the third
+    was missing from the sweep as if never planned. Here the precision ladder's third step (both)
+    has no window before the budget ends: the sweep lists it, not measured, and why."""
+    finding, child = _precision(), Child(tmp_path)
+    rounds = Rounds(tmp_path)
+    first = rounds.start([finding], _profile())
+    both = next(a for a, arm in rounds.arms.items() if len(arm.point.overrides) == 2)
+    cut = next(k for k, w in enumerate(first) if w.arm == both)
+    assert all(w.arm != both for w in first[:cut]) and {w.arm for w in first[:cut]} - {"baseline"}
+    speed = {"a1": 0.1 / 2.8, "a2": 0.1 / 3.9}
+    rounds.end(child.run(0, first, lambda w: speed.get(w.arm, 0.10), stop_after=cut), out_of_time=True)
+    rows = {json.dumps(r["overrides"], sort_keys=True): r for r in finding.experiment.sweep}
+    assert len(rows) == 3, rows
+    last = rows['{"autocast": "bfloat16", "float32_matmul_precision": "high"}']
+    assert last["verdict"] == "not-measured" and last["speedup"] is None and "time budget" in last["reason"], last
+    assert finding.experiment.overrides == {"autocast": "bfloat16"} and finding.experiment.verified
+
+
 def _two_winners(tmp_path, stacked_speed: float, no_effect: dict | None = None):
     """DL001 at 2x and bf16 at 3.9x, both verified alone, then their stack measured at `stacked_speed`."""
     dl, bf16 = _dl001(), Finding("fp32", "s", "high", {}, Fix.unsafe("bf16", {"autocast": "bfloat16"}),

@@ -156,6 +156,9 @@ class ArmsSession:
                 exp.verified = False
                 if isinstance(exp, Experiment):
                     exp.verdict, exp.reason = Verdict.NOT_CONFIRMED, why
+            for row in getattr(exp, "sweep", None) or []:  # a ladder's other rungs were measured on the same busy machine
+                if row.get("verdict") == Verdict.FASTER.value:
+                    row["verdict"] = Verdict.NOT_CONFIRMED.value
         self.notes.append(why)
 
     def add_energy(self, samples: pd.DataFrame) -> None:

@@ -277,6 +277,13 @@ def sweep_row(point: Candidate, exp: Experiment, budget: float | None) -> dict:
             **({"fits": fits(exp, budget)} if budget else {})}
 
 
+def unmeasured_row(point: Candidate, why: str) -> dict:
+    """A value a sweep planned but could not measure (the run or its time budget ended first): in
+    the sweep with its reason, never left out as if it had not been part of the ladder."""
+    return {"label": point.label, "overrides": point.overrides, "speedup": None, "ci_low": None, "ci_high": None,
+            "verdict": Verdict.NOT_MEASURED.value, "reason": why}
+
+
 def sweep_winner(tried: list[tuple[Candidate, Experiment]], budget: float | None) -> tuple[Candidate, Experiment]:
     """The value to report from a sweep, for both schedulers: with a memory budget and a batch
     search, the largest batch that fits; else the verified value whose interval's low end is highest;

@@ -420,12 +420,16 @@ class Rounds:
         fitting: list[tuple[Candidate, Experiment, int]] = []  # memory fixes that bring an over-budget run within it
         by_candidate: dict[int | None, list[tuple[str, Candidate, Experiment]]] = {}
         for arm in arms:
+        untried: dict[int | None, list[dict]] = {}  # a sweep's values the run ended before: rows that say so
             candidate, point = self.arms[arm].candidate, self.arms[arm].point
             exp = self.outcome(results, arm)
             if isinstance(exp, Unmeasured):
                 if not exp.switchable:
                     self._to_fresh(candidate, exp.why)
                 continue
+                else:
+                    why = "the time budget ended before it was measured" if self.out_of_time else exp.why
+                    untried.setdefault(candidate.finding_index, []).append(judge.unmeasured_row(point, why))
             by_candidate.setdefault(candidate.finding_index, []).append((arm, point, exp))
         again: list[str] = []
         for tried in by_candidate.values():
@@ -439,7 +443,8 @@ class Rounds:
             if not final and not judge.settled(best):
                 again += [arm for arm, _, _ in tried]
                 continue
-            best.sweep = [judge.sweep_row(p, e, budget) for p, e in values] if len(values) > 1 else None
+            rows = [judge.sweep_row(p, e, budget) for p, e in values] + untried.get(candidate.finding_index, [])
+            best.sweep = rows if len(rows) > 1 else None
             judge.settle(finding, candidate, best, budget, self._winners, fitting)
         if fitting or self._fit_budget is None:
             self._winners, self._fit_budget = judge.with_fastest_fit(self._winners, fitting)

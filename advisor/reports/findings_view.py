@@ -229,6 +229,8 @@ def sweep_rows(exp: Experiment) -> list[SweepRow]:
                 state, label = "bad", "out of memory"
             elif point.get("fits") is False:
                 state, label = "bad", "over the memory budget"
+            elif point.get("reason"):  # a value the run or its time budget ended before
+                label = f"{label}: {point['reason']}"
             rows.append(SweepRow(str(point.get("label") or _compact_json(point.get("overrides"))), fmt.speedup(point.get("speedup")),
                                  fmt.interval(point.get("ci_low"), point.get("ci_high")), label, state))
     return rows
