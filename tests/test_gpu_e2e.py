@@ -49,9 +49,11 @@ def test_precision_fixes_are_timed_on_the_devices_clock(tmp_path):
     assert steps and all(s["clock"] == "device" for s in steps), steps[:2]
     assert sum(s["host_s"] for s in steps) < 0.8 * sum(s["duration_s"] for s in steps)  # the host ran ahead
     measured = _measured(report)
-    tf32 = measured['{"float32_matmul_precision": "high"}']
-    bf16 = measured['{"autocast": "bfloat16"}']
-    both = measured['{"autocast": "bfloat16", "float32_matmul_precision": "high"}']
+    said = (report["warnings"], [f.get("experiment") for f in report["findings"] if f["code"] == "PR001"])
+    tf32 = measured.get('{"float32_matmul_precision": "high"}')
+    bf16 = measured.get('{"autocast": "bfloat16"}')
+    both = measured.get('{"autocast": "bfloat16", "float32_matmul_precision": "high"}')
+    assert tf32 and bf16 and both, said  # the ladder's three steps, each in the sweep (a step not measured says why)
     assert tf32["verdict"] == "faster" and tf32["speedup"] > 2.0, tf32
     assert bf16["speedup"] > 2.0, bf16
     assert both["speedup"] >= 0.8 * bf16["speedup"], (both, bf16)  # by hand, both are as fast as bf16 alone
@@ -70,8 +72,8 @@ def test_planted_gpu_problems_are_found_and_the_optimizer_fix_measured(tmp_path)
     report = _profile(tmp_path, "mlp_sync_fp32")
     codes = {f["code"]: f for f in report["findings"]}
     assert {"PR001", "GPU003", "OPT001"} <= set(codes), list(codes)
-    opt = codes["OPT001"]["experiment"]
-    assert opt["measured_by"] == "in-process" and opt["verified"] and opt["speedup"] > 1.1, opt
+    opt = codes["OPT001"]["experiment"] or {}
+    assert opt.get("measured_by") == "in-process" and opt["verified"] and opt["speedup"] > 1.1, (opt, report["warnings"])
     assert report["mfu"]["peak_tflops"] and 0.05 < report["mfu"]["mfu"] < 1.0, report["mfu"]
     assert report["utilization"], "no NVML samples"
 
