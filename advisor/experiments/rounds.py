@@ -419,17 +419,17 @@ class Rounds:
         is left for a second; its arms are returned."""
         fitting: list[tuple[Candidate, Experiment, int]] = []  # memory fixes that bring an over-budget run within it
         by_candidate: dict[int | None, list[tuple[str, Candidate, Experiment]]] = {}
-        for arm in arms:
         untried: dict[int | None, list[dict]] = {}  # a sweep's values the run ended before: rows that say so
+        for arm in arms:
             candidate, point = self.arms[arm].candidate, self.arms[arm].point
             exp = self.outcome(results, arm)
             if isinstance(exp, Unmeasured):
                 if not exp.switchable:
                     self._to_fresh(candidate, exp.why)
-                continue
                 else:
                     why = "the time budget ended before it was measured" if self.out_of_time else exp.why
                     untried.setdefault(candidate.finding_index, []).append(judge.unmeasured_row(point, why))
+                continue
             by_candidate.setdefault(candidate.finding_index, []).append((arm, point, exp))
         again: list[str] = []
         for tried in by_candidate.values():
