@@ -63,7 +63,7 @@ def profile_of(relative: str, **env) -> Profile:
     base = _profile(relative)
     if not env:
         return base
-    return Profile(steps=base.steps, trace=base.trace, env={**base.env, **env}, meta=base.meta)
+    return Profile(steps=base.steps, trace=base.trace, env={**base.env.record(), **env}, meta=base.meta)
 
 
 def findings(relative: str, select: str = "ALL", options: dict | None = None, **env) -> dict[str, dict]:

@@ -45,7 +45,7 @@ def test_near_oom_with_optimizer_state_dominating_proposes_sharding_over_the_ran
     base = Profile.from_trace(trace_path(NW4))
     total = TOTAL
     tensors = {"parameters_bytes": 2 * 2**30, "gradients_bytes": 2 * 2**30, "optimizer_state_bytes": 8 * 2**30}
-    near = Profile(steps=base.steps, trace=base.trace, env={**base.env, "world_size": 8}, meta=base.meta,
+    near = Profile(steps=base.steps, trace=base.trace, env={**base.env.record(), "world_size": 8}, meta=base.meta,
                    memory={"peak_allocated_bytes": int(0.9 * total), "peak_reserved_bytes": int(0.95 * total),
                            "device_total_bytes": total, "tensors": tensors})
     found, _ = run_rules(near, Settings(select=["MEM001"]), CATALOGUE)
@@ -66,7 +66,7 @@ def test_a_fragmented_allocator_near_oom_gets_expandable_segments_measured_in_fr
     total = TOTAL
 
     def near(**env):
-        return Profile(steps=base.steps, trace=base.trace, env={**base.env, **env}, meta=base.meta,
+        return Profile(steps=base.steps, trace=base.trace, env={**base.env.record(), **env}, meta=base.meta,
                        memory={"peak_allocated_bytes": int(0.6 * total), "peak_reserved_bytes": int(0.95 * total),
                                "device_total_bytes": total, "tensors": {"parameters_bytes": 2**28}})
 
