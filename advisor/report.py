@@ -537,6 +537,12 @@ class Report(Block):
     fingerprint: Annotated[Union[dict[str, Any], msgspec.UnsetType], Published(Fingerprint), Meta(
         description="advise profile: what makes two runs comparable (advise compare)")] = msgspec.UNSET  # advise profile's alone
 
+    @property
+    def device(self) -> str | None:
+        """The device the run used ("cpu", "cuda", ...); None where the report does not say (an analyzed trace)."""
+        device = self.env.get("device")
+        return device if isinstance(device, str) else None
+
     @classmethod
     def of(cls, block: object) -> "Report":
         """The typed report of a report.json's dict: its blocks as :meth:`Block.of` reads them, its

@@ -17,6 +17,7 @@ from advisor.model import Finding, Fix
 from advisor.analysis.stats import baseline_drift, speedup_ci
 from advisor.probe.runner import ProbeConfig, run_probe
 from advisor.profile import Profile
+from advisor.run_dir.seen import Env
 from conftest import WORKLOADS
 
 
@@ -94,7 +95,7 @@ def test_an_automatic_fix_left_untried_says_why(tmp_path):
     findings = [finding("b", {"autocast": "bfloat16"}, "unsafe"),
                 Finding("t", "s", "low", {}, Fix.manual("f", "# by hand"), rule="c")]
     base = ProbeConfig(script=str(WORKLOADS / "train_basic.py"), out=tmp_path / "run")
-    results = run_experiments(findings, base, frame([0.01] * 4), root=tmp_path / "exp", env={}, safe_only=True)
+    results = run_experiments(findings, base, frame([0.01] * 4), root=tmp_path / "exp", env=Env(), safe_only=True)
     assert results.runs == []  # nothing was run
     assert findings[0].experiment.verdict.value == "not-measured"
     assert findings[0].experiment.reason == "--safe-only: this fix may change numerics, so it was not tried"

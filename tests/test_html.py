@@ -48,7 +48,7 @@ def gold_docs() -> dict[str, str]:
 
 
 def gold_page(report: dict | None = None, rule_docs: dict[str, str] | None = None):
-    return build_page(report or gold_report(), gold_profile(), gold_docs() if rule_docs is None else rule_docs)
+    return build_page(Report.of(report or gold_report()), gold_profile(), gold_docs() if rule_docs is None else rule_docs)
 
 
 def gold_html(report: dict | None = None, rule_docs: dict[str, str] | None = None) -> str:
@@ -254,7 +254,7 @@ def test_an_unknown_severity_is_refused(tmp_path):
     report["findings"][0]["severity"] = "urgent"
     report["tool"]["name"] = "hand-edited"  # broken on purpose: not one for the schema check (conftest)
     with pytest.raises(ValueError, match="severity 'urgent' is not one of high, medium, low"):
-        build_page(report)
+        build_page(Report.of(report))
     (tmp_path / "report.json").write_text(json.dumps(report))
     proc = subprocess.run(advise_cmd("report", str(tmp_path)), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "severity 'urgent'" in proc.stderr
@@ -298,7 +298,7 @@ def test_a_long_run_stays_small(tmp_path):
     profile = Profile.from_run_dir(run_dir)
     html = write_html(Report.of(report), run_dir, profile).read_text()
     assert len(html.encode()) < 500_000, len(html.encode())
-    page = build_page(report, profile)
+    page = build_page(Report.of(report), profile)
     assert len(page.step_chart.bars) <= 3 * charts.MAX_STEP_BARS and "every 9th step shown" in page.step_chart.note
     assert len(page.timeline.bands) == 1  # one band for the measured window, not 2,000
     assert len(page.steps) == run_view.MAX_STEP_ROWS and "the first 200 of 2000 measured steps" in page.steps_summary

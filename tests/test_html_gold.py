@@ -26,6 +26,7 @@ from advisor.profile import Profile
 from advisor.reports.html import render_html
 from advisor.reports.markdown import render_markdown
 from advisor.reports.page import build_page
+from advisor.report import Report
 
 GOLD = Path(__file__).parent / "gold"
 RUN_DIR = GOLD / "rundir"
@@ -46,7 +47,7 @@ def scrub(text: str) -> str:
 def page():
     """The gold run dir's page, with rule docs from the fixture (not from whichever rules are installed)."""
     docs = json.loads((RUN_DIR / "rule_docs.json").read_text())
-    return build_page(json.loads((RUN_DIR / "report.json").read_text()), Profile.from_run_dir(RUN_DIR), docs)
+    return build_page(Report.of(json.loads((RUN_DIR / "report.json").read_text())), Profile.from_run_dir(RUN_DIR), docs)
 
 
 def compare(actual: str, gold_name: str, tmp_path: Path) -> None:

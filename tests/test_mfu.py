@@ -12,6 +12,7 @@ from advisor.analysis import mfu as mfu_module
 from advisor.analysis.mfu import (kernel_efficiency, model_flops_utilization, op_traffic, peak_bandwidth, peak_tflops,
                                   precision)
 from advisor.profile import Profile
+from advisor.run_dir.seen import Env
 from advisor.trace import load_trace
 from conftest import WORKLOADS, trace_path
 
@@ -158,7 +159,7 @@ H200 = {"device": "cuda", "device_name": "NVIDIA H200"}
     ({"device": "cpu", "float32_matmul_precision": "high"}, [("aten::mm", 1e9, "float")], "fp32"),
 ])
 def test_the_peak_is_the_precision_the_flops_ran_in(env, ops, dtype):
-    got, why = precision(_ops(*ops), pd.DataFrame(columns=["name", "dur_us"]), env)
+    got, why = precision(_ops(*ops), pd.DataFrame(columns=["name", "dur_us"]), Env.read(env))
     assert got == dtype and why
 
 

@@ -82,12 +82,12 @@ def test_a_missing_or_null_field_reads_as_its_default():
     assert Report.of({}).ok  # no status said: nothing went wrong
 
 
-def test_the_renderers_read_the_typed_report_and_the_page_a_dict_alike():
+def test_the_renderers_read_the_typed_report_and_a_dict_read_as_one_renders_alike():
     data = json.loads(GOLD_REPORT.read_text())
     con = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
     terminal.print_summary(load_report(GOLD_REPORT), con)
     assert "advise ok" in con.file.getvalue()
-    assert build_page(data) == build_page(Report.of(data)) == build_page(load_report(GOLD_REPORT))
+    assert build_page(Report.of(data)) == build_page(load_report(GOLD_REPORT))
 
 
 def _built(**parts) -> Report:

@@ -58,13 +58,12 @@ def peak_tflops(device_name: str | None, dtype: str) -> tuple[float | None, str 
     return None, None
 
 
-def precision(ops: pd.DataFrame, kernels: pd.DataFrame, env: Env | dict) -> tuple[str | None, str | None]:
+def precision(ops: pd.DataFrame, kernels: pd.DataFrame, env: Env) -> tuple[str | None, str | None]:
     """(the precision carrying most FLOPs, why it is that one): fp32 matmuls (convolutions) count as
     tf32 where the run's flags let them use TF32 on a CUDA device, or where their kernels are TF32."""
     counted = ops.dropna(subset=["flops"]) if "flops" in ops else ops.iloc[0:0]
     if counted.empty:
         return None, None
-    env = Env.read(env)
     first = counted["input_types"].map(lambda t: t[0] if isinstance(t, (list, tuple)) and t else None)
     dtypes = first.map(lambda t: _DTYPES.get(t, t))
     by_dtype = counted.groupby(dtypes)["flops"].sum()

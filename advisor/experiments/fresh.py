@@ -118,7 +118,7 @@ class Runner:
 
 
 def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: pd.DataFrame, *, root: Path,
-                    env: Env | dict, io_like: bool = False, safe_only: bool = False, max_experiments: int = 12,
+                    env: Env, io_like: bool = False, safe_only: bool = False, max_experiments: int = 12,
                     time_budget_s: float = 900.0, progress: Progress | None = None,
                     stop: StopRequest | None = None, only: list[int] | None = None, workers: int = 0) -> ExperimentResults:
     """Measure every automatic fix, sweep the knobs that need it, then stack the winners.
@@ -185,7 +185,7 @@ def _escaped_note(runner: Runner, notes: list[str]) -> list[str]:
 
 
 def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: Runner, samples: bool,
-                 env: Env | dict, io_like: bool, notes: list[str]) -> Recommendation | None:
+                 env: Env, io_like: bool, notes: list[str]) -> Recommendation | None:
     """The baseline, each candidate (swept, confirmed) between baselines, then the stacked winners."""
     budget = runner.budget
     runner.progress.experiment("measuring the baseline without the profiler", 0, len(candidates))

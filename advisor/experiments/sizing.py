@@ -40,9 +40,9 @@ def batch_window(timed: int, asked: int, overrides: dict) -> int:
     return max(asked, math.ceil(timed / scale)) if scale > 1 else timed
 
 
-def script_workers(observed: Observed | dict) -> int:
-    """The most workers any DataLoader the script built has (a profile's `observed`, or its dict)."""
-    return Observed.read(observed).max_workers
+def script_workers(observed: Observed) -> int:
+    """The most workers any DataLoader the script built has (a profile's `observed`)."""
+    return observed.max_workers
 
 
 def loader_workers(overrides: dict, script_workers: int) -> int:
@@ -83,7 +83,7 @@ class WindowSizing:
     lengths: dict[str, int] = field(default_factory=dict)  # arm id -> window length, in baseline windows
 
     @classmethod
-    def of(cls, asked: int, steps: pd.DataFrame, observed: Observed | dict) -> "WindowSizing":
+    def of(cls, asked: int, steps: pd.DataFrame, observed: Observed) -> "WindowSizing":
         """From the profiled window's steps and what the script built (its loaders' workers)."""
         return cls(asked, window_steps(asked, steps), script_workers(observed))
 

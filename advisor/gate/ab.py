@@ -187,7 +187,7 @@ def cpu_step(report: Report) -> float | None:
 def cpu_bound(reports: list[Report], data: dict) -> tuple[bool, str]:
     """Whether the job is CPU-bound (the CPU time per step can settle the gate), and the figure said;
     `data` is :func:`series`'s, whose figures are the reports' (base then candidate)."""
-    if any(r.env.get("device") not in (None, "cpu") for r in reports):
+    if any(r.device not in (None, "cpu") for r in reports):
         return False, "reported: a GPU job is gated on its step clock (the device's)"
     cpu: list[float | None] = data["cpu_time"][0] + data["cpu_time"][1]  # base rounds, then candidate rounds
     wall: list[float | None] = data["step_time"][0] + data["step_time"][1]

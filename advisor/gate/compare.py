@@ -52,8 +52,8 @@ import pandas as pd
 from . import fingerprint
 from ..analysis import metrics, stats, steptime
 from ..model import Finding
-from ..report import (EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, Report, ReportContentError, ReportError,
-                      load_report)
+from ..report import (EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, Memory, Report, ReportContentError,
+                      ReportError, load_report)
 
 DEFAULT_MAX_REGRESSION = 0.10
 DEFAULT_MAX_MEMORY_REGRESSION = 0.20
@@ -398,9 +398,9 @@ def _reported(name, label, unit, higher_is_better, base, cur) -> Metric:
 # The peak memory figures a report can carry, the preferred first: a comparison uses the first
 # one both runs have, so two runs are always compared on the same basis.
 MEMORY_FIGURES = (
-    ("gpu", "peak GPU memory", lambda r: r.memory.get("peak_allocated_bytes")),
-    ("pss", "peak memory (PSS of the script's processes)", lambda r: r.memory.get("peak_pss_bytes")),
-    ("rss", "peak RSS of the script's processes", lambda r: r.memory.get("peak_rss_bytes")),
+    ("gpu", "peak GPU memory", lambda r: Memory.of(r.memory).peak_allocated_bytes),
+    ("pss", "peak memory (PSS of the script's processes)", lambda r: Memory.of(r.memory).peak_pss_bytes),
+    ("rss", "peak RSS of the script's processes", lambda r: Memory.of(r.memory).peak_rss_bytes),
     ("rss-window", "peak RSS", lambda r: r.utilization.get("rss_bytes_max")),  # reports before `memory` had it
 )
 

@@ -54,7 +54,7 @@ def summary(report: Report, report_path: str) -> dict:
         "status": report.status,
         "error": report.error,
         "script": report.script or "",
-        "device": report.env.get("device"),
+        "device": report.device,
         "samples_per_s": finite(tp.samples_per_s),
         "step_time_median_s": finite(tp.step_time_median_s),
         "verdict": verdict,

@@ -127,15 +127,14 @@ class Page:
     trace_hint: str
 
 
-def build_page(report: Report | dict, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> Page:
-    """The whole page from a report (the report.json contract, typed; a report.json's dict, as a
-    library caller may hold one, is read as one: :meth:`advisor.report.Report.of`).
+def build_page(report: Report, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> Page:
+    """The whole page from a report (the report.json contract, typed: a report.json's dict is read
+    with :func:`advisor.report.load_report` or :meth:`advisor.report.Report.of` first).
 
     `profile` (an :class:`advisor.profile.Profile`, or None) adds the utilization timeline, the top
     ops and kernels, and a failed run's log tail; `rule_docs` maps rule names and/or codes to their
     documentation (markdown).
     """
-    report = Report.of(report)
     findings = findings_of(report)
     views = findings_view.finding_views(findings, rule_docs, words.experiments_state(report))
     rec = report.recommended
