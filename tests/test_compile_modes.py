@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 import torch
 
+from advisor.run_dir.seen import Env, Observed
 from advisor import framework_words, overrides as vocabulary
 from advisor.experiments import recompiles
 from advisor.experiments.plan import BASELINE, candidates_from, sweep_points
@@ -88,7 +89,7 @@ def test_a_compile_ladder_is_planned_as_one_sweep_of_three_arms():
 
 def _profile():
     steps = pd.DataFrame({"duration_s": [0.02] * 10, "samples": 32, "profiled": False})
-    return type("P", (), {"steps": steps, "env": {"cpu_count": 8}, "observed": {}})()
+    return type("P", (), {"steps": steps, "env": Env(cpu_count=8), "observed": Observed()})()
 
 
 def _record(lines: RankLines, round_no: int, windows, step_s: dict, counts: dict, switch_s: dict) -> RoundResult:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from advisor.run_dir.seen import Env, Observed
 from advisor.experiments.inprocess import ArmsSession
 from advisor.experiments.rounds import RoundKind, RoundResult, Rounds
 from advisor.experiments.plan import BASELINE, interleave, plan_windows
@@ -78,7 +79,7 @@ class Child:
 
 def _profile(cores: int = 2, io_like: bool = False):
     steps = pd.DataFrame({"duration_s": [0.1] * 10, "samples": 32, "profiled": False})
-    return type("P", (), {"steps": steps, "env": {"cpu_count": cores}, "observed": {}})()
+    return type("P", (), {"steps": steps, "env": Env(cpu_count=cores), "observed": Observed()})()
 
 
 def _dl001(workers: int = 2) -> Finding:

@@ -136,7 +136,7 @@ def test_a_report_without_locations_still_reads_and_the_card_and_summary_list_th
     assert all(Finding.from_dict(f).locations == [] for f in report["findings"])
     report["findings"][0]["locations"] = [{"file": "/home/u/train.py", "line": 42, "function": "step", "count": 3,
                                            "op": ".item()"}]
-    html = render_html(build_page(report, Profile.from_run_dir(gold), {}))
+    html = render_html(build_page(Report.of(report), Profile.from_run_dir(gold), {}))
     assert '<code title="/home/u/train.py">train.py:42</code> in <code>step</code>' in html
     assert "(.item(), 3 calls)" in html
     assert "at `train.py:42` in `step`" in markdown_for(Report.of(report), Profile.from_run_dir(gold)).splitlines()

@@ -185,10 +185,10 @@ def test_loss_checks_are_worded(check, text, state):
 
 
 def test_the_terminal_ranks_and_words_findings_as_the_page_does():
-    report = json.loads((GOLD_RUN / "report.json").read_text())
+    report = Report.of(json.loads((GOLD_RUN / "report.json").read_text()))
     page = build_page(report, Profile.from_run_dir(GOLD_RUN))
     con = Console(file=io.StringIO(), width=400, record=True, color_system=None)
-    terminal.print_summary(Report.of(report), con)
+    terminal.print_summary(report, con)
     text = con.export_text()
     codes = [line.split()[0] for line in text.splitlines() if line.startswith("  ") and not line.startswith("   ")]
     assert codes == [f.code for f in page.findings] == ["DL001", "GPU004", "PR001", "GPU003", "MEM001", "OPT001"]
