@@ -335,8 +335,9 @@ def test_cpu_runs_record_the_process_trees_peak_memory(advise):
     assert "peak memory" in r.stdout
 
     from advisor.gate.compare import peak_memory
+    from advisor.report import Report
 
-    value, label = peak_memory(r.report)
+    value, label = peak_memory(Report.of(r.report))
     assert value == mem.get("peak_pss_bytes", mem["peak_rss_bytes"]) and "script's processes" in label
 
 

@@ -277,11 +277,19 @@ def sweep_row(point: Candidate, exp: Experiment, budget: float | None) -> dict:
             **({"fits": fits(exp, budget)} if budget else {})}
 
 
-def unmeasured_row(point: Candidate, why: str) -> dict:
-    """A value a sweep planned but could not measure (the run or its time budget ended first): in
-    the sweep with its reason, never left out as if it had not been part of the ladder."""
-    return {"label": point.label, "overrides": point.overrides, "speedup": None, "ci_low": None, "ci_high": None,
-            "verdict": Verdict.NOT_MEASURED.value, "reason": why}
+def sweep_rows(tried: list[tuple[Candidate, Experiment]], untried: list[tuple[Candidate, str]],
+               budget: float | None) -> list[dict]:
+    """report.json's `sweep`: each value measured, then each the run or its time budget ended
+    before, not measured and why (never left out as if it had not been part of the ladder), but
+    for a batch larger than one that ran out of memory: the ladder ends there by design."""
+    out_of_memory = [vocabulary.batch_scale(p.overrides) for p, e in tried if e.oom]
+    rows = [sweep_row(p, e, budget) for p, e in tried]
+    for point, why in untried:
+        if out_of_memory and vocabulary.batch_scale(point.overrides) > min(out_of_memory):
+            continue
+        rows.append({"label": point.label, "overrides": point.overrides, "speedup": None, "ci_low": None,
+                     "ci_high": None, "verdict": Verdict.NOT_MEASURED.value, "reason": why})
+    return rows
 
 
 def sweep_winner(tried: list[tuple[Candidate, Experiment]], budget: float | None) -> tuple[Candidate, Experiment]:

@@ -420,7 +420,7 @@ class Rounds:
         is left for a second; its arms are returned."""
         fitting: list[tuple[Candidate, Experiment, int]] = []  # memory fixes that bring an over-budget run within it
         by_candidate: dict[int | None, list[tuple[str, Candidate, Experiment]]] = {}
-        untried: dict[int | None, list[dict]] = {}  # a sweep's values the run ended before: rows that say so
+        untried: dict[int | None, list[tuple[Candidate, str]]] = {}  # a sweep's values the run ended before, and why
         for arm in arms:
             candidate, point = self.arms[arm].candidate, self.arms[arm].point
             exp = self.outcome(results, arm)
@@ -429,7 +429,7 @@ class Rounds:
                     self._to_fresh(candidate, exp.why)
                 else:
                     why = "the time budget ended before it was measured" if self.out_of_time else exp.why
-                    untried.setdefault(candidate.finding_index, []).append(judge.unmeasured_row(point, why))
+                    untried.setdefault(candidate.finding_index, []).append((point, why))
                 continue
             by_candidate.setdefault(candidate.finding_index, []).append((arm, point, exp))
         again: list[str] = []
@@ -444,7 +444,7 @@ class Rounds:
             if not final and not judge.settled(best):
                 again += [arm for arm, _, _ in tried]
                 continue
-            rows = [judge.sweep_row(p, e, budget) for p, e in values] + untried.get(candidate.finding_index, [])
+            rows = judge.sweep_rows(values, untried.get(candidate.finding_index, []), budget)
             best.sweep = rows if len(rows) > 1 else None
             judge.settle(finding, candidate, best, budget, self._winners, fitting)
         if fitting or self._fit_budget is None:
