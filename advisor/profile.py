@@ -28,8 +28,9 @@ device_capability, device_memory_bytes, cpu_count, backend flags, rank...), ``ob
 (:class:`~advisor.run_dir.seen.Observed`: the optimizers and DataLoaders the script built),
 ``memory`` (:class:`~advisor.run_dir.seen.MemoryAccount`: the window's peak, the budget, the
 tensors). A Profile built by hand may pass them as dicts: they are read once, when it is made.
-A plain dict: ``meta`` (step source, trace path, probe status, ``log_tail``: the last lines of the
-script's log).
+``meta`` (:class:`ProfileMeta`): where the figures came from (probe, trace or a rank's summary), what
+ended each step, the trace's file, the notes said once in the warnings, ``log_tail`` (the last lines of
+the script's log); a dict passed by hand is read once too.
 
 A multi-rank job: ``ranks`` lists every rank's Profile (ordered by rank; this one is one of
 them, normally rank 0) and :attr:`Profile.job` wraps them in a :class:`~advisor.analysis.ranks.JobProfile`
@@ -38,7 +39,7 @@ for the cross-rank rules; a single-rank run has ``ranks == []`` and a job of one
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import pandas as pd
@@ -53,7 +54,28 @@ from .analysis.ranks import JobProfile
 from .trace import TraceError, TraceFrames, load_trace
 from .trace.device_parts import optimizer_ranges
 
-LOG_TAIL_LINES = 30  # meta["log_tail"]: what a failed run's report shows of the script's log
+LOG_TAIL_LINES = 30  # meta.log_tail: what a failed run's report shows of the script's log
+
+
+@dataclass
+class ProfileMeta:
+    """Where a Profile's figures came from, and what reading them said."""
+
+    source: str | None = None       # "probe" (a run dir), "trace" (advise analyze) or "summary" (a rank's)
+    step_source: str | None = None  # what ended each step: optimizer, dataloader, backward, explicit, ProfilerStep
+    trace: str | None = None        # the trace's file, where one was read
+    step_parts: str | None = None   # "device": a step's parts read on the device's timeline (a GPU trace), else "host"
+    notes: list[str] = field(default_factory=list)  # what could not be read, said once in the report's warnings
+    log_tail: str | None = None     # the script log's last lines (a failed run's report shows them)
+
+    @classmethod
+    def of(cls, data: "ProfileMeta | dict | None") -> "ProfileMeta":
+        """`data` as a ProfileMeta: a dict (a Profile built by hand, a plugin's test) read once, its
+        unknown keys left out."""
+        if isinstance(data, ProfileMeta):
+            return data
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
 
 
 @dataclass
@@ -64,7 +86,7 @@ class Profile:
     env: Env = field(default_factory=lambda: Env.read({}))
     observed: Observed = field(default_factory=lambda: Observed.read({}))
     memory: MemoryAccount = field(default_factory=lambda: MemoryAccount.read({}))
-    meta: dict = field(default_factory=dict)
+    meta: ProfileMeta = field(default_factory=ProfileMeta)
     sources: dict | None = None  # the probe's sources.json (None without one)
     _trace_sources: dict | None = field(default=None, repr=False)  # derived from the trace on first use
     # every rank's Profile (this one among them) when the job had several; empty for one rank
@@ -75,6 +97,7 @@ class Profile:
     def __post_init__(self) -> None:
         # read once: a dict (a Profile built by hand, a plugin's test) becomes its typed account here
         self.env, self.observed, self.memory = Env.read(self.env), Observed.read(self.observed), MemoryAccount.read(self.memory)
+        self.meta = ProfileMeta.of(self.meta)
 
     def derived(self, key, compute):
         """``compute()``, once per Profile: a table several readers (or a forked child) want."""
@@ -130,18 +153,18 @@ class Profile:
     @property
     def step_source(self) -> str | None:
         """What ended each step: optimizer, dataloader, backward or explicit (None: a trace alone)."""
-        return self.meta.get("step_source")
+        return self.meta.step_source
 
     @property
     def trace_only(self) -> bool:
         """A trace read alone (advise analyze): its steps are the trace's ProfilerSteps, not the probe's."""
-        return self.meta.get("source") == "trace"
+        return self.meta.source == "trace"
 
     @property
     def parts_on_device(self) -> bool:
         """Whether the steps' data wait and optimizer time are the device's (a GPU trace read alone):
         the wait is then the device's idle time already, none of it hidden behind queued work."""
-        return self.meta.get("step_parts") == "device"
+        return self.meta.step_parts == "device"
 
     @property
     def has_gpu(self) -> bool:
@@ -181,13 +204,9 @@ class Profile:
             env=probe.env,
             observed=probe.observed,
             memory=probe.memory,
-            meta={
-                "source": "probe",
-                "step_source": probe.step_source,
-                "trace": names.trace if trace is not None else None,
-                "notes": notes,
-                "log_tail": _tail(run_dir / names.log, LOG_TAIL_LINES),
-            },
+            meta=ProfileMeta(source="probe", step_source=probe.step_source,
+                             trace=names.trace if trace is not None else None, notes=notes,
+                             log_tail=_tail(run_dir / names.log, LOG_TAIL_LINES)),
             sources=source_sites.load(run_dir / names.sources),
         )
 
@@ -224,8 +243,8 @@ class Profile:
                 "gpu_busy_s": ts["gpu_busy_us"] / 1e6,  # a trace's own: the GPU's busy time inside the step
             }
         )
-        meta = {"source": "trace", "step_source": "ProfilerStep" if len(ts) else None, "trace": str(path),
-                "step_parts": "device" if on_device else "host", "notes": list(trace.meta.get("warnings", []))}
+        meta = ProfileMeta(source="trace", step_source="ProfilerStep" if len(ts) else None, trace=str(path),
+                           step_parts="device" if on_device else "host", notes=list(trace.meta.get("warnings", [])))
         return cls(steps=steps, trace=trace, env=env_from_trace(trace), meta=meta)
 
 

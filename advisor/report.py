@@ -85,7 +85,7 @@ def build_report(
         "argv": list(argv),
         "started_at": started_at,
         "env": profile.env.record(),
-        "step_source": profile.meta.get("step_source"),
+        "step_source": profile.meta.step_source,
         "steps": steptime.records(steps, Step.__struct_fields__),
         "throughput": steptime.throughput(steps),
         "breakdown": metrics.breakdown(steps),

@@ -106,7 +106,7 @@ def model_flops_utilization(profile) -> dict | None:
         return None
     n_steps = len(trace_steps)
     timed = profile.steps[steptime.unprofiled(profile.steps)]
-    if n_steps and len(timed) and profile.meta.get("source") == "probe":
+    if n_steps and len(timed) and profile.meta.source == "probe":
         seconds = float(steptime.durations(timed).median()) * n_steps
         basis = (f"FLOPs of {n_steps} profiled steps (profiler counts, GEMM/conv shapes), over the median step "
                  f"time of {len(timed)} steps outside the profiler")

@@ -66,11 +66,11 @@ def analyze_traces(paths: list[Path], reads: ReadAhead, *, as_json: bool, out: P
     others = [s for s in summaries if s["rank"] != primary.env.rank]
     primary.ranks = [primary] + [to_profile(s) for s in others]
     for s in others:
-        primary.meta["notes"] += [f"rank {s['rank']}: {note}" for note in s.get("notes") or []]
+        primary.meta.notes += [f"rank {s['rank']}: {note}" for note in s.get("notes") or []]
     ranks = [s["rank"] for s in summaries]
     sizes = sorted({s["env"]["world_size"] for s in summaries if s["env"].get("world_size")})
     if len(sizes) > 1:
-        primary.meta["notes"].append(f"the traces come from jobs of different sizes (world_size {', '.join(map(str, sizes))}): "
+        primary.meta.notes.append(f"the traces come from jobs of different sizes (world_size {', '.join(map(str, sizes))}): "
                                      "cross-rank figures compare ranks of different jobs")
     script = str(files[0]) if len(files) == 1 else f"{len(files)} traces, ranks {', '.join(map(str, ranks))}"
     per_rank = primary.job.per_rank()
@@ -146,7 +146,7 @@ def page_tables(profile: Profile) -> dict:
 def _analyze(profile: Profile, script: str, artifacts: dict, *, as_json: bool, out: Path | None, rule_settings=None,
              quiet: bool = False, **job) -> int:
     """Rules over the Profile, report.json (with `out`), the renderings and (unless `quiet`) the summary."""
-    warnings = profile.meta.get("notes", []) + (
+    warnings = profile.meta.notes + (
         [] if len(profile.steps) else ["the trace has no ProfilerStep#N spans: per-step numbers are unavailable"])
     ahead = forked.start(page_tables, profile) if profile.trace is not None and _small_heap() else None  # on the other core
     findings, rule_warnings = diagnose(profile, rule_settings)

@@ -279,7 +279,7 @@ def _build(m: _Measured, config: ProbeConfig, experiments: ExperimentOptions, li
         traceback=tb,
         findings=m.findings,
         recommended=results.recommended if results else None,
-        warnings=_warnings(run, config, profile) + profile.meta.get("notes", []) + m.rule_warnings
+        warnings=_warnings(run, config, profile) + profile.meta.notes + m.rule_warnings
         + (results.notes if results else []) + (merged["warnings"] if merged else []) + _launcher_notes(link, experiments),
         artifacts={**_artifacts(out, run.files, profile), "report_html": run.files.report_html},
         fingerprint=fingerprint.collect(profile.env, list(config.args), load_start=started.load,

@@ -16,7 +16,7 @@ import math
 import pandas as pd
 
 from ..analysis import steptime, temporal
-from ..profile import Profile
+from ..profile import Profile, ProfileMeta
 from ..run_dir.protocol import ArmLine
 from ..run_dir.seen import Env
 from ..analysis.ranks import JobProfile
@@ -49,7 +49,7 @@ def summarize(profile: Profile, account: dict, rank: int, node: int, arm_windows
         "steps": profile.steps.to_dict("records"),
         "rank_steps": table.to_dict("records"),
         "hta": (temporal.hta_breakdown(profile.trace) or {}).get("ranks", []),
-        "notes": profile.meta.get("notes", []),
+        "notes": profile.meta.notes,
         "arm_windows": [{k: getattr(w, k) for k in ("round", "window", "arm", "overrides", "applied", "not_switchable", "error")}
                         for w in arm_windows or []],
     })
@@ -58,7 +58,7 @@ def summarize(profile: Profile, account: dict, rank: int, node: int, arm_windows
 def to_profile(summary: dict) -> Profile:
     """A Profile of the summarised rank: its steps and env, its step table ready (no trace)."""
     profile = Profile(steps=pd.DataFrame(summary.get("steps") or []), env=Env.read(summary.get("env")),
-                      meta={"source": "summary", "notes": [], "trace": None})
+                      meta=ProfileMeta(source="summary"))
     profile.env.rank = summary["rank"]
     table = pd.DataFrame(summary.get("rank_steps") or [])
     profile.memo["rank_steps"] = table.astype(float).assign(rank=int(summary["rank"]), index=table["index"].astype(int)) \

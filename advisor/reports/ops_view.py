@@ -64,7 +64,7 @@ def _no_trace(report: Report, profile) -> str:
         return "no trace was recorded in this run (the profiler window did not run)"
     if profile is None:
         return f"the trace {trace} was not loaded for this rendering"
-    why = [n.removeprefix(TRACE_NOTE) for n in profile.meta.get("notes") or [] if n.startswith(TRACE_NOTE)]
+    why = [n.removeprefix(TRACE_NOTE) for n in profile.meta.notes if n.startswith(TRACE_NOTE)]
     return f"the trace could not be read: {why[0]}" if why else f"the trace {trace} is not in the run dir"
 
 

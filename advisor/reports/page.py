@@ -200,7 +200,7 @@ def verdict(report: Report, profile, findings: list[FindingView], typed: list[Fi
     else:
         command = shlex.join(["python", script, *argv]) if script else ""
     traceback = str(report.traceback or "") if bad else ""
-    log_tail = str(profile.meta.get("log_tail") or "") if profile is not None and bad and not traceback else ""
+    log_tail = str(profile.meta.log_tail or "") if profile is not None and bad and not traceback else ""
     return VerdictView(
         status=status,
         status_class=STATUS_CLASS.get(status, "bad"),
