@@ -332,6 +332,27 @@ def test_write_patches_the_file_in_place_and_o_saves_the_same_patch(tmp_path):
     assert again.returncode == 2 and "already passes fused=True" in again.stderr, again.stderr
 
 
+def test_apply_run_from_another_folder_writes_where_the_run_was_profiled(tmp_path):
+    """The truth harness's case: a script profiled in a folder that is no git checkout, by a relative
+    path, and `advise apply` run from somewhere else (a checkout of its own). The report's patch
+    says where it started; the script is found there and the patch starts there, not in the folder
+    apply runs from (which refused trainer.py as outside it)."""
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    shutil.copy(APPLY / "train_target.py", folder)
+    run = profile(folder, "train_target.py", *FAST)
+    report = json.loads((run / "report.json").read_text())
+    run = recommend(run, {"optimizer": {"fused": True}}, tmp_path / "run")
+    edited = json.loads((run / "report.json").read_text())
+    edited["recommended"]["patch"] = {"root": str(folder.resolve()), "diff": "", "files": []}
+    (run / "report.json").write_text(json.dumps(edited))
+    elsewhere = checkout(tmp_path / "elsewhere", [APPLY / "train_refused.py"])
+    result = advise_apply(str(run), cwd=elsewhere)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert result.stdout.startswith("diff --git a/train_target.py b/train_target.py\n") and "fused=True" in result.stdout
+    assert report["script"] == "train_target.py"  # relative, as it was typed
+
+
 def test_a_run_dir_without_a_report_or_recommendation_is_one_line_and_exit_2(tmp_path):
     missing = advise_apply(str(tmp_path / "nowhere"), cwd=tmp_path)
     assert (missing.returncode, missing.stderr) == (2, f"advise: error: {tmp_path / 'nowhere'}: no such run dir\n")

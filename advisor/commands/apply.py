@@ -45,8 +45,11 @@ def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, ro
         fail(f"{report_path}: no recommended configuration to apply (no automatic fix was measured faster)")
     expected = {os.path.realpath(Path(rec.patch.root) / f.path): f.sha256 for f in rec.patch.files} if rec.patch else {}
     sources = source_sites.load(run_dir / "sources.json")
-    sites = apply.read_sites(report.observed, sources, report.script, [run_dir.resolve().parent])
-    patched = apply.build(rec.overrides, sites, expected=expected, command=apply.command_for(run_dir))
+    # where the profiled run's patch started (the script's checkout then): the script's relative
+    # path is found there, and the patch's paths start there, wherever `advise apply` runs from
+    made_at = Path(rec.patch.root) if rec.patch and rec.patch.root and Path(rec.patch.root).is_dir() else None
+    sites = apply.read_sites(report.observed, sources, report.script, [*([made_at] if made_at else []), run_dir.resolve().parent])
+    patched = apply.build(rec.overrides, sites, expected=expected, command=apply.command_for(run_dir), root=made_at)
     for part in patched.patch.parts:
         for line in part.told:
             click.echo(f"advise: {part.title}: {line}", err=True)
