@@ -10,6 +10,12 @@ pairs, the same steps). The figure is the arm's: each run's throughput over its 
 interval); the gate's own fast-step figure would read a loader's prefetched queue, not its steady
 pace. The fix held when that ratio is not below the arm's interval. The temp folder is removed
 afterwards: nothing is written into the user's checkout.
+
+Each copy's runs import the changed files from that copy (:func:`python_path`: the files' package
+roots inside it first, a PYTHONPATH entry into the checkout moved to it), and a patched run whose
+step still ran the original files is refused (:func:`_ran_the_copy`). The runs keep the user's
+environment: not the gate's OMP_WAIT_POLICY=PASSIVE, which slowed minGPT's chargpt by a third and
+diluted its bf16 fix from 1.66x to 1.37x.
 """
 
 from __future__ import annotations
@@ -20,11 +26,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
+from ..analysis import sources as source_sites
 from ..gate import ab, sequential
 from ..model import Experiment, Finding, Recommendation, Verdict
 from ..overrides import describe
+from ..run_dir import layout
 from ..units import finite
 from .patch import Patched, git_root
 
@@ -75,18 +83,64 @@ def run(patched: Patched, rec: Recommendation, *, script: str, argv: list[str], 
             shutil.copytree(source, copy, symlinks=True, ignore=_ignore(run_dir))
         for path, (_, after) in patched.changed.items():
             (candidate / os.path.relpath(os.path.realpath(path), source)).write_bytes(after)
-        options = ab.ABOptions(steps=steps, warmup=warmup, profile_steps=0, rounds=rounds, max_rounds=rounds)
+        options = ab.ABOptions(steps=steps, warmup=warmup, profile_steps=0, rounds=rounds, max_rounds=rounds,
+                               passive_threads=False)  # as the arm ran, and as the user runs the script
         script_rel = os.path.relpath(os.path.realpath(main), source / cwd)
+        roots = import_roots(patched.changed, source)
+        env_of = {"base": {"PYTHONPATH": python_path(source, base, roots)},
+                  "candidate": {"PYTHONPATH": python_path(source, candidate, roots)}}
         try:
             result = ab.run_ab(str(base / cwd), str(candidate / cwd), script_rel, argv, options, tmp / "rounds",
-                               on_run=on_run)
+                               on_run=on_run, env_of=env_of)
         except ab.ABError as exc:
             raise CheckError(str(exc)) from None
+        _ran_the_copy(result, tmp / "rounds", patched.changed, source, candidate)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     speedup, low, high, rounds = _speedup(result.rounds)
     arm, part = arm_of(patched, rec, findings)
     return Checked(speedup, low, high, rounds, finite(arm.speedup), finite(arm.ci_low), finite(arm.ci_high), part)
+
+
+def import_roots(changed: Mapping[Path, object], source: Path) -> list[Path]:
+    """Where each changed file is imported from, relative to `source`: the folder above its top
+    package (minGPT's trainer.py: mingpt/ is a package, so the checkout's root; a src layout: src/)."""
+    roots: list[Path] = []
+    for path in changed:
+        folder = Path(os.path.realpath(path)).parent
+        while (folder / "__init__.py").is_file() and _under(folder.parent, source):
+            folder = folder.parent
+        rel = Path(os.path.relpath(folder, source))
+        if not str(rel).startswith("..") and rel not in roots:
+            roots.append(rel)
+    return roots
+
+
+def python_path(source: Path, copy: Path, roots: Sequence[Path]) -> str:
+    """The PYTHONPATH a copy's runs import from: the changed files' import roots inside the copy
+    first, then the user's own entries with `source` moved to the copy. An installed (editable)
+    package or a PYTHONPATH into the checkout would otherwise import the original, unpatched files."""
+    own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    moved = [str(copy / os.path.relpath(os.path.realpath(p), source)) if _under(Path(p), source) else p for p in own]
+    return os.pathsep.join(dict.fromkeys([str(copy / root) for root in roots] + moved))
+
+
+def _ran_the_copy(result: ab.ABResult, out: Path, changed: Mapping[Path, object], source: Path, candidate: Path) -> None:
+    """CheckError where the patched runs' step ran a changed file from the original checkout, not
+    from the patched copy (their sources.json names the files the step's lines are in): the check
+    would have timed the unpatched code twice."""
+    wanted = {os.path.realpath(p) for p in changed}
+    for run in result.rounds:
+        if run["side"] != "candidate":
+            continue
+        sites = source_sites.load(out / run["run_dir"] / layout.names().sources) or {}
+        files = {os.path.realpath(row["file"]) for rows in (sites.get("sites") or {}).values() for row in rows
+                 if isinstance(row, dict) and isinstance(row.get("file"), str)}
+        stale = sorted(files & wanted)
+        if stale:
+            raise CheckError(f"the patched runs imported {os.path.relpath(stale[0], source)} from {source}, not from the "
+                             f"patched copy (an installed package or PYTHONPATH points there): the check timed the "
+                             f"unpatched code twice")
 
 
 def arm_of(patched: Patched, rec: Recommendation, findings: Sequence[Finding]) -> tuple[Experiment | Recommendation, str]:

@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -74,6 +74,10 @@ class ABOptions:
     max_memory_regression: float = compare.DEFAULT_MAX_MEMORY_REGRESSION
     ops: bool = False  # name the slower ops even without a regression
     inconclusive: str = "fail"  # what an inconclusive verdict exits: "fail" (EXIT_INCONCLUSIVE) or "pass" (0)
+    # ROUND_ENV (OMP_WAIT_POLICY=PASSIVE, unless the job sets its own): the CPU time of threads that
+    # do not spin. It slows a CPU job of many small ops (minGPT's chargpt: 63 -> 84 ms a step) and so
+    # dilutes a fix's ratio: `apply --check` leaves it out, to time the script as its user runs it.
+    passive_threads: bool = True
 
 
 @dataclass
@@ -221,11 +225,13 @@ def _figures(report: Report) -> dict:
 
 
 def run_round(side: str, checkout: Path, index: int, options: ABOptions, script: str, args: list[str],
-              out: Path) -> Round:
-    """One whole `advise profile` of SCRIPT in `checkout`: its typed report (RoundFailed when not ok)."""
+              out: Path, env_of: Mapping[str, str] | None = None) -> Round:
+    """One whole `advise profile` of SCRIPT in `checkout`: its typed report (RoundFailed when not ok).
+    `env_of`: variables this side's runs set over the environment (a check's PYTHONPATH into its copy)."""
     run_dir = out / side / f"round-{index:02d}"
     # The rounds' own summaries stay out of the job's; the job's own OMP_WAIT_POLICY wins over ROUND_ENV's.
-    env = {**ROUND_ENV, **{k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}}
+    env = {**(ROUND_ENV if options.passive_threads else {}),
+           **{k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}, **(env_of or {})}
     started = time.monotonic()
     proc = subprocess.run(_command(options, run_dir, script, args), cwd=checkout, env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -312,8 +318,10 @@ def longer(current: ABOptions, options: ABOptions, decision: sequential.Decision
 
 
 def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], options: ABOptions, out: Path,
-           on_run: Callable[[str, int, Report], None] | None = None) -> ABResult:
-    """Profile SCRIPT in both checkouts in interleaved rounds until the sequential decision is final."""
+           on_run: Callable[[str, int, Report], None] | None = None,
+           env_of: Mapping[str, Mapping[str, str]] | None = None) -> ABResult:
+    """Profile SCRIPT in both checkouts in interleaved rounds until the sequential decision is final
+    (`env_of`: each side's own variables, by "base" and "candidate")."""
     base_root = resolve(base_dir, script, options.module, "base")
     cand_root = resolve(candidate_dir, script, options.module, "candidate")
     if base_root == cand_root:
@@ -332,7 +340,7 @@ def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], opti
         order = (("base", base_root, base), ("candidate", cand_root, cand))
         lengths.append(current.steps)
         for side, root, into in (order if index % 2 else order[::-1]):  # B C, C B, B C, ...
-            done = run_round(side, root, index, current, script, args, out)
+            done = run_round(side, root, index, current, script, args, out, (env_of or {}).get(side))
             into.append(done)
             runs.append({"side": side, "round": index, "run_dir": os.path.relpath(done.run_dir, out),
                          "steps": current.steps, "wall_s": done.wall_s, **_figures(done.report)})
