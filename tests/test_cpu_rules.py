@@ -9,33 +9,17 @@ runs the planted CPU001/CPU002/CPU003/OPT002 scripts and the healthy controls.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 from advisor.run_dir.atomic import write_json_atomic
 from advisor.overrides import not_applied
 from advisor.probe.runner import ProbeConfig, run_probe
-from conftest import WORKLOADS, advise_cmd
+from conftest import WORKLOADS
+from rules.rule_inputs import WORD_LM, codes, profile_script as profile
 
 pytestmark = pytest.mark.slow
 
-PROBE = ["--steps", "6", "--warmup", "2", "--profile-steps", "2", "--no-experiments", "--json"]
-WORD_LM = [str(WORKLOADS / "word_lm" / "main.py"), "--vocab", "10000", "--tokens", "60000"]
-
-
-def profile(tmp_path, *script: str) -> dict:
-    proc = subprocess.run(advise_cmd("profile", *PROBE, "--out", str(tmp_path / "run"), *script),
-                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    report = json.loads(proc.stdout)
-    assert report["status"] == "ok", report["error"]
-    assert not [w for w in report["warnings"] if w.startswith("rule ")], report["warnings"]
-    return report
-
-
-def codes(report: dict) -> dict:
-    return {f["code"]: f for f in report["findings"]}
 
 
 def test_word_language_model_manual_sgd_has_no_optimizer_or_zeroing_finding(tmp_path):

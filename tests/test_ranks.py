@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -22,17 +21,9 @@ from advisor.intervals import merge, subtract
 from advisor.profile import Profile
 from advisor.rules.registry import load_rules
 from conftest import FAST, WORKLOADS, advise_cmd, trace_path
+from rules.rule_inputs import PAIR, pair as _pair
 
-PAIR = ("hta/trace_filter/sampled_rank-0.json.gz", "hta/trace_filter/sampled_rank-1.json.gz")
 CATALOGUE = load_rules()
-
-
-@lru_cache(maxsize=None)
-def _pair() -> Profile:
-    profiles = [Profile.from_trace(trace_path(p)) for p in PAIR]
-    primary = profiles[0]
-    primary.ranks = profiles
-    return primary
 
 
 def by_code(profile: Profile, select: str = "PAR") -> dict[str, dict]:
