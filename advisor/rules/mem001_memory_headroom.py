@@ -138,10 +138,10 @@ def check(profile: Profile, *, max_used_frac: float = 0.4, near_oom_frac: float 
                     fixed_bytes=int(fixed))
     where = "GPU memory" if profile.has_gpu and not explicit else "the memory budget"
     yield Finding(
-        title=f"The run uses {used:.0%} of {where}: room for a {scale}x larger batch",
+        title=f"The run uses {used:.0%} of {where}: room for {_a(scale)}x larger batch",
         summary=(f"Peak memory is {units.bytes_(peak)} of {units.bytes_(budget)}"
                  f"{' while the GPU is busy for ' + format(busy, '.0%') + ' of the step' if busy is not None else ''}: "
-                 f"a {scale}x batch would still fit under 80%{_basis(fixed, peak)}. {_ladder_words(profile, explicit)}"),
+                 f"{_a(scale)}x batch would still fit under 80%{_basis(fixed, peak)}. {_ladder_words(profile, explicit)}"),
         severity="low",
         evidence={k: v for k, v in evidence.items() if v is not None},
         fix=_batch_fix(profile, scale),
@@ -174,7 +174,7 @@ def _batch_fix(profile, scale: int) -> Fix:
     if profile.probed and not profile.observed.dataloaders:  # a probed run (not a bare trace) without one
         return Fix.manual(f"Build {scale}x larger batches where the script makes them (and scale the learning rate)",
                           f"batch_size = {scale} * batch_size  # where the loop slices or generates its batches\n{lr}")
-    return Fix.unsafe(f"Try a {scale}x larger batch (and scale the learning rate)", {"batch_size_scale": scale})
+    return Fix.unsafe(f"Try {_a(scale)}x larger batch (and scale the learning rate)", {"batch_size_scale": scale})
 
 
 def _predicted(peak: float, fixed: float, scale: float) -> float:
@@ -323,3 +323,8 @@ def _gpu_busy_frac(profile) -> float | None:
     if util is not None and util.notna().any():
         return float(util.mean()) / 100.0
     return None
+
+
+def _a(scale: int) -> str:
+    """"a 4", "an 8", "an 11", "an 18": the article as the number is said."""
+    return f"{'an' if str(scale).startswith('8') or scale in (11, 18) else 'a'} {scale}"
