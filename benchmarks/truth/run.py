@@ -238,8 +238,10 @@ def judge(case: Case, hand: dict, advise: dict) -> list[dict]:
             elif c and c["verified"]:
                 notes.append("verified, no truth")
             if s.get("speedup") and s["speedup"] >= WIN:
+                unmeasured = c is not None and c.get("verdict") == "not-measured"
                 notes.append("no advise report" if not advised else
-                             "win found" if family(variant.overrides) in verified_families else "WIN MISSED")
+                             "win found" if family(variant.overrides) in verified_families else
+                             f"WIN NOT MEASURED ({c.get('reason') or 'no reason said'})" if unmeasured else "WIN MISSED")
             if c and c["severity"] == "high" and slower(s):
                 notes.append("HIGH BUT SLOWER")
             rows.append({"case": case.name, "fix": variant.name, "family": family(variant.overrides), "hand": s if h else None,
