@@ -5,6 +5,7 @@
 # left. Everything it prints goes to $OUT; the whole call stays inside BUDGET_S (default 540 s).
 #   [BUDGET_S=540] [TESTS_S=300 (0: no tests)] [REPEATS=2] [VARIANTS=bf16,tf32,...] [ONLY=imagenet-fed]
 #   [ADVISE_BUDGET=150 (advise's --time-budget in each case: its run must fit the call)]
+#   [ADVISE_ARGS="--select MEM001" (more of advise's options, each word passed on)]
 #   bash benchmarks/truth/gpu_call.sh
 set -u
 : "${OUT:?set OUT to the output folder of the device call}"
@@ -25,7 +26,7 @@ if [ "$tests_s" -gt 0 ]; then  # -v: each test's verdict is in the log as it end
     | tar czf "$OUT/gpu-tests-runs.tgz" --null -T -)
 fi
 timeout $(( $(left) - 30 )) python3 benchmarks/truth/run.py --gpu --repeats "${REPEATS:-2}" ${VARIANTS:+--variants "$VARIANTS"} ${ONLY:+--only "$ONLY"} \
-  --advise-arg=--time-budget --advise-arg="${ADVISE_BUDGET:-150}" --work .gpu-truth/work --out-dir "$OUT/truth" > "$OUT/log" 2>&1
+  --advise-arg=--time-budget --advise-arg="${ADVISE_BUDGET:-150}" ${ADVISE_ARGS:+$(printf -- " --advise-arg=%s" $ADVISE_ARGS)} --work .gpu-truth/work --out-dir "$OUT/truth" > "$OUT/log" 2>&1
 echo "gpu_call: truth harness exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/log"
 # analyze on each profiled run's own device trace: its step split beside the profiled run's (issue 42)
 for run in .gpu-truth/work/advise/*/; do
