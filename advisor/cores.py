@@ -7,27 +7,22 @@ import os
 from typing import Any
 
 
-def said(env: Any, name: str) -> Any:
-    """A field of the run's env: the Profile's typed one (advisor.run_dir.seen.Env, an attribute), or a dict's."""
-    return env.get(name) if isinstance(env, dict) else getattr(env, name, None)
-
-
 def cores_per_rank(env: Any) -> int:
-    """The cores one rank may plan for: those its affinity mask allows (`cpu_usable`: a job
+    """The cores one rank may plan for (`env`: the run's :class:`advisor.run_dir.seen.Env`): those its affinity mask allows (`cpu_usable`: a job
     scheduler that binds each rank to its own cores has split them already), else the node's,
     shared by the ranks on it (workers and threads are a per-node budget: 2 ranks x 4 workers on
     2 cores is 8 workers)."""
-    cores = int(said(env, "cpu_count") or os.cpu_count() or 1)
-    usable = int(said(env, "cpu_usable") or cores)
+    cores = int(env.cpu_count or os.cpu_count() or 1)
+    usable = int(env.cpu_usable or cores)
     if usable < cores:  # bound to a subset: that subset is this rank's
         return max(1, usable)
-    return max(1, cores // int(said(env, "local_world_size") or 1))
+    return max(1, cores // int(env.local_world_size or 1))
 
 
 def cores_said(env: Any) -> str:
     """Where :func:`cores_per_rank`'s figure comes from, in words."""
-    cores = int(said(env, "cpu_count") or 0)
-    usable, ranks = int(said(env, "cpu_usable") or cores), int(said(env, "local_world_size") or 1)
+    cores = int(env.cpu_count or 0)
+    usable, ranks = int(env.cpu_usable or cores), int(env.local_world_size or 1)
     if usable and cores and usable < cores:
         return f"the {usable} CPU{'s' if usable > 1 else ''} this rank may use (its affinity mask, of {cores})"
     if ranks > 1:

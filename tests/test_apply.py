@@ -526,10 +526,10 @@ def test_a_check_whose_patched_runs_ran_the_original_files_says_so(tmp_path):
         {"side": "base", "round": 1, "run_dir": "base/round-01"},
         {"side": "candidate", "round": 1, "run_dir": "candidate/round-01"}])
     with pytest.raises(check.CheckError, match=r"imported pkg/trainer.py from .* not from the patched copy"):
-        check._ran_the_copy(result, out, {trainer: (b"", b"")}, source, candidate)
+        check._ran_the_copy(result, out, {trainer: (b"", b"")}, source)
     (run_dir / "sources.json").write_text(json.dumps({"sites": {"model-call": [
         {"file": str(candidate / "pkg" / "trainer.py"), "line": 3, "function": "run", "op": "model", "count": 1}]}}))
-    check._ran_the_copy(result, out, {trainer: (b"", b"")}, source, candidate)  # the copy's: no error
+    check._ran_the_copy(result, out, {trainer: (b"", b"")}, source)  # the copy's: no error
 
 
 def test_the_checks_rounds_run_without_the_gates_passive_threads(tmp_path, monkeypatch):

@@ -86,13 +86,14 @@ def test_workers_are_a_per_node_budget_shared_by_the_ranks():
     """DL001 once offered 4 workers per rank to 2 ranks on 2 cores: the ladder plans for the rank's share."""
     from advisor import overrides as vocabulary
     from advisor.cores import cores_per_rank
+    from advisor.run_dir.seen import Env
 
-    assert cores_per_rank({"cpu_count": 16}) == 16
-    assert cores_per_rank({"cpu_count": 16, "local_world_size": 4}) == 4
-    assert cores_per_rank({"cpu_count": 2, "local_world_size": 4}) == 1
-    alone = vocabulary.sweep({"dataloader": {"num_workers": 4}}, vocabulary.SweepContext(cores_per_rank({"cpu_count": 16})))
+    assert cores_per_rank(Env(cpu_count=16)) == 16
+    assert cores_per_rank(Env(cpu_count=16, local_world_size=4)) == 4
+    assert cores_per_rank(Env(cpu_count=2, local_world_size=4)) == 1
+    alone = vocabulary.sweep({"dataloader": {"num_workers": 4}}, vocabulary.SweepContext(cores_per_rank(Env(cpu_count=16))))
     shared = vocabulary.sweep({"dataloader": {"num_workers": 4}},
-                              vocabulary.SweepContext(cores_per_rank({"cpu_count": 16, "local_world_size": 4})))
+                              vocabulary.SweepContext(cores_per_rank(Env(cpu_count=16, local_world_size=4))))
     assert max(o["dataloader"]["num_workers"] for o in alone) == 16
     assert max(o["dataloader"]["num_workers"] for o in shared) == 4
 
@@ -181,9 +182,10 @@ def test_the_worker_ladder_is_capped_by_the_cpus_this_rank_may_use(tmp_path):
     from conftest import advise_cmd
 
     from advisor.cores import cores_per_rank
+    from advisor.run_dir.seen import Env
 
-    assert cores_per_rank({"cpu_count": 16, "cpu_usable": 4, "local_world_size": 4}) == 4  # bound: already split
-    assert cores_per_rank({"cpu_count": 16, "cpu_usable": 16, "local_world_size": 4}) == 4  # shared by the ranks
+    assert cores_per_rank(Env(cpu_count=16, cpu_usable=4, local_world_size=4)) == 4  # bound: already split
+    assert cores_per_rank(Env(cpu_count=16, cpu_usable=16, local_world_size=4)) == 4  # shared by the ranks
     assert shutil.which("taskset"), "taskset (util-linux) is needed for this test"
     proc = subprocess.run(["taskset", "-c", "0", *advise_cmd("profile", "--steps", "8", "--warmup", "2", "--profile-steps",
                                                              "2", "--no-experiments", "--out", "run",

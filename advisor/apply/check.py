@@ -94,7 +94,7 @@ def run(patched: Patched, rec: Recommendation, *, script: str, argv: list[str], 
                                on_run=on_run, env_of=env_of)
         except ab.ABError as exc:
             raise CheckError(str(exc)) from None
-        _ran_the_copy(result, tmp / "rounds", patched.changed, source, candidate)
+        _ran_the_copy(result, tmp / "rounds", patched.changed, source)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     speedup, low, high, rounds = _speedup(result.rounds)
@@ -125,7 +125,7 @@ def python_path(source: Path, copy: Path, roots: Sequence[Path]) -> str:
     return os.pathsep.join(dict.fromkeys([str(copy / root) for root in roots] + moved))
 
 
-def _ran_the_copy(result: ab.ABResult, out: Path, changed: Mapping[Path, object], source: Path, candidate: Path) -> None:
+def _ran_the_copy(result: ab.ABResult, out: Path, changed: Mapping[Path, object], source: Path) -> None:
     """CheckError where the patched runs' step ran a changed file from the original checkout, not
     from the patched copy (their sources.json names the files the step's lines are in): the check
     would have timed the unpatched code twice."""

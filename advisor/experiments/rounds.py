@@ -37,7 +37,6 @@ from ..cores import cores_per_rank
 from ..analysis import steptime
 from ..model import Experiment, Finding, Recommendation, Verdict
 from ..run_dir.protocol import ArmLine, RankLines, Window
-from ..run_dir.seen import Observed
 from . import judge, recompiles
 from .judge import Measurement
 from .plan import BASELINE, Candidate, candidates_from, expected_speedup, interleave, plan_windows, sweep_points
@@ -300,7 +299,7 @@ class Rounds:
     # planning --------------------------------------------------------------------------------------
     def _fixes_round(self, profile) -> list[Window]:
         ctx = vocabulary.SweepContext(cores_per_rank(profile.env), self.io_like)
-        loaders = Observed.read(profile.observed).dataloaders  # (a Profile's, typed already)
+        loaders = profile.observed.dataloaders
         for candidate in candidates_from(self.findings, self.safe_only):
             finding = candidate.finding(self.findings)
             refusals = [vocabulary.live_loader_refusal(candidate.overrides, dl) for dl in loaders]

@@ -162,7 +162,7 @@ def read_advise(case: Case, work: Path) -> dict:
             if isinstance(row, dict) and row.get("overrides") and json.dumps(row["overrides"], sort_keys=True) != lead:
                 claims.append({"code": f.get("code"), "severity": f.get("severity"), "title": f"{f.get('title')} [{row.get('label')}]",
                                "overrides": row["overrides"], "speedup": row.get("speedup"), "ci_low": row.get("ci_low"),
-                               "ci_high": row.get("ci_high"), "verified": row.get("verdict") == "faster" and bool(row.get("verified", True)),
+                               "ci_high": row.get("ci_high"), "verified": row.get("verdict") == "faster",
                                "verdict": row.get("verdict"), "measured_by": exp.get("measured_by"), "reason": row.get("reason")})
     rec = report.get("recommended")
     mfu, energy = report.get("mfu") or {}, report.get("energy") or {}
