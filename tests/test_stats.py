@@ -23,11 +23,27 @@ def test_speedup_is_reproducible_and_the_seed_matters():
     assert first[1] < first[0] < first[2]
 
 
-def test_runs_keep_their_weight():
-    """Each side is the mean of its runs' rates: a short slow run counts as much as a long fast one."""
+def test_runs_keep_their_weight_and_their_disagreement_widens_the_interval():
+    """Each side is the mean of its runs' rates: a short slow run counts as much as a long fast one.
+    Two baseline windows 2x apart, each of steady steps: the steps alone show no noise, the windows
+    do, and the interval says so."""
     base = [run([0.01] * 40), run([0.02] * 4)]
     ratio, lo, hi = speedup_ci(base, [run([0.01] * 10)], by_samples=False)
-    assert ratio == pytest.approx(100 / ((100 + 50) / 2)) and lo == pytest.approx(ratio) and hi == pytest.approx(ratio)
+    assert ratio == pytest.approx(100 / ((100 + 50) / 2))
+    assert lo < 1.05 and hi > 1.9  # the whole range the two windows allow
+    same = [run([0.01] * 40), run([0.0101] * 4)]
+    _, lo, hi = speedup_ci(same, [run([0.008] * 10)], by_samples=False)
+    assert 1.2 < lo <= hi < 1.3  # windows that agree: a tight interval
+
+
+def test_one_window_borrows_the_other_sides_spread():
+    """A fix measured in one window cannot show its own window-to-window spread: the baseline's is
+    applied to it, so a claim from a single lucky window is not pinned by its steps alone."""
+    rng = np.random.default_rng(0)
+    steady = [run(0.010 + rng.normal(0, 1e-5, 20)), run(0.013 + rng.normal(0, 1e-5, 20))]
+    _, lo, hi = speedup_ci(steady, [run(0.008 + rng.normal(0, 1e-5, 20))], by_samples=False)
+    within_only = speedup_ci([steady[0]], [run(0.008 + rng.normal(0, 1e-5, 20))], by_samples=False)
+    assert hi / lo > 1.2 and within_only[2] / within_only[1] < 1.01
 
 
 def test_a_one_step_run_is_a_fixed_rate():

@@ -147,8 +147,10 @@ def main() -> None:
 @click.option("--no-experiments", is_flag=True, help="Diagnose only: do not re-run the script to measure fixes.")
 @click.option("--max-experiments", default=12, show_default=True, type=click.IntRange(min=0),
               help="At most this many fix measurements (sweep points count one each).")
-@click.option("--time-budget", "time_budget_s", default=900.0, show_default=True, type=_Number(min=0),
-              help="Seconds the experiments may take in all.")
+@click.option("--time-budget", "time_budget_s", default=None, type=_Number(min=0),
+              help="Seconds the experiments may take in all  [default: 1.5x the run's time to its profiled window, "
+                   "10-240 s; 900 with --fresh-runs]. The fixes that do not fit are named, each with the command "
+                   "that measures it.")
 @click.option("--safe-only", is_flag=True, help="Skip fixes that change numerics (bf16, TF32, bigger batch).")
 @click.option("--fresh-runs", is_flag=True,
               help="Measure each fix in a fresh re-run of the script instead of as arms of the profiled run.")

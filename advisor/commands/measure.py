@@ -31,10 +31,16 @@ class ExperimentOptions:
 
     enabled: bool = True
     max_experiments: int = 12
-    time_budget_s: float = 900.0
+    time_budget_s: float | None = None  # None: auto (advisor.probe.config.auto_arms_budget)
     safe_only: bool = False
     fresh_runs: bool = False  # measure every fix in a re-run of the script, not as arms of the profiled run
     confirm: bool = False  # also measure the in-process recommendation in fresh runs (B R B R B)
+
+    @property
+    def fresh_budget_s(self) -> float:
+        """--fresh-runs' time: each fix costs whole runs of the script, so no automatic budget
+        (a multiple of one run) could measure any; 900 s unless one was given."""
+        return self.time_budget_s if self.time_budget_s is not None else 900.0
 
 
 def arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_settings, link: JobLink | None = None,
@@ -63,7 +69,7 @@ def arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_setti
 
     session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
                           max_experiments=experiments.max_experiments, window_steps=max(5, config.steps // 2),
-                          time_budget_s=config.arms_budget_s,
+                          budget_from=lambda: config.arms_budget_s,
                           io_like=io_like, publish=link.publish_plan if link is not None else None)
     return session
 
@@ -105,7 +111,7 @@ def measure_fixes(session, run, profile: Profile, merged: dict | None, link: Job
                 findings, config, profile.steps, root=layout.make_subdir(out, layout.EXPERIMENTS), env=profile.env,
                 io_like=bool(metrics.io_bound(profile.samples, profile.steps, profile.env.cpu_count or 1)),
                 safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
-                time_budget_s=session.time_left() if session is not None else experiments.time_budget_s,
+                time_budget_s=session.time_left() if session is not None else experiments.fresh_budget_s,
                 progress=progress, stop=stop,
                 only=[c.finding_index for c in fresh] if fresh is not None else None,
                 workers=script_workers(profile.observed),

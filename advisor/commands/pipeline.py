@@ -179,7 +179,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
     in_process = bool(experiments and experiments.enabled and (not experiments.fresh_runs or launched_by_other))
     config = ProbeConfig(script=script, args=script_args, module=module, nproc=nproc, out=out, warmup=warmup, steps=steps,
                          profile_steps=profile_steps, timeout_s=timeout_s, arms=in_process,
-                         arms_budget_s=experiments.time_budget_s if experiments else 900.0,
+                         arms_budget_s=experiments.time_budget_s if experiments else None,
                          memory_budget_bytes=memory_budget_bytes)
     started = _Started(report_mod.now_iso(), time.monotonic(), fingerprint.load_avg())  # the machine's load before the script
     _open_run_dir(out, lock)

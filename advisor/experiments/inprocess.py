@@ -55,7 +55,10 @@ class ArmsSession:
     io_like: Callable[[Profile], bool] = lambda profile: False  # the window's Profile -> loading waits, not computes
     progress: PhaseProgress | None = None
     rule_warnings: list[str] = field(default_factory=list)
-    time_budget_s: float = 900.0  # the arms' deadline, counted from the window's end (the runner's)
+    # the arms' deadline, counted from the window's end: the runner's, read at the window's end
+    # (`budget_from`: an automatic budget is known only then)
+    time_budget_s: float = 900.0
+    budget_from: Callable[[], float | None] | None = None
     plan_suffixes: list[str] = field(default_factory=list)  # the ranks that run each plan (default: rank_suffix's)
     publish: Callable[[Plan], None] | None = None  # a job a launcher started: the plan to every rank (job/link.py)
     rounds: Rounds | None = None  # the machine, once the window's findings are known
@@ -85,6 +88,8 @@ class ArmsSession:
             self.rank_suffix, self.plan_suffixes = suffixes[0], list(suffixes)
         if self._started is None:  # the runner's budget counts from the same line
             self._started = time.monotonic()
+            if self.budget_from is not None:
+                self.time_budget_s = self.budget_from() or self.time_budget_s
         try:
             windows = self._plan(round_no, lines)
         except Exception as exc:  # noqa: BLE001  a planning bug must end the child, not hang it

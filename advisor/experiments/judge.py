@@ -265,6 +265,18 @@ def better(a: Experiment | None, b: Experiment) -> bool:
     return a is None or a.speedup is None or b.speedup >= a.speedup * (1 + MIN_GAIN)
 
 
+def head_to_head(leader: list[Measurement], rival: list[Measurement], *, by_samples: bool) -> bool:
+    """Whether a sweep's leader is shown faster than another value: their windows compared directly
+    (the rival's as the baseline), the interval's low end above 1 + MIN_GAIN. Two values each
+    verified against the baseline may still be one speed (a tie: the cheaper is the answer)."""
+    lead = [m.steps for m in leader if m.ok]
+    other = [m.steps for m in rival if m.ok]
+    if not lead or not other:
+        return True
+    _, low, _ = speedup_ci(other, lead, by_samples=by_samples)
+    return bool(math.isfinite(low) and low > 1.0 + MIN_GAIN)
+
+
 def sweep_row(point: Candidate, exp: Experiment, budget: float | None) -> dict:
     """One value a sweep tried, as report.json's `sweep` lists it."""
     return {"label": point.label, "overrides": point.overrides, "speedup": exp.speedup, "ci_low": exp.ci_low,

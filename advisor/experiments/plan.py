@@ -132,21 +132,21 @@ def plan_windows(arms: list[tuple[str, dict]], growing: list[tuple[str, dict]], 
                  steps: Callable[[str], int] | int, screens: Sequence[tuple[str, dict]] = (),
                  passes: int = REPEATS) -> list[Window]:
     """The round's windows: `arms` interleaved (see :func:`interleave`, `passes` times), then the
-    `screens` once each, in windows of half an arm's steps, two between baselines (what looks
-    faster is measured in full in a later round), then the `growing` ones (larger batches)
-    smallest first, each `passes` times in a row between baselines. An out-of-memory error ends the child's arms, so it may only
-    cost the values larger than the one that ran out: every other arm and every smaller value has
-    been measured by then."""
+    `growing` ones (larger batches) smallest first, each `passes` times in a row between baselines,
+    then the `screens` once each, in windows of half an arm's steps, two between baselines (what
+    looks faster is measured in full in a later round). An out-of-memory error ends the child's
+    arms, so it may only cost the values larger than the one that ran out and the screens: the
+    rules' fixes and every smaller value have been measured by then."""
     length = steps if callable(steps) else (lambda arm: steps)
     windows = interleave(arms, warmup, length, passes=passes) if arms else []
     if (growing or screens) and not windows:
         windows = [Window(arm=BASELINE, overrides={}, warmup=warmup({}), steps=length(BASELINE))]
-    short = max(MIN_WINDOW_STEPS, length(BASELINE) // 2)
-    for group in _groups(list(screens), ARMS_PER_BASELINE):
-        windows += [Window(arm=arm, overrides=overrides, warmup=warmup(overrides), steps=max(short, length(arm) // 2)) for arm, overrides in group]
-        windows.append(Window(arm=BASELINE, overrides={}, warmup=warmup({}), steps=short))
     for arm, overrides in sorted(growing, key=lambda a: vocabulary.batch_scale(a[1])):
         for _ in range(max(1, passes)):
             windows += [Window(arm=arm, overrides=overrides, warmup=warmup(overrides), steps=length(arm)),
                         Window(arm=BASELINE, overrides={}, warmup=warmup({}), steps=length(BASELINE))]
+    short = max(MIN_WINDOW_STEPS, length(BASELINE) // 2)
+    for group in _groups(list(screens), ARMS_PER_BASELINE):
+        windows += [Window(arm=arm, overrides=overrides, warmup=warmup(overrides), steps=max(short, length(arm) // 2)) for arm, overrides in group]
+        windows.append(Window(arm=BASELINE, overrides={}, warmup=warmup({}), steps=short))
     return windows

@@ -39,8 +39,9 @@ from ..model import Experiment, Finding, Recommendation, Verdict
 from ..run_dir.protocol import ArmLine, RankLines, Window
 from . import judge, recompiles
 from .judge import Measurement
-from .plan import BASELINE, Candidate, candidates_from, expected_speedup, interleave, plan_windows, sweep_points
+from .plan import ARMS_PER_BASELINE, BASELINE, Candidate, candidates_from, expected_speedup, interleave, plan_windows, sweep_points
 from .sizing import MIN_WINDOW_STEPS, WindowSizing
+from .worth import Worth, compile_seconds, worth
 
 SCREEN_MARGIN = 0.05  # a screened fix whose one window may be this much faster is measured in full ...
 SCREEN_LEAN = 1.02    # ... and that leans that way (its point estimate at least this): a 0.99x window whose
@@ -153,6 +154,8 @@ class Rounds:
     _planned: dict[int, int] = field(default_factory=dict)  # round -> its windows
     budget_cut: int = 0  # windows planned but not run: the time budget ended first
     out_of_time: bool = False  # the time budget ended the rounds
+    left_out: dict[str, Worth] = field(default_factory=dict)  # arm -> its predicted cost: not started, it did not fit
+    _device: str = "cpu"
 
     @property
     def sizing(self) -> WindowSizing:
@@ -169,7 +172,8 @@ class Rounds:
         self.by_samples = judge.by_samples(profile.steps)
         self._sizing = WindowSizing.of(self.window_steps, profile.steps, profile.observed)
         self._step_s = steptime.median_step(profile.steps)
-        windows = self._fixes_round(profile)
+        self._device = str(profile.env.device or "cpu")
+        windows = self._fixes_round(profile, time_left_s)
         fitted = self._fit(windows, time_left_s)
         if windows and not fitted:
             self.out_of_time = True
@@ -257,15 +261,29 @@ class Rounds:
             return windows
         step_s = self._median_steps()
         used, fitted = 0.0, 0
-        for k, window in enumerate(windows):  # each at its arm's median step so far (the baseline's, or
-            # the profiled window's, before the arm ran)
-            used += (window.warmup + window.steps) * (step_s.get(window.arm) or step_s.get(BASELINE) or self._step_s or 0.0)
+        for k, window in enumerate(windows):  # each at its arm's median step so far, else as predicted
+            used += self._window_s(window, step_s)
             if used > time_left_s:
                 break
             if window.arm == BASELINE and any(w.arm != BASELINE for w in windows[:k]):
                 fitted = k + 1
         self.budget_cut += len(windows) - fitted
         return windows[:fitted]
+
+    def _window_s(self, window: Window, medians: dict[str, float | None]) -> float:
+        """A window's predicted seconds: its steps at its arm's median step so far; an arm not yet
+        run at the step its rule expects (:mod:`.worth`), its compilation included."""
+        step = medians.get(window.arm)
+        base = medians.get(BASELINE) or self._step_s or 0.0
+        arm = self.arms.get(window.arm)
+        if step is not None or arm is None:
+            return (window.warmup + window.steps) * (step or base)
+        finding = arm.candidate.finding(self.findings) if arm.candidate.finding_index is not None else None
+        expected = worth(finding, window.overrides, steps=window.steps, warmup=window.warmup, base_steps=0, step_s=base,
+                         device=self._device, measured_compile_s=self._compile_s(), per_baseline=ARMS_PER_BASELINE) \
+            if finding is not None else None
+        compile_s = compile_seconds(window.overrides, self._device, self._compile_s())
+        return expected.seconds if expected is not None else (window.warmup + window.steps) * base + compile_s
 
     def _median_steps(self) -> dict[str, float | None]:
         """Each arm's median timed step over the rounds measured so far."""
@@ -297,7 +315,7 @@ class Rounds:
         return RoundKind.END, []
 
     # planning --------------------------------------------------------------------------------------
-    def _fixes_round(self, profile) -> list[Window]:
+    def _fixes_round(self, profile, time_left_s: float | None) -> list[Window]:
         ctx = vocabulary.SweepContext(cores_per_rank(profile.env), self.io_like)
         loaders = profile.observed.dataloaders
         for candidate in candidates_from(self.findings, self.safe_only):
@@ -320,26 +338,59 @@ class Rounds:
                         Role.LADDER if vocabulary.batch_scale(point.overrides) > 1 else Role.FIX)
                 self.arms[arm] = Arm(candidate, point, role)
                 self.sizing.lengths[arm] = expected_speedup(finding)
-        fixes, ladder, screens = (self._of(role) for role in (Role.FIX, Role.LADDER, Role.SCREEN))
-        expected = [self.sizing.lengths[a] for a, _ in fixes + ladder]
+        expected = [self.sizing.lengths[a] for a, _ in self._of(Role.FIX) + self._of(Role.LADDER)]
         if expected and min(expected) >= LARGE_EFFECT:  # the slow baseline windows need half the steps
             self.sizing.base_steps = max(MIN_WINDOW_STEPS, self.sizing.timed // 2)
-        if not fixes and not screens:  # the ladder alone: measured in this round, judged as the fixes are
-            for a, _ in ladder:
-                self.arms[a].role = Role.FIX
-            return plan_windows([], ladder, self.sizing.warmup, self._steps)
-        return plan_windows(fixes, [], self.sizing.warmup, self._steps, screens, passes=1)  # the ladder: CONFIRM
+        chosen = self._choose(time_left_s)
+        fixes, ladder, screens = ([(a, self.arms[a].point.overrides) for a in chosen if self.arms[a].role is role]
+                                  for role in (Role.FIX, Role.LADDER, Role.SCREEN))
+        return plan_windows(fixes, ladder, self.sizing.warmup, self._steps, screens, passes=1)
+
+    def _worth(self, arm: str) -> Worth:
+        """What `arm` is expected to gain, and to cost in seconds (:mod:`.worth`)."""
+        point = self.arms[arm].point.overrides
+        return worth(self.arms[arm].candidate.finding(self.findings), point, steps=self._steps(arm),
+                     warmup=self.sizing.warmup(point), base_steps=self._steps(BASELINE) + self.sizing.warmup({}),
+                     step_s=self._step_s or 0.0, device=self._device, measured_compile_s=self._compile_s(),
+                     per_baseline=ARMS_PER_BASELINE)
+
+    def _choose(self, time_left_s: float | None) -> list[str]:
+        """Round 0's arms, the most expected gain per second of measuring first; with a time budget,
+        those whose predicted cost fits what is left (an arm predicted to outlast it is not started:
+        :attr:`left_out` names it with its cost). Without one, every arm, in that order."""
+        worths = {a: self._worth(a) for a, arm in self.arms.items() if arm.role is not Role.STACK}
+        order = sorted(worths, key=lambda a: -worths[a].density)
+        if time_left_s is None:
+            return order
+        used = (self._steps(BASELINE) + self.sizing.warmup({})) * (self._step_s or 0.0)  # the first baseline window
+        kept = []
+        for arm in order:
+            if used + worths[arm].seconds <= time_left_s:
+                kept.append(arm)
+                used += worths[arm].seconds
+            else:
+                self.left_out[arm] = worths[arm]
+        if self.left_out:
+            self.out_of_time = True
+        return kept
+
+    def _compile_s(self) -> float | None:
+        """The longest compilation this run measured (an arm's switch cost), None before the first."""
+        spent = [line.switch_s for r in self.results.values() for line in r.windows
+                 if line.arm in self.arms and vocabulary.one_off(line.overrides) and line.switch_s]
+        return max(spent) if spent else None
 
     def _confirm_round(self) -> list[Window]:
         """The reverse pass of the undecided fixes, the promoted screens in two passes, then the
         larger batches, smallest first, each twice: an out-of-memory error ends the child's arms,
         so it may only cost the values larger than the one that ran out."""
-        again = [(a, self.arms[a].point.overrides) for a in reversed(self._again)]
+        again = [(a, self.arms[a].point.overrides) for a in reversed(self._again) if self.arms[a].role is not Role.LADDER]
+        larger = [(a, self.arms[a].point.overrides) for a in self._again if self.arms[a].role is Role.LADDER]
         promoted = [(a, self.arms[a].point.overrides) for a in self._promoted]
         windows: list[Window] = []
         for part in (plan_windows(again, [], self.sizing.warmup, self._steps, passes=1),
                      interleave(promoted, self.sizing.warmup, self._steps) if promoted else [],
-                     plan_windows([], self._of(Role.LADDER), self.sizing.warmup, self._steps)):
+                     plan_windows([], larger, self.sizing.warmup, self._steps, passes=1)):
             windows += part[1:] if windows and part else part  # one baseline window between two parts
         return windows
 
@@ -368,11 +419,11 @@ class Rounds:
         pass left undecided is settled on that pass alone."""
         this = self.results[self.round]
         if self.kind is RoundKind.FIXES:
-            self._again = self._judge_fixes([this], [a for a, _ in self._of(Role.FIX)], final=final)
+            self._again = self._judge_fixes([this], [a for a, _ in self._of(Role.FIX) + self._of(Role.LADDER)], final=final)
             self._judge_screens(this)
         elif self.kind is RoundKind.CONFIRM:
             self._judge_fixes([self.results[0], this], self._again)  # round 0 measured their first pass
-            self._judge_fixes([this], self._promoted + [a for a, _ in self._of(Role.LADDER)])
+            self._judge_fixes([this], self._promoted)
         elif self.kind is RoundKind.STACK:
             self._judge_stack(final=final)
 
@@ -386,7 +437,7 @@ class Rounds:
                               switchable=False)
         passes = [p for result in results for p in result.pairs(arm, self.run_dir)]
         if not passes:
-            return Unmeasured("the run ended before its windows")
+            return Unmeasured(self.left_out_why(arm) or "the run ended before its windows")
         pooled = judge.pool(passes, by_samples=self.by_samples, check_loss=self.arms[arm].candidate.changes_numerics,
                             measured_by="in-process", loads_in_process=self.sizing.workers == 0)
         every = _arm_lines(self.results.values(), arm) or lines
@@ -427,7 +478,7 @@ class Rounds:
                 if not exp.switchable:
                     self._to_fresh(candidate, exp.why)
                 else:
-                    why = "the time budget ended before it was measured" if self.out_of_time else exp.why
+                    why = exp.why if arm in self.left_out or not self.out_of_time else "the time budget ended before it was measured"
                     untried.setdefault(candidate.finding_index, []).append((point, why))
                 continue
             by_candidate.setdefault(candidate.finding_index, []).append((arm, point, exp))
@@ -439,16 +490,60 @@ class Rounds:
             finding = candidate.finding(self.findings)
             budget = judge.usable_budget(finding.evidence)
             values = [(point, exp) for _, point, exp in tried]
-            _, best = judge.sweep_winner(values, budget)
-            if not final and not judge.settled(best):
+            best, tied = self._sweep_winner(results, tried, budget)
+            if not final and (not judge.settled(best) or tied):
                 again += [arm for arm, _, _ in tried]
                 continue
             rows = judge.sweep_rows(values, untried.get(candidate.finding_index, []), budget)
             best.sweep = rows if len(rows) > 1 else None
+            if tied:
+                self.notes.append(tied)
             judge.settle(finding, candidate, best, budget, self._winners, fitting)
+        for index, points in untried.items():  # every value of a fix left out: not measured, and why
+            finding = self.findings[index] if index is not None else None
+            if finding is not None and index not in by_candidate and finding.experiment is None and \
+                    all(self._arm_of(p) in self.left_out for p, _ in points):
+                finding.experiment = Experiment.not_measured(points[0][1])
         if fitting or self._fit_budget is None:
             self._winners, self._fit_budget = judge.with_fastest_fit(self._winners, fitting)
         return again
+
+    def _arm_of(self, point: Candidate) -> str | None:
+        return next((a for a, arm in self.arms.items() if arm.point is point), None)
+
+    def left_out_why(self, arm: str) -> str | None:
+        """Why `arm` was never started: its predicted cost did not fit the time budget left."""
+        if arm not in self.left_out:
+            return None
+        cost = self.left_out[arm]
+        compiling = f", {cost.compile_s:.0f} s of it compiling" if cost.compile_s else ""
+        return (f"not started: predicted to take {cost.seconds:.0f} s{compiling}, more than the time budget "
+                "had left once the fixes expected to gain more per second were planned")
+
+    def _sweep_winner(self, results: list[RoundResult], tried: list[tuple[str, Candidate, Experiment]],
+                      budget: float | None) -> tuple[Experiment, str | None]:
+        """A sweep's value to report, picked honestly: the best of several noisy estimates is biased
+        up (a loader's 8 workers read 3.46x in one run, 2.32x by hand, where 4 gave 3.40x), so the
+        leader is held head to head against every other verified value (their windows compared
+        directly, :func:`judge.head_to_head`). The values it cannot be told apart from tie with it,
+        and the cheapest of them (the first in the ladder's order: fewer workers, a smaller batch,
+        TF32 before bf16) is reported, with a line saying so (the second item)."""
+        values = [(point, exp) for _, point, exp in tried]
+        point, best = judge.sweep_winner(values, budget)
+        if budget or not best.verified:
+            return best, None
+        lead = next(arm for arm, p, _ in tried if p is point)
+        rivals = [(arm, p, e) for arm, p, e in tried if e.verified and p is not point]
+        windows = lambda arm: [m for r in results for _, cands in r.pairs(arm, self.run_dir) for m in cands]  # noqa: E731
+        tied = [(arm, p, e) for arm, p, e in rivals
+                if not judge.head_to_head(windows(lead), windows(arm), by_samples=self.by_samples)]
+        if not tied:
+            return best, None
+        order = [p for _, p, _ in tried]
+        cheapest = min([(lead, point, best), *tied], key=lambda t: order.index(t[1]))
+        said = ", ".join(f"{_short(p)} {e.speedup:.2f}x" for _, p, e in [(lead, point, best), *tied])
+        return cheapest[2], (f"{self.arms[lead].candidate.label}: its best values could not be told apart head to head "
+                             f"({said}); the cheapest, {_short(cheapest[1])}, is recommended")
 
     def _judge_stack(self, *, final: bool) -> None:
         """The stack's passes so far: recommended once one pass settles it, or after the second."""
@@ -469,6 +564,11 @@ class Rounds:
         """Every in-process result the report will show: the findings' experiments and the recommendation."""
         return [f.experiment for f in self.findings if f.experiment is not None] + \
             ([self.recommended] if self.recommended is not None else [])
+
+
+def _short(point: Candidate) -> str:
+    """A sweep value in a few words: what its label's brackets say (`num_workers=4`)."""
+    return point.label.rsplit(" (", 1)[-1].rstrip(")") if point.label.endswith(")") else point.label
 
 
 def _arm_lines(results, arm: str) -> list[ArmLine]:

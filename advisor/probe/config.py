@@ -6,6 +6,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# The arms' default time: this many times the run's own way to its profiled window (start-up,
+# warm-up, measured steps), within the floor and the cap below, so a default run ends within about
+# 2.5x its --no-experiments time. A small transformer's run took 5x with a fixed 900 s, nearly half
+# of it compiling for an arm that changed nothing; an H200's nanoGPT outlived a 531 s call.
+AUTO_BUDGET_FACTOR = 1.5
+AUTO_BUDGET_MIN_S = 10.0   # a fast script still gets its rules' fixes measured
+AUTO_BUDGET_MAX_S = 240.0  # a slow start-up (a big model, a dataset loaded whole) does not buy an hour
+
+
+def auto_arms_budget(to_window_s: float) -> float:
+    """The arms' time budget when none was given: AUTO_BUDGET_FACTOR times `to_window_s`, the
+    seconds from the script's start to its profiled window's end, within the floor and the cap."""
+    return min(AUTO_BUDGET_MAX_S, max(AUTO_BUDGET_MIN_S, AUTO_BUDGET_FACTOR * to_window_s))
+
 
 @dataclass
 class ProbeConfig:
@@ -21,6 +35,8 @@ class ProbeConfig:
     overrides: dict = field(default_factory=dict)
     arms: bool = False  # after the window the child waits for plan files and measures arms itself
     plan_timeout_s: float = 600.0  # how long the child waits for a plan before it finishes
-    arms_budget_s: float = 900.0  # the arms' time, from the "window-done" line: its end stops them, not a timeout
+    # the arms' time, from the "window-done" line: its end stops them, not a timeout. None: auto
+    # (auto_arms_budget), set here by the runner at the window's end, where the session reads it
+    arms_budget_s: float | None = None
     nproc: int = 1  # ranks started through torch.distributed.run (--standalone: a free rendezvous port)
     memory_budget_bytes: int | None = None  # --memory-budget (None: the device's capacity)

@@ -28,7 +28,7 @@ from advisor.job.rank import rank_suffix
 from advisor.job.link import JobLink
 from advisor.run_dir.protocol import (ArmStepLine, ChildAccount, ChildConfig, Line, Phase, PlanDone, RankLines,
                                       StepLine, WindowDone, read_account, write_config)
-from .config import ProbeConfig
+from .config import ProbeConfig, auto_arms_budget
 from .job_shapes import job_shape, lines_of, write_steps_csv
 from .sampler import Sampler
 from .tree import ProcessTree
@@ -221,7 +221,12 @@ class ProbeSession:
             self.link.line(line)
 
     def _window_done(self) -> None:
-        self.budget_at = time.monotonic() + self.config.arms_budget_s
+        now = time.monotonic()
+        if self.config.arms_budget_s is None:  # auto: from the run's own way to its window; a job's
+            # other ranks are stopped by its leader, whose own way there may have been a little longer
+            follower = self.link is not None and not self.link.leader
+            self.config.arms_budget_s = auto_arms_budget(now - self.started) + (2 * BUDGET_GRACE_S if follower else 0.0)
+        self.budget_at = now + self.config.arms_budget_s
         self.deadline = float("inf")  # from here on the arms' budget bounds the run, not --timeout
         # the parent's rules read the window as a run dir: its steps and samples so far
         names = self.shape.names
