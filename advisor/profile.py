@@ -189,7 +189,7 @@ class Profile:
         names = layout.names(rank_suffix)
         probe = read_account(run_dir / names.probe_json) or ChildAccount()
         steps = _read_csv(run_dir / names.steps_csv)
-        samples = _read_csv(run_dir / names.samples_csv)
+        samples = read_samples(run_dir, rank_suffix)
         trace, notes = None, []
         if (run_dir / names.trace).exists():
             try:
@@ -282,6 +282,11 @@ def _tail(path: Path, n: int) -> str:
         return "\n".join(without_chatter(path.read_text(errors="replace")).splitlines()[-n:])
     except OSError:
         return ""
+
+
+def read_samples(run_dir: Path, rank_suffix: str = "") -> pd.DataFrame:
+    """The sampler's ticks in a run dir so far (empty where there are none yet)."""
+    return _read_csv(Path(run_dir) / layout.names(rank_suffix).samples_csv)
 
 
 def _read_csv(path: Path) -> pd.DataFrame:

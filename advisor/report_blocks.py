@@ -206,6 +206,26 @@ class Screened(Block):
                                                            "`recompiles`)")] = None
 
 
+class ArmCost(Block):
+    """One arm's share of the experiments' time (the baseline's windows are one arm)."""
+
+    arm: Optional[str] = None
+    windows: Optional[int] = None
+    steps: Annotated[Optional[int], Meta(description="timed steps")] = None
+    seconds: Annotated[Num, Meta(description="its windows in all: timed and untimed steps, and switching")] = None
+    switch_s: Annotated[Num, Meta(description="of `seconds`, switching it on and off: a compilation, a loader's rebuild")] = None
+
+
+class LeftOut(Block):
+    """A fix the time budget left unmeasured: predicted not to fit, so never started."""
+
+    fix: Optional[str] = None
+    code: Optional[str] = None
+    predicted_s: Annotated[Num, Meta(description="its windows' predicted seconds, compiling included")] = None
+    compile_s: Annotated[Num, Meta(description="of `predicted_s`, compiling (measured in this run, else a prior)")] = None
+    command: Annotated[Optional[str], Meta(description="the command that measures it")] = None
+
+
 class Experiments(Block):
     """What the experiments ran and what they cost."""
 
@@ -213,6 +233,11 @@ class Experiments(Block):
     n_runs: Optional[int] = None
     child_wall_s: Number = None
     screened: list[Screened] = []
+    budget_s: Annotated[Num, Meta(description="the in-process arms' time budget: --time-budget, or set automatically "
+                                              "(1.75x the run's time to its profiled window, 10-240 s)")] = None
+    budget_given: Annotated[Optional[bool], Meta(description="true: --time-budget; false: the automatic budget")] = None
+    arms: Annotated[list[ArmCost], Meta(description="where the in-process arms' time went, the costliest first")] = []
+    left_out: Annotated[list[LeftOut], Meta(description="fixes not started: predicted to outlast the budget left")] = []
 
 
 class HtaStep(Block):

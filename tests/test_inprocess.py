@@ -541,3 +541,74 @@ def test_a_stack_window_settles_as_long_as_its_slowest_member(tmp_path):
     stacked = rounds.arms["stacked"].point.overrides
     members = [rounds.arms[a].point.overrides for a in rounds.arms if a != "stacked"]
     assert all(rounds._sizing.warmup(stacked) >= rounds._sizing.warmup(m) for m in members)
+
+
+def _compile_screen() -> Finding:
+    from advisor.model import SCREEN
+
+    return Finding("untried", "s", "low", {SCREEN: True}, Fix.unsafe("Compile the model", {"compile": True}),
+                   estimated_gain_frac=0.2, rule="untried-fix", code="EXP001")
+
+
+def _bf16(gain: float | None = 0.35) -> Finding:
+    return Finding("fp32", "s", "high", {}, Fix.unsafe("bf16", {"autocast": "bfloat16"}), estimated_gain_frac=gain,
+                   rule="fp32-matmul", code="PR001")
+
+
+def test_the_budget_goes_first_to_the_most_gain_per_second(tmp_path):
+    """A cheap arm with a large estimate (bf16, 1.5x expected, no compiling) is planned before an
+    expensive one with a small estimate (a compile screen: 40 s of compiling predicted on a CPU
+    before one was measured), whatever order the rules gave them in."""
+    screen, bf16 = _compile_screen(), _bf16(gain=1 / 3)
+    rounds = Rounds(tmp_path)
+    first = rounds.start([screen, bf16], _profile())
+    order = [rounds.arms[w.arm].candidate.finding(rounds.findings).code for w in first if w.arm != BASELINE]
+    assert order == ["PR001", "EXP001"], order
+    costs = {rounds.arms[a].candidate.finding(rounds.findings).code: rounds._worth(a) for a in rounds.arms}
+    assert costs["EXP001"].compile_s == 40.0 and costs["EXP001"].seconds > 40 > costs["PR001"].seconds
+    assert costs["PR001"].density > 100 * costs["EXP001"].density
+
+
+def test_an_arm_predicted_to_outlast_the_budget_is_not_started_and_said(tmp_path):
+    """With 15 s left, the compile screen (about 43 s predicted) is not started: bf16 alone is
+    planned, and the screen is named as not measured with its predicted cost, never run half-way."""
+    screen, bf16 = _compile_screen(), _bf16()
+    rounds, child = Rounds(tmp_path), Child(tmp_path)
+    first = rounds.start([screen, bf16], _profile(), time_left_s=15.0)
+    arms = {w.arm for w in first} - {BASELINE}
+    assert [rounds.arms[a].candidate.finding(rounds.findings).code for a in arms] == ["PR001"]
+    (left,) = rounds.left_out.values()
+    assert left.compile_s == 40.0 and left.seconds > 15
+    speed = {a: 0.1 / 1.5 for a in arms}
+    rounds.advance(child.run(0, first, lambda w: speed.get(w.arm, 0.10)), time_left_s=10.0)
+    rounds.end(None)
+    assert bf16.experiment.verified
+    assert screen.experiment.verdict == "not-measured" and "predicted to take 4" in screen.experiment.reason
+    assert "40 s of it compiling" in screen.experiment.reason
+    ((finding, cost),) = rounds.left_out_fixes()
+    assert finding is screen and cost.seconds == left.seconds
+    assert rounds.costs()[0]["windows"] >= 1 and {c["arm"] for c in rounds.costs()} >= {"baseline"}
+
+
+def test_a_compile_measured_once_predicts_the_next(tmp_path):
+    """The first compilation's measured seconds stand for the rest (the prior only before it)."""
+    from advisor.experiments.worth import compile_seconds
+
+    assert compile_seconds({"compile": True}, "cpu", None) == 40.0
+    assert compile_seconds({"compile": True}, "cuda:0", None) == 15.0
+    assert compile_seconds({"compile": True}, "cuda", 3.5) == 3.5
+    assert compile_seconds({"autocast": "bfloat16"}, "cpu", 3.5) == 0.0
+
+
+def test_a_window_measured_during_a_burst_is_left_out(tmp_path):
+    """A window during which other processes used the CPU is dropped from its fix's figures: the
+    arm is judged on its other windows, against the quiet baselines; an arm none of whose windows
+    was quiet is not measured, and says why."""
+    bf16 = _bf16()
+    rounds, child = Rounds(tmp_path), Child(tmp_path)
+    first = rounds.start([bf16], _profile())
+    (arm,) = {w.arm for w in first} - {BASELINE}
+    result = child.run(0, first, lambda w: 0.1 / 1.5 if w.arm == arm else 0.10)
+    burst = next(line.window for line in result.windows if line.arm == arm)
+    result.busy[burst] = 1.4
+    assert rounds.outcome([result], arm).why.startswith("every window of it ran while other processes used the CPU")

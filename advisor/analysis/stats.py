@@ -184,7 +184,7 @@ def speedup_ci(baseline: list[pd.DataFrame], candidate: list[pd.DataFrame], *, b
     sides = [boot[:n_base], boot[n_base:]]
     spread = [point[:n_base] / point[:n_base].mean() - 1, point[n_base:] / point[n_base:].mean() - 1]
     rates = []
-    for side, own, other in ((sides[0], spread[0], spread[1]), (sides[1], spread[1], spread[0])):
+    for side, other in ((sides[0], spread[1]), (sides[1], spread[0])):
         m = len(side)
         if m >= 2:  # the side's own windows, resampled
             pick = rng.integers(0, m, size=(n_boot, m))

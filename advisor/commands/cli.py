@@ -148,7 +148,7 @@ def main() -> None:
 @click.option("--max-experiments", default=12, show_default=True, type=click.IntRange(min=0),
               help="At most this many fix measurements (sweep points count one each).")
 @click.option("--time-budget", "time_budget_s", default=None, type=_Number(min=0),
-              help="Seconds the experiments may take in all  [default: 1.5x the run's time to its profiled window, "
+              help="Seconds the experiments may take in all  [default: 1.75x the run's time to its profiled window, "
                    "10-240 s; 900 with --fresh-runs]. The fixes that do not fit are named, each with the command "
                    "that measures it.")
 @click.option("--safe-only", is_flag=True, help="Skip fixes that change numerics (bf16, TF32, bigger batch).")
@@ -512,9 +512,14 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
               help="Pairs of runs (base, candidate) before the first look.")
 @click.option("--max-rounds", default=20, show_default=True, type=click.IntRange(min=2),
               help="The budget: a suspected regression gets more rounds, up to this many pairs.")
+@click.option("--window", "window_s", default=6.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds each run measures: a pilot run times a step, and the runs take as many steps as fill this "
+                   "(at least --steps), so a neighbour's burst cannot cover a whole run (0: --steps alone, no pilot).")
+@click.option("--time-budget", "time_budget_s", default=300.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds for the whole gate: no round starts that would end past it, and the look there is the last.")
 @click.option("--max-regression", default="5%", show_default=True, metavar="PCT",
               help="A step time (each run's 5th-percentile step) worse than this, beyond the noise floor and "
-                   "significant, fails.")
+                   "significant, fails; the gate passes when its 95% upper bound is below this.")
 @click.option("--max-memory-regression", default="20%", show_default=True, metavar="PCT",
               help="Peak memory higher than this (and by 64 MiB or more), significant, fails.")
 @click.option("--alpha", default=0.05, show_default=True, type=_Number(0, 0.5, min_open=True),
@@ -530,7 +535,7 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
 @click.option("--format", "fmt", default="terminal", show_default=True, type=click.Choice(list(AB_RENDERERS)))
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 def ab(script, script_args, base, candidate, module, nproc, steps, warmup, profile_steps, rounds, max_rounds,
-       max_regression, max_memory_regression, alpha, ops, inconclusive, out, timeout_s, fmt, as_json):
+       window_s, time_budget_s, max_regression, max_memory_regression, alpha, ops, inconclusive, out, timeout_s, fmt, as_json):
     """CI gate: profile SCRIPT in two checkouts, interleaved; exit 3 on a regression, 4 when it cannot tell.
 
     advise ab --base ../base --candidate . train.py --epochs 1
@@ -550,7 +555,7 @@ def ab(script, script_args, base, candidate, module, nproc, steps, warmup, profi
                         timeout_s=timeout_s, rounds=rounds, max_rounds=max_rounds, alpha=alpha,
                         max_regression=_percent(max_regression, "--max-regression"),
                         max_memory_regression=_percent(max_memory_regression, "--max-memory-regression"), ops=ops,
-                        inconclusive=inconclusive)
+                        inconclusive=inconclusive, window_s=window_s, time_budget_s=time_budget_s)
     args = list(script_args)
     sys.exit(run_ab(base, candidate, script, args[1:] if args[:1] == ["--"] else args, options, Path(out),
                     AB_RENDERERS["json" if as_json else fmt]))

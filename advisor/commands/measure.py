@@ -5,6 +5,8 @@ the recommendation's patch, then the findings' severity and order."""
 
 from __future__ import annotations
 
+import math
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +64,8 @@ def arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_setti
             profile.env.local_world_size = profile.env.local_world_size or len(session.plan_suffixes)
         findings, warnings = outputs.diagnose(profile, rule_settings, screen=True)
         session.rule_warnings = warnings
+        if link is None and len(session.plan_suffixes) <= 1:  # a job's other ranks are outside this process tree
+            session.cpu_count = profile.env.cpu_count
         return findings, profile
 
     def io_like(profile: Profile) -> bool:  # the Profile diagnose() loaded: the trace is parsed once
@@ -96,9 +100,11 @@ def measure_fixes(session, run, profile: Profile, merged: dict | None, link: Job
         findings, rule_warnings = session.findings, session.rule_warnings
         session.finish(run.arms, run.budget_ended)
         if link is None and not run.ranks:  # a job's other ranks are outside each rank's process tree
-            session.withhold_if_busy(profile.samples, profile.env.cpu_count)
+            session.withhold_if_busy(profile.samples, profile.env.cpu_count,
+                                     metrics.contention_warning(profile.steps, profile.samples, profile.env.cpu_count))
         session.add_energy(profile.samples)
         results = ExperimentResults(findings, session.recommended, session.notes, [])
+        _account(results, session, config, experiments)
     else:
         findings, rule_warnings = outputs.diagnose(profile, rule_settings)
     # A session that never saw a window (the script's ranks, spawned by itself, ran the steps): fresh runs of the job.
@@ -134,6 +140,22 @@ def measure_fixes(session, run, profile: Profile, merged: dict | None, link: Job
         findings = rank(findings)
         results.screened = screened
     return findings, rule_warnings, results
+
+
+def _account(results: ExperimentResults, session: ArmsSession, config: ProbeConfig, experiments: ExperimentOptions) -> None:
+    """Where the arms' time went, and each fix the budget left out with the one command that
+    measures it (its rule alone, with the time it is predicted to need, twice over for both passes)."""
+    results.budget_s, results.budget_given = session.time_budget_s, experiments.time_budget_s is not None
+    if session.rounds is None:
+        return
+    results.arms = session.rounds.costs()
+    target = (["-m", config.script] if config.module else [config.script]) + list(config.args)
+    for finding, cost in session.rounds.left_out_fixes():
+        budget = int(math.ceil((2 * cost.seconds + 20) / 10) * 10)
+        command = shlex.join(["advise", "profile", "--select", finding.code or finding.rule, "--time-budget", str(budget),
+                              *target])
+        results.left_out.append({"fix": finding.fix.title, "code": finding.code, "predicted_s": round(cost.seconds, 1),
+                                 "compile_s": round(cost.compile_s, 1) or None, "command": command})
 
 
 def _patch(rec, profile: Profile, config: ProbeConfig, warnings: list[str]):

@@ -64,6 +64,10 @@ class ExperimentResults:
     runs: list[dict]
     interrupted: int | None = None  # the signal that cut the experiments short (what ran is kept)
     screened: list[Finding] = field(default_factory=list)  # screened fixes left out: not verified faster
+    budget_s: float | None = None  # the arms' time budget, as given or as set automatically
+    budget_given: bool = False  # --time-budget (else the automatic one)
+    arms: list[dict] = field(default_factory=list)  # where the arms' time went (Rounds.costs)
+    left_out: list[dict] = field(default_factory=list)  # fixes not started: their predicted cost and command
 
     def summary(self) -> dict:
         """report.json's `experiments` block: what was run and what it cost, and the screened fixes
@@ -77,7 +81,8 @@ class ExperimentResults:
                      "reason": f.experiment.reason if f.experiment else None,
                      "recompiles": f.experiment.recompiles if f.experiment else None} for f in self.screened]
         return {"runs": self.runs, "n_runs": len(self.runs), "child_wall_s": sum(r["wall_s"] for r in self.runs),
-                "screened": screened}
+                "screened": screened, "budget_s": self.budget_s, "budget_given": self.budget_given,
+                "arms": self.arms, "left_out": self.left_out}
 
 
 def by_samples(steps: pd.DataFrame) -> bool:

@@ -90,18 +90,23 @@ class RoundResult:
 
     windows: list[ArmLine]  # in window order
     steps: dict[int, pd.DataFrame]  # window index -> timed steps
+    warm_s: dict[int, float] = field(default_factory=dict)  # window index -> its untimed steps' seconds
+    busy: dict[int, float] = field(default_factory=dict)  # window index -> cores other processes used in it: left out
 
     @classmethod
     def read(cls, lines: RankLines, round_no: int) -> "RoundResult":
         """Round `round_no`'s windows and their timed steps, from the judged rank's lines."""
         steps: dict[int, list] = {}
+        warm: dict[int, float] = {}
         for line in lines.arm_steps:
             if line.round == round_no and not line.warm:
                 steps.setdefault(line.window, []).append(line)
+            elif line.round == round_no:
+                warm[line.window] = warm.get(line.window, 0.0) + (line.duration_s or 0.0)
         windows = sorted((w for w in lines.arm_windows if w.round == round_no), key=lambda w: w.window)
         frames = {k: steptime.mark_unprofiled(pd.DataFrame([msgspec.structs.asdict(x) for x in rows]))
                   for k, rows in steps.items()}
-        return cls(windows, frames)
+        return cls(windows, frames, warm)
 
     def measurement(self, k: int, run_dir: Path) -> Measurement:
         line = self.windows[k]
@@ -114,11 +119,12 @@ class RoundResult:
     def pairs(self, arm: str, run_dir: Path) -> list[tuple[list[Measurement], list[Measurement]]]:
         """Each window of `arm` with the nearest baseline window on either side of it."""
         out = []
+        quiet = lambda j: self.windows[j].arm == BASELINE and self.windows[j].window not in self.busy  # noqa: E731
         for k, line in enumerate(self.windows):
-            if line.arm != arm:
+            if line.arm != arm or line.window in self.busy:
                 continue
-            before = next((j for j in range(k - 1, -1, -1) if self.windows[j].arm == BASELINE), None)
-            after = next((j for j in range(k + 1, len(self.windows)) if self.windows[j].arm == BASELINE), None)
+            before = next((j for j in range(k - 1, -1, -1) if quiet(j)), None)
+            after = next((j for j in range(k + 1, len(self.windows)) if quiet(j)), None)
             around = [self.measurement(j, run_dir) for j in (before, after) if j is not None]
             out.append((around, [self.measurement(k, run_dir)]))
         return out
@@ -212,7 +218,9 @@ class Rounds:
         for candidate in self._candidates():
             finding = candidate.finding(self.findings)
             if finding.experiment is None and candidate not in self.fresh:
-                finding.experiment = Experiment.not_measured(f"{ended} before this fix was measured")
+                arms = [a for a, arm in self.arms.items() if arm.candidate is candidate]
+                why = self.left_out_why(arms[0]) if arms and all(a in self.left_out for a in arms) else None
+                finding.experiment = Experiment.not_measured(why or f"{ended} before this fix was measured")
 
     def _recommend_unstacked(self, ended: str) -> None:
         """The recommendation from the winners, their stack unmeasured because `ended` first."""
@@ -224,6 +232,34 @@ class Rounds:
         return list({a.candidate.finding_index: a.candidate for a in self.arms.values()
                      if a.candidate.finding_index is not None}.values())
 
+    def costs(self) -> list[dict]:
+        """Where the arms' time went: per arm (the baseline one of them), its windows, timed steps,
+        seconds in all (timed, untimed and switching) and the switching's share (a compilation, a
+        loader's rebuild), report.json's `experiments.arms`."""
+        out: dict[str, dict] = {}
+        for result in self.results.values():
+            for line in result.windows:
+                frame = result.steps.get(line.window)
+                timed = float(steptime.durations(frame).sum()) if frame is not None and len(frame) else 0.0
+                row = out.setdefault(line.arm, {"arm": self.label(line.arm), "windows": 0, "steps": 0,
+                                                 "seconds": 0.0, "switch_s": 0.0})
+                row["windows"] += 1
+                row["steps"] += len(frame) if frame is not None else 0
+                row["switch_s"] += line.switch_s
+                row["seconds"] += timed + result.warm_s.get(line.window, 0.0) + line.switch_s
+        return sorted(out.values(), key=lambda r: -r["seconds"])
+
+    def left_out_fixes(self) -> list[tuple[Finding, Worth]]:
+        """The fixes none of whose values was started, each with its cheapest value's predicted cost."""
+        by_finding: dict[int, list[tuple[str, Worth]]] = {}
+        for arm, cost in self.left_out.items():
+            index = self.arms[arm].candidate.finding_index
+            if index is not None:
+                by_finding.setdefault(index, []).append((arm, cost))
+        started = {a.candidate.finding_index for arm, a in self.arms.items() if arm not in self.left_out}
+        return [(self.findings[i], min((c for _, c in arms), key=lambda c: c.seconds))
+                for i, arms in by_finding.items() if i not in started]
+
     def budget_note(self, budget_s: float) -> str | None:
         """What the time budget left out, in one line (None: it left nothing out)."""
         if not self.out_of_time:
@@ -231,7 +267,7 @@ class Rounds:
         run = sum(len(r.windows) for r in self.results.values())
         left = [f.fix.title for f in (c.finding(self.findings) for c in self._candidates())
                 if f.experiment is not None and f.experiment.verdict is Verdict.NOT_MEASURED]
-        return (f"the time budget ({budget_s:g} s) ended the experiments after {run} of {run + self.budget_cut} windows"
+        return (f"the time budget ({budget_s:.0f} s) ended the experiments after {run} of {run + self.budget_cut} windows"
                 + (f"; not measured: {'; '.join(left)}" if left else "") + " (a longer --time-budget measures more)")
 
     @property
@@ -436,6 +472,8 @@ class Rounds:
             return Unmeasured(next(iter(refused[0].reasons.values()), "it could not be switched in the running script"),
                               switchable=False)
         passes = [p for result in results for p in result.pairs(arm, self.run_dir)]
+        if not passes and any(line.window in result.busy for result in results for line in result.windows if line.arm == arm):
+            return Unmeasured("every window of it ran while other processes used the CPU, so it was left out")
         if not passes:
             return Unmeasured(self.left_out_why(arm) or "the run ended before its windows")
         pooled = judge.pool(passes, by_samples=self.by_samples, check_loss=self.arms[arm].candidate.changes_numerics,
@@ -452,6 +490,8 @@ class Rounds:
         here) is promoted, to be measured in full; the rest keep this window's result."""
         for arm, _ in self._of(Role.SCREEN):
             exp = self.outcome([result], arm)
+            if isinstance(exp, Unmeasured) and any(line.arm == arm and line.window in result.busy for line in result.windows):
+                self.arms[arm].candidate.finding(self.findings).experiment = Experiment.not_measured(exp.why)
             if not isinstance(exp, Experiment):
                 continue
             self._screened[arm] = exp
@@ -500,10 +540,10 @@ class Rounds:
                 self.notes.append(tied)
             judge.settle(finding, candidate, best, budget, self._winners, fitting)
         for index, points in untried.items():  # every value of a fix left out: not measured, and why
-            finding = self.findings[index] if index is not None else None
-            if finding is not None and index not in by_candidate and finding.experiment is None and \
+            left = self.findings[index] if index is not None else None
+            if left is not None and index not in by_candidate and left.experiment is None and \
                     all(self._arm_of(p) in self.left_out for p, _ in points):
-                finding.experiment = Experiment.not_measured(points[0][1])
+                left.experiment = Experiment.not_measured(points[0][1])
         if fitting or self._fit_budget is None:
             self._winners, self._fit_budget = judge.with_fastest_fit(self._winners, fitting)
         return again

@@ -10,7 +10,7 @@ from pathlib import Path
 # warm-up, measured steps), within the floor and the cap below, so a default run ends within about
 # 2.5x its --no-experiments time. A small transformer's run took 5x with a fixed 900 s, nearly half
 # of it compiling for an arm that changed nothing; an H200's nanoGPT outlived a 531 s call.
-AUTO_BUDGET_FACTOR = 1.5
+AUTO_BUDGET_FACTOR = 1.75
 AUTO_BUDGET_MIN_S = 10.0   # a fast script still gets its rules' fixes measured
 AUTO_BUDGET_MAX_S = 240.0  # a slow start-up (a big model, a dataset loaded whole) does not buy an hour
 

@@ -246,6 +246,8 @@ class ProbeSession:
             job.failed = job.failed or link.failed
         if (self.next_round is not None and self.on_window_done is not None and job.ended(self.next_round - 1)
                 and (link is None or link.ended(self.next_round - 1))):  # (next_round: set only with on_window_done)
+            if self.next_round > 0:  # the round's samples, for its windows' load (a burst of another process's)
+                self.sampler.write_csv(out / names.samples_csv)
             self.on_window_done(self.next_round, job.suffixes, self.lines)
             self.next_round = None
         if job.failed and (job.others or link) and self.stop_sent_at is None:

@@ -271,6 +271,8 @@ def _print_summary(report: Report, con: Console, run_dir: str | None = None, glu
     elif findings:
         text, state = words.outcome(findings, None, report)
         say(con, Text.assemble(("recommended: ", "bold"), (text, RESULT_STYLE.get(state, ""))))
+    if spent := words.time_spent(report.experiments):
+        say(con, Text("time: " + spent, style="dim"), hang=2)
     for warning in report.warnings:
         say(con, Text("warning: " + warning, style="yellow"), hang=2)
     if run_dir:
