@@ -407,3 +407,16 @@ FRAMEWORK_CASES: tuple[Case, ...] = (
 CASES = CASES + FRAMEWORK_CASES
 
 BY_NAME = {c.name: c for c in CASES}
+
+
+# ----------------------------------------------------------------------------- a starved loader (issue 54)
+# On 2 cores a loader's best worker count is not its largest: the claim and the value picked must
+# hold from one run to the next (benchmarks/reproducibility.py).
+
+LOADER_STARVED = Case(
+    "loader-starved", *local("loader_starved.py"), paths=("loader_starved.py",), cwd=".", script="loader_starved.py",
+    argv=(), timing=r"^iter (?P<step>\d+): loss (?P<loss>[^,\s]+), time (?P<ms>[\d.]+)ms", warmup=20, samples=150,
+    variants=tuple(workers(n, "--workers") for n in (2, 3, 4, 8)),
+    not_applicable={"bf16, compile, fused, threads, batch-x2": "the loader's workers are the question here"},
+    notes="a 0-worker DataLoader, 1 ms of decoding per sample, feeding an FP32 MLP with AdamW")
+CASES = CASES + (LOADER_STARVED,)

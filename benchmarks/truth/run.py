@@ -116,13 +116,14 @@ def cached_hand(case: Case, work: Path, only: set | None) -> dict:
 
 # ----------------------------------------------------------------------------- advise
 
-def run_advise(case: Case, base: Path, work: Path, args) -> dict:
-    """`advise profile` on the unmodified script (fixups only); returns its report.json and the wall time."""
-    out_dir = work / "advise" / case.name
+def run_advise(case: Case, base: Path, work: Path, args, out_dir: Path | None = None, extra: tuple[str, ...] = ()) -> dict:
+    """`advise profile` on the unmodified script (fixups only), `extra` options first; returns its
+    report.json and the wall time (`out_dir`: its run dir, default the work dir's advise/<case>)."""
+    out_dir = out_dir or work / "advise" / case.name
     root = working_copy(base, "advise", ())
-    cmd = [sys.executable, "-m", "advisor", "profile", "--out", str(out_dir), *case.advise_args, *args.advise_args,
-           case.script, *case.argv]
-    log = work / "logs" / case.name / "advise.log"
+    cmd = [sys.executable, "-m", "advisor", "profile", "--out", str(out_dir), *extra, *case.advise_args,
+           *args.advise_args, case.script, *case.argv]
+    log = work / "logs" / case.name / f"advise-{out_dir.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     (out_dir / "report.json").unlink(missing_ok=True)
     t0 = time.monotonic()
@@ -137,13 +138,13 @@ def run_advise(case: Case, base: Path, work: Path, args) -> dict:
             rc = "timeout"
     wall = time.monotonic() - t0
     meta = {"wall_s": round(wall, 1), "exit": rc, "log": str(log), "cmd": cmd}
-    (out_dir.parent / f"{case.name}.meta.json").write_text(json.dumps(meta, indent=1))
+    (out_dir.parent / f"{out_dir.name}.meta.json").write_text(json.dumps(meta, indent=1))
     return meta
 
 
-def read_advise(case: Case, work: Path) -> dict:
-    out_dir = work / "advise" / case.name
-    meta_path = out_dir.parent / f"{case.name}.meta.json"
+def read_advise(case: Case, work: Path, out_dir: Path | None = None) -> dict:
+    out_dir = out_dir or work / "advise" / case.name
+    meta_path = out_dir.parent / f"{out_dir.name}.meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     report_path = out_dir / "report.json"
     if not report_path.exists():
