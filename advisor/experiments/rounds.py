@@ -6,7 +6,7 @@ against a live child.
 
 The transitions (:meth:`Rounds.advance`)::
 
-    FIXES ──(a fix its first pass left undecided, a screen that looked faster, a batch ladder)──> CONFIRM
+    FIXES ──(a fix its first pass left undecided or tied, a screen that looked faster)──> CONFIRM
     FIXES, CONFIRM ──(two winners or more)──> STACK ──(one pass did not settle it)──> STACK
     any ──(nothing left to measure)──> END
     any ──(the next round's windows do not fit the time left)──> END
@@ -15,11 +15,13 @@ A time budget is a normal end: a round is planned only as far as its windows fit
 (each window's steps at its arm's measured step time, ending on a baseline window), and what
 was planned but not run is counted and said (:meth:`Rounds.budget_note`).
 
-FIXES is one pass over the rules' fixes (every sweep value: switching is cheap) and one short window
-for each untried fix (a screen); CONFIRM the reverse pass (B P3 B P2 P1 B, so a drift weighs on both
-sides alike) for the fixes the first left undecided (:func:`judge.settled`), the screens that looked
-faster in full, then the larger batches, smallest first; STACK the winners together. Every verdict
-comes from :mod:`advisor.experiments.judge`.
+FIXES is one pass over the rules' fixes (every sweep value: switching is cheap), the larger batches
+smallest first, and one short window for each untried fix (a screen), the arms with the most
+expected gain per predicted second first and those predicted not to fit the budget not started
+(:mod:`.worth`); CONFIRM the reverse pass (B P3 B P2 P1 B, so a drift weighs on both sides alike)
+for the fixes the first left undecided (:func:`judge.settled`, or a sweep whose leader a rival
+ties head to head), the screens that looked faster in full, then the undecided larger batches;
+STACK the winners together. Every verdict comes from :mod:`advisor.experiments.judge`.
 """
 
 from __future__ import annotations
