@@ -1,7 +1,9 @@
 """The profiler's trace, written into the run dir only once it is known to parse.
 
 torch's ``export_chrome_trace`` cannot be trusted to write valid JSON: Kineto writes names as
-they are, so a script named ``it's "quoted".py`` puts a bare quote into every frame of it; and
+they are, so a script named ``it's "quoted".py`` puts a bare quote into every frame of it (torch
+2.13's frame names; 2.14 writes those with ``'`` but the file name again in each frame's
+``CallFrom``, several fields to a line); and
 its C++ writer does not report a failed write, so a file-size limit or a full disk leaves a
 silently truncated file. Given a ``.gz`` name it also writes the whole trace to ``$TMPDIR`` first
 and leaves it there when anything fails. So the trace is exported as plain JSON to a temp file in
@@ -22,8 +24,10 @@ from pathlib import Path
 
 from advisor.run_dir.atomic import check_writable, write_bytes_atomic
 
-# One ``"key": "value"`` field on a line of its own, as Kineto writes every string field.
-_FIELD = re.compile(rb'^(\s*"[^"\\]*": ")(.*)("\s*,?\s*)$')
+# One ``"key": "value"`` string field: its value ends at the quote before the line's end or before the
+# next ``, "key": `` on the same line. Kineto writes most fields on a line of their own (torch 2.13's
+# ``"name"``), some several to a line (torch 2.14's ``"CallFrom": "it's "quoted".py:4", "Python id": 1``).
+_FIELD = re.compile(rb'("[^"\\\n]*": ")(.*?)("(?=[ \t]*,[ \t]*"[^"\\\n]*": |[ \t]*,?[ \t]*$))', re.MULTILINE)
 
 
 class TraceLost(Exception):
@@ -70,20 +74,17 @@ def _parsed(data: bytes, folder: Path) -> bytes:
 
 
 def _requote(data: bytes) -> bytes:
-    """Each ``"key": "value"`` line whose value is not a valid JSON string, with the value escaped."""
-    lines = data.split(b"\n")
-    for i, line in enumerate(lines):
-        match = _FIELD.match(line)
-        if match is None:
-            continue
+    """Each ``"key": "value"`` field whose value is not a valid JSON string, with the value escaped."""
+    def escape(match: re.Match[bytes]) -> bytes:
         head, value, tail = match.groups()
         try:
             json.loads(b'"' + value + b'"')
+            return match.group(0)
         except ValueError:
             text = value.decode("utf-8", "surrogateescape")
-            escaped = json.dumps(text, ensure_ascii=False)[1:-1].encode("utf-8", "surrogateescape")
-            lines[i] = head + escaped + tail
-    return b"\n".join(lines)
+            return head + json.dumps(text, ensure_ascii=False)[1:-1].encode("utf-8", "surrogateescape") + tail
+
+    return _FIELD.sub(escape, data)
 
 
 def _disk_errno(size: int, folder: Path) -> int | None:
