@@ -126,14 +126,15 @@ class Fix:
     def adopt(self, measured: dict) -> None:
         """A sweep beat the rule's proposal: the fix becomes what was measured, the proposal is kept.
 
-        The rule's snippet shows its own guess (say 1 worker); a user copying it should get the
-        value that was verified (say 8), so the snippet is rebuilt from the measured override.
+        The rule's title and snippet say its own guess (say 4 workers); a user reading or copying
+        them should get the value that was verified (say 8) and no other, so both are rebuilt from
+        the measured override (the guess stays in `proposed_overrides`).
         """
         if measured == self.overrides:
             return
         self.proposed_overrides, self.overrides = self.overrides, measured
         self.snippet = _snippet(measured, self.framework)
-        self.title = f"{self.title} (measured best: {vocabulary.describe(measured)})"
+        self.title = vocabulary.said(measured)
 
     def speak(self, framework: dict | None) -> None:
         """Say an automatic fix in the words of the framework that runs the step (the Hugging Face

@@ -48,6 +48,7 @@ class Knob:
     description: str
     valid: Callable[[Any], bool]
     snippet: Callable[[Any], str]
+    said: Callable[[Any], str]  # the change in words, as a fix's title says a value that was measured
     took_effect: Callable[[Any, dict], bool]
     switch: str  # the probe's switch that turns it on and off (advisor.probe.switches)
     ladder: Callable[[Any, SweepContext], list[Any]] | None = None  # values to try when the best is unknowable
@@ -86,6 +87,17 @@ def _workers_ladder(v: dict, ctx: SweepContext) -> list[dict]:
     return [{**v, "num_workers": w} for w in values if w <= cap]
 
 
+def _dataloader_said(v: dict) -> str:
+    workers = v.get("num_workers")
+    if workers is None:
+        text = "Pin the DataLoader's batches in memory" if v.get("pin_memory") else "Load batches"
+    else:
+        text = f"Load batches in {workers} worker process{'es' if workers > 1 else ''}" if workers else \
+            "Load batches in the training process"
+        text += " into pinned memory" if v.get("pin_memory") else ""
+    return text + (f", {v['prefetch_factor']} batches ahead per worker" if "prefetch_factor" in v else "")
+
+
 def _autocast_snippet(v: str) -> str:
     lines = [f"+ with torch.autocast(device_type=inputs.device.type, dtype=torch.{v}):",  # cpu or cuda alike
              "      loss = loss_fn(model(inputs), targets)"]
@@ -113,6 +125,13 @@ def _batch_scale_snippet(v) -> str:
                 f"+ loss = loss_fn(model(x), y) / {k}   # accumulate {k} micro-batches: the same effective batch\n"
                 f"  loss.backward()\n+ if (i + 1) % {k} == 0:\n      optimizer.step(); optimizer.zero_grad(set_to_none=True)")
     return f"- DataLoader(dataset, batch_size=B)\n+ DataLoader(dataset, batch_size=B * {v})  # re-tune the learning rate"
+
+
+def _batch_scale_said(v) -> str:
+    if v in MICRO_BATCH_CUTS:
+        k = round(1 / v)
+        return f"Cut the micro-batch to 1/{k} and accumulate gradients over {k} micro-batches"
+    return f"Use {v}x larger batches (and re-tune the learning rate)"
 
 
 def _checkpoint_snippet(v) -> str:
@@ -150,48 +169,59 @@ def _present(key: str) -> Callable[[Any, dict], bool]:
 
 VOCABULARY: dict[str, Knob] = {k.key: k for k in (
     Knob("dataloader", "DataLoader keyword arguments forced onto every DataLoader(...)",
-         _dataloader_valid, _dataloader_snippet, _dataloader_effect, "dataloader",
+         _dataloader_valid, _dataloader_snippet, _dataloader_said, _dataloader_effect, "dataloader",
          ladder=lambda v, ctx: _workers_ladder(v, ctx) if "num_workers" in v else [v],
          # workers take the loading off the loop: at most its wait goes (fewer workers free cores for compute)
          part=lambda v: "data_wait_s" if v.get("num_workers") else None),
     Knob("batch_size_scale", "every DataLoader's batch_size multiplied (below 1: a smaller micro-batch)",
-         _batch_scale_valid, _batch_scale_snippet,
+         _batch_scale_valid, _batch_scale_snippet, _batch_scale_said,
          _present("batch_size_scale"), "dataloader", ladder=lambda v, ctx: [v] if v in MICRO_BATCH_CUTS else list(BATCH_LADDER),
          batch_scale=float),
     Knob("activation_checkpointing", "activations recomputed in backward: a Hugging Face model's "
          "gradient_checkpointing_enable(), else each block of the model's largest ModuleList/Sequential "
          "of repeated blocks under torch.utils.checkpoint (use_reentrant=False)",
-         lambda v: v is True, _checkpoint_snippet, _present("activation_checkpointing"), "checkpointing"),
+         lambda v: v is True, _checkpoint_snippet, lambda v: "Checkpoint activations (use_reentrant=False)",
+         _present("activation_checkpointing"), "checkpointing"),
     Knob("autocast", "forward and loss under torch.autocast (fp16 with a GradScaler)",
-         lambda v: v in AUTOCAST_DTYPES, _autocast_snippet, lambda v, applied: applied.get("autocast") == v, "module"),
+         lambda v: v in AUTOCAST_DTYPES, _autocast_snippet,
+         lambda v: "Run the forward pass under " + ("bf16 autocast" if v == "bfloat16" else "fp16 autocast with a GradScaler"),
+         lambda v, applied: applied.get("autocast") == v, "module"),
     Knob("float32_matmul_precision", "torch.set_float32_matmul_precision (TF32 / bf16 tensor cores for float32)",
          lambda v: v in ("high", "medium"), lambda v: f'+ torch.set_float32_matmul_precision("{v}")',
+         lambda v: f"Run float32 matmuls on the tensor cores ({'TF32' if v == 'high' else 'bf16'})",
          _present("float32_matmul_precision"), "backend"),
     Knob("cudnn_benchmark", "torch.backends.cudnn.benchmark on",
-         lambda v: v is True, lambda v: "+ torch.backends.cudnn.benchmark = True", _present("cudnn_benchmark"), "backend"),
+         lambda v: v is True, lambda v: "+ torch.backends.cudnn.benchmark = True", lambda v: "Enable cudnn.benchmark",
+         _present("cudnn_benchmark"), "backend"),
     Knob("optimizer", "fused= / foreach= forced onto every torch.optim optimizer that has it",
          lambda v: v in ({"fused": True}, {"foreach": True}), _optimizer_snippet,
+         lambda v: f"Build the optimizer with {next(iter(v))}=True",
          lambda v, applied: any(o.get(k) for o in applied.get("optimizers") or [] for k in v), "optimizer",
          part=lambda v: "optimizer_s"),
     Knob("compile", "each top-level module call goes through torch.compile (true: its default mode; or the "
          f"mode: {', '.join(COMPILE_MODES)})",
          lambda v: v is True or v in COMPILE_MODES, _compile_snippet,
+         lambda v: "Compile the model with torch.compile" + ("" if v is True else f' (mode="{v}")'),
          lambda v, applied: applied.get("compile") == v, "module",
          warmup=lambda v: COMPILE_WARMUP if v else 0, one_off=True),
     Knob("channels_last", "conv models and their 4-D inputs in channels_last memory format",
          lambda v: v is True,
          lambda v: "+ model = model.to(memory_format=torch.channels_last)\n"
-                   "+ images = images.to(memory_format=torch.channels_last)", _present("channels_last"), "module"),
+                   "+ images = images.to(memory_format=torch.channels_last)",
+         lambda v: "Use the channels_last memory format for the model and its inputs", _present("channels_last"), "module"),
     Knob("torch_threads", "torch.set_num_threads (intra-op threads)",
-         lambda v: type(v) is int and v >= 1, lambda v: f"+ torch.set_num_threads({v})", _present("torch_threads"), "backend"),
+         lambda v: type(v) is int and v >= 1, lambda v: f"+ torch.set_num_threads({v})",
+         lambda v: f"Run {v} intra-op thread{'s' if v > 1 else ''}", _present("torch_threads"), "backend"),
     Knob("expandable_segments", "the CUDA caching allocator grows segments in place "
          "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), so freed blocks of odd sizes are reused",
          lambda v: v is True, lambda v: "+ PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py ...",
+         lambda v: "Let the CUDA allocator expand its segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
          _present("expandable_segments"), "allocator",
          fresh_only="the CUDA allocator reads PYTORCH_CUDA_ALLOC_CONF once, before its first allocation"),
     Knob("zero_grad_set_to_none", "Optimizer.zero_grad / Module.zero_grad called with set_to_none=False get set_to_none=True",
          lambda v: v is True,
          lambda v: "- optimizer.zero_grad(set_to_none=False)\n+ optimizer.zero_grad()  # set_to_none=True, the default",
+         lambda v: "Call zero_grad with set_to_none=True",
          _present("zero_grad_set_to_none"), "zero_grad"),
 )}
 KEYS = tuple(VOCABULARY)
@@ -262,6 +292,14 @@ def describe(overrides: dict) -> str:
         items = value.items() if isinstance(value, dict) else [(key, value)]
         parts += [f"{k}={v}" for k, v in items]
     return ", ".join(parts)
+
+
+def said(overrides: dict) -> str:
+    """`Load batches in 8 worker processes and run 1 intra-op thread`: a fix's title for overrides
+    that were measured, so it names the value measured and no other (the rule's guess is its own title)."""
+    words = [VOCABULARY[key].said(value) for key, value in (overrides or {}).items() if key in VOCABULARY]
+    words = words[:1] + [w[:1].lower() + w[1:] for w in words[1:]]
+    return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 2 else words)
 
 
 def not_applied(overrides: dict, applied: dict) -> list[str]:

@@ -145,7 +145,7 @@ def test_starved_loader_fix_is_measured_swept_and_recommended(tmp_path):
     if exp["overrides"] != {"dataloader": {"num_workers": 2}}:
         assert fix["proposed_overrides"] == {"dataloader": {"num_workers": 2}}
         workers = exp["overrides"]["dataloader"]["num_workers"]
-        assert f"num_workers={workers}" in fix["snippet"] and "measured best" in fix["title"]
+        assert f"num_workers={workers}" in fix["snippet"] and fix["title"] == f"Load batches in {workers} worker processes"
     assert "num_workers=" in recommended["snippets"][0]["snippet"]
 
 

@@ -138,7 +138,8 @@ def test_a_new_knob_is_one_vocabulary_entry_and_one_switch(monkeypatch):
             self.calls.append(("off",))
 
     monkeypatch.setitem(vocabulary.VOCABULARY, "toy", vocabulary.Knob(
-        "toy", "a toy knob", lambda v: v in (1, 2), lambda v: f"+ toy({v})", lambda v, applied: applied.get("toy") == v, "toy"))
+        "toy", "a toy knob", lambda v: v in (1, 2), lambda v: f"+ toy({v})", lambda v: f"Toy {v}",
+        lambda v, applied: applied.get("toy") == v, "toy"))
     monkeypatch.setitem(switches.SWITCH_TYPES, "toy", lambda run: Toy())
 
     run = switches.Switches()
@@ -162,7 +163,7 @@ def test_a_knobs_traits_are_read_by_the_planner_and_the_judge_from_its_entry(mon
     from advisor.model import Experiment, Verdict
 
     monkeypatch.setitem(vocabulary.VOCABULARY, "toy", vocabulary.Knob(
-        "toy", "a toy knob", lambda v: v in (1, 2), lambda v: f"+ toy({v})", lambda v, applied: True, "toy",
+        "toy", "a toy knob", lambda v: v in (1, 2), lambda v: f"+ toy({v})", lambda v: f"Toy {v}", lambda v, applied: True, "toy",
         batch_scale=lambda v: 2.0 * v, warmup=lambda v: 5, one_off=True))
     assert vocabulary.batch_scale({"toy": 2}) == 4.0 and vocabulary.changes_batch({"toy": 1})
     assert sizing.batch_window(40, 10, {"toy": 2}) == 10 and sizing.batch_window(80, 10, {"toy": 1}) == 40
@@ -196,3 +197,29 @@ def test_the_worker_ladder_is_capped_by_the_cpus_this_rank_may_use(tmp_path):
     assert report["env"]["cpu_usable"] == 1
     dl001 = next(f for f in report["findings"] if f["code"] == "DL001")
     assert dl001["evidence"]["cpu_count"] == 1 and "the 1 CPU this rank may use" in dl001["summary"], dl001["summary"]
+
+
+def test_a_fix_a_sweep_measured_is_titled_by_the_measured_value_alone():
+    """The quickstart said "Load batches in 4 worker processes (measured best: num_workers=8, ...)":
+    two numbers for one fix. The title says what was measured; the rule's guess stays in
+    proposed_overrides, and a fix measured at the rule's own value keeps the rule's title."""
+    from advisor import overrides as vocabulary
+    from advisor.model import Fix
+
+    fix = Fix.safe("Load batches in 4 worker processes", {"dataloader": {"num_workers": 4, "persistent_workers": True}})
+    kept = Fix.safe("Load batches in 4 worker processes", {"dataloader": {"num_workers": 4, "persistent_workers": True}})
+    fix.adopt({"dataloader": {"num_workers": 8, "persistent_workers": True}, "torch_threads": 1})
+    kept.adopt(dict(kept.overrides or {}))
+    assert fix.to_dict()["title"] == "Load batches in 8 worker processes and run 1 intra-op thread"
+    assert fix.to_dict()["proposed_overrides"] == {"dataloader": {"num_workers": 4, "persistent_workers": True}}
+    assert kept.title == "Load batches in 4 worker processes" and kept.proposed_overrides is None
+    precision = Fix.unsafe("Use the tensor cores for float32 matmuls: TF32, bf16 autocast, or both",
+                           {"float32_matmul_precision": "high"}, ladder=[{"autocast": "bfloat16"}])
+    precision.adopt({"float32_matmul_precision": "high", "autocast": "bfloat16"})
+    assert precision.title == "Run float32 matmuls on the tensor cores (TF32) and run the forward pass under bf16 autocast"
+    said = [vocabulary.said({key: value}) for key, value in [
+        ("compile", "reduce-overhead"), ("batch_size_scale", 4), ("batch_size_scale", 0.5), ("dataloader", {"pin_memory": True})]]
+    assert said == ['Compile the model with torch.compile (mode="reduce-overhead")',
+                    "Use 4x larger batches (and re-tune the learning rate)",
+                    "Cut the micro-batch to 1/2 and accumulate gradients over 2 micro-batches",
+                    "Pin the DataLoader's batches in memory"]
