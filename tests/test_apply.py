@@ -379,23 +379,71 @@ def test_fabric_gets_its_precision_in_its_own_call(tmp_path):
     assert "precision bf16-mixed" in run_script(clone, "fabric_loop.py", env={"STEPS": "3"})
 
 
-@pytest.mark.slow
-def test_lightning_gets_its_trainers_precision_changed_not_doubled(tmp_path):
-    root = checkout(tmp_path / "project", [FRAMEWORKS / "lit_module.py"])
-    run = recommend(profile(root, "lit_module.py", *FAST), {"autocast": "bfloat16"}, tmp_path / "run")
-    result = advise_apply(str(run), cwd=root)
-    assert result.returncode == 0, result.stderr
-    removed, added = changed_lines(result.stdout)
-    assert [line.replace("precision=args.precision", 'precision="bf16-mixed"') for line in removed] == added
-    assert len(added) == 1 and added[0].count("precision=") == 1, result.stdout
-    clone = patched_clone(root, result.stdout, tmp_path / "clone")
-    with subprocess.Popen([sys.executable, "lit_module.py", "--say-precision"], cwd=clone, stdout=subprocess.PIPE,
+def _lightning_precision(clone: Path, *flags: str) -> str:
+    """The precision the Lightning script's first batch runs with (the rest of its 20 epochs not waited for)."""
+    with subprocess.Popen([sys.executable, "lit_module.py", "--say-precision", *flags], cwd=clone, stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, text=True, start_new_session=True) as proc:
         try:
             said = next((line for line in proc.stdout if line.startswith("precision")), "")
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert said.strip() == "precision bf16-mixed"
+    return said.strip()
+
+
+# --- a setting the script takes from its own switch: its default changed, the switch kept ----------
+
+@pytest.mark.slow
+def test_lightning_precision_from_a_flag_is_set_at_the_flags_default(tmp_path):
+    """`L.Trainer(precision=args.precision)`: the --precision flag's default becomes "bf16-mixed"
+    (the Trainer's call is left as it is, not doubled), and the flag still sets it."""
+    root = checkout(tmp_path / "project", [FRAMEWORKS / "lit_module.py"])
+    run = recommend(profile(root, "lit_module.py", *FAST), {"autocast": "bfloat16"}, tmp_path / "run")
+    result = advise_apply(str(run), cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert changed_lines(result.stdout) == (['    parser.add_argument("--precision", default="32-true")'],
+                                            ['    parser.add_argument("--precision", default="bf16-mixed")'])
+    assert result.stderr == ('advise: autocast=bfloat16: lit_module.py:33: precision comes from the --precision flag: '
+                             'its default is now "bf16-mixed" (was "32-true"; the flag still sets it)\n')
+    clone = patched_clone(root, result.stdout, tmp_path / "clone")
+    assert _lightning_precision(clone) == "precision bf16-mixed"
+    assert _lightning_precision(clone, "--precision", "32-true") == "precision 32-true"
+
+
+@pytest.mark.slow
+def test_accelerate_precision_from_a_flag_is_set_at_the_flags_default(tmp_path):
+    """Issue 52's script: `Accelerator(mixed_precision=args.mixed_precision)` with `--mixed-precision`
+    defaulting to "no" got `mixed_precision="bf16"` in the call, and the flag stopped doing anything."""
+    root = checkout(tmp_path / "project", [APPLY / "accelerate_flag.py"])
+    run = recommend(profile(root, "accelerate_flag.py", *FAST), {"autocast": "bfloat16"}, tmp_path / "run")
+    result = advise_apply(str(run), cwd=root)
+    assert result.returncode == 0, result.stderr
+    flag = '    parser.add_argument("--mixed-precision", default="%s", choices=["no", "fp16", "bf16"])'
+    assert changed_lines(result.stdout) == ([flag % "no"], [flag % "bf16"])
+    assert result.stderr == ('advise: autocast=bfloat16: accelerate_flag.py:12: mixed_precision comes from the '
+                             '--mixed-precision flag: its default is now "bf16" (was "no"; the flag still sets it)\n')
+    clone = patched_clone(root, result.stdout, tmp_path / "clone")
+    assert run_script(clone, "accelerate_flag.py", "--steps", "3").splitlines()[-1] == "precision bf16"
+    assert run_script(clone, "accelerate_flag.py", "--steps", "3", "--mixed-precision", "no").splitlines()[-1] == \
+        "precision no"
+
+
+@pytest.mark.slow
+def test_a_configurator_global_is_set_where_it_is_bound(tmp_path):
+    """nanoGPT's way: `mixed_precision = "no"` at the module's top, overridden by exec(configurator.py)
+    from the command line, then `Accelerator(mixed_precision=mixed_precision)`: the global's value
+    changes, and `--mixed_precision=no` still overrides it."""
+    root = checkout(tmp_path / "project", [APPLY / "configured"])
+    run = recommend(profile(root, "train.py", *FAST), {"autocast": "bfloat16"}, tmp_path / "run")
+    result = advise_apply(str(run), cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert changed_lines(result.stdout) == (["mixed_precision = \"no\"  # 'no', 'fp16' or 'bf16'"],
+                                            ["mixed_precision = \"bf16\"  # 'no', 'fp16' or 'bf16'"])
+    assert result.stderr == ('advise: autocast=bfloat16: train.py:9: mixed_precision comes from the global '
+                             'mixed_precision: it is now "bf16" (was "no"; configurator.py still sets it: '
+                             '--mixed_precision=...)\n')
+    clone = patched_clone(root, result.stdout, tmp_path / "clone")
+    assert run_script(clone, "train.py", "--steps=3").splitlines()[-1] == "precision bf16"
+    assert run_script(clone, "train.py", "--steps=3", "--mixed_precision=no").splitlines()[-1] == "precision no"
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from .. import framework_words, overrides as vocabulary
 from ..config_line import command_line_flags
 from .rewrite import Edit, InsertAfter, Refused, Scope, SetKeywords, SetValue, SourceFile, Wrap, call_name
 from .sites import Site, Sites
+from .switches import switch_of, tell
 
 # DataLoader's parameters in their positional order: a setting passed by position is refused, not doubled
 DATALOADER_PARAMETERS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "num_workers", "collate_fn",
@@ -71,7 +72,24 @@ class Planned:
     told: list[str] = field(default_factory=list)
 
     def add(self, site: Site | str, source: SourceFile, edit: Edit) -> None:
-        """Plan `edit` in `source`, unless its own check refuses it (then one line, at `site`)."""
+        """Plan `edit` in `source`, unless its own check refuses it (then one line, at `site`). A
+        keyword the call already passes from the script's own switch (``precision=args.precision``)
+        is set at the switch's default instead, and said (:mod:`.switches`)."""
+        if isinstance(edit, SetKeywords):
+            kept = []
+            for keyword, code in edit.settings:
+                given = next((a.value for a in edit.call.args if a.keyword is not None and a.keyword.value == keyword), None)
+                switch = switch_of(source, given, code) if given is not None else None
+                if switch is None:
+                    kept.append((keyword, code))
+                elif switch.current == code:
+                    self.refused.append(f"{source.name}:{switch.line}: {switch.said} already defaults to {code}")
+                else:
+                    self.edits.append((source, switch.edit))
+                    self.told.append(tell(switch, source, keyword, code))
+            if not kept:
+                return
+            edit = SetKeywords(edit.call, tuple(kept), edit.positional)
         try:
             check = getattr(edit, "check", None)
             if check is not None:
