@@ -1,7 +1,8 @@
 """Does the CI gate cry wolf, and does it catch real slowdowns? Whole `advise` commands, a noisy neighbour.
 
-A shared runner's neighbour switches on and off: here a CPU-burning process that turns on or off at
-random every 1-5 s (``--period``; seeded) runs beside every command. Each trial makes two checkouts of
+A shared runner's neighbour switches on and off: here CPU-burning processes (``--burners``, each
+seeded) that stay on for a random 1-5 s and off for a random 1-5 s in turn (``--period``, or ``--on``
+and ``--off`` apart) run beside every command. Each trial makes two checkouts of
 tests/workloads/slowdown_knob.py (pure CPU work, ``--step-ms 0``); the candidate's copy plants a
 slowdown by changing a default in its code (1.05, 1.10, 1.20), the base's is unchanged: with
 ``--plant wait`` the knob's (the step waits that much longer: a sleep), with ``--plant work`` the
@@ -18,6 +19,12 @@ hidden width's (that much more arithmetic per step, as a wider layer in a pull r
   first pair of runs.
 
     python benchmarks/gate_quality.py [--aa-trials 40] [--trials 20] [--slowdowns 5,10,20] [--log F [--resume]]
+
+Issue 53's noisy neighbour, `advise ab` as a new user runs it (its own defaults: a 6 s window a run,
+a 300 s budget), an unchanged candidate and one a wider layer makes about 20% slower:
+
+    python benchmarks/gate_quality.py --gate-defaults --plant work --burners 1 --on 1,4 --off 0,3 \
+        --aa-trials 5 --trials 3 --slowdowns 20
 
 Prints a markdown table: false alarms over the A/A trials, detections per planted slowdown, and
 the median time one decision took. Full size (the defaults) takes hours on 2 cores.
@@ -50,15 +57,18 @@ KNOBS = {"wait": 'parser.add_argument("--slowdown", type=float, default=1.0,',
 NEIGHBOUR = """
 import os, random, sys, time
 rng = random.Random(int(sys.argv[1]))
-low, high = map(float, sys.argv[2].split(","))
+on = tuple(map(float, sys.argv[2].split(",")))
+off = tuple(map(float, sys.argv[3].split(",")))
 parent = os.getppid()
+burning = rng.random() < 0.5
 while os.getppid() == parent:  # the benchmark killed (SIGKILL, SIGTERM): its neighbour goes too
-    until = time.monotonic() + rng.uniform(low, high)
-    if rng.random() < 0.5:
+    until = time.monotonic() + rng.uniform(*(on if burning else off))
+    if burning:
         while time.monotonic() < until:
             sum(i * i for i in range(2000))
     else:
         time.sleep(max(0.0, until - time.monotonic()))
+    burning = not burning
 """
 
 
@@ -95,8 +105,9 @@ def trial(tmp: Path, name: str, slowdown: float, args: argparse.Namespace, saved
     base, cand = checkout(tmp / name / "base", 1.0), checkout(tmp / name / "cand", slowdown, args.plant)
     out = tmp / name / "ab"
     started = time.monotonic()
-    proc = advise("ab", "--base", str(base), "--candidate", str(cand), "--steps", str(args.steps), "--warmup", str(args.warmup),
-                  "--profile-steps", "0", "--rounds", str(args.rounds), "--max-rounds", str(args.max_rounds), "--out", str(out),
+    sized = [] if args.gate_defaults else ["--steps", str(args.steps), "--warmup", str(args.warmup), "--profile-steps", "0",
+                                           "--rounds", str(args.rounds), "--max-rounds", str(args.max_rounds)]
+    proc = advise("ab", "--base", str(base), "--candidate", str(cand), *sized, "--out", str(out),
                   "--json", "train.py", *args.workload)
     wall = time.monotonic() - started
     if proc.returncode not in (0, 3, 4):  # a failed round: said, counted, and the benchmark goes on
@@ -105,6 +116,7 @@ def trial(tmp: Path, name: str, slowdown: float, args: argparse.Namespace, saved
         print(f"{name}: advise ab exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}\n{tail}", flush=True)
         return {"slowdown": slowdown, "error": True, "first_base": saved}
     decision = json.loads(proc.stdout)
+    decision["runs"] = [r for r in decision["runs"] if not r.get("set_aside")]  # the rounds judged
     first_b = json.loads((out / "base" / "round-01" / "report.json").read_text())
     first_c = json.loads((out / "candidate" / "round-01" / "report.json").read_text())
     step = next((m for m in decision["metrics"] if m["name"] == "step_time"), {})
@@ -114,7 +126,8 @@ def trial(tmp: Path, name: str, slowdown: float, args: argparse.Namespace, saved
     lengths = [r["steps"] for r in decision["runs"] if r["side"] == "base"]
     memory = {side: [r.get("memory") or {} for r in decision["runs"] if r["side"] == side] for side in ("base", "candidate")}
     row = {"trial": name, "slowdown": slowdown, "ab": proc.returncode == 3, "ab_inconclusive": proc.returncode == 4,
-           "ab_pass": proc.returncode == 0, "ab_s": wall,
+           "ab_pass": proc.returncode == 0, "ab_s": wall, "exit": proc.returncode,
+           "decided_by": decision.get("decided_by"), "time": decision.get("time"), "set_aside": len(decision.get("set_aside") or []),
            "rounds": decision["statistics"]["rounds"], "fast_steps": fast, "memory": memory,
            "cpu_steps": cpu_steps, "cpu_gated": bool(cpu.get("gated")), "lengths": lengths,
            "ab_step": {k: step.get(k) for k in ("slowdown", "p_value", "floor", "verdict")},
@@ -170,8 +183,10 @@ def replay_verdict(row: dict, rounds: int, max_rounds: int, wall_only: bool = Fa
     return None
 
 
-def start_neighbour(seed: int, period: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed), period])
+def start_neighbours(seed: int, args: argparse.Namespace) -> list[subprocess.Popen]:
+    """The CPU burners, each on its own seeded phases."""
+    on, off = args.on or args.period, args.off or args.period
+    return [subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed + 1000 * k), on, off]) for k in range(args.burners)]
 
 
 def rate(rows: list[dict], key: str) -> str:
@@ -190,6 +205,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-neighbour", action="store_true", help="run without the CPU-burning neighbour")
     parser.add_argument("--period", default="1,5", help="the neighbour's on/off phases last LOW,HIGH seconds (uniform)")
+    parser.add_argument("--on", default=None, help="the burners' on phases last LOW,HIGH seconds (default: --period)")
+    parser.add_argument("--off", default=None, help="the burners' off phases last LOW,HIGH seconds (default: --period)")
+    parser.add_argument("--burners", type=int, default=1, help="CPU-burning neighbours, each on and off at random")
+    parser.add_argument("--gate-defaults", action="store_true",
+                        help="run advise ab with its own defaults (window, budget, rounds, steps), as a new user does")
     parser.add_argument("--plant", choices=sorted(KNOBS), default="wait",
                         help="the candidate's slowdown: a longer wait in each step, or more work (a wider layer)")
     parser.add_argument("--seed", type=int, default=0)
@@ -215,7 +235,7 @@ def main() -> None:
             raise SystemExit("--resume needs --log")
         logged = [json.loads(line) for line in args.log.read_text().splitlines() if line.strip()] if args.log.exists() else []
     done = {r.get("trial") for r in logged}
-    neighbour = None if args.no_neighbour else start_neighbour(args.seed + len(logged), args.period)
+    neighbours = [] if args.no_neighbour else start_neighbours(args.seed + len(logged), args)
     rows: list[dict] = [r for r in logged if not r.get("error")]
     saved, errors = None, len(logged) - len(rows)
     started = time.monotonic()
@@ -238,11 +258,12 @@ def main() -> None:
                       f"(step {row['ab_step']['slowdown'] or 0:+.1%} floor {row['ab_step']['floor'] or 0:.1%}; "
                       f"cpu {row['ab_cpu']['slowdown'] or 0:+.1%} floor {row['ab_cpu']['floor'] or 0:.1%} "
                       f"{'gated' if row['cpu_gated'] else 'reported'}) "
-                      f"after {row['rounds']} rounds ({row['ab_s']:.0f} s)"
+                      f"after {row['rounds']} rounds ({row['ab_s']:.0f} s; {row['set_aside']} set aside): "
+                      f"exit {row['exit']}; {row['decided_by']}"
                       + (f"; saved-baseline compare {'REGRESSION' if row['saved'] else 'pass'}" if "saved" in row else ""),
                       flush=True)
     finally:
-        if neighbour is not None:
+        for neighbour in neighbours:
             neighbour.kill()
             neighbour.wait()
     table(rows, errors, time.monotonic() - started, args)
@@ -280,8 +301,9 @@ def table(rows: list[dict], errors: int, elapsed: float | None, args: argparse.N
               f"{f'; {walls.count(None)} needed more rounds than were run' if None in walls else ''}")
     took = f" in {elapsed / 60:.0f} min" if elapsed is not None else f" (from {args.from_log})"
     print(f"\n{len(rows)} trials ({errors} failed to run){took}; planted: {args.plant}; neighbour "
-          f"{'off' if args.no_neighbour else f'on (one CPU burner, on/off at random every {args.period} s)'}; "
-          f"advise ab --rounds {args.rounds} --max-rounds {args.max_rounds} --steps {args.steps}; "
+          f"{'off' if args.no_neighbour else f'on ({args.burners} CPU burner(s), on {args.on or args.period} s, off {args.off or args.period} s at random)'}; "
+          + ("advise ab with its own defaults; " if args.gate_defaults else
+             f"advise ab --rounds {args.rounds} --max-rounds {args.max_rounds} --steps {args.steps}; ") +
           f"workload {WORKLOAD.name} {' '.join(args.workload)}\n")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
@@ -297,6 +319,11 @@ def table(rows: list[dict], errors: int, elapsed: float | None, args: argparse.N
         if caught:
             print(f"\n{k:g}% slowdowns caught by advise ab: median {statistics.median(caught):.0f} s per decision", end="")
     print()
+    for k in kinds:
+        for r in by[k]:
+            if r.get("decided_by"):
+                print(f"{'A/A' if k == 0 else f'{k:g}%'} {r['trial']}: exit {r['exit']} in {r['ab_s']:.0f} s, "
+                      f"{r['rounds']} rounds ({r.get('set_aside', 0)} set aside): {r['decided_by']}")
 
 
 if __name__ == "__main__":

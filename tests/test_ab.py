@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from advisor.gate import compare as cmp
-from advisor.gate import fingerprint, opdiff, sequential
+from advisor.gate import fingerprint, neighbour, opdiff, sequential
 from advisor.gate.ab import ABResult, fast_step, fast_throughput
 from advisor.commands.cli import main
 from advisor.report import Report
@@ -216,24 +216,99 @@ def test_the_cpu_time_a_neighbour_cannot_inflate_settles_a_noisy_wall_clock():
                                  note="reported: it waits")
     d = sequential.decide({"step_time": (wall_b, wall_c), "cpu_time": (cpu_b, cpu_c)}, SPECS[:1] + [idle], alpha=0.05,
                           plan=plan)
-    assert d.metrics[1].verdict == cmp.REPORTED and d.metrics[1].p_value is None and d.verdict == cmp.INCONCLUSIVE
+    assert d.metrics[1].verdict == cmp.REPORTED and d.metrics[1].p_value is None and d.metrics[0].settled_by is None
+    assert d.decided_by().startswith("equivalence decided: step time up to +4.7%")  # 20 rounds: its interval, below 5%
     # A wall-clock regression the CPU time does not share is still a regression, said as such.
     d = sequential.decide({"step_time": ([0.040] * 6, [0.048] * 6), "cpu_time": (cpu_b[:6], cpu_c[:6])},
                           SPECS[:1] + [CPU], alpha=0.05, plan=plan)
     assert d.verdict == cmp.REGRESSION and "the wall clock alone sees it" in d.metrics[0].note
 
 
-def test_rounds_grow_longer_while_the_floor_is_above_the_threshold():
-    from advisor.gate.ab import ABOptions, longer
+def test_an_unchanged_candidate_passes_on_its_interval_though_the_a_a_floor_is_high():
+    """Equivalence: the paired interval's upper end below the threshold passes, even where back-to-back
+    runs of one revision differ by 15% (a neighbour between them): the pairs share it, the A/A floor
+    is still reported."""
+    base = [0.040, 0.046, 0.040, 0.046, 0.040, 0.046]
+    cand = [b * f for b, f in zip(base, [1.004, 0.995, 1.006, 0.998, 0.994, 1.003])]
+    d = sequential.decide({"step_time": (base, cand)}, SPECS[:1], alpha=0.05, plan=[6, 13, 20])
+    row = d.metrics[0]
+    assert row.floor > 0.05 and row.upper < 0.05  # the floor is above the threshold, the interval is not
+    assert d.final and d.verdict == "pass" and row.verdict == cmp.OK
+    assert d.decided_by().startswith("equivalence decided: step time up to +")
 
-    noisy = sequential.decide({"step_time": ([0.040, 0.052, 0.041, 0.053, 0.040, 0.052], [0.041, 0.051] * 3)},
-                              SPECS[:1], alpha=0.05, plan=[6, 13, 20])
-    assert noisy.metrics[0].floor > 0.05 and not noisy.final
-    asked = ABOptions(steps=20)
-    grown = longer(asked, asked, noisy)
-    assert grown.steps == 40 and longer(grown, asked, noisy).steps == 80 and longer(ABOptions(steps=80), asked, noisy).steps == 80
-    quiet = sequential.decide({"step_time": ([0.040] * 6, [0.0401, 0.0399] * 3)}, SPECS[:1], alpha=0.05, plan=[6, 13, 20])
-    assert longer(asked, asked, quiet) is asked
+
+def test_a_significant_slowdown_beyond_the_threshold_fails_and_says_which_measure():
+    rng = np.random.default_rng(7)
+    wall_b = list(0.040 * np.exp(rng.normal(0, 0.15, 6)))  # a wall clock a neighbour makes useless
+    wall_c = list(0.040 * np.exp(rng.normal(0, 0.15, 6)))
+    cpu_b = list(0.030 * np.exp(rng.normal(0, 0.03, 6)))
+    cpu_c = [c * 1.2 * f for c, f in zip(cpu_b, np.exp(rng.normal(0, 0.03, 6)))]
+    d = sequential.decide({"step_time": (wall_b, wall_c), "cpu_time": (cpu_b, cpu_c)}, SPECS[:1] + [CPU], alpha=0.05,
+                          plan=[6, 13, 20])
+    assert d.final and d.verdict == cmp.REGRESSION and [m.name for m in d.regressions] == ["cpu_time"]
+    assert d.decided_by().startswith("CPU time per step decided:") and "worse over 6 paired rounds" in d.decided_by()
+
+
+def test_the_time_budget_makes_its_look_the_last_and_an_open_interval_inconclusive():
+    rng = np.random.default_rng(3)
+    base, cand = (list(0.040 * np.exp(rng.normal(0, 0.12, 9))) for _ in range(2))
+    plan = sequential.looks(6, 20)
+    open_ = sequential.decide({"step_time": (base[:6], cand[:6])}, SPECS[:1], alpha=0.05, plan=plan)
+    assert not open_.final and open_.metrics[0].undecided  # the planned looks would go on to 13 rounds
+    cut = sequential.decide({"step_time": (base, cand)}, SPECS[:1], alpha=0.05, plan=plan, last=True)
+    assert cut.final and cut.look == 2 and cut.rounds == 9  # the budget's look at 9 rounds takes the look at 13's place
+    assert cut.verdict == cmp.INCONCLUSIVE and cut.decided_by().startswith("no measure decided: step time")
+    assert "threshold is still inside the interval" in cut.metrics[0].note or "noise floor" in cut.metrics[0].note
+
+
+def test_a_wall_clock_beyond_the_threshold_is_not_settled_by_a_steady_cpu_time():
+    """A step that sleeps 20% longer: its CPU time does not grow, the wall clock is too noisy to call
+    it significant; the gate says it cannot tell rather than pass on the CPU time."""
+    rng = np.random.default_rng(11)
+    wall_b = list(0.040 * np.exp(rng.normal(0, 0.25, 6)))
+    wall_c = [w * 1.2 for w in 0.040 * np.exp(rng.normal(0, 0.25, 6))]
+    d = sequential.decide({"step_time": (wall_b, wall_c), "cpu_time": ([0.030] * 6, [0.0301, 0.0299] * 3)},
+                          SPECS[:1] + [CPU], alpha=0.05, plan=[6])
+    wall = d.metrics[0]
+    assert wall.slowdown > 0.05 and wall.verdict != cmp.REGRESSION and wall.settled_by is None
+    assert d.verdict == cmp.INCONCLUSIVE
+
+
+def write_run_dir(folder: Path, system_percent: float, tree_percent: float) -> Path:
+    """A run dir as the probe leaves it: 20 steps of 0.1 s from t=10 s, sampled every 0.1 s from t=9 s."""
+    folder.mkdir()
+    steps = ["index,t_start,t_end,duration_s,cpu_s,profiled"] + [
+        f"{i},{10 + i / 10:.1f},{10.1 + i / 10:.1f},0.1,0.09,False" for i in range(20)]
+    samples = ["t,cpu_percent,sys_cpu_percent"] + [
+        f"{9 + i / 10:.1f},{tree_percent if i >= 10 else 100},{system_percent if i >= 10 else 50}" for i in range(40)]
+    (folder / "steps.csv").write_text("\n".join(steps) + "\n")
+    (folder / "samples.csv").write_text("\n".join(samples) + "\n")
+    return folder
+
+
+def test_a_round_a_neighbour_took_the_machine_from_is_set_aside(tmp_path):
+    # 2 cores: the system at 95% (1.9 cores), the script's tree at 40% of a core: others took 1.5 cores.
+    busy = neighbour.load(write_run_dir(tmp_path / "busy", 95, 40), cpu_count=2)
+    quiet = neighbour.load(write_run_dir(tmp_path / "quiet", 50, 95), cpu_count=2)
+    assert busy == pytest.approx(1.5) and quiet == pytest.approx(0.05)  # the window's samples only, not the start-up's
+    assert "1.5 of 2 cores" in neighbour.too_busy([quiet, busy], 2, 0)
+    assert neighbour.too_busy([quiet, quiet], 2, 0) is None and neighbour.too_busy([None, None], 2, 0) is None
+    assert neighbour.too_busy([busy], 2, neighbour.MAX_SET_ASIDE) is None  # a busy runner's rounds are what there is
+    assert neighbour.load(tmp_path / "nowhere", 2) is None
+
+
+def test_each_run_measures_a_window_in_time_and_the_gate_says_where_its_time_went():
+    from advisor.gate.ab import ABOptions, time_line, time_spent, window_steps
+
+    pilot = Report.of({"steps": [{"duration_s": 0.010 + 0.001 * (i % 5)} for i in range(20)],
+                       "throughput": {"step_time_median_s": 0.012}})
+    steps, said = window_steps(pilot, ABOptions(steps=20, window_s=6.0))
+    assert steps == 600 and "6 s window" in said and "10.0 ms" in said  # the fast steps size it: never shorter
+    assert window_steps(pilot, ABOptions(steps=1000, window_s=6.0))[0] == 1000
+    spent = time_spent(0.0, 8.0, [30.0, 32.0], [31.0], "the time budget", 300.0, said)
+    assert spent["rounds"] == 2 and spent["rounds_s"] == 62.0 and spent["set_aside"] == 1 and spent["per_round_s"] == 31.0
+    line = time_line(spent)
+    assert "of a 300 s budget: pilot 8 s, 2 rounds 62 s, 1 set aside 31 s; stopped by the time budget" in line
 
 
 def test_rounds_of_another_length_make_no_a_a_pair():
@@ -309,7 +384,7 @@ def ab(tmp_path, *args, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run(advise_cmd("ab", *args), cwd=cwd or tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
 
 
-QUICK = ["--steps", "8", "--warmup", "2", "--profile-steps", "2", "--rounds", "3", "--max-rounds", "3"]
+QUICK = ["--steps", "8", "--warmup", "2", "--profile-steps", "2", "--rounds", "3", "--max-rounds", "3", "--window", "0"]
 
 
 @pytest.mark.slow
@@ -348,7 +423,8 @@ def test_the_same_code_on_both_sides_passes_or_says_it_cannot_tell(tmp_path):
     and rule a 500% one out (exit 0)."""
     base, cand = checkouts(tmp_path, hidden=128)
     run = ab(tmp_path, "--base", "base", "--candidate", "cand", *QUICK[:4], "--rounds", "2", "--max-rounds", "2",
-             "--profile-steps", "0", "--out", "gate", "--max-regression", "1%", "--json", "train.py", "--batch-size", "512")
+             "--profile-steps", "0", "--window", "0", "--out", "gate", "--max-regression", "1%", "--json", "train.py",
+             "--batch-size", "512")
     assert run.returncode == 4, run.stdout[-3000:] + run.stderr[-3000:]
     decision = json.loads(run.stdout)
     assert decision["verdict"] == "inconclusive" and "step_time" in decision["inconclusive"]["metrics"]
@@ -356,12 +432,19 @@ def test_the_same_code_on_both_sides_passes_or_says_it_cannot_tell(tmp_path):
     assert all(r["steps"] == 8 for r in decision["runs"]) and "no trace" not in run.stdout
     cpu = next(m for m in decision["metrics"] if m["name"] == "cpu_time")
     assert cpu["base"] > 0 and cpu["gated"] in (True, False)
-    # A threshold no 3-round noise floor reaches, and the team's choice for a gate that cannot tell: a pass.
+    # A threshold two rounds' interval rules out: a pass on equivalence. Each run measures a window in
+    # time, sized by a pilot run of the base (round-00, not judged), and the verdict says where the time went.
     run = ab(tmp_path, "--base", "base", "--candidate", "cand", *QUICK[:4], "--rounds", "2", "--max-rounds", "2",
-             "--profile-steps", "0", "--out", "gate2",
-             "--max-regression", "500%", "--inconclusive", "pass", "train.py", "--batch-size", "512")
+             "--profile-steps", "0", "--window", "0.5", "--time-budget", "250", "--out", "gate2",
+             "--max-regression", "500%", "train.py", "--batch-size", "512")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "advise ab pass" in run.stdout and "A/A floor" in run.stdout
+    assert "advise ab pass" in run.stdout and "A/A floor" in run.stdout and "equivalence decided" in run.stdout
+    decision = json.loads((tmp_path / "gate2" / "ab.json").read_text())
+    assert (tmp_path / "gate2" / "base" / "round-00" / "report.json").is_file()
+    assert {r["round"] for r in decision["runs"]} == {1, 2} and len({r["steps"] for r in decision["runs"]}) == 1
+    spent = decision["time"]
+    assert spent["pilot_s"] > 0 and spent["rounds"] == 2 and spent["budget_s"] == 250 and "0.5 s window" in spent["window"]
+    assert spent["stopped"] == "the verdict" and decision["decided_by"].startswith("equivalence decided: ")
 
 
 @pytest.mark.slow

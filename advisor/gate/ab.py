@@ -10,23 +10,32 @@ more when a regression is suspected but not settled, and calibrates the noise fl
 base's rounds against each other. On a regression (or with ``ops``) :mod:`advisor.gate.opdiff` names
 the ops and kernels that got slower, from the rounds' traces.
 
+Each run's measured window is sized in time (``window_s``): a pilot run of the base (``base/round-00``,
+not judged) times a step, and the rounds measure as many steps as fill the window at the step's
+fast pace (at least ``--steps``), so a neighbour's burst of a few seconds cannot cover a whole run.
+A round where a neighbour took nearly the whole machine is set aside and replaced
+(:mod:`advisor.gate.neighbour`). The gate stops at ``max_rounds`` or before its time budget
+(``time_budget_s``) would run out, whichever comes first; that look is then its last, and the
+decision says where the time went.
+
 Layout of the output dir: ``base/round-NN/`` and ``candidate/round-NN/`` (ordinary run dirs),
 ``ab.json`` (the decision) and ``summary.md``. This module runs and judges; the command prints.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
 
-from . import compare, fingerprint, opdiff, sequential
+from . import compare, fingerprint, neighbour, opdiff, sequential
 from ..analysis import metrics
 from ..analysis.steptime import CPU, DURATION, FAST_QUANTILE, fast
 from ..report import Report, ReportError, load_report
@@ -47,8 +56,18 @@ DEFAULT_ROUNDS, DEFAULT_MAX_ROUNDS = 6, 20
 # unless the job sets its own. It gates where the job is CPU-bound: its CPU time at least
 # CPU_BOUND_FRAC of its fast wall step. A job that waits (a sleep, I/O, a GPU) is gated on the
 # wall clock (the device's on a GPU: the step clock's).
+# Chosen by measurement (2-core runner, unchanged MLP, CPU burners on 1-4 s / off 0-3 s, the machine
+# shared with other jobs): the spread (sd) of a round's log ratio was 0.18 for the CPU time's 5th
+# percentile over 150 steps (about 3 s) and 0.085 over 300 (6-10 s); the wall clock's 0.24 and
+# 0.14. Instructions retired would be steadier still, but this runner's kernel has no PMU driver
+# (perf: "software events only"), as on most virtual CI runners, so the CPU time gates.
 CPU_BOUND_FRAC = 0.75
 ROUND_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+# A run's measured window, in seconds of the pilot's fast steps: long enough that a neighbour's
+# burst of a few seconds covers only part of it (doubling it from 3 s halved the CPU time's spread).
+DEFAULT_WINDOW_S = 6.0
+DEFAULT_TIME_BUDGET_S = 300.0  # the whole gate: pilot, rounds, decision (5 min, within a 6-minute CI step)
+MAX_WINDOW_STEPS = 20_000
 
 
 class ABError(ValueError):
@@ -78,6 +97,8 @@ class ABOptions:
     # do not spin. It slows a CPU job of many small ops (minGPT's chargpt: 63 -> 84 ms a step) and so
     # dilutes a fix's ratio: `apply --check` leaves it out, to time the script as its user runs it.
     passive_threads: bool = True
+    window_s: float = 0.0  # each run's measured window in seconds (a pilot run sizes it); 0: --steps alone
+    time_budget_s: float | None = None  # the gate stops before this would run out (its last look); None: rounds only
 
 
 @dataclass
@@ -92,6 +113,8 @@ class ABResult:
     ops_note: str = ""
     wall_s: float = 0.0
     inconclusive_policy: str = "fail"
+    time: dict = field(default_factory=dict)  # where the time went (:func:`time_spent`)
+    set_aside: list[dict] = field(default_factory=list)  # rounds set aside for a neighbour's load, and why
 
     @property
     def failed(self) -> bool:
@@ -117,6 +140,9 @@ class ABResult:
             "candidate": self.candidate_dir,
             "script": self.script,
             "rule": d.rule,
+            "decided_by": d.decided_by(),
+            "time": self.time,
+            "set_aside": self.set_aside,
             "statistics": {"step_time": f"each run's {FAST_QUANTILE:.0%} quantile of its measured steps (its fast steps)",
                            "cpu_time": f"each run's {FAST_QUANTILE:.0%} quantile of the training process's CPU time "
                                        "per measured step (its threads) "
@@ -125,7 +151,11 @@ class ABResult:
                            "test": sequential.TEST, "correction": sequential.CORRECTION,
                            "sequential": sequential.SPENDING, "alpha": d.alpha, "looks": d.looks,
                            "decided_at_look": d.look, "rounds": d.rounds,
-                           "noise_floor": "A/A: the base's back-to-back runs (rounds 2k and 2k+1) against each other"},
+                           "noise_floor": "A/A: the base's back-to-back runs (rounds 2k and 2k+1) against each other",
+                           "pass": "equivalence: every gated metric's one-sided 95% upper bound below its threshold",
+                           "window": "each run's measured steps fill the window's seconds at the pilot's fast pace",
+                           "neighbour": f"a round is set aside where other processes used {neighbour.SET_ASIDE_SHARE:.0%} "
+                                        f"of the cores over a run's window (at most {neighbour.MAX_SET_ASIDE} a gate)"},
             "metrics": [asdict(m) for m in d.metrics],
             "regressions": [m.name for m in d.regressions],
             "history": d.history,
@@ -303,18 +333,34 @@ def where_the_time_went(base: list[Round], cand: list[Round]) -> tuple[list[opdi
     return opdiff.slower_ops(tb, tc), f"from {len(tb)} base and {len(tc)} candidate traces (median per op over them)"
 
 
-MAX_LENGTHEN = 4  # rounds grow to at most this many times --steps
+def window_steps(pilot: Report, options: ABOptions) -> tuple[int, str]:
+    """The rounds' measured steps: enough to fill ``window_s`` at the pilot's fast step (at least
+    ``--steps``), and how they were sized, said."""
+    step = fast_step(pilot)
+    if not step or step <= 0:
+        return options.steps, "the pilot run timed no step: --steps alone"
+    steps = min(MAX_WINDOW_STEPS, max(options.steps, math.ceil(options.window_s / step)))
+    return steps, (f"{steps} steps a run: a {options.window_s:g} s window at the pilot's fast step of {step * 1e3:.1f} ms"
+                   + (" (--steps is longer)" if steps == options.steps else ""))
 
 
-def longer(current: ABOptions, options: ABOptions, decision: sequential.Decision) -> ABOptions:
-    """The next rounds' options: twice the steps (up to MAX_LENGTHEN x --steps) while a gated metric's
-    A/A floor is above its threshold. A neighbour's burst covers less of a longer run, so its fast
-    steps read the code's own speed more often: the floor falls where the rounds are spent."""
-    blind = any(m.gated and m.floor is not None and m.floor > m.threshold for m in decision.metrics)
-    steps = min(current.steps * 2, options.steps * MAX_LENGTHEN)
-    if not blind or steps == current.steps:
-        return current
-    return replace(current, steps=steps)
+def time_spent(started: float, pilot_s: float, kept: list[float], aside: list[float], stopped: str,
+               budget_s: float | None, window: str) -> dict:
+    """Where the gate's time went: the pilot, the rounds judged, the rounds set aside, the rest (the decision)."""
+    total = time.monotonic() - started
+    return metrics.clean({"total_s": total, "budget_s": budget_s, "pilot_s": pilot_s, "rounds_s": sum(kept),
+                          "rounds": len(kept), "set_aside_s": sum(aside), "set_aside": len(aside),
+                          "other_s": max(0.0, total - pilot_s - sum(kept) - sum(aside)),
+                          "per_round_s": float(np.median(kept)) if kept else None, "stopped": stopped, "window": window})
+
+
+def time_line(spent: dict) -> str:
+    """:func:`time_spent` in one clause, for the verdict."""
+    budget = f" of a {spent['budget_s']:.0f} s budget" if spent.get("budget_s") else ""
+    aside = f", {spent['set_aside']} set aside {spent['set_aside_s']:.0f} s" if spent.get("set_aside") else ""
+    pilot = f"pilot {spent['pilot_s']:.0f} s, " if spent.get("pilot_s") else ""
+    return (f"time {spent['total_s']:.0f} s{budget}: {pilot}{spent['rounds']} rounds {spent['rounds_s']:.0f} s"
+            f"{aside}; stopped by {spent['stopped']}; {spent['window']}")
 
 
 def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], options: ABOptions, out: Path,
@@ -329,41 +375,98 @@ def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], opti
     plan = sequential.looks(options.rounds, options.max_rounds)
     out = Path(out).resolve()  # the rounds run in the checkouts: their run dirs must not follow them there
     started = time.monotonic()
+    env_of = env_of or {}
+    current, pilot_s, window = options, 0.0, f"{options.steps} steps a run (--steps; no window)"
+    if options.window_s > 0:  # the pilot: base/round-00, timed and not judged (it also warms the caches)
+        pilot = run_round("base", base_root, 0, options, script, args, out, env_of.get("base"))
+        pilot_s = pilot.wall_s
+        steps, window = window_steps(pilot.report, options)
+        current = ABOptions(**{**asdict(options), "steps": steps})
     base: list[Round] = []
     cand: list[Round] = []
     runs: list[dict] = []
     history: list[dict] = []
+    kept_s: list[float] = []
+    aside_s: list[float] = []
+    set_aside: list[dict] = []
     decision = None
-    lengths: list[int] = []  # each round's measured steps: longer rounds once the floor is found above the threshold
-    current = options
-    for index in range(1, plan[-1] + 1):
-        order = (("base", base_root, base), ("candidate", cand_root, cand))
-        lengths.append(current.steps)
-        for side, root, into in (order if index % 2 else order[::-1]):  # B C, C B, B C, ...
-            done = run_round(side, root, index, current, script, args, out, (env_of or {}).get(side))
-            into.append(done)
+    lengths: list[int] = []
+    stopped = "max-rounds"
+    index = 0
+    while len(base) < plan[-1]:
+        elapsed = time.monotonic() - started
+        per_round = _per_round(kept_s + aside_s, pilot_s)
+        out_of_time = options.time_budget_s is not None and len(base) >= 2 and elapsed + per_round > options.time_budget_s
+        if out_of_time:
+            stopped = "the time budget"
+            break
+        index += 1
+        round_started = time.monotonic()
+        order = (("base", base_root), ("candidate", cand_root))
+        pair: dict[str, Round] = {}
+        for side, root in (order if len(base) % 2 == 0 else order[::-1]):  # B C, C B, B C, ... over the rounds kept
+            done = run_round(side, root, index, current, script, args, out, env_of.get(side))
+            pair[side] = done
+            load = neighbour.load(done.run_dir, done.report.env.get("cpu_count"))
             runs.append({"side": side, "round": index, "run_dir": os.path.relpath(done.run_dir, out),
-                         "steps": current.steps, "wall_s": done.wall_s, **_figures(done.report)})
+                         "steps": current.steps, "wall_s": done.wall_s, "neighbour_cores": load, **_figures(done.report)})
             if on_run is not None:
                 on_run(side, index, done.report)
-        if index not in plan:
+        took = time.monotonic() - round_started
+        why = neighbour.too_busy([r["neighbour_cores"] for r in runs[-2:]], pair["base"].report.env.get("cpu_count"),
+                                 len(set_aside))
+        # Only while the budget can pay for a replacement and still reach the first look: on a runner
+        # that is always this busy, setting rounds aside would spend the budget on nothing.
+        to_first_look = max(1, plan[0] - len(base))
+        affordable = options.time_budget_s is None or (time.monotonic() - started + _per_round(kept_s + aside_s + [took], pilot_s)
+                                                      * to_first_look <= options.time_budget_s)
+        if why and affordable:
+            set_aside.append({"round": index, "why": why})
+            aside_s.append(took)
+            for r in runs[-2:]:
+                r["set_aside"] = True
             continue
-        data, unit, memory_label = series([r.report for r in base], [r.report for r in cand])
-        cpu = cpu_bound([r.report for r in base + cand], data) if "cpu_time" in data else None
-        decision = sequential.decide(data, specs(options, unit, memory_label, cpu), alpha=options.alpha, plan=plan,
-                                     lengths=lengths)
-        history.append({"rounds": index, "look": decision.look, "final": decision.final, "steps": current.steps,
-                        "slowdowns": {m.name: m.slowdown for m in decision.metrics},
-                        "p_values": {m.name: m.p_value for m in decision.metrics},
-                        "regressions": [m.name for m in decision.regressions]})
+        base.append(pair["base"])
+        cand.append(pair["candidate"])
+        kept_s.append(took)
+        lengths.append(current.steps)
+        if len(base) not in plan:
+            continue
+        decision = _look(base, cand, options, plan, lengths, history, current.steps)
         if decision.final:
+            stopped = "the verdict" if decision.verdict != sequential.INCONCLUSIVE else "max-rounds"
             break
-        current = longer(current, options, decision)
-    assert decision is not None
+    if decision is None or not decision.final:  # the budget (or max-rounds) ends the gate between looks: its last look
+        if len(base) < 2:
+            raise ABError(f"the time budget ({options.time_budget_s:g} s) ended before two rounds: raise --time-budget")
+        decision = _look(base, cand, options, plan, lengths, history, current.steps, last=True)
     decision.history = history
+    spent = time_spent(started, pilot_s, kept_s, aside_s, stopped, options.time_budget_s, window)
+    decision.rule = f"{decision.decided_by()}. {time_line(spent)}. {decision.rule}"
     warnings = [d.text() for d in fingerprint.differences(base[0].report, cand[0].report)]
+    warnings += [f"round {a['round']} set aside and replaced: {a['why']}" for a in set_aside]
     result = ABResult(str(base_dir), str(candidate_dir), script, decision, runs, warnings, wall_s=time.monotonic() - started,
-                      inconclusive_policy=options.inconclusive)
+                      inconclusive_policy=options.inconclusive, time=spent, set_aside=set_aside)
     if result.failed or options.ops:
         result.slower_ops, result.ops_note = where_the_time_went(base, cand)
     return result
+
+
+def _per_round(took: list[float], pilot_s: float) -> float:
+    """What the next round is expected to take: the slowest of the last three (twice the pilot before any)."""
+    return max(took[-3:]) if took else 2 * pilot_s
+
+
+def _look(base: list[Round], cand: list[Round], options: ABOptions, plan: list[int], lengths: list[int],
+          history: list[dict], steps: int, last: bool = False) -> sequential.Decision:
+    """The decision over the rounds kept so far, noted in `history`."""
+    data, unit, memory_label = series([r.report for r in base], [r.report for r in cand])
+    cpu = cpu_bound([r.report for r in base + cand], data) if "cpu_time" in data else None
+    decision = sequential.decide(data, specs(options, unit, memory_label, cpu), alpha=options.alpha, plan=plan,
+                                 lengths=lengths, last=last)
+    history.append({"rounds": len(base), "look": decision.look, "final": decision.final, "steps": steps,
+                    "slowdowns": {m.name: m.slowdown for m in decision.metrics},
+                    "upper": {m.name: m.upper for m in decision.metrics},
+                    "p_values": {m.name: m.p_value for m in decision.metrics},
+                    "regressions": [m.name for m in decision.regressions]})
+    return decision

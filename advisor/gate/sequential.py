@@ -30,13 +30,16 @@ A metric regresses when its slowdown is beyond the threshold **and** beyond the 
 Holm-significant at the look's level. Memory also needs its byte floor (compare.MEMORY_FLOOR_BYTES).
 
 A metric a neighbour cannot inflate (``settles``: the CPU time per step of a CPU-bound job) that
-rules its regression out settles a wall clock too noisy to decide, unless that wall clock leans
-slower (suspected): a step that waits longer shows only there.
+rules its regression out settles a wall clock too noisy to decide, unless that wall clock's own
+estimate is beyond the threshold: a step that waits longer shows only there.
 
-A metric passes only when the rounds rule the threshold out: its 95% upper bound below it, and
-the floor too. One that is neither a regression nor ruled out is *undecided*: it gets the planned
-looks up to ``max_rounds`` like a suspected one, and at the last look it is **inconclusive**, never
-a pass (a gate that exits 0 because a noisy neighbour hid a 46% slowdown is worse than no gate).
+A metric passes on an equivalence decision: the rounds rule the threshold out, its one-sided 95%
+upper bound below it (an unchanged revision passes with an honest interval, not for want of a
+significant slowdown). One that is neither a regression nor ruled out is *undecided*: it gets the
+planned looks up to ``max_rounds`` (or the gate's time budget, whose look is final) like a
+suspected one, and at the last look it is **inconclusive**, never a pass (a gate that exits 0
+because a noisy neighbour hid a 46% slowdown is worse than no gate). The A/A floor is reported
+beside it and holds a regression back; it does not block a pass the paired interval already makes.
 """
 
 from __future__ import annotations
@@ -222,13 +225,27 @@ class Decision:
     def verdict(self) -> str:
         return REGRESSION if self.regressions else INCONCLUSIVE if self.inconclusive else "pass"
 
+    def decided_by(self) -> str:
+        """Which measure decided the verdict, and why it could, in one sentence."""
+        if self.regressions:
+            return "; ".join(f"{m.label} decided: {m.note}" for m in self.regressions)
+        if self.inconclusive:
+            return "no measure decided: " + "; ".join(f"{m.label}: {m.note}" for m in self.inconclusive)
+        passed = [f"{m.label} up to {m.upper:+.1%}" for m in self.metrics if m.gated and m.upper is not None
+                  and not m.settled_by and m.verdict in (OK, IMPROVEMENT, NOT_SIGNIFICANT)]
+        said = [f"equivalence decided: {', '.join(passed)} at 95%, each below its threshold"] if passed else []
+        said += [f"{m.label} (up to {m.upper:+.1%}) was settled by {next(r.label for r in self.metrics if r.name == m.settled_by)}"
+                 f", which a busy neighbour delays but barely inflates" for m in self.metrics if m.settled_by and m.upper is not None]
+        return "; ".join(said) or "every gated metric passed"
+
 
 def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[MetricSpec], *,
-           alpha: float, plan: list[int], lengths: list[int] | None = None) -> Decision:
+           alpha: float, plan: list[int], lengths: list[int] | None = None, last: bool = False) -> Decision:
     """The verdict at the current look: `series` maps a metric's name to (base rounds, candidate rounds).
 
     The look is the last planned look not beyond the rounds seen; `final` says whether the gate
-    stops here (a regression, nothing suspected, or the last planned look).
+    stops here (a regression, nothing suspected, or the last planned look). `last`: the gate's time
+    budget ends here, so this look is its last (it spends the next planned look's share of alpha).
     """
     n = min((len(b) for b, _ in series.values()), default=0)
     k = max((i for i, at in enumerate(plan) if at <= n), default=0)
@@ -247,14 +264,15 @@ def decide(series: dict[str, tuple[list[float], list[float]]], specs: list[Metri
     _settle(specs, rows)
     regressed = any(r.verdict == REGRESSION for r in rows)
     open_ = any((r.suspected or r.undecided) and r.verdict != REGRESSION and not r.settled_by for r in rows)
-    final = regressed or not open_ or k >= len(plan) - 1 or n >= plan[-1]
+    final = regressed or not open_ or last or k >= len(plan) - 1 or n >= plan[-1]
     if final and not regressed:
         _close(rows, n)
     _mirror(specs, rows)
     rule = (f"regression = worse than the threshold, beyond this runner's A/A noise floor, and significant: "
             f"{TEST}, {CORRECTION} over the gated metrics, {SPENDING} ({len(plan)} looks at {', '.join(map(str, plan))} "
             f"rounds: alpha {alpha:g} / {len(plan)} = {level:.3g} per look)")
-    return Decision(rows, n, k + 1, plan, alpha, final, rule)
+    look = min(k + 1 + (last and n > plan[k]), len(plan))  # a budget's look before a planned one takes its place
+    return Decision(rows, n, look, plan, alpha, final, rule)
 
 
 def _measure(spec: MetricSpec, rounds: tuple[list[float], list[float]], lengths: list[int] | None,
@@ -314,8 +332,7 @@ def _judge(row: MetricDecision, pr: Paired, big_enough: bool) -> None:
     else:
         row.verdict = OK
     row.upper = math.expm1(pr.upper())
-    row.undecided = row.verdict != REGRESSION and big_enough and (
-        row.upper > row.threshold or (row.floor is not None and row.floor > row.threshold))
+    row.undecided = row.verdict != REGRESSION and big_enough and row.upper > row.threshold
 
 
 def _settle(specs: list[MetricSpec], rows: list[MetricDecision]) -> None:
@@ -323,9 +340,10 @@ def _settle(specs: list[MetricSpec], rows: list[MetricDecision]) -> None:
     for spec, settler in zip(specs, rows):
         row = next((r for r in rows if r.name == spec.settles), None)
         if row is not None and settler.gated and settler.slowdown is not None and not settler.undecided:
-            # Only a wall clock that does not lean slower: one that does, beside a CPU time that did not
-            # grow, may be a wait the neighbour's noise hides (a sleep, I/O, a lock), and stays open.
-            if row.undecided and not row.suspected and settler.verdict != REGRESSION:
+            # Only a wall clock whose estimate is within the threshold: one beyond it, beside a CPU time
+            # that did not grow, may be a wait the neighbour's noise hides (a sleep, I/O, a lock), and stays open.
+            if row.undecided and row.slowdown is not None and row.slowdown <= row.threshold \
+                    and settler.verdict != REGRESSION:
                 row.settled_by = settler.name
             elif row.verdict == REGRESSION and settler.verdict in (OK, IMPROVEMENT):
                 row.note += (f"; {settler.label} did not grow: the step waits longer (a sleep, I/O, a lock), "
@@ -353,7 +371,7 @@ def _mirror(specs: list[MetricSpec], rows: list[MetricDecision]) -> None:
 
 def _undecided_note(row: MetricDecision, rounds: int) -> str:
     """Why the rounds could not rule a regression of the threshold's size out, in one clause."""
-    if row.floor is not None and row.floor > row.threshold:
+    if row.floor is not None and row.floor > row.threshold :
         return (f"this runner's A/A noise floor ({row.floor:.1%}) is above the {row.threshold:.0%} threshold: "
                 f"a regression that size cannot be told from noise here")
     return (f"{row.slowdown:+.1%} after {rounds} paired rounds, but up to {row.upper:.1%} worse at 95%: "
