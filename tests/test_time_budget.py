@@ -31,6 +31,8 @@ def test_a_fix_predicted_to_outlast_the_budget_is_named_with_the_command_that_me
     assert compiled["command"].startswith("advise profile --select EXP001 --time-budget ")
     assert compiled["command"].endswith("train_basic.py --epochs 50")
     assert "not measured: " + compiled["fix"] in proc.stdout and compiled["command"] in proc.stdout.replace("\n", " ")
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert "not measured: " + compiled["fix"] in page and "--select EXP001 --time-budget" in page
 
 
 def _burn(until: float) -> None:

@@ -299,11 +299,9 @@ def baseline_note(report: Report, recommended: Recommendation | None, findings: 
 
 def experiments_note(block: Experiments | None) -> str:
     """How many child runs the experiments took, from report.json's `experiments`."""
-    spent = words.time_spent(block)
-    spent = spent[0].upper() + spent[1:] + "." if spent else ""
     if block is None or not block.n_runs:
-        return spent
-    return f"{block.n_runs} child runs of the script, {fmt.time_s(block.child_wall_s)} in all. {spent}".strip()
+        return ""
+    return f"{block.n_runs} child runs of the script, {fmt.time_s(block.child_wall_s)} in all."
 
 
 def _compact_json(x) -> str:

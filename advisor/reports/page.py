@@ -94,6 +94,7 @@ class Page:
     tool: str
     started_at: str
     wall: str  # "took 1 min 13 s in all (the profiled run 7.76 s, experiments 1 min 2 s in 9 runs)"
+    time_spent: str  # where the arms' time went, what the budget left out and the command that measures it
     verdict: VerdictView
     nav: list[NavItem]
     warnings: list[str]
@@ -148,6 +149,7 @@ def build_page(report: Report, profile=None, rule_docs: Mapping[str, str] = NO_D
         tool=f"{report.tool.name} {report.tool.version}".strip(),
         started_at=str(report.started_at or ""),
         wall=words.wall_words(report),
+        time_spent=words.time_spent(report.experiments) or "",
         verdict=verdict(report, profile, views, findings, rec),
         nav=[],
         warnings=[str(w) for w in report.warnings],
