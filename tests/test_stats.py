@@ -62,3 +62,15 @@ def test_a_zero_time_run_gives_no_interval():
 def test_ratio_ci_still_brackets_its_estimate():
     ci = ratio_ci([1.0, 1.1, 0.9, 1.05, 0.95], [2.0, 2.2, 1.8, 2.1, 1.9])
     assert ci.estimate == pytest.approx(2.0) and ci.low <= ci.estimate <= ci.high and ci.low > 1.7
+
+
+def test_two_single_windows_borrow_a_third_partys_spread():
+    """Two arms of one window each, held head to head: neither shows its window-to-window spread,
+    so the baseline windows around them lend theirs (`spread`)."""
+    rng = np.random.default_rng(1)
+    a, b = run(0.010 + rng.normal(0, 1e-5, 20)), run(0.0095 + rng.normal(0, 1e-5, 20))
+    _, lo, hi = speedup_ci([a], [b], by_samples=False)
+    assert lo > 1.04  # the steps alone: b is 5% faster, surely
+    bases = [run(0.020 + rng.normal(0, 1e-5, 20)), run(0.023 + rng.normal(0, 1e-5, 20))]
+    _, lo, hi = speedup_ci([a], [b], by_samples=False, spread=bases)
+    assert lo < 1.0 < hi  # windows of this machine move 15%: 5% is not shown

@@ -154,7 +154,8 @@ def _rate(dur: np.ndarray, work: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def speedup_ci(baseline: list[pd.DataFrame], candidate: list[pd.DataFrame], *, by_samples: bool,
-               seed: int = 0, n_boot: int = 2000, confidence: float = 0.95) -> tuple[float, float, float]:
+               seed: int = 0, n_boot: int = 2000, confidence: float = 0.95,
+               spread: list[pd.DataFrame] | None = None) -> tuple[float, float, float]:
     """Throughput ratio candidate/baseline over several windows (or runs) each, and its 95% interval
     from a two-stage bootstrap: the windows of each side resampled, then the steps within each.
 
@@ -163,8 +164,9 @@ def speedup_ci(baseline: list[pd.DataFrame], candidate: list[pd.DataFrame], *, b
     differently, a thread pool, an allocator's state): resampling only them gave a loader value
     3.46x (3.24-3.71x) verified where the same value read 2.23-2.97x in three more runs. So the
     windows are resampled too, and a side measured in one window borrows the other side's
-    window-to-window spread (its relative deviations, resampled) instead of claiming none. The
-    interval is NaN when it cannot be computed (a zero-time window)."""
+    window-to-window spread (its relative deviations, resampled) instead of claiming none, or
+    `spread`'s windows' where given (two arms of one window each, held against each other, borrow
+    the baseline's). The interval is NaN when it cannot be computed (a zero-time window)."""
     runs = [per_step(frame, by_samples) for frame in [*baseline, *candidate]]
     n_base = len(baseline)
     point = np.array([_rate(dur, work) for dur, work in runs])
@@ -182,9 +184,15 @@ def speedup_ci(baseline: list[pd.DataFrame], candidate: list[pd.DataFrame], *, b
         pos = rng.integers(0, len(dur), size=(n_boot, len(dur)))
         boot[k] = work[pos].sum(axis=1) / dur[pos].sum(axis=1)
     sides = [boot[:n_base], boot[n_base:]]
-    spread = [point[:n_base] / point[:n_base].mean() - 1, point[n_base:] / point[n_base:].mean() - 1]
+    devs = [point[:n_base] / point[:n_base].mean() - 1, point[n_base:] / point[n_base:].mean() - 1]
+    if spread:
+        lent = np.array([_rate(dur, work) for dur, work in (per_step(f, by_samples) for f in spread)])
+        lent = lent[np.isfinite(lent) & (lent > 0)]
+        devs = [lent / lent.mean() - 1] * 2 if len(lent) >= 2 else devs
+    else:
+        devs = [devs[1], devs[0]]  # a side of one window borrows the other side's
     rates = []
-    for side, other in ((sides[0], spread[1]), (sides[1], spread[0])):
+    for side, other in ((sides[0], devs[0]), (sides[1], devs[1])):
         m = len(side)
         if m >= 2:  # the side's own windows, resampled
             pick = rng.integers(0, m, size=(n_boot, m))

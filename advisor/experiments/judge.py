@@ -270,15 +270,17 @@ def better(a: Experiment | None, b: Experiment) -> bool:
     return a is None or a.speedup is None or b.speedup >= a.speedup * (1 + MIN_GAIN)
 
 
-def head_to_head(leader: list[Measurement], rival: list[Measurement], *, by_samples: bool) -> bool:
+def head_to_head(leader: list[Measurement], rival: list[Measurement], baseline: list[Measurement], *,
+                 by_samples: bool) -> bool:
     """Whether a sweep's leader is shown faster than another value: their windows compared directly
-    (the rival's as the baseline), the interval's low end above 1 + MIN_GAIN. Two values each
-    verified against the baseline may still be one speed (a tie: the cheaper is the answer)."""
+    (the rival's as the baseline, the baseline windows' window-to-window spread lent to a value
+    measured in one window), the interval's low end above 1 + MIN_GAIN. Two values each verified
+    against the baseline may still be one speed (a tie: the cheaper is the answer)."""
     lead = [m.steps for m in leader if m.ok]
     other = [m.steps for m in rival if m.ok]
     if not lead or not other:
         return True
-    _, low, _ = speedup_ci(other, lead, by_samples=by_samples)
+    _, low, _ = speedup_ci(other, lead, by_samples=by_samples, spread=[m.steps for m in baseline if m.ok])
     return bool(math.isfinite(low) and low > 1.0 + MIN_GAIN)
 
 

@@ -577,8 +577,9 @@ class Rounds:
         lead = next(arm for arm, p, _ in tried if p is point)
         rivals = [(arm, p, e) for arm, p, e in tried if e.verified and p is not point]
         windows = lambda arm: [m for r in results for _, cands in r.pairs(arm, self.run_dir) for m in cands]  # noqa: E731
+        bases = judge.distinct([m for r in results for around, _ in r.pairs(lead, self.run_dir) for m in around])
         tied = [(arm, p, e) for arm, p, e in rivals
-                if not judge.head_to_head(windows(lead), windows(arm), by_samples=self.by_samples)]
+                if not judge.head_to_head(windows(lead), windows(arm), bases, by_samples=self.by_samples)]
         if not tied:
             return best, None
         order = [p for _, p, _ in tried]
