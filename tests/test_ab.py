@@ -482,3 +482,39 @@ def test_a_small_memory_growth_neither_fails_nor_asks_for_more_rounds():
     row = decision.metrics[0]
     assert row.slowdown == pytest.approx(1 / 3) and row.significant and row.verdict == cmp.NOT_SIGNIFICANT
     assert "too small in absolute terms" in row.note and decision.final  # 10 MiB: more rounds cannot make it 64
+
+
+def loop_report(cpu_ms: float, wait_ms: float, preempted: float, seed: int) -> Report:
+    """A run of 200 steps that compute `cpu_ms` and sleep `wait_ms` each; a neighbour delays a
+    `preempted` share of them by up to twice their time (their CPU time stays)."""
+    rng = np.random.default_rng(seed)
+    steps = []
+    for _ in range(200):
+        delay = rng.uniform(0, 2 * cpu_ms) if rng.random() < preempted else 0.0
+        steps.append({"cpu_s": cpu_ms / 1e3, "duration_s": (cpu_ms + wait_ms + delay) / 1e3})
+    return Report.of({"steps": steps, "throughput": {}})
+
+
+def test_a_busy_runner_does_not_hide_a_cpu_bound_loop_nor_a_longer_wait():
+    from advisor.gate.ab import busy_share, cpu_bound, wait_grew
+
+    busy = [loop_report(10, 0, 0.9, seed) for seed in range(4)]  # nine steps in ten delayed: fast steps read 0.6
+    assert all(busy_share(r) > 0.95 for r in busy)  # its quiet steps still compute all the time
+    assert cpu_bound(busy, {"cpu_time": ([], [])}) == (True, "")
+    sleeper = [loop_report(5, 5, 0.0, seed) for seed in range(4)]
+    gated, why = cpu_bound(sleeper, {"cpu_time": ([], [])})
+    assert not gated and "50% of its wall time on the CPU" in why
+    # The candidate's steps sleep 2 ms more (20% of a 10 ms step): the quiet steps' wait shows it, a neighbour does not.
+    assert wait_grew(busy[:2], [loop_report(10, 2, 0.9, seed) for seed in (5, 6)], 0.05) is True
+    assert wait_grew(busy[:2], busy[2:], 0.05) is False
+
+
+def test_a_steady_wait_lets_the_cpu_time_settle_a_wall_clock_that_reads_slower():
+    rng = np.random.default_rng(11)
+    wall_b = list(0.040 * np.exp(rng.normal(0, 0.25, 6)))
+    wall_c = [w * 1.2 for w in 0.040 * np.exp(rng.normal(0, 0.25, 6))]  # the neighbour's luck: +20% on the wall clock
+    data = {"step_time": (wall_b, wall_c), "cpu_time": ([0.030] * 6, [0.0301, 0.0299] * 3)}
+    steady = sequential.MetricSpec("cpu_time", "CPU time per step", "s", False, 0.05, settles="step_time", wait_grew=False)
+    d = sequential.decide(data, SPECS[:1] + [steady], alpha=0.05, plan=[6])
+    assert d.metrics[0].slowdown > 0.05 and d.metrics[0].settled_by == "cpu_time" and d.verdict == "pass"
+    assert "was settled by CPU time per step" in d.decided_by()

@@ -62,6 +62,10 @@ DEFAULT_ROUNDS, DEFAULT_MAX_ROUNDS = 6, 20
 # 0.14. Instructions retired would be steadier still, but this runner's kernel has no PMU driver
 # (perf: "software events only"), as on most virtual CI runners, so the CPU time gates.
 CPU_BOUND_FRAC = 0.75
+# Which steps are a run's quiet ones for that test: beside two burners and other jobs on 2 cores, an
+# unchanged MLP loop's steps computed 50-70% of their wall time at the median, 80-100% at the 99th
+# percentile; its fast steps' CPU time over their wall time (p5 over p5) read 0.64.
+QUIET_QUANTILE = 0.99
 ROUND_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 # A run's measured window, in seconds of the pilot's fast steps: long enough that a neighbour's
 # burst of a few seconds covers only part of it (doubling it from 3 s halved the CPU time's spread).
@@ -146,7 +150,8 @@ class ABResult:
             "statistics": {"step_time": f"each run's {FAST_QUANTILE:.0%} quantile of its measured steps (its fast steps)",
                            "cpu_time": f"each run's {FAST_QUANTILE:.0%} quantile of the training process's CPU time "
                                        "per measured step (its threads) "
-                                       f"(gates when the job is CPU-bound: {CPU_BOUND_FRAC:.0%} of its fast step or more)",
+                                       f"(gates when the job is CPU-bound: {CPU_BOUND_FRAC:.0%} or more of its quiet steps' wall time, "
+                                       f"p{QUIET_QUANTILE * 100:.0f} of the steps' CPU share)",
                            "round_env": {k: os.environ.get(k, v) for k, v in ROUND_ENV.items()},
                            "test": sequential.TEST, "correction": sequential.CORRECTION,
                            "sequential": sequential.SPENDING, "alpha": d.alpha, "looks": d.looks,
@@ -218,19 +223,49 @@ def cpu_step(report: Report) -> float | None:
     return fast(_measured(report, CPU))
 
 
+def busy_share(report: Report) -> float | None:
+    """How much of a step the process computes at its quietest steps: the 99th percentile of each
+    measured step's CPU time over its wall time. A neighbour only lowers a step's share (it delays
+    the step, the CPU time stays), so the quiet steps show the job's own: about 1 for a CPU-bound
+    loop however busy the runner, lower for one that sleeps or waits on I/O in every step. (The
+    shares of the runs' fast steps, p5 over p5, fell to 0.6 beside two burners for the same loop.)"""
+    shares = [c / d for c, d in zip(_measured(report, CPU), _measured(report, DURATION))
+              if isinstance(c, (int, float)) and isinstance(d, (int, float)) and d > 0 and c >= 0]
+    return float(np.quantile(shares, QUIET_QUANTILE)) if len(shares) >= 4 else None
+
+
+def wait_step(report: Report) -> float | None:
+    """The time a step spends not computing at the run's quiet steps: the 5th percentile of each
+    measured step's wall time less its CPU time (0 at least). A neighbour lengthens some steps' wait,
+    never the quiet ones'; a sleep, I/O or a lock added to every step lengthens them all."""
+    waits = [max(0.0, d - c) for c, d in zip(_measured(report, CPU), _measured(report, DURATION))
+             if isinstance(c, (int, float)) and isinstance(d, (int, float))]
+    return float(np.quantile(waits, FAST_QUANTILE)) if len(waits) >= 4 else None
+
+
+def wait_grew(base: list[Report], cand: list[Report], threshold: float) -> bool | None:
+    """Whether the candidate's steps wait longer at their quiet steps by half the threshold of the
+    base's fast step or more (the median over rounds); None where a run lacks the figures."""
+    grew = []
+    for b, c in zip(base, cand):
+        wb, wc, step = wait_step(b), wait_step(c), fast_step(b)
+        if wb is None or wc is None or not step:
+            return None
+        grew.append((wc - wb) / step)
+    return bool(float(np.median(grew)) >= threshold / 2) if grew else None
+
+
 def cpu_bound(reports: list[Report], data: dict) -> tuple[bool, str]:
     """Whether the job is CPU-bound (the CPU time per step can settle the gate), and the figure said;
     `data` is :func:`series`'s, whose figures are the reports' (base then candidate)."""
     if any(r.device not in (None, "cpu") for r in reports):
         return False, "reported: a GPU job is gated on its step clock (the device's)"
-    cpu: list[float | None] = data["cpu_time"][0] + data["cpu_time"][1]  # base rounds, then candidate rounds
-    wall: list[float | None] = data["step_time"][0] + data["step_time"][1]
-    shares = [c / w for c, w in zip(cpu, wall) if c and w]
-    if len(shares) < len(reports):
+    shares = [x for x in (busy_share(r) for r in reports) if x is not None]
+    if len(shares) < len(reports) or "cpu_time" not in data:
         return False, "reported: some runs have no CPU time per step"
     share = float(np.median(shares))
     if share < CPU_BOUND_FRAC:
-        return False, (f"reported: the step spends {share:.0%} of its fast wall time on the CPU (below "
+        return False, (f"reported: the step spends {share:.0%} of its wall time on the CPU at its quiet steps (below "
                        f"{CPU_BOUND_FRAC:.0%}): it waits, so the wall clock gates")
     return True, ""
 
@@ -280,7 +315,7 @@ def run_round(side: str, checkout: Path, index: int, options: ABOptions, script:
 
 
 def specs(options: ABOptions, unit: str, memory_label: str | None,
-          cpu: tuple[bool, str] | None = None) -> list[sequential.MetricSpec]:
+          cpu: tuple[bool, str] | None = None, waits: bool | None = None) -> list[sequential.MetricSpec]:
     """The gate's metrics; `cpu`: (whether the CPU time per step gates, why not) where the runs have it."""
     out = [sequential.MetricSpec("step_time", f"step time (p{FAST_QUANTILE * 100:.0f} of steps)", "s", False,
                                  options.max_regression),
@@ -290,7 +325,7 @@ def specs(options: ABOptions, unit: str, memory_label: str | None,
         gated, why = cpu
         out.append(sequential.MetricSpec("cpu_time", f"CPU time per step (p{FAST_QUANTILE * 100:.0f})", "s", False,
                                          options.max_regression,
-                                         settles="step_time", gated=gated, note=why))
+                                         settles="step_time", gated=gated, note=why, wait_grew=waits))
     if memory_label:
         out.append(sequential.MetricSpec("peak_memory", memory_label, "bytes", False, options.max_memory_regression,
                                          min_abs=compare.MEMORY_FLOOR_BYTES))
@@ -462,7 +497,8 @@ def _look(base: list[Round], cand: list[Round], options: ABOptions, plan: list[i
     """The decision over the rounds kept so far, noted in `history`."""
     data, unit, memory_label = series([r.report for r in base], [r.report for r in cand])
     cpu = cpu_bound([r.report for r in base + cand], data) if "cpu_time" in data else None
-    decision = sequential.decide(data, specs(options, unit, memory_label, cpu), alpha=options.alpha, plan=plan,
+    waits = wait_grew([r.report for r in base], [r.report for r in cand], options.max_regression)
+    decision = sequential.decide(data, specs(options, unit, memory_label, cpu, waits), alpha=options.alpha, plan=plan,
                                  lengths=lengths, last=last)
     history.append({"rounds": len(base), "look": decision.look, "final": decision.final, "steps": steps,
                     "slowdowns": {m.name: m.slowdown for m in decision.metrics},

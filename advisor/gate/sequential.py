@@ -31,7 +31,9 @@ Holm-significant at the look's level. Memory also needs its byte floor (compare.
 
 A metric a neighbour cannot inflate (``settles``: the CPU time per step of a CPU-bound job) that
 rules its regression out settles a wall clock too noisy to decide, unless that wall clock's own
-estimate is beyond the threshold: a step that waits longer shows only there.
+estimate is beyond the threshold and the steps' own waiting may have grown (``wait_grew``: the
+wall time less the CPU time at a run's quiet steps, which a neighbour does not lengthen): a step
+that waits longer (a sleep, I/O, a lock) shows only on the wall clock.
 
 A metric passes on an equivalence decision: the rounds rule the threshold out, its one-sided 95%
 upper bound below it (an unchanged revision passes with an honest interval, not for want of a
@@ -171,6 +173,7 @@ class MetricSpec:
     min_abs: float = 0.0  # and at least this much worse in the metric's unit (memory: bytes)
     mirrors: str | None = None  # not tested on its own: the same figure as this metric, inverted (its verdict)
     settles: str | None = None  # once this metric rules a regression out, that metric's noise leaves the gate decided
+    wait_grew: bool | None = None  # the settled metric's steps wait longer (False: they do not; None: unknown)
     gated: bool = True  # False: shown with its interval and floor, not tested (`note` says why)
     note: str = ""
 
@@ -339,11 +342,11 @@ def _settle(specs: list[MetricSpec], rows: list[MetricDecision]) -> None:
     """A metric a neighbour cannot inflate (CPU time) settles the one it `settles` (the wall clock)."""
     for spec, settler in zip(specs, rows):
         row = next((r for r in rows if r.name == spec.settles), None)
+        within = row is not None and row.slowdown is not None and (row.slowdown <= row.threshold or spec.wait_grew is False)
         if row is not None and settler.gated and settler.slowdown is not None and not settler.undecided:
             # Only a wall clock whose estimate is within the threshold: one beyond it, beside a CPU time
             # that did not grow, may be a wait the neighbour's noise hides (a sleep, I/O, a lock), and stays open.
-            if row.undecided and row.slowdown is not None and row.slowdown <= row.threshold \
-                    and settler.verdict != REGRESSION:
+            if row.undecided and within and settler.verdict != REGRESSION:
                 row.settled_by = settler.name
             elif row.verdict == REGRESSION and settler.verdict in (OK, IMPROVEMENT):
                 row.note += (f"; {settler.label} did not grow: the step waits longer (a sleep, I/O, a lock), "
