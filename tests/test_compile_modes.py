@@ -221,11 +221,15 @@ def eager_compile(monkeypatch):
 
     monkeypatch.setattr(torch, "compile", compile)
     monkeypatch.setattr(module_call, "_limit_base", {})
-    limit = torch._dynamo.config.recompile_limit
+    limit = getattr(torch._dynamo.config, LIMIT)
     torch._dynamo.reset()
     yield asked
     torch._dynamo.reset()
-    torch._dynamo.config.recompile_limit = limit
+    setattr(torch._dynamo.config, LIMIT, limit)
+
+
+# dynamo's recompile limit: cache_size_limit before torch 2.7 named it recompile_limit (module_call reads either)
+LIMIT = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
 
 
 def _window(switch: ModuleCallSwitch, watch: CompileWatch, overrides: dict, model, sizes: list[int], warmup: int):
@@ -257,7 +261,7 @@ def test_a_compile_arm_counts_its_recompiles_and_compiles_once_per_mode(eager_co
         applied, other = _window(switch, watch, {"compile": "reduce-overhead"}, model, [8, 8], warmup=1)
         assert applied == {"compile": "reduce-overhead"} and eager_compile == [None, "reduce-overhead"]
         assert other.graphs == 1 and other.recompiles == 0  # another mode's first compile: not a recompile
-        assert torch._dynamo.config.recompile_limit == 2 * 8  # each mode gets dynamo's limit of its own
+        assert getattr(torch._dynamo.config, LIMIT) == 2 * 8  # each mode gets dynamo's limit of its own
         _, baseline = _window(switch, watch, {}, model, [8, 5], warmup=1)
         assert baseline is None  # nothing compiled: the baseline's line carries no counts
     finally:

@@ -48,7 +48,8 @@ def recompiles_in(reasons: list[str]) -> list[str]:
         last = number
     out = []
     for event in events:
-        own = [r for r in event if OTHER_MODE not in r]
+        # another mode's backend: named by torch 2.7's guard, an entry naming no guard at all in 2.6's
+        own = [r for r in event if OTHER_MODE not in r and reason_text(r)]
         if own:
             out.append(reason_text(own[0]))
     return out
@@ -176,7 +177,13 @@ class CompileWatch:
 
 
 def reason_text(reason: Any) -> str:
-    """A recompile reason without dynamo's compile id (``0/1: ``) and the user's stack after it."""
-    text = str(reason).split("\nUser stack trace:")[0].strip()
+    """A recompile reason without dynamo's compile id (``0/1: ``) and the user's stack after it, a
+    local named as the user wrote it (torch 2.6's dynamo says ``tensor 'L['x']'``, 2.7's ``tensor 'x'``)."""
+    text = _LOCAL.sub(r"\1", str(reason).split("\nUser stack trace:")[0].strip())
+    if _ENTRY.match(text + " ") and _ENTRY.match(text + " ").end() == len(text) + 1:
+        return ""  # a compile id alone ("0/1:"): torch 2.6's entry for another mode's backend names no guard
     head, sep, rest = text.partition(": ")
     return rest.strip() if sep and head.replace("/", "").replace("_", "").isalnum() and "/" in head else text
+
+
+_LOCAL = re.compile(r"\bL\['([A-Za-z_]\w*)'\]")  # dynamo's name of a frame's local before torch 2.7
