@@ -180,7 +180,8 @@ def reason_text(reason: Any) -> str:
     """A recompile reason without dynamo's compile id (``0/1: ``) and the user's stack after it, a
     local named as the user wrote it (torch 2.6's dynamo says ``tensor 'L['x']'``, 2.7's ``tensor 'x'``)."""
     text = _LOCAL.sub(r"\1", str(reason).split("\nUser stack trace:")[0].strip())
-    if _ENTRY.match(text + " ") and _ENTRY.match(text + " ").end() == len(text) + 1:
+    entry = _ENTRY.match(text + " ")
+    if entry is not None and entry.end() == len(text) + 1:
         return ""  # a compile id alone ("0/1:"): torch 2.6's entry for another mode's backend names no guard
     head, sep, rest = text.partition(": ")
     return rest.strip() if sep and head.replace("/", "").replace("_", "").isalnum() and "/" in head else text
