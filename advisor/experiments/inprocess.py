@@ -224,7 +224,8 @@ class ArmsSession:
         if self.rounds is not None:
             self.rounds.end(self._read(lines) if lines is not None and self.rounds.running else None, out_of_time)
             if self.busy_windows:
-                self.notes.append(f"{self.busy_windows} window{'s' if self.busy_windows > 1 else ''} measured while other "
-                                  "processes used the CPU were left out of the fixes' figures")
+                self.notes.append(f"{self.busy_windows} window{'s' if self.busy_windows > 1 else ''} ran while other "
+                                  "processes used the CPU: left out of a fix's figures where it had quiet ones, and no "
+                                  "fix measured in busy windows alone is verified")
             if note := self.rounds.budget_note(self.time_budget_s):
                 self.notes.append(note)

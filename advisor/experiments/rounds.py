@@ -118,12 +118,14 @@ class RoundResult:
         return Measurement(line.arm, line.overrides, status, run_dir, frame, wall, line.error, line.applied,
                            line.peak_memory_bytes, line.memory_basis, line.oom)
 
-    def pairs(self, arm: str, run_dir: Path) -> list[tuple[list[Measurement], list[Measurement]]]:
-        """Each window of `arm` with the nearest baseline window on either side of it."""
+    def pairs(self, arm: str, run_dir: Path, busy_too: bool = False) -> list[tuple[list[Measurement], list[Measurement]]]:
+        """Each window of `arm` with the nearest baseline window on either side of it, the windows
+        another process's burst took left out (`busy_too`: kept)."""
         out = []
-        quiet = lambda j: self.windows[j].arm == BASELINE and self.windows[j].window not in self.busy  # noqa: E731
+        busy = set() if busy_too else set(self.busy)
+        quiet = lambda j: self.windows[j].arm == BASELINE and self.windows[j].window not in busy  # noqa: E731
         for k, line in enumerate(self.windows):
-            if line.arm != arm or line.window in self.busy:
+            if line.arm != arm or line.window in busy:
                 continue
             before = next((j for j in range(k - 1, -1, -1) if quiet(j)), None)
             after = next((j for j in range(k + 1, len(self.windows)) if quiet(j)), None)
@@ -474,12 +476,17 @@ class Rounds:
             return Unmeasured(next(iter(refused[0].reasons.values()), "it could not be switched in the running script"),
                               switchable=False)
         passes = [p for result in results for p in result.pairs(arm, self.run_dir)]
-        if not passes and any(line.window in result.busy for result in results for line in result.windows if line.arm == arm):
-            return Unmeasured("every window of it ran while other processes used the CPU, so it was left out")
+        busy = not passes and any(line.window in r.busy for r in results for line in r.windows if line.arm == arm)
+        if busy:  # no quiet window: its figures from the busy ones, never verified
+            passes = [p for result in results for p in result.pairs(arm, self.run_dir, busy_too=True)]
         if not passes:
             return Unmeasured(self.left_out_why(arm) or "the run ended before its windows")
         pooled = judge.pool(passes, by_samples=self.by_samples, check_loss=self.arms[arm].candidate.changes_numerics,
                             measured_by="in-process", loads_in_process=self.sizing.workers == 0)
+        if busy:
+            pooled.verified = False
+            pooled.verdict = Verdict.NOT_CONFIRMED if pooled.verdict is Verdict.FASTER else pooled.verdict
+            pooled.reason = "every window of it ran while other processes used the CPU: run again on a quiet machine to verify"
         every = _arm_lines(self.results.values(), arm) or lines
         pooled.switch_s = sum(line.switch_s for line in every) or None
         pooled.payoff_steps = judge.payoff_steps(pooled)
@@ -492,8 +499,6 @@ class Rounds:
         here) is promoted, to be measured in full; the rest keep this window's result."""
         for arm, _ in self._of(Role.SCREEN):
             exp = self.outcome([result], arm)
-            if isinstance(exp, Unmeasured) and any(line.arm == arm and line.window in result.busy for line in result.windows):
-                self.arms[arm].candidate.finding(self.findings).experiment = Experiment.not_measured(exp.why)
             if not isinstance(exp, Experiment):
                 continue
             self._screened[arm] = exp
