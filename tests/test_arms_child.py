@@ -194,7 +194,7 @@ def test_compile_switch_is_cached_and_a_stop_file_ends_the_run(tmp_path):
             (out / "stop").touch()  # instead of a plan: finish
 
     run = run_probe(ProbeConfig(script=str(WORKLOADS / "train_basic.py"), out=out, warmup=1, steps=3, profile_steps=0,
-                                arms=True, plan_timeout_s=300), on_window_done=on_window_done)
+                                arms=True, plan_timeout_s=300, arms_budget_s=300), on_window_done=on_window_done)
     assert run.status == "ok" and run.probe.status == "done" and calls == [0, 1]
     arms = [msgspec.structs.asdict(w) for w in run.arms.arm_windows]
     assert not (out / "arms.jsonl").exists() and not (out / "stop").exists()  # the exchange files are cleared

@@ -292,7 +292,7 @@ def test_a_compile_arm_on_a_loop_whose_batch_changes_names_the_recompile_in_the_
     if not (shutil.which("cc") or shutil.which("gcc")):
         pytest.skip("no C compiler for torch.compile's CPU backend")
     (tmp_path / "advise.toml").write_text('select = ["EXP001"]\n\n[untried-fix]\nfixes = "compile"\n')
-    proc = subprocess.run(advise_cmd("profile", "--steps", "8", "--warmup", "2", "--profile-steps", "2",
+    proc = subprocess.run(advise_cmd("profile", "--steps", "8", "--warmup", "2", "--profile-steps", "2", "--time-budget", "300",
                                      "--config", "advise.toml", "--out", "run", str(WORKLOADS / "varying_batch.py")),
                           cwd=tmp_path, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]

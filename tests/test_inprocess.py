@@ -266,7 +266,8 @@ def test_untried_fixes_are_screened_in_the_run_and_kept_only_when_verified(tmp_p
     import subprocess
 
     script = str(WORKLOADS / "tensor_pairs.py")
-    common = ["--steps", "10", "--warmup", "2", "--profile-steps", "2", "--select", "EXP001"]
+    # a compile screen (40 s of compiling predicted) is measured only with a budget that fits it
+    common = ["--steps", "10", "--warmup", "2", "--profile-steps", "2", "--select", "EXP001", "--time-budget", "300"]
     (tmp := tmp_path / "tmp").mkdir()
     proc = subprocess.run(advise_cmd("profile", *common, "--out", "run", script), cwd=tmp_path, capture_output=True,
                           text=True, timeout=300,

@@ -20,6 +20,7 @@ from ..experiments.sizing import script_workers
 from ..job import report as job_report
 from ..job.link import JobLink
 from ..model import rank, settle_severity, split_screened
+from ..probe.config import AUTO_BUDGET_MAX_S
 from ..probe.runner import ProbeConfig, job_suffix
 from ..profile import Profile
 from ..run_dir import layout
@@ -117,7 +118,7 @@ def measure_fixes(session, run, profile: Profile, merged: dict | None, link: Job
                 findings, config, profile.steps, root=layout.make_subdir(out, layout.EXPERIMENTS), env=profile.env,
                 io_like=bool(metrics.io_bound(profile.samples, profile.steps, profile.env.cpu_count or 1)),
                 safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
-                time_budget_s=session.time_left() if session is not None else experiments.fresh_budget_s,
+                time_budget_s=_fresh_time(session, experiments),
                 progress=progress, stop=stop,
                 only=[c.finding_index for c in fresh] if fresh is not None else None,
                 workers=script_workers(profile.observed),
@@ -140,6 +141,16 @@ def measure_fixes(session, run, profile: Profile, merged: dict | None, link: Job
         findings = rank(findings)
         results.screened = screened
     return findings, rule_warnings, results
+
+
+def _fresh_time(session: ArmsSession | None, experiments: ExperimentOptions) -> float:
+    """The fresh runs' time: with arms, what their budget left, but a fix no arm could switch gets
+    the automatic budget's cap at least when none was given (each fresh run restarts the script, so
+    what an automatic budget leaves could not measure one); without arms, --fresh-runs' own."""
+    if session is None:
+        return experiments.fresh_budget_s
+    left = session.time_left()
+    return left if experiments.time_budget_s is not None else max(left, AUTO_BUDGET_MAX_S)
 
 
 def _account(results: ExperimentResults, session: ArmsSession, config: ProbeConfig, experiments: ExperimentOptions) -> None:
