@@ -392,14 +392,19 @@ def _lightning_precision(clone: Path, *flags: str) -> str:
 
 # --- a setting the script takes from its own switch: its default changed, the switch kept ----------
 
+def _bf16_applied(tmp_path, files: list, script: str):
+    """`files` checked out as a project, `script` profiled, bf16 recommended, `advise apply` run: (project, result)."""
+    root = checkout(tmp_path / "project", files)
+    run = recommend(profile(root, script, *FAST), {"autocast": "bfloat16"}, tmp_path / "run")
+    result = advise_apply(str(run), cwd=root)
+    assert result.returncode == 0, result.stderr
+    return root, result
+
 @pytest.mark.slow
 def test_lightning_precision_from_a_flag_is_set_at_the_flags_default(tmp_path):
     """`L.Trainer(precision=args.precision)`: the --precision flag's default becomes "bf16-mixed"
     (the Trainer's call is left as it is, not doubled), and the flag still sets it."""
-    root = checkout(tmp_path / "project", [FRAMEWORKS / "lit_module.py"])
-    run = recommend(profile(root, "lit_module.py", *FAST), {"autocast": "bfloat16"}, tmp_path / "run")
-    result = advise_apply(str(run), cwd=root)
-    assert result.returncode == 0, result.stderr
+    root, result = _bf16_applied(tmp_path, [FRAMEWORKS / "lit_module.py"], "lit_module.py")
     assert changed_lines(result.stdout) == (['    parser.add_argument("--precision", default="32-true")'],
                                             ['    parser.add_argument("--precision", default="bf16-mixed")'])
     assert result.stderr == ('advise: autocast=bfloat16: lit_module.py:33: precision comes from the --precision flag: '
@@ -413,10 +418,7 @@ def test_lightning_precision_from_a_flag_is_set_at_the_flags_default(tmp_path):
 def test_accelerate_precision_from_a_flag_is_set_at_the_flags_default(tmp_path):
     """Issue 52's script: `Accelerator(mixed_precision=args.mixed_precision)` with `--mixed-precision`
     defaulting to "no" got `mixed_precision="bf16"` in the call, and the flag stopped doing anything."""
-    root = checkout(tmp_path / "project", [APPLY / "accelerate_flag.py"])
-    run = recommend(profile(root, "accelerate_flag.py", *FAST), {"autocast": "bfloat16"}, tmp_path / "run")
-    result = advise_apply(str(run), cwd=root)
-    assert result.returncode == 0, result.stderr
+    root, result = _bf16_applied(tmp_path, [APPLY / "accelerate_flag.py"], "accelerate_flag.py")
     flag = '    parser.add_argument("--mixed-precision", default="%s", choices=["no", "fp16", "bf16"])'
     assert changed_lines(result.stdout) == ([flag % "no"], [flag % "bf16"])
     assert result.stderr == ('advise: autocast=bfloat16: accelerate_flag.py:12: mixed_precision comes from the '
@@ -432,10 +434,7 @@ def test_a_configurator_global_is_set_where_it_is_bound(tmp_path):
     """nanoGPT's way: `mixed_precision = "no"` at the module's top, overridden by exec(configurator.py)
     from the command line, then `Accelerator(mixed_precision=mixed_precision)`: the global's value
     changes, and `--mixed_precision=no` still overrides it."""
-    root = checkout(tmp_path / "project", [APPLY / "configured"])
-    run = recommend(profile(root, "train.py", *FAST), {"autocast": "bfloat16"}, tmp_path / "run")
-    result = advise_apply(str(run), cwd=root)
-    assert result.returncode == 0, result.stderr
+    root, result = _bf16_applied(tmp_path, [APPLY / "configured"], "train.py")
     assert changed_lines(result.stdout) == (["mixed_precision = \"no\"  # 'no', 'fp16' or 'bf16'"],
                                             ["mixed_precision = \"bf16\"  # 'no', 'fp16' or 'bf16'"])
     assert result.stderr == ('advise: autocast=bfloat16: train.py:9: mixed_precision comes from the global '

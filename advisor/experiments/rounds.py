@@ -299,10 +299,10 @@ class Rounds:
         window with an arm's window in it ([]: not even that); the rest is counted as cut."""
         if time_left_s is None or not windows:
             return windows
-        step_s = self._median_steps()
+        step_s, compile_s = self._median_steps(), self._compile_s()
         used, fitted = 0.0, 0
         for k, window in enumerate(windows):  # each at its arm's median step so far, else as predicted
-            used += self._window_s(window, step_s)
+            used += self._window_s(window, step_s, compile_s)
             if used > time_left_s:
                 break
             if window.arm == BASELINE and any(w.arm != BASELINE for w in windows[:k]):
@@ -310,20 +310,20 @@ class Rounds:
         self.budget_cut += len(windows) - fitted
         return windows[:fitted]
 
-    def _window_s(self, window: Window, medians: dict[str, float | None]) -> float:
+    def _window_s(self, window: Window, medians: dict[str, float | None], compile_s: float | None) -> float:
         """A window's predicted seconds: its steps at its arm's median step so far; an arm not yet
-        run at the step its rule expects (:mod:`.worth`), its compilation included."""
+        run at the step its rule expects (:mod:`.worth`), its compilation included (`compile_s`: the
+        run's measured one, :meth:`_compile_s`)."""
         step = medians.get(window.arm)
         base = medians.get(BASELINE) or self._step_s or 0.0
         arm = self.arms.get(window.arm)
         if step is not None or arm is None:
             return (window.warmup + window.steps) * (step or base)
-        finding = arm.candidate.finding(self.findings) if arm.candidate.finding_index is not None else None
-        expected = worth(finding, window.overrides, steps=window.steps, warmup=window.warmup, base_steps=0, step_s=base,
-                         device=self._device, measured_compile_s=self._compile_s(), per_baseline=ARMS_PER_BASELINE) \
-            if finding is not None else None
-        compile_s = compile_seconds(window.overrides, self._device, self._compile_s())
-        return expected.seconds if expected is not None else (window.warmup + window.steps) * base + compile_s
+        if arm.candidate.finding_index is None:  # the stack: no rule's estimate, its compilation alone
+            return (window.warmup + window.steps) * base + compile_seconds(window.overrides, self._device, compile_s)
+        return worth(arm.candidate.finding(self.findings), window.overrides, steps=window.steps, warmup=window.warmup,
+                     base_steps=0, step_s=base, device=self._device, measured_compile_s=compile_s,
+                     per_baseline=ARMS_PER_BASELINE).seconds
 
     def _median_steps(self) -> dict[str, float | None]:
         """Each arm's median timed step over the rounds measured so far."""
