@@ -570,6 +570,21 @@ def test_the_budget_goes_first_to_the_most_gain_per_second(tmp_path):
     assert costs["PR001"].density > 100 * costs["EXP001"].density
 
 
+def test_a_fix_for_a_peak_over_the_users_memory_budget_comes_first(tmp_path):
+    """Checkpointing trades speed for memory (no speed gain expected), but with the peak over the
+    budget the user gave it is what was asked: it is planned before bf16's 1.5x, and fits a budget
+    that leaves bf16 out."""
+    ckpt = Finding("over budget", "s", "high", {"budget_bytes": 80_000_000, "peak_memory_bytes": 115_000_000},
+                   Fix.unsafe("checkpoint", {"activation_checkpointing": True}), estimated_gain_frac=None,
+                   rule="memory-headroom", code="MEM001")
+    rounds = Rounds(tmp_path)
+    first = rounds.start([_bf16(gain=1 / 3), ckpt], _profile(), time_left_s=4.0)
+    order = [rounds.arms[w.arm].candidate.finding(rounds.findings).code for w in first if w.arm != BASELINE]
+    assert order[:1] == ["MEM001"], order
+    assert "PR001" not in order and {rounds.arms[a].candidate.finding(rounds.findings).code
+                                     for a in rounds.left_out} == {"PR001"}
+
+
 def test_an_arm_predicted_to_outlast_the_budget_is_not_started_and_said(tmp_path):
     """With 15 s left, the compile screen (about 43 s predicted) is not started: bf16 alone is
     planned, and the screen is named as not measured with its predicted cost, never run half-way."""

@@ -17,6 +17,9 @@ from ..model import Finding, estimated_speedup
 COMPILE_PRIOR_S = {"cpu": 40.0, "cuda": 15.0}
 SCREEN_TRUST = 0.5     # a fix no rule asked for: half the weight of one a rule's evidence proposes
 UNKNOWN_GAIN = 0.10    # a fix whose rule gave no estimate: a 1.1x guess
+# A fix for a peak over the memory budget the user gave answers what was asked whatever its speed
+# (checkpointing trades speed for memory): it counts as a 2x, ahead of the speed fixes.
+OVER_BUDGET_GAIN = 1.0
 
 
 @dataclass(frozen=True)
@@ -36,9 +39,18 @@ class Worth:
 def expected_gain(finding: Finding) -> float:
     """The rule's estimate as a gain over 1 (0.55 for 1.55x), weighted by how sure it is: a screen
     (no rule's evidence) counts SCREEN_TRUST of its guess."""
+    if over_budget(finding):
+        return OVER_BUDGET_GAIN
     speedup = estimated_speedup(finding.estimated_gain_frac)
     gain = (speedup - 1.0) if speedup else UNKNOWN_GAIN
     return gain * (SCREEN_TRUST if finding.screen else 1.0)
+
+
+def over_budget(finding: Finding) -> bool:
+    """The finding's own evidence: the run's peak is over its memory budget."""
+    ev = finding.evidence
+    budget, peak = ev.get("budget_bytes"), ev.get("peak_memory_bytes")
+    return bool(budget and peak and peak > budget)
 
 
 def compile_seconds(overrides: dict, device: str, measured_s: float | None) -> float:
