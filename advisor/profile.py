@@ -48,7 +48,7 @@ from .analysis import sources as source_sites, steptime
 from .run_dir import layout
 from .run_dir.chatter import without_chatter
 from .run_dir.protocol import ChildAccount, read_account
-from .run_dir.seen import Env, MemoryAccount, Observed
+from .run_dir.seen import Env, MemoryAccount, Observed, Sources
 from .model import SourceLocation
 from .analysis.ranks import JobProfile
 from .trace import TraceError, TraceFrames, load_trace
@@ -87,8 +87,8 @@ class Profile:
     observed: Observed = field(default_factory=lambda: Observed.read({}))
     memory: MemoryAccount = field(default_factory=lambda: MemoryAccount.read({}))
     meta: ProfileMeta = field(default_factory=ProfileMeta)
-    sources: dict | None = None  # the probe's sources.json (None without one)
-    _trace_sources: dict | None = field(default=None, repr=False)  # derived from the trace on first use
+    sources: Sources | None = None  # the probe's sources.json (None without one)
+    _trace_sources: Sources | None = field(default=None, repr=False)  # derived from the trace on first use
     # every rank's Profile (this one among them) when the job had several; empty for one rank
     ranks: list["Profile"] = field(default_factory=list)
     # figures derived from the trace, by key: computed once (see `derived`), or ahead in a fork
@@ -177,7 +177,7 @@ class Profile:
         found = source_sites.locations(self.sources, category, **match)
         if not found and self.trace is not None:
             if self._trace_sources is None:
-                self._trace_sources = source_sites.from_trace(self.trace) or {}
+                self._trace_sources = source_sites.from_trace(self.trace) or Sources()
             found = source_sites.locations(self._trace_sources, category, **match)
         return found
 
@@ -207,7 +207,7 @@ class Profile:
             meta=ProfileMeta(source="probe", step_source=probe.step_source,
                              trace=names.trace if trace is not None else None, notes=notes,
                              log_tail=_tail(run_dir / names.log, LOG_TAIL_LINES)),
-            sources=source_sites.load(run_dir / names.sources),
+            sources=Sources.load(run_dir / names.sources),
         )
 
     @classmethod

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Union
 
@@ -21,9 +22,10 @@ from msgspec import Meta
 from . import __version__
 from .run_dir.atomic import write_json_atomic
 from .run_dir.interrupt import exit_code
+from .run_dir.seen import Env, Observed
 from .model import Finding, Recommendation
 from .report_blocks import (  # noqa: F401 - the blocks, importable from here as before
-    STATUSES, Block, Breakdown, Energy, Env, Experiments, Fingerprint, HtaBreakdown, HtaRank, HtaStep, Memory, Mfu, Num,
+    STATUSES, Artifacts, Block, Breakdown, Energy, Experiments, Fingerprint, HtaBreakdown, HtaRank, HtaStep, Memory, Mfu, Num,
     Number, Published, Rank, Screened, Status, Step, Tensors, Throughput, Tool, Utilization, _readable)
 
 if TYPE_CHECKING:  # the CLI imports this module for its exit codes: no pandas at import time
@@ -69,71 +71,53 @@ def build_report(
     hta_breakdown: dict | None = FROM_TRACE,
 ) -> "Report":
     """The typed report of a Profile, the typed findings and how the run ended: the one place the
-    result model becomes report.json. A key no block names, or a value of the wrong type, fails
-    here (msgspec), not in a reader's hands."""
+    result model becomes report.json. Each block is built from its analysis as its struct; a key no
+    block names, or a value of the wrong type, fails here (msgspec), not in a reader's hands."""
     from .analysis import metrics, mfu, steptime, temporal  # the analysis: 300 ms (pandas); report.py is read by every command, --version too
 
     assert status in STATUSES, status
     steps = profile.steps
-    report = {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "advise", "version": __version__},
-        "status": status,
-        "error": error,
-        "traceback": traceback,
-        "script": script,
-        "argv": list(argv),
-        "started_at": started_at,
-        "env": profile.env.record(),
-        "step_source": profile.meta.step_source,
-        "steps": steptime.records(steps, Step.__struct_fields__),
-        "throughput": steptime.throughput(steps),
-        "breakdown": metrics.breakdown(steps),
-        "memory": metrics.memory(profile.memory.record(), profile.samples),
-        "mfu": mfu.model_flops_utilization(profile),
-        "hta_breakdown": temporal.hta_breakdown(profile.trace) if hta_breakdown is FROM_TRACE else hta_breakdown,
-        "utilization": metrics.utilization(profile.samples, steps),
-        "energy": metrics.energy(profile.samples, steptime.timed_steps(steps)[0]),
-        "observed": profile.observed.record(),
-        "findings": [],  # the model's objects, set below
-        "recommended": None,
-        "warnings": list(warnings or []),
-        "artifacts": dict(artifacts or {}),
-        "notes": list(notes or []),
-        "wall_s": wall_s,
-        "total_wall_s": total_wall_s,
-        "experiments": experiments,
-        "ranks": list(ranks or []),
-    }
-    if fingerprint is not None:
-        report["fingerprint"] = fingerprint
-    report = metrics.clean(report)
-    typed = msgspec.convert(report, Report, strict=False)
-    lost = _lost(report, msgspec.to_builtins(typed))
-    if lost:  # the published schema lets readers take unknown keys, so the writer must not make any
-        raise ValueError(f"report.json: {lost} is not a field of its block (advisor.report)")
-    # The model's own objects (copies: a later change to a finding does not reach the report), written
-    # by their to_dict (as_json)
-    typed.findings = copy.deepcopy(list(findings or []))
-    typed.recommended = copy.deepcopy(recommended)
-    return typed
+    return Report(
+        tool=Tool(version=__version__), status=status, error=error, traceback=traceback, script=script, argv=list(argv),
+        started_at=started_at,
+        env=copy.copy(profile.env),
+        step_source=profile.meta.step_source,
+        steps=_built("steps", list[Step], steptime.records(steps, Step.__struct_fields__)),
+        throughput=_built("throughput", Throughput, steptime.throughput(steps)),
+        breakdown=_built("breakdown", Breakdown, metrics.breakdown(steps)),
+        memory=_built("memory", Memory, metrics.memory(profile.memory.record(), profile.samples)),
+        mfu=_built("mfu", Optional[Mfu], mfu.model_flops_utilization(profile)),
+        hta_breakdown=_built("hta_breakdown", Optional[HtaBreakdown],
+                             temporal.hta_breakdown(profile.trace) if hta_breakdown is FROM_TRACE else hta_breakdown),
+        utilization=_built("utilization", Utilization, metrics.utilization(profile.samples, steps)),
+        energy=_built("energy", Optional[Energy], metrics.energy(profile.samples, steptime.timed_steps(steps)[0])),
+        observed=copy.copy(profile.observed),
+        # The model's own objects (copies: a later change to a finding does not reach the report),
+        # written by their to_dict (as_json)
+        findings=copy.deepcopy(list(findings or [])),
+        recommended=copy.deepcopy(recommended),
+        warnings=list(warnings or []),
+        artifacts=_built("artifacts", Artifacts, artifacts or {}),
+        notes=list(notes or []),
+        wall_s=metrics.clean(wall_s), total_wall_s=metrics.clean(total_wall_s),
+        experiments=_built("experiments", Optional[Experiments], experiments),
+        ranks=_built("ranks", list[Rank], list(ranks or [])),
+        fingerprint=msgspec.UNSET if fingerprint is None else _built("fingerprint", Fingerprint, fingerprint),
+    )
 
 
-def _lost(given, kept, at: str = "report") -> str | None:
-    """The first key of `given` that the typed report dropped (a key no block names), or None."""
-    if isinstance(given, dict) and isinstance(kept, dict):
-        for key, value in given.items():
-            if key not in kept:
-                return f"{at}.{key}"
-            lost = _lost(value, kept[key], f"{at}.{key}")
-            if lost:
-                return lost
-    elif isinstance(given, list) and isinstance(kept, list):
-        for i, (value, typed) in enumerate(zip(given, kept)):
-            lost = _lost(value, typed, f"{at}[{i}]")
-            if lost:
-                return lost
-    return None
+def _built(field: str, kind: Any, value: Any) -> Any:
+    """An analysis's figures (numpy scalars and NaN cleaned) as their block: a key the block does not
+    name fails (:class:`Block` forbids unknown fields), so the writer cannot make keys its schema lacks."""
+    from .analysis.metrics import clean
+
+    try:
+        return msgspec.convert(clean(value), kind, strict=False)
+    except msgspec.ValidationError as exc:
+        lost = re.fullmatch(r"Object contains unknown field `(.+)` - at `\$(.*)`", str(exc))
+        at = f"report.{field}"
+        said = f"{at}{lost[2]}.{lost[1]} is not a field of its block" if lost else f"{at}: {exc}"
+        raise ValueError(f"report.json: {said} (advisor.report)") from None
 
 
 def as_json(report: "Report") -> dict:
@@ -196,39 +180,37 @@ class Report(Block):
     script: Annotated[Optional[str], Published(str)] = None
     argv: Annotated[list[str], Meta(description="the script's own arguments")] = []
     started_at: Annotated[Optional[str], Published(str), Meta(description="ISO 8601, with the local offset")] = None
-    env: Annotated[dict[str, Any], Published(Env)] = {}
+    env: Env = msgspec.field(default_factory=Env)
     step_source: Annotated[Optional[str], Meta(description="what marked the steps: optimizer, dataloader, backward, marker or "
                                                            "trace")] = None
     steps: list[Step] = []
     throughput: Throughput = msgspec.field(default_factory=Throughput)
     breakdown: Breakdown = msgspec.field(default_factory=Breakdown)
-    memory: Annotated[dict[str, Any], Published(Memory)] = {}  # read through Memory.of where a figure is wanted
+    memory: Memory = msgspec.field(default_factory=Memory)
     mfu: Optional[Mfu] = None
     hta_breakdown: Optional[HtaBreakdown] = None
-    utilization: Annotated[dict[str, Any], Published(Utilization)] = {}
+    utilization: Utilization = msgspec.field(default_factory=Utilization)
     energy: Optional[Energy] = None
-    observed: Annotated[dict[str, Any], Meta(description="what the probe saw of the script: optimizers, DataLoaders, zero_grad "
-                                                         "calls (open)")] = {}
+    observed: Annotated[Observed, Meta(description="what the probe saw of the script: optimizers, DataLoaders, zero_grad "
+                                                   "calls")] = msgspec.field(default_factory=Observed)
     # The result model's objects (advisor.model): written by their to_dict, read by their from_dict
     findings: Annotated[list[Finding], Meta(description="ranked as every renderer shows them: measured gain first")] = []
     recommended: Annotated[Optional[Recommendation], Meta(description="the winners stacked and measured together, with the "
                                                                       "code change for each")] = None
     warnings: Annotated[list[Any], Published(list[str])] = []
-    artifacts: Annotated[dict[str, Any], Meta(description="the run dir's files, relative to it (analyze: the traces' absolute "
-                                                          "paths)")] = {}
+    artifacts: Artifacts = msgspec.field(default_factory=Artifacts)
     notes: Annotated[list[Any], Published(list[str]), Meta(description="what the probe could not do and why, said once")] = []
     wall_s: Annotated[Num, Meta(description="the profiled run")] = None
     total_wall_s: Annotated[Num, Meta(description="the whole command: run, analysis and experiments")] = None
     experiments: Optional[Experiments] = None  # none: no experiments ran
     ranks: Annotated[list[Rank], Meta(description="each rank of a job (empty for one process)")] = []
-    fingerprint: Annotated[Union[dict[str, Any], msgspec.UnsetType], Published(Fingerprint), Meta(
+    fingerprint: Annotated[Union[Fingerprint, msgspec.UnsetType], Meta(
         description="advise profile: what makes two runs comparable (advise compare)")] = msgspec.UNSET  # advise profile's alone
 
     @property
-    def device(self) -> str | None:
-        """The device the run used ("cpu", "cuda", ...); None where the report does not say (an analyzed trace)."""
-        device = self.env.get("device")
-        return device if isinstance(device, str) else None
+    def device(self) -> str:
+        """The device the run used ("cpu", "cuda", ...)."""
+        return self.env.device
 
     @classmethod
     def of(cls, block: object) -> "Report":
@@ -237,7 +219,8 @@ class Report(Block):
         if isinstance(block, Report):
             return block
         data = block if isinstance(block, dict) else {}
-        report = super().of({k: v for k, v in data.items() if k not in _MODEL_FIELDS})
+        report = super().of({k: v for k, v in data.items() if k not in _MODEL_FIELDS and k not in _SAID_FIELDS})
+        report.env, report.observed = Env.read(data.get("env")), Observed.read(data.get("observed"))
         rows, rec = data.get("findings"), data.get("recommended")
         report.findings = [Finding.from_dict(d) for d in rows if isinstance(d, dict)] if isinstance(rows, list) else []
         report.recommended = Recommendation.from_dict(rec) if isinstance(rec, dict) and rec else None
@@ -248,4 +231,5 @@ class Report(Block):
         return (self.status or "ok") == "ok"
 
 
+_SAID_FIELDS = ("env", "observed")  # what the probe saw: read field by field (Said.read), a mistyped one left unknown
 _MODEL_FIELDS = ("findings", "recommended")  # the result model's (advisor.model): its to_dict and from_dict, not msgspec's

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import typing
-from typing import Annotated, Any, ClassVar, Literal, Optional, TypedDict, TypeVar, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, TypeVar, Union
 
 import msgspec
 from msgspec import Meta
@@ -20,8 +20,8 @@ STATUSES = ("ok", "failed", "timeout", "no-steps", "interrupted")
 # --- the report's blocks, typed ------------------------------------------------------------------
 # One description of each block, for two readers: the renderers read these classes (a field
 # missing or null reads as its default), and :mod:`advisor.schema` builds report.json's JSON
-# Schema from them, descriptions included. The open blocks (env, observed, artifacts: more keys
-# may come, and the renderers list them as they are) stay dicts here and are described there.
+# Schema from them, descriptions included. What the probe saw (env, observed) is typed where the
+# probe writes it (advisor/run_dir/seen.py); the report holds those structs.
 
 Num = Optional[float]  # a figure that can be missing (null: not measured, or NaN in the measurement)
 Number = Union[int, float, None]  # as report.json has it (an int stays an int)
@@ -30,7 +30,11 @@ Number = Union[int, float, None]  # as report.json has it (an int stays an int)
 B = TypeVar("B", bound="Block")
 
 
-class Block(msgspec.Struct, kw_only=True):
+class Block(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A block of report.json. Built from a key it does not name, it fails (the writer may not make
+    keys its schema lacks); read back through :meth:`of`, unknown keys are left out (a newer report
+    still reads)."""
+
     required: ClassVar[tuple[str, ...]] = ()  # the schema's required keys (a reader takes a report without them)
 
     @classmethod
@@ -275,73 +279,62 @@ Status = Literal["ok", "failed", "timeout", "no-steps", "interrupted"]
 assert set(typing.get_args(Status)) == set(STATUSES)
 
 
-class Env(TypedDict, total=False):
-    """The machine and the torch build the script ran on (open: more keys may appear)."""
-
-    python: str
-    torch: str
-    cuda: Optional[str]
-    platform: str
-    hostname: str
-    cpu_count: Optional[int]
-    cpu_usable: Annotated[Optional[int], Meta(description="the CPUs the script's process may run on (its affinity mask: a "
-                                                          "cgroup, taskset, srun --cpu-bind)")]
-    physical_cores: Optional[int]
-    torch_threads: Optional[int]
-    device: str
-    device_name: Optional[str]
-    device_capability: Annotated[Union[list[int], str, None], Meta(description="[major, minor] from the probe; a trace's "
-                                                                               "deviceProperties give it as text")]
-    device_memory_bytes: Optional[int]
-    float32_matmul_precision: Optional[str]
-    cudnn_benchmark: Optional[bool]
-    cuda_matmul_allow_tf32: Optional[bool]
-    cudnn_allow_tf32: Optional[bool]
-    bf16_supported: Optional[bool]
-    cuda_alloc_conf: Annotated[Optional[str], Meta(description="PYTORCH_CUDA_ALLOC_CONF as the script started with it")]
-    rank: Optional[int]
-    local_rank: Optional[int]
-    world_size: Optional[int]
-    local_world_size: Optional[int]
-
-
-class Utilization(TypedDict, total=False):
+class Utilization(Block):
     """Sampler means and maxima over the measured window."""
 
-    gpu_util_percent_mean: Num
-    gpu_util_percent_max: Num
-    gpu_mem_used_bytes_mean: Num
-    gpu_mem_used_bytes_max: Num
-    gpu_power_w_mean: Num
-    gpu_power_w_max: Num
-    cpu_percent_mean: Num
-    cpu_percent_max: Num
-    rss_bytes_mean: Num
-    rss_bytes_max: Num
+    gpu_util_percent_mean: Num = None
+    gpu_util_percent_max: Num = None
+    gpu_mem_used_bytes_mean: Num = None
+    gpu_mem_used_bytes_max: Num = None
+    gpu_power_w_mean: Num = None
+    gpu_power_w_max: Num = None
+    cpu_percent_mean: Num = None
+    cpu_percent_max: Num = None
+    rss_bytes_mean: Num = None
+    rss_bytes_max: Num = None
 
 
-class Fingerprint(TypedDict, total=False):
+class Fingerprint(Block):
     """What makes two runs comparable: the software, the machine and how busy it was (advise compare
     lists every difference; another device or GPU model makes two runs incomparable)."""
 
-    device: str
-    cpu_model: Optional[str]
-    cpu_count: Optional[int]
-    torch: Optional[str]
-    cuda: Optional[str]
-    python: Optional[str]
-    torch_threads: Optional[int]
-    argv: list[str]
-    platform: str
-    load_avg_1m_start: Annotated[Num, Meta(description="the machine's 1-minute load average before the script started")]
-    load_avg_1m_end: Num
-    gpu_name: Optional[str]
-    gpu_count: Optional[int]
-    driver_version: Optional[str]
-    gpu_max_sm_clock_mhz: Num
-    gpu_app_sm_clock_mhz: Num
-    gpu_app_mem_clock_mhz: Num
-    gpu_power_limit_w: Num
+    device: Optional[str] = None
+    cpu_model: Optional[str] = None
+    cpu_count: Optional[int] = None
+    torch: Optional[str] = None
+    cuda: Optional[str] = None
+    python: Optional[str] = None
+    torch_threads: Optional[int] = None
+    argv: Optional[list[str]] = None
+    platform: Optional[str] = None
+    load_avg_1m_start: Annotated[Num, Meta(description="the machine's 1-minute load average before the script started")] = None
+    load_avg_1m_end: Num = None
+    gpu_name: Optional[str] = None
+    gpu_count: Optional[int] = None
+    driver_version: Optional[str] = None
+    gpu_max_sm_clock_mhz: Num = None
+    gpu_app_sm_clock_mhz: Num = None
+    gpu_app_mem_clock_mhz: Num = None
+    gpu_power_limit_w: Num = None
+
+
+class Artifacts(Block, omit_defaults=True):
+    """The run dir's files, relative to it (analyze: the traces' absolute paths); a file the run did
+    not write is not listed."""
+
+    report_json: Optional[str] = None
+    report_html: Optional[str] = None
+    trace: Optional[str] = None
+    rank_traces: Annotated[Optional[list[str]], Meta(description="analyze: every rank's trace")] = None
+    steps_csv: Optional[str] = None
+    samples_csv: Optional[str] = None
+    log: Optional[str] = None
+    probe_json: Optional[str] = None
+    sources_json: Optional[str] = None
+
+    def listed(self) -> list[tuple[str, str | list[str]]]:
+        """The files written, as (name, path) in the declared order."""
+        return [(name, value) for name in self.__struct_fields__ if (value := getattr(self, name))]
 
 
 class Published:

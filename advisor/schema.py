@@ -198,6 +198,7 @@ def schema(name: str = "report", *, strict: bool = False) -> dict:
     kind, version = SCHEMAS[name]
     body = msgspec.json.schema(kind)
     for title, definition in body.get("$defs", {}).items():
+        definition.pop("additionalProperties", None)  # a block refuses unknown keys when built, never when read
         block = _BLOCKS.get(title)
         if block is not None:  # its fields' defaults are the reader's (a report may lack any of them), not the file's
             definition.pop("required", None)

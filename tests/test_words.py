@@ -11,7 +11,7 @@ from rich.console import Console
 
 from advisor.model import Experiment, Finding, Fix, Recommendation, Severity, Verdict
 from advisor.profile import Profile
-from advisor.report import Mfu, Report, Throughput
+from advisor.report import Memory, Mfu, Report, Throughput
 from advisor.reports import terminal, words
 from advisor.reports.markdown import render_markdown
 from advisor.reports.page import build_page
@@ -155,11 +155,11 @@ def test_a_side_without_a_figure_shows_a_dash_and_why():
 
 def test_plural_and_memory_and_wall_words():
     assert [words.plural(n, w) for n, w in ((1, "fix"), (2, "fix"), (3, "step"))] == ["1 fix", "2 fixes", "3 steps"]
-    assert words.memory_words({"peak_rss_bytes": 900 * 2**20, "peak_pss_bytes": 400 * 2**20, "basis": "pss"}) == \
+    assert words.memory_words(Memory(peak_rss_bytes=900 * 2**20, peak_pss_bytes=400 * 2**20, basis="pss")) == \
         "400.0 MiB (PSS of the script's processes; RSS summed 900.0 MiB)"
-    assert words.memory_words({"peak_rss_bytes": 900 * 2**20, "basis": "rss"}) == \
+    assert words.memory_words(Memory(peak_rss_bytes=900 * 2**20, basis="rss")) == \
         "900.0 MiB (RSS summed over the script's processes)"
-    assert words.memory_words({}) == ""
+    assert words.memory_words(Memory()) == ""
     report = Report.of({"wall_s": 4.6, "total_wall_s": 23.04, "experiments": {"n_runs": 5, "child_wall_s": 17.5}})
     assert words.wall_words(report) == "took 23.04 s in all (the profiled run 4.60 s, experiments 17.50 s in 5 runs)"
     assert words.wall_words(Report.of({"wall_s": 4.6})) == "the profiled run took 4.60 s"

@@ -14,7 +14,6 @@ Two sources, one shape (``{category: [site, ...]}``, a site being ``file``, ``li
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -23,8 +22,10 @@ from collections import Counter
 from pathlib import Path
 
 from ..model import SourceLocation
+from ..run_dir.seen import SourceSite, Sources
 
 CATEGORIES = ("host-sync", "matmul", "h2d-copy", "dataloader")
+_FROM_TRACE = "trace python_function events"
 TOP = 5  # sites per finding
 
 _ADVISOR_DIR = str(Path(__file__).resolve().parents[1]) + os.sep  # advisor/, not advisor/analysis/
@@ -50,23 +51,14 @@ def parse_frame(name: str) -> tuple[str, int, str] | None:
     return (m["file"], int(m["line"]), m["function"]) if m else None
 
 
-def load(path: Path) -> dict | None:
-    """A run dir's ``sources.json``, or None when the probe wrote none (or it is unreadable)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("sites"), dict) else None
-
-
-def locations(sources: dict | None, category: str, *, top: int = TOP, **match) -> list[SourceLocation]:
+def locations(sources: Sources | None, category: str, *, top: int = TOP, **match) -> list[SourceLocation]:
     """The `top` sites of `category` whose fields equal `match` (a value may be a tuple of
     choices), most calls first, as the Finding's typed locations."""
-    rows = ((sources or {}).get("sites") or {}).get(category) or []
-    picked = [r for r in rows if all(r.get(k) in (v if isinstance(v, tuple) else (v,)) for k, v in match.items())]
+    rows = sources.rows(category) if sources is not None else []
+    picked = [r for r in rows if all(getattr(r, k) in (v if isinstance(v, tuple) else (v,)) for k, v in match.items())]
     merged: Counter = Counter()
     for r in picked:
-        merged[(r.get("file") or "", int(r.get("line") or 0), r.get("function") or "", r.get("op") or "")] += int(r.get("count") or 1)
+        merged[(r.file, r.line, r.function, r.op)] += r.count
     ranked = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
     return [SourceLocation(file, line, function, count, op) for (file, line, function, op), count in ranked]
 
@@ -88,14 +80,14 @@ SYNC_OPS = ("aten::item", "aten::nonzero", "aten::masked_select", "aten::unique"
 _DTYPE = {"float": "float32", "c10::Half": "float16", "c10::BFloat16": "bfloat16", "double": "float64"}
 
 
-def from_trace(trace) -> dict | None:
+def from_trace(trace) -> Sources | None:
     """Sites from a trace's ``python_function`` events (None when it has none: no with_stack)."""
     py = trace.python
     if py is None or py.empty:
         return None
     user = py[[_user_frame_name(n) for n in py["name"]]]
     if user.empty:
-        return {"captured_by": "trace python_function events", "precision": "function", "sites": {}}
+        return Sources(captured_by=_FROM_TRACE, precision="function")
     ops = trace.ops
     sites: dict[str, Counter] = {c: Counter() for c in CATEGORIES}
     frames = {tid: g.sort_values("ts_us") for tid, g in user.groupby("tid")}
@@ -125,17 +117,17 @@ def from_trace(trace) -> dict | None:
         add("host-sync", innermost(row.tid, row.ts_us), op=row.name.removeprefix("aten::"))
     _pageable_copies(trace, ops, innermost, add)
     _fetches(trace, user, add)
-    out = {}
+    out: dict[str, list[SourceSite]] = {}
     for category, counter in sites.items():
         rows = []
         for (frame, extra), count in counter.items():
             parsed = parse_frame(frame)
             assert parsed is not None  # every frame here is one of `user`'s, which parse
             file, line, function = parsed
-            rows.append({"file": file, "line": line, "function": function, "count": count, **dict(extra)})
+            rows.append(SourceSite(file=file, line=line, function=function, count=count, **dict(extra)))
         if rows:
-            out[category] = sorted(rows, key=lambda r: -r["count"])
-    return {"captured_by": "trace python_function events", "precision": "function", "sites": out}
+            out[category] = sorted(rows, key=lambda r: -r.count)
+    return Sources(captured_by=_FROM_TRACE, precision="function", sites=out)
 
 
 def _user_frame_name(name: str) -> bool:

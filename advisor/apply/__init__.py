@@ -15,6 +15,7 @@ import shlex
 from pathlib import Path
 from typing import Sequence
 
+from ..run_dir.seen import Observed, Sources
 from .patch import Patched, build, git_root, write
 from .rewrite import Refused
 from .sites import Sites, read as read_sites
@@ -27,7 +28,7 @@ def command_for(run_dir: str | os.PathLike) -> str:
     return shlex.join(["advise", "apply", "--write", os.fspath(run_dir)])
 
 
-def patch_for(overrides: dict, observed: dict | None, sources: dict | None, script: str | None, *,
+def patch_for(overrides: dict, observed: Observed, sources: Sources | None, script: str | None, *,
               search: Sequence[Path] = (), expected: dict[str, str] | None = None, command: str = "") -> Patched:
     """The patch of a run's recommended `overrides`, from what the probe saw (report.json's
     `observed`, its `sources.json`) and the report's `script`."""

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from ..analysis import sources as source_sites
 from ..gate import ab, sequential
 from ..model import Experiment, Finding, Recommendation, Verdict
 from ..overrides import describe
 from ..run_dir import layout
+from ..run_dir.seen import Sources
 from ..units import finite
 from .patch import Patched, git_root
 
@@ -133,9 +133,8 @@ def _ran_the_copy(result: ab.ABResult, out: Path, changed: Mapping[Path, object]
     for run in result.rounds:
         if run["side"] != "candidate":
             continue
-        sites = source_sites.load(out / run["run_dir"] / layout.names().sources) or {}
-        files = {os.path.realpath(row["file"]) for rows in (sites.get("sites") or {}).values() for row in rows
-                 if isinstance(row, dict) and isinstance(row.get("file"), str)}
+        sites = Sources.load(out / run["run_dir"] / layout.names().sources) or Sources()
+        files = {os.path.realpath(row.file) for rows in sites.sites.values() for row in rows}
         stale = sorted(files & wanted)
         if stale:
             raise CheckError(f"the patched runs imported {os.path.relpath(stale[0], source)} from {source}, not from the "

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ..run_dir.seen import LoaderSeen, Observed, OptimizerSeen, SourceSite, Sources
+
 
 @dataclass(frozen=True)
 class Site:
@@ -57,22 +59,19 @@ class Sites:
         return max(called, key=lambda s: (s.params, s.count)) if called else None
 
 
-def _rows(sources: dict | None, category: str) -> list[dict]:
-    rows = ((sources or {}).get("sites") or {}).get(category) or []
-    return [r for r in rows if isinstance(r, dict) and r.get("file") and isinstance(r.get("line"), int)]
+def _rows(sources: Sources | None, category: str) -> list[SourceSite]:
+    return sources.rows(category) if sources is not None else []
 
 
-def _site(row: dict) -> Site:
-    return Site(str(row["file"]), int(row["line"]), str(row.get("function") or ""), str(row.get("op") or ""),
-                row.get("via") or None, int(row.get("params") or 0), int(row.get("count") or 1),
-                bool(row.get("non_blocking")))
+def _site(row: SourceSite) -> Site:
+    return Site(row.file, row.line, row.function, row.op, row.via, row.params or 0, row.count, bool(row.non_blocking))
 
 
-def _built(seen: list | None) -> list[Site]:
+def _built(seen: Sequence[OptimizerSeen | LoaderSeen]) -> list[Site]:
     """The distinct lines report.json's observed loaders or optimizers were built at."""
     out: list[Site] = []
-    for item in seen or []:
-        at = item.get("built_at") if isinstance(item, dict) else None
+    for item in seen:
+        at = item.built_at
         if isinstance(at, dict) and at.get("file") and isinstance(at.get("line"), int):
             site = Site(str(at["file"]), int(at["line"]), str(at.get("function") or ""), str(at.get("class") or ""),
                         at.get("via") or None)
@@ -88,26 +87,25 @@ def _distinct(sites: list[Site]) -> list[Site]:
     return list(out.values())
 
 
-def read(observed: dict | None, sources: dict | None, script: str | None, search: Sequence[Path] = ()) -> Sites:
+def read(observed: Observed, sources: Sources | None, script: str | None, search: Sequence[Path] = ()) -> Sites:
     """The sites of a run from report.json's `observed`, the probe's `sources.json` and the
     report's `script` (found in `search` where sources.json does not name the script's file)."""
-    observed = observed or {}
-    main = (sources or {}).get("main")
-    if not (isinstance(main, str) and os.path.isfile(main)):
+    main = sources.main if sources is not None else None
+    if not (main and os.path.isfile(main)):
         main = _find_script(script, search)
-    loaders = [_site(r) for r in _rows(sources, "dataloader-built")] or _built(observed.get("dataloaders"))
-    optimizers = [_site(r) for r in _rows(sources, "optimizer-built")] or _built(observed.get("optimizers"))
-    skipped = (sources or {}).get("skipped")
+    loaders = [_site(r) for r in _rows(sources, "dataloader-built")] or _built(observed.dataloaders)
+    optimizers = [_site(r) for r in _rows(sources, "optimizer-built")] or _built(observed.optimizers)
+    skipped = sources.skipped if sources is not None else None
     unseen = ("the probe did not record the step's lines (no sources.json)" if sources is None
               else f"the probe did not record the step's lines: {skipped}" if skipped else "")
-    seen = [x for kind in ("dataloaders", "optimizers") for x in observed.get(kind) or [] if isinstance(x, dict)]
-    return Sites(main=main, device=str(observed.get("device") or "cpu"),
+    seen: list[OptimizerSeen | LoaderSeen] = [*observed.dataloaders, *observed.optimizers]
+    return Sites(main=main, device=observed.device,
                  loaders=_distinct(loaders), optimizers=_distinct(optimizers),
                  model_calls=[_site(r) for r in _rows(sources, "model-call")],
                  backward=sorted((_site(r) for r in _rows(sources, "backward")), key=lambda s: -s.count),
                  copies=_distinct([_site(r) for r in _rows(sources, "h2d-copy")]),
-                 framework=observed.get("framework") if isinstance(observed.get("framework"), dict) else None,
-                 unseen=unseen, unrecorded=bool(seen) and not any("built_at" in x for x in seen))
+                 framework=observed.framework,
+                 unseen=unseen, unrecorded=bool(seen) and not any(x.built_at is not None for x in seen))
 
 
 def _find_script(script: str | None, search: Sequence[Path]) -> str | None:

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 import click
 
 from .. import apply
-from ..analysis import sources as source_sites
 from ..model import Recommendation, findings_of
 from ..report import Report, ReportError, load_report
 from ..reports import format as fmt
+from ..run_dir import layout
 from ..run_dir.atomic import write_text_atomic
+from ..run_dir.seen import Sources
 from .cli_exit import EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT, fail
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, ro
     if rec is None or not rec.overrides:
         fail(f"{report_path}: no recommended configuration to apply (no automatic fix was measured faster)")
     expected = {os.path.realpath(Path(rec.patch.root) / f.path): f.sha256 for f in rec.patch.files} if rec.patch else {}
-    sources = source_sites.load(run_dir / "sources.json")
+    sources = Sources.load(run_dir / layout.names().sources)
     # where the profiled run's patch started (the script's checkout then): the script's relative
     # path is found there, and the patch's paths start there, wherever `advise apply` runs from
     made_at = Path(rec.patch.root) if rec.patch and rec.patch.root and Path(rec.patch.root).is_dir() else None

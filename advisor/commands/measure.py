@@ -173,7 +173,7 @@ def _patch(rec, profile: Profile, config: ProbeConfig, warnings: list[str]):
     """The recommendation written into the script's own lines, as `advise apply` writes it (report.json's
     `recommended.patch`); None, with a warning, where it could not be computed."""
     try:
-        return patch_for(rec.overrides, profile.observed.record(), profile.sources,
+        return patch_for(rec.overrides, profile.observed, profile.sources,
                          f"-m {config.script}" if config.module else config.script,
                          command=command_for(config.out)).patch
     except Exception as exc:  # noqa: BLE001 - the report matters more than its patch

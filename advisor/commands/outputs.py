@@ -133,7 +133,7 @@ def saved_report(report: Report, path: Path) -> RunReport:
         from advisor.profile import Profile  # profile: 340 ms (pandas), only for the page and the markdown
         from advisor.trace import TraceError  # trace: 10 ms, only for report
 
-        trace = report.artifacts.get("trace")
+        trace = report.artifacts.trace
         found = Profile.from_run_dir(path.parent, _rank_of_trace(trace))
         if found.trace is None and trace and Path(trace).is_absolute() and Path(trace).is_file():
             try:  # `advise analyze --out`: the trace stays where the user keeps it

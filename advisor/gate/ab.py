@@ -442,13 +442,13 @@ def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], opti
         for side, root in (order if len(base) % 2 == 0 else order[::-1]):  # B C, C B, B C, ... over the rounds kept
             done = run_round(side, root, index, current, script, args, out, env_of.get(side))
             pair[side] = done
-            load = neighbour.load(done.run_dir, done.report.env.get("cpu_count"))
+            load = neighbour.load(done.run_dir, done.report.env.cpu_count)
             runs.append({"side": side, "round": index, "run_dir": os.path.relpath(done.run_dir, out),
                          "steps": current.steps, "wall_s": done.wall_s, "neighbour_cores": load, **_figures(done.report)})
             if on_run is not None:
                 on_run(side, index, done.report)
         took = time.monotonic() - round_started
-        why = neighbour.too_busy([r["neighbour_cores"] for r in runs[-2:]], pair["base"].report.env.get("cpu_count"),
+        why = neighbour.too_busy([r["neighbour_cores"] for r in runs[-2:]], pair["base"].report.env.cpu_count,
                                  len(set_aside))
         # Only while the budget can pay for a replacement and still reach the first look: on a runner
         # that is always this busy, setting rounds aside would spend the budget on nothing.

@@ -39,7 +39,6 @@ anyway, with a warning).
 
 from __future__ import annotations
 
-import json
 import math
 import posixpath
 from dataclasses import asdict, dataclass, field
@@ -52,7 +51,7 @@ import pandas as pd
 from . import fingerprint
 from ..analysis import metrics, stats, steptime
 from ..model import Finding
-from ..report import (EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, Memory, Report, ReportContentError,
+from ..report import (EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, Report, ReportContentError,
                       ReportError, load_report)
 
 DEFAULT_MAX_REGRESSION = 0.10
@@ -204,21 +203,14 @@ def load(path: str | Path, role: str, *, force: bool = False) -> tuple[Report, l
     if path.is_dir():
         path = path / "report.json"
     warnings: list[str] = []
-    try:
-        report = load_report(path)
+    try:  # read once: another schema version only with --force
+        report = load_report(path, any_version=force)
     except ReportContentError as exc:
         raise CompareError(f"{role}: {path}: not a report.json ({exc.cause})") from None
     except ReportError as exc:
-        raw = _raw(path)
-        if not (force and isinstance(raw, dict) and "schema_version" in raw):
-            raise CompareError(f"{role}: {exc}") from None
-        try:
-            report = load_report(path, any_version=True)
-        except ReportContentError as content:
-            raise CompareError(f"{role}: {path}: not a report.json ({content.cause})") from None
-        except ReportError as again:
-            raise CompareError(f"{role}: {again}") from None
-        warnings.append(f"{role} has schema_version {raw['schema_version']} (this advise reads {SCHEMA_VERSION}); "
+        raise CompareError(f"{role}: {exc}") from None
+    if report.schema_version != SCHEMA_VERSION:
+        warnings.append(f"{role} has schema_version {report.schema_version} (this advise reads {SCHEMA_VERSION}); "
                         "compared anyway (--force)")
     if report.status != "ok":
         raise CompareError(f"{role}: {path}: the run's status is {report.status!r}, not 'ok'"
@@ -227,13 +219,6 @@ def load(path: str | Path, role: str, *, force: bool = False) -> tuple[Report, l
     if timed.empty:
         raise CompareError(f"{role}: {path}: the report has no measured steps to compare")
     return report, warnings
-
-
-def _raw(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
 
 
 def _timed(report: Report) -> tuple[pd.DataFrame, str]:
@@ -398,10 +383,10 @@ def _reported(name, label, unit, higher_is_better, base, cur) -> Metric:
 # The peak memory figures a report can carry, the preferred first: a comparison uses the first
 # one both runs have, so two runs are always compared on the same basis.
 MEMORY_FIGURES = (
-    ("gpu", "peak GPU memory", lambda r: Memory.of(r.memory).peak_allocated_bytes),
-    ("pss", "peak memory (PSS of the script's processes)", lambda r: Memory.of(r.memory).peak_pss_bytes),
-    ("rss", "peak RSS of the script's processes", lambda r: Memory.of(r.memory).peak_rss_bytes),
-    ("rss-window", "peak RSS", lambda r: r.utilization.get("rss_bytes_max")),  # reports before `memory` had it
+    ("gpu", "peak GPU memory", lambda r: r.memory.peak_allocated_bytes),
+    ("pss", "peak memory (PSS of the script's processes)", lambda r: r.memory.peak_pss_bytes),
+    ("rss", "peak RSS of the script's processes", lambda r: r.memory.peak_rss_bytes),
+    ("rss-window", "peak RSS", lambda r: r.utilization.rss_bytes_max),  # reports before `memory` had it
 )
 
 

@@ -16,7 +16,10 @@ import platform
 import sys
 from dataclasses import dataclass
 
+import msgspec
+
 from ..report import Report
+from ..report_blocks import Fingerprint
 from ..run_dir.seen import Env
 
 # Facts whose difference makes a comparison meaningless: another accelerator is another machine.
@@ -125,14 +128,16 @@ def collect(env: Env, argv: list[str], *, load_start: float | None, with_gpu: bo
 def of(report: Report) -> dict:
     """A report's fingerprint, completed from ``env`` (and ``argv``) for reports that predate it."""
     env = report.env
-    fp = dict(report.fingerprint) if isinstance(report.fingerprint, dict) else {}
-    fp.setdefault("device", env.get("device"))
+    given = report.fingerprint
+    fp = {k: v for k, v in msgspec.structs.asdict(given).items() if v is not None} \
+        if isinstance(given, Fingerprint) else {}
+    fp.setdefault("device", env.device)
     if (fp.get("device") or "cpu") != "cpu":
-        fp.setdefault("gpu_name", env.get("device_name"))
+        fp.setdefault("gpu_name", env.device_name)
     else:
-        fp.setdefault("cpu_model", env.get("device_name"))
+        fp.setdefault("cpu_model", env.device_name)
     for key in ("torch", "cuda", "python", "cpu_count", "torch_threads"):
-        fp.setdefault(key, env.get(key))
+        fp.setdefault(key, getattr(env, key))
     fp.setdefault("argv", list(report.argv))
     return fp
 

@@ -126,7 +126,7 @@ def _num(x) -> float:
 
 def run_dir_trace(run_dir, report: Report) -> TraceFrames | None:
     """The trace a run dir's report.json names (resolved inside the run dir), None without a readable one."""
-    name = report.artifacts.get("trace")
+    name = report.artifacts.trace
     if not name:
         return None
     try:

@@ -27,12 +27,14 @@ from collections import Counter
 from pathlib import Path
 from types import FrameType
 
+import msgspec
 import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode
 from torch.utils.hooks import RemovableHandle
 
 from advisor.run_dir.atomic import write_json_atomic
+from advisor.run_dir.seen import SourceSite, Sources
 from advisor.analysis.sources import is_user_file
 
 _SYNC = {"item": ".item()", "__float__": "float(tensor)", "__int__": "int(tensor)", "__bool__": "bool(tensor)",
@@ -228,22 +230,22 @@ class SourceCapture(TorchFunctionMode):
         self.seconds = time.perf_counter() - self._t0
         self._write()
 
-    def to_dict(self) -> dict:
+    def sources(self) -> Sources:
         sites = {}
         for category, counter in self.sites.items():
-            rows = [{"file": f, "line": line, "function": fn, "op": op, "count": n, **dict(extra)}
+            rows = [SourceSite(file=f, line=line, function=fn, op=op, count=n, **dict(extra))
                     for (f, line, fn, op, extra), n in counter.most_common()]
             if rows:
                 sites[category] = rows
         main = getattr(sys.modules.get("__main__"), "__file__", None)
-        return {"captured_by": "TorchFunctionMode over one warm-up step", "precision": "line",
-                "step_s": round(self.seconds, 6), "skipped": self.skipped, "sites": sites,
-                "main": os.path.abspath(main) if isinstance(main, str) else None}
+        return Sources(captured_by="TorchFunctionMode over one warm-up step", precision="line",
+                       step_s=round(self.seconds, 6), skipped=self.skipped, sites=sites,
+                       main=os.path.abspath(main) if isinstance(main, str) else None)
 
     def _write(self) -> None:
         if self.path is not None:
             try:
-                write_json_atomic(self.path, self.to_dict())
+                write_json_atomic(self.path, msgspec.to_builtins(self.sources()))
             except OSError:  # a full run dir: the run's timing matters more; probe.json says the rest
                 pass
 

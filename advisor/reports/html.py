@@ -70,7 +70,7 @@ def page_path(report: Report, run_dir: str | Path) -> Path:
     """Where a run's page goes: report.html beside report.json (report.rank1.html under torchrun), as
     the report's artifacts name it; refused when that name leads out of `run_dir`."""
     artifacts = report.artifacts
-    name = artifacts.get("report_html") or str(Path(artifacts.get("report_json") or "report.json").with_suffix(".html"))
+    name = artifacts.report_html or str(Path(artifacts.report_json or "report.json").with_suffix(".html"))
     return resolve_inside(run_dir, name, "artifacts.report_html")
 
 

@@ -59,7 +59,7 @@ def _tables(profile) -> list[OpsTable]:
 
 
 def _no_trace(report: Report, profile) -> str:
-    trace = report.artifacts.get("trace")
+    trace = report.artifacts.trace
     if not trace:
         return "no trace was recorded in this run (the profiler window did not run)"
     if profile is None:

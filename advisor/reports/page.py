@@ -28,6 +28,7 @@ from types import MappingProxyType
 from advisor.reports import format as fmt
 from advisor.model import Finding, Recommendation, findings_of
 from advisor.report import Report, Throughput
+from advisor.run_dir.seen import Env
 
 from . import charts, findings_view, hta_view, ops_view, roofline_view, run_view, timeline_view, words
 from .findings_view import ExperimentRow, FindingView, Recommended
@@ -196,7 +197,7 @@ def verdict(report: Report, profile, findings: list[FindingView], typed: list[Fi
     top = findings[0] if findings else None
     gain, gain_state = words.outcome(typed, rec, report)
     bad = status != "ok"
-    from_trace = bool(script) and script == artifacts.get("trace")  # `advise analyze TRACE`
+    from_trace = bool(script) and script == artifacts.trace  # `advise analyze TRACE`
     if from_trace:
         command = shlex.join(["advise", "analyze", script])
     else:
@@ -218,14 +219,14 @@ def verdict(report: Report, profile, findings: list[FindingView], typed: list[Fi
         error=str(report.error or ""),
         traceback=traceback,
         log_tail=log_tail,
-        log_name=str(artifacts.get("log") or ""),
+        log_name=str(artifacts.log or ""),
         seen=_seen(report) if bad else "",
     )
 
 
 def _stats(report: Report) -> list[Stat]:
     env, tp = report.env, report.throughput
-    device = str(env.get("device") or "cpu") + (f" · {env['device_name']}" if env.get("device_name") else "")
+    device = env.device + (f" · {env.device_name}" if env.device_name else "")
     stats = [_throughput(tp)]
     stats.append(Stat("step time", fmt.time_s(tp.step_time_median_s) + " median",
                       (f"p90 {fmt.time_s(tp.step_time_p90_s)}" if tp.step_time_p90_s is not None else "")
@@ -254,16 +255,16 @@ def _throughput(tp: Throughput) -> Stat:
     return Stat("throughput", fmt.DASH, "no timed steps")
 
 
-def _device_detail(env: dict) -> str:
+def _device_detail(env: Env) -> str:
     parts = []
-    if env.get("device_capability"):
-        parts.append(f"capability {env['device_capability']}")
-    if env.get("device_memory_bytes") and env.get("device") not in (None, "cpu"):
-        parts.append(fmt.bytes_(env["device_memory_bytes"]))
-    if env.get("cpu_count"):
-        parts.append(f"{env['cpu_count']} CPUs")
-    if env.get("world_size"):
-        parts.append(f"rank {env.get('rank')} of {env['world_size']}")
+    if env.device_capability:
+        parts.append(f"capability {env.device_capability}")
+    if env.device_memory_bytes and env.device != "cpu":
+        parts.append(fmt.bytes_(env.device_memory_bytes))
+    if env.cpu_count:
+        parts.append(f"{env.cpu_count} CPUs")
+    if env.world_size:
+        parts.append(f"rank {env.rank} of {env.world_size}")
     return ", ".join(parts)
 
 

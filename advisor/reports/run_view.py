@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from urllib.parse import quote
 
+import msgspec
+
 from advisor.reports import format as fmt
 from advisor.model import finite
 from advisor.report import Report, Step
@@ -150,7 +152,7 @@ def steps_summary(report: Report) -> str:
 
 
 def env_rows(report: Report) -> list[Row]:
-    env = report.env
+    env = msgspec.to_builtins(report.env)
     keys = [k for k in ENV_ORDER if k in env] + sorted(k for k in env if k not in ENV_ORDER)
     rows = [Row(k, fmt.by_suffix(k, env[k])) for k in keys if env[k] is not None]
     if report.step_source:
@@ -159,7 +161,7 @@ def env_rows(report: Report) -> list[Row]:
 
 
 def observed_rows(report: Report) -> list[Row]:
-    observed, memory = report.observed, report.memory
+    observed, memory = msgspec.to_builtins(report.observed), msgspec.to_builtins(report.memory)
     rows = []
     for i, o in enumerate(observed.get("optimizers") or []):
         if isinstance(o, dict):
@@ -168,7 +170,7 @@ def observed_rows(report: Report) -> list[Row]:
         if isinstance(d, dict):
             rows.append(Row(f"DataLoader {i}", _kv(d, first="dataset")))
     for k, v in observed.items():
-        if k not in ("optimizers", "dataloaders") and v is not None:
+        if k not in ("optimizers", "dataloaders") and v not in (None, {}, []):
             rows.append(Row(k, fmt.value(v)))
     for k, v in memory.items():
         if v is not None:
@@ -185,7 +187,7 @@ def _kv(d: dict, first: str) -> str:
 def utilization_rows(report: Report) -> list[Row]:
     """report.json's `utilization` means and maxima, labelled and formatted by unit."""
     return [Row(_util_label(k), fmt.by_suffix(k.rsplit("_", 1)[0], v))  # drop _mean / _max for the unit
-            for k, v in report.utilization.items()]
+            for k, v in msgspec.structs.asdict(report.utilization).items() if v is not None]
 
 
 def _util_label(key: str) -> str:
@@ -194,7 +196,7 @@ def _util_label(key: str) -> str:
 
 def artifact_links(report: Report) -> list[Artifact]:
     return [Artifact(str(path), href(path), ARTIFACT_TEXT.get(key, ""))
-            for key, path in report.artifacts.items() if path]
+            for key, path in report.artifacts.listed()]
 
 
 def href(path) -> str:
@@ -205,5 +207,5 @@ def href(path) -> str:
 
 
 def trace_href(report: Report) -> str:
-    trace = report.artifacts.get("trace")
+    trace = report.artifacts.trace
     return href(trace) if trace else ""

@@ -219,9 +219,8 @@ def _print_summary(report: Report, con: Console, run_dir: str | None = None, glu
     def add(label: str, value) -> None:
         table.add_row(label, cell(value) if isinstance(value, str) else value)
 
-    device = env.get("device", "cpu")
-    name = env.get("device_name")
-    add("device", f"{device}" + (f" ({name})" if name else ""))
+    name = env.device_name
+    add("device", f"{env.device}" + (f" ({name})" if name else ""))
     add("steps", f"{len(report.steps)} measured, boundaries from {report.step_source or fmt.DASH}")
     if tp.samples_per_s is not None:
         add("throughput", fmt.rate(tp.samples_per_s, "samples/s"))
@@ -276,4 +275,4 @@ def _print_summary(report: Report, con: Console, run_dir: str | None = None, glu
     for warning in report.warnings:
         say(con, Text("warning: " + warning, style="yellow"), hang=2)
     if run_dir:
-        con.print(Text(f"report: {run_dir}/{report.artifacts.get('report_json') or 'report.json'}", style="dim"))
+        con.print(Text(f"report: {run_dir}/{report.artifacts.report_json or 'report.json'}", style="dim"))

@@ -63,6 +63,6 @@ def empty(report: Report, columns: dict[str, list[float]]) -> str:
     artifacts = report.artifacts
     if columns:
         return "the sampler recorded too few points to draw"
-    if not artifacts.get("samples_csv"):
-        return "no sampler data: this report was made from a trace alone" if artifacts.get("trace") else "no sampler data in this run"
+    if not artifacts.samples_csv:
+        return "no sampler data: this report was made from a trace alone" if artifacts.trace else "no sampler data in this run"
     return "the sampler recorded nothing"

@@ -10,7 +10,6 @@ renderer keys on: ``verified``, ``slower``, ``bad``, ``unclear``, ``not-run``, `
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from advisor.reports import format as fmt
 from advisor import overrides as vocabulary
@@ -222,8 +221,8 @@ def from_trace(report: Report) -> bool:
     """Whether `report` is `advise analyze`'s: its traces are named by absolute path (a profiled
     run's files are relative to its run dir), one or several (`rank_traces`), or it is named for its trace."""
     artifacts = report.artifacts
-    trace = artifacts.get("trace")
-    return ("rank_traces" in artifacts or (isinstance(trace, str) and os.path.isabs(trace))
+    trace = artifacts.trace
+    return (artifacts.rank_traces is not None or (isinstance(trace, str) and os.path.isabs(trace))
             or bool(report.script) and report.script == trace)
 
 
@@ -539,11 +538,9 @@ def wall_words(report: Report) -> str:
     return ""
 
 
-def memory_words(memory: dict[str, Any]) -> str:
+def memory_words(mem: Memory) -> str:
     """Peak memory as the terminal and the page's header say it: the accelerator's peak of its
-    total; else the script's process tree's host memory, on the basis report.json names. `memory`:
-    the report's memory block, an open dict as report.json has it (read here through :class:`Memory`)."""
-    mem = Memory.of(memory)
+    total; else the script's process tree's host memory, on the basis report.json names."""
     if finite(mem.peak_allocated_bytes) is not None:
         return f"{fmt.bytes_(mem.peak_allocated_bytes)} of {fmt.bytes_(mem.device_total_bytes)}"
     if mem.basis == "pss" and finite(mem.peak_pss_bytes) is not None:

@@ -13,9 +13,10 @@ still reads), and :meth:`Said.record` writes it back as it was read (report.json
 
 from __future__ import annotations
 
-from typing import Any, Optional, TypeVar
+from typing import Annotated, Any, Optional, TypeVar, Union
 
 import msgspec
+from msgspec import Meta
 
 
 class Said(msgspec.Struct, kw_only=True, dict=True):
@@ -89,8 +90,8 @@ def _convert(cls: type[S], data: dict) -> S:
 
 
 class Env(Said, kw_only=True):
-    """The run's machine and PyTorch settings (probe/env.py writes them in this order; a trace's
-    metadata, :func:`advisor.profile.env_from_trace`, without the probe)."""
+    """The machine and the torch build the script ran on (probe/env.py writes them in this order; a
+    trace's metadata, :func:`advisor.profile.env_from_trace`, without the probe)."""
 
     python: Optional[str] = None
     torch: Optional[str] = None  # torch.__version__
@@ -98,19 +99,21 @@ class Env(Said, kw_only=True):
     platform: Optional[str] = None
     hostname: Optional[str] = None
     cpu_count: Optional[int] = None
-    cpu_usable: Optional[int] = None  # the cores the affinity mask allows
+    cpu_usable: Annotated[Optional[int], Meta(description="the CPUs the script's process may run on (its affinity mask: a "
+                                                          "cgroup, taskset, srun --cpu-bind)")] = None
     physical_cores: Optional[int] = None
     torch_threads: Optional[int] = None
     device: str = "cpu"
     device_name: Optional[str] = None
-    device_capability: Any = None  # "8.0" on CUDA
+    device_capability: Annotated[Union[list[int], str, None], Meta(
+        description="\"8.0\" from the probe and a trace's deviceProperties ([major, minor] in older reports)")] = None
     device_memory_bytes: Optional[int] = None  # the GPU's, or the host's RAM on a CPU
     float32_matmul_precision: Optional[str] = None
     cudnn_benchmark: Optional[bool] = None
     cuda_matmul_allow_tf32: Optional[bool] = None
     cudnn_allow_tf32: Optional[bool] = None
     bf16_supported: Optional[bool] = None
-    cuda_alloc_conf: Optional[str] = None  # PYTORCH_CUDA_ALLOC_CONF as the script started with it
+    cuda_alloc_conf: Annotated[Optional[str], Meta(description="PYTORCH_CUDA_ALLOC_CONF as the script started with it")] = None
     rank: Optional[int] = None
     local_rank: Optional[int] = None
     world_size: Optional[int] = None
@@ -194,6 +197,49 @@ class MemoryAccount(Said, kw_only=True):
     budget_source: Optional[str] = None  # option (--memory-budget), else the device
     tensors: dict[str, int] = {}  # parameters_bytes, gradients_bytes, optimizer_state_bytes, live_gradients_bytes
     checkpointable: Optional[Checkpointable] = None
+
+
+class SourceSite(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A line of the user's code and what was called there during the captured step; the fields
+    after `count` are the category's (absent where it has none)."""
+
+    file: str
+    line: int
+    function: str
+    op: str  # what was called there (``aten::mm``, ``.to()``, ``DataLoader fetch``), or the class built there
+    count: int
+    device: Optional[str] = None  # host-sync, matmul, h2d-copy: the tensor's (the copy's target)
+    dtype: Optional[str] = None  # matmul: the dtype it ran in (autocast's where it was on)
+    pinned: Optional[bool] = None  # h2d-copy: the source's pin state
+    non_blocking: Optional[bool] = None  # h2d-copy
+    params: Optional[int] = None  # model-call: the module's parameter count
+    via: Optional[str] = None  # *-built: the library function the object was built inside
+
+
+class Sources(msgspec.Struct, kw_only=True):
+    """sources.json: where in the user's code each thing a rule or a fix names happens, by category
+    (host-sync, matmul, h2d-copy, dataloader, model-call, backward, dataloader-built, optimizer-built),
+    most calls first. Written by the probe over one warm-up step (advisor/probe/sources.py), or
+    derived from a trace's Python frames (:func:`advisor.analysis.sources.from_trace`)."""
+
+    captured_by: str = ""
+    precision: str = "line"  # line (the probe's) or function (a trace's frames name where a function starts)
+    step_s: Optional[float] = None
+    skipped: Optional[str] = None  # why the probe did not record the step's lines
+    sites: dict[str, list[SourceSite]] = {}
+    main: Optional[str] = None  # the script's own file
+
+    def rows(self, category: str) -> list[SourceSite]:
+        return self.sites.get(category, [])
+
+    @classmethod
+    def load(cls, path: Any) -> "Sources | None":
+        """A run dir's sources.json, or None when the probe wrote none (or it is unreadable)."""
+        try:
+            with open(path, "rb") as f:
+                return msgspec.json.decode(f.read(), type=cls)
+        except (OSError, msgspec.DecodeError):
+            return None
 
 
 def typed(cls: type[S], data: Any) -> S:
