@@ -151,7 +151,7 @@ class ProfilerWindow:
             self.exported = True
         except TraceLost as exc:
             self.error, self.errno = str(exc), exc.errno
-        except Exception as exc:  # the run's timing is still worth reporting
+        except Exception as exc:  # noqa: BLE001 - torch's profiler may raise anything; the timing still counts
             self.error = f"{type(exc).__name__}: {exc}"
             self.errno = getattr(exc, "errno", None)
 
@@ -303,7 +303,7 @@ class ChildProbe:
         except KeyboardInterrupt:
             result.status = "interrupted"
             code = 130
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - the user's script may raise anything: reported as theirs, or as the arm's
             if arms is not None and arms.started:
                 # After the window, under an arm's settings (an OOM, a compile error): the window's
                 # measurements stand, the arm's line says what broke, and the run ends as done.

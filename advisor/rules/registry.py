@@ -234,7 +234,7 @@ def _one_line(exc: BaseException) -> str:
 def _entry_points() -> list:
     try:
         return list(metadata.entry_points(group=ENTRY_POINT_GROUP))
-    except Exception:  # a broken installed metadata file must not stop the built-ins
+    except Exception:  # noqa: BLE001 - any installed package's broken metadata may raise anything; it must not stop the built-ins
         return []
 
 
@@ -272,7 +272,7 @@ def load_rules() -> Catalogue:
             found = rules_in(ep.load())
         except Interrupted:  # the user's Ctrl-C (advisor.run_dir.interrupt) while a plugin loads: advise stops
             raise
-        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a broken plugin is its problem, never our exit
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - a plugin raises anything: a warning
             cat.warnings.append(f"rule plugin {ep.name!r} from package {package} failed to load: {_one_line(exc)}")
             continue
         add(found, package)
