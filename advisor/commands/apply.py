@@ -21,7 +21,8 @@ from ..model import Recommendation, findings_of
 from ..report import Report, ReportError, load_report
 from ..reports import format as fmt
 from ..run_dir.atomic import write_text_atomic
-from .cli_exit import EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT, fail
+from .cli_exit import fail
+from ..exit_codes import EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT
 
 if TYPE_CHECKING:
     from ..apply.check import Checked

@@ -20,9 +20,10 @@ from advisor.reports.renderers import (AB_JSON, AB_PAGE, AB_RENDERERS, COMPARE_R
 from ..gate import ab, compare, opdiff
 from ..analysis import steptime
 from ..run_dir.atomic import write_json_atomic
-from .cli_exit import EXIT_SCRIPT, EXIT_USAGE, fail
+from .cli_exit import fail
+from ..exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT, EXIT_USAGE
 from .outputs import append_step_summary, render_report
-from ..report import EXIT_INTERRUPTED, EXIT_OK, Report
+from ..report import Report
 from ..profile import Profile
 from ..trace import TraceError
 

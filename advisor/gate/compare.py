@@ -52,8 +52,8 @@ import pandas as pd
 from . import fingerprint
 from ..analysis import metrics, stats, steptime
 from ..model import Finding
-from ..report import (EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, Memory, Report, ReportContentError,
-                      ReportError, load_report)
+from ..exit_codes import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION
+from ..report import SCHEMA_VERSION, Memory, Report, ReportContentError, ReportError, load_report
 
 DEFAULT_MAX_REGRESSION = 0.10
 DEFAULT_MAX_MEMORY_REGRESSION = 0.20
