@@ -113,10 +113,10 @@ def _check(patched, rec: Recommendation, report: Report, sites, run_dir: Path, r
 def verdict(checked: Checked) -> str:
     """``applied: 3.40× faster in fresh runs (95% CI 3.21–3.60×, 3 pairs of runs; arm: 3.66×, 95% CI
     3.51–3.84×): held``."""
-    fresh = f"95% CI {fmt.interval(checked.ci_low, checked.ci_high)}, {checked.rounds} pairs of runs"
+    fresh = f"{fmt.interval(checked.ci_low, checked.ci_high, ci=True)}, {checked.rounds} pairs of runs"
     arm = f"arm{' of ' + checked.arm_of if checked.arm_of else ''}: {fmt.speedup(checked.arm)}" if checked.arm is not None \
         else "arm: not measured"
     if checked.arm_low is not None:
-        arm += f", 95% CI {fmt.interval(checked.arm_low, checked.arm_high)}"
+        arm += f", {fmt.interval(checked.arm_low, checked.arm_high, ci=True)}"
     return (f"applied: {fmt.speedup_words(checked.speedup)} in fresh runs ({fresh}; {arm}): "
             + ("held" if checked.held else "did not hold"))

@@ -204,7 +204,7 @@ def experiment_view(result: Experiment | Recommendation) -> ExperimentView:
     loss, loss_state = words.loss_words(result.loss_check)
     baseline, candidate, missing = words.pair_words(result)
     return ExperimentView(
-        state=state, label=label, speedup=fmt.speedup(result.speedup), interval=words.interval(result.ci_low, result.ci_high),
+        state=state, label=label, speedup=fmt.speedup(result.speedup), interval=fmt.interval(result.ci_low, result.ci_high, ci=True),
         ci=fmt.interval(result.ci_low, result.ci_high), detail=words.measured_detail(result),
         baseline=baseline, candidate=candidate, missing=missing,
         loss=loss, loss_state=loss_state, sentence=words.measured_sentence(result), memory=words.resource_effects(result),

@@ -29,11 +29,12 @@ def speedup_words(x) -> str:
     return f"{v:.2f}× faster" if v >= 1 else f"{v:.2f}×, {(1 - v) * 100:.0f}% slower"
 
 
-def interval(lo, hi) -> str:
+def interval(lo, hi, ci: bool = False) -> str:
+    """`1.58–1.84×` (`ci`: `95% CI 1.58–1.84×`), or '' without both ends."""
     a, b = finite(lo), finite(hi)
     if a is None or b is None:
         return ""
-    return f"{a:.2f}–{b:.2f}×"
+    return f"{'95% CI ' if ci else ''}{a:.2f}–{b:.2f}×"
 
 
 def value(v) -> str:

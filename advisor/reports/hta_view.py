@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.reports import format as fmt
-from advisor.model import finite
+from advisor.units import finite
 from advisor.report import HtaRank, Report
 
 # category -> (label, the HTA column it is or belongs to)

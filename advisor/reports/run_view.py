@@ -11,7 +11,7 @@ from pathlib import PurePath
 from urllib.parse import quote
 
 from advisor.reports import format as fmt
-from advisor.model import finite
+from advisor.units import finite
 from advisor.report import Report, Step
 
 from .words import plural, throughput_basis

@@ -10,7 +10,7 @@ import pandas as pd
 
 from advisor.analysis import steptime
 from advisor.reports import format as fmt
-from advisor.model import finite
+from advisor.units import finite
 from advisor.report import Report
 
 from . import charts

@@ -79,15 +79,9 @@ def state_and_label(result: Measured) -> tuple[str, str]:
     return "unclear", "not verified"
 
 
-def interval(lo, hi) -> str:
-    """`95% CI 1.58–1.84×`, or '' without both ends."""
-    text = fmt.interval(lo, hi)
-    return f"95% CI {text}" if text else ""
-
-
 def speedup_with_interval(speedup, lo, hi) -> str:
     """`1.71× faster (95% CI 1.58–1.84×)`, `0.93×, 7% slower (95% CI 0.90–0.96×)`."""
-    ivl = interval(lo, hi)
+    ivl = fmt.interval(lo, hi, ci=True)
     return fmt.speedup_words(speedup) + (f" ({ivl})" if ivl else "")
 
 
