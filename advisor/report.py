@@ -21,9 +21,8 @@ from msgspec import Meta
 from . import __version__
 from .run_dir.atomic import write_json_atomic
 from .model import Finding, Recommendation
-from .report_blocks import (  # noqa: F401 - the blocks, importable from here as before
-    STATUSES, Block, Breakdown, Energy, Env, Experiments, Fingerprint, HtaBreakdown, HtaRank, HtaStep, Memory, Mfu, Num,
-    Number, Published, Rank, Screened, Status, Step, Tensors, Throughput, Tool, Utilization, _readable)
+from .report_blocks import (STATUSES, Block, Breakdown, Energy, Env, Experiments, Fingerprint, HtaBreakdown, Memory, Mfu, Num,
+                            Published, Rank, Status, Step, Throughput, Tool, Utilization)
 
 if TYPE_CHECKING:  # the CLI imports this module (load_report): no pandas at import time
     from .profile import Profile

@@ -173,7 +173,7 @@ def test_every_field_the_probe_writes_into_memory_is_in_the_published_memory_blo
     (the H200 run's five teardown errors), which no CPU run would show."""
     import msgspec
 
-    from advisor.report import Memory
+    from advisor.report_blocks import Memory
     from advisor.run_dir.seen import MemoryAccount
 
     written = {f.encode_name for f in msgspec.structs.fields(MemoryAccount)}

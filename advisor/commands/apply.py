@@ -20,6 +20,7 @@ from ..analysis import sources as source_sites
 from ..model import Recommendation, findings_of
 from ..report import Report, ReportError, load_report
 from ..reports import format as fmt
+from .. import units
 from ..run_dir.atomic import write_text_atomic
 from .cli_exit import fail
 from ..exit_codes import EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT
@@ -93,7 +94,7 @@ def _check(patched, rec: Recommendation, report: Report, sites, run_dir: Path, r
     def progress(side: str, index: int, round_report) -> None:
         label = "patched" if side == "candidate" else "unpatched"
         click.echo(f"advise: check round {index} {label}: median step "
-                   f"{fmt.time_s(round_report.throughput.step_time_median_s)}", err=True)
+                   f"{units.time_s(round_report.throughput.step_time_median_s)}", err=True)
 
     try:
         checked = checking.run(patched, rec, script=str(report.script or ""), argv=list(report.argv),
@@ -114,7 +115,7 @@ def verdict(checked: Checked) -> str:
     """``applied: 3.40× faster in fresh runs (95% CI 3.21–3.60×, 3 pairs of runs; arm: 3.66×, 95% CI
     3.51–3.84×): held``."""
     fresh = f"{fmt.interval(checked.ci_low, checked.ci_high, ci=True)}, {checked.rounds} pairs of runs"
-    arm = f"arm{' of ' + checked.arm_of if checked.arm_of else ''}: {fmt.speedup(checked.arm)}" if checked.arm is not None \
+    arm = f"arm{' of ' + checked.arm_of if checked.arm_of else ''}: {units.speedup(checked.arm)}" if checked.arm is not None \
         else "arm: not measured"
     if checked.arm_low is not None:
         arm += f", {fmt.interval(checked.arm_low, checked.arm_high, ci=True)}"

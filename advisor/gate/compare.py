@@ -53,7 +53,8 @@ from . import fingerprint
 from ..analysis import metrics, stats, steptime
 from ..model import Finding
 from ..exit_codes import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION
-from ..report import SCHEMA_VERSION, Memory, Report, ReportContentError, ReportError, load_report
+from ..report import SCHEMA_VERSION, Report, ReportContentError, ReportError, load_report
+from ..report_blocks import Memory
 
 DEFAULT_MAX_REGRESSION = 0.10
 DEFAULT_MAX_MEMORY_REGRESSION = 0.20

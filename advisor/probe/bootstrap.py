@@ -39,7 +39,8 @@ from .env import collect_env, memory_stats
 from .hooks import Observed, install
 from .memory import WindowPeak, account, persistent_bytes, rss_bytes, tensor_bytes
 from .module_call import compile_cache_in
-from .overrides import OverrideError, apply as apply_overrides
+from advisor.overrides import OverrideError
+from .overrides import apply as apply_overrides
 from advisor.run_dir.protocol import ChildAccount, ChildConfig, Phase, read_config, write_account
 from advisor.run_dir.seen import MemoryAccount
 from .sources import SourceCapture

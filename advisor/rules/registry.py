@@ -30,7 +30,7 @@ from importlib import metadata
 from typing import Any, Callable, Iterable
 
 from advisor.run_dir.interrupt import Interrupted
-from advisor.model import Finding, Fix  # noqa: F401  (rules and plugins import them from here)
+from advisor.model import Finding, Fix  # noqa: F401 - the plugin API (docs/how-to/write-a-rule-plugin.md)
 from advisor.framework_words import expand_fix_blocks
 
 STATUSES = ("stable", "preview", "deprecated", "removed")
