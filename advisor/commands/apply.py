@@ -22,6 +22,7 @@ from ..report import Report, ReportError, load_report
 from ..reports import format as fmt
 from .. import units
 from ..run_dir.atomic import write_text_atomic
+from ..run_dir.layout import NoRunDir, report_json
 from .cli_exit import fail
 from ..exit_codes import EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT
 
@@ -34,9 +35,10 @@ MIN_CHECK_STEPS = 20  # --check's runs measure at least this many steps: a loade
 def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, rounds: int, steps: int | None,
               warmup: int | None) -> int:
     """`advise apply RUN_DIR`: the exit code (0 written or printed, 3 a check that did not hold; 2 and 1 via fail())."""
-    if not run_dir.exists():
-        fail(f"{run_dir}: no such run dir")
-    report_path = run_dir / "report.json" if run_dir.is_dir() else run_dir
+    try:
+        report_path = report_json(run_dir)
+    except NoRunDir as exc:
+        fail(str(exc))
     run_dir = report_path.parent
     try:
         report = load_report(report_path)

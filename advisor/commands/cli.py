@@ -26,6 +26,7 @@ from ..exit_codes import EXIT_OK, signal_exit
 from ..report import ReportError, load_report
 from ..reports.renderers import AB_RENDERERS, COMPARE_RENDERERS, REPORT_RENDERERS, TRACE_DIFF_RENDERERS
 from ..run_dir import interrupt
+from ..run_dir.layout import NoRunDir, report_json
 
 
 def _rule_options(command):
@@ -333,7 +334,10 @@ def report_command(run_dir, fmt):
     """Re-render RUN_DIR's report (its report.json) without re-running anything."""
     from .outputs import RenderError, render_report, saved_report
 
-    path = Path(run_dir) / "report.json" if Path(run_dir).is_dir() else Path(run_dir)
+    try:
+        path = report_json(run_dir)
+    except NoRunDir as exc:
+        fail(str(exc))
     if Path(run_dir).is_dir() and not path.exists():
         _report_from_traces(Path(run_dir))
     try:
