@@ -9,12 +9,12 @@ are the strings of the report.json contract.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any, Protocol, TypeVar
 
 from . import framework_words, overrides as vocabulary
+from .units import finite
 
 
 class _Str(str, Enum):
@@ -60,10 +60,6 @@ def _enum(kind: type[E], value: object, what: str) -> E:
         return kind(value)
     except ValueError:
         raise ValueError(f"{what} {value!r} is not one of {', '.join(m.value for m in kind)}") from None
-
-
-def _finite(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
 @dataclass
@@ -208,7 +204,7 @@ class Experiment:
 
     @property
     def measured(self) -> bool:
-        return _finite(self.speedup) is not None
+        return finite(self.speedup) is not None
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -326,7 +322,7 @@ class Finding:
         evidence.pop("estimated_gain_frac", None)
         exp = d.get("experiment")
         return cls(str(d.get("title") or d.get("rule") or d.get("code") or ""), str(d.get("summary") or ""),
-                   d.get("severity") or Severity.LOW, evidence, Fix.from_dict(d.get("fix") or {}), _finite(gain),
+                   d.get("severity") or Severity.LOW, evidence, Fix.from_dict(d.get("fix") or {}), finite(gain),
                    str(d.get("rule") or ""), str(d.get("code") or ""),
                    Experiment.from_dict(exp) if isinstance(exp, dict) else None,
                    [SourceLocation.from_dict(x) for x in d.get("locations") or [] if isinstance(x, dict)])
@@ -422,7 +418,7 @@ def estimated_speedup(gain) -> float | None:
     """A rule's estimate of the step time saved, `f`, as a speedup in the unit measurements use:
     saving f of each step makes the step 1 - f as long, so 1 / (1 - f) times as many per second
     (0.72 of the step spent waiting on data: about 3.6× faster). None without a positive estimate."""
-    f = _finite(gain)
+    f = finite(gain)
     if f is None or f <= 0:
         return None
     return 1.0 / (1.0 - min(f, MAX_ESTIMATED_GAIN))
@@ -436,7 +432,7 @@ def rank_key(finding: Finding, index: int = 0) -> tuple:
     verified, then the rules' estimates; bigger first), then severity, then the rules' order.
     A fix measured slower ranks with the unmeasured."""
     exp = finding.experiment
-    speedup = _finite(exp.speedup) if exp is not None else None
+    speedup = finite(exp.speedup) if exp is not None else None
     estimate = estimated_speedup(finding.estimated_gain_frac)
     if exp is not None and speedup is not None and exp.verified:
         tier, value = 0, speedup
@@ -459,7 +455,7 @@ def settle_severity(finding: Finding) -> Finding:
     one measured without a verified gain at most [medium], a verified gain by its size (a CPU bf16
     win the rule capped at [medium] is [high] when it measures 1.5x)."""
     exp = finding.experiment
-    speedup = _finite(exp.speedup) if exp is not None else None
+    speedup = finite(exp.speedup) if exp is not None else None
     if exp is None or speedup is None:
         return finding
     if exp.verified:
@@ -492,7 +488,3 @@ def findings_of(report: _Reported) -> list[Finding]:
     the model, never the other way), ranked."""
     return rank(list(report.findings))
 
-
-def finite(x: Any) -> float | None:
-    """`x` as a float when it is a finite number (not a bool), else None."""
-    return _finite(x)

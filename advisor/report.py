@@ -21,25 +21,15 @@ from msgspec import Meta
 
 from . import __version__
 from .run_dir.atomic import write_json_atomic
-from .run_dir.interrupt import exit_code
-from .run_dir.seen import Env, Observed
 from .model import Finding, Recommendation
-from .report_blocks import (  # noqa: F401 - the blocks, importable from here as before
-    STATUSES, Artifacts, Block, Breakdown, Energy, Experiments, Fingerprint, HtaBreakdown, HtaRank, HtaStep, Memory, Mfu, Num,
-    Number, Published, Rank, Screened, Status, Step, Tensors, Throughput, Tool, Utilization, _readable)
+from .report_blocks import (STATUSES, Artifacts, Block, Breakdown, Energy, Experiments, Fingerprint, HtaBreakdown, Memory,
+                            Mfu, Num, Published, Rank, Status, Step, Throughput, Tool, Utilization)
+from .run_dir.seen import Env, Observed
 
-if TYPE_CHECKING:  # the CLI imports this module for its exit codes: no pandas at import time
+if TYPE_CHECKING:  # the CLI imports this module (load_report): no pandas at import time
     from .profile import Profile
 
 SCHEMA_VERSION = 1
-# The exit codes of the CLI contract (docs/reference/exit-codes.md), beside the statuses they follow from.
-EXIT_OK, EXIT_SCRIPT, EXIT_USAGE, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_INCONCLUSIVE = 4  # a gate that could not tell: the threshold still inside its interval, or below the noise floor
-EXIT_HANGUP, EXIT_TERMINATED = 129, 143  # 128 + the signal, as a shell reports a process it ended
-STATUS_EXIT = {"ok": EXIT_OK, "failed": EXIT_SCRIPT, "timeout": EXIT_SCRIPT, "no-steps": EXIT_SCRIPT,
-               "interrupted": EXIT_INTERRUPTED}
-# An interrupted run exits with its signal's code: Ctrl-C 130, a closed terminal 129, SIGTERM 143.
-signal_exit = exit_code
 
 
 def now_iso() -> str:

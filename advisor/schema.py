@@ -26,9 +26,10 @@ from typing import Annotated, Literal, Optional, TypedDict, TypeVar, get_args, g
 import msgspec
 from msgspec import Meta
 
-from .report import SCHEMA_VERSION, Block, Num, Published, Report, Status
+from .report import SCHEMA_VERSION, Report
+from .report_blocks import Block, Num, Published, Status
 
-COMPARE_SCHEMA_VERSION = 1  # advisor.gate.compare's (a stage: the core cannot import it; a test checks they agree)
+COMPARE_SCHEMA_VERSION = 1  # compare.json's, which advisor.gate.compare writes: fields only added within a version, as report.json's
 
 
 # --- compare.json ------------------------------------------------------------------------------

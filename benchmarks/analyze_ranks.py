@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from analyze_speed import largest_trace, uncompressed_size  # noqa: E402
-from analyze_whole import HTA_SCRIPT, advise_cmd, make_ranks, run, tree_rss  # noqa: E402
+from analyze_speed import largest_trace, uncompressed_size
+from analyze_whole import HTA_SCRIPT, advise_cmd, make_ranks, run, tree_rss
 
 
 

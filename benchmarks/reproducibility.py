@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "truth"))
 
-from fetch import prepare_base  # noqa: E402
-from run import BY_NAME, REPO, cached_hand, default_threads, match, measure_case, read_advise, run_advise  # noqa: E402
+from fetch import prepare_base
+from run import BY_NAME, REPO, cached_hand, default_threads, match, measure_case, read_advise, run_advise
 
 DEFAULT_CASES = "loader-starved,wlm-lstm,nanogpt-char,mingpt-adder"
 NEAR_BEST = 0.90  # the recommended value's by-hand speedup at least this share of the best by-hand value's

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from advisor.probe.sampler import Sampler  # noqa: E402
+from advisor.probe.sampler import Sampler
 
 CHILD = "import time, torch\nx = torch.randn(512, 512)\nend = time.monotonic() + {s}\nwhile time.monotonic() < end:\n    x @ x\n"
 TICK_MS, STOP_S = 50.0, 0.5

@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "truth"))
 
-from fetch import prepare_base  # noqa: E402
-from run import BY_NAME, REPO, family, read_advise, run_advise  # noqa: E402
+from fetch import prepare_base
+from run import BY_NAME, REPO, family, read_advise, run_advise
 
 DEFAULT_CASES = "wlm-lstm,nanogpt-char,mingpt-adder,rl-reinforce,loader-starved"
 GOAL = 2.5

@@ -355,7 +355,7 @@ def test_apply_run_from_another_folder_writes_where_the_run_was_profiled(tmp_pat
 
 def test_a_run_dir_without_a_report_or_recommendation_is_one_line_and_exit_2(tmp_path):
     missing = advise_apply(str(tmp_path / "nowhere"), cwd=tmp_path)
-    assert (missing.returncode, missing.stderr) == (2, f"advise: error: {tmp_path / 'nowhere'}: no such run dir\n")
+    assert (missing.returncode, missing.stderr) == (2, f"advise: error: {tmp_path / 'nowhere'}: no such run dir or report.json\n")
     (tmp_path / "empty").mkdir()
     empty = advise_apply("empty", cwd=tmp_path)
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "Traceback" not in empty.stderr

@@ -266,7 +266,7 @@ def test_unusable_inputs_are_one_line_errors(tmp_path):
     good = write(tmp_path, "good.json", make_report(noisy()))
     (tmp_path / "junk.json").write_text("{not json")
     cases = {
-        str(tmp_path / "missing.json"): "no such file",
+        str(tmp_path / "missing.json"): "no such run dir or report.json",
         str(tmp_path / "junk.json"): "not a report.json",
         write(tmp_path, "failed.json", make_report(noisy(), status="failed")): "status is 'failed'",
         write(tmp_path, "empty.json", make_report([])): "no measured steps",
@@ -386,5 +386,5 @@ def test_profile_with_a_bad_baseline_fails_before_running(tmp_path):
     script.write_text("raise SystemExit('must not run')\n")
     result = CliRunner().invoke(main, ["profile", "--baseline", str(tmp_path / "none.json"),
                                        "--out", str(tmp_path / "run"), str(script)])
-    assert result.exit_code == 2 and "baseline" in result.stderr and "no such file" in result.stderr
+    assert result.exit_code == 2 and "baseline" in result.stderr and "no such run dir or report.json" in result.stderr
     assert not (tmp_path / "run").exists()

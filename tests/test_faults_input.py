@@ -483,7 +483,7 @@ def test_the_old_form_with_advise_options_after_the_script_says_how_to_write_it(
     (["profile", "--bogus", "{script}"], "advise: error: No such option '--bogus'"),
     (["profile", "--select", "XX9", "{script}"], "advise: error: --select: unknown rule, code or prefix 'XX9' "
                                                  "(see `advise rules`)"),
-    (["compare", "missing.json", "{trace}"], "advise: error: baseline: missing.json: no such file"),
+    (["compare", "missing.json", "{trace}"], "advise: error: baseline: missing.json: no such run dir or report.json"),
     (["analyze", "{text}"], "advise: error: {text}: not valid JSON"),
     (["profile", "--timeout", "nan", "{script}"], "advise: error: Invalid value for '--timeout': 'nan' is not a number."),
     (["profile", "--time-budget", "nan", "{script}"],

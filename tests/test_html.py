@@ -22,6 +22,7 @@ import pytest
 from conftest import FAST, WORKLOADS, advise_cmd
 
 from advisor.reports import format as fmt
+from advisor import units
 from advisor.model import Finding
 from advisor.profile import Profile
 from advisor.report import Report
@@ -458,12 +459,12 @@ def _report_figures(report: dict) -> tuple[set[str], set[str]]:
 
     def rate(x):
         if isinstance(x, (int, float)):
-            rates.add(fmt.rate(x, "samples/s"))
+            rates.add(units.rate(x, "samples/s"))
 
     def ratio(*xs):
         for x in xs:
             if isinstance(x, (int, float)):
-                speedups.add(fmt.speedup(x))
+                speedups.add(units.speedup(x))
 
     rate((report.get("throughput") or {}).get("samples_per_s"))
     measured = [f["experiment"] for f in report["findings"] if f.get("experiment")]
@@ -488,15 +489,15 @@ def test_every_figure_on_a_real_page_matches_report_json(measured_run):
     profiled = sum(1 for s in steps if s["profiled"])
     assert profiled == 3  # --profile-steps 3: exactly three, marked so
     # headline numbers
-    assert f"throughput {fmt.rate(tp['samples_per_s'], 'samples/s')} over {tp['n_steps']} steps outside the profiler" in text
-    assert f"{fmt.time_s(tp['step_time_median_s'])} median p90 {fmt.time_s(tp['step_time_p90_s'])}" in text
+    assert f"throughput {units.rate(tp['samples_per_s'], 'samples/s')} over {tp['n_steps']} steps outside the profiler" in text
+    assert f"{units.time_s(tp['step_time_median_s'])} median p90 {units.time_s(tp['step_time_p90_s'])}" in text
     assert f"steps {len(steps)} measured" in text and f"({profiled} under the profiler" in text
     assert f"over {profiled} profiled steps" in text  # the top-ops caption rests on the same steps
     bd = report["breakdown"]
-    assert f"data wait {fmt.frac(bd['data_wait_frac'])}" in text
+    assert f"data wait {units.frac(bd['data_wait_frac'])}" in text
     mem = report["memory"]
     assert mem["basis"] in ("pss", "rss")
-    assert f"peak memory {fmt.bytes_(mem['peak_' + mem['basis'] + '_bytes'])}" in text
+    assert f"peak memory {units.bytes_(mem['peak_' + mem['basis'] + '_bytes'])}" in text
     # the findings and what was measured
     for f in report["findings"]:
         assert f"{f['code']} " in text and f["title"] in text
@@ -507,9 +508,9 @@ def test_every_figure_on_a_real_page_matches_report_json(measured_run):
     rec = report["recommended"]
     assert ("Recommended configuration" in html) == (rec is not None)
     if rec is not None:
-        assert f"{fmt.rate(rec['baseline']['samples_per_s'], 'samples/s')} → {fmt.rate(rec['candidate']['samples_per_s'], 'samples/s')}" in text
+        assert f"{units.rate(rec['baseline']['samples_per_s'], 'samples/s')} → {units.rate(rec['candidate']['samples_per_s'], 'samples/s')}" in text
     # the footer: the whole run, and its parts
-    assert f"took {fmt.time_s(report['total_wall_s'])} in all (the profiled run {fmt.time_s(report['wall_s'])}" in text
+    assert f"took {units.time_s(report['total_wall_s'])} in all (the profiled run {units.time_s(report['wall_s'])}" in text
     # and the other way round: no throughput or speedup on the page that report.json does not hold
     rates, speedups = _report_figures(report)
     on_page_rates = set(re.findall(r"\d[\d,]*\.\d samples/s|\d[\d,]{4,} samples/s", text))
@@ -519,7 +520,7 @@ def test_every_figure_on_a_real_page_matches_report_json(measured_run):
     assert on_page_speedups <= speedups, on_page_speedups - speedups
     # the terminal said the same
     out = measured_run.proc.stdout
-    assert fmt.rate(tp["samples_per_s"], "samples/s") in out and f"{len(steps)} measured" in out
+    assert units.rate(tp["samples_per_s"], "samples/s") in out and f"{len(steps)} measured" in out
 
 
 def test_advise_report_on_a_dir_without_a_report_is_a_usage_error(tmp_path):

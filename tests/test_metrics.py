@@ -184,7 +184,8 @@ def test_the_published_energy_sources_are_the_ones_metrics_names():
 
 
 def test_a_gpu_runs_terminal_names_its_step_clock_and_energy():
-    from advisor.report import Energy, Report
+    from advisor.report import Report
+    from advisor.report_blocks import Energy
     from advisor.reports import words
 
     steps = [{"index": i, "duration_s": 0.0618, "host_s": 0.0131, "clock": "device"} for i in range(5)]

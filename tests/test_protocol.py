@@ -141,7 +141,7 @@ def test_the_parent_watches_rank_0_whichever_rank_the_script_started_first(tmp_p
 def test_one_list_of_step_columns_from_the_clock_to_the_report():
     """The clock writes StepTimes; steps.csv keeps STEP_COLUMNS, made of them; the report's Step
     shows a subset of those (and the loss, read after the window)."""
-    from advisor.report import Step
+    from advisor.report_blocks import Step
     from advisor.run_dir.protocol import STEP_COLUMNS, StepTimes
 
     assert set(StepTimes.__struct_fields__) <= set(STEP_COLUMNS)

@@ -13,8 +13,9 @@ from rich.console import Console
 from advisor import schema
 from advisor.profile import Profile
 from advisor.model import Finding, Recommendation
-from advisor.report import (STATUSES, Breakdown, Experiments, HtaBreakdown, HtaRank, HtaStep, Memory, Mfu, Rank, Report,
-                            ReportError, Step, Throughput, Tool, as_json, build_report, load_report, now_iso, write_report)
+from advisor.report import Report, ReportError, as_json, build_report, load_report, now_iso, write_report
+from advisor.report_blocks import (STATUSES, Breakdown, Experiments, HtaBreakdown, HtaRank, HtaStep, Memory, Mfu, Rank, Step,
+                                   Throughput, Tool)
 from advisor.reports import terminal
 from advisor.reports.page import build_page
 

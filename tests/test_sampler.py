@@ -54,13 +54,15 @@ CHILD = textwrap.dedent(
 def _nvml_gpu_count() -> int:
     try:
         import pynvml
-
+    except ImportError:
+        return 0
+    try:
         pynvml.nvmlInit()
-    except Exception:
+    except pynvml.NVMLError:
         return 0
     try:
         return pynvml.nvmlDeviceGetCount()
-    except Exception:
+    except pynvml.NVMLError:
         return 0
     finally:
         pynvml.nvmlShutdown()

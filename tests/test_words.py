@@ -11,7 +11,8 @@ from rich.console import Console
 
 from advisor.model import Experiment, Finding, Fix, Recommendation, Severity, Verdict
 from advisor.profile import Profile
-from advisor.report import Memory, Mfu, Report, Throughput
+from advisor.report import Report
+from advisor.report_blocks import Memory, Mfu, Throughput
 from advisor.reports import terminal, words
 from advisor.reports.markdown import render_markdown
 from advisor.reports.page import build_page

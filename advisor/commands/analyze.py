@@ -23,6 +23,7 @@ from advisor.reports import terminal
 
 from .. import report as report_mod
 from .cli_exit import DISK_ERRNOS, fail
+from ..exit_codes import EXIT_OK
 from .outputs import diagnose, emit, say_html, write_renderings
 from ..profile import Profile
 from ..job.rank_summary import summarize, to_profile
@@ -172,4 +173,4 @@ def _analyze(profile: Profile, script: str, artifacts: dict, *, as_json: bool, o
     if not quiet:
         emit(report, as_json, str(out) if out else None)
         say_html(html_path, con, as_json)
-    return 0
+    return EXIT_OK

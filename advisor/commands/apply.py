@@ -19,10 +19,12 @@ from .. import apply
 from ..model import Recommendation, findings_of
 from ..report import Report, ReportError, load_report
 from ..reports import format as fmt
-from ..run_dir import layout
+from .. import units
 from ..run_dir.atomic import write_text_atomic
+from ..run_dir.layout import NoRunDir, names, report_json
 from ..run_dir.seen import Sources
-from .cli_exit import EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT, fail
+from .cli_exit import fail
+from ..exit_codes import EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT
 
 if TYPE_CHECKING:
     from ..apply.check import Checked
@@ -33,9 +35,10 @@ MIN_CHECK_STEPS = 20  # --check's runs measure at least this many steps: a loade
 def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, rounds: int, steps: int | None,
               warmup: int | None) -> int:
     """`advise apply RUN_DIR`: the exit code (0 written or printed, 3 a check that did not hold; 2 and 1 via fail())."""
-    if not run_dir.exists():
-        fail(f"{run_dir}: no such run dir")
-    report_path = run_dir / "report.json" if run_dir.is_dir() else run_dir
+    try:
+        report_path = report_json(run_dir)
+    except NoRunDir as exc:
+        fail(str(exc))
     run_dir = report_path.parent
     try:
         report = load_report(report_path)
@@ -45,7 +48,7 @@ def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, ro
     if rec is None or not rec.overrides:
         fail(f"{report_path}: no recommended configuration to apply (no automatic fix was measured faster)")
     expected = {os.path.realpath(Path(rec.patch.root) / f.path): f.sha256 for f in rec.patch.files} if rec.patch else {}
-    sources = Sources.load(run_dir / layout.names().sources)
+    sources = Sources.load(run_dir / names().sources)
     # where the profiled run's patch started (the script's checkout then): the script's relative
     # path is found there, and the patch's paths start there, wherever `advise apply` runs from
     made_at = Path(rec.patch.root) if rec.patch and rec.patch.root and Path(rec.patch.root).is_dir() else None
@@ -93,7 +96,7 @@ def _check(patched, rec: Recommendation, report: Report, sites, run_dir: Path, r
     def progress(side: str, index: int, round_report) -> None:
         label = "patched" if side == "candidate" else "unpatched"
         click.echo(f"advise: check round {index} {label}: median step "
-                   f"{fmt.time_s(round_report.throughput.step_time_median_s)}", err=True)
+                   f"{units.time_s(round_report.throughput.step_time_median_s)}", err=True)
 
     try:
         checked = checking.run(patched, rec, script=str(report.script or ""), argv=list(report.argv),
@@ -113,10 +116,10 @@ def _check(patched, rec: Recommendation, report: Report, sites, run_dir: Path, r
 def verdict(checked: Checked) -> str:
     """``applied: 3.40× faster in fresh runs (95% CI 3.21–3.60×, 3 pairs of runs; arm: 3.66×, 95% CI
     3.51–3.84×): held``."""
-    fresh = f"95% CI {fmt.interval(checked.ci_low, checked.ci_high)}, {checked.rounds} pairs of runs"
-    arm = f"arm{' of ' + checked.arm_of if checked.arm_of else ''}: {fmt.speedup(checked.arm)}" if checked.arm is not None \
+    fresh = f"{fmt.interval(checked.ci_low, checked.ci_high, ci=True)}, {checked.rounds} pairs of runs"
+    arm = f"arm{' of ' + checked.arm_of if checked.arm_of else ''}: {units.speedup(checked.arm)}" if checked.arm is not None \
         else "arm: not measured"
     if checked.arm_low is not None:
-        arm += f", 95% CI {fmt.interval(checked.arm_low, checked.arm_high)}"
+        arm += f", {fmt.interval(checked.arm_low, checked.arm_high, ci=True)}"
     return (f"applied: {fmt.speedup_words(checked.speedup)} in fresh runs ({fresh}; {arm}): "
             + ("held" if checked.held else "did not hold"))

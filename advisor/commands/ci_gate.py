@@ -20,9 +20,11 @@ from advisor.reports.renderers import (AB_JSON, AB_PAGE, AB_RENDERERS, COMPARE_R
 from ..gate import ab, compare, opdiff
 from ..analysis import steptime
 from ..run_dir.atomic import write_json_atomic
-from .cli_exit import EXIT_SCRIPT, EXIT_USAGE, fail
+from ..run_dir.layout import COMPARE_JSON, report_json
+from .cli_exit import fail
+from ..exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT, EXIT_USAGE
 from .outputs import append_step_summary, render_report
-from ..report import EXIT_INTERRUPTED, EXIT_OK, Report
+from ..report import Report
 from ..profile import Profile
 from ..trace import TraceError
 
@@ -143,10 +145,7 @@ def run_compare(baseline: str, current: str, *, max_regression: float = compare.
 
 def _slower_ops(baseline: str, base: Report, current: str, cur: Report) -> list[dict] | None:
     """The slower ops between two run dirs' traces, None when either has none."""
-    def folder(path: str) -> Path:
-        return Path(path) if Path(path).is_dir() else Path(path).parent
-
-    ta, tb = opdiff.run_dir_trace(folder(baseline), base), opdiff.run_dir_trace(folder(current), cur)
+    ta, tb = opdiff.run_dir_trace(report_json(baseline).parent, base), opdiff.run_dir_trace(report_json(current).parent, cur)
     return [r.to_dict() for r in opdiff.slower_ops([ta], [tb])] if ta is not None and tb is not None else None
 
 
@@ -168,7 +167,7 @@ def compare_after_profile(baseline: Report, baseline_path: str, current: Report,
     except compare.CompareError as exc:
         fail(str(exc), EXIT_USAGE)
     try:
-        write_json_atomic(run_dir / "compare.json", result.to_dict())
+        write_json_atomic(run_dir / COMPARE_JSON, result.to_dict())
     except OSError:
         pass
     click.echo("", err=as_json)

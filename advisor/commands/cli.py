@@ -22,9 +22,11 @@ from .. import __version__
 
 from .cli_exit import OneLineError, fail, run_dir_errors
 from ..analysis.memory import parse_size
+from ..exit_codes import EXIT_OK, signal_exit
 from ..report import ReportError, load_report
 from ..reports.renderers import AB_RENDERERS, COMPARE_RENDERERS, REPORT_RENDERERS, TRACE_DIFF_RENDERERS
 from ..run_dir import interrupt
+from ..run_dir.layout import NoRunDir, report_json
 
 
 def _rule_options(command):
@@ -82,7 +84,7 @@ class _Interrupted(click.ClickException):
     def __init__(self, exc: KeyboardInterrupt):
         signum = getattr(exc, "signum", None)
         super().__init__(f"interrupted ({interrupt.describe(signum)})")
-        self.exit_code = interrupt.exit_code(signum)  # type: ignore[misc]  # click types it a ClassVar; this one is the signal's
+        self.exit_code = signal_exit(signum)  # type: ignore[misc]  # click types it a ClassVar; this one is the signal's
 
     def show(self, file=None) -> None:
         click.echo(f"advise: {self.format_message()}", err=True)
@@ -332,7 +334,10 @@ def report_command(run_dir, fmt):
     """Re-render RUN_DIR's report (its report.json) without re-running anything."""
     from .outputs import RenderError, render_report, saved_report
 
-    path = Path(run_dir) / "report.json" if Path(run_dir).is_dir() else Path(run_dir)
+    try:
+        path = report_json(run_dir)
+    except NoRunDir as exc:
+        fail(str(exc))
     if Path(run_dir).is_dir() and not path.exists():
         _report_from_traces(Path(run_dir))
     try:
@@ -353,7 +358,7 @@ def report_command(run_dir, fmt):
         fail(f"cannot write the report into {path.parent}: {exc.strerror or exc}")
     if written is not None:
         click.echo(written)
-    sys.exit(0)
+    sys.exit(EXIT_OK)
 
 
 def _report_from_traces(run_dir: Path) -> None:

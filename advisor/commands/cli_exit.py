@@ -1,4 +1,4 @@
-"""The one-line error exit shared by every command (the exit codes live with the report contract)."""
+"""The one-line error exit shared by every command (the exit codes: :mod:`advisor.exit_codes`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Iterator, NoReturn
 
 import click
 
+from ..exit_codes import EXIT_USAGE
 from ..run_dir.atomic import NotAFile
-from ..report import EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION, EXIT_SCRIPT, EXIT_USAGE, STATUS_EXIT  # noqa: F401
 from ..run_dir.layout import remove_scratch
 
 # Errors that say the place is unusable (full, read-only, forbidden), not that advise failed.

@@ -10,7 +10,8 @@ the command collects it (:mod:`advisor.commands.analyze`).
 import os
 import sys
 
-from ..run_dir.interrupt import describe, exit_code, install_at_launch
+from ..exit_codes import signal_exit
+from ..run_dir.interrupt import describe, install_at_launch
 
 
 def main() -> None:
@@ -29,7 +30,7 @@ def main() -> None:
     except KeyboardInterrupt as exc:  # before click runs (its commands turn it into the same line)
         signum = getattr(exc, "signum", None)
         sys.stderr.write(f"advise: interrupted ({describe(signum)})\n")
-        sys.exit(exit_code(signum))
+        sys.exit(signal_exit(signum))
 
 
 ANALYZE_VALUED = ("--out", "--select", "--ignore", "--config")  # `advise analyze`'s options that take a value

@@ -126,7 +126,7 @@ def measure_fixes(session, run, profile: Profile, merged: dict | None, link: Job
             results = _combine(results, fresh_results)
         except KeyboardInterrupt:
             rule_warnings.append("experiments interrupted (Ctrl-C): findings are unmeasured estimates")
-        except Exception as exc:  # the diagnosis is still worth writing
+        except Exception as exc:  # noqa: BLE001 - the experiments run the user's script: anything; the diagnosis still stands
             rule_warnings.append(f"experiments failed: {type(exc).__name__}: {exc}")
     if merged is not None:
         job_report.settle_disagreements(results, merged["disagree"], rule_warnings)

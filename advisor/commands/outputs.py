@@ -60,7 +60,7 @@ def render_report(document, renderer: Renderer, output: str | Path = "-", *, err
 def _rendered(document, renderer: Renderer) -> str:
     try:
         return renderer.render(document)
-    except Exception as exc:  # noqa: BLE001 - any renderer's failure is one line, never a traceback
+    except Exception as exc:  # any renderer's failure is one line (RenderError), never a traceback
         raise RenderError(renderer, exc) from exc
 
 
@@ -99,7 +99,7 @@ def write_renderings(report, out: Path | None, profile: Profile | None, con, sum
             path = render_report(document, PAGE, page_path(report, out))
         if summary:
             append_step_summary(document, MARKDOWN)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # a rendering's failure, whatever it is, is a warning (re-raised only for a full run dir)
         if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS and _inside(exc.filename, out):
             raise  # the run dir itself is full or read-only: exit 2 (cli.run_dir_errors)
         error = exc.error if isinstance(exc, RenderError) else exc

@@ -25,7 +25,8 @@ from ..analysis import metrics, steptime
 from ..run_dir import layout
 from ..run_dir.atomic import NotAFile, check_writable
 from ..run_dir.chatter import strip_log, without_chatter
-from .cli_exit import DISK_ERRNOS, STATUS_EXIT, fail, writing_error
+from .cli_exit import DISK_ERRNOS, fail, writing_error
+from ..exit_codes import STATUS_EXIT, signal_exit
 from ..run_dir.interrupt import StopRequest, deferred, describe
 from ..profile import Profile
 from ..job.rank import detect as detect_job, rank_suffix
@@ -125,7 +126,7 @@ def _finish_rank(run, config: ProbeConfig, link: JobLink, out: Path, lock: layou
     if status == "failed" and run.probe.traceback:
         click.echo(run.probe.traceback.rstrip(), err=True)
     signum = stop.signum or run.signal
-    return report_mod.signal_exit(signum) if signum else STATUS_EXIT[status]
+    return signal_exit(signum) if signum else STATUS_EXIT[status]
 
 
 def profile_script(**options) -> int:
@@ -196,7 +197,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         link.channel.close()
     report, status, signum = _deliver(report, measured, out, con, as_json, stop)
     if signum:
-        return report_mod.signal_exit(signum)
+        return signal_exit(signum)
     if baseline_report is not None and baseline is not None and status == "ok":
         return ci_gate.compare_after_profile(baseline_report, baseline, report, str(out / measured.run.files.report_json),
                                              out, max_regression=max_regression, as_json=as_json)

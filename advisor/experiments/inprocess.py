@@ -94,7 +94,7 @@ class ArmsSession:
                 self.time_budget_s = self.budget_from() or self.time_budget_s
         try:
             windows = self._plan(round_no, lines)
-        except Exception as exc:  # noqa: BLE001  a planning bug must end the child, not hang it
+        except Exception as exc:  # noqa: BLE001 - a planning bug must end the child, not hang it
             self.notes.append(f"in-process experiments stopped: {type(exc).__name__}: {exc}")
             windows = []
         self._windows = windows

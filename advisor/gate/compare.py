@@ -51,15 +51,16 @@ import pandas as pd
 from . import fingerprint
 from ..analysis import metrics, stats, steptime
 from ..model import Finding
-from ..report import (EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, SCHEMA_VERSION, Report, ReportContentError,
-                      ReportError, load_report)
+from ..exit_codes import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION
+from ..report import SCHEMA_VERSION, Report, ReportContentError, ReportError, load_report
+from ..run_dir.layout import NoRunDir, report_json
+from ..schema import COMPARE_SCHEMA_VERSION
 
 DEFAULT_MAX_REGRESSION = 0.10
 DEFAULT_MAX_MEMORY_REGRESSION = 0.20
 DEFAULT_ALPHA = 0.01
 MEMORY_FLOOR_BYTES = 64 * 2**20
 CI_LEVEL = 0.95
-COMPARE_SCHEMA_VERSION = 1  # compare.json: fields only added within a version, as report.json's
 
 # Verdicts of one metric row.
 REGRESSION, IMPROVEMENT, OK, NOT_SIGNIFICANT, REPORTED, NA, INCONCLUSIVE = (
@@ -199,9 +200,10 @@ def load(path: str | Path, role: str, *, force: bool = False) -> tuple[Report, l
     Raises CompareError (one line) otherwise. With `force`, a report of another schema version
     is read anyway, with a warning.
     """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "report.json"
+    try:
+        path = report_json(path)
+    except NoRunDir as exc:
+        raise CompareError(f"{role}: {exc}") from None
     warnings: list[str] = []
     try:  # read once: another schema version only with --force
         report = load_report(path, any_version=force)

@@ -94,12 +94,12 @@ def gpu(index: int = 0) -> dict:
         grab("gpu_app_sm_clock_mhz", lambda: pynvml.nvmlDeviceGetApplicationsClock(handle, pynvml.NVML_CLOCK_SM))
         grab("gpu_app_mem_clock_mhz", lambda: pynvml.nvmlDeviceGetApplicationsClock(handle, pynvml.NVML_CLOCK_MEM))
         grab("gpu_power_limit_w", lambda: pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - pynvml's or a driver's failure, of any kind: the fingerprint goes without the GPU's fields
         pass
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a driver that fails to let go leaves nothing to report or fix
             pass
     return out
 

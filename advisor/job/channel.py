@@ -117,7 +117,7 @@ class StoreChannel:
             self._connect().set(self.prefix + key, json.dumps(value))
         except ChannelError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - RuntimeError / DistStoreError / OSError, by torch version
             raise ChannelError(f"cannot write {key} to {self.where}: {exc}") from None
 
     def get(self, key: str) -> dict | None:
@@ -127,7 +127,7 @@ class StoreChannel:
             if not store.check([self.prefix + key]):
                 return None
             return json.loads(store.get(self.prefix + key))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - RuntimeError / DistStoreError / OSError, by torch version
             raise ChannelError(f"cannot read {key} from {self.where}: {exc}") from None
 
     def close(self) -> None:

@@ -195,7 +195,7 @@ class Arms:
         self._read_peak()
         try:
             self._switch_off()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - torch refuses a setting back in any way: the arm's failure
             self._fail(exc)
         self._write_arm()
         if not self._advance():

@@ -27,6 +27,7 @@ import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 import advisor
+from advisor.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT, EXIT_USAGE
 
 from advisor.job.rank import rank_suffix
 from advisor.run_dir import layout
@@ -38,7 +39,8 @@ from .env import collect_env, memory_stats
 from .hooks import Observed, install
 from .memory import WindowPeak, account, persistent_bytes, rss_bytes, tensor_bytes
 from .module_call import compile_cache_in
-from .overrides import OverrideError, apply as apply_overrides
+from advisor.overrides import OverrideError
+from .overrides import apply as apply_overrides
 from advisor.run_dir.protocol import ChildAccount, ChildConfig, Phase, read_config, write_account
 from advisor.run_dir.seen import MemoryAccount
 from .sources import SourceCapture
@@ -151,7 +153,7 @@ class ProfilerWindow:
             self.exported = True
         except TraceLost as exc:
             self.error, self.errno = str(exc), exc.errno
-        except Exception as exc:  # the run's timing is still worth reporting
+        except Exception as exc:  # noqa: BLE001 - torch's profiler may raise anything; the timing still counts
             self.error = f"{type(exc).__name__}: {exc}"
             self.errno = getattr(exc, "errno", None)
 
@@ -259,7 +261,7 @@ class ChildProbe:
         except OverrideError as exc:
             write_account(self.out / self.names.probe_json, ChildAccount(status="failed", error=str(exc)))
             print(f"advise: {exc}", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         if self.config.arms:
             self.arms = Arms(self.out, self.names, self.sink, self.config.plan_timeout_s,
                              self._window_done, self.observed,
@@ -287,7 +289,7 @@ class ChildProbe:
         """The user's code, run to its end or the window's: how it ended, and the exit code."""
         arms = self.arms
         result = ChildAccount(status="finished")
-        code = 0
+        code = EXIT_OK
         try:
             self.target()
             if arms is not None and arms.started:
@@ -299,11 +301,11 @@ class ChildProbe:
                 arms.script_ended()
             if exc.code not in (None, 0):
                 result.status, result.error = "failed", f"the script exited with status {exc.code}"
-                code = 1
+                code = EXIT_SCRIPT
         except KeyboardInterrupt:
             result.status = "interrupted"
-            code = 130
-        except BaseException as exc:
+            code = EXIT_INTERRUPTED
+        except BaseException as exc:  # noqa: BLE001 - the user's script may raise anything: reported as theirs, or as the arm's
             if arms is not None and arms.started:
                 # After the window, under an arm's settings (an OOM, a compile error): the window's
                 # measurements stand, the arm's line says what broke, and the run ends as done.
@@ -318,7 +320,7 @@ class ChildProbe:
                 sys.stderr.write(tb)
                 last = traceback.format_exception_only(type(exc), exc)[-1].strip()
                 result.status, result.error, result.traceback = "failed", last, tb
-                code = 1
+                code = EXIT_SCRIPT
         finally:
             if result.status == "failed":
                 self._account_first(result)  # the script's error is on disk before anything below touches the device

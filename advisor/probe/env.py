@@ -76,14 +76,14 @@ def _physical_cores() -> int | None:
     """Cores without their SMT siblings: intra-op threads beyond them share execution units."""
     try:
         return psutil.cpu_count(logical=False)
-    except Exception:
+    except (OSError, RuntimeError, psutil.Error):  # a /sys or /proc this container hides
         return None
 
 
 def _total_ram() -> int | None:
     try:
         return int(psutil.virtual_memory().total)
-    except Exception:
+    except (OSError, RuntimeError, psutil.Error):  # a /proc/meminfo this container hides or changed
         return None
 
 
@@ -91,7 +91,7 @@ def _cpu_has_fast_bf16() -> bool:
     """True when the CPU has native bf16 matmul (AVX512-BF16 / AMX); only then can autocast pay off."""
     try:
         caps = torch.backends.cpu.get_cpu_capability()
-    except Exception:
+    except (AttributeError, RuntimeError):  # a torch without it (before 2.0)
         return False
     if sys.platform != "linux":
         return False

@@ -124,7 +124,7 @@ def _sequence_first(model: torch.nn.Module) -> bool:
     (``batch_first=False``, PyTorch's default for them): its input's batch is its second dimension."""
     try:
         layers = [m for m in model.modules() if isinstance(m, _SEQUENCE_FIRST)]
-    except Exception:
+    except Exception:  # noqa: BLE001 - the user's model (its own modules()) may raise anything; the probe must not end the run
         return False
     return bool(layers) and not any(_batch_first(m) for m in layers)
 
@@ -195,7 +195,7 @@ def _describe_loader(loader: Any) -> seen.LoaderSeen:
     dataset = getattr(loader, "dataset", None)
     try:
         n = len(dataset)  # type: ignore[arg-type]
-    except Exception:
+    except Exception:  # noqa: BLE001 - the user's dataset's __len__ may raise anything (or be absent: TypeError)
         n = None
     kind = loader_kind(loader)
     return seen.LoaderSeen(

@@ -113,7 +113,7 @@ class WindowPeak:
         try:
             prof.stop()
             peak = _allocator_peak(prof)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - torch's profiler may raise anything: the peak is unknown
             return
         if peak is not None:
             self.step_peak = max(self.step_peak or 0, peak)

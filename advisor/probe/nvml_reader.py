@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 try:  # nvidia-ml-py is a dependency, but a broken install must not kill CPU sampling.
     import pynvml
-except Exception as _exc:  # pragma: no cover - depends on the environment
+except Exception as _exc:  # noqa: BLE001 - a broken install may raise anything on import  # pragma: no cover
     pynvml = None
     _PYNVML_IMPORT_ERROR: str | None = f"{type(_exc).__name__}: {_exc}"
 else:
@@ -94,13 +94,13 @@ def nvml_snapshot(gpu_index: int | None = None) -> dict:
     index, index_note = _resolve_gpu_index(gpu_index)
     try:
         pynvml.nvmlInit()
-    except Exception as exc:
+    except pynvml.NVMLError as exc:
         return {"available": False, "reason": f"NVML unavailable: {_nvml_error_text(exc)}"}
     try:
         try:
             count = pynvml.nvmlDeviceGetCount()
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        except Exception as exc:
+        except pynvml.NVMLError as exc:
             return {
                 "available": False,
                 "reason": f"NVML has no GPU index {index}: {_nvml_error_text(exc)}",
@@ -111,7 +111,7 @@ def nvml_snapshot(gpu_index: int | None = None) -> dict:
         def grab(key: str, fn: Callable[[], Any]) -> None:
             try:
                 info[key] = fn()
-            except Exception as exc:
+            except (pynvml.NVMLError, AttributeError) as exc:  # AttributeError: a query an older nvidia-ml-py lacks
                 notes.append(f"{key}: {_nvml_error_text(exc)}")
 
         grab("name", lambda: _as_str(pynvml.nvmlDeviceGetName(handle)))
@@ -126,7 +126,7 @@ def nvml_snapshot(gpu_index: int | None = None) -> dict:
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:
+        except pynvml.NVMLError:
             pass  # init succeeded, so shutdown failing leaves nothing to report or fix
 
 
@@ -168,16 +168,16 @@ class GpuReader:
             self._note("cuda_visible_devices", index_note)
         try:
             pynvml.nvmlInit()
-        except Exception as exc:
+        except pynvml.NVMLError as exc:
             self._note("nvml", f"GPU not sampled: NVML unavailable ({_nvml_unavailable_why(exc)}); CPU and memory sampled")
             return
         try:
             self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        except Exception as exc:
+        except pynvml.NVMLError as exc:
             self._note("nvml", f"NVML GPU index {index} unavailable: {_nvml_error_text(exc)}")
             try:
                 pynvml.nvmlShutdown()
-            except Exception:
+            except pynvml.NVMLError:
                 pass  # already reporting the real problem above
             return
         self.gpu_index = index
@@ -190,7 +190,7 @@ class GpuReader:
         self.ok, self._handle = False, None
         try:
             pynvml.nvmlShutdown()
-        except Exception as exc:
+        except pynvml.NVMLError as exc:
             self._note("nvmlShutdown", f"nvmlShutdown failed: {_nvml_error_text(exc)}")
 
     def _query(self, name: str, fn: Callable[[], Any]) -> Any:
@@ -199,7 +199,7 @@ class GpuReader:
             return None
         try:
             return fn()
-        except Exception as exc:
+        except (pynvml.NVMLError, AttributeError) as exc:  # AttributeError: a query an older nvidia-ml-py lacks
             if _is_permanent_nvml_error(exc):
                 self._disabled_queries.add(name)
             self._note(f"nvml:{name}", f"NVML {name} not sampled: {_nvml_error_text(exc)}")

@@ -11,7 +11,7 @@ nothing as "not applied" instead of "no significant change".
 
 from __future__ import annotations
 
-from advisor.overrides import OverrideError, validate  # noqa: F401  (OverrideError: for the bootstrap)
+from advisor.overrides import validate
 from .switches import Switches
 
 

@@ -223,7 +223,7 @@ class Sampler:
             t0 = time.perf_counter()
             try:
                 keep_going = self._tick()
-            except Exception as exc:  # a bug must not kill sampling silently
+            except Exception as exc:  # noqa: BLE001 - a bug in a tick may be anything; it must not kill sampling silently
                 self._note(f"tick:{type(exc).__name__}", f"sampler tick failed: {type(exc).__name__}: {exc}")
                 keep_going = True
             with self._lock:

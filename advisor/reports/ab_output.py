@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from advisor.reports import format as fmt
+from advisor import units
 
 from . import slower_ops
 from .compare_output import HEADLINE, MD_MARK, VERDICT_STYLE, VERDICT_TEXT, inconclusive_line
@@ -23,8 +24,8 @@ HEAD = ("metric", "base", "candidate", "change", "95% CI", "p", "A/A floor", "ve
 
 def _row(m) -> list[str]:
     return [m.label, fmt.in_unit(m.base, m.unit), fmt.in_unit(m.current, m.unit), fmt.change(m.change, m.unit),
-            fmt.change_interval(m.ci, m.unit), fmt.p_value(m.p_value) if m.gated else fmt.DASH,
-            f"{m.floor:.1%}" if m.floor is not None else fmt.DASH]
+            fmt.change_interval(m.ci, m.unit), fmt.p_value(m.p_value) if m.gated else units.DASH,
+            f"{m.floor:.1%}" if m.floor is not None else units.DASH]
 
 
 def _rounds_line(result) -> str:

@@ -8,7 +8,8 @@ its words are the terminal's (:mod:`advisor.reports.words`), so the two never di
 
 from __future__ import annotations
 
-from advisor.model import Finding, estimated_speedup, findings_of, finite
+from advisor.model import Finding, estimated_speedup, findings_of
+from advisor.units import finite
 from advisor.report import Report
 
 from . import words

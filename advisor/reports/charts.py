@@ -16,7 +16,8 @@ from typing import Callable
 from dataclasses import dataclass, field
 
 from advisor.reports import format as fmt
-from advisor.report import Step
+from advisor import units
+from advisor.report_blocks import Step
 
 WIDTH = 960  # viewBox width of every chart; the SVG scales to the page
 LEFT, RIGHT = 64, 12  # room for y labels on the left
@@ -100,13 +101,9 @@ class Timeline:
 # --- helpers ---------------------------------------------------------------------------
 
 
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def nice_max(x: float) -> float:
     """The smallest 1, 2, 2.5, 5 x 10^k at or above `x` (axis tops that read well)."""
-    if not _finite(x) or x <= 0:
+    if units.finite(x) is None or x <= 0:
         return 1.0
     base = 10 ** math.floor(math.log10(x))
     for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
@@ -117,7 +114,7 @@ def nice_max(x: float) -> float:
 
 def nice_bytes_max(x: float) -> float:
     """`nice_max` in the binary unit the value is printed in (so an axis top reads 1.5 GiB, not 1.86 GiB)."""
-    if not _finite(x) or x <= 0:
+    if units.finite(x) is None or x <= 0:
         return 1.0
     unit = next((u for u in (2**30, 2**20, 2**10) if x >= u), 1)
     return nice_max(x / unit) * unit
@@ -148,7 +145,7 @@ def _r(x: float) -> float:
 
 def step_chart(steps: list[Step]) -> StepChart | None:
     """Bars for each measured step (data wait at the bottom, optimizer on top); profiled steps are marked."""
-    rows = [s for s in steps if s.duration_s is not None and _finite(s.duration_s) and s.duration_s >= 0]
+    rows = [s for s in steps if s.duration_s is not None and units.finite(s.duration_s) is not None and s.duration_s >= 0]
     if not rows:
         return None
     note = ""
@@ -164,13 +161,13 @@ def step_chart(steps: list[Step]) -> StepChart | None:
     bars: list[Rect] = []
     for i, r in enumerate(rows):
         dur = float(r.duration_s or 0.0)
-        data = min(dur, max(0.0, float(r.data_wait_s or 0.0) if _finite(r.data_wait_s) else 0.0))
-        opt = min(dur - data, max(0.0, float(r.optimizer_s or 0.0) if _finite(r.optimizer_s) else 0.0))
+        data = min(dur, max(0.0, units.finite(r.data_wait_s) or 0.0))
+        opt = min(dur - data, max(0.0, units.finite(r.optimizer_s) or 0.0))
         rest = max(0.0, dur - data - opt)
         x = LEFT + i * slot + (slot - bar_w) / 2
         prof = " profiled" if r.profiled else ""
-        tip = (f"step {i if r.index is None else r.index}{' (under the profiler)' if prof else ''}: {fmt.time_s(dur)}; "
-               f"data wait {fmt.time_s(data)}, forward/backward {fmt.time_s(rest)}, optimizer {fmt.time_s(opt)}")
+        tip = (f"step {i if r.index is None else r.index}{' (under the profiler)' if prof else ''}: {units.time_s(dur)}; "
+               f"data wait {units.time_s(data)}, forward/backward {units.time_s(rest)}, optimizer {units.time_s(opt)}")
         y = float(bottom)
         for part, cls in ((data, "data"), (rest, "compute"), (opt, "optimizer")):
             h = plot_h * part / y_max
@@ -200,7 +197,7 @@ class Series:
 
 def decimate(ts: list[float], ys: list[float], buckets: int = MAX_BUCKETS) -> list[tuple[float, float]]:
     """Keep the shape of a long series: the min and max of each time bucket, in time order."""
-    pts = [(t, y) for t, y in zip(ts, ys) if _finite(t) and _finite(y)]
+    pts = [(t, y) for t, y in zip(ts, ys) if units.finite(t) is not None and units.finite(y) is not None]
     if len(pts) <= 2 * buckets:
         return pts
     t0, t1 = pts[0][0], pts[-1][0]
@@ -232,24 +229,24 @@ def timeline(samples: dict[str, list[float]], series: list[Series], step_spans: 
     `step_spans` are the measured steps as (t_start, t_end, profiled) on the same clock.
     """
     ts = samples.get("t") or []
-    finite_t = [t for t in ts if _finite(t)]
+    finite_t = [t for t in ts if units.finite(t) is not None]
     if len(finite_t) < 2:
         return None
-    t0 = min(finite_t + [s[0] for s in step_spans if _finite(s[0])])
-    t1 = max(finite_t + [s[1] for s in step_spans if _finite(s[1])])
+    t0 = min(finite_t + [s[0] for s in step_spans if units.finite(s[0]) is not None])
+    t1 = max(finite_t + [s[1] for s in step_spans if units.finite(s[1]) is not None])
     span = max(t1 - t0, 1e-6)
     plot_w = WIDTH - LEFT - RIGHT
 
     def X(t: float) -> float:
         return _r(LEFT + plot_w * (t - t0) / span)
 
-    spans = [s for s in step_spans if _finite(s[0]) and _finite(s[1]) and s[1] >= s[0]]
+    spans = [s for s in step_spans if units.finite(s[0]) is not None and units.finite(s[1]) is not None and s[1] >= s[0]]
     window = (spans[0][0], spans[-1][1]) if spans else None
     panel_h, gap, y = 64.0, 26.0, 18.0
     panels: list[Panel] = []
     for s in series:
         ys = samples.get(s.column)
-        if not ys or not any(_finite(v) for v in ys):
+        if not ys or not any(units.finite(v) is not None for v in ys):
             continue
         pts = decimate(ts, ys)
         if not pts:
@@ -258,8 +255,8 @@ def timeline(samples: dict[str, list[float]], series: list[Series], step_spans: 
         top = s.top if s.top is not None else s.nice(max(vals))
         top = max(top, max(vals))
         # the summary is over the measured steps (as report.json's `utilization`), else over all
-        inside = [v for t, v in zip(ts, ys) if _finite(v) and window and window[0] <= t <= window[1]]
-        stat = inside or [v for v in ys if _finite(v)]
+        inside = [v for t, v in zip(ts, ys) if units.finite(v) is not None and window and window[0] <= t <= window[1]]
+        stat = inside or [v for v in ys if units.finite(v) is not None]
         where = "measured steps: " if inside else ""
         base = y + panel_h
         coords = [(X(t), _r(base - panel_h * max(0.0, v) / (top or 1))) for t, v in pts]
@@ -278,12 +275,12 @@ def timeline(samples: dict[str, list[float]], series: list[Series], step_spans: 
     if spans:
         if len(spans) > MAX_STEP_BANDS:
             lo, hi = spans[0][0], spans[-1][1]
-            bands.append(Rect(X(lo), 0, _r(max(0.5, X(hi) - X(lo))), 0, "band-a", f"{len(spans)} measured steps, {fmt.time_s(lo - t0)} to {fmt.time_s(hi - t0)}"))
+            bands.append(Rect(X(lo), 0, _r(max(0.5, X(hi) - X(lo))), 0, "band-a", f"{len(spans)} measured steps, {units.time_s(lo - t0)} to {units.time_s(hi - t0)}"))
             legend.append(("band-a", "measured steps"))
         else:
             for i, (a, b, prof) in enumerate(spans):
                 cls = "band-p" if prof else ("band-a" if i % 2 == 0 else "band-b")
-                tip = f"measured step {i}{' (profiled)' if prof else ''}: {fmt.time_s(a - t0)} to {fmt.time_s(b - t0)} ({fmt.time_s(b - a)})"
+                tip = f"measured step {i}{' (profiled)' if prof else ''}: {units.time_s(a - t0)} to {units.time_s(b - t0)} ({units.time_s(b - a)})"
                 bands.append(Rect(X(a), 0, _r(max(0.5, X(b) - X(a))), 0, cls, tip))
             legend.append(("band-a", "measured steps (alternating shades)"))
             if any(p for *_, p in spans):

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from advisor.reports import format as fmt
+from advisor import units
 
 from . import slower_ops
 
@@ -83,7 +84,7 @@ def print_table(result, con: Console) -> None:
         table.add_row(
             m.label + ("" if m.gated else " *"),
             fmt.in_unit(m.baseline, m.unit), fmt.in_unit(m.current, m.unit), fmt.change(m.change, m.unit),
-            fmt.change_interval(m.ci, m.unit), fmt.p_value(m.p_value) if m.gated else fmt.DASH,
+            fmt.change_interval(m.ci, m.unit), fmt.p_value(m.p_value) if m.gated else units.DASH,
             Text(VERDICT_TEXT.get(m.verdict, m.verdict), style=VERDICT_STYLE.get(m.verdict, "")),
         )
     con.print(table)
@@ -118,7 +119,7 @@ def markdown(result) -> str:
         lines.append(" | ".join([
             "| " + m.label + ("" if m.gated else " \\*"),
             fmt.in_unit(m.baseline, m.unit), fmt.in_unit(m.current, m.unit), fmt.change(m.change, m.unit),
-            fmt.change_interval(m.ci, m.unit), fmt.p_value(m.p_value) if m.gated else fmt.DASH,
+            fmt.change_interval(m.ci, m.unit), fmt.p_value(m.p_value) if m.gated else units.DASH,
             MD_MARK.get(m.verdict, m.verdict) + " |",
         ]))
     lines += ["", f"\\* reported, not gating. {result.rule}.", "", f"_{result.floor_note}._"]

@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from advisor.reports import format as fmt
+from advisor import units
 from advisor.model import Experiment, Finding, Patch, Recommendation, Verdict
 from advisor.overrides import describe
-from advisor.report import Experiments, Report
+from advisor.report import Report
+from advisor.report_blocks import Experiments
 
 from . import words
 from .ruledoc import doc_for, doc_html
@@ -204,7 +206,7 @@ def experiment_view(result: Experiment | Recommendation) -> ExperimentView:
     loss, loss_state = words.loss_words(result.loss_check)
     baseline, candidate, missing = words.pair_words(result)
     return ExperimentView(
-        state=state, label=label, speedup=fmt.speedup(result.speedup), interval=words.interval(result.ci_low, result.ci_high),
+        state=state, label=label, speedup=units.speedup(result.speedup), interval=fmt.interval(result.ci_low, result.ci_high, ci=True),
         ci=fmt.interval(result.ci_low, result.ci_high), detail=words.measured_detail(result),
         baseline=baseline, candidate=candidate, missing=missing,
         loss=loss, loss_state=loss_state, sentence=words.measured_sentence(result), memory=words.resource_effects(result),
@@ -231,7 +233,7 @@ def sweep_rows(exp: Experiment) -> list[SweepRow]:
                 state, label = "bad", "over the memory budget"
             elif point.get("reason"):  # a value the run or its time budget ended before
                 label = f"{label}: {point['reason']}"
-            rows.append(SweepRow(str(point.get("label") or _compact_json(point.get("overrides"))), fmt.speedup(point.get("speedup")),
+            rows.append(SweepRow(str(point.get("label") or _compact_json(point.get("overrides"))), units.speedup(point.get("speedup")),
                                  fmt.interval(point.get("ci_low"), point.get("ci_high")), label, state))
     return rows
 
@@ -301,7 +303,7 @@ def experiments_note(block: Experiments | None) -> str:
     """How many child runs the experiments took, from report.json's `experiments`."""
     if block is None or not block.n_runs:
         return ""
-    return f"{block.n_runs} child runs of the script, {fmt.time_s(block.child_wall_s)} in all."
+    return f"{block.n_runs} child runs of the script, {units.time_s(block.child_wall_s)} in all."
 
 
 def _compact_json(x) -> str:

@@ -3,16 +3,14 @@ writes around its numbers (a speed-up in words, an interval, a change, a p-value
 value by its key's unit suffix).
 
 The unit spellings themselves are :mod:`advisor.units` (a core leaf, so the rules' messages use
-them too); they are named here as well, so a renderer reads one module. A value that is not a
-finite number is the dash.
+them too); a renderer imports them from there. A value that is not a finite number is the dash.
 """
 
 from __future__ import annotations
 
 import math
 
-from advisor.units import (DASH, bytes_, count, finite, flops, frac, number, percent, rate, speedup,  # noqa: F401
-                           time_s, time_us, watts)
+from advisor.units import DASH, bytes_, finite, flops, frac, number, percent, time_s, time_us, watts
 
 
 def tick_time(seconds) -> str:
@@ -29,11 +27,12 @@ def speedup_words(x) -> str:
     return f"{v:.2f}× faster" if v >= 1 else f"{v:.2f}×, {(1 - v) * 100:.0f}% slower"
 
 
-def interval(lo, hi) -> str:
+def interval(lo, hi, ci: bool = False) -> str:
+    """`1.58–1.84×` (`ci`: `95% CI 1.58–1.84×`), or '' without both ends."""
     a, b = finite(lo), finite(hi)
     if a is None or b is None:
         return ""
-    return f"{a:.2f}–{b:.2f}×"
+    return f"{'95% CI ' if ci else ''}{a:.2f}–{b:.2f}×"
 
 
 def value(v) -> str:

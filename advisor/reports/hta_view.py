@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.reports import format as fmt
-from advisor.model import finite
-from advisor.report import HtaRank, Report
+from advisor import units
+from advisor.report import Report
+from advisor.report_blocks import HtaRank
 
 # category -> (label, the HTA column it is or belongs to)
 CATEGORY_ROWS = (
@@ -48,17 +48,17 @@ def hta_tables(report: Report) -> list[HtaTable]:
 
 
 def _table(r: HtaRank, several: bool) -> HtaTable:
-    span = finite(r.kernel_time_us) or 0.0
+    span = units.finite(r.kernel_time_us) or 0.0
     steps = r.steps or []
     step_mean = _mean([s.step_us for s in steps])
     rows = []
     for key, label, column in CATEGORY_ROWS:
         us = getattr(r, f"{key}_us")
         per_step = _mean([getattr(s, f"{key}_us") for s in steps])
-        rows.append(HtaRow(label, column, fmt.time_us(us), _share(us, span), fmt.time_us(per_step),
+        rows.append(HtaRow(label, column, units.time_us(us), _share(us, span), units.time_us(per_step),
                            _share(per_step, step_mean)))
-    total = HtaRow("kernel time (first GPU event to last)", "kernel_time", fmt.time_us(span), "100%",
-                   fmt.time_us(step_mean), "100%" if step_mean else fmt.DASH)
+    total = HtaRow("kernel time (first GPU event to last)", "kernel_time", units.time_us(span), "100%",
+                   units.time_us(step_mean), "100%" if step_mean else units.DASH)
     dropped = " launched before the last ProfilerStep (HTA leaves the last step out)" if r.last_step_dropped else ""
     caption = (f"GPU kernels, copies and fills{dropped}, as HTA's get_temporal_breakdown counts them; "
                f"per step: the mean over {len(steps)} ProfilerStep windows, every step included."
@@ -72,15 +72,15 @@ def _table(r: HtaRank, several: bool) -> HtaTable:
 
 
 def _mean(values: list) -> float | None:
-    nums = [v for v in map(finite, values) if v is not None]
+    nums = [v for v in map(units.finite, values) if v is not None]
     return sum(nums) / len(nums) if nums else None
 
 
 def _share(part, whole) -> str:
-    p, w = finite(part), finite(whole)
-    return fmt.frac(p / w, 1) if p is not None and w else fmt.DASH
+    p, w = units.finite(part), units.finite(whole)
+    return units.frac(p / w, 1) if p is not None and w else units.DASH
 
 
 def _pctg(part, whole) -> str:
-    p, w = finite(part), finite(whole)
-    return f"{round(100 * p / w, 2)}" if p is not None and w else fmt.DASH
+    p, w = units.finite(part), units.finite(whole)
+    return f"{round(100 * p / w, 2)}" if p is not None and w else units.DASH

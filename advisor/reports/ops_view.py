@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from advisor.reports import format as fmt
+from advisor import units
 from advisor.report import Report
 
 TOP_OPS = 15
@@ -78,11 +78,11 @@ def ops_table(ops: pd.DataFrame, n_steps: int) -> OpsTable | None:
     top = g.sort_values(["self_us", "calls"], ascending=False).head(TOP_OPS)
     first = float(top["self_us"].iloc[0]) or 1.0
     rows = [OpRow(
-        name=short_name(str(name)), full_name=str(name), calls=fmt.count(r["calls"]),
-        self_time=fmt.time_us(r["self_us"]), total_time=fmt.time_us(r["dur_us"]),
-        share=fmt.frac(r["self_us"] / total_self, 1), bar=round(100 * float(r["self_us"]) / first, 1),
-        per_step=fmt.time_us(r["self_us"] / n_steps) if n_steps else fmt.DASH,
-        flops=fmt.flops(r["flops"]), dtypes=_dtypes(types.get(name) if types is not None else None),
+        name=short_name(str(name)), full_name=str(name), calls=units.count(r["calls"]),
+        self_time=units.time_us(r["self_us"]), total_time=units.time_us(r["dur_us"]),
+        share=units.frac(r["self_us"] / total_self, 1), bar=round(100 * float(r["self_us"]) / first, 1),
+        per_step=units.time_us(r["self_us"] / n_steps) if n_steps else units.DASH,
+        flops=units.flops(r["flops"]), dtypes=_dtypes(types.get(name) if types is not None else None),
     ) for name, r in top.iterrows()]
     steps = f"{n_steps} profiled step{'s' if n_steps != 1 else ''}" if n_steps else "the whole trace"
     return OpsTable("CPU operators", f"by self time over {steps}; {len(g):,} distinct operators, {len(ops):,} calls",
@@ -97,9 +97,9 @@ def kernels_table(kernels: pd.DataFrame, n_steps: int) -> OpsTable | None:
     top = g.sort_values(["dur_us", "calls"], ascending=False).head(TOP_KERNELS)
     first = float(top["dur_us"].iloc[0]) or 1.0
     rows = [OpRow(
-        name=short_name(str(name)), full_name=str(name), calls=fmt.count(r["calls"]), self_time=fmt.time_us(r["dur_us"]),
-        total_time=fmt.time_us(r["dur_us"]), share=fmt.frac(r["dur_us"] / total, 1), bar=round(100 * float(r["dur_us"]) / first, 1),
-        per_step=fmt.time_us(r["dur_us"] / n_steps) if n_steps else fmt.DASH, flops="", dtypes="",
+        name=short_name(str(name)), full_name=str(name), calls=units.count(r["calls"]), self_time=units.time_us(r["dur_us"]),
+        total_time=units.time_us(r["dur_us"]), share=units.frac(r["dur_us"] / total, 1), bar=round(100 * float(r["dur_us"]) / first, 1),
+        per_step=units.time_us(r["dur_us"] / n_steps) if n_steps else units.DASH, flops="", dtypes="",
     ) for name, r in top.iterrows()]
     return OpsTable("GPU kernels", f"by time on the device; {len(g):,} distinct kernels, {len(kernels):,} launches", rows, False)
 

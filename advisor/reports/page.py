@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from types import MappingProxyType
 
-from advisor.reports import format as fmt
+from advisor import units
 from advisor.model import Finding, Recommendation, findings_of
-from advisor.report import Report, Throughput
+from advisor.report import Report
+from advisor.report_blocks import Throughput
 from advisor.run_dir.seen import Env
 
 from . import charts, findings_view, hta_view, ops_view, roofline_view, run_view, timeline_view, words
@@ -228,8 +229,8 @@ def _stats(report: Report) -> list[Stat]:
     env, tp = report.env, report.throughput
     device = env.device + (f" · {env.device_name}" if env.device_name else "")
     stats = [_throughput(tp)]
-    stats.append(Stat("step time", fmt.time_s(tp.step_time_median_s) + " median",
-                      (f"p90 {fmt.time_s(tp.step_time_p90_s)}" if tp.step_time_p90_s is not None else "")
+    stats.append(Stat("step time", units.time_s(tp.step_time_median_s) + " median",
+                      (f"p90 {units.time_s(tp.step_time_p90_s)}" if tp.step_time_p90_s is not None else "")
                       + words.step_clock_words(report)))
     memory = words.memory_words(report.memory)
     if memory:
@@ -249,10 +250,10 @@ def _stats(report: Report) -> list[Stat]:
 
 def _throughput(tp: Throughput) -> Stat:
     if tp.samples_per_s is not None:
-        return Stat("throughput", fmt.rate(tp.samples_per_s, "samples/s"), words.throughput_basis(tp))
+        return Stat("throughput", units.rate(tp.samples_per_s, "samples/s"), words.throughput_basis(tp))
     if tp.steps_per_s is not None:
-        return Stat("throughput", fmt.rate(tp.steps_per_s, "steps/s"), "batch size unknown; " + words.throughput_basis(tp))
-    return Stat("throughput", fmt.DASH, "no timed steps")
+        return Stat("throughput", units.rate(tp.steps_per_s, "steps/s"), "batch size unknown; " + words.throughput_basis(tp))
+    return Stat("throughput", units.DASH, "no timed steps")
 
 
 def _device_detail(env: Env) -> str:
@@ -260,7 +261,7 @@ def _device_detail(env: Env) -> str:
     if env.device_capability:
         parts.append(f"capability {env.device_capability}")
     if env.device_memory_bytes and env.device != "cpu":
-        parts.append(fmt.bytes_(env.device_memory_bytes))
+        parts.append(units.bytes_(env.device_memory_bytes))
     if env.cpu_count:
         parts.append(f"{env.cpu_count} CPUs")
     if env.world_size:
@@ -273,7 +274,7 @@ def _seen(report: Report) -> str:
     if not steps:
         return "No measured step was recorded before the run ended."
     return (f"{words.plural(len(steps), 'measured step')} {'was' if len(steps) == 1 else 'were'} recorded before the run ended "
-            f"(median {fmt.time_s(report.throughput.step_time_median_s)}); the numbers below rest on them.")
+            f"(median {units.time_s(report.throughput.step_time_median_s)}); the numbers below rest on them.")
 
 
 def nav(page: Page) -> list[NavItem]:

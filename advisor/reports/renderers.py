@@ -21,6 +21,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from advisor.run_dir.layout import COMPARE_JSON
+
 from .render import Drawn, Plain, table
 
 if TYPE_CHECKING:
@@ -165,7 +167,7 @@ def _junit(result) -> str:
 
 COMPARE_RENDERERS = table(Drawn("terminal", "compare.txt", _compare_table),
                           Plain("markdown", "compare.md", _compare_markdown),
-                          Plain("json", "compare.json", lambda result: _json(result.to_dict())))
+                          Plain("json", COMPARE_JSON, lambda result: _json(result.to_dict())))
 JUNIT = Plain("junit", "junit.xml", _junit)  # compare's --junit
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.reports import format as fmt
+from advisor import units
 from advisor.analysis.mfu import kernel_efficiency, peak_bandwidth
 
 from .ops_view import TOP_KERNELS, short_name
@@ -51,15 +51,15 @@ def roofline_table(profile) -> RooflineTable | None:
     device = profile.env.device_name
     bandwidth, source = peak_bandwidth(device)
     rows = [RooflineRow(
-        name=short_name(str(r["name"])), full_name=str(r["name"]), time=fmt.time_us(r["dur_us"]),
+        name=short_name(str(r["name"])), full_name=str(r["name"]), time=units.time_us(r["dur_us"]),
         flops_rate=_rate(r["tflops"], "FLOP/s"), flops_of_peak=_of(r["tflops"], r["peak_tflops"]),
         bytes_rate=_rate(r["tbps"], "B/s"), bytes_of_peak=_of(r["tbps"], r["peak_tbps"]),
-        intensity=fmt.number(r["intensity"], 1) if r["intensity"] == r["intensity"] else fmt.DASH,
-        dtype=str(r["dtype"] or fmt.DASH), bound=str(r["bound"] or fmt.DASH), bound_class=f"bound-{r['bound'] or 'unknown'}",
+        intensity=units.number(r["intensity"], 1) if r["intensity"] == r["intensity"] else units.DASH,
+        dtype=str(r["dtype"] or units.DASH), bound=str(r["bound"] or units.DASH), bound_class=f"bound-{r['bound'] or 'unknown'}",
     ) for _, r in eff.iterrows()]
     ridges = eff.dropna(subset=["ridge"]).drop_duplicates("dtype")
-    ridge_words = ", ".join(f"{d} {fmt.number(x, 1)} FLOP/byte" for d, x in zip(ridges["dtype"], ridges["ridge"]))
-    peaks = (f"{device}: {fmt.number(bandwidth, 2)} TB/s ({source}); ridge point {ridge_words or fmt.DASH}"
+    ridge_words = ", ".join(f"{d} {units.number(x, 1)} FLOP/byte" for d, x in zip(ridges["dtype"], ridges["ridge"]))
+    peaks = (f"{device}: {units.number(bandwidth, 2)} TB/s ({source}); ridge point {ridge_words or units.DASH}"
              if bandwidth else f"{device or 'this device'}: no memory-bandwidth entry in the peak table, so no ridge point")
     caption = ("achieved rates over each kernel's own time; FLOPs are the op's (the direct algorithm's count, so "
                "Winograd or FFT kernels can pass the peak), bytes the least the op must move (each input read and "
@@ -70,7 +70,7 @@ def roofline_table(profile) -> RooflineTable | None:
 
 def _rate(tera, unit: str) -> str:
     if tera != tera or tera is None:
-        return fmt.DASH
+        return units.DASH
     for prefix, scale in (("T", 1.0), ("G", 1e-3), ("M", 1e-6)):
         if tera >= scale:
             return f"{tera / scale:.2f} {prefix}{unit}"
@@ -79,5 +79,5 @@ def _rate(tera, unit: str) -> str:
 
 def _of(achieved, peak) -> str:
     if achieved != achieved or peak != peak or not peak:
-        return fmt.DASH
-    return fmt.frac(achieved / peak, 1)
+        return units.DASH
+    return units.frac(achieved / peak, 1)

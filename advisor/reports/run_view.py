@@ -13,8 +13,9 @@ from urllib.parse import quote
 import msgspec
 
 from advisor.reports import format as fmt
-from advisor.model import finite
-from advisor.report import Report, Step
+from advisor import units
+from advisor.report import Report
+from advisor.report_blocks import Step
 
 from .words import plural, throughput_basis
 
@@ -51,9 +52,9 @@ class RankRow:
 
 def rank_rows(report: Report) -> list[RankRow]:
     """A launched job's ranks (their own steps) or an analysed set of traces (their profiled steps)."""
-    return [RankRow(str(r.rank), str(r.status or fmt.DASH), fmt.time_s(finite(r.step_s)),
-                    fmt.time_s(finite(r.step_time_p90_s)), fmt.time_s(finite(r.exposed_comm_s)),
-                    fmt.rate(finite(r.samples_per_s), "samples/s"), str(r.error or ""),
+    return [RankRow(str(r.rank), str(r.status or units.DASH), units.time_s(units.finite(r.step_s)),
+                    units.time_s(units.finite(r.step_time_p90_s)), units.time_s(units.finite(r.exposed_comm_s)),
+                    units.rate(units.finite(r.samples_per_s), "samples/s"), str(r.error or ""),
                     "" if r.node is None else f"{r.node} ({r.host})" if r.host else str(r.node))
             for r in report.ranks]
 
@@ -111,26 +112,26 @@ class Artifact:
 
 def breakdown(report: Report) -> Breakdown | None:
     bd, tp = report.breakdown, report.throughput
-    step = finite(tp.step_time_mean_s) or finite(tp.step_time_median_s)
+    step = units.finite(tp.step_time_mean_s) or units.finite(tp.step_time_median_s)
     parts = [(cls, label, float(getattr(bd, key))) for key, cls, label in BREAKDOWN_PARTS
-             if finite(getattr(bd, key)) is not None]
+             if units.finite(getattr(bd, key)) is not None]
     if not parts or sum(p[2] for p in parts) <= 0:
         return None
     total = sum(max(0.0, f) for _, _, f in parts)
     segments = []
     for cls, label, f in parts:
         width = round(100 * max(0.0, f) / total, 2)
-        segments.append(BreakdownSegment(cls, label, fmt.frac(f), width,
-                                         f"{fmt.time_s(f * step)} per step" if step else "", width >= 12))
+        segments.append(BreakdownSegment(cls, label, units.frac(f), width,
+                                         f"{units.time_s(f * step)} per step" if step else "", width >= 12))
     return Breakdown(segments, throughput_basis(tp) or "over the measured steps")
 
 
 def step_row(s: Step) -> StepRow:
-    loss = finite(s.loss)
+    loss = units.finite(s.loss)
     return StepRow(
-        index="" if s.index is None else str(s.index), duration=fmt.time_s(s.duration_s),
-        data_wait=fmt.time_s(s.data_wait_s), optimizer=fmt.time_s(s.optimizer_s), backward=fmt.time_s(s.backward_s),
-        samples=fmt.count(s.samples), loss=f"{loss:.4g}" if loss is not None else fmt.DASH,
+        index="" if s.index is None else str(s.index), duration=units.time_s(s.duration_s),
+        data_wait=units.time_s(s.data_wait_s), optimizer=units.time_s(s.optimizer_s), backward=units.time_s(s.backward_s),
+        samples=units.count(s.samples), loss=f"{loss:.4g}" if loss is not None else units.DASH,
         profiled="yes" if s.profiled else "",
     )
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from advisor.reports import format as fmt
+from advisor import units
 
 NAME_MAX = 70
 COLUMNS = ("", "op / kernel", "self/step", "change", "total/step", "calls/step", "shapes")
@@ -28,10 +28,10 @@ def _cells(row) -> list[str]:
     base, cur = _get(row, "base_us"), _get(row, "current_us")
     calls_a, calls_b = _get(row, "base_calls"), _get(row, "current_calls")
     shapes_a, shapes_b = _get(row, "base_shapes"), _get(row, "current_shapes")
-    change = f"+{fmt.time_us(cur - base)}" + (f" ({cur / base - 1:+.0%})" if base > 0 else " (new)")
+    change = f"+{units.time_us(cur - base)}" + (f" ({cur / base - 1:+.0%})" if base > 0 else " (new)")
     return [
-        _get(row, "kind"), name, f"{fmt.time_us(base)} → {fmt.time_us(cur)}", change,
-        f"{fmt.time_us(_get(row, 'base_total_us'))} → {fmt.time_us(_get(row, 'current_total_us'))}",
+        _get(row, "kind"), name, f"{units.time_us(base)} → {units.time_us(cur)}", change,
+        f"{units.time_us(_get(row, 'base_total_us'))} → {units.time_us(_get(row, 'current_total_us'))}",
         f"{calls_a:.3g}" if abs(calls_a - calls_b) < 1e-9 else f"{calls_a:.3g} → {calls_b:.3g}",
         f"{_compact(shapes_a)} → {_compact(shapes_b)}" if (shapes_a or shapes_b) else "",
     ]

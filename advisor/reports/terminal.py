@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from advisor.reports import format as fmt
+from advisor import units
 from advisor.model import Finding, findings_of
 from advisor.overrides import describe
 from advisor.report import Report
@@ -221,17 +221,17 @@ def _print_summary(report: Report, con: Console, run_dir: str | None = None, glu
 
     name = env.device_name
     add("device", f"{env.device}" + (f" ({name})" if name else ""))
-    add("steps", f"{len(report.steps)} measured, boundaries from {report.step_source or fmt.DASH}")
+    add("steps", f"{len(report.steps)} measured, boundaries from {report.step_source or units.DASH}")
     if tp.samples_per_s is not None:
-        add("throughput", fmt.rate(tp.samples_per_s, "samples/s"))
+        add("throughput", units.rate(tp.samples_per_s, "samples/s"))
     elif tp.steps_per_s is not None:
-        add("throughput", fmt.rate(tp.steps_per_s, "steps/s") + " (batch size unknown)")
-    add("step time", f"median {fmt.time_s(tp.step_time_median_s)}, p90 {fmt.time_s(tp.step_time_p90_s)}"
+        add("throughput", units.rate(tp.steps_per_s, "steps/s") + " (batch size unknown)")
+    add("step time", f"median {units.time_s(tp.step_time_median_s)}, p90 {units.time_s(tp.step_time_p90_s)}"
                      + words.step_clock_words(report))
     if bd.data_wait_frac is not None:
         add(
             "step breakdown",
-            f"data wait {fmt.frac(bd.data_wait_frac)} · forward/backward {fmt.frac(bd.compute_frac)} · optimizer {fmt.frac(bd.optimizer_frac)}",
+            f"data wait {units.frac(bd.data_wait_frac)} · forward/backward {units.frac(bd.compute_frac)} · optimizer {units.frac(bd.optimizer_frac)}",
         )
     memory = words.memory_words(report.memory)
     if memory:

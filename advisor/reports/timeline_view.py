@@ -9,18 +9,17 @@ from __future__ import annotations
 import pandas as pd
 
 from advisor.analysis import steptime
-from advisor.reports import format as fmt
-from advisor.model import finite
+from advisor import units
 from advisor.report import Report
 
 from . import charts
 
 SERIES = [
-    charts.Series("gpu_util_percent", "GPU utilization", "gpu", fmt.percent, 100.0),
-    charts.Series("gpu_mem_used_bytes", "GPU memory used", "gpumem", fmt.bytes_, nice=charts.nice_bytes_max),
-    charts.Series("gpu_power_w", "GPU power", "power", fmt.watts),
-    charts.Series("cpu_percent", "CPU (the script's processes; 100% = one core)", "cpu", fmt.percent),
-    charts.Series("rss_bytes", "RSS (the script's processes)", "rss", fmt.bytes_, nice=charts.nice_bytes_max),
+    charts.Series("gpu_util_percent", "GPU utilization", "gpu", units.percent, 100.0),
+    charts.Series("gpu_mem_used_bytes", "GPU memory used", "gpumem", units.bytes_, nice=charts.nice_bytes_max),
+    charts.Series("gpu_power_w", "GPU power", "power", units.watts),
+    charts.Series("cpu_percent", "CPU (the script's processes; 100% = one core)", "cpu", units.percent),
+    charts.Series("rss_bytes", "RSS (the script's processes)", "rss", units.bytes_, nice=charts.nice_bytes_max),
 ]
 SOURCE_GPU = "NVML (GPU) and psutil (CPU, RSS), sampled every 100 ms from outside the script"
 SOURCE_CPU = "psutil (CPU, RSS), sampled every 100 ms from outside the script; no NVML GPU data in this run"
@@ -54,7 +53,7 @@ def timeline(columns: dict[str, list[float]], spans: list[tuple[float, float, bo
 
 
 def source(columns: dict[str, list[float]]) -> str:
-    has_gpu = any(finite(v) is not None for v in columns.get("gpu_util_percent", []))
+    has_gpu = any(units.finite(v) is not None for v in columns.get("gpu_util_percent", []))
     return SOURCE_GPU if has_gpu else SOURCE_CPU
 
 

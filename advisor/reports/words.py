@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 
 from advisor.reports import format as fmt
+from advisor import units
 from advisor import overrides as vocabulary
 from advisor.framework_words import FRAMEWORK_NAMES, in_config_call
 from advisor.overrides import one_off
-from advisor.report import Energy, Memory, Mfu, Rank, Report, Throughput
+from advisor.report import Report
+from advisor.report_blocks import Energy, Memory, Mfu, Rank, Throughput
 from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind, Recommendation,
-                           SourceLocation, Verdict, estimated_speedup, finite)
+                           SourceLocation, Verdict, estimated_speedup)
 
 # verdict -> (state, label)
 VERDICT_WORDS: dict[Verdict, tuple[str, str]] = {
@@ -65,7 +67,7 @@ def verdict_words(verdict) -> tuple[str, str]:
 
 def state_and_label(result: Measured) -> tuple[str, str]:
     """How `result` fared: verified when it was, else by its verdict, else by its numbers."""
-    sp, hi = finite(result.speedup), finite(result.ci_high)
+    sp, hi = units.finite(result.speedup), units.finite(result.ci_high)
     verdict = getattr(result, "verdict", None)  # a Recommendation has none
     if result.verified and sp is not None:
         return VERDICT_WORDS[Verdict.FASTER]
@@ -78,15 +80,9 @@ def state_and_label(result: Measured) -> tuple[str, str]:
     return "unclear", "not verified"
 
 
-def interval(lo, hi) -> str:
-    """`95% CI 1.58–1.84×`, or '' without both ends."""
-    text = fmt.interval(lo, hi)
-    return f"95% CI {text}" if text else ""
-
-
 def speedup_with_interval(speedup, lo, hi) -> str:
     """`1.71× faster (95% CI 1.58–1.84×)`, `0.93×, 7% slower (95% CI 0.90–0.96×)`."""
-    ivl = interval(lo, hi)
+    ivl = fmt.interval(lo, hi, ci=True)
     return fmt.speedup_words(speedup) + (f" ({ivl})" if ivl else "")
 
 
@@ -104,13 +100,13 @@ def _why(result: Measured) -> str:
 
 
 def _interval_spans_one(result: Measured) -> bool:
-    lo, hi = finite(result.ci_low), finite(result.ci_high)
+    lo, hi = units.finite(result.ci_low), units.finite(result.ci_high)
     return lo is not None and hi is not None and lo <= 1 <= hi
 
 
 def verified_bar(result: Measured) -> float:
     """How far above 1 the interval's low end had to be for `result` to be verified."""
-    return max(VERIFY_MIN_GAIN, finite(getattr(result, "baseline_drift_frac", None)) or 0.0)
+    return max(VERIFY_MIN_GAIN, units.finite(getattr(result, "baseline_drift_frac", None)) or 0.0)
 
 
 NOISY_DRIFT = 0.25  # baselines this far apart say the machine changed, not that the gain is small
@@ -120,22 +116,22 @@ def _below_the_bar(result: Measured) -> str:
     """Why a gain whose interval excludes 1 is still not verified: its low end is not far enough above 1."""
     if getattr(result, "verdict", Verdict.NO_CHANGE) is not Verdict.NO_CHANGE:
         return ""
-    lo = finite(result.ci_low)
+    lo = units.finite(result.ci_low)
     bar = verified_bar(result)
     if lo is None or lo <= 1 or lo > 1 + bar:
         return ""
     if bar > NOISY_DRIFT:
-        return (f"the baseline's own windows differ by {fmt.frac(bar)}: the machine's load changed during the run, "
+        return (f"the baseline's own windows differ by {units.frac(bar)}: the machine's load changed during the run, "
                 "too noisy to call it verified")
     drift = " (the baselines drifted that much between their runs)" if bar > VERIFY_MIN_GAIN else ""
-    return f"the interval's low end is within {fmt.frac(bar)} of 1{drift}, too close to call it verified"
+    return f"the interval's low end is within {units.frac(bar)} of 1{drift}, too close to call it verified"
 
 
 def measured_detail(result: Measured) -> str:
     """The result without its label: the speedup and interval (with a remark when they say no gain,
     or a gain too small for verified), or why nothing was measured."""
     state, label = state_and_label(result)
-    if finite(result.speedup) is None or getattr(result, "verdict", None) is Verdict.NOT_APPLIED:
+    if units.finite(result.speedup) is None or getattr(result, "verdict", None) is Verdict.NOT_APPLIED:
         return _why(result) or label
     text = speedup_with_interval(result.speedup, result.ci_low, result.ci_high)
     if state == "unclear" and _interval_spans_one(result):
@@ -151,7 +147,7 @@ def measured_sentence(result: Measured) -> str:
     """The whole result in one line: `1.71× faster (95% CI 1.58–1.84×), verified`,
     `0.93×, 7% slower (95% CI 0.90–0.96×)`, `not measured: experiment budget exhausted`."""
     state, label = state_and_label(result)
-    if finite(result.speedup) is None or getattr(result, "verdict", None) is Verdict.NOT_APPLIED:
+    if units.finite(result.speedup) is None or getattr(result, "verdict", None) is Verdict.NOT_APPLIED:
         why = _why(result)
         return f"{label}: {why}" if why else label
     detail = measured_detail(result)
@@ -172,9 +168,9 @@ def _how(result: Measured) -> str:
     for torch.compile also what compiling cost (once, kept out of the step times) and what recompiled."""
     how = MEASURED_BY.get(getattr(result, "measured_by", None) or "")
     text = f", {how}" if how else ""
-    cost = finite(getattr(result, "switch_s", None))
+    cost = units.finite(getattr(result, "switch_s", None))
     if cost and one_off(getattr(result, "overrides", None) or {}):
-        text += f"; compiling took {fmt.time_s(cost)}, once"
+        text += f"; compiling took {units.time_s(cost)}, once"
         payoff = getattr(result, "payoff_steps", None)
         if payoff:
             text += f", paid back after {payoff:,} steps"
@@ -313,7 +309,7 @@ def recommended_sentence(rec: Measured) -> str:
     """The recommended configuration's result; for a run over its memory budget also its peak
     against the budget, the reason it was chosen whatever its speed."""
     text = measured_sentence(rec)
-    if finite(getattr(rec, "memory_budget_bytes", None)):
+    if units.finite(getattr(rec, "memory_budget_bytes", None)):
         memory = memory_effect(rec)
         text += f"; {memory}" if memory else ""
     return text
@@ -338,20 +334,20 @@ def pair_words(result: Measured) -> tuple[str, str, str]:
         return "", "", ""
     if base and cand:
         return base, cand, ""
-    return base or fmt.DASH, cand or fmt.DASH, missing_why(result)
+    return base or units.DASH, cand or units.DASH, missing_why(result)
 
 
 def measure_words(m) -> str:
     """A baseline or candidate measurement: samples/s, else steps/s or step time; a number as is."""
     if isinstance(m, dict):
-        if finite(m.get("samples_per_s")) is not None:
-            return fmt.rate(m["samples_per_s"], "samples/s")
-        if finite(m.get("steps_per_s")) is not None:
-            return fmt.rate(m["steps_per_s"], "steps/s")
-        if finite(m.get("step_time_median_s")) is not None:
-            return fmt.time_s(m["step_time_median_s"]) + " / step"
+        if units.finite(m.get("samples_per_s")) is not None:
+            return units.rate(m["samples_per_s"], "samples/s")
+        if units.finite(m.get("steps_per_s")) is not None:
+            return units.rate(m["steps_per_s"], "steps/s")
+        if units.finite(m.get("step_time_median_s")) is not None:
+            return units.time_s(m["step_time_median_s"]) + " / step"
         return ""
-    if finite(m) is not None:
+    if units.finite(m) is not None:
         return fmt.value(float(m))
     return "" if m is None else str(m)
 
@@ -364,15 +360,15 @@ def memory_effect(result) -> str:
     """`peak memory 127.5 MiB → 47.8 MiB (−63%, CPU allocator)`: a fix's memory effect, said next
     to its speed; '' when either side's peak is unknown."""
     base, cand = (getattr(result, "baseline", None) or {}), (getattr(result, "candidate", None) or {})
-    b, c = finite(base.get("peak_memory_bytes")), finite(cand.get("peak_memory_bytes"))
+    b, c = units.finite(base.get("peak_memory_bytes")), units.finite(cand.get("peak_memory_bytes"))
     if b is None or c is None or b <= 0:
         return ""
     named = str(base.get("memory_basis") or "")
     basis = MEMORY_BASIS_SHORT.get(named, named)
-    text = f"peak memory {fmt.bytes_(b)} → {fmt.bytes_(c)} ({fmt.change(c / b - 1)}{', ' + basis if basis else ''})"
-    budget = finite(getattr(result, "memory_budget_bytes", None))
+    text = f"peak memory {units.bytes_(b)} → {units.bytes_(c)} ({fmt.change(c / b - 1)}{', ' + basis if basis else ''})"
+    budget = units.finite(getattr(result, "memory_budget_bytes", None))
     if budget:
-        text += f", {'within' if c <= budget else 'over'} the {fmt.bytes_(budget)} budget"
+        text += f", {'within' if c <= budget else 'over'} the {units.bytes_(budget)} budget"
     return text
 
 
@@ -403,7 +399,7 @@ def energy_effect(result) -> str:
     """`energy 1.25 → 0.61 J/sample (−51%, NVML energy counter)`: a fix's energy per sample on the GPU
     (bf16 often saves more energy than time); '' where the GPU was not sampled."""
     base, cand = (getattr(result, "baseline", None) or {}), (getattr(result, "candidate", None) or {})
-    b, c = finite(base.get("joules_per_sample")), finite(cand.get("joules_per_sample"))
+    b, c = units.finite(base.get("joules_per_sample")), units.finite(cand.get("joules_per_sample"))
     if b is None or c is None or b <= 0:
         return ""
     source = energy_source_words(base.get("energy_source"))
@@ -427,9 +423,9 @@ def compile_modes_effect(result) -> str:
         return ""
     said = []
     for r in rows:
-        mode, x = r["overrides"]["compile"], finite(r.get("speedup"))
-        cost, payoff, again = finite(r.get("switch_s")), r.get("payoff_steps"), r.get("recompiles")
-        parts = ([f"compiling {fmt.time_s(cost)}"] if cost else []) + ([f"paid back after {payoff:,} steps"] if payoff else [])
+        mode, x = r["overrides"]["compile"], units.finite(r.get("speedup"))
+        cost, payoff, again = units.finite(r.get("switch_s")), r.get("payoff_steps"), r.get("recompiles")
+        parts = ([f"compiling {units.time_s(cost)}"] if cost else []) + ([f"paid back after {payoff:,} steps"] if payoff else [])
         parts += [f"recompiled {'once' if again == 1 else f'{again} times'}"] if again else []
         said.append(f"{'default' if mode is True else mode} {f'{x:.2f}x' if x is not None else 'not measured'}"
                     + (f" ({', '.join(parts)})" if parts else ""))
@@ -446,13 +442,13 @@ def ladder_effect(result) -> str:
     scale = lambda r: vocabulary.batch_scale(r.get("overrides") or {})  # noqa: E731
     oom = sorted((r for r in rows if r.get("oom")), key=scale)
     over = sorted((r for r in rows if r.get("fits") is False and not r.get("oom")), key=scale)
-    fitting = sorted((r for r in rows if r.get("fits") and finite(r.get("speedup")) is not None), key=scale)
+    fitting = sorted((r for r in rows if r.get("fits") and units.finite(r.get("speedup")) is not None), key=scale)
     said = [f"x{scale(oom[0]):g} ran out of memory"] if oom else []
     said += [f"x{scale(over[0]):g} went over the budget"] if over and not oom else []
-    budget, best = finite(getattr(result, "memory_budget_bytes", None)), fitting[-1] if fitting else None
+    budget, best = units.finite(getattr(result, "memory_budget_bytes", None)), fitting[-1] if fitting else None
     if best is not None:
-        peak = finite(best.get("peak_memory_bytes"))
-        spare = (f" with {fmt.bytes_(budget - peak)} ({(budget - peak) / budget:.0%}) to spare"
+        peak = units.finite(best.get("peak_memory_bytes"))
+        spare = (f" with {units.bytes_(budget - peak)} ({(budget - peak) / budget:.0%}) to spare"
                  if budget and peak is not None and peak <= budget else "")
         said.append(f"x{scale(best):g} fits{spare}, {best['speedup']:.2f}x per sample")
     elif oom or over:
@@ -475,7 +471,7 @@ def loss_words(check) -> tuple[str, str]:
         return "loss check failed: the loss was not finite", "bad"
     passed = check.get("passed")
     detail = str(check.get("detail") or "")
-    base, cand, tol = finite(check.get("baseline_mean")), finite(check.get("candidate_mean")), finite(check.get("tolerance"))
+    base, cand, tol = units.finite(check.get("baseline_mean")), units.finite(check.get("candidate_mean")), units.finite(check.get("tolerance"))
     if not detail and base is not None and cand is not None:
         detail = f"mean {cand:.4g} vs {base:.4g}" + (f" (tolerance ±{tol:.2g})" if tol is not None else "")
     head = "loss check passed" if passed is True else "loss check failed" if passed is False else "loss check"
@@ -503,7 +499,7 @@ def throughput_basis(tp: Throughput) -> str:
 def baseline_vs_headline(tp: Throughput, baseline: dict) -> str:
     """Why the experiments' baseline and the headline throughput differ, when they do by more than 5%."""
     for key, unit in (("samples_per_s", "samples/s"), ("steps_per_s", "steps/s")):  # noqa: B007  (unit: read after the break)
-        head, base = finite(getattr(tp, key)), finite((baseline or {}).get(key))
+        head, base = units.finite(getattr(tp, key)), units.finite((baseline or {}).get(key))
         if head and base:
             break
     else:
@@ -513,8 +509,8 @@ def baseline_vs_headline(tp: Throughput, baseline: dict) -> str:
         return ""
     runs = baseline.get("runs")
     fresh = plural(runs, "fresh run") if isinstance(runs, int) and runs > 0 else "fresh runs"
-    return (f"The experiments' baseline, {fmt.rate(base, unit)}, is {fmt.frac(abs(diff))} "
-            f"{'below' if diff < 0 else 'above'} the headline {fmt.rate(head, unit)}: it was measured in {fresh} of the "
+    return (f"The experiments' baseline, {units.rate(base, unit)}, is {units.frac(abs(diff))} "
+            f"{'below' if diff < 0 else 'above'} the headline {units.rate(head, unit)}: it was measured in {fresh} of the "
             "script without the profiler, beside the candidates, while the headline comes from the profiled run's steps "
             "outside the profiler window. Runs of the same script differ this much here; each speedup compares a "
             "candidate with the baselines run beside it, never with the headline.")
@@ -523,31 +519,31 @@ def baseline_vs_headline(tp: Throughput, baseline: dict) -> str:
 def wall_words(report: Report) -> str:
     """How long the run took: the whole `advise profile` (probe, analysis, experiments) when the
     report says so, with its parts; else the probe run alone, said as such."""
-    total, probe = finite(report.total_wall_s), finite(report.wall_s)
+    total, probe = units.finite(report.total_wall_s), units.finite(report.wall_s)
     block = report.experiments
-    exp_s, n_runs = (finite(block.child_wall_s), block.n_runs) if block is not None else (None, None)
+    exp_s, n_runs = (units.finite(block.child_wall_s), block.n_runs) if block is not None else (None, None)
     if total is not None:
         parts = []
         if probe is not None:
-            parts.append(f"the profiled run {fmt.time_s(probe)}")
+            parts.append(f"the profiled run {units.time_s(probe)}")
         if exp_s is not None and n_runs:
-            parts.append(f"experiments {fmt.time_s(exp_s)} in {plural(n_runs, 'run')}")
-        return f"took {fmt.time_s(total)} in all" + (f" ({', '.join(parts)})" if parts else "")
+            parts.append(f"experiments {units.time_s(exp_s)} in {plural(n_runs, 'run')}")
+        return f"took {units.time_s(total)} in all" + (f" ({', '.join(parts)})" if parts else "")
     if probe is not None:
-        return f"the profiled run took {fmt.time_s(probe)}"
+        return f"the profiled run took {units.time_s(probe)}"
     return ""
 
 
 def memory_words(mem: Memory) -> str:
     """Peak memory as the terminal and the page's header say it: the accelerator's peak of its
     total; else the script's process tree's host memory, on the basis report.json names."""
-    if finite(mem.peak_allocated_bytes) is not None:
-        return f"{fmt.bytes_(mem.peak_allocated_bytes)} of {fmt.bytes_(mem.device_total_bytes)}"
-    if mem.basis == "pss" and finite(mem.peak_pss_bytes) is not None:
-        rss = f"; RSS summed {fmt.bytes_(mem.peak_rss_bytes)}" if finite(mem.peak_rss_bytes) is not None else ""
-        return f"{fmt.bytes_(mem.peak_pss_bytes)} (PSS of the script's processes{rss})"
-    if finite(mem.peak_rss_bytes) is not None:
-        return f"{fmt.bytes_(mem.peak_rss_bytes)} (RSS summed over the script's processes)"
+    if units.finite(mem.peak_allocated_bytes) is not None:
+        return f"{units.bytes_(mem.peak_allocated_bytes)} of {units.bytes_(mem.device_total_bytes)}"
+    if mem.basis == "pss" and units.finite(mem.peak_pss_bytes) is not None:
+        rss = f"; RSS summed {units.bytes_(mem.peak_rss_bytes)}" if units.finite(mem.peak_rss_bytes) is not None else ""
+        return f"{units.bytes_(mem.peak_pss_bytes)} (PSS of the script's processes{rss})"
+    if units.finite(mem.peak_rss_bytes) is not None:
+        return f"{units.bytes_(mem.peak_rss_bytes)} (RSS summed over the script's processes)"
     return ""
 
 
@@ -564,19 +560,19 @@ def ranks_words(ranks: list[Rank]) -> str:
     """A launched job in one line: `2 (figures are rank 0's; median step 12.1 ms · 12.4 ms; rank 1 failed)`."""
     if not ranks:
         return ""
-    steps = " · ".join(fmt.time_s(r.step_s) for r in ranks)
+    steps = " · ".join(units.time_s(r.step_s) for r in ranks)
     bad = [f"rank {r.rank} {r.status}" for r in ranks if r.status not in (None, "done", "finished")]
     return f"{len(ranks)} (figures above are rank 0's; median step per rank {steps}" + (f"; {', '.join(bad)}" if bad else "") + ")"
 
 
 def energy_words(energy: Energy | None) -> tuple[str, str]:
     """The GPU's energy as (headline, detail): `3.1 J/sample` and `412 W mean over 5.2 s`."""
-    if energy is None or finite(energy.joules) is None:
+    if energy is None or units.finite(energy.joules) is None:
         return "", ""
-    head = (f"{energy.joules_per_sample:.3g} J/sample" if finite(energy.joules_per_sample) is not None
+    head = (f"{energy.joules_per_sample:.3g} J/sample" if units.finite(energy.joules_per_sample) is not None
             else f"{energy.joules_per_step:.3g} J/step")
     source = energy_source_words(energy.source)
-    return head, f"{fmt.number(energy.watts_mean)} W mean over {fmt.time_s(energy.seconds)}, {source}"
+    return head, f"{units.number(energy.watts_mean)} W mean over {units.time_s(energy.seconds)}, {source}"
 
 
 def step_clock_words(report: Report) -> str:
@@ -585,12 +581,12 @@ def step_clock_words(report: Report) -> str:
     steps = [s for s in report.steps if s.clock == "device"]
     if not steps or len(steps) < len(report.steps) / 2:
         return ""
-    device = sorted(d for s in steps if (d := finite(s.duration_s)) is not None)
-    host = sorted(h for s in steps if (h := finite(s.host_s)) is not None)
+    device = sorted(d for s in steps if (d := units.finite(s.duration_s)) is not None)
+    host = sorted(h for s in steps if (h := units.finite(s.host_s)) is not None)
     if not device or not host:
         return " on the device"
     d, h = device[len(device) // 2], host[len(host) // 2]
-    return f" on the device (Python queued it in {fmt.time_s(h)})" if h < 0.8 * d else " on the device"
+    return f" on the device (Python queued it in {units.time_s(h)})" if h < 0.8 * d else " on the device"
 
 
 def mfu_words(mfu: Mfu | None) -> tuple[str, str]:
@@ -598,13 +594,13 @@ def mfu_words(mfu: Mfu | None) -> tuple[str, str]:
     the device`; a CPU run, or a device without a peak, gets the achieved rate alone."""
     if mfu is None:
         return "", ""
-    tflops = finite(mfu.achieved_tflops)
+    tflops = units.finite(mfu.achieved_tflops)
     if tflops is None:
         return "", ""
-    achieved = fmt.flops(tflops * 1e12) + "/s"
+    achieved = units.flops(tflops * 1e12) + "/s"
     dtype = mfu.dtype or "?"
-    if finite(mfu.mfu) is not None:
-        return fmt.frac(mfu.mfu, 1), f"{achieved} of the {fmt.number(mfu.peak_tflops)} TFLOP/s dense {dtype} peak"
+    if units.finite(mfu.mfu) is not None:
+        return units.frac(mfu.mfu, 1), f"{achieved} of the {units.number(mfu.peak_tflops)} TFLOP/s dense {dtype} peak"
     return f"{achieved} achieved", f"{dtype}; {mfu.peak_source or 'no peak to compare with'}"
 
 
@@ -628,10 +624,10 @@ def time_spent(block) -> str | None:
     spent = sum(a.seconds or 0.0 for a in block.arms)
     budget = (f" of a {block.budget_s:.0f} s budget ({'--time-budget' if block.budget_given else 'automatic'})"
               if block.budget_s else "")
-    parts = [f"{'the baseline' if a.arm == 'baseline' else a.arm} {fmt.time_s(a.seconds)}"
-             + (f" ({fmt.time_s(a.switch_s)} switching)" if (a.switch_s or 0) >= 1 else "")
+    parts = [f"{'the baseline' if a.arm == 'baseline' else a.arm} {units.time_s(a.seconds)}"
+             + (f" ({units.time_s(a.switch_s)} switching)" if (a.switch_s or 0) >= 1 else "")
              + (f" in {a.windows} windows" if a.arm == "baseline" else "") for a in block.arms]
-    line = f"fixes measured in {fmt.time_s(spent)}{budget}" + (": " + ", ".join(parts) if parts else "")
+    line = f"fixes measured in {units.time_s(spent)}{budget}" + (": " + ", ".join(parts) if parts else "")
     for left in block.left_out:
         compiling = f", {left.compile_s:.0f} s of it compiling" if left.compile_s else ""
         line += f"; not measured: {left.fix} (predicted {left.predicted_s:.0f} s{compiling}): {left.command}"

@@ -30,7 +30,7 @@ from importlib import metadata
 from typing import Any, Callable, Iterable
 
 from advisor.run_dir.interrupt import Interrupted
-from advisor.model import Finding, Fix  # noqa: F401  (rules and plugins import them from here)
+from advisor.model import Finding, Fix  # noqa: F401 - the plugin API (docs/how-to/write-a-rule-plugin.md)
 from advisor.framework_words import expand_fix_blocks
 
 STATUSES = ("stable", "preview", "deprecated", "removed")
@@ -234,7 +234,7 @@ def _one_line(exc: BaseException) -> str:
 def _entry_points() -> list:
     try:
         return list(metadata.entry_points(group=ENTRY_POINT_GROUP))
-    except Exception:  # a broken installed metadata file must not stop the built-ins
+    except Exception:  # noqa: BLE001 - any installed package's broken metadata may raise anything; it must not stop the built-ins
         return []
 
 
@@ -272,7 +272,7 @@ def load_rules() -> Catalogue:
             found = rules_in(ep.load())
         except Interrupted:  # the user's Ctrl-C (advisor.run_dir.interrupt) while a plugin loads: advise stops
             raise
-        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a broken plugin is its problem, never our exit
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - a plugin raises anything: a warning
             cat.warnings.append(f"rule plugin {ep.name!r} from package {package} failed to load: {_one_line(exc)}")
             continue
         add(found, package)

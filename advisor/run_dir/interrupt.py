@@ -1,8 +1,8 @@
 """Stop requests from outside: Ctrl-C, a cancelled CI job (SIGTERM), a closed terminal (SIGHUP).
 
 All three mean the same thing to advise: stop the script politely, keep what was measured,
-write report.json with status ``interrupted``, and exit with the signal's code (README "Exit
-codes"). The handlers only *record* the signal; the code that waits on the script polls
+write report.json with status ``interrupted``, and exit with the signal's code
+(:mod:`advisor.exit_codes`). The handlers only *record* the signal; the code that waits on the script polls
 :class:`StopRequest` and stops it (see ``advisor.probe.runner``). No exception lands in the
 middle of a file write or a child's reaping, so whatever moment the signal arrives, the run
 dir is left consistent.
@@ -28,6 +28,8 @@ import signal
 import sys
 from contextlib import contextmanager
 from typing import Callable, Iterator, NoReturn
+
+from ..exit_codes import signal_exit
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _NAMES: dict[int, str] = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
@@ -105,7 +107,7 @@ class StopRequest:
             sys.stderr.flush()
         except (OSError, ValueError):
             pass
-        os._exit(exit_code(self.signum))
+        os._exit(signal_exit(self.signum))
 
     @contextmanager
     def installed(self) -> Iterator["StopRequest"]:
@@ -121,15 +123,6 @@ class StopRequest:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-
-
-# Exit codes: 128 + the signal, as a shell reports a process that a signal ended (README "Exit codes").
-EXIT_SIGNAL: dict[int, int] = {signal.SIGINT: 130, signal.SIGHUP: 129, signal.SIGTERM: 143}
-
-
-def exit_code(signum: int | None) -> int:
-    """The exit code of a command stopped by `signum` (None: Ctrl-C)."""
-    return EXIT_SIGNAL.get(signum, 128 + signum) if signum else 130
 
 
 _PROCESS: StopRequest | None = None  # the process's own, from install_at_launch

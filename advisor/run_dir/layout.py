@@ -179,10 +179,24 @@ def own_files(rank_suffix: str = "") -> list[str]:
     f = names(rank_suffix)
     listed = [f.report_json, f.report_html, f.trace, f.steps_csv, f.samples_csv, f.probe_json, f.log, f.steps_jsonl,
               f.sources, f.summary, f".probe-config{rank_suffix}.json"]
-    return listed + (["compare.json"] if not rank_suffix else [])  # compare.json has no per-rank name
+    return listed + ([COMPARE_JSON] if not rank_suffix else [])  # compare.json has no per-rank name
 
 
-JOB_REPORT = ("report.json", "report.html", "compare.json")  # a job's report, whichever rank writes it
+COMPARE_JSON = "compare.json"  # `advise profile --baseline`'s comparison, beside the report
+JOB_REPORT = ("report.json", "report.html", COMPARE_JSON)  # a job's report, whichever rank writes it
+
+
+class NoRunDir(FileNotFoundError):
+    """A command's argument that is neither a run dir nor a report.json (one line, for the CLI)."""
+
+
+def report_json(path: str | Path) -> Path:
+    """The report.json a command reads from its argument: `path` itself, or the one in the run dir
+    `path` names (`advise report`, `compare` and `apply` take either)."""
+    path = Path(path)
+    if not path.exists():
+        raise NoRunDir(f"{path}: no such run dir or report.json")
+    return path / "report.json" if path.is_dir() else path
 
 
 def clear_job_report(run_dir: Path) -> None:

@@ -28,10 +28,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cases import CASES, Case, Variant  # noqa: E402
-from fetch import FetchError, case_env, prepare_base, working_copy  # noqa: E402
-from gpu_cases import GPU_CASES, OWN_CALL  # noqa: E402
-from timing import run_once, summarise  # noqa: E402
+from cases import CASES, Case, Variant
+from fetch import FetchError, case_env, prepare_base, working_copy
+from gpu_cases import GPU_CASES, OWN_CALL
+from timing import run_once, summarise
 
 REPO = Path(__file__).resolve().parents[2]
 AGREE = (0.8, 1.25)   # a verified claim / the by-hand speedup

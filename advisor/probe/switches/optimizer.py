@@ -88,7 +88,7 @@ class OptimizerSwitch:
             self.off()
             applied.pop("optimizers", None)
             raise
-        except Exception as exc:  # noqa: BLE001 - torch refused: this process cannot have it
+        except Exception as exc:  # torch refused, however it says so: this process cannot have it (re-raised as NotSwitchable)
             self.off()
             applied.pop("optimizers", None)
             raise NotSwitchable(f"{type(exc).__name__}: {exc}") from exc

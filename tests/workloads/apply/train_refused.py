@@ -7,7 +7,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "vendor", "site-packages"))
-from loaderlib import make_loader  # noqa: E402
+from loaderlib import make_loader
 
 
 if __name__ == "__main__":
