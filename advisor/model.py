@@ -80,7 +80,7 @@ class Fix:
     framework: dict | None = None  # the framework the snippet speaks (name, settings, configured_at): speak()
     ladder: list[dict] | None = None  # the other values of one fix, measured with `overrides` as one sweep
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.kind = _enum(FixKind, self.kind, "fix kind")
         self.applicability = _enum(Applicability, self.applicability, "fix applicability")
 
@@ -199,7 +199,7 @@ class Experiment:
     memory_budget_bytes: int | None = None   # the budget a memory fix or batch search was judged by
     oom: bool | None = None          # the candidate ran out of memory (True), else not said
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.verdict = _enum(Verdict, self.verdict, "experiment verdict")
 
     @classmethod

@@ -109,7 +109,7 @@ def from_trace(trace) -> dict | None:
 
     device = "cuda" if trace.meta.get("has_gpu") else "cpu"
 
-    def add(category, frame, **extra):
+    def add(category, frame, **extra) -> None:
         extra.setdefault("device", device)
         if frame is not None:
             sites[category][(frame, tuple(sorted(extra.items())))] += 1

@@ -79,7 +79,7 @@ class _Interrupted(click.ClickException):
     """Ctrl-C, SIGTERM or SIGHUP (advisor.run_dir.interrupt): one line and the signal's exit code, not click's
     "Aborted!" and exit 1 (the code of a failed script)."""
 
-    def __init__(self, exc: KeyboardInterrupt):
+    def __init__(self, exc: KeyboardInterrupt) -> None:
         signum = getattr(exc, "signum", None)
         super().__init__(f"interrupted ({interrupt.describe(signum)})")
         self.exit_code = interrupt.exit_code(signum)  # type: ignore[misc]  # click types it a ClassVar; this one is the signal's
@@ -165,7 +165,7 @@ def main() -> None:
 @_rule_options
 def profile(script, script_args, module, nproc, steps, warmup, profile_steps, out, timeout_s, as_json, no_experiments,
             max_experiments, time_budget_s, safe_only, fresh_runs, confirm, baseline, max_regression, memory_budget,
-            select, ignore, config):
+            select, ignore, config) -> None:
     """Run SCRIPT under the probe: advise profile --steps 30 train.py --lr 0.1
 
     advise's options come before SCRIPT; everything after it goes to the script, as `python
@@ -275,7 +275,7 @@ def _all_profile_options(words: list[str]) -> bool:
 @click.option("--out", default=None, type=click.Path(file_okay=False), callback=_run_dir,
               help="Also write report.json into this dir.")
 @_rule_options
-def analyze(traces, as_json, out, select, ignore, config):
+def analyze(traces, as_json, out, select, ignore, config) -> None:
     """Analyze Kineto traces (.json or .json.gz) a user already has: one, or one per rank (or a dir of them)."""
     from ..trace import ReadAhead, start_reading  # trace: 10 ms, only for analyze
 
@@ -328,7 +328,7 @@ def _leave(code: int, own_process: bool) -> NoReturn:
 @click.option("--format", "fmt", default="html", show_default=True, type=click.Choice(list(REPORT_RENDERERS)),
               help="html: rewrite report.html in RUN_DIR; markdown: print the summary to stdout; "
                    "json: print the short summary for agents and bots (`advise schema summary`).")
-def report_command(run_dir, fmt):
+def report_command(run_dir, fmt) -> None:
     """Re-render RUN_DIR's report (its report.json) without re-running anything."""
     from .outputs import RenderError, render_report, saved_report
 
@@ -384,7 +384,7 @@ def _report_from_traces(run_dir: Path) -> None:
 @click.option("--steps", default=None, type=click.IntRange(min=2),
               help="With --check: measured steps per run (default: as many as the profiled run measured, at least 20).")
 @click.option("--warmup", default=None, type=click.IntRange(min=0), help="With --check: warm-up steps per run (default 5).")
-def apply_command(run_dir, write, output, check, rounds, steps, warmup):
+def apply_command(run_dir, write, output, check, rounds, steps, warmup) -> None:
     """Write RUN_DIR's recommended configuration into the profiled script as a patch: advise apply --write advise-report
 
     The patch (a unified diff, git apply-able from the script's checkout) goes to stdout; each
@@ -400,7 +400,7 @@ def apply_command(run_dir, write, output, check, rounds, steps, warmup):
 @main.command("rules")
 @click.argument("name", required=False, metavar="[NAME|CODE]")
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue (or the rule) as JSON.")
-def rules_command(name, as_json):
+def rules_command(name, as_json) -> None:
     """List the rules, or print one rule's documentation: advise rules DL001"""
     from ..engine import describe  # engine: 23 ms, only for the rules
     from ..rules.registry import load_rules  # rules: 17 ms, only for the rules
@@ -433,7 +433,7 @@ def rules_command(name, as_json):
 
 @main.command("schema")
 @click.argument("name", default="report", type=click.Choice(["report", "compare", "summary"]))
-def schema_command(name):
+def schema_command(name) -> None:
     """Print the JSON Schema of report.json (or compare.json, or `advise report --format json`'s summary)."""
     from ..schema import schema_text  # schema: 3 ms, only for schema
 
@@ -475,7 +475,7 @@ def _percent(text: str, option: str) -> float:
               help="What a comparison that cannot tell exits (slower than the threshold, not significant): "
                    "fail (exit 4) or pass (exit 0, the verdict still says it).")
 def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt, as_json, junit,
-            fail_on_new_findings, force, ops, inconclusive):
+            fail_on_new_findings, force, ops, inconclusive) -> None:
     """Regression gate: exit 3 when CURRENT is slower than BASELINE beyond noise, 4 when it cannot tell.
 
     BASELINE and CURRENT are report.json files (or run dirs). Markdown is also appended to
@@ -535,7 +535,7 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
 @click.option("--format", "fmt", default="terminal", show_default=True, type=click.Choice(list(AB_RENDERERS)))
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 def ab(script, script_args, base, candidate, module, nproc, steps, warmup, profile_steps, rounds, max_rounds,
-       window_s, time_budget_s, max_regression, max_memory_regression, alpha, ops, inconclusive, out, timeout_s, fmt, as_json):
+       window_s, time_budget_s, max_regression, max_memory_regression, alpha, ops, inconclusive, out, timeout_s, fmt, as_json) -> None:
     """CI gate: profile SCRIPT in two checkouts, interleaved; exit 3 on a regression, 4 when it cannot tell.
 
     advise ab --base ../base --candidate . train.py --epochs 1

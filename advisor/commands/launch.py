@@ -60,7 +60,7 @@ class _PipeSafe:
     goes to /dev/null instead of raising BrokenPipeError into the run. The run is the user's; a
     closed terminal or pipe is no reason to lose it (click would exit 1 on the first EPIPE)."""
 
-    def __init__(self, stream):
+    def __init__(self, stream) -> None:
         self._stream = stream
 
     def write(self, text):
@@ -70,7 +70,7 @@ class _PipeSafe:
             self._to_devnull()
             return len(text)
 
-    def flush(self):
+    def flush(self) -> None:
         try:
             self._stream.flush()
         except BrokenPipeError:

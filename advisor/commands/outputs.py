@@ -32,7 +32,7 @@ class RenderError(OneLineError):
     `error` is the renderer's own exception; a report outside the report.json contract (a
     ValueError) says why in its own words."""
 
-    def __init__(self, renderer: Renderer, error: Exception):
+    def __init__(self, renderer: Renderer, error: Exception) -> None:
         self.error = error
         super().__init__(str(error) if isinstance(error, ValueError)
                          else f"the {renderer.name} rendering failed: {type(error).__name__}: {error}")

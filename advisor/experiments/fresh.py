@@ -66,7 +66,7 @@ class Runner:
     """Runs probe children for the experiments and keeps their run dirs under `root`."""
 
     def __init__(self, base: ProbeConfig, root: Path, progress: Progress | None, budget: Budget,
-                 stop: StopRequest | None = None, workers: int = 0, profiled: pd.DataFrame | None = None):
+                 stop: StopRequest | None = None, workers: int = 0, profiled: pd.DataFrame | None = None) -> None:
         self.asked = base.steps  # the steps the user asked for
         # Each run times at least half a second at the profiled run's median step (sizing.window_steps).
         self.base = base if profiled is None else replace(base, steps=window_steps(base.steps, profiled))

@@ -89,7 +89,7 @@ def _open_store(addr: str, port: int, host: bool):
 class StoreChannel:
     """A TCPStore: a client of torchrun's agent store, or (`host`) the store advise's rank 0 serves."""
 
-    def __init__(self, addr: str, port: int, prefix: str, host: bool = False):
+    def __init__(self, addr: str, port: int, prefix: str, host: bool = False) -> None:
         self.addr, self.port, self.prefix, self.host = addr, port, prefix, host
         self._store = None
         self._failed: str | None = None
@@ -152,7 +152,7 @@ class StoreChannel:
 class DirChannel:
     """Files in the run dir, one per key (atomic writes: a reader never sees half a value)."""
 
-    def __init__(self, folder: Path, prefix: str):
+    def __init__(self, folder: Path, prefix: str) -> None:
         self.folder, self.prefix = Path(folder), prefix
         self.where = f"files in {folder}"
 
@@ -185,7 +185,7 @@ class FollowerChannel:
     """Another rank's side of the store rank 0's advise serves: the store, or the run dir where rank 0
     left its marker (it could not serve the store) or where the store reached is not rank 0's."""
 
-    def __init__(self, store: StoreChannel, files: DirChannel, warn: Callable[[str], None]):
+    def __init__(self, store: StoreChannel, files: DirChannel, warn: Callable[[str], None]) -> None:
         self._store, self._files, self._warn = store, files, warn
         self._chosen = None
 

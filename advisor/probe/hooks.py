@@ -326,7 +326,7 @@ def _install_optimizer_hooks(clock: StepClock, observed: Observed) -> None:
         in_closure[id(opt)] = 0.0
         return _timed_closure(opt, args, kwargs, in_closure)
 
-    def post_hook(opt, args, kwargs):
+    def post_hook(opt, args, kwargs) -> None:
         if id(opt) not in observed.optimizers:
             _first_step_of(opt, observed)
         clock.optimizer_post(opt, started.pop(id(opt), None), in_closure.pop(id(opt), 0.0))
@@ -334,7 +334,7 @@ def _install_optimizer_hooks(clock: StepClock, observed: Observed) -> None:
     original_opt_init = torch.optim.Optimizer.__init__
 
     @functools.wraps(original_opt_init)
-    def opt_init(self, *args, **kwargs):
+    def opt_init(self, *args, **kwargs) -> None:
         original_opt_init(self, *args, **kwargs)
         _remember_where_built(self, sys._getframe(1))
         clock.optimizer_created = True
@@ -343,7 +343,7 @@ def _install_optimizer_hooks(clock: StepClock, observed: Observed) -> None:
     original_loader_init = dl.DataLoader.__init__
 
     @functools.wraps(original_loader_init)  # the signature stays DataLoader's (Lightning reads it)
-    def loader_init(self, *args, **kwargs):
+    def loader_init(self, *args, **kwargs) -> None:
         original_loader_init(self, *args, **kwargs)
         _remember_where_built(self, sys._getframe(1))
 
@@ -374,7 +374,7 @@ def _install_loader_hooks(clock: StepClock, observed: Observed, in_next: list[bo
     base_iter = dl._BaseDataLoaderIter
     orig_init, orig_next = base_iter.__init__, base_iter.__next__
 
-    def iter_init(self, loader, *args, **kwargs):
+    def iter_init(self, loader, *args, **kwargs) -> None:
         orig_init(self, loader, *args, **kwargs)
         self._advise_built_at = where_built(loader)  # the capture step names the loader that fed it
         if id(loader) not in observed.dataloaders:

@@ -110,7 +110,7 @@ class Sampler:
     spent by processes that live less than one interval is not seen.
     """
 
-    def __init__(self, pid: int, interval_s: float = 0.1, gpu_index: int | None = None):
+    def __init__(self, pid: int, interval_s: float = 0.1, gpu_index: int | None = None) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
         self.pid = int(pid)

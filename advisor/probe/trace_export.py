@@ -33,7 +33,7 @@ _FIELD = re.compile(rb'("[^"\\\n]*": ")(.*?)("(?=[ \t]*,[ \t]*"[^"\\\n]*": |[ \t
 class TraceLost(Exception):
     """The profiler's trace could not be kept; `errno` is set when the disk is the cause."""
 
-    def __init__(self, message: str, errno_: int | None = None):
+    def __init__(self, message: str, errno_: int | None = None) -> None:
         super().__init__(message)
         self.errno = errno_
 

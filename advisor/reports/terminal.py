@@ -38,7 +38,7 @@ def console(stderr: bool = False) -> Console:
 class ProbeProgress:
     """Shows `phase, step k of N`; use as a context manager around the probe."""
 
-    def __init__(self, con: Console, label: str):
+    def __init__(self, con: Console, label: str) -> None:
         self.con = con
         self.label = label
         self.live = con.is_terminal and sys.stdout.isatty()

@@ -47,7 +47,7 @@ def describe(signum: int | None) -> str:
 class Interrupted(KeyboardInterrupt):
     """A stage gave up on its work because advise was asked to stop (by `signum`)."""
 
-    def __init__(self, signum: int | None = None):
+    def __init__(self, signum: int | None = None) -> None:
         super().__init__(describe(signum))
         self.signum = signum if signum is not None else signal.SIGINT
 

@@ -151,7 +151,7 @@ class _Guard:
     WORDS = {"nan": "with a null, NaN or infinite time", "negative": "with a negative duration",
              "long": "lasting over a day", "far": "starting over a day away from the rest"}
 
-    def __init__(self, columns: dict):
+    def __init__(self, columns: dict) -> None:
         self.counts = dict.fromkeys(self.WORDS, 0)
         sample = [np.zeros(0)]
         for name in _TIMED_BUCKETS:  # a spread-out sample is enough to place the median

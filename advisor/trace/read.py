@@ -204,7 +204,7 @@ class Columns:
     """One bucket's events as columns (numpy arrays, :class:`Coded` columns, lists); ``ok``: a usable 'X' event.
     In the reader they are ``array.array`` and ``bytearray`` until :func:`arrays`."""
 
-    def __init__(self, data: dict | None = None):
+    def __init__(self, data: dict | None = None) -> None:
         self.data = data or {}
 
     def __len__(self) -> int:
@@ -256,7 +256,7 @@ def arrays(columns: dict) -> dict:
 class _Builder:
     """Turns decoded events into per-bucket columns, a piece at a time."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.parts: dict = {b: [] for b in BUCKETS}
         self.names = Table("names")
         self.raws = Table("raws", _decode_raw)  # shapes, types, concrete inputs, grids: JSON texts
@@ -512,7 +512,7 @@ class _Inflate:
 
     CHUNK = 64 << 10  # compressed bytes read at a time (a trace inflates ~15x: about one BLOCK)
 
-    def __init__(self, fh):
+    def __init__(self, fh) -> None:
         self.fh, self.z = fh, _inflate.decompressobj(31)
 
     def read(self, _n: int = -1) -> bytes:
