@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from . import framework_words, overrides as vocabulary
 
@@ -62,7 +62,7 @@ def _enum(kind: type[E], value: object, what: str) -> E:
         raise ValueError(f"{what} {value!r} is not one of {', '.join(m.value for m in kind)}") from None
 
 
-def _finite(x) -> float | None:
+def _finite(x: object) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
@@ -399,6 +399,17 @@ class Recommendation:
     confirmed: dict | None = None  # --confirm: the same overrides in fresh runs (an Experiment's dict)
     memory_budget_bytes: int | None = None  # the run was over this budget: the configuration includes the fastest fix that fits it
     patch: Patch | None = None  # the configuration written into the user's files (advisor.apply)
+    # What an Experiment says and a configuration measured together has not (class constants, not
+    # fields: never written): the reports' wording reads both alike (advisor.reports.words.Measured).
+    verdict: ClassVar[None] = None
+    reason: ClassVar[None] = None
+    error: ClassVar[None] = None
+    not_applied: ClassVar[None] = None
+    baseline_drift_frac: ClassVar[None] = None
+    switch_s: ClassVar[None] = None
+    payoff_steps: ClassVar[None] = None
+    recompiles: ClassVar[None] = None
+    sweep: ClassVar[None] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -418,7 +429,7 @@ VERIFY_MIN_GAIN = 0.03
 MAX_ESTIMATED_GAIN = 0.99  # a rule's estimate of the step time saved, capped: 100× at most
 
 
-def estimated_speedup(gain) -> float | None:
+def estimated_speedup(gain: object) -> float | None:
     """A rule's estimate of the step time saved, `f`, as a speedup in the unit measurements use:
     saving f of each step makes the step 1 - f as long, so 1 / (1 - f) times as many per second
     (0.72 of the step spent waiting on data: about 3.6× faster). None without a positive estimate."""
