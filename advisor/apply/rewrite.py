@@ -243,7 +243,7 @@ class _Apply(cst.CSTTransformer):
     def __init__(self, source: SourceFile, edits: Sequence[Edit]) -> None:
         super().__init__()
         self.config = source.module.config_for_parsing
-        self.on_node: dict[int, list[Edit]] = {}
+        self.on_node: dict[int, list[SetKeywords | SetValue]] = {}
         self.after: dict[int | None, list[InsertAfter]] = {}
         self.wraps: dict[int, Wrap] = {}
         for edit in edits:
@@ -256,15 +256,16 @@ class _Apply(cst.CSTTransformer):
             else:
                 self.wraps[id(edit.first)] = edit
 
-    def on_leave(self, original, updated):
+    # libcst's signature promises the node's own type back; a SetValue returns its new expression instead
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
         for edit in self.on_node.get(id(original), ()):
             if isinstance(edit, SetKeywords):
-                updated = _set_keywords(updated, edit.settings, self.config)
+                updated = _set_keywords(cast(cst.Call, updated), edit.settings, self.config)  # keyed by its call
             else:
                 updated = cst.parse_expression(edit.code, self.config).with_changes(
                     lpar=getattr(updated, "lpar", ()), rpar=getattr(updated, "rpar", ()))
         if isinstance(original, (cst.Module, cst.IndentedBlock)):
-            updated = updated.with_changes(body=self._body(original, updated))
+            updated = updated.with_changes(body=self._body(original, cast(Block, updated)))
         return updated
 
     def _body(self, original: Block, updated: Block) -> list:

@@ -341,7 +341,7 @@ def report_command(run_dir, fmt) -> None:
         fail(str(exc))
     renderer = REPORT_RENDERERS[fmt]
     try:
-        target = "-"
+        target: str | Path = "-"
         if renderer.page:
             from ..reports.html import page_path  # the page's renderer: 290 ms (jinja2), only for the page
 

@@ -187,9 +187,9 @@ class FollowerChannel:
 
     def __init__(self, store: StoreChannel, files: DirChannel, warn: Callable[[str], None]) -> None:
         self._store, self._files, self._warn = store, files, warn
-        self._chosen = None
+        self._chosen: StoreChannel | DirChannel | None = None
 
-    def _channel(self):
+    def _channel(self) -> StoreChannel | DirChannel:
         if self._chosen is None:
             if self._files.marker.exists():
                 self._chosen = self._files

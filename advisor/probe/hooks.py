@@ -19,6 +19,7 @@ import time
 import warnings
 import weakref
 from pathlib import Path
+from types import FrameType
 from typing import Any, Iterable
 
 import torch
@@ -64,7 +65,7 @@ def _probe_frame(filename: str) -> bool:
     return filename.startswith(_PROBE_DIR)
 
 
-def user_frame(frame):
+def user_frame(frame: FrameType | None) -> FrameType | None:
     """The first frame above `frame` that is neither the probe's nor torch's (None at the top)."""
     while frame is not None and (_probe_frame(frame.f_code.co_filename) or frame.f_code.co_filename.startswith(_TORCH_DIR)):
         frame = frame.f_back
@@ -75,7 +76,7 @@ def user_facing_warn(message, category=None, stacklevel=1, source=None, **kwargs
     """``warnings.warn``, except that a warning which would point at one of the probe's wrappers
     points at the user's code instead (filters, ``-W`` and once-per-location still apply there)."""
     try:
-        frame = sys._getframe(1)  # the warn() call
+        frame: FrameType | None = sys._getframe(1)  # the warn() call
         for _ in range(max(1, int(stacklevel)) - 1):
             frame = frame.f_back if frame is not None else None
         target = user_frame(frame) if frame is not None and _probe_frame(frame.f_code.co_filename) else None
