@@ -100,7 +100,7 @@ class Timeline:
 # --- helpers ---------------------------------------------------------------------------
 
 
-def _finite(x) -> bool:
+def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
@@ -219,7 +219,7 @@ def decimate(ts: list[float], ys: list[float], buckets: int = MAX_BUCKETS) -> li
     return out
 
 
-def _minmax(group):
+def _minmax(group: list[tuple[float, float]]) -> list[tuple[float, float]]:
     lo = min(group, key=lambda p: p[1])
     hi = max(group, key=lambda p: p[1])
     return sorted({lo, hi}, key=lambda p: p[0])

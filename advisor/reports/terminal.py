@@ -11,9 +11,9 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -101,7 +101,7 @@ class ProbeProgress:
         self._quiet_steps = True
         self.phase("starting")
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:  # the with statement's (type, value, traceback), handed on
         if self._status is not None:
             self._status.__exit__(*exc)
 
@@ -216,7 +216,7 @@ def _print_summary(report: Report, con: Console, run_dir: str | None = None, glu
     table.add_column(style="dim")
     table.add_column()
 
-    def add(label: str, value) -> None:
+    def add(label: str, value: RenderableType | None) -> None:
         table.add_row(label, cell(value) if isinstance(value, str) else value)
 
     device = env.get("device", "cpu")
