@@ -21,12 +21,15 @@ from __future__ import annotations
 import json
 
 import typing
-from typing import Annotated, Literal, Optional, TypedDict, TypeVar, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Literal, Optional, TypeVar, TypedDict, get_args, get_origin
 
 import msgspec
 from msgspec import Meta
 
 from .report import SCHEMA_VERSION, Block, Num, Published, Report, Status
+
+if TYPE_CHECKING:
+    import jsonschema
 
 COMPARE_SCHEMA_VERSION = 1  # advisor.gate.compare's (a stage: the core cannot import it; a test checks they agree)
 
@@ -218,7 +221,7 @@ def schema_text(name: str = "report") -> str:
     return json.dumps(schema(name), indent=2, sort_keys=False) + "\n"
 
 
-def checker(name: str = "report", *, strict: bool = False):
+def checker(name: str = "report", *, strict: bool = False) -> jsonschema.Draft202012Validator:
     """A jsonschema validator for `name` (tests and tools; jsonschema is not a runtime dependency)."""
     import jsonschema  # jsonschema: a test dependency, not a runtime one
 
