@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 from contextlib import contextmanager
+from types import FrameType
 from typing import Callable, Iterator, NoReturn
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -76,7 +77,7 @@ class StopRequest:
     def __bool__(self) -> bool:
         return bool(self.received)
 
-    def record(self, signum: int, frame=None) -> None:
+    def record(self, signum: int, frame: FrameType | None = None) -> None:
         self.received.append(signum)
         if self.raising:
             raise Interrupted(signum)

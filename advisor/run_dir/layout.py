@@ -137,7 +137,7 @@ class RunDirLock:
     def __enter__(self) -> "RunDirLock":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 
