@@ -308,7 +308,7 @@ _NO_SPACE = cst.SimpleWhitespace("")
 _COMMA_SPACE = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
 
 
-def _set_keywords(call: cst.Call, settings: Sequence[tuple[str, str]], config) -> cst.Call:
+def _set_keywords(call: cst.Call, settings: Sequence[tuple[str, str]], config: cst.PartialParserConfig) -> cst.Call:
     args = list(call.args)
     missing = []
     for name, code in settings:
@@ -322,7 +322,7 @@ def _set_keywords(call: cst.Call, settings: Sequence[tuple[str, str]], config) -
     return call.with_changes(args=_appended(call, args, missing) if missing else args)
 
 
-def _newline(ws) -> TypeGuard[cst.ParenthesizedWhitespace]:
+def _newline(ws: cst.BaseParenthesizableWhitespace | None) -> TypeGuard[cst.ParenthesizedWhitespace]:
     return isinstance(ws, cst.ParenthesizedWhitespace)
 
 
@@ -359,7 +359,7 @@ def _appended(call: cst.Call, args: list[cst.Arg], new: list[cst.Arg]) -> list[c
     return args[:-1] + [old_last] + [a.with_changes(comma=sep) for a in new[:-1]] + [final]
 
 
-def _clean(ws):
+def _clean(ws: cst.BaseParenthesizableWhitespace) -> cst.BaseParenthesizableWhitespace:
     """A separator's whitespace without its comment or the comment lines under it (reused between new arguments)."""
     if _newline(ws):
         return cst.ParenthesizedWhitespace(indent=ws.indent, last_line=ws.last_line)

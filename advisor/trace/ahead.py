@@ -196,7 +196,7 @@ class _Share:
         except BlockingIOError:
             return False
 
-    def give(self, data: memoryview) -> None:
+    def give(self, data: bytes | memoryview) -> None:
         if self.given:
             return
         self.given = True
