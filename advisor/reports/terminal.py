@@ -11,7 +11,8 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING
 
 from rich.console import Console, RenderableType
 from rich.table import Table
@@ -101,9 +102,9 @@ class ProbeProgress:
         self._quiet_steps = True
         self.phase("starting")
 
-    def __exit__(self, *exc: Any) -> None:  # the with statement's (type, value, traceback), handed on
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if self._status is not None:
-            self._status.__exit__(*exc)
+            self._status.__exit__(exc_type, exc, tb)
 
 
 def finding_lines(finding: Finding, experiments: str = "ran") -> list[Text]:
