@@ -8,8 +8,12 @@ made empty here so that every caller gets the same answer from the same events.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["merge", "coverage", "subtract", "intersect", "union_length"]
 

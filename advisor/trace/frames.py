@@ -140,11 +140,13 @@ trace in which every timed event is skipped raises :class:`TraceError`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pandas as pd
-from numpy.typing import DTypeLike
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 from .read import Coded
 
