@@ -192,7 +192,8 @@ def enabled(settings: Settings, catalogue: Catalogue) -> list[Rule]:
 # --------------------------------------------------------------------------- running
 
 
-def run_rules(profile: Profile, settings: Settings | None = None, catalogue: Catalogue | None = None) -> tuple[list[Finding], list[str]]:
+def run_rules(profile: Profile, settings: Settings | None = None,
+              catalogue: Catalogue | None = None) -> tuple[list[Finding], list[str]]:
     """Findings (ranked as every renderer shows them) and warnings; a rule that fails is a warning."""
     catalogue = catalogue or load_rules()
     settings = settings or Settings()

@@ -229,7 +229,8 @@ def _power_joules(samples: pd.DataFrame) -> Callable[[float, float], float | Non
     return joules
 
 
-def _sum_windows(windows: list[tuple[float, float, pd.DataFrame]], joules_of: Callable[[float, float], float | None]) -> dict | None:
+def _sum_windows(windows: list[tuple[float, float, pd.DataFrame]],
+                 joules_of: Callable[[float, float], float | None]) -> dict | None:
     joules, seconds, read = 0.0, 0.0, []
     for start, end, rows in windows:
         got = joules_of(start, end)

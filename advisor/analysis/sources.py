@@ -149,7 +149,8 @@ def _user_frame_name(name: str) -> bool:
     return parsed is not None and is_user_file(parsed[0])
 
 
-def _pageable_copies(trace: TraceFrames, ops: pd.DataFrame, innermost: Callable[[int, float], str | None], add: Callable[..., None]) -> None:
+def _pageable_copies(trace: TraceFrames, ops: pd.DataFrame, innermost: Callable[[int, float], str | None],
+                     add: Callable[..., None]) -> None:
     """Host-to-device copies: the copy op around each runtime call that issued a memcpy, with its pin state."""
     mc, rt = trace.memcpy, trace.runtime
     if mc.empty or rt.empty or "kind" not in mc:

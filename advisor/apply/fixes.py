@@ -219,8 +219,8 @@ def _optimizer(planned: Planned, value: dict, sites: Sites, files: Files) -> Non
             planned.refused.append(str(exc))
 
 
-def _setup(planned: Planned, sites: Sites, files: Files, existing: Callable[[SourceFile], cst.BaseExpression | None], value_code: str,
-           statement: str) -> None:
+def _setup(planned: Planned, sites: Sites, files: Files, existing: Callable[[SourceFile], cst.BaseExpression | None],
+           value_code: str, statement: str) -> None:
     """Module-level setup in the script's own file: the value of an existing call or assignment
     changed (`existing` finds its node), else `statement` after the imports (``{torch}``: the
     name torch is bound to; ``import torch`` added where it is not)."""
@@ -316,7 +316,8 @@ def _autocast(planned: Planned, value: str, sites: Sites, files: Files) -> None:
     planned.add(model, source, Wrap(body[at_forward], loss, header))
 
 
-def _nested_forward(source: SourceFile, forward: cst.BaseStatement, step: cst.BaseStatement, backward: Site, block: Block, model: Site) -> tuple[list[cst.BaseStatement], cst.SimpleStatementLine | None]:
+def _nested_forward(source: SourceFile, forward: cst.BaseStatement, step: cst.BaseStatement, backward: Site, block: Block,
+                    model: Site) -> tuple[list[cst.BaseStatement], cst.SimpleStatementLine | None]:
     """The forward in a block of its own before backward() (nanoGPT's ``with ctx:``, whose body
     computes the model's loss and scales it, backward() after it): that block's statements and the
     one of them that last assigns the loss backward() is called on (None: not in that block)."""
@@ -329,7 +330,8 @@ def _nested_forward(source: SourceFile, forward: cst.BaseStatement, step: cst.Ba
     return body, _loss(source, step, backward.line, body[body.index(forward):])
 
 
-def _loss(source: SourceFile, step: cst.BaseStatement, line: int, before: list[cst.BaseStatement]) -> cst.SimpleStatementLine | None:
+def _loss(source: SourceFile, step: cst.BaseStatement, line: int,
+          before: list[cst.BaseStatement]) -> cst.SimpleStatementLine | None:
     """The statement of `before` (the block up to backward()) that last assigns the tensor
     backward() is called on (``loss`` in ``loss.backward()``, ``scaler.scale(loss).backward()``)."""
     names: list[str] = []

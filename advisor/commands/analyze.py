@@ -147,8 +147,8 @@ def page_tables(profile: Profile) -> dict:
     return profile.memo
 
 
-def _analyze(profile: Profile, script: str, artifacts: dict, *, as_json: bool, out: Path | None, rule_settings: Settings | None = None,
-             quiet: bool = False, **job: Any) -> int:  # job: build_report's ranks= and hta_breakdown=
+def _analyze(profile: Profile, script: str, artifacts: dict, *, as_json: bool, out: Path | None,
+             rule_settings: Settings | None = None, quiet: bool = False, **job: Any) -> int:  # job: ranks=, hta_breakdown=
     """Rules over the Profile, report.json (with `out`), the renderings and (unless `quiet`) the summary."""
     warnings = profile.meta.notes + (
         [] if len(profile.steps) else ["the trace has no ProfilerStep#N spans: per-step numbers are unavailable"])

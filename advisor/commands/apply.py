@@ -80,8 +80,8 @@ def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, ro
     return code
 
 
-def _check(patched: apply.Patched, rec: Recommendation, report: Report, sites: apply.Sites, run_dir: Path, rounds: int, steps: int | None,
-           warmup: int | None) -> int:
+def _check(patched: apply.Patched, rec: Recommendation, report: Report, sites: apply.Sites, run_dir: Path, rounds: int,
+           steps: int | None, warmup: int | None) -> int:
     from ..apply import check as checking  # the gate's A/B: 210 ms (pandas, scipy), only for --check
     from ..gate import ab
 

@@ -169,9 +169,10 @@ def main() -> None:
 @click.option("--memory-budget", default=None, metavar="SIZE",
               help="The memory the run may use (160MB, 20GiB); default: the device's capacity.")
 @_rule_options
-def profile(script: str, script_args: Sequence[str], module: bool, nproc: int, steps: int, warmup: int, profile_steps: int, out: str, timeout_s: float, as_json: bool, no_experiments: bool,
-            max_experiments: int, time_budget_s: float | None, safe_only: bool, fresh_runs: bool, confirm: bool, baseline: str | None, max_regression: str, memory_budget: str | None,
-            select: tuple[str, ...], ignore: tuple[str, ...], config: str | None) -> None:
+def profile(script: str, script_args: Sequence[str], module: bool, nproc: int, steps: int, warmup: int, profile_steps: int,
+            out: str, timeout_s: float, as_json: bool, no_experiments: bool, max_experiments: int, time_budget_s: float | None,
+            safe_only: bool, fresh_runs: bool, confirm: bool, baseline: str | None, max_regression: str,
+            memory_budget: str | None, select: tuple[str, ...], ignore: tuple[str, ...], config: str | None) -> None:
     """Run SCRIPT under the probe: advise profile --steps 30 train.py --lr 0.1
 
     advise's options come before SCRIPT; everything after it goes to the script, as `python
@@ -281,7 +282,8 @@ def _all_profile_options(words: list[str]) -> bool:
 @click.option("--out", default=None, type=click.Path(file_okay=False), callback=_run_dir,
               help="Also write report.json into this dir.")
 @_rule_options
-def analyze(traces: tuple[str, ...], as_json: bool, out: str | None, select: tuple[str, ...], ignore: tuple[str, ...], config: str | None) -> None:
+def analyze(traces: tuple[str, ...], as_json: bool, out: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
+            config: str | None) -> None:
     """Analyze Kineto traces (.json or .json.gz) a user already has: one, or one per rank (or a dir of them)."""
     from ..trace import ReadAhead, start_reading  # trace: 10 ms, only for analyze
 
@@ -390,7 +392,8 @@ def _report_from_traces(run_dir: Path) -> None:
 @click.option("--steps", default=None, type=click.IntRange(min=2),
               help="With --check: measured steps per run (default: as many as the profiled run measured, at least 20).")
 @click.option("--warmup", default=None, type=click.IntRange(min=0), help="With --check: warm-up steps per run (default 5).")
-def apply_command(run_dir: str, write: bool, output: str | None, check: bool, rounds: int, steps: int | None, warmup: int | None) -> None:
+def apply_command(run_dir: str, write: bool, output: str | None, check: bool, rounds: int, steps: int | None,
+                  warmup: int | None) -> None:
     """Write RUN_DIR's recommended configuration into the profiled script as a patch: advise apply --write advise-report
 
     The patch (a unified diff, git apply-able from the script's checkout) goes to stdout; each
@@ -480,8 +483,8 @@ def _percent(text: str, option: str) -> float:
 @click.option("--inconclusive", default="fail", show_default=True, type=click.Choice(["fail", "pass"]),
               help="What a comparison that cannot tell exits (slower than the threshold, not significant): "
                    "fail (exit 4) or pass (exit 0, the verdict still says it).")
-def compare(baseline: str, current: str, max_regression: str, max_memory_regression: str, alpha: float, fmt: str, as_json: bool, junit: str | None,
-            fail_on_new_findings: bool, force: bool, ops: bool, inconclusive: str) -> None:
+def compare(baseline: str, current: str, max_regression: str, max_memory_regression: str, alpha: float, fmt: str, as_json: bool,
+            junit: str | None, fail_on_new_findings: bool, force: bool, ops: bool, inconclusive: str) -> None:
     """Regression gate: exit 3 when CURRENT is slower than BASELINE beyond noise, 4 when it cannot tell.
 
     BASELINE and CURRENT are report.json files (or run dirs). Markdown is also appended to
@@ -540,8 +543,10 @@ def compare(baseline: str, current: str, max_regression: str, max_memory_regress
               help="Seconds before one run's script is stopped.")
 @click.option("--format", "fmt", default="terminal", show_default=True, type=click.Choice(list(AB_RENDERERS)))
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-def ab(script: str, script_args: tuple[str, ...], base: str, candidate: str, module: bool, nproc: int, steps: int, warmup: int, profile_steps: int, rounds: int, max_rounds: int,
-       window_s: float, time_budget_s: float, max_regression: str, max_memory_regression: str, alpha: float, ops: bool, inconclusive: str, out: str, timeout_s: float, fmt: str, as_json: bool) -> None:
+def ab(script: str, script_args: tuple[str, ...], base: str, candidate: str, module: bool, nproc: int, steps: int, warmup: int,
+       profile_steps: int, rounds: int, max_rounds: int, window_s: float, time_budget_s: float, max_regression: str,
+       max_memory_regression: str, alpha: float, ops: bool, inconclusive: str, out: str, timeout_s: float, fmt: str,
+       as_json: bool) -> None:
     """CI gate: profile SCRIPT in two checkouts, interleaved; exit 3 on a regression, 4 when it cannot tell.
 
     advise ab --base ../base --candidate . train.py --epochs 1

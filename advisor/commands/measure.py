@@ -62,7 +62,8 @@ def arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_setti
     out, suffix = Path(config.out), job_suffix(config)  # a launched job: rank 0's window and arms are judged
     session: ArmsSession
 
-    def diagnose() -> tuple[list[Finding], Profile]:  # the window of the rank whose steps are judged (the runner names it: rank 0's in a job)
+    # the window of the rank whose steps are judged (the runner names it: rank 0's in a job)
+    def diagnose() -> tuple[list[Finding], Profile]:
         profile = Profile.from_run_dir(out, session.rank_suffix)
         if link is not None:
             session.notes.extend(job_report.merge_windows(profile, link, stop))
@@ -98,8 +99,9 @@ def _combine(first: ExperimentResults | None, fresh: ExperimentResults) -> Exper
     return ExperimentResults(fresh.findings, recommended, notes, fresh.runs, fresh.interrupted)
 
 
-def measure_fixes(session: ArmsSession | None, run: ProbeRun, profile: Profile, merged: dict | None, link: JobLink | None, config: ProbeConfig,
-                   experiments: ExperimentOptions, rule_settings: Settings | None, out: Path, progress: ExperimentProgress, stop: StopRequest) -> tuple[list[Finding], list[str], ExperimentResults | None]:
+def measure_fixes(session: ArmsSession | None, run: ProbeRun, profile: Profile, merged: dict | None, link: JobLink | None,
+                  config: ProbeConfig, experiments: ExperimentOptions, rule_settings: Settings | None, out: Path,
+                  progress: ExperimentProgress, stop: StopRequest) -> tuple[list[Finding], list[str], ExperimentResults | None]:
     """The findings and what the experiments measured of them: the arms of the profiled run
     (judged by `session`), fresh runs for what they could not switch, then severity and order.
     Returns (findings, rule warnings, ExperimentResults or None)."""
@@ -188,7 +190,8 @@ def _patch(rec: Recommendation, profile: Profile, config: ProbeConfig, warnings:
         return None
 
 
-def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, out: Path, progress: ExperimentProgress, stop: StopRequest) -> None:
+def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, out: Path, progress: ExperimentProgress,
+             stop: StopRequest) -> None:
     """--confirm: the recommendation the arms measured, measured again in fresh runs of the script."""
     rec = results.recommended
     if rec is None or rec.measured_by != "in-process" or not rec.overrides:

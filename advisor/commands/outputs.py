@@ -87,7 +87,8 @@ def rule_docs() -> Mapping[str, str]:
     return ruledoc.docs_by_key(load_rules().rules)
 
 
-def write_renderings(report: Report, out: Path | None, profile: Profile | None, con: Console, summary: bool = True) -> Path | None:
+def write_renderings(report: Report, out: Path | None, profile: Profile | None, con: Console,
+                     summary: bool = True) -> Path | None:
     """report.html beside report.json, and (`summary`) the markdown summary when $GITHUB_STEP_SUMMARY is set.
 
     A rendering problem is a warning: it never costs the user the run or report.json.

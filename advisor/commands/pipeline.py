@@ -167,11 +167,10 @@ def _take_run_dir(lock: layout.RunDirLock, out: Path) -> None:
         fail(f"cannot clear the last run's files from {out}: {exc.strerror or exc}")
 
 
-def _profile(*, script: str, script_args: list[str], module: bool = False, nproc: int = 1, steps: int, warmup: int, profile_steps: int,
-             out: Path, timeout_s: float, as_json: bool,
-             experiments: ExperimentOptions | None = None, baseline: str | None = None,
-             max_regression: float = 0.10, rule_settings: Settings | None = None, memory_budget_bytes: int | None = None,
-             stop: StopRequest, lock: layout.RunDirLock) -> int:
+def _profile(*, script: str, script_args: list[str], module: bool = False, nproc: int = 1, steps: int, warmup: int,
+             profile_steps: int, out: Path, timeout_s: float, as_json: bool, experiments: ExperimentOptions | None = None,
+             baseline: str | None = None, max_regression: float = 0.10, rule_settings: Settings | None = None,
+             memory_budget_bytes: int | None = None, stop: StopRequest, lock: layout.RunDirLock) -> int:
     """`advise profile`: probe the script, write the run dir, print the summary.
 
     With `baseline`, then compare against it (as `advise compare`): exit 3 on a regression.
@@ -246,8 +245,8 @@ def _open_run_dir(out: Path, lock: layout.RunDirLock) -> None:
     _take_run_dir(lock, out)
 
 
-def _run_and_measure(config: ProbeConfig, experiments: ExperimentOptions, rule_settings: Settings | None, link: JobLink | None, out: Path,
-                     lock: layout.RunDirLock, con: Console, shown: str, stop: StopRequest) -> _Measured:
+def _run_and_measure(config: ProbeConfig, experiments: ExperimentOptions, rule_settings: Settings | None, link: JobLink | None,
+                     out: Path, lock: layout.RunDirLock, con: Console, shown: str, stop: StopRequest) -> _Measured:
     """The script under the probe (the arms in it), its Profile, and the fixes measured."""
     session = measure.arms_session(config, experiments, rule_settings, link, stop) if config.arms else None
     with terminal.ProbeProgress(con, f"profiling {shown}") as progress:
@@ -326,7 +325,8 @@ def _deliver(report: Report, m: _Measured, out: Path, con: Console, as_json: boo
     return report, status, signum
 
 
-def _outcome(run: ProbeRun, merged: dict | None, results: ExperimentResults | None, stop: StopRequest, experimented: bool) -> tuple:
+def _outcome(run: ProbeRun, merged: dict | None, results: ExperimentResults | None, stop: StopRequest,
+             experimented: bool) -> tuple:
     """(status, signal, error, traceback) of the run: the first failing rank's account in a job a
     launcher started, "interrupted" where a signal came after the measurements were whole."""
     signum = stop.signum or run.signal or (results.interrupted if results else None)

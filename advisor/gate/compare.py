@@ -352,8 +352,9 @@ class _Gate(TypedDict):
     testable: bool
 
 
-def _timing_metric(name: str, label: str, unit: str, higher_is_better: bool, base: float | None, cur: float | None, times_b: np.ndarray, times_c: np.ndarray, statistic: Callable[[np.ndarray], float], *,
-                   threshold: float, alpha: float, testable: bool) -> Metric:
+def _timing_metric(name: str, label: str, unit: str, higher_is_better: bool, base: float | None, cur: float | None,
+                   times_b: np.ndarray, times_c: np.ndarray, statistic: Callable[[np.ndarray], float], *, threshold: float,
+                   alpha: float, testable: bool) -> Metric:
     """A gated timing metric.
 
     `base`/`cur` are the figures shown (throughput: samples/s, higher is better); `times_*` are

@@ -225,7 +225,8 @@ def _minmax(group: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return sorted({lo, hi}, key=lambda p: p[0])
 
 
-def timeline(samples: dict[str, list[float]], series: list[Series], step_spans: list[tuple[float, float, bool]]) -> Timeline | None:
+def timeline(samples: dict[str, list[float]], series: list[Series],
+             step_spans: list[tuple[float, float, bool]]) -> Timeline | None:
     """Panels for each series with data, on one time axis starting at the first sample.
 
     `samples` maps column name to values (with a `t` column, seconds on the monotonic clock);

@@ -191,7 +191,8 @@ def build_page(report: Report, profile: Profile | None = None, rule_docs: Mappin
     return page
 
 
-def verdict(report: Report, profile: Profile | None, findings: list[FindingView], typed: list[Finding], rec: Recommendation | None) -> VerdictView:
+def verdict(report: Report, profile: Profile | None, findings: list[FindingView], typed: list[Finding],
+            rec: Recommendation | None) -> VerdictView:
     """The header; its "recommended configuration" is :func:`words.outcome`: the stacked run's
     result when report.json has one, else why there is none (never another finding's result)."""
     status = str(report.status or "failed")

@@ -203,7 +203,8 @@ def _main_loader(profile: Profile) -> LoaderSeen | None:
     return loaders[0]
 
 
-def _fix(loader: LoaderSeen | None, device: str, cores: int | None, threads: int | None, wait_s: float, compute_s: float, step_s: float, io_bound: bool | None = None) -> tuple[Fix, float | None]:
+def _fix(loader: LoaderSeen | None, device: str, cores: int | None, threads: int | None, wait_s: float, compute_s: float,
+         step_s: float, io_bound: bool | None = None) -> tuple[Fix, float | None]:
     """The override to try and a rough gain estimate (None when it cannot be estimated)."""
     on_gpu = device != "cpu"
     current = loader.num_workers if loader else 0

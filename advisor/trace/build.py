@@ -245,7 +245,8 @@ def _step_spans(ann: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _build_steps(span: pd.DataFrame, ops: pd.DataFrame, ann: pd.DataFrame, kernels: pd.DataFrame, memcpy: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
+def _build_steps(span: pd.DataFrame, ops: pd.DataFrame, ann: pd.DataFrame, kernels: pd.DataFrame, memcpy: pd.DataFrame,
+                 runtime: pd.DataFrame) -> pd.DataFrame:
     if span.empty:
         return empty_frame(STEP_COLS)
     lo = span["ts_us"].to_numpy()
@@ -301,7 +302,8 @@ def _build_steps(span: pd.DataFrame, ops: pd.DataFrame, ann: pd.DataFrame, kerne
     return out.sort_values("index", kind="stable").reset_index(drop=True)
 
 
-def _device_spans(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, kernels: pd.DataFrame, memcpy: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def _device_spans(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, kernels: pd.DataFrame,
+                  memcpy: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Each step's (start, end) re-anchored to the device: a ProfilerStep span ends when Python
     moves on, the step when the last kernel (or copy) it launched ends (as the profiler's
     TensorBoard plugin reads it). A step ends at the later of the two and starts where the one

@@ -127,7 +127,8 @@ def _estimate_flops(name: str, dims: list, concrete: list | None) -> float | Non
     return None
 
 
-def _conv_fwd_flops(x: list[int], w: list[int], concrete: list | None, i_stride: int, i_pad: int, i_dil: int, i_transposed: int | None) -> float:
+def _conv_fwd_flops(x: list[int], w: list[int], concrete: list | None, i_stride: int, i_pad: int, i_dil: int,
+                    i_transposed: int | None) -> float:
     nsp = len(x) - 2
     if _parse_bool(concrete, i_transposed):
         spatial = x[2:]
@@ -148,7 +149,8 @@ def _conv_fwd_flops(x: list[int], w: list[int], concrete: list | None, i_stride:
             spatial = [max(s, 0) for s in spatial]
     return 2.0 * x[0] * math.prod(spatial) * math.prod(w)
 
-def refine_conv_flops(flops: np.ndarray, positions: list[int], names: Coded, dims: Coded, ts: np.ndarray, end: np.ndarray, thr: np.ndarray, look_ahead: int = 32) -> None:
+def refine_conv_flops(flops: np.ndarray, positions: list[int], names: Coded, dims: Coded, ts: np.ndarray, end: np.ndarray,
+                      thr: np.ndarray, look_ahead: int = 32) -> None:
     """Old traces have no stride/padding: read the conv's output shape from its consumer.
 
     Among the next few ops that start after the conv ends on the same thread,

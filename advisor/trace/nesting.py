@@ -19,7 +19,8 @@ def thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
 
 
 
-def nesting(ts: np.ndarray, dur: np.ndarray, end: np.ndarray, thr_codes: np.ndarray, has_flops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def nesting(ts: np.ndarray, dur: np.ndarray, end: np.ndarray, thr_codes: np.ndarray,
+            has_flops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Self time and depth per op with one stack per thread (ops sorted by ts, longest first).
 
     Also returns which ops sit under an ancestor that carries FLOPs (None if no
@@ -29,7 +30,8 @@ def nesting(ts: np.ndarray, dur: np.ndarray, end: np.ndarray, thr_codes: np.ndar
     return fast if fast is not None else _nesting_stack(ts, dur, end, thr_codes, has_flops)
 
 
-def _nesting_nested(ts: np.ndarray, dur: np.ndarray, end: np.ndarray, thr_codes: np.ndarray, has_flops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+def _nesting_nested(ts: np.ndarray, dur: np.ndarray, end: np.ndarray, thr_codes: np.ndarray,
+                    has_flops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
     """:func:`nesting` in array operations, where every op lies inside its parent (Kineto's ops
     do; several times faster than the stack); None where one does not: the stack decides.
 
@@ -98,7 +100,8 @@ def _parent_rows(depth: np.ndarray, thr: np.ndarray) -> np.ndarray:
     return parent
 
 
-def _nesting_stack(ts: np.ndarray, dur: np.ndarray, end: np.ndarray, thr_codes: np.ndarray, has_flops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _nesting_stack(ts: np.ndarray, dur: np.ndarray, end: np.ndarray, thr_codes: np.ndarray,
+                   has_flops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """:func:`nesting` by a stack per thread, for any overlap."""
     n = len(ts)
     thr = thr_codes.tolist()
