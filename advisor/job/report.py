@@ -12,7 +12,7 @@ its job, the other ranks), `run` the runner's ProbeRun, `stop` the command's Sto
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import json
 import os
@@ -25,17 +25,45 @@ from ..run_dir.atomic import write_json_atomic
 from ..run_dir.protocol import Phase, rank_account, read_account
 from .rank import detect as detect_job
 from .channel import ChannelError, wait_for
-from ..model import Experiment, Finding, Verdict
+from ..model import Experiment, Finding, Recommendation, Verdict
 from ..profile import Profile
 from .rank_summary import disagreements, missing_row, rank_row, summarize, to_profile
 
 if TYPE_CHECKING:
-    from ..experiments.judge import ExperimentResults
-    from ..experiments.plan import Candidate
-    from ..probe.runner import ProbeRun
     from ..run_dir.interrupt import StopRequest
+    from ..run_dir.layout import RunFiles
+    from ..run_dir.protocol import ChildAccount, RankLines
     from .link import JobLink
     from .rank import JobRank
+
+
+# The layers above (the probe, the experiments) are named here by what this module reads of them.
+
+class ProbeRun(Protocol):
+    """A rank's run as its runner saw it (:class:`advisor.probe.runner.ProbeRun`)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def probe(self) -> ChildAccount: ...
+    @property
+    def files(self) -> RunFiles: ...
+    @property
+    def arms(self) -> RankLines | None: ...
+
+
+class ExperimentResults(Protocol):
+    """What the experiments measured (:class:`advisor.experiments.judge.ExperimentResults`)."""
+
+    findings: list[Finding]
+    recommended: Recommendation | None
+
+
+class FreshCandidate(Protocol):
+    """A fix only a fresh run can switch (:class:`advisor.experiments.plan.Candidate`)."""
+
+    @property
+    def finding_index(self) -> int | None: ...
 
 
 WINDOW_WAIT_S = 60.0  # rank 0's rules wait this long for the other ranks' windows before planning alone
@@ -66,7 +94,7 @@ def merge_windows(profile: Profile, link: JobLink, stop: StopRequest | None) -> 
             f"no window summary within {wait:.0f} s"] if missing else []
 
 
-def no_fresh_runs(findings: list[Finding], fresh: Sequence[Candidate] | None) -> None:
+def no_fresh_runs(findings: list[Finding], fresh: Sequence[FreshCandidate] | None) -> None:
     """A job a launcher started: a fix only a fresh run can switch stays unmeasured (one rank re-run
     alone would wait for the others in its first collective)."""
     for candidate in fresh or []:
