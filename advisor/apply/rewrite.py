@@ -256,8 +256,8 @@ class _Apply(cst.CSTTransformer):
             else:
                 self.wraps[id(edit.first)] = edit
 
-    # libcst's signature promises the node's own type back; a SetValue returns its new expression instead
-    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
+    def on_leave(  # type: ignore[override]  # libcst's says the node's own type comes back; a SetValue's does not
+            self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
         for edit in self.on_node.get(id(original), ()):
             if isinstance(edit, SetKeywords):
                 updated = _set_keywords(cast(cst.Call, updated), edit.settings, self.config)  # keyed by its call
