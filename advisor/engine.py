@@ -22,7 +22,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,6 +31,9 @@ else:  # Python 3.10
 
 from advisor.model import Finding, rank
 from advisor.rules.registry import Catalogue, Rule, load_rules
+
+if TYPE_CHECKING:
+    from advisor.profile import Profile
 
 _TOP_KEYS = {"select", "ignore"}
 
@@ -189,7 +192,8 @@ def enabled(settings: Settings, catalogue: Catalogue) -> list[Rule]:
 # --------------------------------------------------------------------------- running
 
 
-def run_rules(profile, settings: Settings | None = None, catalogue: Catalogue | None = None) -> tuple[list[Finding], list[str]]:
+def run_rules(profile: Profile, settings: Settings | None = None,
+              catalogue: Catalogue | None = None) -> tuple[list[Finding], list[str]]:
     """Findings (ranked as every renderer shows them) and warnings; a rule that fails is a warning."""
     catalogue = catalogue or load_rules()
     settings = settings or Settings()

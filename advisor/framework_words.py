@@ -15,7 +15,7 @@ from .config_line import CONFIG_CHANGE, as_flags, in_users_line, split_settings
 from .overrides import DATALOADER_KEYS, MICRO_BATCH_CUTS, VOCABULARY, validate
 
 
-def snippet(key: str, value, framework: dict | None = None) -> str:
+def snippet(key: str, value: object, framework: dict | None = None) -> str:
     """The code change that makes one override permanent, in the words of the user's `framework`
     (the probe's ``observed.framework``: its name and settings) where it has its own."""
     name = (framework or {}).get("name")
@@ -52,7 +52,7 @@ def _hf_loader(v: dict, _s: dict) -> str:
              "persistent_workers": "dataloader_persistent_workers", "prefetch_factor": "dataloader_prefetch_factor"}
     return _args(*(f"{names[k]}={v[k]!r}" for k in DATALOADER_KEYS if k in v))
 
-def _hf_batch(v, s: dict) -> str:
+def _hf_batch(v: float, s: dict) -> str:
     batch, accumulate = s.get("per_device_train_batch_size"), s.get("gradient_accumulation_steps") or 1
     if v in MICRO_BATCH_CUTS:  # a smaller micro-batch, the effective batch kept by accumulation
         if batch:
@@ -68,7 +68,7 @@ def _lightning_loader(v: dict, _s: dict) -> str:
     return ("  # in your LightningDataModule's train_dataloader(), or the loader you pass to trainer.fit\n"
             + VOCABULARY["dataloader"].snippet(v))
 
-def _lightning_batch(v, s: dict) -> str:
+def _lightning_batch(v: float, s: dict) -> str:
     if v in MICRO_BATCH_CUTS:
         accumulate = int(s.get("accumulate_grad_batches") or 1)
         return ("  # the loader's batch_size times %s, the effective batch kept by accumulation\n" % v
@@ -110,7 +110,7 @@ FRAMEWORK_FORMS: dict[str, dict[str, Callable[[Any, dict], str | None]]] = {
     },
 }
 
-def config_settings(key: str, value, framework: dict | None) -> tuple[str, list[str]] | None:
+def config_settings(key: str, value: object, framework: dict | None) -> tuple[str, list[str]] | None:
     """Where the framework's form of an override is settings of its configuring call, that call's
     name and the settings (``("TrainingArguments", ["bf16=True"])``, ``("Trainer",
     ['precision="bf16-mixed"'])``): what ``advise apply`` writes into the user's call; None for a

@@ -8,12 +8,17 @@ made empty here so that every caller gets the same answer from the same events.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["merge", "coverage", "subtract", "intersect", "union_length"]
 
 
-def merge(starts, ends) -> tuple[np.ndarray, np.ndarray]:
+def merge(starts: ArrayLike, ends: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Sorted, disjoint (start, end) float arrays covering the union of the inputs.
 
     Intervals with a NaN bound are dropped; an end before its start counts as empty. Intervals
@@ -38,7 +43,7 @@ def merge(starts, ends) -> tuple[np.ndarray, np.ndarray]:
     return s[first], run_end[last]
 
 
-def coverage(ms: np.ndarray, me: np.ndarray, lo, hi) -> np.ndarray:
+def coverage(ms: np.ndarray, me: np.ndarray, lo: ArrayLike, hi: ArrayLike) -> np.ndarray:
     """For each window [lo, hi], how long the merged intervals (ms, me) from :func:`merge` cover it.
 
     Vectorised over windows (one binary search each, not a loop over intervals), so the per-step
@@ -63,7 +68,7 @@ def coverage(ms: np.ndarray, me: np.ndarray, lo, hi) -> np.ndarray:
     return np.where(hi >= lo, np.clip(total, 0.0, None), 0.0)
 
 
-def subtract(ms, me, cs, ce) -> tuple[np.ndarray, np.ndarray]:
+def subtract(ms: np.ndarray, me: np.ndarray, cs: np.ndarray, ce: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Merged intervals (ms, me) less merged intervals (cs, ce): what no (cs, ce) covers, merged.
 
     Vectorised: the bounds of both cut the line into pieces; a piece is kept when its start lies in
@@ -81,7 +86,7 @@ def subtract(ms, me, cs, ce) -> tuple[np.ndarray, np.ndarray]:
     return lo[first], hi[last]
 
 
-def intersect(ms, me, cs, ce) -> tuple[np.ndarray, np.ndarray]:
+def intersect(ms: np.ndarray, me: np.ndarray, cs: np.ndarray, ce: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Merged intervals (ms, me) within merged intervals (cs, ce): what both cover, merged (the
     first less what it has outside the second, so it rounds as :func:`subtract` does)."""
     outside = subtract(ms, me, cs, ce)
@@ -94,7 +99,7 @@ def _inside(t: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return (i >= 0) & (t < ends[np.maximum(i, 0)])
 
 
-def union_length(starts, ends) -> float:
+def union_length(starts: ArrayLike, ends: ArrayLike) -> float:
     """Total length covered by the union of [start, end) intervals (0 for none)."""
     ms, me = merge(starts, ends)
     return float((me - ms).sum()) if ms.size else 0.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from . import framework_words, overrides as vocabulary
 from .units import finite
@@ -76,7 +76,7 @@ class Fix:
     framework: dict | None = None  # the framework the snippet speaks (name, settings, configured_at): speak()
     ladder: list[dict] | None = None  # the other values of one fix, measured with `overrides` as one sweep
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.kind = _enum(FixKind, self.kind, "fix kind")
         self.applicability = _enum(Applicability, self.applicability, "fix applicability")
 
@@ -195,7 +195,7 @@ class Experiment:
     memory_budget_bytes: int | None = None   # the budget a memory fix or batch search was judged by
     oom: bool | None = None          # the candidate ran out of memory (True), else not said
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.verdict = _enum(Verdict, self.verdict, "experiment verdict")
 
     @classmethod
@@ -395,6 +395,17 @@ class Recommendation:
     confirmed: dict | None = None  # --confirm: the same overrides in fresh runs (an Experiment's dict)
     memory_budget_bytes: int | None = None  # the run was over this budget: the configuration includes the fastest fix that fits it
     patch: Patch | None = None  # the configuration written into the user's files (advisor.apply)
+    # What an Experiment says and a configuration measured together has not (class constants, not
+    # fields: never written): the reports' wording reads both alike (advisor.reports.words.Measured).
+    verdict: ClassVar[None] = None
+    reason: ClassVar[None] = None
+    error: ClassVar[None] = None
+    not_applied: ClassVar[None] = None
+    baseline_drift_frac: ClassVar[None] = None
+    switch_s: ClassVar[None] = None
+    payoff_steps: ClassVar[None] = None
+    recompiles: ClassVar[None] = None
+    sweep: ClassVar[None] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -414,7 +425,7 @@ VERIFY_MIN_GAIN = 0.03
 MAX_ESTIMATED_GAIN = 0.99  # a rule's estimate of the step time saved, capped: 100× at most
 
 
-def estimated_speedup(gain) -> float | None:
+def estimated_speedup(gain: object) -> float | None:
     """A rule's estimate of the step time saved, `f`, as a speedup in the unit measurements use:
     saving f of each step makes the step 1 - f as long, so 1 / (1 - f) times as many per second
     (0.72 of the step spent waiting on data: about 3.6× faster). None without a positive estimate."""

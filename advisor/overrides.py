@@ -62,7 +62,7 @@ class Knob:
     fresh_only: str | None = None  # why no live process can switch it (then only fresh runs measure it)
 
 
-def _dataloader_valid(v) -> bool:
+def _dataloader_valid(v: object) -> bool:
     return isinstance(v, dict) and bool(v) and all(k in DATALOADER_KEYS and type(x) is DATALOADER_KEYS[k]
                                                    for k, x in v.items())
 
@@ -114,11 +114,11 @@ def _optimizer_snippet(v: dict) -> str:
             f"+ optimizer = torch.optim.Adam(params, lr=lr, {flags})")
 
 
-def _batch_scale_valid(v) -> bool:
+def _batch_scale_valid(v: object) -> bool:
     return (type(v) is int and v >= 2) or v in MICRO_BATCH_CUTS
 
 
-def _batch_scale_snippet(v) -> str:
+def _batch_scale_snippet(v: float) -> str:
     if v in MICRO_BATCH_CUTS:
         k = round(1 / v)
         return (f"- DataLoader(dataset, batch_size=B)\n+ DataLoader(dataset, batch_size=B // {k})\n"
@@ -127,14 +127,14 @@ def _batch_scale_snippet(v) -> str:
     return f"- DataLoader(dataset, batch_size=B)\n+ DataLoader(dataset, batch_size=B * {v})  # re-tune the learning rate"
 
 
-def _batch_scale_said(v) -> str:
+def _batch_scale_said(v: float) -> str:
     if v in MICRO_BATCH_CUTS:
         k = round(1 / v)
         return f"Cut the micro-batch to 1/{k} and accumulate gradients over {k} micro-batches"
     return f"Use {v}x larger batches (and re-tune the learning rate)"
 
 
-def _checkpoint_snippet(v) -> str:
+def _checkpoint_snippet(v: object) -> str:
     return ("+ from torch.utils.checkpoint import checkpoint\n"
             "- for block in self.blocks:\n-     x = block(x)\n"
             "+ for block in self.blocks:\n+     x = checkpoint(block, x, use_reentrant=False)\n"
@@ -148,7 +148,7 @@ REDUCE_OVERHEAD, MAX_AUTOTUNE = "reduce-overhead", "max-autotune-no-cudagraphs"
 COMPILE_MODES = (REDUCE_OVERHEAD, MAX_AUTOTUNE)
 
 
-def _compile_snippet(v) -> str:
+def _compile_snippet(v: bool | str) -> str:
     return "+ model = torch.compile(model)" if v is True else f'+ model = torch.compile(model, mode="{v}")'
 
 

@@ -40,6 +40,7 @@ for the cross-rank rules; a single-rank run has ``ranks == []`` and a job of one
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Hashable, TypeVar
 from pathlib import Path
 
 import pandas as pd
@@ -53,6 +54,8 @@ from .model import SourceLocation
 from .analysis.ranks import JobProfile
 from .trace import TraceError, TraceFrames, load_trace
 from .trace.device_parts import optimizer_ranges
+
+T = TypeVar("T")  # what a Profile's derived table is
 
 LOG_TAIL_LINES = 30  # meta.log_tail: what a failed run's report shows of the script's log
 
@@ -99,7 +102,7 @@ class Profile:
         self.env, self.observed, self.memory = Env.read(self.env), Observed.read(self.observed), MemoryAccount.read(self.memory)
         self.meta = ProfileMeta.of(self.meta)
 
-    def derived(self, key, compute):
+    def derived(self, key: Hashable, compute: Callable[[], T]) -> T:
         """``compute()``, once per Profile: a table several readers (or a forked child) want."""
         if key not in self.memo:
             self.memo[key] = compute()
@@ -170,7 +173,7 @@ class Profile:
     def has_gpu(self) -> bool:
         return self.device == "cuda" or (self.trace is not None and bool(self.trace.meta.get("has_gpu")))
 
-    def locations(self, category: str, **match) -> list[SourceLocation]:
+    def locations(self, category: str, **match: Any) -> list[SourceLocation]:
         """Where in the user's code `category` (host-sync, matmul, h2d-copy, dataloader) happens:
         sites whose fields equal `match`, most calls first; from the probe's sources.json, else
         (no file, or a branch its warm-up step did not take) the trace's Python frames."""
@@ -211,7 +214,7 @@ class Profile:
         )
 
     @classmethod
-    def from_trace(cls, path: str | Path, read=load_trace) -> "Profile":
+    def from_trace(cls, path: str | Path, read: Callable[[str | Path], TraceFrames] = load_trace) -> "Profile":
         """A Profile from a Kineto trace alone: steps from its ``ProfilerStep#N`` spans, each ending
         where the last kernel it launched ends (a span ends when Python moves on: on a GPU that
         is a step or more before the device does).

@@ -21,13 +21,16 @@ from __future__ import annotations
 import json
 
 import typing
-from typing import Annotated, Literal, Optional, TypedDict, TypeVar, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Literal, Optional, TypeVar, TypedDict, get_args, get_origin
 
 import msgspec
 from msgspec import Meta
 
 from .report import SCHEMA_VERSION, Report
 from .report_blocks import Block, Num, Published, Status
+
+if TYPE_CHECKING:
+    import jsonschema
 
 COMPARE_SCHEMA_VERSION = 1  # compare.json's, which advisor.gate.compare writes: fields only added within a version, as report.json's
 
@@ -220,7 +223,7 @@ def schema_text(name: str = "report") -> str:
     return json.dumps(schema(name), indent=2, sort_keys=False) + "\n"
 
 
-def checker(name: str = "report", *, strict: bool = False):
+def checker(name: str = "report", *, strict: bool = False) -> jsonschema.Draft202012Validator:
     """A jsonschema validator for `name` (tests and tools; jsonschema is not a runtime dependency)."""
     import jsonschema  # jsonschema: a test dependency, not a runtime one
 

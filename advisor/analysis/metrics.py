@@ -7,6 +7,7 @@ rules and the experiments so that each number has exactly one definition.
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -199,7 +200,7 @@ def _readings(samples: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarra
     return (read["t"].to_numpy(float), read[column].to_numpy(float)) if len(read) else None
 
 
-def _counter_joules(samples: pd.DataFrame):
+def _counter_joules(samples: pd.DataFrame) -> Callable[[float, float], float | None] | None:
     """(start, end) -> the counter's rise in J between them, None where the ticks do not bracket
     them or the counter fell (the driver reloaded)."""
     read = _readings(samples, "gpu_energy_mj")
@@ -215,7 +216,7 @@ def _counter_joules(samples: pd.DataFrame):
     return joules
 
 
-def _power_joules(samples: pd.DataFrame):
+def _power_joules(samples: pd.DataFrame) -> Callable[[float, float], float | None] | None:
     """(start, end) -> mean NVML power over the ticks inside, times the span (None: no tick inside)."""
     read = _readings(samples, "gpu_power_w")
     if read is None:
@@ -228,7 +229,8 @@ def _power_joules(samples: pd.DataFrame):
     return joules
 
 
-def _sum_windows(windows: list[tuple[float, float, pd.DataFrame]], joules_of) -> dict | None:
+def _sum_windows(windows: list[tuple[float, float, pd.DataFrame]],
+                 joules_of: Callable[[float, float], float | None]) -> dict | None:
     joules, seconds, read = 0.0, 0.0, []
     for start, end, rows in windows:
         got = joules_of(start, end)
@@ -273,7 +275,7 @@ def memory(accelerator: dict, samples: pd.DataFrame) -> dict:
     return out
 
 
-def clean(value):
+def clean(value: object) -> Any:  # JSON: a dict, list or scalar as `value` was
     """JSON-safe: NaN/inf become None, numpy scalars become Python ones, recursively."""
     if isinstance(value, dict):
         return {str(k): clean(v) for k, v in value.items()}

@@ -18,6 +18,8 @@ MFU for Llama-3 8B bf16 on H100, MosaicML 46% for MPT-7B on A100.
 
 from __future__ import annotations
 
+from typing import Callable, Hashable, Protocol, TypeVar
+
 import math
 import re
 
@@ -26,6 +28,39 @@ import pandas as pd
 
 from . import steptime
 from ..run_dir.seen import Env
+from ..trace import TraceFrames
+
+T = TypeVar("T")
+
+
+class _Source(Protocol):
+    @property
+    def source(self) -> str | None: ...
+
+
+class ProfileView(Protocol):
+    """What the figures here read of a run's :class:`advisor.profile.Profile` (which imports the
+    analysis: it is named here by what it has)."""
+
+    @property
+    def env(self) -> Env: ...
+    @property
+    def trace(self) -> TraceFrames | None: ...
+    @property
+    def meta(self) -> _Source: ...
+    @property
+    def has_gpu(self) -> bool: ...
+    @property
+    def steps(self) -> pd.DataFrame: ...
+    @property
+    def ops(self) -> pd.DataFrame: ...
+    @property
+    def kernels(self) -> pd.DataFrame: ...
+    @property
+    def runtime(self) -> pd.DataFrame: ...
+    @property
+    def trace_steps(self) -> pd.DataFrame: ...
+    def derived(self, key: Hashable, compute: Callable[[], T]) -> T: ...
 
 # (name pattern, {dtype: dense peak TFLOP/s}, source). First match wins: specific before generic.
 PEAKS: list[tuple[str, dict[str, float], str]] = [
@@ -94,7 +129,7 @@ def precision(ops: pd.DataFrame, kernels: pd.DataFrame, env: Env) -> tuple[str |
     return "fp32", "fp32 matmuls, TF32 off"
 
 
-def model_flops_utilization(profile) -> dict | None:
+def model_flops_utilization(profile: ProfileView) -> dict | None:
     """report.json's `mfu`: {achieved_tflops, peak_tflops, mfu, dtype, basis, peak_source}, or None
     when the run has no trace or no FLOPs (a CPU run gets achieved FLOP/s and no peak)."""
     ops, trace_steps = profile.ops, profile.trace_steps
@@ -171,7 +206,7 @@ def peak_bandwidth(device_name: str | None) -> tuple[float | None, str | None]:
     return None, None
 
 
-def op_traffic(name: str, dims, types, flops: float | None) -> tuple[float, float] | None:
+def op_traffic(name: str, dims: object, types: object, flops: float | None) -> tuple[float, float] | None:
     """``(bytes, output elements)``: the fewest bytes an op must move, each tensor input read once
     and its output written once; None without shapes.
 
@@ -200,12 +235,12 @@ def op_traffic(name: str, dims, types, flops: float | None) -> tuple[float, floa
     return read + out_items * out_size, out_items
 
 
-def kernel_efficiency(profile, top: int = 10) -> pd.DataFrame:
+def kernel_efficiency(profile: ProfileView, top: int = 10) -> pd.DataFrame:
     """The `top` kernels by device time with the roofline (see :func:`_kernel_efficiency`); once per Profile."""
     return profile.derived(("kernel_efficiency", top), lambda: _kernel_efficiency(profile, top))
 
 
-def _kernel_efficiency(profile, top: int) -> pd.DataFrame:
+def _kernel_efficiency(profile: ProfileView, top: int) -> pd.DataFrame:
     """The `top` kernels by device time with the roofline: one row per kernel name.
 
     Each launch is joined (correlation id) to its runtime call and the op around that call: the

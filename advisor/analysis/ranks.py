@@ -26,6 +26,8 @@ A single-rank run is a JobProfile of one; every rule that needs two ranks says n
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import re
 from dataclasses import dataclass, field
 
@@ -35,6 +37,26 @@ import pandas as pd
 from ..intervals import coverage, merge, subtract
 from . import steptime
 from ..trace import name_mask as trace_name_mask
+
+from ..run_dir.seen import Env
+
+
+class ProfileView(Protocol):
+    """What a job's figures read of each rank's :class:`advisor.profile.Profile` (which imports the
+    analysis: it is named here by what it has)."""
+
+    @property
+    def env(self) -> Env: ...
+    @property
+    def steps(self) -> pd.DataFrame: ...
+    @property
+    def ops(self) -> pd.DataFrame: ...
+    @property
+    def kernels(self) -> pd.DataFrame: ...
+    @property
+    def annotations(self) -> pd.DataFrame: ...
+    @property
+    def trace_steps(self) -> pd.DataFrame: ...
 
 _GPU_COLLECTIVE = re.compile(r"nccl|rccl", re.IGNORECASE)
 _CPU_COLLECTIVE = re.compile(r"^gloo:")
@@ -48,7 +70,7 @@ def name_mask(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
     return trace_name_mask(names, pattern.search)
 
 
-def collectives(profile) -> pd.DataFrame:
+def collectives(profile: ProfileView) -> pd.DataFrame:
     """The rank's collective intervals (``name``, ``ts_us``, ``end_us``, ``where``: gpu or cpu)."""
     kernels = profile.kernels
     if len(kernels):
@@ -63,7 +85,7 @@ def collectives(profile) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["name", "ts_us", "end_us", "where"])
 
 
-def compute_intervals(profile, comm: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def compute_intervals(profile: ProfileView, comm: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Merged compute intervals: non-collective kernels on GPU; CPU ops off the collective threads."""
     kernels = profile.kernels
     if len(kernels):
@@ -110,7 +132,7 @@ class JobProfile:
         return out
 
 
-def rank_of(profile, fallback: int) -> int:
+def rank_of(profile: ProfileView, fallback: int) -> int:
     """The rank a Profile says it is (env, from the trace's distributedInfo or the probe), else its position."""
     rank = profile.env.rank
     if rank is None:
@@ -121,12 +143,12 @@ def rank_of(profile, fallback: int) -> int:
         return fallback
 
 
-def _median_samples(profile) -> float:
+def _median_samples(profile: ProfileView) -> float:
     """The median batch of the rank's steps (NaN where unknown: a trace alone)."""
     return float(steptime.batch_sizes(profile.steps).median())
 
 
-def _rank_steps(profile, rank: int) -> pd.DataFrame:
+def _rank_steps(profile: ProfileView, rank: int) -> pd.DataFrame:
     ready = profile.memo.get("rank_steps") if hasattr(profile, "memo") else None
     if ready is not None:  # a rank summarised where it ran (advisor.job.rank_summary): its own trace made this
         return ready.assign(rank=rank) if len(ready) else pd.DataFrame(columns=list(COLUMNS))

@@ -14,6 +14,8 @@ Two sources, one shape (``{category: [site, ...]}``, a site being ``file``, ``li
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Callable
+
 import os
 import re
 import sys
@@ -23,6 +25,10 @@ from pathlib import Path
 
 from ..model import SourceLocation
 from ..run_dir.seen import SourceSite, Sources
+
+if TYPE_CHECKING:
+    from advisor.trace import TraceFrames
+    import pandas as pd
 
 CATEGORIES = ("host-sync", "matmul", "h2d-copy", "dataloader")
 _FROM_TRACE = "trace python_function events"
@@ -51,7 +57,7 @@ def parse_frame(name: str) -> tuple[str, int, str] | None:
     return (m["file"], int(m["line"]), m["function"]) if m else None
 
 
-def locations(sources: Sources | None, category: str, *, top: int = TOP, **match) -> list[SourceLocation]:
+def locations(sources: Sources | None, category: str, *, top: int = TOP, **match: object) -> list[SourceLocation]:
     """The `top` sites of `category` whose fields equal `match` (a value may be a tuple of
     choices), most calls first, as the Finding's typed locations."""
     rows = sources.rows(category) if sources is not None else []
@@ -80,7 +86,7 @@ SYNC_OPS = ("aten::item", "aten::nonzero", "aten::masked_select", "aten::unique"
 _DTYPE = {"float": "float32", "c10::Half": "float16", "c10::BFloat16": "bfloat16", "double": "float64"}
 
 
-def from_trace(trace) -> Sources | None:
+def from_trace(trace: TraceFrames) -> Sources | None:
     """Sites from a trace's ``python_function`` events (None when it has none: no with_stack)."""
     py = trace.python
     if py is None or py.empty:
@@ -92,7 +98,7 @@ def from_trace(trace) -> Sources | None:
     sites: dict[str, Counter] = {c: Counter() for c in CATEGORIES}
     frames = {tid: g.sort_values("ts_us") for tid, g in user.groupby("tid")}
 
-    def innermost(tid, ts):
+    def innermost(tid: int, ts: float) -> str | None:
         g = frames.get(tid)
         if g is None:
             return None
@@ -101,7 +107,7 @@ def from_trace(trace) -> Sources | None:
 
     device = "cuda" if trace.meta.get("has_gpu") else "cpu"
 
-    def add(category, frame, **extra):
+    def add(category: str, frame: str | None, **extra: object) -> None:
         extra.setdefault("device", device)
         if frame is not None:
             sites[category][(frame, tuple(sorted(extra.items())))] += 1
@@ -135,7 +141,8 @@ def _user_frame_name(name: str) -> bool:
     return parsed is not None and is_user_file(parsed[0])
 
 
-def _pageable_copies(trace, ops, innermost, add) -> None:
+def _pageable_copies(trace: TraceFrames, ops: pd.DataFrame, innermost: Callable[[int, float], str | None],
+                     add: Callable[..., None]) -> None:
     """Host-to-device copies: the copy op around each runtime call that issued a memcpy, with its pin state."""
     mc, rt = trace.memcpy, trace.runtime
     if mc.empty or rt.empty or "kind" not in mc:
@@ -148,7 +155,7 @@ def _pageable_copies(trace, ops, innermost, add) -> None:
             device="cuda")
 
 
-def _fetches(trace, user, add) -> None:
+def _fetches(trace: TraceFrames, user: pd.DataFrame, add: Callable[..., None]) -> None:
     """DataLoader fetches: the outermost user frames inside each ``enumerate(DataLoader)`` range
     (the Dataset's ``__getitem__``, a user collate_fn)."""
     ann = trace.annotations

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from types import ModuleType
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -32,7 +33,7 @@ from .steptime import per_step
 Values = Sequence[float] | np.ndarray  # a sample: a list of floats or an array (NaN and inf are dropped)
 
 
-def scipy_stats():
+def scipy_stats() -> ModuleType:
     """scipy.stats, imported on first use (here and by the gate's sequential test)."""
     from scipy import stats  # scipy.stats: 0.7 s to import, only where a test or an interval is computed
 
@@ -91,7 +92,7 @@ class Interval:
         return [self.low, self.high]
 
 
-def _median(x, axis=-1):
+def _median(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.median(x, axis=axis)
 
 
@@ -116,7 +117,7 @@ def ratio_ci(
         return None
     estimate = float(statistic(b)) / base
 
-    def ratio(x, y, axis=-1):
+    def ratio(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
         return statistic(y, axis=axis) / statistic(x, axis=axis)
 
     bounds = _bootstrap((a, b), ratio, confidence, n_resamples, seed, ("BCa", "percentile"))

@@ -28,6 +28,7 @@ from ..trace import per_name
 
 if TYPE_CHECKING:
     from ..trace import TraceFrames
+    import pandas as pd
 
 # HTA's own patterns (hta/utils/utils.py), matched at the start of the name as re.match does.
 _COMM = re.compile(r"^nccl.*Kernel")
@@ -80,7 +81,7 @@ def for_ranks(traces: list) -> dict | None:
     return {"basis": BASIS, "ranks": sorted(rows, key=lambda r: r["rank"])} if rows else None
 
 
-def _gpu_events(trace: "TraceFrames"):
+def _gpu_events(trace: "TraceFrames") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(category codes: _KINDS' positions, starts, ends, correlations) of the kernels, copies and fills."""
     k, m = trace.kernels, trace.memcpy
     kinds = np.concatenate([_kind_codes(k["name"]), _kind_codes(m["name"])])
@@ -94,7 +95,7 @@ def _gpu_events(trace: "TraceFrames"):
 _KINDS = ("compute", "communication", "memory", "other")  # the order each is taken outside the ones before
 
 
-def _kind_codes(names) -> np.ndarray:
+def _kind_codes(names: pd.Series) -> np.ndarray:
     """Each event's category as its position in _KINDS, decided once per distinct name."""
     return per_name(names, lambda name: _KINDS.index(category_of(name)), np.int8, _KINDS.index("other"))
 
@@ -111,13 +112,13 @@ def _launched_before_last_step(trace: "TraceFrames", corr: np.ndarray) -> np.nda
     return np.isin(corr, launched)
 
 
-def _split(ts, end, cats, lo, hi) -> dict:
+def _split(ts: np.ndarray, end: np.ndarray, cats: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None) -> dict:
     """Time per category, each outside the ones before it (compute, communication, memory, other), and idle.
 
     With windows (`lo`, `hi`): arrays, one value per window, the events clipped to it. Without: one
     number each over the events' own span (``span``: first start to last end), as HTA measures it.
     """
-    if lo is None:
+    if lo is None or hi is None:  # both or neither
         lo, hi = np.array([ts.min()]), np.array([end.max()])
         scalar = True
     else:

@@ -20,7 +20,7 @@ import libcst as cst
 
 from .. import framework_words, overrides as vocabulary
 from ..config_line import command_line_flags
-from .rewrite import Edit, InsertAfter, Refused, Scope, SetKeywords, SetValue, SourceFile, Wrap, call_name
+from .rewrite import Block, Edit, InsertAfter, Refused, Scope, SetKeywords, SetValue, SourceFile, Wrap, call_name
 from .sites import Site, Sites
 from .switches import switch_of, tell
 
@@ -133,7 +133,7 @@ def _none_seen(sites: Sites, what: str) -> Refused:
 
 # --- the framework's own configuring call ----------------------------------------------------------
 
-def _in_config_call(planned: Planned, key: str, value, sites: Sites, files: Files) -> bool:
+def _in_config_call(planned: Planned, key: str, value: object, sites: Sites, files: Files) -> bool:
     """A setting of the framework's configuring call, written into the user's call (or, for
     TrainingArguments an HfArgumentParser builds, said as the flag to add); False: not one."""
     found = framework_words.config_settings(key, value, sites.framework)
@@ -219,8 +219,8 @@ def _optimizer(planned: Planned, value: dict, sites: Sites, files: Files) -> Non
             planned.refused.append(str(exc))
 
 
-def _setup(planned: Planned, sites: Sites, files: Files, existing: Callable[[SourceFile], Any], value_code: str,
-           statement: str) -> None:
+def _setup(planned: Planned, sites: Sites, files: Files, existing: Callable[[SourceFile], cst.BaseExpression | None],
+           value_code: str, statement: str) -> None:
     """Module-level setup in the script's own file: the value of an existing call or assignment
     changed (`existing` finds its node), else `statement` after the imports (``{torch}``: the
     name torch is bound to; ``import torch`` added where it is not)."""
@@ -239,15 +239,15 @@ def _setup(planned: Planned, sites: Sites, files: Files, existing: Callable[[Sou
     planned.add(sites.main, source, InsertAfter(source.header_anchor(), tuple(code), spaced=True))
 
 
-def _first_arg_of(name: str) -> Callable[[SourceFile], Any]:
-    def find(source: SourceFile):
+def _first_arg_of(name: str) -> Callable[[SourceFile], cst.BaseExpression | None]:
+    def find(source: SourceFile) -> cst.BaseExpression | None:
         calls = [c for c in source.nodes(cst.Call) if call_name(c) == name and c.args and not c.args[0].keyword]
         return calls[0].args[0].value if calls else None
     return find
 
 
-def _assigned(attribute: str) -> Callable[[SourceFile], Any]:
-    def find(source: SourceFile):
+def _assigned(attribute: str) -> Callable[[SourceFile], cst.BaseExpression | None]:
+    def find(source: SourceFile) -> cst.BaseExpression | None:
         for node in source.nodes(cst.Assign):
             if any(source.text(t.target).endswith(attribute) for t in node.targets):
                 return node.value
@@ -260,7 +260,7 @@ def _matmul_precision(planned: Planned, value: str, sites: Sites, files: Files) 
            '{torch}.set_float32_matmul_precision("%s")' % value)
 
 
-def _cudnn_benchmark(planned: Planned, value, sites: Sites, files: Files) -> None:
+def _cudnn_benchmark(planned: Planned, value: object, sites: Sites, files: Files) -> None:
     _setup(planned, sites, files, _assigned("cudnn.benchmark"), "True", "{torch}.backends.cudnn.benchmark = True")
 
 
@@ -316,7 +316,8 @@ def _autocast(planned: Planned, value: str, sites: Sites, files: Files) -> None:
     planned.add(model, source, Wrap(body[at_forward], loss, header))
 
 
-def _nested_forward(source: SourceFile, forward, step, backward: Site, block, model: Site) -> tuple[list, Any]:
+def _nested_forward(source: SourceFile, forward: cst.BaseStatement, step: cst.BaseStatement, backward: Site, block: Block,
+                    model: Site) -> tuple[list[cst.BaseStatement], cst.SimpleStatementLine | None]:
     """The forward in a block of its own before backward() (nanoGPT's ``with ctx:``, whose body
     computes the model's loss and scales it, backward() after it): that block's statements and the
     one of them that last assigns the loss backward() is called on (None: not in that block)."""
@@ -329,7 +330,8 @@ def _nested_forward(source: SourceFile, forward, step, backward: Site, block, mo
     return body, _loss(source, step, backward.line, body[body.index(forward):])
 
 
-def _loss(source: SourceFile, step, line: int, before: list) -> Any:
+def _loss(source: SourceFile, step: cst.BaseStatement, line: int,
+          before: list[cst.BaseStatement]) -> cst.SimpleStatementLine | None:
     """The statement of `before` (the block up to backward()) that last assigns the tensor
     backward() is called on (``loss`` in ``loss.backward()``, ``scaler.scale(loss).backward()``)."""
     names: list[str] = []
@@ -360,7 +362,7 @@ def _names(node: cst.CSTNode) -> list[cst.Name]:
     return found
 
 
-def _targets(small) -> set[str]:
+def _targets(small: cst.Assign | cst.AnnAssign | cst.AugAssign) -> set[str]:
     targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
     return {n.value for t in targets for n in _names(t)}
 
@@ -368,7 +370,7 @@ def _targets(small) -> set[str]:
 ARGUMENT = object()  # a name bound as a parameter of the function that calls the model
 
 
-def _compile(planned: Planned, value, sites: Sites, files: Files) -> None:
+def _compile(planned: Planned, value: object, sites: Sites, files: Files) -> None:
     model = _model(sites, "add torch.compile(model)")
     source = _file(files, model)
     calls = source.calls_on(model.line)
@@ -377,7 +379,7 @@ def _compile(planned: Planned, value, sites: Sites, files: Files) -> None:
     scopes: list[Scope] = [scope] if isinstance(scope, cst.Module) else [scope, source.module]
     where = f"{scope.name.value}()" if isinstance(scope, cst.FunctionDef) else "the module"
 
-    def binding(name: str):
+    def binding(name: str) -> Any:  # a statement, ARGUMENT or None (a sentinel mypy cannot narrow by `is`)
         """The last statement that binds `name` before the call (in the function, else the module),
         ARGUMENT for a parameter of the function, None when neither."""
         for s in scopes:
@@ -417,7 +419,7 @@ def _params(fn: cst.FunctionDef) -> list[cst.Param]:
     return [*p.posonly_params, *p.params, *p.kwonly_params] + [x for x in (p.star_arg, p.star_kwarg) if isinstance(x, cst.Param)]
 
 
-def _zero_grad(planned: Planned, value, sites: Sites, files: Files) -> None:
+def _zero_grad(planned: Planned, value: object, sites: Sites, files: Files) -> None:
     paths = list(dict.fromkeys([*(s.file for s in sites.backward + sites.optimizers), *([sites.main] if sites.main else [])]))
     found = 0
     for path in paths:
@@ -448,18 +450,18 @@ REFUSED = {
 
 
 def _refused(key: str) -> Callable:
-    def refuse(planned: Planned, value, sites: Sites, files: Files) -> None:
+    def refuse(planned: Planned, value: object, sites: Sites, files: Files) -> None:
         raise Refused(f"{_script(sites)}: {REFUSED[key]}")
     return refuse
 
 
-def _allocator(planned: Planned, value, sites: Sites, files: Files) -> None:
+def _allocator(planned: Planned, value: object, sites: Sites, files: Files) -> None:
     """The CUDA allocator reads its settings from the environment, before the script's first CUDA call."""
     planned.told.append(f"{_script(sites)}: run it with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in its "
                         "environment (the allocator reads it before the first CUDA call, not from the code)")
 
 
-def _unknown(planned: Planned, value, sites: Sites, files: Files) -> None:
+def _unknown(planned: Planned, value: object, sites: Sites, files: Files) -> None:
     raise Refused(f"{_script(sites)}: advise has no code change for {planned.key}")
 
 

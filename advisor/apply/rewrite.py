@@ -243,7 +243,7 @@ class _Apply(cst.CSTTransformer):
     def __init__(self, source: SourceFile, edits: Sequence[Edit]) -> None:
         super().__init__()
         self.config = source.module.config_for_parsing
-        self.on_node: dict[int, list[Edit]] = {}
+        self.on_node: dict[int, list[SetKeywords | SetValue]] = {}
         self.after: dict[int | None, list[InsertAfter]] = {}
         self.wraps: dict[int, Wrap] = {}
         for edit in edits:
@@ -256,15 +256,16 @@ class _Apply(cst.CSTTransformer):
             else:
                 self.wraps[id(edit.first)] = edit
 
-    def on_leave(self, original, updated):
+    def on_leave(  # type: ignore[override]  # libcst's says the node's own type comes back; a SetValue's does not
+            self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
         for edit in self.on_node.get(id(original), ()):
             if isinstance(edit, SetKeywords):
-                updated = _set_keywords(updated, edit.settings, self.config)
+                updated = _set_keywords(cast(cst.Call, updated), edit.settings, self.config)  # keyed by its call
             else:
                 updated = cst.parse_expression(edit.code, self.config).with_changes(
                     lpar=getattr(updated, "lpar", ()), rpar=getattr(updated, "rpar", ()))
         if isinstance(original, (cst.Module, cst.IndentedBlock)):
-            updated = updated.with_changes(body=self._body(original, updated))
+            updated = updated.with_changes(body=self._body(original, cast(Block, updated)))
         return updated
 
     def _body(self, original: Block, updated: Block) -> list:
@@ -307,7 +308,7 @@ _NO_SPACE = cst.SimpleWhitespace("")
 _COMMA_SPACE = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
 
 
-def _set_keywords(call: cst.Call, settings: Sequence[tuple[str, str]], config) -> cst.Call:
+def _set_keywords(call: cst.Call, settings: Sequence[tuple[str, str]], config: cst.PartialParserConfig) -> cst.Call:
     args = list(call.args)
     missing = []
     for name, code in settings:
@@ -321,7 +322,7 @@ def _set_keywords(call: cst.Call, settings: Sequence[tuple[str, str]], config) -
     return call.with_changes(args=_appended(call, args, missing) if missing else args)
 
 
-def _newline(ws) -> TypeGuard[cst.ParenthesizedWhitespace]:
+def _newline(ws: cst.BaseParenthesizableWhitespace | None) -> TypeGuard[cst.ParenthesizedWhitespace]:
     return isinstance(ws, cst.ParenthesizedWhitespace)
 
 
@@ -358,7 +359,7 @@ def _appended(call: cst.Call, args: list[cst.Arg], new: list[cst.Arg]) -> list[c
     return args[:-1] + [old_last] + [a.with_changes(comma=sep) for a in new[:-1]] + [final]
 
 
-def _clean(ws):
+def _clean(ws: cst.BaseParenthesizableWhitespace) -> cst.BaseParenthesizableWhitespace:
     """A separator's whitespace without its comment or the comment lines under it (reused between new arguments)."""
     if _newline(ws):
         return cst.ParenthesizedWhitespace(indent=ws.indent, last_line=ws.last_line)

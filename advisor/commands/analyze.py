@@ -16,6 +16,7 @@ The read choreography lives here, and only here:
 from __future__ import annotations
 
 import resource
+from typing import TYPE_CHECKING, Any
 
 from pathlib import Path
 
@@ -30,8 +31,11 @@ from ..job.rank_summary import summarize, to_profile
 from ..analysis.temporal import BASIS
 from ..trace import ReadAhead, TraceError, forked, trace_files
 
+if TYPE_CHECKING:
+    from ..engine import Settings
 
-def analyze(paths: list[Path], reads: ReadAhead, *, as_json: bool, out: Path | None, rule_settings=None,
+
+def analyze(paths: list[Path], reads: ReadAhead, *, as_json: bool, out: Path | None, rule_settings: Settings | None = None,
             quiet: bool = False) -> int:
     """`advise analyze PATH...`: one trace file, or a job's traces (several files, or folders of them).
 
@@ -41,7 +45,7 @@ def analyze(paths: list[Path], reads: ReadAhead, *, as_json: bool, out: Path | N
     return analyze_traces(paths, reads, as_json=as_json, out=out, rule_settings=rule_settings, quiet=quiet)
 
 
-def analyze_trace(path: Path, reads: ReadAhead, *, as_json: bool, out: Path | None, rule_settings=None) -> int:
+def analyze_trace(path: Path, reads: ReadAhead, *, as_json: bool, out: Path | None, rule_settings: Settings | None = None) -> int:
     """One trace: the same Profile and rules as a run's."""
     reads.ask(path)  # the reader splits what it has left while the renderers import
     _import_renderings()
@@ -53,7 +57,7 @@ def analyze_trace(path: Path, reads: ReadAhead, *, as_json: bool, out: Path | No
                     rule_settings=rule_settings)
 
 
-def analyze_traces(paths: list[Path], reads: ReadAhead, *, as_json: bool, out: Path | None, rule_settings=None,
+def analyze_traces(paths: list[Path], reads: ReadAhead, *, as_json: bool, out: Path | None, rule_settings: Settings | None = None,
                    quiet: bool = False) -> int:
     """A multi-rank job: one trace per rank (files, or folders of them), analysed together.
 
@@ -144,8 +148,8 @@ def page_tables(profile: Profile) -> dict:
     return profile.memo
 
 
-def _analyze(profile: Profile, script: str, artifacts: dict, *, as_json: bool, out: Path | None, rule_settings=None,
-             quiet: bool = False, **job) -> int:
+def _analyze(profile: Profile, script: str, artifacts: dict, *, as_json: bool, out: Path | None,
+             rule_settings: Settings | None = None, quiet: bool = False, **job: Any) -> int:  # job: ranks=, hta_breakdown=
     """Rules over the Profile, report.json (with `out`), the renderings and (unless `quiet`) the summary."""
     warnings = profile.meta.notes + (
         [] if len(profile.steps) else ["the trace has no ProfilerStep#N spans: per-step numbers are unavailable"])

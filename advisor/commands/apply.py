@@ -84,8 +84,8 @@ def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, ro
     return code
 
 
-def _check(patched, rec: Recommendation, report: Report, sites, run_dir: Path, rounds: int, steps: int | None,
-           warmup: int | None) -> int:
+def _check(patched: apply.Patched, rec: Recommendation, report: Report, sites: apply.Sites, run_dir: Path, rounds: int,
+           steps: int | None, warmup: int | None) -> int:
     from ..apply import check as checking  # the gate's A/B: 210 ms (pandas, scipy), only for --check
     from ..gate import ab
 
@@ -93,7 +93,7 @@ def _check(patched, rec: Recommendation, report: Report, sites, run_dir: Path, r
         fail("--check runs the script, and its file is not known (a module run, or it moved)")
     measured = len(report.steps)
 
-    def progress(side: str, index: int, round_report) -> None:
+    def progress(side: str, index: int, round_report: Report) -> None:
         label = "patched" if side == "candidate" else "unpatched"
         click.echo(f"advise: check round {index} {label}: median step "
                    f"{units.time_s(round_report.throughput.step_time_median_s)}", err=True)

@@ -29,7 +29,7 @@ from ..profile import Profile
 from ..trace import TraceError
 
 
-def _append_summary(document, renderer: Renderer) -> None:
+def _append_summary(document: object, renderer: Renderer) -> None:
     """The markdown in $GITHUB_STEP_SUMMARY when set; a summary that cannot be appended is a warning."""
     try:
         append_step_summary(document, renderer)
@@ -42,7 +42,7 @@ def run_ab(base: str, candidate: str, script: str, args: list[str], options: ab.
     """`advise ab`: the exit code (0 pass, 3 regression, 4 inconclusive, 1 a round's script failed, 2 via fail())."""
     con = terminal.console(stderr=renderer.filename.endswith(".json"))  # JSON on stdout is a program's: progress to stderr
 
-    def progress(side: str, index: int, report) -> None:
+    def progress(side: str, index: int, report: Report) -> None:
         step = ab.fast_step(report)
         con.print(f"round {index:>2} {side:<9} step (p{ab.FAST_QUANTILE * 100:.0f}) {step * 1e3:8.2f} ms" if step
                   else f"round {index} {side}",

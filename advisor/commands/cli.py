@@ -14,7 +14,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import IO, TYPE_CHECKING, Any, Callable, NoReturn, Sequence, TypeVar
 
 import click
 
@@ -28,8 +28,13 @@ from ..reports.renderers import AB_RENDERERS, COMPARE_RENDERERS, REPORT_RENDERER
 from ..run_dir import interrupt
 from ..run_dir.layout import NoRunDir, report_json
 
+if TYPE_CHECKING:
+    from ..engine import Settings
 
-def _rule_options(command):
+FC = TypeVar("FC", bound=Callable[..., None])  # a command's function, its options added
+
+
+def _rule_options(command: FC) -> FC:
     """--select / --ignore / --config, shared by the commands that run the rules."""
     command = click.option("--config", default=None, metavar="FILE",
                            help="Rule settings: a pyproject.toml ([tool.advise]) or an advise.toml. "
@@ -44,14 +49,14 @@ class _Number(click.FloatRange):
     """A float option in a range; NaN is refused (it passes every range comparison, as a timeout never
     reached and a budget never spent)."""
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: float, param: click.Parameter | None, ctx: click.Context | None) -> float:
         number = super().convert(value, param, ctx)
         if number != number:
             self.fail(f"{value!r} is not a number.", param, ctx)
         return number
 
 
-def _run_dir(ctx, param, value):
+def _run_dir(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """--out: an empty path (an unset ``$OUT`` in a CI script) would be the current directory,
     where advise would clear and write the user's own files; refused."""
     if value is not None and not value.strip():
@@ -59,7 +64,7 @@ def _run_dir(ctx, param, value):
     return value
 
 
-def _rule_settings(select, ignore, config, search_from: Path):
+def _rule_settings(select: tuple[str, ...], ignore: tuple[str, ...], config: str | None, search_from: Path) -> Settings:
     """Rule settings from the config and the command line; a mistake is one line and exit 2."""
     from ..engine import ConfigError, load_settings  # engine: 23 ms, only where rules run
 
@@ -81,27 +86,28 @@ class _Interrupted(click.ClickException):
     """Ctrl-C, SIGTERM or SIGHUP (advisor.run_dir.interrupt): one line and the signal's exit code, not click's
     "Aborted!" and exit 1 (the code of a failed script)."""
 
-    def __init__(self, exc: KeyboardInterrupt):
+    def __init__(self, exc: KeyboardInterrupt) -> None:
         signum = getattr(exc, "signum", None)
         super().__init__(f"interrupted ({interrupt.describe(signum)})")
         self.exit_code = signal_exit(signum)  # type: ignore[misc]  # click types it a ClassVar; this one is the signal's
 
-    def show(self, file=None) -> None:
+    def show(self, file: IO[str] | None = None) -> None:
         click.echo(f"advise: {self.format_message()}", err=True)
 
 
 class _Advise(click.Group):
     """The command group; its parse errors, and its commands', are one line (docs/reference/exit-codes.md)."""
 
-    def make_context(self, *args, **kwargs):
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
         try:
-            return super().make_context(*args, **kwargs)
+            return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as exc:
             raise _one_line(exc) from None
         except KeyboardInterrupt as exc:
             raise _Interrupted(exc) from None
 
-    def invoke(self, ctx):
+    def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:
@@ -165,9 +171,10 @@ def main() -> None:
 @click.option("--memory-budget", default=None, metavar="SIZE",
               help="The memory the run may use (160MB, 20GiB); default: the device's capacity.")
 @_rule_options
-def profile(script, script_args, module, nproc, steps, warmup, profile_steps, out, timeout_s, as_json, no_experiments,
-            max_experiments, time_budget_s, safe_only, fresh_runs, confirm, baseline, max_regression, memory_budget,
-            select, ignore, config):
+def profile(script: str, script_args: Sequence[str], module: bool, nproc: int, steps: int, warmup: int, profile_steps: int,
+            out: str, timeout_s: float, as_json: bool, no_experiments: bool, max_experiments: int, time_budget_s: float | None,
+            safe_only: bool, fresh_runs: bool, confirm: bool, baseline: str | None, max_regression: str,
+            memory_budget: str | None, select: tuple[str, ...], ignore: tuple[str, ...], config: str | None) -> None:
     """Run SCRIPT under the probe: advise profile --steps 30 train.py --lr 0.1
 
     advise's options come before SCRIPT; everything after it goes to the script, as `python
@@ -222,7 +229,7 @@ def _refuse_launcher(script: str, module: bool, args: list[str]) -> None:
 
 def _check_target(script: str, module: bool) -> None:
     """A missing script or module: one usage line before anything runs."""
-    def bad(message: str):
+    def bad(message: str) -> NoReturn:
         raise click.BadParameter(message, param_hint="'SCRIPT'")
 
     if not module:
@@ -277,7 +284,8 @@ def _all_profile_options(words: list[str]) -> bool:
 @click.option("--out", default=None, type=click.Path(file_okay=False), callback=_run_dir,
               help="Also write report.json into this dir.")
 @_rule_options
-def analyze(traces, as_json, out, select, ignore, config):
+def analyze(traces: tuple[str, ...], as_json: bool, out: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
+            config: str | None) -> None:
     """Analyze Kineto traces (.json or .json.gz) a user already has: one, or one per rank (or a dir of them)."""
     from ..trace import ReadAhead, start_reading  # trace: 10 ms, only for analyze
 
@@ -294,7 +302,7 @@ def analyze(traces, as_json, out, select, ignore, config):
     _leave(code, invocation.own_process)
 
 
-def entry(reads=None) -> None:
+def entry(reads: object = None) -> None:
     """The `advise` command as a process (through :mod:`advisor.commands.launch`); `reads`: the traces
     `advise analyze` names, being read ahead already (an :class:`advisor.trace.ReadAhead`)."""
     try:
@@ -330,7 +338,7 @@ def _leave(code: int, own_process: bool) -> NoReturn:
 @click.option("--format", "fmt", default="html", show_default=True, type=click.Choice(list(REPORT_RENDERERS)),
               help="html: rewrite report.html in RUN_DIR; markdown: print the summary to stdout; "
                    "json: print the short summary for agents and bots (`advise schema summary`).")
-def report_command(run_dir, fmt):
+def report_command(run_dir: str, fmt: str) -> None:
     """Re-render RUN_DIR's report (its report.json) without re-running anything."""
     from .outputs import RenderError, render_report, saved_report
 
@@ -346,7 +354,7 @@ def report_command(run_dir, fmt):
         fail(str(exc))
     renderer = REPORT_RENDERERS[fmt]
     try:
-        target = "-"
+        target: str | Path = "-"
         if renderer.page:
             from ..reports.html import page_path  # the page's renderer: 290 ms (jinja2), only for the page
 
@@ -389,7 +397,8 @@ def _report_from_traces(run_dir: Path) -> None:
 @click.option("--steps", default=None, type=click.IntRange(min=2),
               help="With --check: measured steps per run (default: as many as the profiled run measured, at least 20).")
 @click.option("--warmup", default=None, type=click.IntRange(min=0), help="With --check: warm-up steps per run (default 5).")
-def apply_command(run_dir, write, output, check, rounds, steps, warmup):
+def apply_command(run_dir: str, write: bool, output: str | None, check: bool, rounds: int, steps: int | None,
+                  warmup: int | None) -> None:
     """Write RUN_DIR's recommended configuration into the profiled script as a patch: advise apply --write advise-report
 
     The patch (a unified diff, git apply-able from the script's checkout) goes to stdout; each
@@ -405,7 +414,7 @@ def apply_command(run_dir, write, output, check, rounds, steps, warmup):
 @main.command("rules")
 @click.argument("name", required=False, metavar="[NAME|CODE]")
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue (or the rule) as JSON.")
-def rules_command(name, as_json):
+def rules_command(name: str | None, as_json: bool) -> None:
     """List the rules, or print one rule's documentation: advise rules DL001"""
     from ..engine import describe  # engine: 23 ms, only for the rules
     from ..rules.registry import load_rules  # rules: 17 ms, only for the rules
@@ -438,7 +447,7 @@ def rules_command(name, as_json):
 
 @main.command("schema")
 @click.argument("name", default="report", type=click.Choice(["report", "compare", "summary"]))
-def schema_command(name):
+def schema_command(name: str) -> None:
     """Print the JSON Schema of report.json (or compare.json, or `advise report --format json`'s summary)."""
     from ..schema import schema_text  # schema: 3 ms, only for schema
 
@@ -479,8 +488,8 @@ def _percent(text: str, option: str) -> float:
 @click.option("--inconclusive", default="fail", show_default=True, type=click.Choice(["fail", "pass"]),
               help="What a comparison that cannot tell exits (slower than the threshold, not significant): "
                    "fail (exit 4) or pass (exit 0, the verdict still says it).")
-def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt, as_json, junit,
-            fail_on_new_findings, force, ops, inconclusive):
+def compare(baseline: str, current: str, max_regression: str, max_memory_regression: str, alpha: float, fmt: str, as_json: bool,
+            junit: str | None, fail_on_new_findings: bool, force: bool, ops: bool, inconclusive: str) -> None:
     """Regression gate: exit 3 when CURRENT is slower than BASELINE beyond noise, 4 when it cannot tell.
 
     BASELINE and CURRENT are report.json files (or run dirs). Markdown is also appended to
@@ -539,8 +548,10 @@ def compare(baseline, current, max_regression, max_memory_regression, alpha, fmt
               help="Seconds before one run's script is stopped.")
 @click.option("--format", "fmt", default="terminal", show_default=True, type=click.Choice(list(AB_RENDERERS)))
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-def ab(script, script_args, base, candidate, module, nproc, steps, warmup, profile_steps, rounds, max_rounds,
-       window_s, time_budget_s, max_regression, max_memory_regression, alpha, ops, inconclusive, out, timeout_s, fmt, as_json):
+def ab(script: str, script_args: tuple[str, ...], base: str, candidate: str, module: bool, nproc: int, steps: int, warmup: int,
+       profile_steps: int, rounds: int, max_rounds: int, window_s: float, time_budget_s: float, max_regression: str,
+       max_memory_regression: str, alpha: float, ops: bool, inconclusive: str, out: str, timeout_s: float, fmt: str,
+       as_json: bool) -> None:
     """CI gate: profile SCRIPT in two checkouts, interleaved; exit 3 on a regression, 4 when it cannot tell.
 
     advise ab --base ../base --candidate . train.py --epochs 1

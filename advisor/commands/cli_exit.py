@@ -7,7 +7,7 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, NoReturn
+from typing import IO, Iterator, NoReturn
 
 import click
 
@@ -24,7 +24,7 @@ class OneLineError(click.ClickException):
 
     exit_code = EXIT_USAGE
 
-    def show(self, file=None) -> None:
+    def show(self, file: IO[str] | None = None) -> None:
         click.echo(f"advise: error: {self.format_message()}", err=True)
 
 

@@ -9,6 +9,7 @@ the command collects it (:mod:`advisor.commands.analyze`).
 
 import os
 import sys
+from typing import TextIO
 
 from ..exit_codes import signal_exit
 from ..run_dir.interrupt import describe, install_at_launch
@@ -61,17 +62,17 @@ class _PipeSafe:
     goes to /dev/null instead of raising BrokenPipeError into the run. The run is the user's; a
     closed terminal or pipe is no reason to lose it (click would exit 1 on the first EPIPE)."""
 
-    def __init__(self, stream):
+    def __init__(self, stream: TextIO) -> None:
         self._stream = stream
 
-    def write(self, text):
+    def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
         except BrokenPipeError:
             self._to_devnull()
             return len(text)
 
-    def flush(self):
+    def flush(self) -> None:
         try:
             self._stream.flush()
         except BrokenPipeError:
@@ -84,7 +85,7 @@ class _PipeSafe:
         finally:
             os.close(devnull)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> object:
         return getattr(self._stream, name)
 
 

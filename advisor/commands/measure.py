@@ -9,6 +9,7 @@ import math
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import framework_words
 from ..analysis import metrics
@@ -26,6 +27,12 @@ from ..profile import Profile
 from ..run_dir import layout
 from ..run_dir.interrupt import StopRequest
 from . import outputs
+
+if TYPE_CHECKING:
+    from ..engine import Settings
+    from ..experiments.fresh import ExperimentProgress
+    from ..model import Finding, Patch, Recommendation
+    from ..probe.runner import ProbeRun
 
 
 @dataclass
@@ -46,7 +53,7 @@ class ExperimentOptions:
         return self.time_budget_s if self.time_budget_s is not None else 900.0
 
 
-def arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_settings, link: JobLink | None = None,
+def arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_settings: Settings | None, link: JobLink | None = None,
                   stop: StopRequest | None = None) -> ArmsSession:
     """The parent's side of the in-process experiments: the rules run on the live window's Profile.
 
@@ -55,7 +62,8 @@ def arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_setti
     out, suffix = Path(config.out), job_suffix(config)  # a launched job: rank 0's window and arms are judged
     session: ArmsSession
 
-    def diagnose():  # the window of the rank whose steps are judged (the runner names it: rank 0's in a job)
+    # the window of the rank whose steps are judged (the runner names it: rank 0's in a job)
+    def diagnose() -> tuple[list[Finding], Profile]:
         profile = Profile.from_run_dir(out, session.rank_suffix)
         if link is not None:
             session.notes.extend(job_report.merge_windows(profile, link, stop))
@@ -91,8 +99,9 @@ def _combine(first: ExperimentResults | None, fresh: ExperimentResults) -> Exper
     return ExperimentResults(fresh.findings, recommended, notes, fresh.runs, fresh.interrupted)
 
 
-def measure_fixes(session, run, profile: Profile, merged: dict | None, link: JobLink | None, config: ProbeConfig,
-                   experiments: ExperimentOptions, rule_settings, out: Path, progress, stop: StopRequest):
+def measure_fixes(session: ArmsSession | None, run: ProbeRun, profile: Profile, merged: dict | None, link: JobLink | None,
+                  config: ProbeConfig, experiments: ExperimentOptions, rule_settings: Settings | None, out: Path,
+                  progress: ExperimentProgress, stop: StopRequest) -> tuple[list[Finding], list[str], ExperimentResults | None]:
     """The findings and what the experiments measured of them: the arms of the profiled run
     (judged by `session`), fresh runs for what they could not switch, then severity and order.
     Returns (findings, rule warnings, ExperimentResults or None)."""
@@ -169,7 +178,7 @@ def _account(results: ExperimentResults, session: ArmsSession, config: ProbeConf
                                  "compile_s": round(cost.compile_s, 1) or None, "command": command})
 
 
-def _patch(rec, profile: Profile, config: ProbeConfig, warnings: list[str]):
+def _patch(rec: Recommendation, profile: Profile, config: ProbeConfig, warnings: list[str]) -> Patch | None:
     """The recommendation written into the script's own lines, as `advise apply` writes it (report.json's
     `recommended.patch`); None, with a warning, where it could not be computed."""
     try:
@@ -181,7 +190,8 @@ def _patch(rec, profile: Profile, config: ProbeConfig, warnings: list[str]):
         return None
 
 
-def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, out: Path, progress, stop) -> None:
+def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, out: Path, progress: ExperimentProgress,
+             stop: StopRequest) -> None:
     """--confirm: the recommendation the arms measured, measured again in fresh runs of the script."""
     rec = results.recommended
     if rec is None or rec.measured_by != "in-process" or not rec.overrides:

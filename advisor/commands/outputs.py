@@ -22,6 +22,9 @@ from ..model import Finding, split_screened
 from ..run_dir.atomic import write_text_atomic
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..engine import Settings
     from ..profile import Profile
     from ..report import Report
 
@@ -32,13 +35,13 @@ class RenderError(OneLineError):
     `error` is the renderer's own exception; a report outside the report.json contract (a
     ValueError) says why in its own words."""
 
-    def __init__(self, renderer: Renderer, error: Exception):
+    def __init__(self, renderer: Renderer, error: Exception) -> None:
         self.error = error
         super().__init__(str(error) if isinstance(error, ValueError)
                          else f"the {renderer.name} rendering failed: {type(error).__name__}: {error}")
 
 
-def render_report(document, renderer: Renderer, output: str | Path = "-", *, err: bool = False) -> Path | None:
+def render_report(document: object, renderer: Renderer, output: str | Path = "-", *, err: bool = False) -> Path | None:
     """`document` rendered by `renderer` into `output`: ``-`` is stdout (stderr with `err`), any other
     path a file written atomically. Returns the file written, None for a stream.
 
@@ -57,14 +60,14 @@ def render_report(document, renderer: Renderer, output: str | Path = "-", *, err
     return Path(output)
 
 
-def _rendered(document, renderer: Renderer) -> str:
+def _rendered(document: object, renderer: Renderer) -> str:
     try:
         return renderer.render(document)
     except Exception as exc:  # any renderer's failure is one line (RenderError), never a traceback
         raise RenderError(renderer, exc) from exc
 
 
-def append_step_summary(document, renderer: Renderer) -> Path | None:
+def append_step_summary(document: object, renderer: Renderer) -> Path | None:
     """`document`'s markdown appended to $GITHUB_STEP_SUMMARY when that is set (GitHub Actions' job
     summary), a blank line after it so the next step's summary starts a block of its own."""
     target = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -84,7 +87,8 @@ def rule_docs() -> Mapping[str, str]:
     return ruledoc.docs_by_key(load_rules().rules)
 
 
-def write_renderings(report, out: Path | None, profile: Profile | None, con, summary: bool = True) -> Path | None:
+def write_renderings(report: Report, out: Path | None, profile: Profile | None, con: Console,
+                     summary: bool = True) -> Path | None:
     """report.html beside report.json, and (`summary`) the markdown summary when $GITHUB_STEP_SUMMARY is set.
 
     A rendering problem is a warning: it never costs the user the run or report.json.
@@ -108,19 +112,19 @@ def write_renderings(report, out: Path | None, profile: Profile | None, con, sum
     return path
 
 
-def _inside(filename, folder: Path | None) -> bool:
+def _inside(filename: str | None, folder: Path | None) -> bool:
     """`filename` lies in `folder` (as named, symlinks not followed)."""
     if filename is None or folder is None:
         return False
     return Path(os.path.abspath(filename)).is_relative_to(os.path.abspath(folder))
 
 
-def say_html(path: Path | None, con, as_json: bool) -> None:
+def say_html(path: Path | None, con: Console, as_json: bool) -> None:
     if path is not None and not as_json:
         con.print(f"html: {path}", style="dim", highlight=False)
 
 
-def emit(report, as_json: bool, run_dir: str | None) -> None:
+def emit(report: Report, as_json: bool, run_dir: str | None) -> None:
     """A run's report on stdout: report.json itself (`as_json`), else the terminal summary."""
     render_report(RunReport(report, run_dir=run_dir), REPORT_JSON if as_json else TERMINAL)
 
@@ -151,13 +155,13 @@ def saved_report(report: Report, path: Path) -> RunReport:
     return RunReport(report, run_dir=str(path.parent), source=str(path), profile_of=profile, rule_docs_of=docs)
 
 
-def _rank_of_trace(trace) -> str:
+def _rank_of_trace(trace: object) -> str:
     """The rank suffix of a run dir's trace named in its report (``trace.rank0.json.gz``: '.rank0')."""
     found = re.fullmatch(r"trace(\.rank\d+)?\.json(\.gz)?", trace) if isinstance(trace, str) else None
     return (found.group(1) or "") if found else ""
 
 
-def diagnose(profile: Profile, rule_settings, screen: bool = False) -> tuple[list[Finding], list[str]]:
+def diagnose(profile: Profile, rule_settings: Settings | None, screen: bool = False) -> tuple[list[Finding], list[str]]:
     """Run the selected rules (advisor.engine); a run with no measured step has nothing to diagnose.
 
     Screened fixes (EXP001) are kept only where in-process arms will measure them (`screen`)."""

@@ -10,6 +10,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 import msgspec
@@ -36,8 +37,15 @@ from ..job.link import JobLink
 from ..experiments.judge import ExperimentResults
 from ..probe.runner import ProbeConfig, ProbeRun, run_probe
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
-def _warnings(run, config: ProbeConfig, profile: Profile | None = None) -> list[str]:
+    from ..engine import Settings
+    from ..job.rank import JobRank
+    from ..report import Report
+
+
+def _warnings(run: ProbeRun, config: ProbeConfig, profile: Profile | None = None) -> list[str]:
     probe, out = run.probe, []
     cost = metrics.probe_cost_warning(steptime.throughput(profile.steps)) if profile is not None else None
     if cost:
@@ -86,7 +94,7 @@ def _artifacts(out: Path, names: layout.RunFiles, profile: Profile) -> dict:
 
 # --- a job a launcher started (torchrun, srun): rank 0 writes the job's report ---------------------
 
-def _job_link(job, out: Path) -> JobLink:
+def _job_link(job: JobRank, out: Path) -> JobLink:
     """This rank's tie to the rest of its job, over the job's channel (:mod:`advisor.job.channel`)."""
     channel = open_channel(job, out, warn=lambda line: click.echo(f"advise: warning: {line}", err=True))
 
@@ -105,7 +113,7 @@ def _launcher_notes(link: JobLink | None, experiments: ExperimentOptions) -> lis
             "collective; the fixes were measured inside the profiled run, on every rank"] if asked else []
 
 
-def _finish_rank(run, config: ProbeConfig, link: JobLink, out: Path, lock: layout.RunDirLock, stop: StopRequest) -> int:
+def _finish_rank(run: ProbeRun, config: ProbeConfig, link: JobLink, out: Path, lock: layout.RunDirLock, stop: StopRequest) -> int:
     """A rank other than 0 of a job a launcher started: its files, its summary to rank 0, one line.
 
     Its verdict is the job's, in rank 0's report: a rank alone would misread waiting for a
@@ -129,7 +137,7 @@ def _finish_rank(run, config: ProbeConfig, link: JobLink, out: Path, lock: layou
     return signal_exit(signum) if signum else STATUS_EXIT[status]
 
 
-def profile_script(**options) -> int:
+def profile_script(**options: Any) -> int:
     """`advise profile` (options as `_profile`'s), one run at a time per run dir, stoppable at any moment.
 
     Ctrl-C, SIGTERM and SIGHUP are recorded, not raised (advisor.run_dir.interrupt): the probe and
@@ -160,11 +168,10 @@ def _take_run_dir(lock: layout.RunDirLock, out: Path) -> None:
         fail(f"cannot clear the last run's files from {out}: {exc.strerror or exc}")
 
 
-def _profile(*, script: str, script_args: list[str], module: bool = False, nproc: int = 1, steps: int, warmup: int, profile_steps: int,
-             out: Path, timeout_s: float, as_json: bool,
-             experiments: ExperimentOptions | None = None, baseline: str | None = None,
-             max_regression: float = 0.10, rule_settings=None, memory_budget_bytes: int | None = None,
-             stop: StopRequest, lock: layout.RunDirLock) -> int:
+def _profile(*, script: str, script_args: list[str], module: bool = False, nproc: int = 1, steps: int, warmup: int,
+             profile_steps: int, out: Path, timeout_s: float, as_json: bool, experiments: ExperimentOptions | None = None,
+             baseline: str | None = None, max_regression: float = 0.10, rule_settings: Settings | None = None,
+             memory_budget_bytes: int | None = None, stop: StopRequest, lock: layout.RunDirLock) -> int:
     """`advise profile`: probe the script, write the run dir, print the summary.
 
     With `baseline`, then compare against it (as `advise compare`): exit 3 on a regression.
@@ -239,8 +246,8 @@ def _open_run_dir(out: Path, lock: layout.RunDirLock) -> None:
     _take_run_dir(lock, out)
 
 
-def _run_and_measure(config: ProbeConfig, experiments: ExperimentOptions, rule_settings, link: JobLink | None, out: Path,
-                     lock: layout.RunDirLock, con, shown: str, stop: StopRequest) -> _Measured:
+def _run_and_measure(config: ProbeConfig, experiments: ExperimentOptions, rule_settings: Settings | None, link: JobLink | None,
+                     out: Path, lock: layout.RunDirLock, con: Console, shown: str, stop: StopRequest) -> _Measured:
     """The script under the probe (the arms in it), its Profile, and the fixes measured."""
     session = measure.arms_session(config, experiments, rule_settings, link, stop) if config.arms else None
     with terminal.ProbeProgress(con, f"profiling {shown}") as progress:
@@ -266,7 +273,7 @@ def _run_and_measure(config: ProbeConfig, experiments: ExperimentOptions, rule_s
 
 
 def _build(m: _Measured, config: ProbeConfig, experiments: ExperimentOptions, link: JobLink | None, out: Path, shown: str,
-           started: _Started):
+           started: _Started) -> Report:
     """The run's typed Report."""
     run, profile, merged, results = m.run, m.profile, m.merged, m.results
     status, _, error, tb = m.outcome
@@ -292,14 +299,14 @@ def _build(m: _Measured, config: ProbeConfig, experiments: ExperimentOptions, li
     )
 
 
-def _deliver(report, m: _Measured, out: Path, con, as_json: bool, stop: StopRequest) -> tuple:
+def _deliver(report: Report, m: _Measured, out: Path, con: Console, as_json: bool, stop: StopRequest) -> tuple:
     """The page, report.json and the summary written; a signal that came while they were written
     said in the report too. Returns (the report as written, its status, the signal)."""
     run, profile = m.run, m.profile
     status, signum, _, _ = m.outcome
     html_path = outputs.write_renderings(report, out, profile, con)
     if html_path is None:  # the page was not written: the report does not name it
-        report = msgspec.structs.replace(report, artifacts={k: v for k, v in report.artifacts.items() if k != "report_html"})
+        report = msgspec.structs.replace(report, artifacts=msgspec.structs.replace(report.artifacts, report_html=None))
     report_mod.write_report(report, out / run.files.report_json)
     outputs.emit(report, as_json, str(out))
     outputs.say_html(html_path, con, as_json)
@@ -319,7 +326,8 @@ def _deliver(report, m: _Measured, out: Path, con, as_json: bool, stop: StopRequ
     return report, status, signum
 
 
-def _outcome(run, merged: dict | None, results, stop: StopRequest, experimented: bool) -> tuple:
+def _outcome(run: ProbeRun, merged: dict | None, results: ExperimentResults | None, stop: StopRequest,
+             experimented: bool) -> tuple:
     """(status, signal, error, traceback) of the run: the first failing rank's account in a job a
     launcher started, "interrupted" where a signal came after the measurements were whole."""
     signum = stop.signum or run.signal or (results.interrupted if results else None)
@@ -336,7 +344,7 @@ def _outcome(run, merged: dict | None, results, stop: StopRequest, experimented:
     return status, signum, error, tb
 
 
-def _ranks(run, profile: Profile) -> list[dict]:
+def _ranks(run: ProbeRun, profile: Profile) -> list[dict]:
     """Each launched rank: how it ended and its own steps (report.json `ranks`; empty for one process).
 
     The steps are those of the rank Profiles the cross-rank rules read (`profile.ranks`, in rank order)."""
@@ -348,7 +356,7 @@ def _ranks(run, profile: Profile) -> list[dict]:
     return rows
 
 
-def _check_run_dir_after(run, out: Path, lock: layout.RunDirLock) -> None:
+def _check_run_dir_after(run: ProbeRun, out: Path, lock: layout.RunDirLock) -> None:
     """Raise the OSError of a disk that filled up (or went read-only) while the script ran; exit 2
     when the run dir itself was removed or emptied under the run (its lock file is not ours).
 
@@ -364,7 +372,7 @@ def _check_run_dir_after(run, out: Path, lock: layout.RunDirLock) -> None:
     check_writable(out)
 
 
-def _show_failure(run, out: Path, con) -> None:
+def _show_failure(run: ProbeRun, out: Path, con: Console) -> None:
     tb = run.probe.traceback
     if tb:
         con.print("\nThe script raised (its own traceback, as python would print it):", style="red", highlight=False)

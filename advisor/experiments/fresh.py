@@ -14,6 +14,7 @@ import signal
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 import pandas as pd
 
@@ -47,6 +48,14 @@ class Budget:
         return time.monotonic() - self.started + runs_needed * per_run_s <= self.time_budget_s
 
 
+class ExperimentProgress(Protocol):
+    """What the experiments tell the terminal (its ProbeProgress); :class:`Progress` says nothing."""
+
+    def experiment(self, label: str, index: int, total: int) -> None: ...
+
+    def update(self, phase: str, done: int, total: int) -> None: ...
+
+
 class Progress:
     """Names the experiment running and how many remain (terminal renderer plugs in here)."""
 
@@ -65,8 +74,8 @@ def _slug(label: str) -> str:
 class Runner:
     """Runs probe children for the experiments and keeps their run dirs under `root`."""
 
-    def __init__(self, base: ProbeConfig, root: Path, progress: Progress | None, budget: Budget,
-                 stop: StopRequest | None = None, workers: int = 0, profiled: pd.DataFrame | None = None):
+    def __init__(self, base: ProbeConfig, root: Path, progress: ExperimentProgress | None, budget: Budget,
+                 stop: StopRequest | None = None, workers: int = 0, profiled: pd.DataFrame | None = None) -> None:
         self.asked = base.steps  # the steps the user asked for
         # Each run times at least half a second at the profiled run's median step (sizing.window_steps).
         self.base = base if profiled is None else replace(base, steps=window_steps(base.steps, profiled))
@@ -119,7 +128,7 @@ class Runner:
 
 def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: pd.DataFrame, *, root: Path,
                     env: Env, io_like: bool = False, safe_only: bool = False, max_experiments: int = 12,
-                    time_budget_s: float = 900.0, progress: Progress | None = None,
+                    time_budget_s: float = 900.0, progress: ExperimentProgress | None = None,
                     stop: StopRequest | None = None, only: list[int] | None = None, workers: int = 0) -> ExperimentResults:
     """Measure every automatic fix, sweep the knobs that need it, then stack the winners.
 
@@ -155,7 +164,7 @@ def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: 
 
 
 def confirm_recommendation(rec: Recommendation, base: ProbeConfig, baseline_steps: pd.DataFrame, *, root: Path,
-                           progress: Progress | None = None, stop: StopRequest | None = None,
+                           progress: ExperimentProgress | None = None, stop: StopRequest | None = None,
                            pairs: int = 2, workers: int = 0) -> tuple[Experiment, list[dict]]:
     """`--confirm`: the recommendation as the user will apply it, in fresh runs of the script
     interleaved with the baseline (B R B R B), judged as every fresh-run experiment is.

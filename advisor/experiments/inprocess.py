@@ -22,7 +22,7 @@ from typing import Callable, Protocol
 import pandas as pd
 
 from ..analysis import metrics, steptime
-from ..model import Experiment, Finding, Verdict
+from ..model import Experiment, Finding, Recommendation, Verdict
 from ..profile import Profile, read_samples
 from ..run_dir.protocol import ArmStepLine, Plan, RankLines, Window, write_plan
 from .plan import BASELINE
@@ -78,7 +78,7 @@ class ArmsSession:
         return self.rounds.fresh if self.rounds else []
 
     @property
-    def recommended(self):
+    def recommended(self) -> Recommendation | None:
         return self.rounds.recommended if self.rounds else None
 
     # the child asks ------------------------------------------------------------------------

@@ -177,7 +177,7 @@ def pool(passes: list[tuple[list[Measurement], list[Measurement]]], *, by_sample
     """A fix over its passes, for both schedulers (each pass: its candidate's windows or runs and the
     baselines around them): every baseline against every candidate, pooled, kept verified only where
     the passes agree (:func:`confirm`)."""
-    def versus(base, cand):
+    def versus(base: list[Measurement], cand: list[Measurement]) -> Experiment:
         return compare(base, cand, by_samples=by_samples, check_loss=check_loss, measured_by=measured_by,
                        loads_in_process=loads_in_process)
     bases = distinct([m for around, _ in passes for m in around])

@@ -25,7 +25,7 @@ class Candidate:
     finding_index: int | None = None
     ladder: list[dict] | None = None  # the fix's other values, measured with it as one sweep (Fix.ladder)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.applicability = Applicability(self.applicability)
 
     def finding(self, findings: list[Finding]) -> Finding:

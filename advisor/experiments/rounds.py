@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Union
+from typing import TYPE_CHECKING, Iterable, Union
 
 import msgspec
 import pandas as pd
@@ -44,6 +44,9 @@ from .judge import Measurement
 from .plan import ARMS_PER_BASELINE, BASELINE, Candidate, candidates_from, expected_speedup, interleave, plan_windows, sweep_points
 from .sizing import MIN_WINDOW_STEPS, WindowSizing
 from .worth import Worth, compile_seconds, worth
+
+if TYPE_CHECKING:
+    from advisor.profile import Profile
 
 SCREEN_MARGIN = 0.05  # a screened fix whose one window may be this much faster is measured in full ...
 SCREEN_LEAN = 1.02    # ... and that leans that way (its point estimate at least this): a 0.99x window whose
@@ -175,7 +178,7 @@ class Rounds:
         return self._sizing
 
     # the machine ------------------------------------------------------------------------------------
-    def start(self, findings: list[Finding], profile, time_left_s: float | None = None) -> list[Window]:
+    def start(self, findings: list[Finding], profile: Profile, time_left_s: float | None = None) -> list[Window]:
         """Round 0 (FIXES) for the findings of the profiled window (`profile`: its Profile), as far
         as it fits `time_left_s`."""
         self.findings = findings
@@ -355,7 +358,7 @@ class Rounds:
         return RoundKind.END, []
 
     # planning --------------------------------------------------------------------------------------
-    def _fixes_round(self, profile, time_left_s: float | None) -> list[Window]:
+    def _fixes_round(self, profile: Profile, time_left_s: float | None) -> list[Window]:
         ctx = vocabulary.SweepContext(cores_per_rank(profile.env), self.io_like)
         loaders = profile.observed.dataloaders
         for candidate in candidates_from(self.findings, self.safe_only):
@@ -619,7 +622,7 @@ def _short(point: Candidate) -> str:
     return point.label.rsplit(" (", 1)[-1].rstrip(")") if point.label.endswith(")") else point.label
 
 
-def _arm_lines(results, arm: str) -> list[ArmLine]:
+def _arm_lines(results: Iterable[RoundResult], arm: str) -> list[ArmLine]:
     """The child's lines of `arm`'s windows in these rounds."""
     return [line for result in results for line in result.windows if line.arm == arm]
 

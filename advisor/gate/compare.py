@@ -43,6 +43,7 @@ import math
 import posixpath
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable, TypedDict
 
 import msgspec
 import numpy as np
@@ -304,7 +305,7 @@ def compare(
         if sb != sc:
             warnings.append(f"batch sizes differ (baseline {sb}, current {sc}): throughput is compared per sample")
 
-    gate = dict(threshold=max_regression, alpha=alpha, testable=testable)
+    gate: _Gate = dict(threshold=max_regression, alpha=alpha, testable=testable)
     step_time = _timing_metric("step_time_median", "step time median", "s", False,
                                tp_b["step_time_median_s"], tp_c["step_time_median_s"], dur_b, dur_c, np.median, **gate)
     rows = [
@@ -325,13 +326,22 @@ def compare(
     )
 
 
-def _batch(timed: pd.DataFrame):
+def _batch(timed: pd.DataFrame) -> int | list[int]:
     values = sorted({int(s) for s in steptime.batch_sizes(timed)})
     return values[0] if len(values) == 1 else values
 
 
-def _timing_metric(name, label, unit, higher_is_better, base, cur, times_b, times_c, statistic, *,
-                   threshold, alpha, testable) -> Metric:
+class _Gate(TypedDict):
+    """What gates each timing metric alike."""
+
+    threshold: float
+    alpha: float
+    testable: bool
+
+
+def _timing_metric(name: str, label: str, unit: str, higher_is_better: bool, base: float | None, cur: float | None,
+                   times_b: np.ndarray, times_c: np.ndarray, statistic: Callable[[np.ndarray], float], *, threshold: float,
+                   alpha: float, testable: bool) -> Metric:
     """A gated timing metric.
 
     `base`/`cur` are the figures shown (throughput: samples/s, higher is better); `times_*` are
@@ -375,7 +385,7 @@ def _timing_metric(name, label, unit, higher_is_better, base, cur, times_b, time
     return row
 
 
-def _reported(name, label, unit, higher_is_better, base, cur) -> Metric:
+def _reported(name: str, label: str, unit: str, higher_is_better: bool, base: float | None, cur: float | None) -> Metric:
     row = Metric(name, label, unit, higher_is_better, False, base, cur, verdict=REPORTED)
     if base and cur is not None and base > 0:
         row.change = cur / base - 1

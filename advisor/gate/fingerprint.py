@@ -15,6 +15,7 @@ import os
 import platform
 import sys
 from dataclasses import dataclass
+from typing import Callable
 
 import msgspec
 
@@ -78,7 +79,7 @@ def gpu(index: int = 0) -> dict:
         return {}
     out: dict = {}
 
-    def grab(key, read):
+    def grab(key: str, read: Callable[[], object]) -> None:
         try:
             value = read()
             out[key] = value.decode() if isinstance(value, bytes) else value

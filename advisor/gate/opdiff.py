@@ -13,6 +13,8 @@ the median over traces of each figure, so one round that a neighbour slowed does
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import SupportsFloat
 
 import numpy as np
 import pandas as pd
@@ -120,11 +122,11 @@ def slower_ops(base: list[TraceFrames], current: list[TraceFrames], top: int = T
     return rows
 
 
-def _num(x) -> float:
+def _num(x: SupportsFloat | None) -> float:
     return 0.0 if x is None or (isinstance(x, float) and np.isnan(x)) else float(x)
 
 
-def run_dir_trace(run_dir, report: Report) -> TraceFrames | None:
+def run_dir_trace(run_dir: str | Path, report: Report) -> TraceFrames | None:
     """The trace a run dir's report.json names (resolved inside the run dir), None without a readable one."""
     name = report.artifacts.trace
     if not name:

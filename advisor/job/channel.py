@@ -27,10 +27,14 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Iterator, TypeAlias
 
 from ..run_dir.atomic import write_json_atomic
 from .rank import JobRank
+
+if TYPE_CHECKING:
+    from torch.distributed import TCPStore
+    from ..run_dir.interrupt import StopRequest
 
 CONNECT_S = 60.0  # how long a rank tries to reach the store (rank 0's advise may start later)
 POLL_S = 0.1
@@ -44,7 +48,7 @@ class ChannelError(RuntimeError):
 
 
 @contextlib.contextmanager
-def _quiet_native_stderr():
+def _quiet_native_stderr() -> Iterator[None]:
     """torch's C++ store logs a failed connection with its native stack (20-odd frames) on fd 2;
     the ChannelError that follows says it in one line."""
     try:
@@ -61,7 +65,7 @@ def _quiet_native_stderr():
         os.close(null)
 
 
-def _open_store(addr: str, port: int, host: bool):
+def _open_store(addr: str, port: int, host: bool) -> TCPStore:
     """A TCPStore, given up after CONNECT_S (and HELLO_WAIT_S more): a client whose port is held by
     a process that accepts and never answers waits in its handshake whatever its timeout says
     (torch 2.13), so it runs in a thread of its own, left behind (a daemon) when it hangs."""
@@ -89,15 +93,15 @@ def _open_store(addr: str, port: int, host: bool):
 class StoreChannel:
     """A TCPStore: a client of torchrun's agent store, or (`host`) the store advise's rank 0 serves."""
 
-    def __init__(self, addr: str, port: int, prefix: str, host: bool = False):
+    def __init__(self, addr: str, port: int, prefix: str, host: bool = False) -> None:
         self.addr, self.port, self.prefix, self.host = addr, port, prefix, host
-        self._store = None
+        self._store: TCPStore | None = None
         self._failed: str | None = None
         self.where = f"the job's store at {addr}:{port}" + (" (served by rank 0's advise)" if host else "")
         if host:
             self._connect()  # before the other ranks ask for it
 
-    def _connect(self):
+    def _connect(self) -> TCPStore:
         if self._failed is not None:  # tried for CONNECT_S once already: no second wait
             raise ChannelError(self._failed)
         if self._store is None:
@@ -152,7 +156,7 @@ class StoreChannel:
 class DirChannel:
     """Files in the run dir, one per key (atomic writes: a reader never sees half a value)."""
 
-    def __init__(self, folder: Path, prefix: str):
+    def __init__(self, folder: Path, prefix: str) -> None:
         self.folder, self.prefix = Path(folder), prefix
         self.where = f"files in {folder}"
 
@@ -185,11 +189,11 @@ class FollowerChannel:
     """Another rank's side of the store rank 0's advise serves: the store, or the run dir where rank 0
     left its marker (it could not serve the store) or where the store reached is not rank 0's."""
 
-    def __init__(self, store: StoreChannel, files: DirChannel, warn: Callable[[str], None]):
+    def __init__(self, store: StoreChannel, files: DirChannel, warn: Callable[[str], None]) -> None:
         self._store, self._files, self._warn = store, files, warn
-        self._chosen = None
+        self._chosen: StoreChannel | DirChannel | None = None
 
-    def _channel(self):
+    def _channel(self) -> StoreChannel | DirChannel:
         if self._chosen is None:
             if self._files.marker.exists():
                 self._chosen = self._files
@@ -217,7 +221,10 @@ class FollowerChannel:
             self._chosen.close()
 
 
-def open_channel(job: JobRank, run_dir: Path, warn: Callable[[str], None] = lambda line: None):
+Channel: TypeAlias = "StoreChannel | DirChannel | FollowerChannel"  # what a rank talks to the job through
+
+
+def open_channel(job: JobRank, run_dir: Path, warn: Callable[[str], None] = lambda line: None) -> Channel:
     """The channel of `job` (see the module docstring); rank 0 of a job without an agent serves its
     store, or (the port is taken) meets the ranks in the run dir and says so through `warn`."""
     prefix = f"advise/{job.job_id or 'job'}/"
@@ -243,7 +250,7 @@ def open_channel(job: JobRank, run_dir: Path, warn: Callable[[str], None] = lamb
     return store
 
 
-def wait_for(channel, keys: list[str], deadline: float, stop=None) -> dict[str, dict]:
+def wait_for(channel: Channel, keys: list[str], deadline: float, stop: StopRequest | None = None) -> dict[str, dict]:
     """The values of `keys` put by `deadline` (monotonic) or before `stop` is set; missing keys are left out."""
     found: dict[str, dict] = {}
     while True:

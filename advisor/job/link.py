@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import msgspec
 
@@ -24,11 +24,16 @@ from advisor.job.rank import JobRank
 from advisor.job.channel import ChannelError
 from advisor.run_dir.layout import RunFiles
 
+T = TypeVar("T")  # what a channel call returns
+
+if TYPE_CHECKING:
+    from advisor.job.channel import Channel
+
 POLL_S = 0.1
 
 
 class JobLink:
-    def __init__(self, channel, job: JobRank, out: Path, names: RunFiles,
+    def __init__(self, channel: Channel, job: JobRank, out: Path, names: RunFiles,
                  on_window: Callable[[], dict] | None = None) -> None:
         self.channel, self.job, self.out, self.names = channel, job, Path(out), names
         self.leader = job.rank == 0
@@ -43,7 +48,7 @@ class JobLink:
         self._broken = False
         self._windowed = False  # this rank's window is over: rank 0 may plan, or stop the arms
 
-    def _call(self, what: Callable[[], object]):
+    def _call(self, what: Callable[[], T]) -> T | None:
         """A channel call; a channel that broke ends the arms here (the child then finishes), said once."""
         if self._broken:
             return None

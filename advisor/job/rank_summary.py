@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pandas as pd
 
@@ -24,7 +25,7 @@ from ..analysis.ranks import JobProfile
 VERSION = 1
 
 
-def _clean(value):
+def _clean(value: object) -> Any:  # JSON: a dict, list or scalar as `value` was
     """JSON without NaN (a missing figure is null)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None

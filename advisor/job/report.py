@@ -12,6 +12,8 @@ its job, the other ranks), `run` the runner's ProbeRun, `stop` the command's Sto
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol, Sequence
+
 import json
 import os
 import time
@@ -23,9 +25,45 @@ from ..run_dir.atomic import write_json_atomic
 from ..run_dir.protocol import Phase, rank_account, read_account
 from .rank import detect as detect_job
 from .channel import ChannelError, wait_for
-from ..model import Experiment, Finding, Verdict
+from ..model import Experiment, Finding, Recommendation, Verdict
 from ..profile import Profile
 from .rank_summary import disagreements, missing_row, rank_row, summarize, to_profile
+
+if TYPE_CHECKING:
+    from ..run_dir.interrupt import StopRequest
+    from ..run_dir.layout import RunFiles
+    from ..run_dir.protocol import ChildAccount, RankLines
+    from .link import JobLink
+    from .rank import JobRank
+
+
+# The layers above (the probe, the experiments) are named here by what this module reads of them.
+
+class ProbeRun(Protocol):
+    """A rank's run as its runner saw it (:class:`advisor.probe.runner.ProbeRun`)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def probe(self) -> ChildAccount: ...
+    @property
+    def files(self) -> RunFiles: ...
+    @property
+    def arms(self) -> RankLines | None: ...
+
+
+class ExperimentResults(Protocol):
+    """What the experiments measured (:class:`advisor.experiments.judge.ExperimentResults`)."""
+
+    findings: list[Finding]
+    recommended: Recommendation | None
+
+
+class FreshCandidate(Protocol):
+    """A fix only a fresh run can switch (:class:`advisor.experiments.plan.Candidate`)."""
+
+    @property
+    def finding_index(self) -> int | None: ...
 
 
 WINDOW_WAIT_S = 60.0  # rank 0's rules wait this long for the other ranks' windows before planning alone
@@ -41,7 +79,7 @@ def job_wait(default: float) -> float:
         return default
 
 
-def merge_windows(profile: Profile, link, stop) -> list[str]:
+def merge_windows(profile: Profile, link: JobLink, stop: StopRequest | None) -> list[str]:
     """Rank 0's window joined by the other ranks' (their summaries): the cross-rank rules read the job."""
     keys = [f"window/{r}" for r in link.others]
     wait = job_wait(WINDOW_WAIT_S)
@@ -56,18 +94,18 @@ def merge_windows(profile: Profile, link, stop) -> list[str]:
             f"no window summary within {wait:.0f} s"] if missing else []
 
 
-def no_fresh_runs(findings: list[Finding], fresh) -> None:
+def no_fresh_runs(findings: list[Finding], fresh: Sequence[FreshCandidate] | None) -> None:
     """A job a launcher started: a fix only a fresh run can switch stays unmeasured (one rank re-run
     alone would wait for the others in its first collective)."""
     for candidate in fresh or []:
-        finding = findings[candidate.finding_index]
+        finding = findings[candidate.finding_index]  # type: ignore[index]  # a fresh-run candidate is a finding's
         if finding.experiment is None or finding.experiment.verdict == Verdict.NOT_MEASURED:
             finding.experiment = Experiment.not_measured(
                 "only a fresh run can switch it, and a fresh run of one rank needs the job's other ranks: "
                 "apply it and profile the job again")
 
 
-def read_windows(profile: Profile, out: Path, suffixes: list[str], stop) -> list[str]:
+def read_windows(profile: Profile, out: Path, suffixes: list[str], stop: StopRequest | None) -> list[str]:
     """Rank 0's window joined by the other ranks' windows in the run dir, each read once its child
     says its window is over (its probe file: ``phase: window-done``, written after its trace): the
     cross-rank rules then read the job, as they do after the run."""
@@ -85,7 +123,7 @@ def read_windows(profile: Profile, out: Path, suffixes: list[str], stop) -> list
             f"{job_wait(WINDOW_WAIT_S):.0f} s"] if pending else []
 
 
-def own_account(run, out: Path) -> dict:
+def own_account(run: ProbeRun, out: Path) -> dict:
     """This rank's account, as the runner gives one for each rank it launched."""
     probe = run.probe
     try:
@@ -96,14 +134,14 @@ def own_account(run, out: Path) -> dict:
                         "interrupted" if run.status == "interrupted" else None)  # stopped by a signal
 
 
-def summarize_rank(run, profile: Profile, out: Path, job) -> dict:
+def summarize_rank(run: ProbeRun, profile: Profile, out: Path, job: JobRank) -> dict:
     """This rank's summary (rank_summary.summarize), also kept beside its files as summary.rankN.json."""
     summary = summarize(profile, own_account(run, out), job.rank, job.node, (run.arms.arm_windows if run.arms else []))
     write_json_atomic(out / layout.names(job.suffix).summary, summary)
     return summary
 
 
-def merge_job(profile: Profile, run, link, out: Path, stop) -> dict:
+def merge_job(profile: Profile, run: ProbeRun, link: JobLink, out: Path, stop: StopRequest | None) -> dict:
     """Rank 0 of a job a launcher started: wait (bounded) for every other rank's summary and give the
     cross-rank rules the job. Returns report.json's `ranks` (rows), `warnings`, the rank that failed
     first (`first`, `then`), the job's `hta` breakdown and the arms the ranks did not all switch (`disagree`)."""
@@ -138,7 +176,7 @@ def merge_job(profile: Profile, run, link, out: Path, stop) -> dict:
                                       {s["rank"]: s.get("arm_windows") or [] for s in summaries})}
 
 
-def settle_disagreements(results, arms_disagree: dict[str, list[str]], notes: list[str]) -> None:
+def settle_disagreements(results: ExperimentResults | None, arms_disagree: dict[str, list[str]], notes: list[str]) -> None:
     """An arm the ranks did not all switch measured another configuration: its verdict does not stand."""
     if results is None or not arms_disagree:
         return

@@ -61,7 +61,7 @@ class ProfilerWindow:
     3.5 GiB a step, to 17 GiB over five. After each profiled step the growth is checked; past the
     limit the window stops there, exports the steps it has, and says so (`cut`)."""
 
-    def __init__(self, trace_path: Path):
+    def __init__(self, trace_path: Path) -> None:
         self.trace_path = trace_path
         self.prof: torch.profiler.profile | None = None
         self.error: str | None = None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import sys
+from types import ModuleType
 from typing import Any
 
 from advisor.run_dir.protocol import CompileCounts
@@ -128,7 +129,7 @@ class CompileWatch:
             return None
         return counts
 
-    def _collect(self, utils) -> None:
+    def _collect(self, utils: ModuleType) -> None:
         """What is new since the last look: the compilation records, and each frame's recompiles."""
         new = [m for m in self._metrics(utils) if id(m) not in self._seen]
         self._seen.update((id(m), m) for m in new)
@@ -148,19 +149,19 @@ class CompileWatch:
         except ImportError:  # an older torch: no recordings counted
             return
 
-        def ended(args) -> None:
+        def ended(args: object) -> None:
             if getattr(args, "callback_trigger", None) is CallbackTrigger.CUDAGRAPH_RECORDING:
                 self.recordings += 1
 
         callback_handler.register_end_callback(ended)
 
     @staticmethod
-    def _guard_failures(utils) -> dict:
+    def _guard_failures(utils: ModuleType) -> dict:
         failures = getattr(utils, "guard_failures", None)
         return dict(failures) if isinstance(failures, dict) else {}
 
     @staticmethod
-    def _metrics(utils) -> list:
+    def _metrics(utils: ModuleType) -> list:
         get = getattr(utils, "get_compilation_metrics", None)
         try:
             return list(get()) if get is not None else []
@@ -168,11 +169,11 @@ class CompileWatch:
             return []
 
     @staticmethod
-    def _graphs(utils) -> int:
+    def _graphs(utils: ModuleType) -> int:
         return int(utils.counters["stats"].get("unique_graphs", 0))
 
     @staticmethod
-    def _skips(utils) -> int:
+    def _skips(utils: ModuleType) -> int:
         return int(utils.counters["inductor"].get("cudagraph_skips", 0))
 
 

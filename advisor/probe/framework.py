@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import os
 import sys
+from types import FrameType
 from typing import Any
 
 from advisor.config_line import call_name
@@ -28,13 +29,13 @@ _FRAMEWORK_DIRS = (f"{os.sep}transformers{os.sep}", f"{os.sep}lightning{os.sep}"
                    f"{os.sep}advisor{os.sep}", f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 
-def detect(frame=None) -> tuple[dict, Any] | None:
+def detect(frame: FrameType | None = None) -> tuple[dict, Any] | None:
     """``{"name", "settings", "configured_at"}`` (and ``"command_line": True`` where the script's
     ``HfArgumentParser`` builds the TrainingArguments from its flags) of the framework around this optimizer step, and the
     live object whose precision an autocast arm switches (a Lightning Trainer; else None), or None
     for a loop of the user's own."""
     frames = []
-    f = frame or sys._getframe(1)
+    f: FrameType | None = frame or sys._getframe(1)
     while f is not None:
         frames.append(f)
         f = f.f_back
@@ -50,7 +51,7 @@ def detect(frame=None) -> tuple[dict, Any] | None:
     return info, (owner[0] if owner else None)
 
 
-def _self_of(frames, path_part: str, type_name: str) -> Any:
+def _self_of(frames: list[FrameType], path_part: str, type_name: str) -> Any:
     for f in frames:
         if path_part in f.f_code.co_filename.replace("/", os.sep):
             obj = f.f_locals.get("self")
@@ -59,7 +60,7 @@ def _self_of(frames, path_part: str, type_name: str) -> Any:
     return None
 
 
-def _hf(frames) -> tuple[str, dict] | None:
+def _hf(frames: list[FrameType]) -> tuple[str, dict] | None:
     trainer = _self_of(frames, f"{os.sep}transformers{os.sep}", "Trainer")
     if trainer is None or getattr(trainer, "args", None) is None:
         return None
@@ -68,7 +69,7 @@ def _hf(frames) -> tuple[str, dict] | None:
     return HF_TRAINER, settings
 
 
-def _lightning(frames) -> tuple[str, dict, Any] | None:
+def _lightning(frames: list[FrameType]) -> tuple[str, dict, Any] | None:
     for part in (f"{os.sep}lightning{os.sep}pytorch{os.sep}", f"{os.sep}pytorch_lightning{os.sep}"):
         for f in frames:
             if part not in f.f_code.co_filename.replace("/", os.sep):
@@ -82,7 +83,7 @@ def _lightning(frames) -> tuple[str, dict, Any] | None:
     return None
 
 
-def _fabric(frames) -> tuple[str, dict] | None:
+def _fabric(frames: list[FrameType]) -> tuple[str, dict] | None:
     for f in frames:
         name = f.f_code.co_filename.replace("/", os.sep)
         if f"{os.sep}fabric{os.sep}" in name and name.endswith("wrappers.py"):
@@ -92,7 +93,7 @@ def _fabric(frames) -> tuple[str, dict] | None:
     return None
 
 
-def _accelerate(frames) -> tuple[str, dict] | None:
+def _accelerate(frames: list[FrameType]) -> tuple[str, dict] | None:
     if not any(f"{os.sep}accelerate{os.sep}" in f.f_code.co_filename.replace("/", os.sep) for f in frames):
         return None
     state = sys.modules.get("accelerate.state")
@@ -103,13 +104,13 @@ def _accelerate(frames) -> tuple[str, dict] | None:
     return ACCELERATE, {"mixed_precision": mixed}
 
 
-def _plain(value):
+def _plain(value: object) -> bool | int | float | str | None:
     """A setting as JSON can hold it (an enum's value, else its text)."""
     value = getattr(value, "value", value)
     return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
 
 
-def configured_at(frames, call: str) -> dict | None:
+def configured_at(frames: list[FrameType], call: str) -> dict | None:
     """The user's own line that builds the framework's configuration (``TrainingArguments(...)``),
     found in the source of the user's frames on the stack, innermost first; None where not found."""
     seen = set()

@@ -19,6 +19,7 @@ import time
 import warnings
 import weakref
 from pathlib import Path
+from types import FrameType
 from typing import Any, Iterable
 
 import torch
@@ -64,7 +65,7 @@ def _probe_frame(filename: str) -> bool:
     return filename.startswith(_PROBE_DIR)
 
 
-def user_frame(frame):
+def user_frame(frame: FrameType | None) -> FrameType | None:
     """The first frame above `frame` that is neither the probe's nor torch's (None at the top)."""
     while frame is not None and (_probe_frame(frame.f_code.co_filename) or frame.f_code.co_filename.startswith(_TORCH_DIR)):
         frame = frame.f_back
@@ -75,7 +76,7 @@ def user_facing_warn(message, category=None, stacklevel=1, source=None, **kwargs
     """``warnings.warn``, except that a warning which would point at one of the probe's wrappers
     points at the user's code instead (filters, ``-W`` and once-per-location still apply there)."""
     try:
-        frame = sys._getframe(1)  # the warn() call
+        frame: FrameType | None = sys._getframe(1)  # the warn() call
         for _ in range(max(1, int(stacklevel)) - 1):
             frame = frame.f_back if frame is not None else None
         target = user_frame(frame) if frame is not None and _probe_frame(frame.f_code.co_filename) else None
@@ -326,7 +327,7 @@ def _install_optimizer_hooks(clock: StepClock, observed: Observed) -> None:
         in_closure[id(opt)] = 0.0
         return _timed_closure(opt, args, kwargs, in_closure)
 
-    def post_hook(opt, args, kwargs):
+    def post_hook(opt, args, kwargs) -> None:
         if id(opt) not in observed.optimizers:
             _first_step_of(opt, observed)
         clock.optimizer_post(opt, started.pop(id(opt), None), in_closure.pop(id(opt), 0.0))
@@ -334,7 +335,7 @@ def _install_optimizer_hooks(clock: StepClock, observed: Observed) -> None:
     original_opt_init = torch.optim.Optimizer.__init__
 
     @functools.wraps(original_opt_init)
-    def opt_init(self, *args, **kwargs):
+    def opt_init(self, *args, **kwargs) -> None:
         original_opt_init(self, *args, **kwargs)
         _remember_where_built(self, sys._getframe(1))
         clock.optimizer_created = True
@@ -343,7 +344,7 @@ def _install_optimizer_hooks(clock: StepClock, observed: Observed) -> None:
     original_loader_init = dl.DataLoader.__init__
 
     @functools.wraps(original_loader_init)  # the signature stays DataLoader's (Lightning reads it)
-    def loader_init(self, *args, **kwargs):
+    def loader_init(self, *args, **kwargs) -> None:
         original_loader_init(self, *args, **kwargs)
         _remember_where_built(self, sys._getframe(1))
 
@@ -374,7 +375,7 @@ def _install_loader_hooks(clock: StepClock, observed: Observed, in_next: list[bo
     base_iter = dl._BaseDataLoaderIter
     orig_init, orig_next = base_iter.__init__, base_iter.__next__
 
-    def iter_init(self, loader, *args, **kwargs):
+    def iter_init(self, loader, *args, **kwargs) -> None:
         orig_init(self, loader, *args, **kwargs)
         self._advise_built_at = where_built(loader)  # the capture step names the loader that fed it
         if id(loader) not in observed.dataloaders:

@@ -23,7 +23,7 @@ import os
 import re
 import tempfile
 import weakref
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import psutil
 import torch
@@ -127,7 +127,7 @@ class WindowPeak:
         return (peak, "rss-high-water") if peak else (None, None)
 
 
-def _allocator_peak(prof) -> int | None:
+def _allocator_peak(prof: torch.profiler.profile) -> int | None:
     """The most CPU memory the profiled span had allocated above its start (its memory events)."""
     fd, path = tempfile.mkstemp(suffix=".json", prefix="advise-mem-")
     os.close(fd)
@@ -212,11 +212,11 @@ def checkpoint_target(modules: Iterable[torch.nn.Module]) -> dict | None:
     return None
 
 
-def _checkpointed(block: torch.nn.Module):
+def _checkpointed(block: torch.nn.Module) -> Callable[..., Any]:
     forward = type(block).forward.__get__(block)
 
     @functools.wraps(forward)
-    def run(*args, **kwargs):
+    def run(*args: Any, **kwargs: Any) -> Any:
         if torch.is_grad_enabled():
             return checkpoint(forward, *args, use_reentrant=False, **kwargs)
         return forward(*args, **kwargs)

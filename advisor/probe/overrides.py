@@ -11,11 +11,16 @@ nothing as "not applied" instead of "no significant change".
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from advisor.overrides import validate
 from .switches import Switches
 
+if TYPE_CHECKING:
+    from .hooks import Observed
 
-def apply(overrides: dict, applied: dict, observed=None) -> Switches | None:
+
+def apply(overrides: dict, applied: dict, observed: Observed | None = None) -> Switches | None:
     """Install and switch on every override (None when there is none); `applied` collects what
     actually happened, for probe.json."""
     validate(overrides)

@@ -18,7 +18,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Protocol
 
 
 from advisor.run_dir import layout
@@ -393,7 +393,7 @@ class _JobArms:
     round N + 1's plan in place of round N's); `failed` names a rank whose arm raised.
     """
 
-    def __init__(self, judged: str, others) -> None:
+    def __init__(self, judged: str, others: Iterable[int]) -> None:
         self.others = {r: layout.names(f".rank{r}") for r in others}
         self.suffixes = [judged, *(f".rank{r}" for r in self.others)]  # the judged rank first
         self._lines: dict[int, RankLines] = {}

@@ -35,7 +35,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import pandas as pd
 import psutil
@@ -110,7 +110,7 @@ class Sampler:
     spent by processes that live less than one interval is not seen.
     """
 
-    def __init__(self, pid: int, interval_s: float = 0.1, gpu_index: int | None = None):
+    def __init__(self, pid: int, interval_s: float = 0.1, gpu_index: int | None = None) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
         self.pid = int(pid)
@@ -317,7 +317,7 @@ class UniqueMemory:
         self.peak_rss = 0.0  # the tree's RSS at the highest reading so far
         self.started_t: float | None = None
 
-    def read(self, procs, t: float, rss: float) -> tuple[float, float]:
+    def read(self, procs: Iterable, t: float, rss: float) -> tuple[float, float]:
         if not self.readable:
             return NAN, NAN
         if self.started_t is None:

@@ -56,7 +56,7 @@ def install(config_path: str) -> None:
 class _RankPopen(subprocess.Popen):
     """Popen that starts a re-run of the probed script, for a rank above 0, under the probe."""
 
-    def __init__(self, args, *rest, **kwargs):
+    def __init__(self, args, *rest, **kwargs) -> None:
         rank = _reexec_rank(args, kwargs.get("env"))
         if rank is not None:
             args = _probed_command(list(args), rank) or args

@@ -14,6 +14,8 @@ lost (:class:`TraceLost`), never left behind as an artifact that looks usable.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import errno
 import gzip
 import json
@@ -24,6 +26,9 @@ from pathlib import Path
 
 from advisor.run_dir.atomic import check_writable, write_bytes_atomic
 
+if TYPE_CHECKING:
+    import torch
+
 # One ``"key": "value"`` string field: its value ends at the quote before the line's end or before the
 # next ``, "key": `` on the same line. Kineto writes most fields on a line of their own (torch 2.13's
 # ``"name"``), some several to a line (torch 2.14's ``"CallFrom": "it's "quoted".py:4", "Python id": 1``).
@@ -33,12 +38,12 @@ _FIELD = re.compile(rb'("[^"\\\n]*": ")(.*?)("(?=[ \t]*,[ \t]*"[^"\\\n]*": |[ \t
 class TraceLost(Exception):
     """The profiler's trace could not be kept; `errno` is set when the disk is the cause."""
 
-    def __init__(self, message: str, errno_: int | None = None):
+    def __init__(self, message: str, errno_: int | None = None) -> None:
         super().__init__(message)
         self.errno = errno_
 
 
-def export_trace(prof, trace_path: Path) -> None:
+def export_trace(prof: torch.profiler.profile, trace_path: Path) -> None:
     """Export `prof`'s trace to `trace_path` (gzipped when it ends in ``.gz``), checked; :class:`TraceLost`
     or an OSError."""
     raw = trace_path.with_name(f".tmp-{trace_path.name}.export.json")  # a run dir scratch name (rundir.SCRATCH)

@@ -32,7 +32,7 @@ POLL_EVERY_S = 0.25
 _GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
 
 
-def _prctl():
+def _prctl() -> Callable[..., int] | None:
     try:
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError, TypeError):  # not Linux / no libc symbol
@@ -60,7 +60,7 @@ class ProcessTree:
         self._set_subreaper(True)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._set_subreaper(False)
 
     def watch(self, root_pid: int) -> None:

@@ -6,6 +6,8 @@ show the same numbers; the metric rows use compare's words and marks.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import html as _html
 
 from rich.console import Console
@@ -18,23 +20,27 @@ from advisor import units
 from . import slower_ops
 from .compare_output import HEADLINE, MD_MARK, VERDICT_STYLE, VERDICT_TEXT, inconclusive_line
 
+if TYPE_CHECKING:
+    from advisor.gate.ab import ABResult
+    from advisor.gate.sequential import MetricDecision
+
 WIDE = 150
 HEAD = ("metric", "base", "candidate", "change", "95% CI", "p", "A/A floor", "verdict")
 
 
-def _row(m) -> list[str]:
+def _row(m: MetricDecision) -> list[str]:
     return [m.label, fmt.in_unit(m.base, m.unit), fmt.in_unit(m.current, m.unit), fmt.change(m.change, m.unit),
             fmt.change_interval(m.ci, m.unit), fmt.p_value(m.p_value) if m.gated else units.DASH,
             f"{m.floor:.1%}" if m.floor is not None else units.DASH]
 
 
-def _rounds_line(result) -> str:
+def _rounds_line(result: ABResult) -> str:
     d = result.decision
     return (f"{d.rounds} paired rounds (base and candidate interleaved, B C / C B), decided at look {d.look} of "
             f"{len(d.looks)}; {result.wall_s:.0f} s")
 
 
-def _verdict_line(result) -> str:
+def _verdict_line(result: ABResult) -> str:
     if result.failed:
         return "regression: " + ", ".join(m.label for m in result.decision.regressions)
     if result.decision.inconclusive:
@@ -42,7 +48,7 @@ def _verdict_line(result) -> str:
     return "no regression"
 
 
-def print_table(result, con: Console) -> None:
+def print_table(result: ABResult, con: Console) -> None:
     word, style, _ = HEADLINE[result.verdict]
     title = Text.assemble(("advise ab ", "bold"), (word, style), f"  {result.script}")
     if not con.is_terminal and con.width < WIDE:
@@ -65,7 +71,7 @@ def print_table(result, con: Console) -> None:
     con.print(Text(_verdict_line(result), style=HEADLINE[result.verdict][1]))
 
 
-def markdown(result) -> str:
+def markdown(result: ABResult) -> str:
     lines = [f"### advise ab: {HEADLINE[result.verdict][2]}", "",
              f"base `{result.base_dir}` → candidate `{result.candidate_dir}` · script `{result.script}` · "
              + _rounds_line(result), "",
@@ -83,7 +89,7 @@ def markdown(result) -> str:
     return "\n".join(lines) + "\n"
 
 
-def page(result) -> str:
+def page(result: ABResult) -> str:
     """ab.html: the table, the rule and the slower ops, self-contained (opens offline)."""
     head = "".join(f"<th>{_html.escape(h)}</th>" for h in HEAD)
     rows = "".join("<tr>" + "".join(f"<td>{_html.escape(c)}</td>" for c in _row(m))

@@ -16,7 +16,7 @@ from . import words
 from .findings_view import recommended_view
 
 
-def _ci(lo, hi) -> list[float] | None:
+def _ci(lo: object, hi: object) -> list[float] | None:
     lo, hi = finite(lo), finite(hi)
     return [lo, hi] if lo is not None and hi is not None else None
 

@@ -216,13 +216,14 @@ def decimate(ts: list[float], ys: list[float], buckets: int = MAX_BUCKETS) -> li
     return out
 
 
-def _minmax(group):
+def _minmax(group: list[tuple[float, float]]) -> list[tuple[float, float]]:
     lo = min(group, key=lambda p: p[1])
     hi = max(group, key=lambda p: p[1])
     return sorted({lo, hi}, key=lambda p: p[0])
 
 
-def timeline(samples: dict[str, list[float]], series: list[Series], step_spans: list[tuple[float, float, bool]]) -> Timeline | None:
+def timeline(samples: dict[str, list[float]], series: list[Series],
+             step_spans: list[tuple[float, float, bool]]) -> Timeline | None:
     """Panels for each series with data, on one time axis starting at the first sample.
 
     `samples` maps column name to values (with a `t` column, seconds on the monotonic clock);

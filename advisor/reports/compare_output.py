@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import xml.etree.ElementTree as ET
 
-from typing import Literal
+from typing import TYPE_CHECKING, Iterable, Literal
 
 from rich.console import Console
 from rich.table import Table
@@ -19,6 +19,10 @@ from advisor.reports import format as fmt
 from advisor import units
 
 from . import slower_ops
+
+if TYPE_CHECKING:
+    from advisor.gate.compare import Comparison, Metric
+    from advisor.gate.sequential import MetricDecision
 
 VERDICT_TEXT = {
     "regression": "REGRESSION",
@@ -41,14 +45,14 @@ HEADLINE = {"regression": ("REGRESSION", "bold red", "❌ regression"),
             "pass": ("pass", "bold green", "✅ no regression")}
 
 
-def inconclusive_line(metrics, policy: str) -> str:
+def inconclusive_line(metrics: Iterable[Metric | MetricDecision], policy: str) -> str:
     """'inconclusive: step time: these runs cannot tell ...; exit 4': what was not settled, and what that exits."""
     names = ", ".join(m.label for m in metrics)
     ends = "exit 4 (--inconclusive pass makes it 0)" if policy == "fail" else "exit 0 (--inconclusive pass)"
     return f"inconclusive: {names}: the runs could not rule out a regression beyond the threshold; {ends}"
 
 
-def _verdict_line(result) -> str:
+def _verdict_line(result: Comparison) -> str:
     if result.regressions:
         names = ", ".join(m.label for m in result.regressions)
         return f"regression: {names}"
@@ -59,7 +63,7 @@ def _verdict_line(result) -> str:
     return "no regression"
 
 
-def _noted(m) -> bool:
+def _noted(m: Metric) -> bool:
     return m.verdict in ("not-significant", "inconclusive") or (m.verdict == "reported" and bool(m.note))
 
 
@@ -69,7 +73,7 @@ def _finding_text(f: dict) -> str:
     return f"{code}{sev} {f.get('title') or ''}".rstrip()
 
 
-def print_table(result, con: Console) -> None:
+def print_table(result: Comparison, con: Console) -> None:
     word, style, _ = HEADLINE[result.verdict]
     title = Text.assemble(("advise compare ", "bold"), (word, style), f"  {result.script}")
     if not con.is_terminal and con.width < WIDTH:
@@ -105,7 +109,7 @@ def print_table(result, con: Console) -> None:
     con.print(Text(_verdict_line(result), style=HEADLINE[result.verdict][1]))
 
 
-def markdown(result) -> str:
+def markdown(result: Comparison) -> str:
     head = HEADLINE[result.verdict][2]
     lines = [
         f"### advise compare: {head}",
@@ -140,7 +144,7 @@ def markdown(result) -> str:
     return "\n".join(lines) + "\n"
 
 
-def junit(result) -> str:
+def junit(result: Comparison) -> str:
     """JUnit XML: one testcase per metric (a failure for each regression), plus one for findings."""
     cases = []
     for m in result.metrics:

@@ -306,7 +306,7 @@ def experiments_note(block: Experiments | None) -> str:
     return f"{block.n_runs} child runs of the script, {units.time_s(block.child_wall_s)} in all."
 
 
-def _compact_json(x) -> str:
+def _compact_json(x: object) -> str:
     try:
         return json.dumps(x, sort_keys=True, separators=(", ", ": "))
     except (TypeError, ValueError):

@@ -9,17 +9,18 @@ them too); a renderer imports them from there. A value that is not a finite numb
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from advisor.units import DASH, bytes_, finite, flops, frac, number, percent, time_s, time_us, watts
 
 
-def tick_time(seconds) -> str:
+def tick_time(seconds: object) -> str:
     """An axis label: like `time_s`, without a trailing `.0` (60 ms, 1.5 s)."""
     text = time_s(seconds)
     return text.replace(".0 ", " ").replace(".00 ", " ")
 
 
-def speedup_words(x) -> str:
+def speedup_words(x: object) -> str:
     """1.71× faster, or 0.93×, 7% slower."""
     v = finite(x)
     if v is None:
@@ -27,7 +28,7 @@ def speedup_words(x) -> str:
     return f"{v:.2f}× faster" if v >= 1 else f"{v:.2f}×, {(1 - v) * 100:.0f}% slower"
 
 
-def interval(lo, hi, ci: bool = False) -> str:
+def interval(lo: object, hi: object, ci: bool = False) -> str:
     """`1.58–1.84×` (`ci`: `95% CI 1.58–1.84×`), or '' without both ends."""
     a, b = finite(lo), finite(hi)
     if a is None or b is None:
@@ -35,7 +36,7 @@ def interval(lo, hi, ci: bool = False) -> str:
     return f"{'95% CI ' if ci else ''}{a:.2f}–{b:.2f}×"
 
 
-def value(v) -> str:
+def value(v: object) -> str:
     """Any evidence value, readably: numbers by their name's unit suffix is the caller's job."""
     if v is None:
         return DASH
@@ -54,7 +55,7 @@ def value(v) -> str:
     return str(v)
 
 
-def in_unit(x, unit: str) -> str:
+def in_unit(x: object, unit: str) -> str:
     """A compared metric's value in its unit's spelling (the unit itself is in the row's label)."""
     if unit == "samples/s":
         return number(x, 1)
@@ -70,7 +71,7 @@ def in_unit(x, unit: str) -> str:
     return DASH if v is None else f"{v:g}"
 
 
-def change(x, unit: str = "") -> str:
+def change(x: object, unit: str = "") -> str:
     """A relative change, signed (+12.3%); a change of a fraction in percentage points (+1.5 pp)."""
     v = finite(x)
     if v is None:
@@ -78,21 +79,21 @@ def change(x, unit: str = "") -> str:
     return f"{v * 100:+.1f} pp" if unit == "fraction" else f"{v:+.1%}"
 
 
-def change_interval(ci, unit: str = "") -> str:
+def change_interval(ci: Sequence[object] | None, unit: str = "") -> str:
     """A change's interval: [+1.0%, +3.0%]."""
     if not ci or len(ci) != 2:
         return DASH
     return f"[{change(ci[0], unit)}, {change(ci[1], unit)}]"
 
 
-def p_value(p) -> str:
+def p_value(p: object) -> str:
     v = finite(p)
     if v is None:
         return DASH
     return f"{v:.2g}" if v >= 1e-4 else "<1e-4"
 
 
-def by_suffix(key: str, v) -> str:
+def by_suffix(key: str, v: object) -> str:
     """An evidence value formatted by its key's unit suffix (`_s`, `_us`, `_bytes`, `_frac`, ...)."""
     if finite(v) is None or isinstance(v, bool):
         return value(v)

@@ -76,11 +76,11 @@ def _mean(values: list) -> float | None:
     return sum(nums) / len(nums) if nums else None
 
 
-def _share(part, whole) -> str:
+def _share(part: object, whole: object) -> str:
     p, w = units.finite(part), units.finite(whole)
     return units.frac(p / w, 1) if p is not None and w else units.DASH
 
 
-def _pctg(part, whole) -> str:
+def _pctg(part: object, whole: object) -> str:
     p, w = units.finite(part), units.finite(whole)
     return f"{round(100 * p / w, 2)}" if p is not None and w else units.DASH

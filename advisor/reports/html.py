@@ -8,6 +8,8 @@ become markup.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -21,6 +23,9 @@ from advisor.run_dir.layout import resolve_inside
 
 from .page import NO_DOCS, Page, build_page
 from .templates import TEMPLATES, asset
+
+if TYPE_CHECKING:
+    from advisor.profile import Profile
 
 
 @lru_cache(maxsize=1)
@@ -74,7 +79,7 @@ def page_path(report: Report, run_dir: str | Path) -> Path:
     return resolve_inside(run_dir, name, "artifacts.report_html")
 
 
-def write_html(report: Report, run_dir: str | Path, profile=None, rule_docs: Mapping[str, str] = NO_DOCS,
+def write_html(report: Report, run_dir: str | Path, profile: Profile | None = None, rule_docs: Mapping[str, str] = NO_DOCS,
                path: str | Path | None = None) -> Path:
     """Render `report` into `path` (by default report.html in `run_dir`) and return where it went.
 

@@ -8,6 +8,8 @@ unless a filter below made it into code on purpose.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import re
 from collections.abc import Mapping
 from functools import lru_cache
@@ -19,6 +21,9 @@ from advisor.report import Report
 from .page import NO_DOCS, Page, build_page
 from .templates import TEMPLATES
 
+if TYPE_CHECKING:
+    from advisor.profile import Profile
+
 _SPECIAL = re.compile(r"([\\`*_\[\]|#~])")
 
 
@@ -26,7 +31,7 @@ class Raw(str):
     """Markdown already made safe by a filter (code spans, fenced blocks)."""
 
 
-def escape(value) -> str:
+def escape(value: object) -> str:
     """Plain text for a markdown line or table cell: no markup, no HTML, no line breaks."""
     if isinstance(value, Raw):
         return value
@@ -36,7 +41,7 @@ def escape(value) -> str:
     return " ".join(text.splitlines())
 
 
-def code(value, table: bool = True) -> Raw:
+def code(value: object, table: bool = True) -> Raw:
     """An inline code span that survives any backticks inside it and, in a table cell, pipes."""
     text = " ".join(str(value).splitlines())
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
@@ -47,7 +52,7 @@ def code(value, table: bool = True) -> Raw:
     return Raw(f"{fence}{pad}{text}{pad}{fence}")
 
 
-def fence(value, lang: str = "") -> Raw:
+def fence(value: object, lang: str = "") -> Raw:
     """A fenced code block, its fence longer than any backtick run inside."""
     text = str(value).rstrip("\n")
     longest = max((len(m) for m in re.findall(r"`{3,}", text)), default=0)
@@ -76,6 +81,6 @@ def render_markdown(page: Page) -> str:
     return re.sub(r"\n{3,}", "\n\n", text)
 
 
-def markdown_for(report: Report, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> str:
+def markdown_for(report: Report, profile: Profile | None = None, rule_docs: Mapping[str, str] = NO_DOCS) -> str:
     """The markdown summary of `report` (with the run's Profile, or None)."""
     return render_markdown(build_page(report, profile, rule_docs))

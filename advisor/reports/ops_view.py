@@ -5,12 +5,17 @@ From the Profile's trace frames (``ops``, ``kernels``, ``trace_steps``; see :mod
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
 import pandas as pd
 
 from advisor import units
 from advisor.report import Report
+
+if TYPE_CHECKING:
+    from advisor.profile import Profile
 
 TOP_OPS = 15
 TOP_KERNELS = 10
@@ -45,7 +50,7 @@ class OpsTable:
     flops_column: bool
 
 
-def top_tables(report: Report, profile) -> tuple[list[OpsTable], str]:
+def top_tables(report: Report, profile: Profile | None) -> tuple[list[OpsTable], str]:
     """The top CPU ops and, with a GPU trace, the top kernels; or why there are none."""
     if profile is None or profile.trace is None:
         return [], _no_trace(report, profile)
@@ -53,12 +58,12 @@ def top_tables(report: Report, profile) -> tuple[list[OpsTable], str]:
     return tables, "" if tables else "the trace holds no operators"
 
 
-def _tables(profile) -> list[OpsTable]:
+def _tables(profile: Profile) -> list[OpsTable]:
     n_steps = len(profile.trace_steps)
     return [t for t in (ops_table(profile.ops, n_steps), kernels_table(profile.kernels, n_steps)) if t is not None]
 
 
-def _no_trace(report: Report, profile) -> str:
+def _no_trace(report: Report, profile: Profile | None) -> str:
     trace = report.artifacts.trace
     if not trace:
         return "no trace was recorded in this run (the profiler window did not run)"
@@ -108,7 +113,7 @@ def short_name(name: str) -> str:
     return name if len(name) <= NAME_MAX else name[: NAME_MAX - 1] + "…"
 
 
-def _dtypes(types) -> str:
+def _dtypes(types: object) -> str:
     if not isinstance(types, (list, tuple)):
         return ""
     seen: list[str] = []

@@ -19,6 +19,8 @@ hands over what was loaded (:meth:`advisor.profile.Profile.from_run_dir`, the ru
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,6 +38,9 @@ from .findings_view import ExperimentRow, FindingView, Recommended
 from .hta_view import HtaTable
 from .ops_view import OpsTable
 from .run_view import Artifact, Breakdown, Row, StepRow
+
+if TYPE_CHECKING:
+    from advisor.profile import Profile
 
 NO_DOCS: Mapping[str, str] = MappingProxyType({})
 STATUS_CLASS = {"ok": "ok", "failed": "bad", "timeout": "bad", "no-steps": "warn", "interrupted": "warn"}
@@ -130,7 +135,7 @@ class Page:
     trace_hint: str
 
 
-def build_page(report: Report, profile=None, rule_docs: Mapping[str, str] = NO_DOCS) -> Page:
+def build_page(report: Report, profile: Profile | None = None, rule_docs: Mapping[str, str] = NO_DOCS) -> Page:
     """The whole page from a report (the report.json contract, typed: a report.json's dict is read
     with :func:`advisor.report.load_report` or :meth:`advisor.report.Report.of` first).
 
@@ -188,7 +193,8 @@ def build_page(report: Report, profile=None, rule_docs: Mapping[str, str] = NO_D
     return page
 
 
-def verdict(report: Report, profile, findings: list[FindingView], typed: list[Finding], rec: Recommendation | None) -> VerdictView:
+def verdict(report: Report, profile: Profile | None, findings: list[FindingView], typed: list[Finding],
+            rec: Recommendation | None) -> VerdictView:
     """The header; its "recommended configuration" is :func:`words.outcome`: the stacked run's
     result when report.json has one, else why there is none (never another finding's result)."""
     status = str(report.status or "failed")

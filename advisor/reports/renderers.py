@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
     from advisor.profile import Profile
     from advisor.report import Report
+    from advisor.gate.ab import ABResult
+    from advisor.gate.compare import Comparison
 
 NO_DOCS: Mapping[str, str] = MappingProxyType({})
 
@@ -96,11 +98,11 @@ class TraceDiff:
 class ABOutcome:
     """`advise ab`'s decision (an :class:`advisor.gate.ab.ABResult`) and the folder its files are in."""
 
-    result: object
+    result: ABResult
     out: Path | None = None
 
 
-def _json(value) -> str:
+def _json(value: object) -> str:
     return json.dumps(value, indent=2) + "\n"
 
 
@@ -146,20 +148,20 @@ REPORT_JSON = Plain("report.json", "report.json", _report_json)  # their --json
 
 # --- two reports compared ----------------------------------------------------------------------
 
-def _compare_table(result, con: Console) -> str:
+def _compare_table(result: Comparison, con: Console) -> str:
     from .compare_output import print_table
     from .terminal import captured
 
     return captured(con, lambda c: print_table(result, c))
 
 
-def _compare_markdown(result) -> str:
+def _compare_markdown(result: Comparison) -> str:
     from .compare_output import markdown
 
     return markdown(result) + "\n"  # a blank line after: what is appended next (`>> $GITHUB_STEP_SUMMARY`) is a block of its own
 
 
-def _junit(result) -> str:
+def _junit(result: Comparison) -> str:
     from .compare_output import junit
 
     return junit(result)

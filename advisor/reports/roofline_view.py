@@ -7,12 +7,17 @@ From :func:`advisor.analysis.mfu.kernel_efficiency` (the numbers) and the peak t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
 from advisor import units
 from advisor.analysis.mfu import kernel_efficiency, peak_bandwidth
 
 from .ops_view import TOP_KERNELS, short_name
+
+if TYPE_CHECKING:
+    from advisor.profile import Profile
 
 
 @dataclass
@@ -41,7 +46,7 @@ class RooflineTable:
     rows: list[RooflineRow]
 
 
-def roofline_table(profile) -> RooflineTable | None:
+def roofline_table(profile: Profile | None) -> RooflineTable | None:
     """The roofline of the trace's top kernels; None without GPU kernels."""
     if profile is None or profile.trace is None or not profile.has_gpu or profile.kernels.empty:
         return None
@@ -68,7 +73,7 @@ def roofline_table(profile) -> RooflineTable | None:
     return RooflineTable(caption, peaks, rows)
 
 
-def _rate(tera, unit: str) -> str:
+def _rate(tera: float | None, unit: str) -> str:
     if tera != tera or tera is None:
         return units.DASH
     for prefix, scale in (("T", 1.0), ("G", 1e-3), ("M", 1e-6)):
@@ -77,7 +82,7 @@ def _rate(tera, unit: str) -> str:
     return f"{tera * 1e9:.0f} k{unit}"
 
 
-def _of(achieved, peak) -> str:
+def _of(achieved: float, peak: float) -> str:
     if achieved != achieved or peak != peak or not peak:
         return units.DASH
     return units.frac(achieved / peak, 1)

@@ -12,6 +12,8 @@ rendering (together ~35 ms of every `advise analyze` with findings).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence
+
 import hashlib
 import importlib.util
 import os
@@ -22,6 +24,12 @@ from functools import lru_cache
 from markupsafe import Markup
 
 from advisor.model import Finding
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from markdown_it.renderer import RendererHTML
+    from markdown_it.token import Token
+    from markdown_it.utils import EnvType, OptionsDict
 
 HEADING_TAGS = {"h1": "h5", "h2": "h5", "h3": "h6", "h4": "h6", "h5": "h6", "h6": "h6"}
 
@@ -39,14 +47,14 @@ def doc_for(finding: Finding, rule_docs: Mapping[str, str]) -> str:
     return ""
 
 
-def _code(self, tokens, idx, options, env) -> str:
+def _code(self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType) -> str:
     from markdown_it.common.utils import escapeHtml  # markdown-it: 35 ms with rendering, only for a doc not kept yet
 
     return f'<pre class="code">{escapeHtml(tokens[idx].content.rstrip(chr(10)))}</pre>\n'
 
 
 @lru_cache(maxsize=1)
-def _markdown():
+def _markdown() -> MarkdownIt:
     from markdown_it import MarkdownIt  # markdown-it: 35 ms with rendering, only for a doc not kept yet
 
     md = MarkdownIt("commonmark", {"html": False})

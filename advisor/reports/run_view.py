@@ -200,7 +200,7 @@ def artifact_links(report: Report) -> list[Artifact]:
             for key, path in report.artifacts.listed()]
 
 
-def href(path) -> str:
+def href(path: object) -> str:
     """A link relative to report.html (which sits in the run dir); an absolute path (`advise analyze`
     keeps the user's trace where it is) becomes a file URL."""
     p = PurePath(str(path))

@@ -6,6 +6,8 @@ them), so a saved decision renders the same table as the live one.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Sequence
+
 import html as _html
 
 from rich.console import Console
@@ -14,15 +16,18 @@ from rich.text import Text
 
 from advisor import units
 
+if TYPE_CHECKING:
+    from advisor.gate.opdiff import OpChange
+
 NAME_MAX = 70
 COLUMNS = ("", "op / kernel", "self/step", "change", "total/step", "calls/step", "shapes")
 
 
-def _get(row, key):
+def _get(row: OpChange | dict, key: str) -> Any:
     return row[key] if isinstance(row, dict) else getattr(row, key)
 
 
-def _cells(row) -> list[str]:
+def _cells(row: OpChange | dict) -> list[str]:
     name = str(_get(row, "name"))
     name = name if len(name) <= NAME_MAX else name[: NAME_MAX - 1] + "…"
     base, cur = _get(row, "base_us"), _get(row, "current_us")
@@ -51,7 +56,7 @@ def title(n: int) -> str:
     return f"where the time went: the {n} op{'s' if n != 1 else ''} and kernels whose time per step grew most"
 
 
-def print_table(rows, note: str, con: Console) -> None:
+def print_table(rows: Sequence[OpChange | dict] | None, note: str, con: Console) -> None:
     if rows is None:
         con.print(Text(f"slower ops: {note}", style="dim"))
         return
@@ -68,7 +73,7 @@ def print_table(rows, note: str, con: Console) -> None:
     con.print(table)
 
 
-def markdown(rows, note: str) -> list[str]:
+def markdown(rows: Sequence[OpChange | dict] | None, note: str) -> list[str]:
     if rows is None:
         return [f"_slower ops: {note}_"]
     if not rows:
@@ -82,7 +87,7 @@ def markdown(rows, note: str) -> list[str]:
     return lines
 
 
-def html(rows, note: str) -> str:
+def html(rows: Sequence[OpChange | dict] | None, note: str) -> str:
     if not rows:
         return f"<p>slower ops: {_html.escape(note or 'no op or kernel took longer per step')}</p>"
     head = "".join(f"<th>{_html.escape(c or 'kind')}</th>" for c in COLUMNS)

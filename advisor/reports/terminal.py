@@ -11,9 +11,10 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from types import TracebackType
 from typing import TYPE_CHECKING
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -38,7 +39,7 @@ def console(stderr: bool = False) -> Console:
 class ProbeProgress:
     """Shows `phase, step k of N`; use as a context manager around the probe."""
 
-    def __init__(self, con: Console, label: str):
+    def __init__(self, con: Console, label: str) -> None:
         self.con = con
         self.label = label
         self.live = con.is_terminal and sys.stdout.isatty()
@@ -101,9 +102,9 @@ class ProbeProgress:
         self._quiet_steps = True
         self.phase("starting")
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if self._status is not None:
-            self._status.__exit__(*exc)
+            self._status.__exit__(exc_type, exc, tb)
 
 
 def finding_lines(finding: Finding, experiments: str = "ran") -> list[Text]:
@@ -216,7 +217,7 @@ def _print_summary(report: Report, con: Console, run_dir: str | None = None, glu
     table.add_column(style="dim")
     table.add_column()
 
-    def add(label: str, value) -> None:
+    def add(label: str, value: RenderableType | None) -> None:
         table.add_row(label, cell(value) if isinstance(value, str) else value)
 
     name = env.device_name

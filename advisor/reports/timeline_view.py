@@ -6,6 +6,8 @@ From the Profile's frames: ``samples`` (column ``t`` and the series below) and `
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from advisor.analysis import steptime
@@ -13,6 +15,9 @@ from advisor import units
 from advisor.report import Report
 
 from . import charts
+
+if TYPE_CHECKING:
+    from advisor.profile import Profile
 
 SERIES = [
     charts.Series("gpu_util_percent", "GPU utilization", "gpu", units.percent, 100.0),
@@ -29,7 +34,7 @@ def _floats(column: pd.Series) -> list[float]:
     return [float(x) for x in pd.to_numeric(column, errors="coerce")]
 
 
-def sampler_columns(profile) -> dict[str, list[float]]:
+def sampler_columns(profile: Profile | None) -> dict[str, list[float]]:
     """The sampler's time column and the series to draw, as lists of floats (NaN where missing)."""
     samples = profile.samples if profile is not None else None
     if samples is None or samples.empty or "t" not in samples:
@@ -39,7 +44,7 @@ def sampler_columns(profile) -> dict[str, list[float]]:
     return columns
 
 
-def step_spans(profile) -> list[tuple[float, float, bool]]:
+def step_spans(profile: Profile | None) -> list[tuple[float, float, bool]]:
     """The measured steps as (t_start, t_end, profiled), when the steps carry their times."""
     steps = profile.steps if profile is not None else None
     if steps is None or not steptime.has_spans(steps):

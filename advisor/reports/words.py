@@ -10,6 +10,8 @@ renderer keys on: ``verified``, ``slower``, ``bad``, ``unclear``, ``not-run``, `
 from __future__ import annotations
 
 import os
+from typing import Protocol
+
 
 from advisor.reports import format as fmt
 from advisor import units
@@ -17,8 +19,8 @@ from advisor import overrides as vocabulary
 from advisor.framework_words import FRAMEWORK_NAMES, in_config_call
 from advisor.overrides import one_off
 from advisor.report import Report
-from advisor.report_blocks import Energy, Memory, Mfu, Rank, Throughput
-from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind, Recommendation,
+from advisor.report_blocks import Energy, Experiments, Memory, Mfu, Rank, Throughput
+from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind,
                            SourceLocation, Verdict, estimated_speedup)
 
 # verdict -> (state, label)
@@ -47,17 +49,59 @@ VERIFIED_MEANS = (f"means the whole 95% interval lies more than {VERIFY_MIN_GAIN
                   "drift between the baselines measured around the candidate), confirmed by a second candidate run "
                   "where time allowed, with the loss checked for fixes that change numerics")
 
-Measured = Experiment | Recommendation
+
+class Measured(Protocol):
+    """What the wording reads of a measured result: an :class:`~advisor.model.Experiment`, or the
+    recommended configuration's :class:`~advisor.model.Recommendation` (whose verdict, sweep,
+    one-off cost and the like are None: it has none). Read-only, so an Experiment's `verdict`, never
+    None, fits."""
+
+    @property
+    def verdict(self) -> Verdict | None: ...
+    @property
+    def verified(self) -> bool: ...
+    @property
+    def speedup(self) -> float | None: ...
+    @property
+    def ci_low(self) -> float | None: ...
+    @property
+    def ci_high(self) -> float | None: ...
+    @property
+    def baseline(self) -> dict | None: ...
+    @property
+    def candidate(self) -> dict | None: ...
+    @property
+    def overrides(self) -> dict | None: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def not_applied(self) -> list[str] | None: ...
+    @property
+    def baseline_drift_frac(self) -> float | None: ...
+    @property
+    def measured_by(self) -> str | None: ...
+    @property
+    def switch_s(self) -> float | None: ...
+    @property
+    def payoff_steps(self) -> int | None: ...
+    @property
+    def recompiles(self) -> dict | None: ...
+    @property
+    def sweep(self) -> list[dict] | None: ...
+    @property
+    def memory_budget_bytes(self) -> int | None: ...
 
 
-def plural(count, word: str) -> str:
+def plural(count: object, word: str) -> str:
     """`3 steps`, `1 step`, `2 fixes`."""
     if count == 1:
         return f"{count} {word}"
     return f"{count} {word}{'es' if word.endswith(('x', 's', 'sh', 'ch')) else 's'}"
 
 
-def verdict_words(verdict) -> tuple[str, str]:
+def verdict_words(verdict: object) -> tuple[str, str]:
     """(state, label) of a verdict, e.g. ("verified", "verified"); an unknown one is unclear, as written."""
     try:
         return VERDICT_WORDS[Verdict(verdict)]
@@ -68,7 +112,7 @@ def verdict_words(verdict) -> tuple[str, str]:
 def state_and_label(result: Measured) -> tuple[str, str]:
     """How `result` fared: verified when it was, else by its verdict, else by its numbers."""
     sp, hi = units.finite(result.speedup), units.finite(result.ci_high)
-    verdict = getattr(result, "verdict", None)  # a Recommendation has none
+    verdict = result.verdict  # a Recommendation has none
     if result.verified and sp is not None:
         return VERDICT_WORDS[Verdict.FASTER]
     if verdict is not None and not (verdict is Verdict.NOT_MEASURED and sp is not None):
@@ -80,7 +124,7 @@ def state_and_label(result: Measured) -> tuple[str, str]:
     return "unclear", "not verified"
 
 
-def speedup_with_interval(speedup, lo, hi) -> str:
+def speedup_with_interval(speedup: float | None, lo: float | None, hi: float | None) -> str:
     """`1.71× faster (95% CI 1.58–1.84×)`, `0.93×, 7% slower (95% CI 0.90–0.96×)`."""
     ivl = fmt.interval(lo, hi, ci=True)
     return fmt.speedup_words(speedup) + (f" ({ivl})" if ivl else "")
@@ -94,9 +138,9 @@ def not_applied_words(keys: list[str] | None) -> str:
 
 
 def _why(result: Measured) -> str:
-    if getattr(result, "verdict", None) is Verdict.NOT_APPLIED:
-        return not_applied_words(getattr(result, "not_applied", None))
-    return str(getattr(result, "reason", None) or getattr(result, "error", None) or "")
+    if result.verdict is Verdict.NOT_APPLIED:
+        return not_applied_words(result.not_applied)
+    return str(result.reason or result.error or "")
 
 
 def _interval_spans_one(result: Measured) -> bool:
@@ -106,7 +150,7 @@ def _interval_spans_one(result: Measured) -> bool:
 
 def verified_bar(result: Measured) -> float:
     """How far above 1 the interval's low end had to be for `result` to be verified."""
-    return max(VERIFY_MIN_GAIN, units.finite(getattr(result, "baseline_drift_frac", None)) or 0.0)
+    return max(VERIFY_MIN_GAIN, units.finite(result.baseline_drift_frac) or 0.0)
 
 
 NOISY_DRIFT = 0.25  # baselines this far apart say the machine changed, not that the gain is small
@@ -114,7 +158,7 @@ NOISY_DRIFT = 0.25  # baselines this far apart say the machine changed, not that
 
 def _below_the_bar(result: Measured) -> str:
     """Why a gain whose interval excludes 1 is still not verified: its low end is not far enough above 1."""
-    if getattr(result, "verdict", Verdict.NO_CHANGE) is not Verdict.NO_CHANGE:
+    if result.verdict is not None and result.verdict is not Verdict.NO_CHANGE:  # None: a Recommendation
         return ""
     lo = units.finite(result.ci_low)
     bar = verified_bar(result)
@@ -131,14 +175,14 @@ def measured_detail(result: Measured) -> str:
     """The result without its label: the speedup and interval (with a remark when they say no gain,
     or a gain too small for verified), or why nothing was measured."""
     state, label = state_and_label(result)
-    if units.finite(result.speedup) is None or getattr(result, "verdict", None) is Verdict.NOT_APPLIED:
+    if units.finite(result.speedup) is None or result.verdict is Verdict.NOT_APPLIED:
         return _why(result) or label
     text = speedup_with_interval(result.speedup, result.ci_low, result.ci_high)
     if state == "unclear" and _interval_spans_one(result):
         text += ": the interval includes no gain"
     elif state == "unclear" and (remark := _below_the_bar(result)):
         text += f": {remark}"
-    elif getattr(result, "verdict", None) is Verdict.NOT_CONFIRMED and (reason := getattr(result, "reason", None)):
+    elif result.verdict is Verdict.NOT_CONFIRMED and (reason := result.reason):
         text += f": {reason}"
     return text
 
@@ -147,7 +191,7 @@ def measured_sentence(result: Measured) -> str:
     """The whole result in one line: `1.71× faster (95% CI 1.58–1.84×), verified`,
     `0.93×, 7% slower (95% CI 0.90–0.96×)`, `not measured: experiment budget exhausted`."""
     state, label = state_and_label(result)
-    if units.finite(result.speedup) is None or getattr(result, "verdict", None) is Verdict.NOT_APPLIED:
+    if units.finite(result.speedup) is None or result.verdict is Verdict.NOT_APPLIED:
         why = _why(result)
         return f"{label}: {why}" if why else label
     detail = measured_detail(result)
@@ -166,21 +210,21 @@ MEASURED_BY = {"in-process": "in the profiled run", "fresh-run": "in fresh runs"
 def _how(result: Measured) -> str:
     """`, in the profiled run` / `, in fresh runs`: how a result was measured, when the report says;
     for torch.compile also what compiling cost (once, kept out of the step times) and what recompiled."""
-    how = MEASURED_BY.get(getattr(result, "measured_by", None) or "")
+    how = MEASURED_BY.get(result.measured_by or "")
     text = f", {how}" if how else ""
-    cost = units.finite(getattr(result, "switch_s", None))
-    if cost and one_off(getattr(result, "overrides", None) or {}):
+    cost = units.finite(result.switch_s)
+    if cost and one_off(result.overrides or {}):
         text += f"; compiling took {units.time_s(cost)}, once"
-        payoff = getattr(result, "payoff_steps", None)
+        payoff = result.payoff_steps
         if payoff:
             text += f", paid back after {payoff:,} steps"
-    recompiled = (getattr(result, "recompiles", None) or {}).get("said")
+    recompiled = (result.recompiles or {}).get("said")
     if recompiled:
         text += f"; {recompiled}"
     return text
 
 
-def estimate_speedup_words(gain) -> str:
+def estimate_speedup_words(gain: float | None) -> str:
     """A rule's estimate, in the unit measured speedups use: `about 3.6× faster` for 72% of the step saved.
 
     Estimates get two significant digits (they are not measurements), measured speedups three."""
@@ -190,12 +234,12 @@ def estimate_speedup_words(gain) -> str:
     return f"about {x:.2f}× faster" if x < 1.95 else f"about {x:.1f}× faster" if x < 9.95 else f"about {x:.0f}× faster"
 
 
-def estimate_detail(gain) -> str:
+def estimate_detail(gain: float | None) -> str:
     """A rule's own estimate of the step time saved: `about 3.6× faster, by the rule's estimate`."""
     return f"{estimate_speedup_words(gain)}, by the rule's estimate"
 
 
-def estimate_sentence(gain) -> str:
+def estimate_sentence(gain: float | None) -> str:
     """`about 3.6× faster, by the rule's estimate (not measured)`."""
     return f"{estimate_detail(gain)} (not measured)"
 
@@ -309,7 +353,7 @@ def recommended_sentence(rec: Measured) -> str:
     """The recommended configuration's result; for a run over its memory budget also its peak
     against the budget, the reason it was chosen whatever its speed."""
     text = measured_sentence(rec)
-    if units.finite(getattr(rec, "memory_budget_bytes", None)):
+    if units.finite(rec.memory_budget_bytes):
         memory = memory_effect(rec)
         text += f"; {memory}" if memory else ""
     return text
@@ -317,12 +361,12 @@ def recommended_sentence(rec: Measured) -> str:
 
 def missing_why(result: Measured) -> str:
     """Why a baseline or candidate has no figure: the failure, the override not taken, or no run."""
-    verdict = getattr(result, "verdict", None)
+    verdict = result.verdict
     if verdict is Verdict.FAILED:
-        error = getattr(result, "error", None)
+        error = result.error
         return f"no run finished: {error}" if error else "no run finished"
     if verdict is Verdict.NOT_APPLIED:
-        return not_applied_words(getattr(result, "not_applied", None))
+        return not_applied_words(result.not_applied)
     return "not measured"
 
 
@@ -337,7 +381,7 @@ def pair_words(result: Measured) -> tuple[str, str, str]:
     return base or units.DASH, cand or units.DASH, missing_why(result)
 
 
-def measure_words(m) -> str:
+def measure_words(m: object) -> str:
     """A baseline or candidate measurement: samples/s, else steps/s or step time; a number as is."""
     if isinstance(m, dict):
         if units.finite(m.get("samples_per_s")) is not None:
@@ -347,8 +391,8 @@ def measure_words(m) -> str:
         if units.finite(m.get("step_time_median_s")) is not None:
             return units.time_s(m["step_time_median_s"]) + " / step"
         return ""
-    if units.finite(m) is not None:
-        return fmt.value(float(m))
+    if (x := units.finite(m)) is not None:
+        return fmt.value(x)
     return "" if m is None else str(m)
 
 
@@ -356,29 +400,29 @@ MEMORY_BASIS_SHORT = {"cuda-max-allocated": "max allocated", "cpu-allocator": "C
                       "rss-high-water": "RSS high-water mark"}
 
 
-def memory_effect(result) -> str:
+def memory_effect(result: Measured) -> str:
     """`peak memory 127.5 MiB → 47.8 MiB (−63%, CPU allocator)`: a fix's memory effect, said next
     to its speed; '' when either side's peak is unknown."""
-    base, cand = (getattr(result, "baseline", None) or {}), (getattr(result, "candidate", None) or {})
+    base, cand = (result.baseline or {}), (result.candidate or {})
     b, c = units.finite(base.get("peak_memory_bytes")), units.finite(cand.get("peak_memory_bytes"))
     if b is None or c is None or b <= 0:
         return ""
     named = str(base.get("memory_basis") or "")
     basis = MEMORY_BASIS_SHORT.get(named, named)
     text = f"peak memory {units.bytes_(b)} → {units.bytes_(c)} ({fmt.change(c / b - 1)}{', ' + basis if basis else ''})"
-    budget = units.finite(getattr(result, "memory_budget_bytes", None))
+    budget = units.finite(result.memory_budget_bytes)
     if budget:
         text += f", {'within' if c <= budget else 'over'} the {units.bytes_(budget)} budget"
     return text
 
 
-def fix_where(fix) -> str:
+def fix_where(fix: Fix) -> str:
     """Where a framework's fix goes: `where the Hugging Face Trainer is configured, at train.py:31`
     (or on the command line, for TrainingArguments an HfArgumentParser builds); '' for a loop of the
     user's own."""
-    framework = getattr(fix, "framework", None) or {}
+    framework = fix.framework or {}
     at = framework.get("configured_at") or {}
-    if not framework.get("name") or not in_config_call(framework["name"], getattr(fix, "overrides", None) or {}):
+    if not framework.get("name") or not in_config_call(framework["name"], fix.overrides or {}):
         return ""  # a change made elsewhere (configure_optimizers, the DataModule): its snippet says where
     name = FRAMEWORK_NAMES.get(framework["name"], framework["name"])
     where = f"{os.path.basename(at['file'])}:{at.get('line')}" if at.get("file") else ""
@@ -395,10 +439,10 @@ def energy_source_words(source: str | None) -> str:
     return ENERGY_SOURCE_WORDS.get(source or "", "NVML")
 
 
-def energy_effect(result) -> str:
+def energy_effect(result: Measured) -> str:
     """`energy 1.25 → 0.61 J/sample (−51%, NVML energy counter)`: a fix's energy per sample on the GPU
     (bf16 often saves more energy than time); '' where the GPU was not sampled."""
-    base, cand = (getattr(result, "baseline", None) or {}), (getattr(result, "candidate", None) or {})
+    base, cand = (result.baseline or {}), (result.candidate or {})
     b, c = units.finite(base.get("joules_per_sample")), units.finite(cand.get("joules_per_sample"))
     if b is None or c is None or b <= 0:
         return ""
@@ -406,18 +450,18 @@ def energy_effect(result) -> str:
     return f"energy {b:.3g} → {c:.3g} J/sample ({fmt.change(c / b - 1)}, {source})"
 
 
-def resource_effects(result) -> str:
+def resource_effects(result: Measured) -> str:
     """A fix's memory and energy effects, said next to its speed (a batch ladder's, rung by rung;
     compile's modes, one by one)."""
     return "; ".join(text for text in (ladder_effect(result), compile_modes_effect(result), memory_effect(result),
                                        energy_effect(result)) if text)
 
 
-def compile_modes_effect(result) -> str:
+def compile_modes_effect(result: Measured) -> str:
     """`modes tried: default 1.41x (compiling 20.0 s, paid back after 300 steps); reduce-overhead
     1.97x (...)`: each torch.compile mode a sweep measured, with its one-off cost and payoff ('' for
     any other fix), so a ladder none of whose modes helped says how each fared."""
-    rows = [r for r in getattr(result, "sweep", None) or [] if isinstance(r, dict)
+    rows = [r for r in result.sweep or [] if isinstance(r, dict)
             and set(r.get("overrides") or {}) == {"compile"}]
     if len(rows) < 2:
         return ""
@@ -432,10 +476,10 @@ def compile_modes_effect(result) -> str:
     return "modes tried: " + "; ".join(said)
 
 
-def ladder_effect(result) -> str:
+def ladder_effect(result: Measured) -> str:
     """`x8 ran out of memory; x4 fits with 31.2 GiB (44%) to spare, 1.62x per sample`: a batch
     ladder's outcome, from its sweep rows and the budget its rungs were held to ('' for any other fix)."""
-    rows = [r for r in getattr(result, "sweep", None) or [] if isinstance(r, dict)
+    rows = [r for r in result.sweep or [] if isinstance(r, dict)
             and vocabulary.batch_scale(r.get("overrides") or {}) > 1]
     if not rows:
         return ""
@@ -445,7 +489,7 @@ def ladder_effect(result) -> str:
     fitting = sorted((r for r in rows if r.get("fits") and units.finite(r.get("speedup")) is not None), key=scale)
     said = [f"x{scale(oom[0]):g} ran out of memory"] if oom else []
     said += [f"x{scale(over[0]):g} went over the budget"] if over and not oom else []
-    budget, best = units.finite(getattr(result, "memory_budget_bytes", None)), fitting[-1] if fitting else None
+    budget, best = units.finite(result.memory_budget_bytes), fitting[-1] if fitting else None
     if best is not None:
         peak = units.finite(best.get("peak_memory_bytes"))
         spare = (f" with {units.bytes_(budget - peak)} ({(budget - peak) / budget:.0%}) to spare"
@@ -456,7 +500,7 @@ def ladder_effect(result) -> str:
     return "; ".join(said)
 
 
-def loss_words(check) -> tuple[str, str]:
+def loss_words(check: object) -> tuple[str, str]:
     """The numerics check (`checked`, `passed`, `baseline_mean`, `candidate_mean`, `tolerance`, `reason`)
     as words, and its state: "ok", "bad" or "" (no verdict)."""
     if check is None:
@@ -478,7 +522,7 @@ def loss_words(check) -> tuple[str, str]:
     return head + (f": {detail}" if detail else ""), ("ok" if passed is True else "bad" if passed is False else "")
 
 
-def applicability_words(applicability) -> str:
+def applicability_words(applicability: object) -> str:
     """What a fix's applicability means for the user."""
     try:
         return APPLICABILITY_WORDS[Applicability(applicability)]
@@ -613,7 +657,7 @@ def patch_line(command: str, notes: int) -> str:
                                      if notes else "")
 
 
-def time_spent(block) -> str | None:
+def time_spent(block: Experiments | None) -> str | None:
     """Where the experiments' time went, in one line, and what the budget left out with the command
     that measures it: "fixes measured in 9.8 s of a 10 s budget (automatic): the baseline 4.1 s in 5
     windows, dataloader-starvation (num_workers=4) 2.0 s, ...; not measured: Compile the model

@@ -55,7 +55,7 @@ left of the gain.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
@@ -65,9 +65,12 @@ from advisor.analysis import steptime
 from . import helpers as h
 from .registry import Finding, rule
 
+if TYPE_CHECKING:
+    from advisor.profile import Profile
+
 
 @rule(code="CPU001", name="op-overhead-bound")
-def check(profile, *, min_ops_per_step: int = 300, min_overhead_frac: float = 0.3,
+def check(profile: Profile, *, min_ops_per_step: int = 300, min_overhead_frac: float = 0.3,
           op_cost_us: float = 5.0) -> Iterator[Finding]:
     if profile.has_gpu or not h.is_training(profile):
         return
@@ -106,7 +109,7 @@ def check(profile, *, min_ops_per_step: int = 300, min_overhead_frac: float = 0.
     )
 
 
-def _per_step(profile) -> list[np.ndarray]:
+def _per_step(profile: Profile) -> list[np.ndarray]:
     """Per profiled step: the durations of the top-level ops on the loop's thread, outside
     DataLoader ``__next__`` (a loader without workers runs its transforms there)."""
     ops, steps = profile.ops, h.trace_steps(profile)
@@ -122,7 +125,7 @@ def _per_step(profile) -> list[np.ndarray]:
     return [g["dur_us"].to_numpy(dtype=float) for _, g in top.groupby("step")]
 
 
-def _clean_step_us(profile) -> float | None:
+def _clean_step_us(profile: Profile) -> float | None:
     """The fastest unprofiled step, less its DataLoader wait (microseconds)."""
     steps = h.timed_steps(profile)
     if not steptime.unprofiled(steps).any():

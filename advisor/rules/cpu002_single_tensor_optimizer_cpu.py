@@ -87,7 +87,7 @@ def check(profile: Profile, *, min_optimizer_frac: float = 0.1, min_elements: in
         return  # the override applies to every optimizer: one finding
 
 
-def _trace_multi_tensor(profile) -> bool:
+def _trace_multi_tensor(profile: Profile) -> bool:
     """True when the trace's Optimizer.step ranges run foreach or fused operators."""
     ann, ops = profile.annotations, profile.ops
     ranges = ann[ann["name"].str.startswith("Optimizer.step#")]
@@ -100,7 +100,7 @@ def _trace_multi_tensor(profile) -> bool:
     return False
 
 
-def _torch_at_least(profile, version: tuple[int, int]) -> bool:
+def _torch_at_least(profile: Profile, version: tuple[int, int]) -> bool:
     raw = profile.env.torch or ""
     try:
         major, minor = (int(x) for x in raw.split("+")[0].split(".")[:2])

@@ -92,7 +92,7 @@ def check(profile: Profile, *, max_data_wait_frac: float = 0.3) -> Iterator[Find
 
 
 
-def _tree_busy(profile, logical: int) -> float | None:
+def _tree_busy(profile: Profile, logical: int) -> float | None:
     """The script's process tree's mean CPU use over the window, as a share of all logical cores."""
     samples = profile.samples
     if samples.empty or "cpu_percent" not in samples:

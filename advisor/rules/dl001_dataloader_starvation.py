@@ -176,7 +176,7 @@ def _burst_text(bursts: dict, exposed: np.ndarray) -> str:
     return f", in bursts: {waiting} of {n} steps waited{every}, up to {exposed.max() * 1e3:.0f} ms"
 
 
-def _gpu_busy_during_wait_frac(profile) -> float:
+def _gpu_busy_during_wait_frac(profile: Profile) -> float:
     """Share of DataLoader wait during which the GPU still ran queued work (0 without a GPU)."""
     if not profile.has_gpu:
         return 0.0
@@ -189,7 +189,7 @@ def _gpu_busy_during_wait_frac(profile) -> float:
     return min(1.0, h.frac(busy, ranges["dur_us"].sum()))
 
 
-def _main_loader(profile) -> LoaderSeen | None:
+def _main_loader(profile: Profile) -> LoaderSeen | None:
     """The DataLoader the steps draw from: the one whose batch size matches the steps'."""
     loaders = profile.observed.dataloaders
     if not loaders:
@@ -203,7 +203,8 @@ def _main_loader(profile) -> LoaderSeen | None:
     return loaders[0]
 
 
-def _fix(loader, device: str, cores, threads, wait_s: float, compute_s: float, step_s: float, io_bound=None):
+def _fix(loader: LoaderSeen | None, device: str, cores: int | None, threads: int | None, wait_s: float, compute_s: float,
+         step_s: float, io_bound: bool | None = None) -> tuple[Fix, float | None]:
     """The override to try and a rough gain estimate (None when it cannot be estimated)."""
     on_gpu = device != "cpu"
     current = loader.num_workers if loader else 0

@@ -117,7 +117,7 @@ def _screen(what: str, fix: Fix, why: str) -> Finding:
     )
 
 
-def _fp32_matmuls(profile) -> bool:
+def _fp32_matmuls(profile: Profile) -> bool:
     """Matmuls or convolutions ran, mostly in FP32 (not already under autocast)."""
     ops = h.gemm_ops(profile)
     known = ops[ops["dtype"].notna()] if not ops.empty else ops
@@ -127,6 +127,6 @@ def _fp32_matmuls(profile) -> bool:
     return bool(known["dtype"].isin(h.FP32).any()) and low < 0.5 * known["flops"].sum()
 
 
-def _compiled(profile) -> bool:
+def _compiled(profile: Profile) -> bool:
     names = set(profile.ops["name"].astype(str)) if not profile.ops.empty else set()
     return any(marker in name for name in names for marker in _COMPILED)

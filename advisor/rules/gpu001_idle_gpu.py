@@ -47,7 +47,7 @@ code rounds differently, and CUDA graphs need static shapes and memory addresses
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
@@ -57,6 +57,10 @@ from advisor.analysis import metrics
 from . import helpers as h
 from .registry import Finding, Fix, rule
 
+if TYPE_CHECKING:
+    from advisor.profile import Profile
+    import pandas as pd
+
 _CAUSES = {
     "data_wait": ("dataloader-starvation", "DL001", "waiting for the next batch"),
     "host_sync": ("host-sync", "GPU003", "after host synchronizations"),
@@ -65,7 +69,7 @@ _CAUSES = {
 
 
 @rule(code="GPU001", name="idle-gpu")
-def check(profile, *, min_idle_frac: float = 0.25) -> Iterator[Finding]:
+def check(profile: Profile, *, min_idle_frac: float = 0.25) -> Iterator[Finding]:
     if not profile.has_gpu:
         return
     steps = h.trace_steps(profile)
@@ -112,7 +116,7 @@ def check(profile, *, min_idle_frac: float = 0.25) -> Iterator[Finding]:
     )
 
 
-def _attribute(profile, steps) -> dict[str, float]:
+def _attribute(profile: Profile, steps: pd.DataFrame) -> dict[str, float]:
     """Idle microseconds inside the steps, split by cause."""
     bs, be = h.gpu_busy(profile)
     dl = h.dataloader_ranges(profile)
@@ -138,7 +142,7 @@ def _attribute(profile, steps) -> dict[str, float]:
     return out
 
 
-def _nvml_util(profile) -> float | None:
+def _nvml_util(profile: Profile) -> float | None:
     """Mean NVML utilization over the measured steps (start-up ticks would read as idle)."""
     s = metrics.window_samples(profile.samples, profile.steps)
     if s.empty or "gpu_util_percent" not in s or not s["gpu_util_percent"].notna().any():
@@ -146,7 +150,7 @@ def _nvml_util(profile) -> float | None:
     return float(s["gpu_util_percent"].mean())
 
 
-def _from_nvml(profile, min_idle_frac: float) -> Iterator[Finding]:
+def _from_nvml(profile: Profile, min_idle_frac: float) -> Iterator[Finding]:
     util = _nvml_util(profile)
     if util is None or util / 100.0 > 1.0 - min_idle_frac:
         return

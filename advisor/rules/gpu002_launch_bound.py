@@ -57,16 +57,19 @@ CUDA graphs need static shapes and static memory addresses.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
 from . import helpers as h
 from .registry import Finding, rule
 
+if TYPE_CHECKING:
+    from advisor.profile import Profile
+
 
 @rule(code="GPU002", name="launch-bound")
-def check(profile, *, max_busy_frac: float = 0.6, min_kernels_per_step: int = 50,
+def check(profile: Profile, *, max_busy_frac: float = 0.6, min_kernels_per_step: int = 50,
           max_median_kernel_us: float = 20.0, max_queue_delay_us: float = 50.0) -> Iterator[Finding]:
     if not profile.has_gpu:
         return

@@ -47,7 +47,7 @@ author can judge (a sync before timing code or before reading results is intenti
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -148,7 +148,7 @@ def _cause(ops: list[str], call: str) -> str:
     return "stream synchronize outside any operator"
 
 
-def _pageable_copy_calls(profile):
+def _pageable_copy_calls(profile: Profile) -> dict[int, np.ndarray]:
     """End times per thread of runtime calls that issued host-to-device copies from pageable memory."""
     mc = profile.memcpy
     pg = mc[(mc["kind"] == "HtoD") & (mc["src"] == "Pageable")]
@@ -159,7 +159,7 @@ def _pageable_copy_calls(profile):
     return {tid: np.sort(g["end_us"].to_numpy()) for tid, g in calls.groupby("tid")}
 
 
-def _forced_by_pageable_copy(pageable: dict, s) -> bool:
+def _forced_by_pageable_copy(pageable: dict, s: Any) -> bool:
     ends = pageable.get(s.tid)
     if ends is None:
         return False

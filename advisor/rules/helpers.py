@@ -7,6 +7,8 @@ seconds (``_s``) on the probe's step table, as in :mod:`advisor.profile`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, SupportsFloat
+
 import math
 import re
 from dataclasses import dataclass
@@ -20,10 +22,13 @@ from advisor.model import Fix
 from advisor.cores import cores_per_rank
 from advisor.overrides import compile_ladder
 
+if TYPE_CHECKING:
+    from advisor.profile import Profile
+
 # --------------------------------------------------------------------------- steps
 
 
-def timed_steps(profile) -> pd.DataFrame:
+def timed_steps(profile: Profile) -> pd.DataFrame:
     """Steps to judge per-step shares on: clean (unprofiled) probe steps, else all steps."""
     steps, _ = steptime.timed_steps(profile.steps)
     if steps.empty or not steptime.has_durations(steps):
@@ -31,23 +36,23 @@ def timed_steps(profile) -> pd.DataFrame:
     return steps[steptime.durations(steps) > 0]
 
 
-def data_wait_frac(profile) -> float | None:
+def data_wait_frac(profile: Profile) -> float | None:
     """Share of the timed steps spent waiting for the DataLoader (None: not measured)."""
     return steptime.share(timed_steps(profile), steptime.DATA_WAIT)
 
 
-def optimizer_frac(profile) -> float | None:
+def optimizer_frac(profile: Profile) -> float | None:
     """Share of the timed steps spent in optimizer.step() (None: not measured)."""
     return steptime.share(timed_steps(profile), steptime.OPTIMIZER)
 
 
-def trace_steps(profile) -> pd.DataFrame:
+def trace_steps(profile: Profile) -> pd.DataFrame:
     """The trace's ProfilerStep rows that have a duration (a cut-off last step has none)."""
     ts = profile.trace_steps
     return ts[ts["dur_us"] > 0]
 
 
-def is_training(profile) -> bool:
+def is_training(profile: Profile) -> bool:
     """Whether the run trains (an optimizer stepped, or backward ran), not just infers."""
     if profile.observed.optimizers:
         return True
@@ -63,14 +68,14 @@ def is_training(profile) -> bool:
 # --------------------------------------------------------------------------- intervals
 
 
-def gpu_busy(profile) -> tuple[np.ndarray, np.ndarray]:
+def gpu_busy(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
     """Merged intervals in which any GPU kernel, copy or memset runs."""
     k, m = profile.kernels, profile.memcpy
     return intervals.merge(np.concatenate([k["ts_us"].to_numpy(), m["ts_us"].to_numpy()]),
                            np.concatenate([k["end_us"].to_numpy(), m["end_us"].to_numpy()]))
 
 
-def main_thread(profile) -> int | None:
+def main_thread(profile: Profile) -> int | None:
     """The thread that runs the training loop: the one holding the ProfilerStep ranges."""
     ann = profile.annotations
     steps = ann[ann["name"].str.startswith("ProfilerStep#")]
@@ -80,7 +85,7 @@ def main_thread(profile) -> int | None:
     return int(ops["tid"].mode().iloc[0]) if len(ops) else None
 
 
-def dataloader_ranges(profile) -> pd.DataFrame:
+def dataloader_ranges(profile: Profile) -> pd.DataFrame:
     """``enumerate(DataLoader)...__next__`` ranges (annotations, or ops in old traces)."""
     ann = profile.annotations
     rows = ann[ann["name"].str.startswith("enumerate(DataLoader)")]
@@ -112,7 +117,7 @@ class Device:
 _AMD = re.compile(r"\b(AMD|Instinct|Radeon|MI\d{2,3}X?)\b", re.I)
 
 
-def device(profile) -> Device:
+def device(profile: Profile) -> Device:
     env = profile.env
     name = env.device_name or ""
     if not profile.has_gpu:
@@ -151,7 +156,7 @@ def compile_fix(dev: Device) -> Fix:
 # --------------------------------------------------------------------------- kernels and ops
 
 
-def kernel_launches(profile) -> pd.DataFrame:
+def kernel_launches(profile: Profile) -> pd.DataFrame:
     """Kernels joined to the runtime call that launched them (``launch_ts_us``, ``tid``)."""
     k = profile.kernels
     rt = profile.runtime
@@ -186,7 +191,7 @@ def in_disjoint(intervals: pd.DataFrame, ts: np.ndarray, tid: np.ndarray) -> np.
     return out
 
 
-def enclosing_ops(profile, ts: float, end: float, tid: int) -> list[str]:
+def enclosing_ops(profile: Profile, ts: float, end: float, tid: int) -> list[str]:
     """Names of the ops around [ts, end] on thread `tid`, outermost first."""
     ops = profile.ops
     if ops.empty:
@@ -202,7 +207,7 @@ _NOT_USER = re.compile(
 )
 
 
-def python_call_site(profile, ts: float, end: float, tid: int) -> str | None:
+def python_call_site(profile: Profile, ts: float, end: float, tid: int) -> str | None:
     """The innermost user frame (``file.py(line): func``) around [ts, end], when stacks were recorded."""
     py = profile.python
     if py.empty:
@@ -215,7 +220,7 @@ def python_call_site(profile, ts: float, end: float, tid: int) -> str | None:
     return None
 
 
-def op_dtype(types) -> str | None:
+def op_dtype(types: object) -> str | None:
     """The first tensor dtype of an op's "Input type" list ('float', 'c10::Half', ...)."""
     if not isinstance(types, list):
         return None
@@ -231,7 +236,7 @@ LOW_PRECISION = {"c10::Half", "c10::BFloat16", "Half", "BFloat16", "float16", "b
 CONV_NAMES = ("conv", "convolution")
 
 
-def gemm_ops(profile) -> pd.DataFrame:
+def gemm_ops(profile: Profile) -> pd.DataFrame:
     """Outermost GEMM/convolution ops (those carrying FLOPs) with ``dtype`` and ``is_conv``."""
     ops = profile.ops
     f = ops[ops["flops"].notna()]
@@ -248,7 +253,7 @@ def frac(x: float, total: float) -> float:
     return float(x) / float(total) if total and total > 0 and math.isfinite(total) else 0.0
 
 
-def r3(x) -> float | None:
+def r3(x: SupportsFloat | None) -> float | None:
     """Round for evidence: 3 significant decimals where it matters, JSON-safe."""
     if x is None:
         return None
@@ -261,7 +266,7 @@ def r3(x) -> float | None:
 SYNC_CALLS = r"(?:cuda|hip)(?:Stream|Device|Event)Synchronize"
 
 
-def draining_syncs(profile, steps: pd.DataFrame) -> pd.DataFrame:
+def draining_syncs(profile: Profile, steps: pd.DataFrame) -> pd.DataFrame:
     """Sync calls inside `steps` that found the GPU busy, i.e. that emptied a queue of work.
 
     A sync issued while the GPU is already idle returns at once and costs nothing; only one
@@ -276,7 +281,7 @@ def draining_syncs(profile, steps: pd.DataFrame) -> pd.DataFrame:
     return syncs[waited]
 
 
-def cpu_busy_frac(profile, cores: int) -> float | None:
+def cpu_busy_frac(profile: Profile, cores: int) -> float | None:
     """Mean CPU use over the measured window as a share of all cores (tree or machine, the higher)."""
     samples = profile.samples
     if samples.empty or "t" not in samples:
@@ -300,7 +305,7 @@ class Oversubscription:
     workers_busy_cores: float | None  # sampled; None in an older run dir
 
 
-def oversubscription(profile, min_cpu_busy_frac: float = 0.85) -> Oversubscription | None:
+def oversubscription(profile: Profile, min_cpu_busy_frac: float = 0.85) -> Oversubscription | None:
     """More busy threads than cores on a saturated CPU (see cpu-oversubscription), or None.
 
     CPU training: intra-op threads + DataLoader workers; GPU training: workers + the main process.
@@ -322,7 +327,7 @@ def oversubscription(profile, min_cpu_busy_frac: float = 0.85) -> Oversubscripti
                             None if busy_workers is None else round(busy_workers, 3))
 
 
-def workers_busy(profile) -> float | None:
+def workers_busy(profile: Profile) -> float | None:
     """Cores the DataLoader workers (the script's tree less its main process) kept busy on average
     over the measured window, sampled; None without the per-process column (an older run dir).
 

@@ -67,7 +67,7 @@ learning rate a larger batch wants). Sharding and offload are manual, shown for 
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import msgspec
 import numpy as np
@@ -80,6 +80,9 @@ from advisor.run_dir.seen import MemoryAccount
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 FRAGMENTED = 1.3  # reserved over allocated at the peak: the allocator holds this much more than the tensors use
@@ -156,7 +159,7 @@ def _basis(fixed: float, peak: float) -> str:
             f"peak, {units.bytes_(max(0.0, peak - fixed))}, grows with the batch)")
 
 
-def _ladder_words(profile, explicit: bool) -> str:
+def _ladder_words(profile: Profile, explicit: bool) -> str:
     """How the batch ladder is measured, or why it is not."""
     if profile.probed and not profile.observed.dataloaders:
         return "The script builds its own batches, so no larger batch is injected: the change is yours to make."
@@ -166,7 +169,7 @@ def _ladder_words(profile, explicit: bool) -> str:
             "ladder, and the rungs below it stand.")
 
 
-def _batch_fix(profile, scale: int) -> Fix:
+def _batch_fix(profile: Profile, scale: int) -> Fix:
     """The batch is scaled through the script's DataLoader; a script that builds its own batches
     (tensors sliced in a loop, a generator) gets the change as a manual fix, since nothing can be
     injected there and a measured claim would be a false one."""
@@ -191,7 +194,7 @@ def where_it_goes(parts: dict | None, peak: float) -> str:
                      for k in order if k != "runtime_bytes" or parts.get(k))
 
 
-def _memory_fixes(profile, evidence: dict, parts: dict | None, peak: float, budget: float,
+def _memory_fixes(profile: Profile, evidence: dict, parts: dict | None, peak: float, budget: float,
                   state_dominates_frac: float) -> Iterator[Finding]:
     """One finding per fix that applies here, each with the breakdown; a manual one when none does."""
     found = list(_each_fix(profile, evidence, parts, peak, budget, state_dominates_frac))
@@ -217,7 +220,7 @@ def _head(evidence: dict, peak: float, budget: float) -> str:
             f"{units.bytes_(budget)}: close to out-of-memory")
 
 
-def _each_fix(profile, evidence: dict, parts: dict | None, peak: float, budget: float,
+def _each_fix(profile: Profile, evidence: dict, parts: dict | None, peak: float, budget: float,
               state_dominates_frac: float) -> Iterator[Finding]:
     over = peak > budget
     head = _head(evidence, peak, budget)
@@ -283,7 +286,7 @@ def _each_fix(profile, evidence: dict, parts: dict | None, peak: float, budget: 
             fix=Fix.manual(title.split(": ", 1)[1].capitalize() + " (an estimate, not measured)", snippet))
 
 
-def _peaks(profile):
+def _peaks(profile: Profile) -> tuple[float | None, float | None, float | None, str | None]:
     """(peak, peak reserved, device total, source): the probe's figures, else the trace's memory events."""
     info = profile.memory
     total = info.device_total_bytes or (profile.env.device_memory_bytes if profile.has_gpu else None)
@@ -301,7 +304,7 @@ def _peaks(profile):
     return float(gpu["total_allocated"].max()), (float(reserved) if np.isfinite(reserved) else None), total, "trace"
 
 
-def _cpu_peak(info: MemoryAccount, ev):
+def _cpu_peak(info: MemoryAccount, ev: pd.DataFrame) -> tuple[float | None, float | None, float | None, str | None]:
     """On CPU, the allocator's peak where the trace has memory events (what the profiled steps
     allocated on top of the persistent tensors), as the experiments measure it; else the probe's
     resident-set high-water mark."""
@@ -315,7 +318,7 @@ def _cpu_peak(info: MemoryAccount, ev):
     return None, None, None, None
 
 
-def _gpu_busy_frac(profile) -> float | None:
+def _gpu_busy_frac(profile: Profile) -> float | None:
     steps = h.trace_steps(profile)
     if len(steps):
         return float(np.median(steps["gpu_busy_us"] / steps["dur_us"]))

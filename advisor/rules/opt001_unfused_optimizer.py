@@ -107,7 +107,7 @@ class _TraceOptimizer:
     single_tensor: bool | None
 
 
-def _from_trace(profile, min_launches: int) -> _TraceOptimizer | None:
+def _from_trace(profile: Profile, min_launches: int) -> _TraceOptimizer | None:
     """The trace's Optimizer.step: class, launches per step, whether it is single-tensor."""
     ann = profile.annotations
     opt = ann[ann["name"].str.startswith("Optimizer.step#") & (ann["step"] >= 0)]

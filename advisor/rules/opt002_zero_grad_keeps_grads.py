@@ -99,7 +99,7 @@ def check(profile: Profile, *, min_zeroed_tensors: int = 4, min_zero_frac: float
     )
 
 
-def _trace_zeros(profile) -> dict | None:
+def _trace_zeros(profile: Profile) -> dict | None:
     """Top-level ``zero_`` / ``_foreach_zero_`` on the loop's thread, per profiled step: tensors,
     elements, share of the step."""
     ops, steps = profile.ops, h.trace_steps(profile)

@@ -55,13 +55,16 @@ the rank and the time, the author finds the reason.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from advisor.analysis import steptime
 from advisor.profile import Profile
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CONSISTENT_SHARE = 2 / 3  # the straggler is the busiest rank in at least this share of the steps
 
@@ -120,7 +123,7 @@ def check(profile: Profile, *, min_extra_frac: float = 0.1, min_extra_ms: float 
     )
 
 
-def _slowest_share(table, rank: int) -> float:
+def _slowest_share(table: pd.DataFrame, rank: int) -> float:
     """In how many of the steps every rank recorded `rank` had the most work of all ranks."""
     busy = table.pivot_table(index="index", columns="rank", values="busy_s").dropna()
     return float((busy.idxmax(axis=1) == rank).mean()) if len(busy) else 0.0

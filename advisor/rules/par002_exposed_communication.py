@@ -124,12 +124,12 @@ def _gain(ddp: bool, exposed_frac: float, search_frac: float) -> float:
     return min(exposed_frac, search_frac + DDP_KNOBS_GAIN * exposed_frac)
 
 
-def _names_contain(profile, text: str) -> bool:
+def _names_contain(profile: Profile, text: str) -> bool:
     pattern = re.compile(re.escape(text))
     return any(name_mask(f["name"], pattern).any() for f in (profile.annotations, profile.ops))
 
 
-def _unused_search_s(profile) -> float | None:
+def _unused_search_s(profile: Profile) -> float | None:
     """Host time per step in DDP's unused-parameter search (find_unused_parameters=True), or None."""
     pattern = re.compile(re.escape(_UNUSED_SEARCH))
     frames = [f[name_mask(f["name"], pattern)] for f in (profile.annotations, profile.ops)]

@@ -91,7 +91,7 @@ def check(profile: Profile) -> Iterator[Finding]:
     )
 
 
-def _names_data_parallel(profile) -> bool:
+def _names_data_parallel(profile: Profile) -> bool:
     for frame in (profile.python, profile.annotations, profile.ops):
         if len(frame) and frame["name"].str.contains(_MODULE).any():
             return True

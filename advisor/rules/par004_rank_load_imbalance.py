@@ -43,13 +43,16 @@ which samples each rank sees); the rule shows the imbalance and its cost.
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from advisor.analysis import steptime
 from advisor.profile import Profile
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @rule(code="PAR004", name="rank-load-imbalance")
@@ -97,7 +100,7 @@ def check(profile: Profile, *, min_imbalance: float = 0.1) -> Iterator[Finding]:
         return  # one finding: samples explain the FLOPs when both differ
 
 
-def _known(column) -> bool:
+def _known(column: pd.Series) -> bool:
     return bool(column.notna().all() and (column > 0).all())
 
 

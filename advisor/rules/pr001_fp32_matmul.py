@@ -61,7 +61,7 @@ silent rather than guess from kernel names.
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
@@ -70,6 +70,9 @@ from advisor.profile import Profile
 
 from . import helpers as h
 from .registry import Finding, Fix, rule
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LADDER_COSTS = ("The precision ladder is measured as one fix, its best verified step leading: TF32 keeps FP32's "
                 "range and memory with a 10-bit mantissa; bf16 autocast runs the matmuls with an 8-bit mantissa "
@@ -100,7 +103,7 @@ def check(profile: Profile, *, min_kernel_frac: float = 0.2, min_step_frac: floa
         yield from _on_gpu(profile, dev, fp32, steps, min_kernel_frac, min_step_frac)
 
 
-def _on_cpu(profile: Profile, dev: h.Device, fp32, steps, min_cpu_step_frac: float,
+def _on_cpu(profile: Profile, dev: h.Device, fp32: pd.DataFrame, steps: pd.DataFrame, min_cpu_step_frac: float,
             min_cpu_op_mflops: float) -> Iterator[Finding]:
     """Large FP32 GEMMs' share of the step on a CPU with native bf16."""
     step_us, n_steps = float(steps["dur_us"].sum()), len(steps)
@@ -124,7 +127,7 @@ def _on_cpu(profile: Profile, dev: h.Device, fp32, steps, min_cpu_step_frac: flo
                    locations=profile.locations("matmul", dtype="float32", device="cpu"))
 
 
-def _on_gpu(profile: Profile, dev: h.Device, fp32, steps, min_kernel_frac: float,
+def _on_gpu(profile: Profile, dev: h.Device, fp32: pd.DataFrame, steps: pd.DataFrame, min_kernel_frac: float,
             min_step_frac: float) -> Iterator[Finding]:
     """The GPU kernel time FP32 GEMM/conv ops launched, and how much of it already runs on TF32."""
     step_us, n_steps = float(steps["dur_us"].sum()), len(steps)
@@ -219,7 +222,7 @@ def _finding(evidence: dict, share: float, of_what: str, dev: h.Device, *, tf32_
     )
 
 
-def _clean_step_us(profile) -> float | None:
+def _clean_step_us(profile: Profile) -> float | None:
     """The median step outside the profiler, in microseconds (None when every step was profiled)."""
     steps = h.timed_steps(profile)
     if not steptime.unprofiled(steps).any():

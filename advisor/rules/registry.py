@@ -27,11 +27,14 @@ import re
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from advisor.run_dir.interrupt import Interrupted
 from advisor.model import Finding, Fix  # noqa: F401 - the plugin API (docs/how-to/write-a-rule-plugin.md)
 from advisor.framework_words import expand_fix_blocks
+
+if TYPE_CHECKING:
+    from advisor.profile import Profile
 
 STATUSES = ("stable", "preview", "deprecated", "removed")
 REQUIRED_SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Fix safety", "## Options")
@@ -107,13 +110,13 @@ class Rule:
     def defaults_by_key(self) -> dict[str, Any]:
         return {o.key: o.default for o in self.options}
 
-    def run(self, profile, options: dict[str, Any] | None = None) -> list[Finding]:
+    def run(self, profile: Profile, options: dict[str, Any] | None = None) -> list[Finding]:
         findings = list(self.func(profile, **(options or {})) or ())
         for f in findings:
             f.rule, f.code = self.name, self.code
         return findings
 
-    def __call__(self, profile, **options):
+    def __call__(self, profile: Profile, **options: object) -> list[Finding]:
         return self.run(profile, options)
 
 

@@ -102,7 +102,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
-def write_json_atomic(path: str | os.PathLike, obj, *, indent: int | None = 2) -> None:
+def write_json_atomic(path: str | os.PathLike, obj: object, *, indent: int | None = 2) -> None:
     """`obj` as indented JSON plus a final newline; numpy/pandas scalars and paths are accepted.
 
     Serialised before any file is touched, so an unserialisable object leaves the target as it was.
@@ -127,7 +127,7 @@ def _create_temp(target: Path) -> tuple[Path, int]:
             continue
 
 
-def _jsonable(value):
+def _jsonable(value: object) -> object:
     """numpy/pandas scalars and paths, which json cannot encode by itself."""
     if hasattr(value, "item"):
         return value.item()

@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 from contextlib import contextmanager
+from types import FrameType
 from typing import Callable, Iterator, NoReturn
 
 from ..exit_codes import signal_exit
@@ -49,7 +50,7 @@ def describe(signum: int | None) -> str:
 class Interrupted(KeyboardInterrupt):
     """A stage gave up on its work because advise was asked to stop (by `signum`)."""
 
-    def __init__(self, signum: int | None = None):
+    def __init__(self, signum: int | None = None) -> None:
         super().__init__(describe(signum))
         self.signum = signum if signum is not None else signal.SIGINT
 
@@ -78,7 +79,7 @@ class StopRequest:
     def __bool__(self) -> bool:
         return bool(self.received)
 
-    def record(self, signum: int, frame=None) -> None:
+    def record(self, signum: int, frame: FrameType | None = None) -> None:
         self.received.append(signum)
         if self.raising:
             raise Interrupted(signum)

@@ -70,7 +70,7 @@ def lock_name(rank_suffix: str = "") -> str:
 class RunDirBusy(Exception):
     """Another live advise run holds this run dir (for this rank)."""
 
-    def __init__(self, run_dir: Path, pid: int | None):
+    def __init__(self, run_dir: Path, pid: int | None) -> None:
         self.run_dir, self.pid = run_dir, pid
         holder = f"advise run (pid {pid})" if pid else "advise run"
         super().__init__(f"the run dir {run_dir} is in use by another {holder}; wait for it to finish or choose "
@@ -86,7 +86,7 @@ class RunDirLock:
     in the folder, so a run racing with that removal never holds a lock nobody else can see.
     """
 
-    def __init__(self, run_dir: Path, rank_suffix: str = ""):
+    def __init__(self, run_dir: Path, rank_suffix: str = "") -> None:
         self.path = Path(run_dir) / lock_name(rank_suffix)
         self._fd: int | None = None
 
@@ -137,7 +137,7 @@ class RunDirLock:
     def __enter__(self) -> "RunDirLock":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 

@@ -56,10 +56,10 @@ class Said(msgspec.Struct, kw_only=True, dict=True):
         out.update((key, value) for key, value in now.items() if key not in raw and value != then.get(key))
         return out
 
-    def __reduce__(self):  # a pickled copy (a forked reader's) keeps what was said
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:  # a pickled copy (a forked reader's) keeps what was said
         return _restore, (type(self), msgspec.structs.asdict(self), self.__dict__.get("_said"))
 
-    def __copy__(self):
+    def __copy__(self: S) -> S:
         return _restore(type(self), msgspec.structs.asdict(self), self.__dict__.get("_said"))
 
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .read import TraceError
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name == "interval_union_us":  # union of intervals in us (a public name kept)
         return import_module("advisor.intervals").union_length
     if name in _HOME:

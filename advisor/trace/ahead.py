@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from . import forked
 
 if TYPE_CHECKING:
     from pathlib import Path
+    import ctypes
+    from .frames import TraceFrames
+    from .read import Shared
 
 PREFETCH_MAX_BYTES = 64 << 20  # bigger files are read in-process: the hand-over would double their columns
 READ_AHEAD = 8  # readers started at once at most (the others start as traces are collected) ...
@@ -27,7 +30,7 @@ READ_AHEAD = 8  # readers started at once at most (the others start as traces ar
 SPLIT_MIN = 16 << 20  # bytes of JSON: below this, asking for half of the rest is not worth a hand-over
 
 
-def start_reading(paths) -> ReadAhead:
+def start_reading(paths: Iterable[str | os.PathLike]) -> ReadAhead:
     """A read-ahead of the traces `paths` name (files, folders of rank traces: :func:`trace_files`);
     none started for a missing path or a folder without traces (the command says so)."""
     try:
@@ -51,7 +54,7 @@ class ReadAhead:
 
     # --- the surface -------------------------------------------------------------------------
 
-    def start(self, paths) -> ReadAhead:
+    def start(self, paths: Iterable[str | os.PathLike]) -> ReadAhead:
         """Read ahead every trace of `paths` (one per rank, say), one lane of readers per core: in a
         lane each reader waits for the one before it to end its read, so the cores stay busy while
         this process imports and builds the frames, without waiting for it to collect (HTA reads a
@@ -63,7 +66,7 @@ class ReadAhead:
         self._start_waiting()
         return self
 
-    def frames(self, path: str | os.PathLike):
+    def frames(self, path: str | os.PathLike) -> TraceFrames:
         """The :class:`~advisor.trace.frames.TraceFrames` of `path`: from its read ahead when one was
         started, else read here. TraceError (one line) for a trace that cannot be read."""
         from .build import build, no_gc  # build: numpy and pandas (300 ms), after the read has started
@@ -142,7 +145,7 @@ class ReadAhead:
                 os.close(after)  # the new reader has its copy
             self.lanes.append(done)
 
-    def collect(self, src: str | os.PathLike):
+    def collect(self, src: str | os.PathLike) -> tuple[dict, dict, int] | None:
         """The read-ahead's columns for `src` (:func:`advisor.trace.read.read_file`'s answer): None when
         none is pending or the child failed.
 
@@ -193,7 +196,7 @@ class _Share:
         except BlockingIOError:
             return False
 
-    def give(self, data) -> None:
+    def give(self, data: bytes | memoryview) -> None:
         if self.given:
             return
         self.given = True
@@ -202,7 +205,7 @@ class _Share:
             out.write(data)
 
 
-def _read_ahead(src: str, ask: int, data: int, done: int, after: int | None):
+def _read_ahead(src: str, ask: int, data: int, done: int, after: int | None) -> tuple[dict | Shared, dict, int]:
     from .read import read_raw  # in the forked reader
 
     if after is not None:
@@ -217,7 +220,7 @@ def _read_ahead(src: str, ask: int, data: int, done: int, after: int | None):
             libc.malloc_trim(0)  # what the read freed goes back before the result is handed over (peak RSS)
 
 
-def _keep_freed_memory():
+def _keep_freed_memory() -> ctypes.CDLL | None:
     """glibc in the reader: serve blocks from the heap and keep what is freed until the read ends
     (each block's buffers were otherwise mapped and unmapped anew: page faults, benchmarks/README.md).
     The C library (to trim at the end), or None where it has no `mallopt`."""
@@ -231,7 +234,7 @@ def _keep_freed_memory():
         return None
 
 
-def trace_files(paths) -> list[Path]:
+def trace_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
     """The trace files named; a folder stands for its ``*.json`` / ``*.json.gz`` files (those named
     ``*trace*`` when there are any, as in a run dir beside report.json and probe.json).
     ValueError (one line) for a missing path or a folder without traces."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import os
 from contextlib import contextmanager
+from typing import Callable, Iterator, SupportsInt
 
 import numpy as np
 import pandas as pd
@@ -29,11 +30,12 @@ _RECORD_FUNCTION_PREFIXES = (
     "ProfilerStep#", "enumerate(DataLoader)", "Optimizer.step", "Optimizer.zero_grad", "##",
 )
 _STEP_PREFIX = "ProfilerStep#"
+Assign = Callable[[np.ndarray], np.ndarray]  # start times -> the step each falls in
 
 
 
 @contextmanager
-def no_gc():
+def no_gc() -> Iterator[None]:
     """The decoding and the building make a few objects per event; the cyclic GC would rescan
     them over and over. Nothing here creates reference cycles."""
     was_enabled = gc.isenabled()
@@ -81,7 +83,7 @@ def _build(src: str, doc: dict, cols: dict, n_events: int) -> TraceFrames:
     s_end = steps_span["end_us"].to_numpy()
     s_idx = steps_span["index"].to_numpy()
 
-    def assign(ts):
+    def assign(ts: np.ndarray) -> np.ndarray:
         return _assign_step(ts, s_ts, s_end, s_idx)
 
     annotations["step"] = assign(annotations["ts_us"].to_numpy())
@@ -129,7 +131,7 @@ def _build(src: str, doc: dict, cols: dict, n_events: int) -> TraceFrames:
                        steps=steps, meta=meta)
 
 
-def _prefix_mask(names: Coded, prefixes) -> np.ndarray:
+def _prefix_mask(names: Coded, prefixes: str | tuple[str, ...]) -> np.ndarray:
     """Which names start with `prefixes`, decided once per distinct name."""
     return per_value(names, lambda name: name.startswith(prefixes))[names.codes]
 
@@ -151,7 +153,7 @@ class _Guard:
     WORDS = {"nan": "with a null, NaN or infinite time", "negative": "with a negative duration",
              "long": "lasting over a day", "far": "starting over a day away from the rest"}
 
-    def __init__(self, columns: dict):
+    def __init__(self, columns: dict) -> None:
         self.counts = dict.fromkeys(self.WORDS, 0)
         sample = [np.zeros(0)]
         for name in _TIMED_BUCKETS:  # a spread-out sample is enough to place the median
@@ -199,7 +201,7 @@ def _x_base(c: Columns | None, guard: _Guard | None = None) -> Columns | None:
     return c.take(mask) if mask.any() else None
 
 
-def _opt_int(v):
+def _opt_int(v: SupportsInt | str | None) -> int | None:
     try:
         return None if v is None else int(v)
     except (TypeError, ValueError):
@@ -243,13 +245,14 @@ def _step_spans(ann: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _build_steps(span, ops, ann, kernels, memcpy, runtime) -> pd.DataFrame:
+def _build_steps(span: pd.DataFrame, ops: pd.DataFrame, ann: pd.DataFrame, kernels: pd.DataFrame, memcpy: pd.DataFrame,
+                 runtime: pd.DataFrame) -> pd.DataFrame:
     if span.empty:
         return empty_frame(STEP_COLS)
     lo = span["ts_us"].to_numpy()
     hi = span["end_us"].to_numpy()
 
-    def coverage(prefix):
+    def coverage(prefix: str) -> np.ndarray:
         parts_s, parts_e = [], []
         for f in (ops, ann):
             if len(f):
@@ -299,7 +302,8 @@ def _build_steps(span, ops, ann, kernels, memcpy, runtime) -> pd.DataFrame:
     return out.sort_values("index", kind="stable").reset_index(drop=True)
 
 
-def _device_spans(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, kernels, memcpy) -> tuple[np.ndarray, np.ndarray]:
+def _device_spans(idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, kernels: pd.DataFrame,
+                  memcpy: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Each step's (start, end) re-anchored to the device: a ProfilerStep span ends when Python
     moves on, the step when the last kernel (or copy) it launched ends (as the profiler's
     TensorBoard plugin reads it). A step ends at the later of the two and starts where the one
@@ -350,11 +354,11 @@ def _build_annotations(ann: Columns, rec: Columns | None, guard: _Guard | None =
     return build_frame(cols, ANN_COLS, _ts_order(ts))
 
 
-def _build_runtime(c: Columns, assign, guard: _Guard | None = None) -> pd.DataFrame:
+def _build_runtime(c: Columns, assign: Assign, guard: _Guard | None = None) -> pd.DataFrame:
     return _build_host_events(c, assign, RUNTIME_COLS, with_correlation=True, guard=guard)
 
 
-def _gpu_step(ts: np.ndarray, corr: pd.arrays.IntegerArray, runtime: pd.DataFrame, assign) -> np.ndarray:
+def _gpu_step(ts: np.ndarray, corr: pd.arrays.IntegerArray, runtime: pd.DataFrame, assign: Assign) -> np.ndarray:
     """Step of the launching runtime call (via correlation), else by start time."""
     by_time = assign(ts)
     if runtime.empty or len(ts) == 0:
@@ -374,7 +378,7 @@ def _gpu_step(ts: np.ndarray, corr: pd.arrays.IntegerArray, runtime: pd.DataFram
     return np.where(found, rst[pos], by_time)
 
 
-def _build_kernels(c: Columns | None, assign, runtime: pd.DataFrame, guard: _Guard | None = None) -> pd.DataFrame:
+def _build_kernels(c: Columns | None, assign: Assign, runtime: pd.DataFrame, guard: _Guard | None = None) -> pd.DataFrame:
     c = _x_base(c, guard)
     if c is None:
         return empty_frame(KERNEL_COLS)
@@ -392,7 +396,7 @@ def _build_kernels(c: Columns | None, assign, runtime: pd.DataFrame, guard: _Gua
 _MEMCPY_KEYS = ("name", "ts", "dur", "ok", "pid", "tid", "device", "stream", "kind", "bytes")
 
 
-def _build_memcpy(cp: Columns, st: Columns, assign, runtime: pd.DataFrame,
+def _build_memcpy(cp: Columns, st: Columns, assign: Assign, runtime: pd.DataFrame,
                   guard: _Guard | None = None) -> pd.DataFrame:
     parts = []
     for cols_in, is_set in ((cp, False), (st, True)):
@@ -414,11 +418,11 @@ def _build_memcpy(cp: Columns, st: Columns, assign, runtime: pd.DataFrame,
     return build_frame(cols, MEMCPY_COLS, _ts_order(ts))
 
 
-def _build_python(c: Columns, assign, guard: _Guard | None = None) -> pd.DataFrame:
+def _build_python(c: Columns, assign: Assign, guard: _Guard | None = None) -> pd.DataFrame:
     return _build_host_events(c, assign, PY_COLS, with_correlation=False, guard=guard)
 
 
-def _build_host_events(c: Columns | None, assign, schema: dict, *, with_correlation: bool,
+def _build_host_events(c: Columns | None, assign: Assign, schema: dict, *, with_correlation: bool,
                        guard: _Guard | None = None) -> pd.DataFrame:
     """Complete events on a host thread (runtime calls, python frames): name, times, pid/tid, step."""
     c = _x_base(c, guard)
@@ -449,7 +453,7 @@ def _build_memory(c: Columns) -> pd.DataFrame:
     return build_frame(cols, MEM_COLS, _ts_order(c["ts"]))
 
 
-def _build_ops(c: Columns | None, assign, guard: _Guard | None = None) -> pd.DataFrame:
+def _build_ops(c: Columns | None, assign: Assign, guard: _Guard | None = None) -> pd.DataFrame:
     c = _x_base(c, guard)
     if c is None:
         return empty_frame(OPS_COLS)

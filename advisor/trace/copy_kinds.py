@@ -11,7 +11,7 @@ _COPY_KINDS = {"HtoD", "DtoH", "DtoD", "HtoH", "PtoP"}
 _MEM_SIDES = {"Pageable", "Pinned", "Device", "Managed"}
 
 
-def _parse_mem_name(name: str, is_memset: bool, args_kind):
+def _parse_mem_name(name: str, is_memset: bool, args_kind: object) -> tuple[str, str, str]:
     """'Memcpy HtoD (Pageable -> Device)' -> ('HtoD', 'Pageable', 'Device')."""
     m = _MEM_RE.match(name)
     tok = a = b = None

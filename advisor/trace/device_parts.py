@@ -99,6 +99,6 @@ def _host_ranges(annotations: pd.DataFrame, prefix: str) -> np.ndarray:
     return named & (annotations["cat"].to_numpy() == _HOST)
 
 
-def _ids(column) -> np.ndarray:
+def _ids(column: pd.Series) -> np.ndarray:
     """A nullable correlation column as floats, NaN where missing."""
     return np.asarray(column.to_numpy(dtype="float64", na_value=np.nan), dtype=np.float64)

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
 import numpy as np
 
 from .read import Coded
 
 
-def per_value(column: Coded, test) -> np.ndarray:
+def per_value(column: Coded, test: Callable[[Any], object]) -> np.ndarray:
     """`test` of each of the column's table's values, by code."""
     values = column.table.values
     return np.fromiter(map(test, values), dtype=bool, count=len(values))
@@ -36,7 +37,7 @@ _CONV_BWD_OPS = {
 _FLOP_OPS = set(_MM_OPS) | set(_CONV_OPS) | set(_CONV_BWD_OPS)
 
 
-def op_flops(names: Coded, given: np.ndarray, concretes: Coded, dims: Coded):
+def op_flops(names: Coded, given: np.ndarray, concretes: Coded, dims: Coded) -> tuple[np.ndarray, list[int]]:
     """FLOPs per op (NaN if unknown) and the positions of convs whose output size was guessed.
 
     Estimated once per distinct (name, shapes, concrete inputs): a trace repeats a few hundred."""
@@ -62,13 +63,13 @@ def op_flops(names: Coded, given: np.ndarray, concretes: Coded, dims: Coded):
     return out, guessed
 
 
-def _shape(x) -> list | None:
+def _shape(x: object) -> list | None:
     if isinstance(x, list) and all(isinstance(v, int) for v in x):
         return x
     return None
 
 
-def _parse_ints(concrete, idx, nsp):
+def _parse_ints(concrete: list | None, idx: int | None, nsp: int) -> list[int] | None:
     """'[2, 2]' or '2' from "Concrete Inputs" -> list of nsp ints (None if unknown)."""
     if not concrete or idx is None or idx >= len(concrete):
         return None
@@ -84,14 +85,14 @@ def _parse_ints(concrete, idx, nsp):
     return vals if len(vals) == nsp else None
 
 
-def _parse_bool(concrete, idx):
+def _parse_bool(concrete: list | None, idx: int | None) -> bool | None:
     if not concrete or idx is None or idx >= len(concrete) or not isinstance(concrete[idx], str):
         return None
     s = concrete[idx].strip().lower()
     return True if s == "true" else False if s == "false" else None
 
 
-def _estimate_flops(name: str, dims: list, concrete) -> float | None:
+def _estimate_flops(name: str, dims: list, concrete: list | None) -> float | None:
     mm = _MM_OPS.get(name)
     if mm is not None:
         ia, ib, batched = mm
@@ -126,7 +127,8 @@ def _estimate_flops(name: str, dims: list, concrete) -> float | None:
     return None
 
 
-def _conv_fwd_flops(x, w, concrete, i_stride, i_pad, i_dil, i_transposed) -> float:
+def _conv_fwd_flops(x: list[int], w: list[int], concrete: list | None, i_stride: int, i_pad: int, i_dil: int,
+                    i_transposed: int | None) -> float:
     nsp = len(x) - 2
     if _parse_bool(concrete, i_transposed):
         spatial = x[2:]
@@ -147,7 +149,8 @@ def _conv_fwd_flops(x, w, concrete, i_stride, i_pad, i_dil, i_transposed) -> flo
             spatial = [max(s, 0) for s in spatial]
     return 2.0 * x[0] * math.prod(spatial) * math.prod(w)
 
-def refine_conv_flops(flops, positions, names, dims, ts, end, thr, look_ahead: int = 32) -> None:
+def refine_conv_flops(flops: np.ndarray, positions: list[int], names: Coded, dims: Coded, ts: np.ndarray, end: np.ndarray,
+                      thr: np.ndarray, look_ahead: int = 32) -> None:
     """Old traces have no stride/padding: read the conv's output shape from its consumer.
 
     Among the next few ops that start after the conv ends on the same thread,

@@ -57,7 +57,7 @@ class Ahead:
         _reap(self.pid)
 
 
-def start(fn: Callable, *args) -> Ahead | None:
+def start(fn: Callable, *args: object) -> Ahead | None:
     """Run ``fn(*args)`` in a forked child; None where forking is not safe (see :func:`can_fork`)."""
     if not can_fork():
         return None
@@ -86,7 +86,7 @@ def start(fn: Callable, *args) -> Ahead | None:
     return Ahead(pid, r)
 
 
-def libc():
+def libc() -> Any:  # a ctypes.CDLL (its functions looked up by name: AttributeError where absent), or None
     """The C library (ctypes), or None where it cannot be loaded."""
     try:
         import ctypes  # ctypes: 2 ms, only in a forked child

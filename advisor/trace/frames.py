@@ -140,9 +140,13 @@ trace in which every timed event is skipped raises :class:`TraceError`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 from .read import Coded
 
@@ -279,12 +283,12 @@ def empty_frame(schema: dict) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series([], dtype=dt) for c, dt in schema.items()})
 
 
-def name_mask(names: pd.Series, test) -> np.ndarray:
+def name_mask(names: pd.Series, test: Callable[[str], object]) -> np.ndarray:
     """``test(name)`` for each row, decided once per distinct name (see :func:`per_name`)."""
     return per_name(names, lambda name: bool(test(name)), bool, False)
 
 
-def per_name(names: pd.Series, value_of, dtype, missing) -> np.ndarray:
+def per_name(names: pd.Series, value_of: Callable[[str], object], dtype: DTypeLike, missing: object) -> np.ndarray:
     """``value_of(name)`` for each row, worked out once per distinct name: a frame's categories
     (names repeat thousands of times), else the distinct values. A missing or non-text name gets
     `missing`."""

@@ -19,7 +19,8 @@ def thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
 
 
 
-def nesting(ts, dur, end, thr_codes, has_flops):
+def nesting(ts: np.ndarray, dur: np.ndarray, end: np.ndarray, thr_codes: np.ndarray,
+            has_flops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Self time and depth per op with one stack per thread (ops sorted by ts, longest first).
 
     Also returns which ops sit under an ancestor that carries FLOPs (None if no
@@ -29,7 +30,8 @@ def nesting(ts, dur, end, thr_codes, has_flops):
     return fast if fast is not None else _nesting_stack(ts, dur, end, thr_codes, has_flops)
 
 
-def _nesting_nested(ts, dur, end, thr_codes, has_flops):
+def _nesting_nested(ts: np.ndarray, dur: np.ndarray, end: np.ndarray, thr_codes: np.ndarray,
+                    has_flops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
     """:func:`nesting` in array operations, where every op lies inside its parent (Kineto's ops
     do; several times faster than the stack); None where one does not: the stack decides.
 
@@ -70,7 +72,7 @@ def _nesting_nested(ts, dur, end, thr_codes, has_flops):
     return self_us, depth_out, covered
 
 
-def _later_zero_length(t, zero, thr):
+def _later_zero_length(t: np.ndarray, zero: np.ndarray, thr: np.ndarray) -> np.ndarray:
     """Per row: the zero-length ops from it on with its thread and start. The sort puts them after
     longer ops of the same start, and the count of ended ops took them in, as if earlier."""
     out = np.zeros(len(t), dtype=np.int64)
@@ -84,7 +86,7 @@ def _later_zero_length(t, zero, thr):
     return np.bincount(gid, weights=z).astype(np.int64)[gid] - in_group_before
 
 
-def _parent_rows(depth, thr):
+def _parent_rows(depth: np.ndarray, thr: np.ndarray) -> np.ndarray:
     """Per row: the last earlier row of its thread one level up (-1 at the top level)."""
     n = len(depth)
     parent = np.full(n, -1, dtype=np.int64)
@@ -98,7 +100,8 @@ def _parent_rows(depth, thr):
     return parent
 
 
-def _nesting_stack(ts, dur, end, thr_codes, has_flops):
+def _nesting_stack(ts: np.ndarray, dur: np.ndarray, end: np.ndarray, thr_codes: np.ndarray,
+                   has_flops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """:func:`nesting` by a stack per thread, for any overlap."""
     n = len(ts)
     thr = thr_codes.tolist()

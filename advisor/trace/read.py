@@ -26,10 +26,13 @@ import re
 import zlib
 from array import array
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Protocol
 
 import msgspec
 from msgspec import field
+
+if TYPE_CHECKING:
+    import numpy as np  # the reader itself runs without it
 
 _inflate: ModuleType
 try:  # Intel ISA-L's inflate: twice zlib's speed on a trace (benchmarks/README.md), same checks
@@ -42,6 +45,15 @@ _INFLATE_ERRORS = (zlib.error, getattr(_inflate, "error", zlib.error))
 BLOCK = 1 << 20  # bytes read and decoded at a time: small enough to stay in cache (larger blocks: slower, benchmarks/README.md)
 _HEAD_LIMIT = 64 << 20  # "traceEvents" not within this many bytes: decode the whole file instead
 _NAN = float("nan")
+
+
+
+class Share(Protocol):
+    """The forked reader's side of a hand-over (:mod:`advisor.trace.ahead`): see :func:`read_raw`."""
+
+    def asked(self) -> bool: ...
+
+    def give(self, data: bytes | memoryview) -> None: ...
 
 
 class TraceError(ValueError):
@@ -125,7 +137,7 @@ class Table:
     values: list
     index: _Index
 
-    def __init__(self, kind: str, decode=None) -> None:
+    def __init__(self, kind: str, decode: Callable[[bytes | str], object] | None = None) -> None:
         self.kind, self.decode, self.keys, self.bad = kind, decode, [], False
         self.values = self.keys if decode is None else []
         self.index = _Index()
@@ -135,7 +147,7 @@ class Table:
         """The column of these keys (new ones added)."""
         return Coded(array("i", map(self.index.__getitem__, keys)), self)
 
-    def add(self, key, value) -> int:
+    def add(self, key: object, value: object) -> int:
         """The code of `key`, added with `value` if new (joining another read's table)."""
         code = self.index.get(key)
         if code is None:
@@ -145,10 +157,10 @@ class Table:
                 self.values.append(value)
         return code
 
-    def __getstate__(self):  # the index is rebuilt, the decoder is not needed past the read
+    def __getstate__(self) -> tuple[str, list, list | None]:  # the index is rebuilt, the decoder is not needed past the read
         return self.kind, self.keys, None if self.values is self.keys else self.values
 
-    def __setstate__(self, state) -> None:
+    def __setstate__(self, state: tuple[str, list, list | None]) -> None:
         self.kind, self.keys, values = state
         self.decode, self.bad, self.values = None, False, self.keys if values is None else values
         self.index = _Index(zip(self.keys, range(len(self.keys))))
@@ -160,13 +172,13 @@ class _Index(dict):
 
     table: Table
 
-    def __missing__(self, key):
+    def __missing__(self, key: bytes | str) -> int:
         table = self.table
         code = self[key] = len(table.keys)
         table.keys.append(key)
         if table.values is not table.keys:
             try:
-                value = table.decode(key)
+                value = table.decode(key)  # type: ignore[misc]  # values of its own: a table with a decoder
             except (msgspec.DecodeError, UnicodeDecodeError):  # invalid UTF-8 inside a kept JSON text
                 value, table.bad = None, True
             table.values.append(value)
@@ -179,16 +191,16 @@ class Coded:
 
     __slots__ = ("codes", "table")
 
-    def __init__(self, codes, table: Table) -> None:
+    def __init__(self, codes: Any, table: Table) -> None:  # array('i') in the reader, int32 numpy after arrays()
         self.codes, self.table = codes, table
 
     def __len__(self) -> int:
         return len(self.codes)
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, i: int) -> Any:  # a name, or a JSON text's value
         return self.table.values[self.codes[i]]
 
-    def take(self, index) -> "Coded":
+    def take(self, index: np.ndarray) -> "Coded":
         """The rows at `index` (positions or a mask; numpy codes)."""
         return Coded(self.codes[index], self.table)
 
@@ -196,7 +208,7 @@ class Coded:
         return list(map(self.table.values.__getitem__, self.codes.tolist()))
 
 
-def _decode_raw(key: bytes):
+def _decode_raw(key: bytes | str) -> object:
     return _ANY.decode(key) if key else None  # b"": the key was absent
 
 
@@ -204,17 +216,17 @@ class Columns:
     """One bucket's events as columns (numpy arrays, :class:`Coded` columns, lists); ``ok``: a usable 'X' event.
     In the reader they are ``array.array`` and ``bytearray`` until :func:`arrays`."""
 
-    def __init__(self, data: dict | None = None):
+    def __init__(self, data: dict | None = None) -> None:
         self.data = data or {}
 
     def __len__(self) -> int:
         ts = self.data.get("ts")
         return 0 if ts is None else len(ts)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: str) -> Any:
         return self.data[key]
 
-    def take(self, mask) -> "Columns":
+    def take(self, mask: np.ndarray) -> "Columns":
         import numpy as np  # numpy: 110 ms; the forked reader reads without it
 
         idx = np.flatnonzero(mask)
@@ -225,7 +237,7 @@ class Columns:
         return Columns(out)
 
 
-def concat(parts: list):
+def concat(parts: list) -> Any:  # a column, as Columns[key] is
     """One column of several (numpy arrays, Coded columns of one table, lists)."""
     import numpy as np  # numpy: 110 ms; the forked reader reads without it
 
@@ -241,7 +253,7 @@ def arrays(columns: dict) -> dict:
     """The reader's columns (per bucket) with numpy views of its arrays and flags (no copy)."""
     import numpy as np  # numpy: 110 ms; the forked reader reads without it
 
-    def view(v):
+    def view(v: object) -> object:
         if isinstance(v, array):
             return np.frombuffer(v, dtype=v.typecode)
         if isinstance(v, bytearray):
@@ -256,7 +268,7 @@ def arrays(columns: dict) -> dict:
 class _Builder:
     """Turns decoded events into per-bucket columns, a piece at a time."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.parts: dict = {b: [] for b in BUCKETS}
         self.names = Table("names")
         self.raws = Table("raws", _decode_raw)  # shapes, types, concrete inputs, grids: JSON texts
@@ -372,7 +384,7 @@ def _both(a: bytearray | None, b: bytearray | None) -> bytearray | None:
     return bytearray(x & y for x, y in zip(a, b))
 
 
-def _times(values: list):
+def _times(values: list) -> tuple[array, bytearray | None]:
     """ts or dur as float64 (null: NaN, to be counted as impossible), and which were usable (None: all)."""
     try:
         return array("d", values), None
@@ -383,7 +395,7 @@ def _times(values: list):
     return array("d", floats), ok
 
 
-def _as_float(value) -> float:
+def _as_float(value: object) -> float:
     """A JSON number as a float: NaN if it is not a number, infinite if it is an integer beyond float range."""
     if isinstance(value, str):  # '12.5': a number, as numpy reads it
         try:
@@ -478,7 +490,7 @@ def read_file(src: str) -> tuple[dict, dict, int]:
     return doc, arrays(columns), n
 
 
-def read_raw(src: str, share=None) -> tuple[dict | Shared, dict, int]:
+def read_raw(src: str, share: Share | None = None) -> tuple[dict | Shared, dict, int]:
     """:func:`read_file` without numpy (``array.array`` columns, for :func:`arrays`): the reader forked
     by :mod:`advisor.trace.ahead` runs it.
 
@@ -512,7 +524,7 @@ class _Inflate:
 
     CHUNK = 64 << 10  # compressed bytes read at a time (a trace inflates ~15x: about one BLOCK)
 
-    def __init__(self, fh):
+    def __init__(self, fh: BinaryIO) -> None:
         self.fh, self.z = fh, _inflate.decompressobj(31)
 
     def read(self, _n: int = -1) -> bytes:
@@ -531,7 +543,7 @@ class _Inflate:
                 return out
 
 
-def _read_block(fh, src: str, gz: bool) -> bytes:
+def _read_block(fh: BinaryIO | _Inflate, src: str, gz: bool) -> bytes:
     try:
         return fh.read(BLOCK)
     except (EOFError, OSError, *_INFLATE_ERRORS) as exc:
@@ -540,7 +552,7 @@ def _read_block(fh, src: str, gz: bool) -> bytes:
         raise TraceError(f"{src}: cannot read ({_one_line(exc)})") from None
 
 
-def _stream(src: str, gz: bool, builder: _Builder, share=None) -> dict | Shared:
+def _stream(src: str, gz: bool, builder: _Builder, share: Share | None = None) -> dict | Shared:
     """The document without its events, the events into `builder`.
 
     `share` (see :func:`read_file`): asked between blocks, it may take the second half of the
@@ -602,7 +614,7 @@ class Shared:
         self.head = head
 
 
-def _share(buf: bytearray, builder: _Builder, share) -> bool:
+def _share(buf: bytearray, builder: _Builder, share: Share) -> bool:
     """Give the events after the middle of `buf` (all that is left) to `share`, decode the first
     half; False (nothing given) where no event ends past the middle."""
     cut = buf.find(b"},", len(buf) // 2)

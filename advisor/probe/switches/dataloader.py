@@ -99,11 +99,11 @@ class DataLoaderSwitch:
         self._next = orig_next
         switch = self
 
-        def __init__(self, loader, *args, **kwargs):
+        def __init__(self, loader, *args, **kwargs) -> None:
             orig_init(self, loader, *args, **kwargs)
             self._advise_loader = weakref.ref(loader)
 
-        def _reset(self, loader, first_iter=False):
+        def _reset(self, loader, first_iter=False) -> None:
             orig_reset(self, loader, first_iter)
             self._advise_epoch_done = False
 
@@ -121,7 +121,7 @@ class DataLoaderSwitch:
         switch = self
 
         @functools.wraps(original)
-        def __init__(self, *args, **kw):
+        def __init__(self, *args, **kw) -> None:
             if switch.construct is None:
                 return original(self, *args, **kw)
             kwargs, scale = switch.construct

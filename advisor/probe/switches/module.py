@@ -88,7 +88,7 @@ def _install_grad_scaler(applied: dict) -> None:
             tensors = scaler.scale(tensors)
         return original_backward(tensors, *args, **kwargs)
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs) -> None:
         original_step_init(self, *args, **kwargs)
         plain_step = self.step
 

@@ -37,7 +37,7 @@ class OptimizerSwitch:
         original = torch.optim.Optimizer.__init__
         switch = self
 
-        def __init__(self, params, defaults, *args, **kwargs):
+        def __init__(self, params, defaults, *args, **kwargs) -> None:
             if switch.construct is not None:  # on from the start: the optimizer is built with the flag
                 defaults = _with_flag(defaults, switch.construct)
             original(self, params, defaults, *args, **kwargs)
