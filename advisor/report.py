@@ -20,7 +20,7 @@ import msgspec
 from msgspec import Meta
 
 from . import __version__
-from .run_dir.atomic import write_json_atomic
+from .run_dir.atomic import clean, write_json_atomic
 from .model import Finding, Recommendation
 from .report_blocks import (STATUSES, Artifacts, Block, Breakdown, Energy, Experiments, Fingerprint, HtaBreakdown, Memory,
                             Mfu, Num, Published, Rank, Status, Step, Throughput, Tool, Utilization)
@@ -89,7 +89,7 @@ def build_report(
         warnings=list(warnings or []),
         artifacts=_built("artifacts", Artifacts, artifacts or {}),
         notes=list(notes or []),
-        wall_s=metrics.clean(wall_s), total_wall_s=metrics.clean(total_wall_s),
+        wall_s=clean(wall_s), total_wall_s=clean(total_wall_s),
         experiments=_built("experiments", Optional[Experiments], experiments),
         ranks=_built("ranks", list[Rank], list(ranks or [])),
         fingerprint=msgspec.UNSET if fingerprint is None else _built("fingerprint", Fingerprint, fingerprint),
@@ -99,8 +99,6 @@ def build_report(
 def _built(field: str, kind: Any, value: Any) -> Any:
     """An analysis's figures (numpy scalars and NaN cleaned) as their block: a key the block does not
     name fails (:class:`Block` forbids unknown fields), so the writer cannot make keys its schema lacks."""
-    from .analysis.metrics import clean
-
     try:
         return msgspec.convert(clean(value), kind, strict=False)
     except msgspec.ValidationError as exc:
@@ -114,8 +112,6 @@ def as_json(report: "Report") -> dict:
     """report.json's JSON value: every field of the typed report, nulls included (a reader finds
     each key of its schema version), as written and as `--json` prints it. The findings and the
     recommendation are the model's objects, written as their ``to_dict``."""
-    from .analysis.metrics import clean  # JSON-safe numbers: NaN as null, numpy scalars as Python's
-
     out = msgspec.to_builtins(msgspec.structs.replace(report, findings=[], recommended=None))
     out["findings"] = clean([f.to_dict() for f in report.findings])
     out["recommended"] = clean(report.recommended.to_dict()) if report.recommended is not None else None

@@ -7,7 +7,7 @@ rules and the experiments so that each number has exactly one definition.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -275,14 +275,3 @@ def memory(accelerator: dict, samples: pd.DataFrame) -> dict:
     return out
 
 
-def clean(value: object) -> Any:  # JSON: a dict, list or scalar as `value` was
-    """JSON-safe: NaN/inf become None, numpy scalars become Python ones, recursively."""
-    if isinstance(value, dict):
-        return {str(k): clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value

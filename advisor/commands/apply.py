@@ -87,7 +87,7 @@ def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, ro
 def _check(patched: apply.Patched, rec: Recommendation, report: Report, sites: apply.Sites, run_dir: Path, rounds: int,
            steps: int | None, warmup: int | None) -> int:
     from ..apply import check as checking  # the gate's A/B: 210 ms (pandas, scipy), only for --check
-    from ..gate import ab
+    from ..gate import ab  # with the check: the A/B it runs
 
     if not sites.main:
         fail("--check runs the script, and its file is not known (a module run, or it moved)")

@@ -21,6 +21,7 @@ import click
 from .. import __version__
 
 from .cli_exit import OneLineError, fail, run_dir_errors
+from .outputs import RenderError, render_report, saved_report
 from ..analysis.memory import parse_size
 from ..exit_codes import EXIT_OK, signal_exit
 from ..report import ReportError, load_report
@@ -340,8 +341,6 @@ def _leave(code: int, own_process: bool) -> NoReturn:
                    "json: print the short summary for agents and bots (`advise schema summary`).")
 def report_command(run_dir: str, fmt: str) -> None:
     """Re-render RUN_DIR's report (its report.json) without re-running anything."""
-    from .outputs import RenderError, render_report, saved_report
-
     try:
         path = report_json(run_dir)
     except NoRunDir as exc:

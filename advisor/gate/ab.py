@@ -36,9 +36,9 @@ from typing import Callable, Mapping
 import numpy as np
 
 from . import compare, fingerprint, neighbour, opdiff, sequential
-from ..analysis import metrics
 from ..analysis.steptime import CPU, DURATION, FAST_QUANTILE, fast
 from ..report import Report, ReportError, load_report
+from ..run_dir.atomic import clean
 
 DEFAULT_MAX_REGRESSION = 0.05  # paired rounds resolve smaller changes than one pair of runs
 DEFAULT_ALPHA = 0.05  # the gate's false-alarm rate: all metrics, all looks
@@ -135,7 +135,7 @@ class ABResult:
 
     def to_dict(self) -> dict:
         d = self.decision
-        return metrics.clean({
+        return clean({
             "verdict": self.verdict,
             "exit_code": self.exit_code,
             "inconclusive": compare.inconclusive_block(d.inconclusive, self.inconclusive_policy),
@@ -383,7 +383,7 @@ def time_spent(started: float, pilot_s: float, kept: list[float], aside: list[fl
                budget_s: float | None, window: str) -> dict:
     """Where the gate's time went: the pilot, the rounds judged, the rounds set aside, the rest (the decision)."""
     total = time.monotonic() - started
-    return metrics.clean({"total_s": total, "budget_s": budget_s, "pilot_s": pilot_s, "rounds_s": sum(kept),
+    return clean({"total_s": total, "budget_s": budget_s, "pilot_s": pilot_s, "rounds_s": sum(kept),
                           "rounds": len(kept), "set_aside_s": sum(aside), "set_aside": len(aside),
                           "other_s": max(0.0, total - pilot_s - sum(kept) - sum(aside)),
                           "per_round_s": float(np.median(kept)) if kept else None, "stopped": stopped, "window": window})

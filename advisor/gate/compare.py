@@ -50,10 +50,11 @@ import numpy as np
 import pandas as pd
 
 from . import fingerprint
-from ..analysis import metrics, stats, steptime
+from ..analysis import stats, steptime
 from ..model import Finding
 from ..exit_codes import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION
 from ..report import SCHEMA_VERSION, Report, ReportContentError, ReportError, load_report
+from ..run_dir.atomic import clean
 from ..run_dir.layout import NoRunDir, report_json
 from ..schema import COMPARE_SCHEMA_VERSION
 
@@ -164,7 +165,7 @@ class Comparison:
                 f"peak memory: more than {_pct(self.max_memory_regression)} and {MEMORY_FLOOR_BYTES >> 20} MiB higher")
 
     def to_dict(self) -> dict:
-        return metrics.clean({
+        return clean({
             "schema_version": COMPARE_SCHEMA_VERSION,  # compare.json's own (advisor/schema.py `Compare`)
             "verdict": self.verdict,
             "exit_code": self.exit_code,

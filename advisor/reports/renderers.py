@@ -18,8 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from importlib import import_module
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from advisor.run_dir.layout import COMPARE_JSON
 
@@ -102,6 +103,12 @@ class ABOutcome:
     out: Path | None = None
 
 
+def _lazy(module: str, name: str) -> Callable[..., Any]:
+    """`name` of a renderer's own module, imported when its format is asked for: the CLI reads these
+    tables at its start, and the modules cost 60-700 ms (rich, jinja2, markdown-it, pandas)."""
+    return getattr(import_module(f"advisor.reports.{module}"), name)
+
+
 def _json(value: object) -> str:
     return json.dumps(value, indent=2) + "\n"
 
@@ -109,34 +116,23 @@ def _json(value: object) -> str:
 # --- a run's report ---------------------------------------------------------------------------
 
 def _page(doc: RunReport) -> str:
-    from .html import render_html
-    from .page import build_page
-
-    return render_html(build_page(doc.report, doc.profile, doc.rule_docs))
+    return _lazy("html", "render_html")(_lazy("page", "build_page")(doc.report, doc.profile, doc.rule_docs))
 
 
 def _markdown(doc: RunReport) -> str:
-    from .markdown import markdown_for
-
-    return markdown_for(doc.report, doc.profile, doc.rule_docs)
+    return _lazy("markdown", "markdown_for")(doc.report, doc.profile, doc.rule_docs)
 
 
 def _agent_summary(doc: RunReport) -> str:
-    from .agent import summary
-
-    return json.dumps(summary(doc.report, doc.source or "report.json"), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(_lazy("agent", "summary")(doc.report, doc.source or "report.json"), indent=2, ensure_ascii=False) + "\n"
 
 
 def _summary(doc: RunReport, con: Console) -> str:
-    from .terminal import summary_text
-
-    return summary_text(doc.report, con, doc.run_dir)
+    return _lazy("terminal", "summary_text")(doc.report, con, doc.run_dir)
 
 
 def _report_json(doc: RunReport) -> str:
-    from advisor.report import as_json
-
-    return _json(as_json(doc.report))
+    return _json(import_module("advisor.report").as_json(doc.report))
 
 
 PAGE = Plain("html", "report.html", _page, page=True)
@@ -149,22 +145,16 @@ REPORT_JSON = Plain("report.json", "report.json", _report_json)  # their --json
 # --- two reports compared ----------------------------------------------------------------------
 
 def _compare_table(result: Comparison, con: Console) -> str:
-    from .compare_output import print_table
-    from .terminal import captured
-
-    return captured(con, lambda c: print_table(result, c))
+    print_table = _lazy("compare_output", "print_table")
+    return _lazy("terminal", "captured")(con, lambda c: print_table(result, c))
 
 
 def _compare_markdown(result: Comparison) -> str:
-    from .compare_output import markdown
-
-    return markdown(result) + "\n"  # a blank line after: what is appended next (`>> $GITHUB_STEP_SUMMARY`) is a block of its own
+    return _lazy("compare_output", "markdown")(result) + "\n"  # a blank line after: what is appended next (`>> $GITHUB_STEP_SUMMARY`) is a block of its own
 
 
 def _junit(result: Comparison) -> str:
-    from .compare_output import junit
-
-    return junit(result)
+    return _lazy("compare_output", "junit")(result)
 
 
 COMPARE_RENDERERS = table(Drawn("terminal", "compare.txt", _compare_table),
@@ -176,15 +166,12 @@ JUNIT = Plain("junit", "junit.xml", _junit)  # compare's --junit
 # --- two traces compared -----------------------------------------------------------------------
 
 def _diff_table(diff: TraceDiff, con: Console) -> str:
-    from .slower_ops import print_table
-    from .terminal import captured
-
-    return captured(con, lambda c: print_table(diff.rows, diff.note, c))
+    print_table = _lazy("slower_ops", "print_table")
+    return _lazy("terminal", "captured")(con, lambda c: print_table(diff.rows, diff.note, c))
 
 
 def _diff_markdown(diff: TraceDiff) -> str:
-    from .slower_ops import markdown
-
+    markdown = _lazy("slower_ops", "markdown")
     return "\n".join(["### advise compare: two traces", ""] + markdown(diff.rows, diff.note)) + "\n"
 
 
@@ -196,8 +183,7 @@ TRACE_DIFF_RENDERERS = table(Drawn("terminal", "trace-diff.txt", _diff_table),
 # --- advise ab ---------------------------------------------------------------------------------
 
 def _ab_table(outcome: ABOutcome, con: Console) -> str:
-    from .ab_output import print_table
-    from .terminal import captured
+    print_table = _lazy("ab_output", "print_table")
 
     def print_on(c: Console) -> None:
         print_table(outcome.result, c)
@@ -205,19 +191,15 @@ def _ab_table(outcome: ABOutcome, con: Console) -> str:
             c.print(f"decision: {outcome.out / AB_JSON}, page: {outcome.out / AB_PAGE.filename}", style="dim",
                     highlight=False)
 
-    return captured(con, print_on)
+    return _lazy("terminal", "captured")(con, print_on)
 
 
 def _ab_markdown(outcome: ABOutcome) -> str:
-    from .ab_output import markdown
-
-    return markdown(outcome.result) + "\n"  # a blank line after, as compare's
+    return _lazy("ab_output", "markdown")(outcome.result) + "\n"  # a blank line after, as compare's
 
 
 def _ab_page(outcome: ABOutcome) -> str:
-    from .ab_output import page
-
-    return page(outcome.result)
+    return _lazy("ab_output", "page")(outcome.result)
 
 
 AB_JSON = "ab.json"

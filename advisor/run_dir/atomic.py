@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 __all__ = ["NotAFile", "check_replaceable", "open_nofollow", "write_bytes_atomic", "write_text_atomic", "write_json_atomic", "check_writable"]
 
@@ -134,3 +136,16 @@ def _jsonable(value: object) -> object:
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def clean(value: object) -> Any:  # JSON: a dict, list or scalar as `value` was
+    """JSON-safe: NaN/inf become None, numpy scalars become Python ones, recursively."""
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
