@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from . import framework_words, overrides as vocabulary
+from . import overrides as vocabulary
+from .framework import words as framework_words
 from .units import finite
 
 

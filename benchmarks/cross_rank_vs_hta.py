@@ -61,7 +61,7 @@ DEFAULT_SETS = [
 
 
 def advise_figures(paths: list[Path]) -> dict[int, dict]:
-    from advisor.intervals import merge
+    from advisor.trace.intervals import merge
     from advisor.profile import Profile
     from advisor.analysis.ranks import collectives, compute_intervals, subtract
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from advisor.run_dir.seen import Env, Observed
-from advisor import framework_words, overrides as vocabulary
+from advisor.framework import words as framework_words, overrides as vocabulary
 from advisor.experiments import recompiles
 from advisor.experiments.plan import BASELINE, candidates_from, sweep_points
 from advisor.experiments.rounds import RoundResult, Rounds

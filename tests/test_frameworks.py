@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from advisor import framework_words
+from advisor.framework import words as framework_words
 from conftest import WORKLOADS, advise_cmd
 
 FRAMEWORKS = WORKLOADS / "frameworks"

@@ -1,11 +1,11 @@
-"""advisor.intervals: the union of [start, end) intervals and how much of a window it covers."""
+"""advisor.trace.intervals: the union of [start, end) intervals and how much of a window it covers."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from advisor.intervals import coverage, intersect, merge, union_length
+from advisor.trace.intervals import coverage, intersect, merge, union_length
 
 NAN = float("nan")
 

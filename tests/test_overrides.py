@@ -85,7 +85,7 @@ def test_compile_override_wraps_the_model_in_torch_compile(tmp_path):
 def test_workers_are_a_per_node_budget_shared_by_the_ranks():
     """DL001 once offered 4 workers per rank to 2 ranks on 2 cores: the ladder plans for the rank's share."""
     from advisor import overrides as vocabulary
-    from advisor.cores import cores_per_rank
+    from advisor.overrides.cores import cores_per_rank
     from advisor.run_dir.seen import Env
 
     assert cores_per_rank(Env(cpu_count=16)) == 16
@@ -123,7 +123,7 @@ def test_the_thread_override_holds_against_the_scripts_own_setting(tmp_path):
 def test_a_new_knob_is_one_vocabulary_entry_and_one_switch(monkeypatch):
     """The vocabulary names each knob's switch; both modes go through it: an arm switches it on and
     off at a step boundary, a fresh run turns it on before the script (live=False)."""
-    from advisor import framework_words, overrides as vocabulary
+    from advisor.framework import words as framework_words, overrides as vocabulary
     from advisor.probe import switches
 
     class Toy:
@@ -182,7 +182,7 @@ def test_the_worker_ladder_is_capped_by_the_cpus_this_rank_may_use(tmp_path):
 
     from conftest import advise_cmd
 
-    from advisor.cores import cores_per_rank
+    from advisor.overrides.cores import cores_per_rank
     from advisor.run_dir.seen import Env
 
     assert cores_per_rank(Env(cpu_count=16, cpu_usable=4, local_world_size=4)) == 4  # bound: already split

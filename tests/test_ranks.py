@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from advisor.commands.cli import main
 from advisor.engine import Settings, run_rules
-from advisor.intervals import merge, subtract
+from advisor.trace.intervals import merge, subtract
 from advisor.profile import Profile
 from advisor.rules.registry import load_rules
 from conftest import FAST, WORKLOADS, advise_cmd, trace_path

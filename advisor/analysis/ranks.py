@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..intervals import coverage, merge, subtract
+from ..trace.intervals import coverage, merge, subtract
 from . import steptime
 from ..trace import name_mask as trace_name_mask
 

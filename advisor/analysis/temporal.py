@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import intervals
+from ..trace import intervals
 from ..trace import per_name
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ One function per key of :data:`advisor.overrides.VOCABULARY`: it locates the use
 edits, or refuses, in one line naming the file:line and why, what it cannot change safely. Where
 a framework runs the step and the fix is a setting of its configuring call (``TrainingArguments``,
 ``L.Trainer``, ``Fabric``, ``Accelerator``), the setting goes into the user's call instead, in the
-framework's own words (:func:`advisor.framework_words.config_settings`: the same words as the snippets).
+framework's own words (:func:`advisor.framework.words.config_settings`: the same words as the snippets).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from typing import Any, Callable
 
 import libcst as cst
 
-from .. import framework_words, overrides as vocabulary
-from ..config_line import command_line_flags
+from .. import overrides as vocabulary
+from ..framework import words as framework_words
+from ..framework.config_line import command_line_flags
 from .rewrite import Block, Edit, InsertAfter, Refused, Scope, SetKeywords, SetValue, SourceFile, Wrap, call_name
 from .sites import Site, Sites
 from .switches import switch_of, tell

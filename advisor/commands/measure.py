@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import framework_words
+from ..framework import words as framework_words
 from ..analysis import metrics
 from ..apply import command_for, patch_for
 from ..experiments.fresh import confirm_recommendation, run_experiments

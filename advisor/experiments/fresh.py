@@ -19,7 +19,7 @@ from typing import Protocol
 import pandas as pd
 
 from .. import overrides as vocabulary
-from ..cores import cores_per_rank
+from ..overrides.cores import cores_per_rank
 from ..run_dir.interrupt import Interrupted, StopRequest, describe
 from ..model import Applicability, Experiment, Finding, Recommendation, Verdict
 from ..probe.runner import ProbeConfig, run_probe

@@ -18,7 +18,8 @@ import pandas as pd
 
 from ..analysis import memory, steptime
 from ..analysis.memory import DEVICE_MARGIN
-from .. import framework_words, overrides as vocabulary
+from .. import overrides as vocabulary
+from ..framework import words as framework_words
 from ..model import VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Recommendation, Verdict
 from ..analysis.stats import baseline_drift, speedup_ci
 from .plan import Candidate

@@ -35,7 +35,7 @@ import msgspec
 import pandas as pd
 
 from .. import overrides as vocabulary
-from ..cores import cores_per_rank
+from ..overrides.cores import cores_per_rank
 from ..analysis import steptime
 from ..model import Experiment, Finding, Recommendation, Verdict
 from ..run_dir.protocol import ArmLine, RankLines, Window

@@ -15,8 +15,8 @@ import sys
 from types import FrameType
 from typing import Any
 
-from advisor.config_line import call_name
-from advisor.framework_words import ACCELERATE, FABRIC, HF_TRAINER, LIGHTNING
+from advisor.framework.config_line import call_name
+from advisor.framework.words import ACCELERATE, FABRIC, HF_TRAINER, LIGHTNING
 
 # TrainingArguments fields a fix reads or writes
 HF_SETTINGS = ("bf16", "fp16", "tf32", "dataloader_num_workers", "dataloader_persistent_workers", "dataloader_pin_memory",

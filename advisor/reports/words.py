@@ -16,7 +16,7 @@ from typing import Protocol
 from advisor.reports import format as fmt
 from advisor import units
 from advisor import overrides as vocabulary
-from advisor.framework_words import FRAMEWORK_NAMES, in_config_call
+from advisor.framework.words import FRAMEWORK_NAMES, in_config_call
 from advisor.overrides import one_off
 from advisor.report import Report
 from advisor.report_blocks import Energy, Experiments, Memory, Mfu, Rank, Throughput

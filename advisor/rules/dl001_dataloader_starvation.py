@@ -69,9 +69,9 @@ from typing import Iterator
 
 import numpy as np
 
-from advisor import intervals
+from advisor.trace import intervals
 from advisor.analysis import metrics, steptime
-from advisor.cores import cores_per_rank, cores_said
+from advisor.overrides.cores import cores_per_rank, cores_said
 from advisor.overrides import IO_WORKERS_PER_CORE, MAX_WORKERS
 from advisor.profile import Profile
 from advisor.run_dir.seen import LoaderSeen

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from advisor.cores import cores_per_rank
+from advisor.overrides.cores import cores_per_rank
 
 from advisor.model import SCREEN
 from advisor.profile import Profile

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from advisor import intervals
+from advisor.trace import intervals
 from advisor.analysis import metrics
 
 from . import helpers as h

@@ -51,7 +51,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from advisor import intervals
+from advisor.trace import intervals
 from advisor.analysis import sources
 from advisor.profile import Profile
 

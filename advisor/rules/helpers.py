@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from advisor import intervals
+from advisor.trace import intervals
 from advisor.analysis import metrics, steptime
 from advisor.model import Fix
-from advisor.cores import cores_per_rank
+from advisor.overrides.cores import cores_per_rank
 from advisor.overrides import compile_ladder
 
 if TYPE_CHECKING:

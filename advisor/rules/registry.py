@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from advisor.run_dir.interrupt import Interrupted
 from advisor.model import Finding, Fix  # noqa: F401 - the plugin API (docs/how-to/write-a-rule-plugin.md)
-from advisor.framework_words import expand_fix_blocks
+from advisor.framework.words import expand_fix_blocks
 
 if TYPE_CHECKING:
     from advisor.profile import Profile

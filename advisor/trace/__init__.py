@@ -32,7 +32,7 @@ _HOME = {"ReadAhead": "ahead", "start_reading": "ahead", "trace_files": "ahead",
          "name_mask": "frames", "per_name": "frames", "load_trace": "build"}
 
 if TYPE_CHECKING:
-    from ..intervals import union_length as interval_union_us
+    from .intervals import union_length as interval_union_us
     from .ahead import ReadAhead, start_reading, trace_files
     from .build import load_trace
     from .frames import TraceFrames, name_mask, per_name
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> object:
     if name == "interval_union_us":  # union of intervals in us (a public name kept)
-        return import_module("advisor.intervals").union_length
+        return import_module("advisor.trace.intervals").union_length
     if name in _HOME:
         return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

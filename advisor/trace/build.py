@@ -15,7 +15,7 @@ from typing import Callable, Iterator, SupportsInt
 import numpy as np
 import pandas as pd
 
-from .. import intervals
+from . import intervals
 from .copy_kinds import copy_sides
 from .device_parts import DATALOADER_PREFIX, OPTIMIZER_PREFIX, device_parts, optimizer_ranges
 from .flops import op_flops, per_value, refine_conv_flops

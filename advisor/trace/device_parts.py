@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import intervals
+from . import intervals
 from .frames import name_mask
 
 OPTIMIZER_PREFIX = "Optimizer.step"

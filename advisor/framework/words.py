@@ -2,7 +2,7 @@
 ``bf16=True``, Lightning's ``precision="bf16-mixed"``, Fabric's and Accelerate's own settings. The
 measured override stays the same (:mod:`advisor.overrides`); only the code change said for it
 differs, written into the user's own configuring line where that line is the whole call
-(:mod:`advisor.config_line`), and a rule doc's ```` ```fix ```` blocks are shown the same way."""
+(:mod:`advisor.framework.config_line`), and a rule doc's ```` ```fix ```` blocks are shown the same way."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import re
 from typing import Any, Callable
 
 from .config_line import CONFIG_CHANGE, as_flags, in_users_line, split_settings
-from .overrides import DATALOADER_KEYS, MICRO_BATCH_CUTS, VOCABULARY, validate
+from ..overrides import DATALOADER_KEYS, MICRO_BATCH_CUTS, VOCABULARY, validate
 
 
 def snippet(key: str, value: object, framework: dict | None = None) -> str:

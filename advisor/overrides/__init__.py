@@ -7,7 +7,7 @@ permanent. A key's validator, description, snippet, sweep ladder, "did it take e
 and the name of the probe's switch that carries it sit together here, so adding a knob is one
 entry here and, for a new kind of change, one switch in ``advisor.probe.switches``. The same
 change in a framework's own words (the Hugging Face Trainer's ``bf16=True``) is
-:mod:`advisor.framework_words`'s; the cores a rank may plan for, :mod:`advisor.cores`'s.
+:mod:`advisor.framework.words`'s; the cores a rank may plan for, :mod:`advisor.overrides.cores`'s.
 
 An override is plain data: ``{"dataloader": {"num_workers": 4}, "autocast": "bfloat16"}``.
 """
