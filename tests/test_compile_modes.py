@@ -19,10 +19,12 @@ import pytest
 import torch
 
 from advisor.run_dir.seen import Env, Observed
-from advisor.framework import words as framework_words, overrides as vocabulary
+from advisor import overrides as vocabulary
+from advisor.framework import words as framework_words
 from advisor.experiments import recompiles
 from advisor.experiments.plan import BASELINE, candidates_from, sweep_points
-from advisor.experiments.rounds import RoundResult, Rounds
+from advisor.experiments.arms import RoundResult
+from advisor.experiments.rounds import Rounds
 from advisor.model import Finding
 from advisor.probe.compile_watch import CompileWatch
 from advisor.probe.module_call import ModuleCallSwitch

@@ -17,7 +17,8 @@ import pytest
 
 from advisor.run_dir.seen import Env, Observed
 from advisor.experiments.inprocess import ArmsSession
-from advisor.experiments.rounds import RoundKind, RoundResult, Rounds
+from advisor.experiments.arms import RoundResult
+from advisor.experiments.rounds import RoundKind, Rounds
 from advisor.experiments.plan import BASELINE, interleave, plan_windows
 from advisor.model import Finding, Fix
 from advisor.run_dir.protocol import ArmLine, ArmStepLine, RankLines, read_plan, write_line
@@ -414,7 +415,7 @@ def test_a_first_round_is_planned_as_far_as_it_fits_and_ends_on_a_baseline(tmp_p
     everything = Rounds(tmp_path / "all").start([_dl001()], _profile())
     fitted = rounds.start([_dl001()], _profile(), time_left_s=0.1 * sum(w.warmup + w.steps for w in everything[:3]) + 0.05)
     assert [w.arm for w in fitted] == ["baseline", "a1", "baseline"][:len(fitted)] and len(fitted) in (0, 3)
-    assert fitted and rounds.budget_cut == len(everything) - 3
+    assert fitted and rounds.spend.cut == len(everything) - 3
     assert Rounds(tmp_path / "none").start([_dl001()], _profile(), time_left_s=0.01) == []
 
 
@@ -565,7 +566,7 @@ def test_the_budget_goes_first_to_the_most_gain_per_second(tmp_path):
     first = rounds.start([screen, bf16], _profile())
     order = [rounds.arms[w.arm].candidate.finding(rounds.findings).code for w in first if w.arm != BASELINE]
     assert order == ["PR001", "EXP001"], order
-    costs = {rounds.arms[a].candidate.finding(rounds.findings).code: rounds._worth(a) for a in rounds.arms}
+    costs = {rounds.arms[a].candidate.finding(rounds.findings).code: rounds.spend.worth_of(a) for a in rounds.arms}
     assert costs["EXP001"].compile_s == 40.0 and costs["EXP001"].seconds > 40 > costs["PR001"].seconds
     assert costs["PR001"].density > 100 * costs["EXP001"].density
 
@@ -601,9 +602,9 @@ def test_an_arm_predicted_to_outlast_the_budget_is_not_started_and_said(tmp_path
     assert bf16.experiment.verified
     assert screen.experiment.verdict == "not-measured" and "predicted to take 4" in screen.experiment.reason
     assert "40 s of it compiling" in screen.experiment.reason
-    ((finding, cost),) = rounds.left_out_fixes()
+    ((finding, cost),) = rounds.spend.left_out_fixes()
     assert finding is screen and cost.seconds == left.seconds
-    assert rounds.costs()[0]["windows"] >= 1 and {c["arm"] for c in rounds.costs()} >= {"baseline"}
+    assert rounds.spend.costs()[0]["windows"] >= 1 and {c["arm"] for c in rounds.spend.costs()} >= {"baseline"}
 
 
 def test_a_compile_measured_once_predicts_the_next(tmp_path):

@@ -123,7 +123,8 @@ def test_the_thread_override_holds_against_the_scripts_own_setting(tmp_path):
 def test_a_new_knob_is_one_vocabulary_entry_and_one_switch(monkeypatch):
     """The vocabulary names each knob's switch; both modes go through it: an arm switches it on and
     off at a step boundary, a fresh run turns it on before the script (live=False)."""
-    from advisor.framework import words as framework_words, overrides as vocabulary
+    from advisor import overrides as vocabulary
+    from advisor.framework import words as framework_words
     from advisor.probe import switches
 
     class Toy:

@@ -18,7 +18,8 @@ import pytest
 
 from advisor.engine import ConfigError, Settings, load_settings, resolve, run_rules, settings_from_table
 from advisor.profile import Profile
-from advisor.framework import words as framework_words, overrides as vocabulary
+from advisor import overrides as vocabulary
+from advisor.framework import words as framework_words
 from advisor.model import Experiment, rank
 from advisor.rules.registry import (REQUIRED_SECTIONS, Finding, Fix, doc_problems,
                                     documented_defaults, documented_options, load_rules, rule, section)

@@ -168,9 +168,9 @@ def _account(results: ExperimentResults, session: ArmsSession, config: ProbeConf
     results.budget_s, results.budget_given = session.time_budget_s, experiments.time_budget_s is not None
     if session.rounds is None:
         return
-    results.arms = session.rounds.costs()
+    results.arms = session.rounds.spend.costs()
     target = (["-m", config.script] if config.module else [config.script]) + list(config.args)
-    for finding, cost in session.rounds.left_out_fixes():
+    for finding, cost in session.rounds.spend.left_out_fixes():
         budget = int(math.ceil((2 * cost.seconds + 20) / 10) * 10)
         command = shlex.join(["advise", "profile", "--select", finding.code or finding.rule, "--time-budget", str(budget),
                               *target])

@@ -29,21 +29,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Union
+from typing import TYPE_CHECKING, Iterable
 
-import msgspec
-import pandas as pd
 
 from .. import overrides as vocabulary
 from ..overrides.cores import cores_per_rank
 from ..analysis import steptime
 from ..model import Experiment, Finding, Recommendation, Verdict
-from ..run_dir.protocol import ArmLine, RankLines, Window
+from ..run_dir.protocol import ArmLine, Window
 from . import judge, recompiles
-from .judge import Measurement
-from .plan import ARMS_PER_BASELINE, BASELINE, Candidate, candidates_from, expected_speedup, interleave, plan_windows, sweep_points
+from .arms import Arm, Outcome, Role, RoundResult, Unmeasured
+from .plan import BASELINE, Candidate, candidates_from, expected_speedup, interleave, plan_windows, sweep_points
 from .sizing import MIN_WINDOW_STEPS, WindowSizing
-from .worth import Worth, compile_seconds, worth
+from .spend import Spend
+from .worth import Worth
 
 if TYPE_CHECKING:
     from advisor.profile import Profile
@@ -61,80 +60,6 @@ class RoundKind(str, Enum):
     CONFIRM = "confirm"
     STACK = "stack"
     END = "end"
-
-
-class Role(str, Enum):
-    FIX = "fix"        # a rule's fix (one arm per sweep value)
-    SCREEN = "screen"  # a fix no rule proposed: one short window first
-    LADDER = "ladder"  # a larger batch: measured last, smallest first (an OOM ends the arms)
-    STACK = "stack"    # the winners together
-
-
-@dataclass
-class Arm:
-    candidate: Candidate  # the finding's fix
-    point: Candidate      # the value this arm measures
-    role: Role
-
-
-@dataclass(frozen=True)
-class Unmeasured:
-    """An arm with no result: the child could not switch it in a live process (`switchable` False: a
-    fresh run measures it), or the run ended before its windows."""
-
-    why: str
-    switchable: bool = True
-
-
-Outcome = Union[Experiment, Unmeasured]
-
-
-@dataclass
-class RoundResult:
-    """What the child measured in one round: per window its line and its timed steps."""
-
-    windows: list[ArmLine]  # in window order
-    steps: dict[int, pd.DataFrame]  # window index -> timed steps
-    warm_s: dict[int, float] = field(default_factory=dict)  # window index -> its untimed steps' seconds
-    busy: dict[int, float] = field(default_factory=dict)  # window index -> cores other processes used in it: left out
-
-    @classmethod
-    def read(cls, lines: RankLines, round_no: int) -> "RoundResult":
-        """Round `round_no`'s windows and their timed steps, from the judged rank's lines."""
-        steps: dict[int, list] = {}
-        warm: dict[int, float] = {}
-        for line in lines.arm_steps:
-            if line.round == round_no and not line.warm:
-                steps.setdefault(line.window, []).append(line)
-            elif line.round == round_no:
-                warm[line.window] = warm.get(line.window, 0.0) + (line.duration_s or 0.0)
-        windows = sorted((w for w in lines.arm_windows if w.round == round_no), key=lambda w: w.window)
-        frames = {k: steptime.mark_unprofiled(pd.DataFrame([msgspec.structs.asdict(x) for x in rows]))
-                  for k, rows in steps.items()}
-        return cls(windows, frames, warm)
-
-    def measurement(self, k: int, run_dir: Path) -> Measurement:
-        line = self.windows[k]
-        frame = self.steps.get(line.window, pd.DataFrame())
-        status = "failed" if line.error or frame.empty else "ok"
-        wall = float(steptime.durations(frame).sum()) if len(frame) else 0.0
-        return Measurement(line.arm, line.overrides, status, run_dir, frame, wall, line.error, line.applied,
-                           line.peak_memory_bytes, line.memory_basis, line.oom)
-
-    def pairs(self, arm: str, run_dir: Path, busy_too: bool = False) -> list[tuple[list[Measurement], list[Measurement]]]:
-        """Each window of `arm` with the nearest baseline window on either side of it, the windows
-        another process's burst took left out (`busy_too`: kept)."""
-        out = []
-        busy = set() if busy_too else set(self.busy)
-        quiet = lambda j: self.windows[j].arm == BASELINE and self.windows[j].window not in busy  # noqa: E731
-        for k, line in enumerate(self.windows):
-            if line.arm != arm or line.window in busy:
-                continue
-            before = next((j for j in range(k - 1, -1, -1) if quiet(j)), None)
-            after = next((j for j in range(k + 1, len(self.windows)) if quiet(j)), None)
-            around = [self.measurement(j, run_dir) for j in (before, after) if j is not None]
-            out.append((around, [self.measurement(k, run_dir)]))
-        return out
 
 
 @dataclass
@@ -163,12 +88,9 @@ class Rounds:
     _again: list[str] = field(default_factory=list)  # arms of fixes their first pass left undecided
     _screened: dict[str, Experiment] = field(default_factory=dict)  # screened arm -> its one window's result
     _promoted: list[str] = field(default_factory=list)  # screened arms to measure in full
-    _step_s: float | None = None  # the profiled window's median step: a window's time before its arm ran
     _planned: dict[int, int] = field(default_factory=dict)  # round -> its windows
-    budget_cut: int = 0  # windows planned but not run: the time budget ended first
     out_of_time: bool = False  # the time budget ended the rounds
-    left_out: dict[str, Worth] = field(default_factory=dict)  # arm -> its predicted cost: not started, it did not fit
-    _device: str = "cpu"
+    _spend: Spend | None = None
 
     @property
     def sizing(self) -> WindowSizing:
@@ -177,6 +99,17 @@ class Rounds:
             raise RuntimeError("the rounds have not started")
         return self._sizing
 
+    @property
+    def spend(self) -> Spend:
+        """Where the arms' time goes (:mod:`.spend`), from :meth:`start` on."""
+        if self._spend is None:
+            raise RuntimeError("the rounds have not started")
+        return self._spend
+
+    @property
+    def left_out(self) -> dict[str, Worth]:
+        return self._spend.left_out if self._spend is not None else {}
+
     # the machine ------------------------------------------------------------------------------------
     def start(self, findings: list[Finding], profile: Profile, time_left_s: float | None = None) -> list[Window]:
         """Round 0 (FIXES) for the findings of the profiled window (`profile`: its Profile), as far
@@ -184,10 +117,10 @@ class Rounds:
         self.findings = findings
         self.by_samples = judge.by_samples(profile.steps)
         self._sizing = WindowSizing.of(self.window_steps, profile.steps, profile.observed)
-        self._step_s = steptime.median_step(profile.steps)
-        self._device = str(profile.env.device or "cpu")
+        self._spend = Spend(self.arms, self.findings, self.results, self._steps, self.sizing.warmup,
+                            steptime.median_step(profile.steps), str(profile.env.device or "cpu"))
         windows = self._fixes_round(profile, time_left_s)
-        fitted = self._fit(windows, time_left_s)
+        fitted = self.spend.fit(windows, time_left_s)
         if windows and not fitted:
             self.out_of_time = True
         return self._enter(RoundKind.FIXES, fitted)
@@ -199,7 +132,7 @@ class Rounds:
         self.results[self.round] = result
         self._judge_round(final=False)
         kind, windows = self._next()
-        fitted = self._fit(windows, time_left_s)
+        fitted = self.spend.fit(windows, time_left_s)
         if windows and not fitted:
             self._out_of_time(kind)
         return self._enter(kind, fitted)
@@ -210,7 +143,7 @@ class Rounds:
         self.out_of_time = self.out_of_time or out_of_time
         ended = "the time budget ended" if self.out_of_time else "the run ended"
         if self.running and self.round not in self.results and result is not None:
-            self.budget_cut += max(0, self._planned.get(self.round, 0) - len(result.windows))
+            self.spend.cut += max(0, self._planned.get(self.round, 0) - len(result.windows))
             self.results[self.round] = result
             self._judge_round(final=True)
         if self.recommended is None and self._winners and self.kind in (RoundKind.FIXES, RoundKind.CONFIRM):
@@ -226,7 +159,7 @@ class Rounds:
             finding = candidate.finding(self.findings)
             if finding.experiment is None and candidate not in self.fresh:
                 arms = [a for a, arm in self.arms.items() if arm.candidate is candidate]
-                why = self.left_out_why(arms[0]) if arms and all(a in self.left_out for a in arms) else None
+                why = self.spend.left_out_why(arms[0]) if arms and all(a in self.left_out for a in arms) else None
                 finding.experiment = Experiment.not_measured(why or f"{ended} before this fix was measured")
 
     def _recommend_unstacked(self, ended: str) -> None:
@@ -239,34 +172,6 @@ class Rounds:
         return list({a.candidate.finding_index: a.candidate for a in self.arms.values()
                      if a.candidate.finding_index is not None}.values())
 
-    def costs(self) -> list[dict]:
-        """Where the arms' time went: per arm (the baseline one of them), its windows, timed steps,
-        seconds in all (timed, untimed and switching) and the switching's share (a compilation, a
-        loader's rebuild), report.json's `experiments.arms`."""
-        out: dict[str, dict] = {}
-        for result in self.results.values():
-            for line in result.windows:
-                frame = result.steps.get(line.window)
-                timed = float(steptime.durations(frame).sum()) if frame is not None and len(frame) else 0.0
-                row = out.setdefault(line.arm, {"arm": self.label(line.arm), "windows": 0, "steps": 0,
-                                                 "seconds": 0.0, "switch_s": 0.0})
-                row["windows"] += 1
-                row["steps"] += len(frame) if frame is not None else 0
-                row["switch_s"] += line.switch_s
-                row["seconds"] += timed + result.warm_s.get(line.window, 0.0) + line.switch_s
-        return sorted(out.values(), key=lambda r: -r["seconds"])
-
-    def left_out_fixes(self) -> list[tuple[Finding, Worth]]:
-        """The fixes none of whose values was started, each with its cheapest value's predicted cost."""
-        by_finding: dict[int, list[tuple[str, Worth]]] = {}
-        for arm, cost in self.left_out.items():
-            index = self.arms[arm].candidate.finding_index
-            if index is not None:
-                by_finding.setdefault(index, []).append((arm, cost))
-        started = {a.candidate.finding_index for arm, a in self.arms.items() if arm not in self.left_out}
-        return [(self.findings[i], min((c for _, c in arms), key=lambda c: c.seconds))
-                for i, arms in by_finding.items() if i not in started]
-
     def budget_note(self, budget_s: float) -> str | None:
         """What the time budget left out, in one line (None: it left nothing out)."""
         if not self.out_of_time:
@@ -274,7 +179,7 @@ class Rounds:
         run = sum(len(r.windows) for r in self.results.values())
         left = [f.fix.title for f in (c.finding(self.findings) for c in self._candidates())
                 if f.experiment is not None and f.experiment.verdict is Verdict.NOT_MEASURED]
-        return (f"the time budget ({budget_s:.0f} s) ended the experiments after {run} of {run + self.budget_cut} windows"
+        return (f"the time budget ({budget_s:.0f} s) ended the experiments after {run} of {run + self.spend.cut} windows"
                 + (f"; not measured: {'; '.join(left)}" if left else "") + " (a longer --time-budget measures more)")
 
     @property
@@ -295,47 +200,6 @@ class Rounds:
         self._kinds[self.round] = kind if windows else RoundKind.END
         self._planned[self.round] = len(windows)
         return windows
-
-    # the time budget ---------------------------------------------------------------------------------
-    def _fit(self, windows: list[Window], time_left_s: float | None) -> list[Window]:
-        """The longest run of `windows` from the first that fits `time_left_s` and ends on a baseline
-        window with an arm's window in it ([]: not even that); the rest is counted as cut."""
-        if time_left_s is None or not windows:
-            return windows
-        step_s, compile_s = self._median_steps(), self._compile_s()
-        used, fitted = 0.0, 0
-        for k, window in enumerate(windows):  # each at its arm's median step so far, else as predicted
-            used += self._window_s(window, step_s, compile_s)
-            if used > time_left_s:
-                break
-            if window.arm == BASELINE and any(w.arm != BASELINE for w in windows[:k]):
-                fitted = k + 1
-        self.budget_cut += len(windows) - fitted
-        return windows[:fitted]
-
-    def _window_s(self, window: Window, medians: dict[str, float | None], compile_s: float | None) -> float:
-        """A window's predicted seconds: its steps at its arm's median step so far; an arm not yet
-        run at the step its rule expects (:mod:`.worth`), its compilation included (`compile_s`: the
-        run's measured one, :meth:`_compile_s`)."""
-        step = medians.get(window.arm)
-        base = medians.get(BASELINE) or self._step_s or 0.0
-        arm = self.arms.get(window.arm)
-        if step is not None or arm is None:
-            return (window.warmup + window.steps) * (step or base)
-        if arm.candidate.finding_index is None:  # the stack: no rule's estimate, its compilation alone
-            return (window.warmup + window.steps) * base + compile_seconds(window.overrides, self._device, compile_s)
-        return worth(arm.candidate.finding(self.findings), window.overrides, steps=window.steps, warmup=window.warmup,
-                     base_steps=0, step_s=base, device=self._device, measured_compile_s=compile_s,
-                     per_baseline=ARMS_PER_BASELINE).seconds
-
-    def _median_steps(self) -> dict[str, float | None]:
-        """Each arm's median timed step over the rounds measured so far."""
-        frames: dict[str, list[pd.DataFrame]] = {}
-        for r in self.results.values():
-            for line in r.windows:
-                if line.window in r.steps and len(r.steps[line.window]):
-                    frames.setdefault(line.arm, []).append(r.steps[line.window])
-        return {arm: steptime.median_step(pd.concat(parts)) for arm, parts in frames.items()}
 
     def _out_of_time(self, kind: RoundKind) -> None:
         """The next round does not fit: settle what the rounds so far measured, as a run that ended."""
@@ -384,44 +248,11 @@ class Rounds:
         expected = [self.sizing.lengths[a] for a, _ in self._of(Role.FIX) + self._of(Role.LADDER)]
         if expected and min(expected) >= LARGE_EFFECT:  # the slow baseline windows need half the steps
             self.sizing.base_steps = max(MIN_WINDOW_STEPS, self.sizing.timed // 2)
-        chosen = self._choose(time_left_s)
+        chosen = self.spend.choose(time_left_s)
+        self.out_of_time = self.out_of_time or bool(self.left_out)
         fixes, ladder, screens = ([(a, self.arms[a].point.overrides) for a in chosen if self.arms[a].role is role]
                                   for role in (Role.FIX, Role.LADDER, Role.SCREEN))
         return plan_windows(fixes, ladder, self.sizing.warmup, self._steps, screens, passes=1)
-
-    def _worth(self, arm: str) -> Worth:
-        """What `arm` is expected to gain, and to cost in seconds (:mod:`.worth`)."""
-        point = self.arms[arm].point.overrides
-        return worth(self.arms[arm].candidate.finding(self.findings), point, steps=self._steps(arm),
-                     warmup=self.sizing.warmup(point), base_steps=self._steps(BASELINE) + self.sizing.warmup({}),
-                     step_s=self._step_s or 0.0, device=self._device, measured_compile_s=self._compile_s(),
-                     per_baseline=ARMS_PER_BASELINE)
-
-    def _choose(self, time_left_s: float | None) -> list[str]:
-        """Round 0's arms, the most expected gain per second of measuring first; with a time budget,
-        those whose predicted cost fits what is left (an arm predicted to outlast it is not started:
-        :attr:`left_out` names it with its cost). Without one, every arm, in that order."""
-        worths = {a: self._worth(a) for a, arm in self.arms.items() if arm.role is not Role.STACK}
-        order = sorted(worths, key=lambda a: -worths[a].density)
-        if time_left_s is None:
-            return order
-        used = (self._steps(BASELINE) + self.sizing.warmup({})) * (self._step_s or 0.0)  # the first baseline window
-        kept = []
-        for arm in order:
-            if used + worths[arm].seconds <= time_left_s:
-                kept.append(arm)
-                used += worths[arm].seconds
-            else:
-                self.left_out[arm] = worths[arm]
-        if self.left_out:
-            self.out_of_time = True
-        return kept
-
-    def _compile_s(self) -> float | None:
-        """The longest compilation this run measured (an arm's switch cost), None before the first."""
-        spent = [line.switch_s for r in self.results.values() for line in r.windows
-                 if line.arm in self.arms and vocabulary.one_off(line.overrides) and line.switch_s]
-        return max(spent) if spent else None
 
     def _confirm_round(self) -> list[Window]:
         """The reverse pass of the undecided fixes, the promoted screens in two passes, then the
@@ -483,7 +314,7 @@ class Rounds:
         if busy:  # no quiet window: its figures from the busy ones, never verified
             passes = [p for result in results for p in result.pairs(arm, self.run_dir, busy_too=True)]
         if not passes:
-            return Unmeasured(self.left_out_why(arm) or "the run ended before its windows")
+            return Unmeasured(self.spend.left_out_why(arm) or "the run ended before its windows")
         pooled = judge.pool(passes, by_samples=self.by_samples, check_loss=self.arms[arm].candidate.changes_numerics,
                             measured_by="in-process", loads_in_process=self.sizing.workers == 0)
         if busy:
@@ -560,15 +391,6 @@ class Rounds:
 
     def _arm_of(self, point: Candidate) -> str | None:
         return next((a for a, arm in self.arms.items() if arm.point is point), None)
-
-    def left_out_why(self, arm: str) -> str | None:
-        """Why `arm` was never started: its predicted cost did not fit the time budget left."""
-        if arm not in self.left_out:
-            return None
-        cost = self.left_out[arm]
-        compiling = f", {cost.compile_s:.0f} s of it compiling" if cost.compile_s else ""
-        return (f"not started: predicted to take {cost.seconds:.0f} s{compiling}, more than the time budget "
-                "had left once the fixes expected to gain more per second were planned")
 
     def _sweep_winner(self, results: list[RoundResult], tried: list[tuple[str, Candidate, Experiment]],
                       budget: float | None) -> tuple[Experiment, str | None]:

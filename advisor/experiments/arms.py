@@ -1,0 +1,92 @@
+"""The arms of one run and what a round measured of them: an arm's role and the value it measures,
+the child's lines and timed steps per window (:class:`RoundResult`), and an arm with no result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Union
+
+import msgspec
+import pandas as pd
+
+from ..analysis import steptime
+from ..model import Experiment
+from ..run_dir.protocol import ArmLine, RankLines
+from .judge import Measurement
+from .plan import BASELINE, Candidate
+
+
+class Role(str, Enum):
+    FIX = "fix"        # a rule's fix (one arm per sweep value)
+    SCREEN = "screen"  # a fix no rule proposed: one short window first
+    LADDER = "ladder"  # a larger batch: measured last, smallest first (an OOM ends the arms)
+    STACK = "stack"    # the winners together
+
+
+@dataclass
+class Arm:
+    candidate: Candidate  # the finding's fix
+    point: Candidate      # the value this arm measures
+    role: Role
+
+
+@dataclass(frozen=True)
+class Unmeasured:
+    """An arm with no result: the child could not switch it in a live process (`switchable` False: a
+    fresh run measures it), or the run ended before its windows."""
+
+    why: str
+    switchable: bool = True
+
+
+Outcome = Union[Experiment, Unmeasured]
+
+
+@dataclass
+class RoundResult:
+    """What the child measured in one round: per window its line and its timed steps."""
+
+    windows: list[ArmLine]  # in window order
+    steps: dict[int, pd.DataFrame]  # window index -> timed steps
+    warm_s: dict[int, float] = field(default_factory=dict)  # window index -> its untimed steps' seconds
+    busy: dict[int, float] = field(default_factory=dict)  # window index -> cores other processes used in it: left out
+
+    @classmethod
+    def read(cls, lines: RankLines, round_no: int) -> "RoundResult":
+        """Round `round_no`'s windows and their timed steps, from the judged rank's lines."""
+        steps: dict[int, list] = {}
+        warm: dict[int, float] = {}
+        for line in lines.arm_steps:
+            if line.round == round_no and not line.warm:
+                steps.setdefault(line.window, []).append(line)
+            elif line.round == round_no:
+                warm[line.window] = warm.get(line.window, 0.0) + (line.duration_s or 0.0)
+        windows = sorted((w for w in lines.arm_windows if w.round == round_no), key=lambda w: w.window)
+        frames = {k: steptime.mark_unprofiled(pd.DataFrame([msgspec.structs.asdict(x) for x in rows]))
+                  for k, rows in steps.items()}
+        return cls(windows, frames, warm)
+
+    def measurement(self, k: int, run_dir: Path) -> Measurement:
+        line = self.windows[k]
+        frame = self.steps.get(line.window, pd.DataFrame())
+        status = "failed" if line.error or frame.empty else "ok"
+        wall = float(steptime.durations(frame).sum()) if len(frame) else 0.0
+        return Measurement(line.arm, line.overrides, status, run_dir, frame, wall, line.error, line.applied,
+                           line.peak_memory_bytes, line.memory_basis, line.oom)
+
+    def pairs(self, arm: str, run_dir: Path, busy_too: bool = False) -> list[tuple[list[Measurement], list[Measurement]]]:
+        """Each window of `arm` with the nearest baseline window on either side of it, the windows
+        another process's burst took left out (`busy_too`: kept)."""
+        out = []
+        busy = set() if busy_too else set(self.busy)
+        quiet = lambda j: self.windows[j].arm == BASELINE and self.windows[j].window not in busy  # noqa: E731
+        for k, line in enumerate(self.windows):
+            if line.arm != arm or line.window in busy:
+                continue
+            before = next((j for j in range(k - 1, -1, -1) if quiet(j)), None)
+            after = next((j for j in range(k + 1, len(self.windows)) if quiet(j)), None)
+            around = [self.measurement(j, run_dir) for j in (before, after) if j is not None]
+            out.append((around, [self.measurement(k, run_dir)]))
+        return out

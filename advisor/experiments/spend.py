@@ -1,0 +1,143 @@
+"""Where one run's arms spend the time budget: what a window is predicted to take, which arms fit
+what is left (the most expected gain per second first, :mod:`.worth`), what each arm cost, and the
+fixes left out, each with its predicted cost and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+from .. import overrides as vocabulary
+from ..analysis import steptime
+from ..model import Finding
+from ..run_dir.protocol import Window
+from .arms import Arm, Role, RoundResult
+from .plan import ARMS_PER_BASELINE, BASELINE
+from .worth import Worth, compile_seconds, worth
+
+
+@dataclass
+class Spend:
+    """The time accounts of :class:`advisor.experiments.rounds.Rounds`' arms (`arms`, `findings` and
+    `results` are the rounds' own, read as they grow; `steps` and `warmup` size an arm's window)."""
+
+    arms: dict[str, Arm]
+    findings: list[Finding]
+    results: dict[int, RoundResult]
+    steps: Callable[[str], int]
+    warmup: Callable[[dict], int]
+    step_s: float | None = None  # the profiled window's median step: a window's time before its arm ran
+    device: str = "cpu"
+    left_out: dict[str, Worth] = field(default_factory=dict)  # arm -> its predicted cost: not started, it did not fit
+    cut: int = 0  # windows planned but not run: the time budget ended first
+
+    def fit(self, windows: list[Window], time_left_s: float | None) -> list[Window]:
+        """The longest run of `windows` from the first that fits `time_left_s` and ends on a baseline
+        window with an arm's window in it ([]: not even that); the rest is counted as cut."""
+        if time_left_s is None or not windows:
+            return windows
+        step_s, compile_s = self.median_steps(), self.compile_s()
+        used, fitted = 0.0, 0
+        for k, window in enumerate(windows):  # each at its arm's median step so far, else as predicted
+            used += self.window_s(window, step_s, compile_s)
+            if used > time_left_s:
+                break
+            if window.arm == BASELINE and any(w.arm != BASELINE for w in windows[:k]):
+                fitted = k + 1
+        self.cut += len(windows) - fitted
+        return windows[:fitted]
+
+    def window_s(self, window: Window, medians: dict[str, float | None], compile_s: float | None) -> float:
+        """A window's predicted seconds: its steps at its arm's median step so far; an arm not yet
+        run at the step its rule expects (:mod:`.worth`), its compilation included (`compile_s`: the
+        run's measured one, :meth:`compile_s`)."""
+        step = medians.get(window.arm)
+        base = medians.get(BASELINE) or self.step_s or 0.0
+        arm = self.arms.get(window.arm)
+        if step is not None or arm is None:
+            return (window.warmup + window.steps) * (step or base)
+        if arm.candidate.finding_index is None:  # the stack: no rule's estimate, its compilation alone
+            return (window.warmup + window.steps) * base + compile_seconds(window.overrides, self.device, compile_s)
+        return worth(arm.candidate.finding(self.findings), window.overrides, steps=window.steps, warmup=window.warmup,
+                     base_steps=0, step_s=base, device=self.device, measured_compile_s=compile_s,
+                     per_baseline=ARMS_PER_BASELINE).seconds
+
+    def median_steps(self) -> dict[str, float | None]:
+        """Each arm's median timed step over the rounds measured so far."""
+        frames: dict[str, list[pd.DataFrame]] = {}
+        for r in self.results.values():
+            for line in r.windows:
+                if line.window in r.steps and len(r.steps[line.window]):
+                    frames.setdefault(line.arm, []).append(r.steps[line.window])
+        return {arm: steptime.median_step(pd.concat(parts)) for arm, parts in frames.items()}
+
+    def worth_of(self, arm: str) -> Worth:
+        """What `arm` is expected to gain, and to cost in seconds (:mod:`.worth`)."""
+        point = self.arms[arm].point.overrides
+        return worth(self.arms[arm].candidate.finding(self.findings), point, steps=self.steps(arm),
+                     warmup=self.warmup(point), base_steps=self.steps(BASELINE) + self.warmup({}),
+                     step_s=self.step_s or 0.0, device=self.device, measured_compile_s=self.compile_s(),
+                     per_baseline=ARMS_PER_BASELINE)
+
+    def choose(self, time_left_s: float | None) -> list[str]:
+        """Round 0's arms, the most expected gain per second of measuring first; with a time budget,
+        those whose predicted cost fits what is left (an arm predicted to outlast it is not started:
+        :attr:`left_out` names it with its cost). Without one, every arm, in that order."""
+        worths = {a: self.worth_of(a) for a, arm in self.arms.items() if arm.role is not Role.STACK}
+        order = sorted(worths, key=lambda a: -worths[a].density)
+        if time_left_s is None:
+            return order
+        used = (self.steps(BASELINE) + self.warmup({})) * (self.step_s or 0.0)  # the first baseline window
+        kept = []
+        for arm in order:
+            if used + worths[arm].seconds <= time_left_s:
+                kept.append(arm)
+                used += worths[arm].seconds
+            else:
+                self.left_out[arm] = worths[arm]
+        return kept
+
+    def compile_s(self) -> float | None:
+        """The longest compilation this run measured (an arm's switch cost), None before the first."""
+        spent = [line.switch_s for r in self.results.values() for line in r.windows
+                 if line.arm in self.arms and vocabulary.one_off(line.overrides) and line.switch_s]
+        return max(spent) if spent else None
+
+    def costs(self) -> list[dict]:
+        """Where the arms' time went: per arm (the baseline one of them), its windows, timed steps,
+        seconds in all (timed, untimed and switching) and the switching's share (a compilation, a
+        loader's rebuild), report.json's `experiments.arms`."""
+        out: dict[str, dict] = {}
+        for result in self.results.values():
+            for line in result.windows:
+                frame = result.steps.get(line.window)
+                timed = float(steptime.durations(frame).sum()) if frame is not None and len(frame) else 0.0
+                label = self.arms[line.arm].point.label if line.arm in self.arms else line.arm
+                row = out.setdefault(line.arm, {"arm": label, "windows": 0, "steps": 0, "seconds": 0.0, "switch_s": 0.0})
+                row["windows"] += 1
+                row["steps"] += len(frame) if frame is not None else 0
+                row["switch_s"] += line.switch_s
+                row["seconds"] += timed + result.warm_s.get(line.window, 0.0) + line.switch_s
+        return sorted(out.values(), key=lambda r: -r["seconds"])
+
+    def left_out_fixes(self) -> list[tuple[Finding, Worth]]:
+        """The fixes none of whose values was started, each with its cheapest value's predicted cost."""
+        by_finding: dict[int, list[tuple[str, Worth]]] = {}
+        for arm, cost in self.left_out.items():
+            index = self.arms[arm].candidate.finding_index
+            if index is not None:
+                by_finding.setdefault(index, []).append((arm, cost))
+        started = {a.candidate.finding_index for arm, a in self.arms.items() if arm not in self.left_out}
+        return [(self.findings[i], min((c for _, c in arms), key=lambda c: c.seconds))
+                for i, arms in by_finding.items() if i not in started]
+
+    def left_out_why(self, arm: str) -> str | None:
+        """Why `arm` was never started: its predicted cost did not fit the time budget left."""
+        if arm not in self.left_out:
+            return None
+        cost = self.left_out[arm]
+        compiling = f", {cost.compile_s:.0f} s of it compiling" if cost.compile_s else ""
+        return (f"not started: predicted to take {cost.seconds:.0f} s{compiling}, more than the time budget "
+                "had left once the fixes expected to gain more per second were planned")
