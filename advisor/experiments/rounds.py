@@ -29,18 +29,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 
 from .. import overrides as vocabulary
 from ..overrides.cores import cores_per_rank
 from ..analysis import steptime
 from ..model import Experiment, Finding, Recommendation, Verdict
-from ..run_dir.protocol import ArmLine, Window
-from . import judge, recompiles
+from ..run_dir.protocol import Window
+from . import judge
 from .arms import Arm, Outcome, Role, RoundResult, Unmeasured
 from .plan import BASELINE, Candidate, candidates_from, expected_speedup, interleave, plan_windows, sweep_points
 from .sizing import MIN_WINDOW_STEPS, WindowSizing
+from .reading import Reading
 from .spend import Spend
 from .worth import Worth
 
@@ -91,6 +92,7 @@ class Rounds:
     _planned: dict[int, int] = field(default_factory=dict)  # round -> its windows
     out_of_time: bool = False  # the time budget ended the rounds
     _spend: Spend | None = None
+    _reading: Reading | None = None
 
     @property
     def sizing(self) -> WindowSizing:
@@ -106,6 +108,15 @@ class Rounds:
             raise RuntimeError("the rounds have not started")
         return self._spend
 
+    def outcome(self, results: list[RoundResult], arm: str) -> Outcome:
+        """`arm`'s result over its windows in `results`, or why there is none (:mod:`.reading`)."""
+        return self._read().outcome(results, arm)
+
+    def _read(self) -> Reading:
+        if self._reading is None:
+            raise RuntimeError("the rounds have not started")
+        return self._reading
+
     @property
     def left_out(self) -> dict[str, Worth]:
         return self._spend.left_out if self._spend is not None else {}
@@ -117,6 +128,8 @@ class Rounds:
         self.findings = findings
         self.by_samples = judge.by_samples(profile.steps)
         self._sizing = WindowSizing.of(self.window_steps, profile.steps, profile.observed)
+        self._reading = Reading(self.run_dir, self.arms, self.results, self.by_samples, self.sizing.workers == 0,
+                                lambda arm: self.spend.left_out_why(arm))
         self._spend = Spend(self.arms, self.findings, self.results, self._steps, self.sizing.warmup,
                             steptime.median_step(profile.steps), str(profile.env.device or "cpu"))
         windows = self._fixes_round(profile, time_left_s)
@@ -301,32 +314,6 @@ class Rounds:
         elif self.kind is RoundKind.STACK:
             self._judge_stack(final=final)
 
-    def outcome(self, results: list[RoundResult], arm: str) -> Outcome:
-        """`arm`'s result over its windows in `results` (each pass between its own baselines, pooled
-        by :func:`judge.pool`), or why there is none. Its one-off switch cost (a compilation) counts
-        every round's."""
-        lines = _arm_lines(results, arm)
-        if refused := [line for line in lines if line.not_switchable]:
-            return Unmeasured(next(iter(refused[0].reasons.values()), "it could not be switched in the running script"),
-                              switchable=False)
-        passes = [p for result in results for p in result.pairs(arm, self.run_dir)]
-        busy = not passes and any(line.window in r.busy for r in results for line in r.windows if line.arm == arm)
-        if busy:  # no quiet window: its figures from the busy ones, never verified
-            passes = [p for result in results for p in result.pairs(arm, self.run_dir, busy_too=True)]
-        if not passes:
-            return Unmeasured(self.spend.left_out_why(arm) or "the run ended before its windows")
-        pooled = judge.pool(passes, by_samples=self.by_samples, check_loss=self.arms[arm].candidate.changes_numerics,
-                            measured_by="in-process", loads_in_process=self.sizing.workers == 0)
-        if busy:
-            pooled.verified = False
-            pooled.verdict = Verdict.NOT_CONFIRMED if pooled.verdict is Verdict.FASTER else pooled.verdict
-            pooled.reason = "every window of it ran while other processes used the CPU: run again on a quiet machine to verify"
-        every = _arm_lines(self.results.values(), arm) or lines
-        pooled.switch_s = sum(line.switch_s for line in every) or None
-        pooled.payoff_steps = judge.payoff_steps(pooled)
-        pooled.recompiles = recompiles.summary(every)
-        return pooled
-
     def _judge_screens(self, result: RoundResult) -> None:
         """Each screened arm's one short window: an arm whose interval's high end reaches the
         screening margin (a short window is noisy: only a fix shown not to gain that much stops
@@ -371,7 +358,7 @@ class Rounds:
             finding = candidate.finding(self.findings)
             budget = judge.usable_budget(finding.evidence)
             values = [(point, exp) for _, point, exp in tried]
-            best, tied = self._sweep_winner(results, tried, budget)
+            best, tied = self._read().sweep_winner(results, tried, budget)
             if not final and (not judge.settled(best) or tied):
                 again += [arm for arm, _, _ in tried]
                 continue
@@ -392,32 +379,6 @@ class Rounds:
     def _arm_of(self, point: Candidate) -> str | None:
         return next((a for a, arm in self.arms.items() if arm.point is point), None)
 
-    def _sweep_winner(self, results: list[RoundResult], tried: list[tuple[str, Candidate, Experiment]],
-                      budget: float | None) -> tuple[Experiment, str | None]:
-        """A sweep's value to report, picked honestly: the best of several noisy estimates is biased
-        up (a loader's 8 workers read 3.46x in one run, 2.32x by hand, where 4 gave 3.40x), so the
-        leader is held head to head against every other verified value (their windows compared
-        directly, :func:`judge.head_to_head`). The values it cannot be told apart from tie with it,
-        and the cheapest of them (the first in the ladder's order: fewer workers, a smaller batch,
-        TF32 before bf16) is reported, with a line saying so (the second item)."""
-        values = [(point, exp) for _, point, exp in tried]
-        point, best = judge.sweep_winner(values, budget)
-        if budget or not best.verified:
-            return best, None
-        lead = next(arm for arm, p, _ in tried if p is point)
-        rivals = [(arm, p, e) for arm, p, e in tried if e.verified and p is not point]
-        windows = lambda arm: [m for r in results for _, cands in r.pairs(arm, self.run_dir) for m in cands]  # noqa: E731
-        bases = judge.distinct([m for r in results for around, _ in r.pairs(lead, self.run_dir) for m in around])
-        tied = [(arm, p, e) for arm, p, e in rivals
-                if not judge.head_to_head(windows(lead), windows(arm), bases, by_samples=self.by_samples)]
-        if not tied:
-            return best, None
-        order = [p for _, p, _ in tried]
-        cheapest = min([(lead, point, best), *tied], key=lambda t: order.index(t[1]))
-        said = ", ".join(f"{_short(p)} {e.speedup:.2f}x" for _, p, e in [(lead, point, best), *tied])
-        return cheapest[2], (f"{self.arms[lead].candidate.label}: its best values could not be told apart head to head "
-                             f"({said}); the cheapest, {_short(cheapest[1])}, is recommended")
-
     def _judge_stack(self, *, final: bool) -> None:
         """The stack's passes so far: recommended once one pass settles it, or after the second."""
         rounds = [self.results[r] for r, k in sorted(self._kinds.items()) if k is RoundKind.STACK and r in self.results]
@@ -437,14 +398,3 @@ class Rounds:
         """Every in-process result the report will show: the findings' experiments and the recommendation."""
         return [f.experiment for f in self.findings if f.experiment is not None] + \
             ([self.recommended] if self.recommended is not None else [])
-
-
-def _short(point: Candidate) -> str:
-    """A sweep value in a few words: what its label's brackets say (`num_workers=4`)."""
-    return point.label.rsplit(" (", 1)[-1].rstrip(")") if point.label.endswith(")") else point.label
-
-
-def _arm_lines(results: Iterable[RoundResult], arm: str) -> list[ArmLine]:
-    """The child's lines of `arm`'s windows in these rounds."""
-    return [line for result in results for line in result.windows if line.arm == arm]
-
