@@ -21,7 +21,8 @@ expected gain per predicted second first and those predicted not to fit the budg
 (:mod:`.worth`); CONFIRM the reverse pass (B P3 B P2 P1 B, so a drift weighs on both sides alike)
 for the fixes the first left undecided (:func:`judge.settled`, or a sweep whose leader a rival
 ties head to head), the screens that looked faster in full, then the undecided larger batches;
-STACK the winners together. Every verdict comes from :mod:`advisor.experiments.judge`.
+STACK the winners together. Each round is judged by :mod:`.verdicts`, every verdict from
+:mod:`advisor.experiments.judge`.
 """
 
 from __future__ import annotations
@@ -38,19 +39,17 @@ from ..analysis import steptime
 from ..model import Experiment, Finding, Recommendation, Verdict
 from ..run_dir.protocol import Window
 from . import judge
-from .arms import Arm, Outcome, Role, RoundResult, Unmeasured
+from .arms import Arm, Outcome, Role, RoundResult
 from .plan import BASELINE, Candidate, candidates_from, expected_speedup, interleave, plan_windows, sweep_points
 from .sizing import MIN_WINDOW_STEPS, WindowSizing
 from .reading import Reading
 from .spend import Spend
+from .verdicts import Verdicts
 from .worth import Worth
 
 if TYPE_CHECKING:
     from advisor.profile import Profile
 
-SCREEN_MARGIN = 0.05  # a screened fix whose one window may be this much faster is measured in full ...
-SCREEN_LEAN = 1.02    # ... and that leans that way (its point estimate at least this): a 0.99x window whose
-                      # interval reaches 1.05 only by its noise cost a full round for nothing (a starved loop's bf16)
 LARGE_EFFECT = 3     # every rule's fix expected at least this much faster: windows of half the steps
                     # (a 3x effect is resolved by 5 slow steps; the fast arm windows scale with it)
 STACKED = "stacked"
@@ -76,7 +75,6 @@ class Rounds:
     io_like: bool = False  # the window's steps wait on loading, not on compute
     findings: list[Finding] = field(default_factory=list)
     fresh: list[Candidate] = field(default_factory=list)  # fixes left to fresh-run experiments
-    recommended: Recommendation | None = None
     notes: list[str] = field(default_factory=list)
     round: int = -1
     results: dict[int, RoundResult] = field(default_factory=dict)  # round -> what the child measured in it
@@ -84,15 +82,11 @@ class Rounds:
     arms: dict[str, Arm] = field(default_factory=dict)  # arm id -> what it measures
     _kinds: dict[int, RoundKind] = field(default_factory=dict)  # round -> what it measures
     _sizing: WindowSizing | None = None
-    _winners: list[tuple[Candidate, Experiment]] = field(default_factory=list)
-    _fit_budget: int | None = None  # the run was over this budget: the fastest fix that fits joined the winners
-    _again: list[str] = field(default_factory=list)  # arms of fixes their first pass left undecided
-    _screened: dict[str, Experiment] = field(default_factory=dict)  # screened arm -> its one window's result
-    _promoted: list[str] = field(default_factory=list)  # screened arms to measure in full
     _planned: dict[int, int] = field(default_factory=dict)  # round -> its windows
     out_of_time: bool = False  # the time budget ended the rounds
     _spend: Spend | None = None
     _reading: Reading | None = None
+    _verdicts: Verdicts | None = None
 
     @property
     def sizing(self) -> WindowSizing:
@@ -108,14 +102,23 @@ class Rounds:
             raise RuntimeError("the rounds have not started")
         return self._spend
 
+    @property
+    def verdicts(self) -> Verdicts:
+        """What the rounds' windows decided so far (:mod:`.verdicts`), from :meth:`start` on."""
+        if self._verdicts is None:
+            raise RuntimeError("the rounds have not started")
+        return self._verdicts
+
+    @property
+    def recommended(self) -> Recommendation | None:
+        """The recommendation, once the winners are settled."""
+        return self._verdicts.recommended if self._verdicts is not None else None
+
     def outcome(self, results: list[RoundResult], arm: str) -> Outcome:
         """`arm`'s result over its windows in `results`, or why there is none (:mod:`.reading`)."""
-        return self._read().outcome(results, arm)
-
-    def _read(self) -> Reading:
         if self._reading is None:
             raise RuntimeError("the rounds have not started")
-        return self._reading
+        return self._reading.outcome(results, arm)
 
     @property
     def left_out(self) -> dict[str, Worth]:
@@ -132,6 +135,7 @@ class Rounds:
                                 lambda arm: self.spend.left_out_why(arm))
         self._spend = Spend(self.arms, self.findings, self.results, self._steps, self.sizing.warmup,
                             steptime.median_step(profile.steps), str(profile.env.device or "cpu"))
+        self._verdicts = Verdicts(self.arms, self.findings, self.fresh, self.notes, self._reading, self._spend)
         windows = self._fixes_round(profile, time_left_s)
         fitted = self.spend.fit(windows, time_left_s)
         if windows and not fitted:
@@ -154,43 +158,23 @@ class Rounds:
         """The run ended inside the current round (`result`: what it measured of it; `out_of_time`:
         the time budget ended it): judge it on that, and say of every fix still unjudged why."""
         self.out_of_time = self.out_of_time or out_of_time
+        if (verdicts := self._verdicts) is None:  # the rounds never started
+            return
         ended = "the time budget ended" if self.out_of_time else "the run ended"
         if self.running and self.round not in self.results and result is not None:
             self.spend.cut += max(0, self._planned.get(self.round, 0) - len(result.windows))
             self.results[self.round] = result
             self._judge_round(final=True)
-        if self.recommended is None and self._winners and self.kind in (RoundKind.FIXES, RoundKind.CONFIRM):
-            self._recommend_unstacked(ended)
-        for arm in self._promoted:  # promoted, but the run ended before they were measured in full
-            finding = self.arms[arm].candidate.finding(self.findings)
-            if finding.experiment is None and arm in self._screened:
-                exp = self._screened[arm]
-                exp.verified, exp.verdict = False, Verdict.NOT_CONFIRMED
-                exp.reason = f"screened in one short window; {ended} before it was measured in full"
-                finding.experiment = exp
-        for candidate in self._candidates():
-            finding = candidate.finding(self.findings)
-            if finding.experiment is None and candidate not in self.fresh:
-                arms = [a for a, arm in self.arms.items() if arm.candidate is candidate]
-                why = self.spend.left_out_why(arms[0]) if arms and all(a in self.left_out for a in arms) else None
-                finding.experiment = Experiment.not_measured(why or f"{ended} before this fix was measured")
-
-    def _recommend_unstacked(self, ended: str) -> None:
-        """The recommendation from the winners, their stack unmeasured because `ended` first."""
-        self.recommended = judge.recommend(self._winners, None if len(self._winners) < 2 else
-                                           f"was not measured ({ended} first)", budget=self._fit_budget, notes=self.notes)
-
-    def _candidates(self) -> list[Candidate]:
-        """The fixes the arms measure, one per finding."""
-        return list({a.candidate.finding_index: a.candidate for a in self.arms.values()
-                     if a.candidate.finding_index is not None}.values())
+        if verdicts.recommended is None and verdicts.winners and self.kind in (RoundKind.FIXES, RoundKind.CONFIRM):
+            verdicts.recommend_unstacked(ended)
+        verdicts.unjudged(ended)
 
     def budget_note(self, budget_s: float) -> str | None:
         """What the time budget left out, in one line (None: it left nothing out)."""
         if not self.out_of_time:
             return None
         run = sum(len(r.windows) for r in self.results.values())
-        left = [f.fix.title for f in (c.finding(self.findings) for c in self._candidates())
+        left = [f.fix.title for f in (c.finding(self.findings) for c in self.verdicts.candidates())
                 if f.experiment is not None and f.experiment.verdict is Verdict.NOT_MEASURED]
         return (f"the time budget ({budget_s:.0f} s) ended the experiments after {run} of {run + self.spend.cut} windows"
                 + (f"; not measured: {'; '.join(left)}" if left else "") + " (a longer --time-budget measures more)")
@@ -217,12 +201,13 @@ class Rounds:
     def _out_of_time(self, kind: RoundKind) -> None:
         """The next round does not fit: settle what the rounds so far measured, as a run that ended."""
         self.out_of_time = True
+        verdicts = self.verdicts
         if kind is RoundKind.CONFIRM:  # the fixes the first pass left undecided: settled on it alone
-            self._judge_fixes([self.results[0]], self._again)
+            verdicts.fixes([self.results[0]], verdicts.again, out_of_time=True)
         elif kind is RoundKind.STACK and any(k is RoundKind.STACK for k in self._kinds.values()):
             self._judge_stack(final=True)
-        if self.recommended is None:
-            self._recommend_unstacked("the time budget ended")
+        if verdicts.recommended is None:
+            verdicts.recommend_unstacked("the time budget ended")
 
     def _next(self) -> tuple[RoundKind, list[Window]]:
         """The transition out of the round just judged."""
@@ -243,10 +228,10 @@ class Rounds:
             refusals = [vocabulary.live_loader_refusal(candidate.overrides, dl) for dl in loaders]
             refused = refusals[0] if refusals and all(refusals) else None
             if refused:  # every loader the script built refuses it (an arm would only say so)
-                self._to_fresh(candidate, refused)
+                self.verdicts.to_fresh(candidate, refused)
                 continue
             if why := vocabulary.fresh_only(candidate.overrides):  # no live process can switch it
-                self._to_fresh(candidate, why)
+                self.verdicts.to_fresh(candidate, why)
                 continue
             if vocabulary.changes_batch(candidate.overrides) and not self.by_samples:
                 finding.experiment = Experiment.not_measured("the batch size is unknown, so samples/s cannot be compared")
@@ -271,9 +256,10 @@ class Rounds:
         """The reverse pass of the undecided fixes, the promoted screens in two passes, then the
         larger batches, smallest first, each twice: an out-of-memory error ends the child's arms,
         so it may only cost the values larger than the one that ran out."""
-        again = [(a, self.arms[a].point.overrides) for a in reversed(self._again) if self.arms[a].role is not Role.LADDER]
-        larger = [(a, self.arms[a].point.overrides) for a in self._again if self.arms[a].role is Role.LADDER]
-        promoted = [(a, self.arms[a].point.overrides) for a in self._promoted]
+        verdicts = self.verdicts
+        again = [(a, self.arms[a].point.overrides) for a in reversed(verdicts.again) if self.arms[a].role is not Role.LADDER]
+        larger = [(a, self.arms[a].point.overrides) for a in verdicts.again if self.arms[a].role is Role.LADDER]
+        promoted = [(a, self.arms[a].point.overrides) for a in verdicts.promoted]
         windows: list[Window] = []
         for part in (plan_windows(again, [], self.sizing.warmup, self._steps, passes=1),
                      interleave(promoted, self.sizing.warmup, self._steps) if promoted else [],
@@ -282,12 +268,13 @@ class Rounds:
         return windows
 
     def _stack_round(self) -> list[Window]:
-        if len(self._winners) < 2:
-            self.recommended = judge.recommend(self._winners, None, budget=self._fit_budget, notes=self.notes)
+        winners = self.verdicts.winners
+        if len(winners) < 2:
+            self.verdicts.recommend(None)
             return []
-        stacked = judge.stacked_candidate(self._winners)
+        stacked = judge.stacked_candidate(winners)
         self.arms[STACKED] = Arm(stacked, stacked, Role.STACK)
-        self.sizing.lengths[STACKED] = max(1, min(8, round(max((e.speedup or 1.0) for _, e in self._winners))))
+        self.sizing.lengths[STACKED] = max(1, min(8, round(max((e.speedup or 1.0) for _, e in winners))))
         return self._windows([(STACKED, stacked.overrides)])
 
     def _windows(self, arms: list[tuple[str, dict]]) -> list[Window]:
@@ -304,95 +291,20 @@ class Rounds:
     def _judge_round(self, *, final: bool) -> None:
         """Judge what the current round measured. `final`: the run ended in it, so a fix its first
         pass left undecided is settled on that pass alone."""
-        this = self.results[self.round]
+        this, verdicts, out_of_time = self.results[self.round], self.verdicts, self.out_of_time
         if self.kind is RoundKind.FIXES:
-            self._again = self._judge_fixes([this], [a for a, _ in self._of(Role.FIX) + self._of(Role.LADDER)], final=final)
-            self._judge_screens(this)
-        elif self.kind is RoundKind.CONFIRM:
-            self._judge_fixes([self.results[0], this], self._again)  # round 0 measured their first pass
-            self._judge_fixes([this], self._promoted)
+            verdicts.again = verdicts.fixes([this], [a for a, _ in self._of(Role.FIX) + self._of(Role.LADDER)],
+                                            out_of_time=out_of_time, final=final)
+            verdicts.screens(this)
+        elif self.kind is RoundKind.CONFIRM:  # round 0 measured their first pass
+            verdicts.fixes([self.results[0], this], verdicts.again, out_of_time=out_of_time)
+            verdicts.fixes([this], verdicts.promoted, out_of_time=out_of_time)
         elif self.kind is RoundKind.STACK:
             self._judge_stack(final=final)
 
-    def _judge_screens(self, result: RoundResult) -> None:
-        """Each screened arm's one short window: an arm whose interval's high end reaches the
-        screening margin (a short window is noisy: only a fix shown not to gain that much stops
-        here) is promoted, to be measured in full; the rest keep this window's result."""
-        for arm, _ in self._of(Role.SCREEN):
-            exp = self.outcome([result], arm)
-            if not isinstance(exp, Experiment):
-                continue
-            self._screened[arm] = exp
-            high = exp.ci_high if exp.ci_high is not None else exp.speedup or 0
-            lean = (exp.speedup or 0.0) >= SCREEN_LEAN
-            if high >= 1 + SCREEN_MARGIN and lean and (exp.loss_check is None or exp.loss_check.get("passed") is not False):
-                self._promoted.append(arm)
-                continue
-            exp.verified = False
-            exp.verdict = Verdict.SLOWER if exp.ci_high is not None and exp.ci_high < 1 else Verdict.NO_CHANGE
-            self.arms[arm].candidate.finding(self.findings).experiment = exp
-
-    def _judge_fixes(self, results: list[RoundResult], arms: list[str], *, final: bool = True) -> list[str]:
-        """Judge `arms` and settle each fix on its best value (:func:`judge.sweep_winner`).
-        `final=False`: a fix whose best value the first pass did not settle (:func:`judge.settled`)
-        is left for a second; its arms are returned."""
-        fitting: list[tuple[Candidate, Experiment, int]] = []  # memory fixes that bring an over-budget run within it
-        by_candidate: dict[int | None, list[tuple[str, Candidate, Experiment]]] = {}
-        untried: dict[int | None, list[tuple[Candidate, str]]] = {}  # a sweep's values the run ended before, and why
-        for arm in arms:
-            candidate, point = self.arms[arm].candidate, self.arms[arm].point
-            exp = self.outcome(results, arm)
-            if isinstance(exp, Unmeasured):
-                if not exp.switchable:
-                    self._to_fresh(candidate, exp.why)
-                else:
-                    why = exp.why if arm in self.left_out or not self.out_of_time else "the time budget ended before it was measured"
-                    untried.setdefault(candidate.finding_index, []).append((point, why))
-                continue
-            by_candidate.setdefault(candidate.finding_index, []).append((arm, point, exp))
-        again: list[str] = []
-        for tried in by_candidate.values():
-            candidate = self.arms[tried[0][0]].candidate
-            if candidate in self.fresh:
-                continue  # one of its values could not be switched: the fresh runs measure it whole
-            finding = candidate.finding(self.findings)
-            budget = judge.usable_budget(finding.evidence)
-            values = [(point, exp) for _, point, exp in tried]
-            best, tied = self._read().sweep_winner(results, tried, budget)
-            if not final and (not judge.settled(best) or tied):
-                again += [arm for arm, _, _ in tried]
-                continue
-            rows = judge.sweep_rows(values, untried.get(candidate.finding_index, []), budget)
-            best.sweep = rows if len(rows) > 1 else None
-            if tied:
-                self.notes.append(tied)
-            judge.settle(finding, candidate, best, budget, self._winners, fitting)
-        for index, points in untried.items():  # every value of a fix left out: not measured, and why
-            left = self.findings[index] if index is not None else None
-            if left is not None and index not in by_candidate and left.experiment is None and \
-                    all(self._arm_of(p) in self.left_out for p, _ in points):
-                left.experiment = Experiment.not_measured(points[0][1])
-        if fitting or self._fit_budget is None:
-            self._winners, self._fit_budget = judge.with_fastest_fit(self._winners, fitting)
-        return again
-
-    def _arm_of(self, point: Candidate) -> str | None:
-        return next((a for a, arm in self.arms.items() if arm.point is point), None)
-
     def _judge_stack(self, *, final: bool) -> None:
-        """The stack's passes so far: recommended once one pass settles it, or after the second."""
         rounds = [self.results[r] for r, k in sorted(self._kinds.items()) if k is RoundKind.STACK and r in self.results]
-        exp = self.outcome(rounds, STACKED)
-        if isinstance(exp, Experiment) and not final and len(rounds) < 2 and not judge.settled(exp):
-            return  # a second pass follows
-        stacked = "could not be measured in-process" if isinstance(exp, Unmeasured) else exp
-        self.recommended = judge.recommend(self._winners, stacked, budget=self._fit_budget, notes=self.notes)
-
-    def _to_fresh(self, candidate: Candidate, why: str) -> None:
-        """Leave `candidate` to fresh runs of the script, saying why once (the child's reason)."""
-        if candidate not in self.fresh:
-            self.fresh.append(candidate)
-            self.notes.append(f"{candidate.label} is measured in fresh runs of the script, not inside this run: {why}")
+        self.verdicts.stack(rounds, STACKED, final=final)
 
     def claims(self) -> list:
         """Every in-process result the report will show: the findings' experiments and the recommendation."""
