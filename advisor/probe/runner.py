@@ -31,12 +31,11 @@ from advisor.run_dir.protocol import (ArmStepLine, ChildAccount, ChildConfig, Li
 from .config import ProbeConfig, auto_arms_budget
 from .job_shapes import job_shape, lines_of, write_steps_csv
 from .sampler import Sampler
+from .stops import BUDGET_GRACE_S, GRACE_S, Stops
 from .tree import ProcessTree
 
-GRACE_S = 10.0  # after SIGINT, how long the child may take to export its trace
 ATEXIT_S = 5.0  # how long the script's atexit handlers may run once it was stopped (inside GRACE_S)
 HELPERS_GRACE_S = 5.0  # processes that escaped the script's group: SIGTERM, then SIGKILL after this
-BUDGET_GRACE_S = 10.0  # the arms' time budget ended: how long the child may take to reach a step boundary
 
 
 class Progress(Protocol):
@@ -97,7 +96,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
 
 class ProbeSession:
     """One probed run, seen from the parent: the child, its sampler and process tree, the step
-    lines read as they arrive, the arms' rounds, and the stop, timeout and signal handling."""
+    lines read as they arrive, the arms' rounds, and its stops (:mod:`.stops`)."""
 
     def __init__(self, config: ProbeConfig, progress: Progress | None, stop: StopRequest | None,
                  on_window_done: Callable[[int, list[str], RankLines], None] | None,
@@ -109,15 +108,11 @@ class ProbeSession:
         self.shape = job_shape(config, self.out)
         self.cfg_path = self.out.resolve() / f".probe-config{rank_suffix()}.json"
         self.notes: list[str] = []
-        self.timed_out = self.interrupted = False
-        self.budget_at: float | None = None  # the arms' time budget ends then (set at the window's end)
-        self.budget_ended_at: float | None = None  # ... and did: the child was asked to stop
-        self.signum: int | None = None
+        self.stops = Stops(stop, self._signal, self._ask_ranks_to_stop, self.notes)
         self.escaped = 0
         self.lines = lines_of(self.out, self.shape.names)  # the watched rank's, as they arrive
         self.job = _JobArms(self.shape.suffix, self.shape.arm_ranks())
         self.next_round: int | None = None
-        self.stop_sent_at: float | None = None
 
     def run(self) -> ProbeRun:
         self._prepare()
@@ -166,7 +161,7 @@ class ProbeSession:
         self.giving_up.__enter__()
         self.sampler = Sampler(self.child.pid, interval_s=self.config.sample_interval_s)
         self.sampler.start()
-        self.deadline = self.started + self.config.timeout_s
+        self.stops.deadline = self.started + self.config.timeout_s
 
     def _kill_everything(self) -> None:  # advise gives up (a third signal): nothing of the script may outlive it
         self._signal(signal.SIGKILL)
@@ -187,15 +182,10 @@ class ProbeSession:
                 if rc is not None:
                     break
                 self.tree.poll()
-                self._enforce(time.monotonic())
+                self.stops.enforce(time.monotonic())
                 time.sleep(0.05)
             except KeyboardInterrupt:
-                if self.interrupted:  # a second Ctrl-C: stop waiting for a clean exit
-                    self._signal(signal.SIGKILL)
-                else:
-                    self.interrupted, self.signum = True, self.signum or signal.SIGINT
-                    self.stop_sent_at = time.monotonic()
-                    self._signal(signal.SIGINT)
+                self.stops.ctrl_c(time.monotonic())
 
     def _read(self) -> list[Line]:
         """The new step lines of the watched rank, each acted on."""
@@ -226,8 +216,7 @@ class ProbeSession:
             # other ranks are stopped by its leader, whose own way there may have been a little longer
             follower = self.link is not None and not self.link.leader
             self.config.arms_budget_s = auto_arms_budget(now - self.started) + (2 * BUDGET_GRACE_S if follower else 0.0)
-        self.budget_at = now + self.config.arms_budget_s
-        self.deadline = float("inf")  # from here on the arms' budget bounds the run, not --timeout
+        self.stops.arms_budget(now + self.config.arms_budget_s)
         # the parent's rules read the window as a run dir: its steps and samples so far
         names = self.shape.names
         probe_now = read_account(self.out / names.probe_json)
@@ -250,17 +239,15 @@ class ProbeSession:
                 self.sampler.write_csv(out / names.samples_csv)
             self.on_window_done(self.next_round, job.suffixes, self.lines)
             self.next_round = None
-        if job.failed and (job.others or link) and self.stop_sent_at is None:
+        if job.failed and (job.others or link) and self.stops.sent_at is None:
             # one rank's arm raised (out of memory, say): the others would wait for it in a collective
             self.notes.append(f"the in-process experiments ended early, {job.failed}; the other ranks were stopped")
             self._ask_ranks_to_stop()
-            self.stop_sent_at = time.monotonic()
-            self._signal(signal.SIGINT)
-        if link is not None and link.stop_asked and self.stop_sent_at is None:  # rank 0 stopped the job's arms
+            self.stops.politely(time.monotonic())
+        if link is not None and link.stop_asked and self.stops.sent_at is None:  # rank 0 stopped the job's arms
             job.failed = "rank 0 stopped the job's arms"
             (out / names.stop).touch()
-            self.stop_sent_at = time.monotonic()
-            self._signal(signal.SIGINT)
+            self.stops.politely(time.monotonic())
 
     def _show(self, lines: list[Line]) -> None:
         steps = [x for x in lines if isinstance(x, StepLine)]
@@ -271,24 +258,6 @@ class ProbeSession:
             else:
                 self.progress.update("warmup", last.index + last.warmup + 1, last.warmup)
 
-    def _enforce(self, now: float) -> None:
-        """advise's stop signals, the deadline and the grace period after a polite stop."""
-        stop = self.stop
-        if stop and not self.interrupted:  # advise was asked to stop: stop the script as Ctrl-C would
-            self.interrupted, self.signum = True, stop.signum
-            self.stop_sent_at = self.stop_sent_at or now
-            self._signal(signal.SIGINT)
-        if stop is not None and stop.hurry:
-            self._signal(signal.SIGKILL)
-        elif self.stop_sent_at is None and now >= self.deadline:
-            self.timed_out = True
-            self.stop_sent_at = now
-            self._signal(signal.SIGINT)
-        elif self.stop_sent_at is None and self.budget_at is not None and now >= self.budget_at:
-            self._end_budget(now)
-        elif self.stop_sent_at is not None and now - self.stop_sent_at > GRACE_S:
-            self._signal(signal.SIGKILL)
-
     def _ask_ranks_to_stop(self) -> None:
         """Every rank's stop file (the child stops at its next step boundary), and a job a launcher
         started told over its channel."""
@@ -296,19 +265,6 @@ class ProbeSession:
             (self.out / files.stop).touch()
         if self.link is not None:
             self.link.stop_job()
-
-    def _end_budget(self, now: float) -> None:
-        """The arms' time budget is over: every rank is asked to stop at its next step boundary (the
-        window it is in is left out); one that has not within BUDGET_GRACE_S is stopped as Ctrl-C
-        would. Either way the run ends ok: the budget did what it was asked."""
-        if self.budget_ended_at is None:
-            self.budget_ended_at = now
-            self._ask_ranks_to_stop()
-        elif now - self.budget_ended_at > BUDGET_GRACE_S:
-            self.notes.append(f"the script did not reach a step boundary within {BUDGET_GRACE_S:g} s of the end of the "
-                              "time budget and was stopped")
-            self.stop_sent_at = now
-            self._signal(signal.SIGINT)
 
     # --- the end ---
 
@@ -318,7 +274,7 @@ class ProbeSession:
         if child.poll() is None:
             self._signal(signal.SIGKILL)
         child.wait()
-        self.shape.child_ended(self.interrupted or self.timed_out, GRACE_S)
+        self.shape.child_ended(self.stops.stopped, GRACE_S)
         self._signal(signal.SIGKILL)  # orphaned DataLoader workers share the group
         try:  # helpers outside the group (start_new_session=True) would outlive the run
             self.escaped = self.tree.end_escaped(HELPERS_GRACE_S, hurry=lambda: stop is not None and stop.hurry)
@@ -353,22 +309,22 @@ class ProbeSession:
 
         if self.link is not None:
             notes.extend(self.link.notes)
-        stopped = self.interrupted or self.timed_out
-        if self.job.failed and (self.job.others or self.link) and not stopped and len(measured) >= config.steps:
+        stops = self.stops
+        if self.job.failed and (self.job.others or self.link) and not stops.stopped and len(measured) >= config.steps:
             # the ranks were stopped after their window, by advise: the window and the arms measured stand
             probe.status, probe.error, probe.traceback = "done", None, None
             ranks = [dict(r, status="done", error=None, traceback=None) if r["status"] in ("interrupted", "died") else r
                      for r in ranks]
-        budget_ended = self.budget_ended_at is not None and not self.interrupted
+        budget_ended = stops.budget_ended
         if budget_ended and len(measured) >= config.steps:  # stopped by advise after its window: the window stands
             if probe.status in ("interrupted", None) or self.child.returncode:
                 probe.status, probe.error, probe.traceback = "done", None, None
             ranks = [dict(r, status="done", error=None, traceback=None) if r["status"] in ("interrupted", "died") else r
                      for r in ranks]
-        status = _status(probe, self.child.returncode, self.timed_out, self.interrupted, config.timeout_s, self.signum)
+        status = _status(probe, self.child.returncode, stops.timed_out, stops.interrupted, config.timeout_s, stops.signum)
         status = _first_failure(status, probe, ranks)
         return ProbeRun(status=status, exit_code=self.child.returncode, wall_s=wall_s, probe=probe, files=names,
-                        notes=notes, signal=self.signum if status == "interrupted" else None, escaped=self.escaped,
+                        notes=notes, signal=stops.signum if status == "interrupted" else None, escaped=self.escaped,
                         arms=lines, suffix=suffix, ranks=ranks, budget_ended=budget_ended)
 
 
