@@ -22,7 +22,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -46,7 +46,7 @@ class ConfigError(ValueError):
 class Settings:
     select: list[str] = field(default_factory=lambda: ["ALL"])
     ignore: list[str] = field(default_factory=list)
-    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule name -> {option: value}
+    options: dict[str, dict[str, object]] = field(default_factory=dict)  # rule name -> {option: value}
     source: str | None = None  # the file the settings came from
 
 

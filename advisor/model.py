@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
 from . import overrides as vocabulary
 from .framework import words as framework_words
@@ -142,7 +142,7 @@ class Fix:
             self.snippet = _snippet(self.overrides, framework)
 
     def to_dict(self) -> dict:
-        out: dict[str, Any] = {"title": self.title, "kind": self.kind.value, "applicability": self.applicability.value,
+        out: dict[str, object] = {"title": self.title, "kind": self.kind.value, "applicability": self.applicability.value,
                "snippet": self.snippet, "overrides": self.overrides}
         if self.proposed_overrides is not None:
             out["proposed_overrides"] = self.proposed_overrides

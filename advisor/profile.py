@@ -40,7 +40,7 @@ for the cross-rank rules; a single-rank run has ``ranks == []`` and a job of one
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Hashable, TypeVar
+from typing import Callable, Hashable, TypeVar
 from pathlib import Path
 
 import pandas as pd
@@ -173,15 +173,15 @@ class Profile:
     def has_gpu(self) -> bool:
         return self.device == "cuda" or (self.trace is not None and bool(self.trace.meta.get("has_gpu")))
 
-    def locations(self, category: str, **match: Any) -> list[SourceLocation]:
+    def locations(self, category: str, *, top: int = source_sites.TOP, **match: object) -> list[SourceLocation]:
         """Where in the user's code `category` (host-sync, matmul, h2d-copy, dataloader) happens:
-        sites whose fields equal `match`, most calls first; from the probe's sources.json, else
+        the `top` sites whose fields equal `match`, most calls first; from the probe's sources.json, else
         (no file, or a branch its warm-up step did not take) the trace's Python frames."""
-        found = source_sites.locations(self.sources, category, **match)
+        found = source_sites.locations(self.sources, category, top=top, **match)
         if not found and self.trace is not None:
             if self._trace_sources is None:
                 self._trace_sources = source_sites.from_trace(self.trace) or Sources()
-            found = source_sites.locations(self._trace_sources, category, **match)
+            found = source_sites.locations(self._trace_sources, category, top=top, **match)
         return found
 
     # constructors ------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import datetime as _dt
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping, Optional, Union
 
 import msgspec
 from msgspec import Meta
@@ -51,7 +51,7 @@ def build_report(
     findings: list[Finding] | None = None,
     recommended: Recommendation | None = None,
     warnings: list[str] | None = None,
-    artifacts: dict[str, Any] | None = None,
+    artifacts: Mapping[str, object] | None = None,
     notes: list[str] | None = None,
     wall_s: float | None = None,
     total_wall_s: float | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import typing
-from typing import Annotated, Any, ClassVar, Literal, Optional, TypeVar, Union
+from typing import Annotated, ClassVar, Literal, Optional, TypeVar, Union
 
 import msgspec
 from msgspec import Meta
@@ -341,7 +341,7 @@ class Published:
     """A field's type as report.json promises it, where the typed report reads the field more loosely
     (an open block kept as its dict, a status as any string): :mod:`advisor.schema` publishes this one."""
 
-    def __init__(self, kind: Any) -> None:
+    def __init__(self, kind: object) -> None:
         self.kind = kind
 
 
@@ -376,7 +376,7 @@ def _fields(cls: type[Block]) -> dict[str, tuple[Optional[type[Block]], bool]]:
     return {name: _block_in(kind) for name, kind in typing.get_type_hints(cls).items() if name in cls.__struct_fields__}
 
 
-def _block_in(kind: Any) -> tuple[Optional[type[Block]], bool]:
+def _block_in(kind: object) -> tuple[Optional[type[Block]], bool]:
     many = False
     while True:
         origin, args = typing.get_origin(kind), typing.get_args(kind)

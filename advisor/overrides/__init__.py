@@ -46,6 +46,7 @@ class Knob:
 
     key: str
     description: str
+    # a value's type is its key's (a dict, a dtype's name, a number), checked by `valid`: the callables take any
     valid: Callable[[Any], bool]
     snippet: Callable[[Any], str]
     said: Callable[[Any], str]  # the change in words, as a fix's title says a value that was measured
@@ -163,7 +164,7 @@ def compile_ladder(gpu: bool) -> list[dict]:
     return [{"compile": True}] + ([{"compile": mode} for mode in COMPILE_MODES] if gpu else [])
 
 
-def _present(key: str) -> Callable[[Any, dict], bool]:
+def _present(key: str) -> Callable[[object, dict], bool]:
     return lambda v, applied: applied.get(key) not in (None, False, [])
 
 
@@ -308,12 +309,12 @@ def not_applied(overrides: dict, applied: dict) -> list[str]:
             if key in VOCABULARY and not VOCABULARY[key].took_effect(value, applied or {})]
 
 
-def _said(loader: Any, name: str) -> Any:
+def _said(loader: object, name: str) -> object:
     """A field of a DataLoader's description: the account's (advisor.run_dir.seen.LoaderSeen), or the child's dict."""
     return loader.get(name) if isinstance(loader, dict) else getattr(loader, name, None)
 
 
-def unmirrorable(loader: Any) -> str | None:
+def unmirrorable(loader: object) -> str | None:
     """Why a substitute loader cannot take over this DataLoader's stream at a step boundary, from
     the probe's description of it (probe.hooks.loader_kind, or the account's LoaderSeen); None: it can."""
     if _said(loader, "iterable"):
@@ -323,7 +324,7 @@ def unmirrorable(loader: Any) -> str | None:
     return None
 
 
-def live_loader_refusal(overrides: dict, loader: Any) -> str | None:
+def live_loader_refusal(overrides: dict, loader: object) -> str | None:
     """Why this fix cannot be switched on in the running script for this DataLoader, so that a fresh
     run of the script must measure it; None: it can (or it is not a loader fix). The child refuses
     the switch for this reason; the parent, knowing it from the window, plans no arm for it."""

@@ -27,7 +27,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from advisor.run_dir.interrupt import Interrupted
 from advisor.model import Finding, Fix  # noqa: F401 - the plugin API (docs/how-to/write-a-rule-plugin.md)
@@ -53,14 +53,14 @@ class Option:
     """A rule option: a keyword-only parameter of the rule function and its default."""
 
     name: str  # snake_case, as in the signature
-    default: Any
+    default: object
 
     @property
     def key(self) -> str:
         """The spelling used in configuration and docs (kebab-case, as ruff's options)."""
         return self.name.replace("_", "-")
 
-    def coerce(self, value: Any) -> Any:
+    def coerce(self, value: object) -> object:
         """`value` as this option's type, or ValueError with a one-line reason."""
         kind = type(self.default)
         if kind is bool:
@@ -104,13 +104,13 @@ class Rule:
     def prefix(self) -> str:
         return self.code.rstrip("0123456789")
 
-    def defaults(self) -> dict[str, Any]:
+    def defaults(self) -> dict[str, object]:
         return {o.name: o.default for o in self.options}
 
-    def defaults_by_key(self) -> dict[str, Any]:
+    def defaults_by_key(self) -> dict[str, object]:
         return {o.key: o.default for o in self.options}
 
-    def run(self, profile: Profile, options: dict[str, Any] | None = None) -> list[Finding]:
+    def run(self, profile: Profile, options: Mapping[str, object] | None = None) -> list[Finding]:
         findings = list(self.func(profile, **(options or {})) or ())
         for f in findings:
             f.rule, f.code = self.name, self.code
@@ -180,7 +180,7 @@ def doc_problems(r: Rule) -> list[str]:
     return problems
 
 
-def documented_defaults(doc: str) -> dict[str, Any]:
+def documented_defaults(doc: str) -> dict[str, object]:
     """``- `key` (default VALUE)`` lines under ``## Options``, VALUE parsed as a Python/TOML literal."""
     out = {}
     for key, raw in re.findall(r"^\s*[-*]\s+`([a-z0-9-]+)`\s*\(default\s+`?([^)`]+)`?\)", section(doc, "## Options"), flags=re.M):
@@ -213,7 +213,7 @@ class Catalogue:
         return self.by_key().get(key.upper() if _CODE_RE.match(key.upper()) else key.lower())
 
 
-def rules_in(obj: Any) -> list[Rule]:
+def rules_in(obj: object) -> list[Rule]:
     """The Rules an entry point resolves to: a Rule, an iterable of Rules, or a module(/package)."""
     if isinstance(obj, Rule):
         return [obj]

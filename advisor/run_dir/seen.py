@@ -13,6 +13,7 @@ still reads), and :meth:`Said.record` writes it back as it was read (report.json
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any, Optional, TypeVar, Union
 
 import msgspec
@@ -26,7 +27,7 @@ class Said(msgspec.Struct, kw_only=True, dict=True):
     :meth:`given`: its record holds the fields given, in their declared order."""
 
     @classmethod
-    def read(cls: type[S], data: Any) -> S:
+    def read(cls: type[S], data: object) -> S:
         """`data` (a dict from probe.json) as `cls`; a field of the wrong type is left at its default."""
         if isinstance(data, cls):
             return data
@@ -36,7 +37,7 @@ class Said(msgspec.Struct, kw_only=True, dict=True):
         return out
 
     @classmethod
-    def given(cls: type[S], **fields: Any) -> S:
+    def given(cls: type[S], **fields: object) -> S:
         """The child's account: `fields` alone are said (the others keep their defaults, unsaid)."""
         out = cls(**fields)
         now = msgspec.to_builtins(out)
@@ -63,7 +64,7 @@ class Said(msgspec.Struct, kw_only=True, dict=True):
         return _restore(type(self), msgspec.structs.asdict(self), self.__dict__.get("_said"))
 
 
-def _restore(cls: type[S], fields: dict, said: Any) -> S:
+def _restore(cls: type[S], fields: dict, said: object) -> S:
     out = cls(**fields)
     if said is not None:
         out.__dict__["_said"] = said
@@ -233,7 +234,7 @@ class Sources(msgspec.Struct, kw_only=True):
         return self.sites.get(category, [])
 
     @classmethod
-    def load(cls, path: Any) -> "Sources | None":
+    def load(cls, path: str | os.PathLike[str]) -> "Sources | None":
         """A run dir's sources.json, or None when the probe wrote none (or it is unreadable)."""
         try:
             with open(path, "rb") as f:
@@ -242,6 +243,6 @@ class Sources(msgspec.Struct, kw_only=True):
             return None
 
 
-def typed(cls: type[S], data: Any) -> S:
+def typed(cls: type[S], data: object) -> S:
     """`data` (a dict from probe.json) as `cls` (:meth:`Said.read`)."""
     return cls.read(data)

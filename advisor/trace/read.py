@@ -66,35 +66,35 @@ class _Args(msgspec.Struct, gc=False):
     input_dims: msgspec.Raw = field(default_factory=msgspec.Raw, name="Input Dims")
     input_type: msgspec.Raw = field(default_factory=msgspec.Raw, name="Input type")
     concrete: msgspec.Raw = field(default_factory=msgspec.Raw, name="Concrete Inputs")
-    external_id: Any = field(default=None, name="External id")
-    flops: Any = None
-    correlation: Any = None
-    device: Any = None
-    stream: Any = None
+    external_id: object = field(default=None, name="External id")
+    flops: object = None
+    correlation: object = None
+    device: object = None
+    stream: object = None
     grid: msgspec.Raw = field(default_factory=msgspec.Raw)
     block: msgspec.Raw = field(default_factory=msgspec.Raw)
-    registers: Any = field(default=None, name="registers per thread")
-    kind: Any = None
-    bytes: Any = None
-    mem_bytes: Any = field(default=None, name="Bytes")
-    total_allocated: Any = field(default=None, name="Total Allocated")
-    total_reserved: Any = field(default=None, name="Total Reserved")
-    device_type: Any = field(default=-1, name="Device Type")
-    device_id: Any = field(default=-1, name="Device Id")
+    registers: object = field(default=None, name="registers per thread")
+    kind: object = None
+    bytes: object = None
+    mem_bytes: object = field(default=None, name="Bytes")
+    total_allocated: object = field(default=None, name="Total Allocated")
+    total_reserved: object = field(default=None, name="Total Reserved")
+    device_type: object = field(default=-1, name="Device Type")
+    device_id: object = field(default=-1, name="Device Id")
 
 
 _NO_ARGS = _Args()
 
 
 class _Event(msgspec.Struct, gc=False):
-    ph: Any = "X"
-    cat: Any = None
-    name: Any = None
-    ts: Any = msgspec.UNSET
-    dur: Any = msgspec.UNSET
-    pid: Any = None
-    tid: Any = None
-    args: Any = None  # decoded as _Args below when it is an object
+    ph: object = "X"
+    cat: object = None
+    name: object = None
+    ts: object = msgspec.UNSET
+    dur: object = msgspec.UNSET
+    pid: object = None
+    tid: object = None
+    args: object = None  # decoded as _Args below when it is an object
 
 
 class _EventTyped(_Event):
