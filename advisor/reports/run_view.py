@@ -16,6 +16,7 @@ from advisor.reports import format as fmt
 from advisor import units
 from advisor.report import Report
 from advisor.report_blocks import Step
+from advisor.run_dir.seen import LoaderSeen, OptimizerSeen
 
 from .words import plural, throughput_basis
 
@@ -162,15 +163,10 @@ def env_rows(report: Report) -> list[Row]:
 
 
 def observed_rows(report: Report) -> list[Row]:
-    observed, memory = msgspec.to_builtins(report.observed), msgspec.to_builtins(report.memory)
-    rows = []
-    for i, o in enumerate(observed.get("optimizers") or []):
-        if isinstance(o, dict):
-            rows.append(Row(f"optimizer {i}", _kv(o, first="class")))
-    for i, d in enumerate(observed.get("dataloaders") or []):
-        if isinstance(d, dict):
-            rows.append(Row(f"DataLoader {i}", _kv(d, first="dataset")))
-    for k, v in observed.items():
+    observed, memory = report.observed, msgspec.to_builtins(report.memory)
+    rows = [Row(f"optimizer {i}", _kv(o.cls, o)) for i, o in enumerate(observed.optimizers)]
+    rows += [Row(f"DataLoader {i}", _kv(d.dataset, d)) for i, d in enumerate(observed.dataloaders)]
+    for k, v in msgspec.to_builtins(observed).items():  # every other field the probe observed, as it is named
         if k not in ("optimizers", "dataloaders") and v not in (None, {}, []):
             rows.append(Row(k, fmt.value(v)))
     for k, v in memory.items():
@@ -179,10 +175,13 @@ def observed_rows(report: Report) -> list[Row]:
     return rows
 
 
-def _kv(d: dict, first: str) -> str:
-    head = str(d.get(first, "")) if d.get(first) is not None else ""
-    rest = ", ".join(f"{k}={fmt.value(v)}" for k, v in d.items() if k != first and v is not None)
-    return f"{head} ({rest})" if head and rest else head or rest
+def _kv(head: object, seen: OptimizerSeen | LoaderSeen) -> str:
+    """`head` (its class, its dataset), then the rest of what was seen of it."""
+    said = str(head) if head is not None else ""
+    fields = msgspec.to_builtins(seen)
+    fields.pop("class" if isinstance(seen, OptimizerSeen) else "dataset", None)
+    rest = ", ".join(f"{k}={fmt.value(v)}" for k, v in fields.items() if v is not None)
+    return f"{said} ({rest})" if said and rest else said or rest
 
 
 def utilization_rows(report: Report) -> list[Row]:
