@@ -169,7 +169,8 @@ MEASURED_BY = {"in-process": "in the profiled run", "fresh-run": "in fresh runs"
 
 def _how(result: Measured) -> str:
     """`, in the profiled run` / `, in fresh runs`: how a result was measured, when the report says;
-    for torch.compile also what compiling cost (once, kept out of the step times) and what recompiled."""
+    for torch.compile also what compiling cost (once, kept out of the step times), whether the script's
+    own step count pays it back (where its arguments say it) and what recompiled."""
     how = MEASURED_BY.get(getattr(result, "measured_by", None) or "")
     text = f", {how}" if how else ""
     cost = finite(getattr(result, "switch_s", None))
@@ -178,6 +179,11 @@ def _how(result: Measured) -> str:
         payoff = getattr(result, "payoff_steps", None)
         if payoff:
             text += f", paid back after {payoff:,} steps"
+            steps = getattr(result, "script_steps", None)
+            if steps:  # the script's own step count, where its arguments say it
+                said = getattr(result, "script_steps_said", None)
+                text += f": this run's {steps:,} steps{f' ({said})' if said else ''} " + (
+                    "pay it back" if steps >= payoff else "do not")
     recompiled = (getattr(result, "recompiles", None) or {}).get("said")
     if recompiled:
         text += f"; {recompiled}"
