@@ -110,6 +110,9 @@ def test_hf_max_steps_from_its_command_line(tmp_path):
     assert read(train, ["--output_dir", "out", "--max_steps", "500"]) == ScriptSteps(500, "--max_steps 500")
     assert read(train, ["--output_dir", "out"]) is None  # TrainingArguments' own defaults are not read
     assert read(train, ["--max_steps", "-1"]) is None  # -1: HF trains by epochs
+    assert read(train, ["--max_steps", "-1", "--num_train_epochs", "2"], loader(), samples_per_step=32.0) == ScriptSteps(
+        3126, "--num_train_epochs 2 × 1,563 batches an epoch")
+    assert read(train, ["--num_train_epochs=3.0"], loader(), samples_per_step=32.0).steps == 4689
 
 
 def loader(**kw) -> Observed:
@@ -138,6 +141,14 @@ def test_epochs_times_the_batches_of_the_loader_that_fed_the_steps(tmp_path):
     fed = Sources(sites={"dataloader-built": [SourceSite(file=train, line=10, function="<module>", op="DataLoader",
                                                          count=1)]})
     assert read(train, [], two, fed, samples_per_step=32.0).steps == 4689
+    # a step count left unset (None, -1: "train by epochs") falls back to the epochs; one not known does not
+    for default in ("None", "-1"):
+        unset = script(tmp_path, EPOCHS.replace("args =", f'p.add_argument("--max_steps", type=int, default={default})\nargs ='),
+                       "unset.py")
+        assert read(unset, [], loader(), samples_per_step=32.0).steps == 4689
+        assert read(unset, ["--max_steps", "10"], loader(), samples_per_step=32.0).steps == 10
+    computed = script(tmp_path, EPOCHS.replace("args =", 'p.add_argument("--max_steps", type=int, default=N)\nargs ='))
+    assert read(computed, [], loader(), samples_per_step=32.0) is None
     # a step count, where the script has one, is the run's: epochs are not read
     both = script(tmp_path, EPOCHS + "max_steps = 100\n", "both.py")
     assert read(both, [], loader(), samples_per_step=32.0) == ScriptSteps(100, "max_steps = 100 in both.py")
@@ -158,3 +169,30 @@ def test_the_compile_result_says_whether_this_run_pays_it_back(steps, said, tail
     assert words.measured_sentence(exp).endswith(tail)
     back = Experiment.from_dict(exp.to_dict())  # report.json keeps it
     assert (back.script_steps, back.script_steps_said) == (steps, said)
+
+
+def test_the_command_sets_it_on_the_compile_results_from_the_run(tmp_path):
+    """measure_fixes' last step: the run's script, argv, loader and samples a step give the count,
+    set on each result that has a payback (not on a fix without one)."""
+    import pandas as pd
+
+    from advisor.commands.measure import _script_steps
+    from advisor.experiments.judge import ExperimentResults
+    from advisor.model import Finding, Fix
+    from advisor.probe.config import ProbeConfig
+    from advisor.profile import Profile
+
+    train = script(tmp_path, EPOCHS)
+    compiled = Experiment(Verdict.FASTER, verified=True, speedup=1.25, ci_low=1.2, ci_high=1.3, overrides={"compile": True},
+                          switch_s=2.7, payoff_steps=270)
+    workers = Experiment(Verdict.FASTER, overrides={"dataloader": {"num_workers": 2}}, switch_s=0.5)
+    results = ExperimentResults([Finding("t", "s", "low", {}, Fix.safe("compile", {"compile": True}), experiment=compiled),
+                                 Finding("t", "s", "low", {}, Fix.safe("w", {"dataloader": {"num_workers": 2}}),
+                                         experiment=workers)], None, [], [])
+    profile = Profile(steps=pd.DataFrame({"samples": [64, 64, 64]}),
+                      observed={"dataloaders": [{"batch_size": 32, "dataset_len": 3200}]})
+    _script_steps(results, profile, ProbeConfig(script=train, args=["--epochs", "5"]))
+    assert (compiled.script_steps, compiled.script_steps_said) == (250, "--epochs 5 × 100 batches an epoch, 2 a step")
+    assert workers.script_steps is None
+    assert words.measured_sentence(compiled).endswith(
+        "paid back after 270 steps: this run's 250 steps (--epochs 5 × 100 batches an epoch, 2 a step) do not")

@@ -51,8 +51,10 @@ def read(script: str | os.PathLike | None, argv: Sequence[str], observed: Observ
     if source is None:
         return None
     steps = count(source, argv, STEP_NAMES)
-    if steps is not None:
-        return ScriptSteps(*steps) if steps[0] > 0 else None
+    if steps is not None and steps[0] > 0:
+        return ScriptSteps(*steps)
+    if steps is None and _declares(source, STEP_NAMES):  # a step count the script has, unknown: not its epochs
+        return None
     epochs = count(source, argv, EPOCH_NAMES)
     loader = fed_loader(observed, sources) if observed is not None else None
     if epochs is None or epochs[0] <= 0 or loader is None or (world_size or 1) > 1:
@@ -67,14 +69,19 @@ def read(script: str | os.PathLike | None, argv: Sequence[str], observed: Observ
 
 def count(source: SourceFile, argv: Sequence[str], names: frozenset[str]) -> tuple[int, str] | None:
     """The int the script sets under one of `names` as launched, and where it is said: an argparse
-    flag, HF's command line, else a module-level global (with configurator.py's overrides)."""
+    flag, HF's command line, else a module-level global (with configurator.py's overrides). 0: left
+    unset (a flag's default None, a field HF's command line does not give; -1 says the same), so a
+    step count falls back to the epochs."""
     flags = [c for c in source.nodes(cst.Call) if call_name(c) == "add_argument" and _dest(source, c) in names]
     if len(flags) > 1:
         return None
     if flags:
         return _flag(source, flags[0], argv)
     if any(call_name(c) == "HfArgumentParser" for c in source.nodes(cst.Call)):
-        given = [found for name in sorted(names & HF_FIELDS) if (found := _given(argv, (f"--{name}",))) is not None]
+        fields = [f"--{name}" for name in sorted(names & HF_FIELDS)]
+        if not any(_names(token, fields) for token in argv):
+            return (0, "") if fields else None
+        given = [found for field in fields if (found := _given(argv, (field,))) is not None]
         return given[0] if len(given) == 1 else None
     return _global(source, argv, names)
 
@@ -104,6 +111,12 @@ def batches_per_step(loader: LoaderSeen, samples_per_step: float | None) -> int 
         return None
     k = samples_per_step / loader.batch_size
     return round(k) if k >= 1 and abs(k - round(k)) < 1e-6 else None
+
+
+def _declares(source: SourceFile, names: frozenset[str]) -> bool:
+    """Whether the script has a flag or a module-level global of one of `names`."""
+    return any(call_name(c) == "add_argument" and _dest(source, c) in names for c in source.nodes(cst.Call)) or any(
+        source.assignments(source.module, name) for name in names)
 
 
 def _parse(script: str | os.PathLike | None) -> SourceFile | None:
@@ -142,7 +155,9 @@ def _flag(source: SourceFile, call: cst.Call, argv: Sequence[str]) -> tuple[int,
     if (given := _given(argv, options)) is not None or any(_names(token, options) for token in argv):
         return given
     default = keywords.get("default")
-    value = _int(source.text(default)) if default is not None else None
+    if default is None or source.text(default) == "None":
+        return (0, "")
+    value = _int(source.text(default))
     return (value, f"{options[-1]} {value}, its default in {source.name}") if value is not None else None
 
 
