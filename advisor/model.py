@@ -190,6 +190,9 @@ class Experiment:
     measured_by: str | None = None   # "in-process" (arms of the profiled run) or "fresh-run" (a re-run per arm)
     switch_s: float | None = None    # in-process: one-off cost of switching the arm on (workers, compile)
     payoff_steps: int | None = None  # compile: the steps after which its one-off cost is paid back by the time saved
+    # compile: the steps the script runs as launched, where its own arguments say (advisor.apply.script_steps)
+    script_steps: int | None = None
+    script_steps_said: str | None = None  # how that is known: "--max_iters 5000", "max_iters = 600000 in train.py"
     # compile: what recompiled in its windows and why (advisor.experiments.recompiles), `said` in one line
     recompiles: dict | None = None
     memory_change_frac: float | None = None  # candidate's peak memory / baseline's - 1 (negative: less)
@@ -406,6 +409,8 @@ class Recommendation:
     switch_s: ClassVar[None] = None
     payoff_steps: ClassVar[None] = None
     recompiles: ClassVar[None] = None
+    script_steps: ClassVar[None] = None
+    script_steps_said: ClassVar[None] = None
     sweep: ClassVar[None] = None
 
     def to_dict(self) -> dict:

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..framework import words as framework_words
-from ..analysis import metrics
+from ..analysis import metrics, steptime
 from ..apply import command_for, patch_for
+from ..apply.script_steps import read as read_script_steps
 from ..experiments.fresh import confirm_recommendation, run_experiments
 from ..experiments.inprocess import ArmsSession
 from ..experiments.judge import ExperimentResults
@@ -146,10 +147,27 @@ def measure_fixes(session: ArmsSession | None, run: ProbeRun, profile: Profile, 
                                                            profile.observed.framework)
         results.recommended.patch = _patch(results.recommended, profile, config, rule_warnings)
     if results is not None:
+        _script_steps(results, profile, config)
         findings, screened = split_screened([settle_severity(f) for f in results.findings])
         findings = rank(findings)
         results.screened = screened
     return findings, rule_warnings, results
+
+
+def _script_steps(results: ExperimentResults, profile: Profile, config: ProbeConfig) -> None:
+    """Beside each compile result's payback, the steps the script runs as it was launched (its
+    arguments, its config), where they say: whether this run would pay the compilation back."""
+    paid = [f.experiment for f in results.findings if f.experiment is not None and f.experiment.payoff_steps]
+    if not paid:
+        return
+    main = profile.sources.main if profile.sources is not None else None
+    samples = float(steptime.batch_sizes(profile.steps).median()) if steptime.knows_batch(profile.steps) else None
+    known = read_script_steps(main or (None if config.module else config.script), config.args, profile.observed,
+                              profile.sources, samples, profile.env.world_size)
+    if known is None:
+        return
+    for exp in paid:
+        exp.script_steps, exp.script_steps_said = known.steps, known.said
 
 
 def _fresh_time(session: ArmsSession | None, experiments: ExperimentOptions) -> float:

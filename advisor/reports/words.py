@@ -89,6 +89,10 @@ class Measured(Protocol):
     @property
     def recompiles(self) -> dict | None: ...
     @property
+    def script_steps(self) -> int | None: ...
+    @property
+    def script_steps_said(self) -> str | None: ...
+    @property
     def sweep(self) -> list[dict] | None: ...
     @property
     def memory_budget_bytes(self) -> int | None: ...
@@ -209,7 +213,8 @@ MEASURED_BY = {"in-process": "in the profiled run", "fresh-run": "in fresh runs"
 
 def _how(result: Measured) -> str:
     """`, in the profiled run` / `, in fresh runs`: how a result was measured, when the report says;
-    for torch.compile also what compiling cost (once, kept out of the step times) and what recompiled."""
+    for torch.compile also what compiling cost (once, kept out of the step times), whether the script's
+    own step count pays it back (where its arguments say it) and what recompiled."""
     how = MEASURED_BY.get(result.measured_by or "")
     text = f", {how}" if how else ""
     cost = units.finite(result.switch_s)
@@ -218,6 +223,11 @@ def _how(result: Measured) -> str:
         payoff = result.payoff_steps
         if payoff:
             text += f", paid back after {payoff:,} steps"
+            steps = result.script_steps
+            if steps:  # the script's own step count, where its arguments say it
+                said = result.script_steps_said
+                text += f": this run's {steps:,} steps{f' ({said})' if said else ''} " + (
+                    "pay it back" if steps >= payoff else "do not")
     recompiled = (result.recompiles or {}).get("said")
     if recompiled:
         text += f"; {recompiled}"
