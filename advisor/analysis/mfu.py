@@ -18,7 +18,6 @@ MFU for Llama-3 8B bf16 on H100, MosaicML 46% for MPT-7B on A100.
 
 from __future__ import annotations
 
-from typing import Callable, Hashable, Protocol, TypeVar
 
 import math
 import re
@@ -28,39 +27,7 @@ import pandas as pd
 
 from . import steptime
 from ..run_dir.seen import Env
-from ..trace import TraceFrames
-
-T = TypeVar("T")
-
-
-class _Source(Protocol):
-    @property
-    def source(self) -> str | None: ...
-
-
-class ProfileView(Protocol):
-    """What the figures here read of a run's :class:`advisor.profile.Profile` (which imports the
-    analysis: it is named here by what it has)."""
-
-    @property
-    def env(self) -> Env: ...
-    @property
-    def trace(self) -> TraceFrames | None: ...
-    @property
-    def meta(self) -> _Source: ...
-    @property
-    def has_gpu(self) -> bool: ...
-    @property
-    def steps(self) -> pd.DataFrame: ...
-    @property
-    def ops(self) -> pd.DataFrame: ...
-    @property
-    def kernels(self) -> pd.DataFrame: ...
-    @property
-    def runtime(self) -> pd.DataFrame: ...
-    @property
-    def trace_steps(self) -> pd.DataFrame: ...
-    def derived(self, key: Hashable, compute: Callable[[], T]) -> T: ...
+from .view import ProfileView
 
 # (name pattern, {dtype: dense peak TFLOP/s}, source). First match wins: specific before generic.
 PEAKS: list[tuple[str, dict[str, float], str]] = [

@@ -26,7 +26,6 @@ A single-rank run is a JobProfile of one; every rule that needs two ranks says n
 
 from __future__ import annotations
 
-from typing import Protocol
 
 import re
 from dataclasses import dataclass, field
@@ -38,25 +37,8 @@ from ..trace.intervals import coverage, merge, subtract
 from . import steptime
 from ..trace import name_mask as trace_name_mask
 
-from ..run_dir.seen import Env
+from .view import ProfileView
 
-
-class ProfileView(Protocol):
-    """What a job's figures read of each rank's :class:`advisor.profile.Profile` (which imports the
-    analysis: it is named here by what it has)."""
-
-    @property
-    def env(self) -> Env: ...
-    @property
-    def steps(self) -> pd.DataFrame: ...
-    @property
-    def ops(self) -> pd.DataFrame: ...
-    @property
-    def kernels(self) -> pd.DataFrame: ...
-    @property
-    def annotations(self) -> pd.DataFrame: ...
-    @property
-    def trace_steps(self) -> pd.DataFrame: ...
 
 _GPU_COLLECTIVE = re.compile(r"nccl|rccl", re.IGNORECASE)
 _CPU_COLLECTIVE = re.compile(r"^gloo:")
