@@ -347,12 +347,18 @@ def largest_that_fits(tried: list, budget: float) -> tuple:
     return max(fitting, key=scale) if fitting else min(tried, key=scale)
 
 
+def over_budget(finding: Finding) -> bool:
+    """The finding's own evidence: the run's peak is over its memory budget."""
+    budget, peak = finding.evidence.get("budget_bytes"), finding.evidence.get("peak_memory_bytes")
+    return bool(budget and peak and peak > budget)
+
+
 def fits_over_budget(finding: Finding, exp: Experiment) -> bool:
     """A run over its memory budget, and a fix measured to bring its peak within it (numerics kept,
     the fix applied): the user needs one such fix whatever it costs in speed."""
-    budget, peak = finding.evidence.get("budget_bytes"), finding.evidence.get("peak_memory_bytes")
+    budget = finding.evidence.get("budget_bytes")
     cand = (exp.candidate or {}).get("peak_memory_bytes")
-    return (bool(budget and peak and peak > budget) and cand is not None and cand <= budget and exp.measured
+    return (over_budget(finding) and cand is not None and cand <= budget and exp.measured
             and exp.verdict not in (Verdict.FAILED, Verdict.LOSS_CHANGED, Verdict.NOT_APPLIED))
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .. import overrides as vocabulary
 from ..model import Finding, estimated_speedup
+from .judge import over_budget
 
 # The first compilation's seconds before one was measured in this run (then the measured one
 # stands for the rest): 31-45 s for a small GPT on a 2-core CPU, 12-17 s per mode for imagenet's
@@ -44,13 +45,6 @@ def expected_gain(finding: Finding) -> float:
     speedup = estimated_speedup(finding.estimated_gain_frac)
     gain = (speedup - 1.0) if speedup else UNKNOWN_GAIN
     return gain * (SCREEN_TRUST if finding.screen else 1.0)
-
-
-def over_budget(finding: Finding) -> bool:
-    """The finding's own evidence: the run's peak is over its memory budget."""
-    ev = finding.evidence
-    budget, peak = ev.get("budget_bytes"), ev.get("peak_memory_bytes")
-    return bool(budget and peak and peak > budget)
 
 
 def compile_seconds(overrides: dict, device: str, measured_s: float | None) -> float:
