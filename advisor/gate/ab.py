@@ -258,7 +258,7 @@ def wait_grew(base: list[Report], cand: list[Report], threshold: float) -> bool 
 def cpu_bound(reports: list[Report], data: dict) -> tuple[bool, str]:
     """Whether the job is CPU-bound (the CPU time per step can settle the gate), and the figure said;
     `data` is :func:`series`'s, whose figures are the reports' (base then candidate)."""
-    if any(r.device not in (None, "cpu") for r in reports):
+    if any(r.device != "cpu" for r in reports):
         return False, "reported: a GPU job is gated on its step clock (the device's)"
     shares = [x for x in (busy_share(r) for r in reports) if x is not None]
     if len(shares) < len(reports) or "cpu_time" not in data:
