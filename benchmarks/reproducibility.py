@@ -7,6 +7,11 @@ claim's interval covers the by-hand figure, and how often the recommended value 
 the best by-hand value (issue 54: at least 4 of 5 each).
 
     python benchmarks/reproducibility.py [--cases loader-starved,wlm-lstm,...] [--runs 5] [--skip-hand]
+        [--variants bf16,wlm-lstm:compile,...]
+
+A `--variants` entry is a by-hand fix of every case (bf16) or of one (case:fix); a case none names
+measures all of its own. The recommended configuration (the stack) is judged like a claim where a
+by-hand variant stands for it.
 
 The by-hand results are the truth harness's cache (benchmarks/truth/run.py); --skip-hand reuses
 it. Needs a quiet machine: every figure is a wall-clock time.
@@ -38,14 +43,14 @@ def main() -> None:
     p.add_argument("--cases", default=DEFAULT_CASES)
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3, help="by-hand pairs per fix")
-    p.add_argument("--variants", help="by-hand fixes to measure (default: every one of the case's)")
+    p.add_argument("--variants", help="by-hand fixes to measure: fix or case:fix (default: every one of the case's)")
     p.add_argument("--skip-hand", action="store_true")
     p.add_argument("--samples", type=int)
     p.add_argument("--work", type=Path, default=Path.home() / ".cache" / "advise-truth")
     p.add_argument("--datasets", type=Path, default=REPO.parent / "shared" / "datasets")
     p.add_argument("--advise-timeout", type=float, default=900.0)
     args = p.parse_args()
-    args.variants = set(args.variants.split(",")) if args.variants else None
+    wanted = args.variants.split(",") if args.variants else []
     args.advise_args = []
     work = args.work.expanduser().resolve()
     threads = default_threads()
@@ -54,6 +59,7 @@ def main() -> None:
         case = BY_NAME[name]
         base = prepare_base(case, work, args.datasets.resolve())
         print(f"== {name}", flush=True)
+        args.variants = {w.split(":")[-1] for w in wanted if ":" not in w or w.startswith(name + ":")} or None
         hand = cached_hand(case, work, args.variants) if args.skip_hand else measure_case(case, base, work, args, threads)
         truth = hand_speedups(hand)
         best = max(truth.values(), default=None)
@@ -77,17 +83,23 @@ def main() -> None:
                      for c in per_run]
             table.append((name, fix, f"{t:.2f}" if t else "-", *cells,
                           f"{len(covered)}/{len(verified)}" if verified else "-"))
-        near = 0
+        near = held = verified = 0
         for k, run in enumerate(runs):
             rec = run.get("recommended") or {}
-            v, _ = match({"overrides": rec.get("overrides")}, case) if rec.get("overrides") else (None, False)
+            v, exact = match({"overrides": rec.get("overrides")}, case) if rec.get("overrides") else (None, False)
             rec_truth = truth.get(v.name) if v else None
             ok = rec_truth is not None and best is not None and rec_truth >= NEAR_BEST * best
             near += ok
-            table.append((name, f"recommended, run {k}", "", json.dumps(rec.get("overrides")),
-                          f"{rec.get('speedup') or 0:.2f}", f"by hand {rec_truth:.2f}" if rec_truth else "no by-hand figure",
-                          "within 10% of the best" if ok else "", "", ""))
-        summary.append(f"{name}: best by hand {best and round(best, 2)}; recommended within 10% of it in {near} of {len(runs)}")
+            covers = bool(exact and rec_truth and rec.get("verified") and rec["ci_low"] <= rec_truth <= rec["ci_high"])
+            verified += bool(exact and rec_truth and rec.get("verified"))
+            held += covers
+            said = (f"{rec['speedup']:.2f} ({rec['ci_low']:.2f}-{rec['ci_high']:.2f}){' V' if rec.get('verified') else ''}"
+                    if rec.get("speedup") and rec.get("ci_low") else "-")
+            table.append((name, f"recommended, run {k}", f"{rec_truth:.2f}" if rec_truth else "no by-hand figure",
+                          json.dumps(rec.get("overrides")), said, "within 10% of the best" if ok else "",
+                          "covers" if covers else ""))
+        summary.append(f"{name}: best by hand {best and round(best, 2)}; recommended within 10% of it in {near} of {len(runs)};"
+                       f" a verified recommendation's interval covers its by-hand figure in {held} of {verified}")
     print()
     for row in table:
         print(" | ".join(str(c) for c in row))
