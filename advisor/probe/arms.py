@@ -24,12 +24,14 @@ import time
 import traceback
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, TextIO
 
 import torch
 
 from .clock import ClosedStep, ProbeDone, loss_value, timed_lines
 from .compile_watch import CompileWatch
+from .hooks import Observed
+from advisor.run_dir.layout import RunFiles
 from advisor.run_dir.protocol import ArmLine, ArmStepLine, Plan, PlanDone, Window, WindowDone, read_plan, write_line
 from .memory import WindowPeak, persistent_bytes, rss_high_water, tensor_bytes
 from .switches import Switches
@@ -44,8 +46,8 @@ class Arms:
     """Runs the parent's plans at step boundaries; the StepClock calls :meth:`window_done` and
     :meth:`step` once the profiled window is over."""
 
-    def __init__(self, out: Path, names: Any, sink: Any, plan_timeout_s: float, write_probe: Callable[[], None],
-                 observed: Any = None, in_job: bool = False) -> None:
+    def __init__(self, out: Path, names: RunFiles, sink: TextIO, plan_timeout_s: float, write_probe: Callable[[], None],
+                 observed: Observed | None = None, in_job: bool = False) -> None:
         self.out, self.names, self.sink = out, names, sink
         self.in_job = in_job  # one rank of a job: every window's steps run, switched or not (see _begin)
         self.plan_timeout_s = plan_timeout_s
@@ -63,7 +65,7 @@ class Arms:
         self.error: str | None = None
         self.timeline: Timeline = HostTimeline()  # the run's (the StepClock's): where a step's time is read
         self._held: list[tuple[ClosedStep, Callable[..., ArmStepLine]]] = []  # the window's steps, written when it closes
-        self._losses: list[Any] = []  # their loss tensors, read after the window's one wait
+        self._losses: list[object] = []  # their loss tensors, read after the window's one wait
 
     def install(self) -> None:
         """Before hooks.install (the hooks' DataLoader timing must wrap the substitute)."""
@@ -168,7 +170,7 @@ class Arms:
         with open(self.out / self.names.arms_jsonl, "a") as f:
             write_line(f, record)
 
-    def step(self, step: ClosedStep, loss: Any) -> bool:
+    def step(self, step: ClosedStep, loss: object) -> bool:
         """A step of the current window ended. It is held, with its loss tensor, until the window
         closes: then one wait on the device times them all and reads their losses (a loss read
         per step would wait on the device every step). True when a new window was switched on at

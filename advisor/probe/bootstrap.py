@@ -245,7 +245,7 @@ class ChildProbe:
             on_profile_step=self.window.step,
             timeline=timeline.for_this_process(),
         )
-        self.clock.capture = SourceCapture(out / names.sources)
+        self.clock.capture = self.capture = SourceCapture(out / names.sources)
         self.clock.on_boundary = self._memory_step
         self.clock.on_window_end = self._window_end
         self.observed = Observed()
@@ -324,7 +324,7 @@ class ChildProbe:
         finally:
             if result.status == "failed":
                 self._account_first(result)  # the script's error is on disk before anything below touches the device
-            self.clock.capture.stop()  # a script that ended inside the capture step
+            self.capture.stop()  # a script that ended inside the capture step
             self.window.stop()  # a failure or Ctrl-C inside the window still leaves its trace
             advisor._clock = None
             if arms is not None:

@@ -21,10 +21,11 @@ once with the host's time, and never wait on the device.
 
 from __future__ import annotations
 
+import builtins
 import os
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable, TypeVar
+from typing import Callable, Protocol, TextIO, TypeVar, runtime_checkable
 
 from advisor.run_dir.protocol import Line, Phase, StepLine, write_line
 from .timeline import HostTimeline, Mark, Timeline, settled
@@ -49,7 +50,7 @@ class StepAccumulator:
     backward_s: float = 0.0
     samples: int | None = None
     forward_samples: int | None = None  # from the model's input, for loops without a DataLoader
-    loss: Any = None  # a detached tensor; read only after the window, never during it
+    loss: object = None  # a detached tensor (what backward() was given); read only after the window, never during it
 
     def add_samples(self, n: int | None) -> None:
         if n is not None:
@@ -92,6 +93,32 @@ def timed_lines(timeline: Timeline, held: list[tuple[ClosedStep, Callable[..., L
     return [line(**step.timing(timeline)) for step, line in held]
 
 
+@runtime_checkable
+class Loss(Protocol):
+    """A loss as read after its window: a tensor (or the tests' stand-in for one on a device)."""
+
+    def float(self) -> Loss: ...
+    def mean(self) -> Loss: ...
+    def item(self) -> builtins.float: ...  # (float, in here, names the method above)
+
+
+class Capture(Protocol):
+    """The source capture the clock and the hooks drive (advisor.probe.sources.SourceCapture): named here, not
+    imported, so the clock stays below the probe's modules."""
+
+    def boundary(self, seen: int, warmup: int, source: str | None) -> None: ...
+    def stepped(self, optimizer: object, site: dict | None) -> None: ...
+    def fetched(self, iterator: object, samples: int | None) -> None: ...
+    def stop(self) -> None: ...
+
+
+class ArmsDriver(Protocol):
+    """What the clock asks of advisor.probe.arms.Arms once the profiled window is over."""
+
+    def window_done(self) -> bool: ...
+    def step(self, step: ClosedStep, loss: object) -> bool: ...
+
+
 @dataclass
 class StepClock:
     """Counts boundaries, times steps, and drives the profiler window.
@@ -108,14 +135,14 @@ class StepClock:
     warmup: int
     steps: int
     profile_steps: int
-    sink: Any  # a text file: one JSON line per boundary
+    sink: TextIO  # a text file: one JSON line per boundary
     on_profile_start: Callable[[], None] = lambda: None
     on_profile_step: Callable[[], None] = lambda: None
     on_window_end: Callable[[], None] = lambda: None
     on_unknown_batch: Callable[[], None] = lambda: None  # a step ended without a batch size (called once)
-    capture: Any = None  # advisor.probe.sources.SourceCapture: the user's lines, over the last warm-up step
+    capture: Capture | None = None  # the user's lines, over the last warm-up step
     on_boundary: Callable[[int], None] = lambda seen: None  # each window boundary, with the boundaries seen
-    arms: Any = None  # advisor.probe.arms.Arms: after the window, run the parent's arms instead of stopping
+    arms: ArmsDriver | None = None  # after the window, run the parent's arms instead of stopping
     in_arms: bool = False
     timeline: Timeline = field(default_factory=HostTimeline)  # where a step's time is read (see timeline.py)
     pid: int = field(default_factory=os.getpid)
@@ -202,7 +229,7 @@ class StepClock:
     def optimizer_pre(self) -> float:
         return self.now()
 
-    def optimizer_post(self, optimizer: Any, started: float | None, in_closure_s: float = 0.0) -> None:
+    def optimizer_post(self, optimizer: object, started: float | None, in_closure_s: float = 0.0) -> None:
         """The step's time, less what its closure (forward and backward, under LBFGS or Lightning) took."""
         if os.getpid() != self.pid:
             return
@@ -229,7 +256,7 @@ class StepClock:
         if samples is not None and os.getpid() == self.pid:
             self._acc.forward_samples = (self._acc.forward_samples or 0) + samples
 
-    def backward_done(self, loss: Any, elapsed_s: float) -> None:
+    def backward_done(self, loss: object, elapsed_s: float) -> None:
         if os.getpid() != self.pid:
             return
         self._acc.backward_s += elapsed_s
@@ -250,8 +277,8 @@ class StepClock:
     def _close_step(self, now: float, carry: StepAccumulator | None = None) -> None:
         if self.done:
             raise ProbeDone()
-        if self.in_arms:
-            self._arm_step(now, carry)
+        if self.in_arms and self.arms is not None:  # in_arms: what the arms' window_done() said
+            self._arm_step(self.arms, now, carry)
             return
         n = self.boundaries  # this boundary ends step n (step 0 = start-up, never counted)
         self.boundaries += 1
@@ -315,7 +342,7 @@ class StepClock:
                 self.measured.append(line)
                 self.losses.append(step.acc.loss)
 
-    def _arm_step(self, now: float, carry: StepAccumulator | None) -> None:
+    def _arm_step(self, arms: ArmsDriver, now: float, carry: StepAccumulator | None) -> None:
         """A boundary while the arms run: the arms hold the step (its line is written when their
         window closes); they may switch (or end) here."""
         acc = self._acc
@@ -324,7 +351,7 @@ class StepClock:
         step = ClosedStep(self._start, end, acc, timed=True)
         self._start = end
         try:
-            switched = self.arms.step(step, acc.loss)
+            switched = arms.step(step, acc.loss)
         except ProbeDone:
             self.done, self.in_arms = True, False
             raise
@@ -338,9 +365,9 @@ class StepClock:
         return [loss_value(loss) for loss in self.losses]
 
 
-def loss_value(loss: Any) -> float | None:
+def loss_value(loss: object) -> float | None:
     """A held loss tensor as a float, read after its window's wait (None: not seen, or unreadable)."""
-    if loss is None:
+    if not isinstance(loss, Loss):  # not seen, or not a tensor
         return None
     try:
         return float(loss.float().mean().item())

@@ -160,7 +160,7 @@ def built_at(frame) -> dict | None:
     return None
 
 
-def _remember_where_built(obj: Any, frame) -> None:
+def _remember_where_built(obj: object, frame) -> None:
     site = built_at(frame)
     try:
         _BUILT[obj] = {**site, "class": type(obj).__name__} if site is not None else None
@@ -168,7 +168,7 @@ def _remember_where_built(obj: Any, frame) -> None:
         pass
 
 
-def where_built(obj: Any) -> dict | None:
+def where_built(obj: object) -> dict | None:
     """:func:`built_at` of a DataLoader or optimizer, as recorded when it was constructed."""
     try:
         return _BUILT.get(obj)
@@ -192,7 +192,7 @@ def _describe_optimizer(opt: torch.optim.Optimizer) -> seen.OptimizerSeen:
     )
 
 
-def _describe_loader(loader: Any) -> seen.LoaderSeen:
+def _describe_loader(loader: torch.utils.data.DataLoader) -> seen.LoaderSeen:
     dataset = getattr(loader, "dataset", None)
     try:
         n = len(dataset)  # type: ignore[arg-type]
@@ -214,7 +214,7 @@ def _describe_loader(loader: Any) -> seen.LoaderSeen:
     )
 
 
-def loader_kind(loader: Any) -> dict:
+def loader_kind(loader: torch.utils.data.DataLoader) -> dict:
     """What decides whether a loader fix can be switched in the running script (see
     advisor.overrides.live_loader_refusal): the parent reads it from the window's account."""
     return {"iterable": getattr(loader, "_dataset_kind", dl._DatasetKind.Map) != dl._DatasetKind.Map,
@@ -222,7 +222,7 @@ def loader_kind(loader: Any) -> dict:
             "worker_start": worker_start_method(loader)}
 
 
-def worker_start_method(loader: Any) -> str:
+def worker_start_method(loader: torch.utils.data.DataLoader) -> str:
     """How the loader's worker processes start: its own multiprocessing context, else the default
     (a rank started by torch.multiprocessing.spawn inherits "spawn"; macOS defaults to it)."""
     ctx = getattr(loader, "multiprocessing_context", None)

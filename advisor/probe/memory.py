@@ -147,7 +147,7 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def tensor_bytes(modules: Iterable[torch.nn.Module], optimizers: Iterable[Any]) -> dict:
+def tensor_bytes(modules: Iterable[torch.nn.Module], optimizers: Iterable[torch.optim.Optimizer]) -> dict:
     """Bytes held by the parameters, gradients and optimizer state of the live model and optimizers
     (each tensor once, by storage identity). Gradients count once per trainable parameter: they
     exist at the peak even where ``zero_grad(set_to_none=True)`` has freed them right now."""
@@ -228,7 +228,7 @@ def _checkpointed(block: torch.nn.Module) -> Callable[..., Any]:
 class CheckpointSwitch:
     """Switches activation checkpointing on the models seen so far (`models`: a live collection)."""
 
-    def __init__(self, models: Any) -> None:
+    def __init__(self, models: Iterable[torch.nn.Module]) -> None:
         self.models = models
         self.wrapped: list = []  # weakrefs to blocks given a checkpointed forward
         self.hf: list = []  # weakrefs to HF models switched on here
@@ -274,7 +274,7 @@ class CheckpointSwitch:
 
 # --- the run's account, for probe.json ---------------------------------------------------------
 
-def live_models(optimizers: Iterable[Any]) -> list[torch.nn.Module]:
+def live_models(optimizers: Iterable[torch.optim.Optimizer]) -> list[torch.nn.Module]:
     """The outermost modules whose parameters the optimizers train (found once, off the clock)."""
     trained = {id(p) for opt in optimizers for g in opt.param_groups for p in g["params"]}
     if not trained:
@@ -286,7 +286,7 @@ def live_models(optimizers: Iterable[Any]) -> list[torch.nn.Module]:
     return [o for o in owners if id(o) not in inner]
 
 
-def account(device: str | None, optimizers: Iterable[Any], runtime_bytes: int | None, budget_bytes: int | None,
+def account(device: str | None, optimizers: Iterable[torch.optim.Optimizer], runtime_bytes: int | None, budget_bytes: int | None,
             models: Iterable[torch.nn.Module] = (), peak: WindowPeak | None = None) -> dict:
     """The memory half of probe.json at the end of the measured window: the window's peak and its
     basis, the budget, what parameters / gradients / optimizer state hold, and what checkpointing

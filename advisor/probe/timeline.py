@@ -26,7 +26,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing's from 3.11; typing_extensions comes with torch
+
+
+class Event(Protocol):
+    """A device event, as ``torch.cuda.Event(enable_timing=True)``: recorded on the stream, waited on, and
+    the milliseconds from it to a later one."""
+
+    def record(self) -> None: ...
+    def synchronize(self) -> None: ...
+    def elapsed_time(self, end_event: Self, /) -> float: ...  # to another of its kind
 
 
 @dataclass(frozen=True)
@@ -34,7 +46,7 @@ class Mark:
     """A boundary: the host's time, and the device event recorded there (None: host only)."""
 
     host: float
-    event: Any = None
+    event: Event | None = None
     cpu: float = 0.0  # this process's CPU time, all its threads: a neighbour delays it, it does not inflate it
 
 
@@ -88,12 +100,12 @@ class DeviceTimeline:
 
     deferred = True
 
-    def __init__(self, active: Callable[[], bool], new_event: Callable[[], Any],
+    def __init__(self, active: Callable[[], bool], new_event: Callable[[], Event],
                  clock: Callable[[], float] = time.monotonic, cpu_clock: Callable[[], float] = process_cpu) -> None:
         self.active, self.new_event, self.clock, self.cpu_clock = active, new_event, clock, cpu_clock
-        self.last: Any = None  # the newest event: settle() waits on it
+        self.last: Event | None = None  # the newest event: settle() waits on it
         self.settles = 0  # waits made, for the tests' count of advise's own syncs
-        self.settled_on: Any = None  # the event the last wait returned at, and the host's time then
+        self.settled_on: Event | None = None  # the event the last wait returned at, and the host's time then
         self.settled_at: float | None = None
 
     def mark(self) -> Mark:

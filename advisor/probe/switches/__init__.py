@@ -25,11 +25,12 @@ to its switch (:class:`Switches`).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from advisor.overrides import VOCABULARY, validate
 from .allocator import AllocatorSwitch
 from .backend import BackendSwitch, tf32_blocked
+from ..hooks import Observed
 from .base import NotSwitchable, Switch
 from .dataloader import DataLoaderSwitch
 from .module import Checkpointing, ModuleSwitch
@@ -57,9 +58,9 @@ class Switches:
     The ones the arms reach into (the model's calls, the loaders, the optimizers) are typed
     properties."""
 
-    observed: Any  # the run's Observed (SWITCH_TYPES, above, reads it before __init__ is checked)
+    observed: Observed | None  # the run's (SWITCH_TYPES, above, reads it before __init__ is checked)
 
-    def __init__(self, observed: Any = None) -> None:
+    def __init__(self, observed: Observed | None = None) -> None:
         self.observed = observed
         self.by_name: dict[str, Switch] = {}
         for name, make in SWITCH_TYPES.items():

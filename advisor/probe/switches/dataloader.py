@@ -9,21 +9,25 @@ import os
 import time
 import weakref
 from collections import deque
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import torch.utils.data.dataloader as dl
 
 from advisor.overrides import live_loader_refusal, unmirrorable
-from ..hooks import loader_kind
+from ..hooks import Observed, loader_kind
 from .base import NotSwitchable
+
+
+Loader = torch.utils.data.DataLoader
+LoaderIter = dl._BaseDataLoaderIter  # the script's iterator, marked by install() with its loader and its epoch's end
 
 
 class _Pull:
     """A batch_sampler that pulls each batch's indices from the original iterator's own stream:
     `scale` original batches per batch, or (scale below 1) each original batch cut in 1/scale parts."""
 
-    def __init__(self, orig: Any, scale: float) -> None:
+    def __init__(self, orig: LoaderIter, scale: float) -> None:
         self.orig = orig
         self.scale = int(scale) if scale >= 1 else 1
         self.parts = round(1 / scale) if scale < 1 else 1
@@ -56,10 +60,10 @@ class _Pull:
 
 
 class _Substitute:
-    def __init__(self, loader: Any, it: Any, pull: _Pull) -> None:
+    def __init__(self, loader: Loader, it: LoaderIter, pull: _Pull) -> None:
         self.loader, self.it, self.pull = loader, it, pull
 
-    def close(self, orig: Any) -> None:
+    def close(self, orig: LoaderIter) -> None:
         """Stop its workers; give the indices it took but never served back to the original stream."""
         self.pull.closed = True
         shutdown = getattr(self.it, "_shutdown_workers", None)
@@ -79,17 +83,18 @@ class DataLoaderSwitch:
     from a substitute DataLoader; on from the start, every DataLoader the script builds gets the
     keywords (and the scaled batch size) instead, as the code change would."""
 
-    def __init__(self, observed: Any) -> None:
+    def __init__(self, observed: Observed | None) -> None:
         self.observed = observed
         self.kwargs: dict | None = None  # the window's DataLoader keywords (None: no dataloader switch)
         self.scale = 1
         self.applied: dict = {}
-        self.current: Any = None  # weakref to the iterator the script consumed last
-        self.subs: dict[int, tuple[Any, _Substitute]] = {}
+        self.current: weakref.ref[LoaderIter] | None = None  # the iterator the script consumed last
+        self.ended: weakref.WeakSet[LoaderIter] = weakref.WeakSet()  # the iterators whose epoch ran dry (till a reset)
+        self.subs: dict[int, tuple[weakref.ref[LoaderIter], _Substitute]] = {}
         self.build_s = 0.0
         self.error: str | None = None
-        self._next: Callable[[Any], Any] = dl._BaseDataLoaderIter.__next__  # install(): the one it wraps
-        self.construct: tuple[dict, Any] | None = None  # on from the start: (keywords, batch scale)
+        self._next: Callable[[LoaderIter], object] = dl._BaseDataLoaderIter.__next__  # install(): the one it wraps
+        self.construct: tuple[dict, float | None] | None = None  # on from the start: (keywords, batch scale)
 
     def install(self) -> None:
         """Before hooks.install: the hooks' timing wrapper then sits outside this one."""
@@ -105,7 +110,7 @@ class DataLoaderSwitch:
 
         def _reset(self, loader, first_iter=False) -> None:
             orig_reset(self, loader, first_iter)
-            self._advise_epoch_done = False
+            switch.ended.discard(self)
 
         def __next__(self):
             if getattr(self, "_advise_sub", False) or os.getpid() != switch.pid:
@@ -142,21 +147,22 @@ class DataLoaderSwitch:
 
         torch.utils.data.DataLoader.__init__ = __init__  # type: ignore[method-assign]  # the switch's, patched in
 
-    def mirrorable(self, it: Any) -> str | None:
+    def _mirrorable(self, it: LoaderIter) -> Loader | None:
+        """The iterator's DataLoader where a substitute can mirror it (None: gone, or unmirrorable)."""
         loader = self._loader(it)
-        return "the DataLoader is gone" if loader is None else unmirrorable(loader_kind(loader))
+        return None if loader is None or unmirrorable(loader_kind(loader)) else loader
 
     @staticmethod
-    def _loader(it: Any) -> Any:
+    def _loader(it: LoaderIter) -> Loader | None:
         ref = getattr(it, "_advise_loader", None)
         return ref() if ref is not None else None
 
-    def next(self, it: Any) -> Any:
+    def next(self, it: LoaderIter) -> object:
         if self.construct is not None:  # on from the start: the loaders were built with the keywords
             return self._next(it)
         self.current = weakref.ref(it)
         entry = self.subs.get(id(it))
-        if entry is None and self.kwargs is not None and not getattr(it, "_advise_epoch_done", False):
+        if entry is None and self.kwargs is not None and it not in self.ended:
             t0 = time.monotonic()
             entry = self._build(it)
             self.build_s += time.monotonic() - t0
@@ -169,16 +175,16 @@ class DataLoaderSwitch:
             # The original stream ran dry: the original iterator ends the epoch itself (after
             # serving what it had prefetched), exactly as without the substitute.
             self._drop(id(it))
-            it._advise_epoch_done = True
+            self.ended.add(it)
             return self._next(it)
         if sub.pull.handed:
             sub.pull.handed.popleft()
         return batch
 
-    def _build(self, it: Any):
-        if self.mirrorable(it):
+    def _build(self, it: LoaderIter) -> tuple[weakref.ref[LoaderIter], _Substitute] | None:
+        loader = self._mirrorable(it)
+        if loader is None:
             return None
-        loader = self._loader(it)
         kwargs = dict(self.kwargs or {})
         workers = kwargs.get("num_workers", loader.num_workers)
         options = {"num_workers": workers, "pin_memory": kwargs.get("pin_memory", loader.pin_memory),
@@ -233,7 +239,7 @@ class DataLoaderSwitch:
         self.kwargs = dict(overrides.get("dataloader") or {})
         self.scale = overrides.get("batch_size_scale") or 1
         self.applied = applied
-        if not getattr(it, "_advise_epoch_done", False):
+        if it not in self.ended:
             self._build(it)
 
     def off(self) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from ..memory import CheckpointSwitch
 from ..module_call import AUTOCAST_DTYPES, ModuleCallSwitch
 from ..trainer_precision import PRECISION, TrainerPrecision
+from ..hooks import Observed
 from .base import NotSwitchable
 
 
@@ -17,13 +16,13 @@ class ModuleSwitch(ModuleCallSwitch):
     the script's own backward and step. In a Lightning job autocast is the Trainer's own precision
     plugin instead (:mod:`advisor.probe.trainer_precision`), once the first step has found it."""
 
-    def __init__(self, observed: Any = None) -> None:
+    def __init__(self, observed: Observed | None = None) -> None:
         super().__init__()
         self.trainer: TrainerPrecision | None = None
         if observed is not None:
             observed.on_trainer.append(self._found)
 
-    def _found(self, trainer: Any) -> None:
+    def _found(self, trainer: object) -> None:
         self.trainer = TrainerPrecision(trainer)
         if self.autocast is torch.bfloat16 and self._plugin(self.autocast, self.applied):
             self.autocast = None  # a fresh run: the Trainer's form from here on (float16 keeps its scaler)
