@@ -24,10 +24,12 @@ from .cli_exit import OneLineError, fail, run_dir_errors
 from .outputs import RenderError, render_report, saved_report
 from ..analysis.memory import parse_size
 from ..exit_codes import EXIT_OK, signal_exit
+from ..job.rank import detect
 from ..report import ReportError, load_report
 from ..reports.renderers import AB_RENDERERS, COMPARE_RENDERERS, REPORT_RENDERERS, TRACE_DIFF_RENDERERS
 from ..run_dir import interrupt
 from ..run_dir.layout import NoRunDir, report_json
+from ..schema import schema_text
 
 if TYPE_CHECKING:
     from ..engine import Settings
@@ -203,8 +205,6 @@ def profile(script: str, script_args: Sequence[str], module: bool, nproc: int, s
 
 
 def _under_a_launcher() -> bool:
-    from ..job.rank import detect  # job: 2 ms, only for profile
-
     return detect().multi
 
 
@@ -448,8 +448,6 @@ def rules_command(name: str | None, as_json: bool) -> None:
 @click.argument("name", default="report", type=click.Choice(["report", "compare", "summary"]))
 def schema_command(name: str) -> None:
     """Print the JSON Schema of report.json (or compare.json, or `advise report --format json`'s summary)."""
-    from ..schema import schema_text  # schema: 3 ms, only for schema
-
     click.echo(schema_text(name), nl=False)
 
 

@@ -225,12 +225,14 @@ def _keep_freed_memory() -> ctypes.CDLL | None:
     (each block's buffers were otherwise mapped and unmapped anew: page faults, benchmarks/README.md).
     The C library (to trim at the end), or None where it has no `mallopt`."""
     c = forked.libc()
+    if c is None:
+        return None
     try:
         c.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: glibc's highest
         c.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
         c.malloc_trim  # noqa: B018 - present where mallopt is (glibc)
         return c
-    except AttributeError:  # not glibc, or no C library
+    except AttributeError:  # not glibc
         return None
 
 

@@ -13,6 +13,7 @@ behind: each :class:`Ahead` holds its own exit handler until it is collected or 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import fcntl
 import gc
 import os
@@ -86,22 +87,23 @@ def start(fn: Callable, *args: object) -> Ahead | None:
     return Ahead(pid, r)
 
 
-def libc() -> Any:  # a ctypes.CDLL (its functions looked up by name: AttributeError where absent), or None
-    """The C library (ctypes), or None where it cannot be loaded."""
+def libc() -> ctypes.CDLL | None:
+    """The C library (its functions looked up by name: AttributeError where absent), or None where it cannot be loaded."""
     try:
-        import ctypes  # ctypes: 2 ms, only in a forked child
-
         return ctypes.CDLL(None)
-    except (ImportError, OSError):
+    except OSError:
         return None
 
 
 def _die_with(parent: int) -> None:
     """Linux: the kernel kills this child when the parent dies, SIGKILL included (no exit handler
     of the parent's runs then to kill it); elsewhere the child ends at its next write to the parent."""
+    c = libc()
     try:
-        libc().prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except AttributeError:  # no prctl (not Linux), or no C library
+        if c is None:
+            return
+        c.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except AttributeError:  # no prctl (not Linux)
         return
     if os.getppid() != parent:  # the parent died before the line above
         os._exit(1)
