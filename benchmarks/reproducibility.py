@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -36,6 +38,18 @@ NEAR_BEST = 0.90  # the recommended value's by-hand speedup at least this share 
 
 def hand_speedups(hand: dict) -> dict[str, float]:
     return {name: h["summary"]["speedup"] for name, h in hand.items() if (h.get("summary") or {}).get("speedup")}
+
+
+def spread_line(case: str, fix: str, claims: list[dict]) -> str:
+    """How far one claim moves between runs (the standard deviation of its log speedup) beside how
+    far its intervals say it may (their mean half-width over 1.96, log scale): the first larger
+    means the intervals miss what varies between processes."""
+    logs = [math.log(c["speedup"]) for c in claims if c.get("speedup")]
+    widths = [(math.log(c["ci_high"]) - math.log(c["ci_low"])) / (2 * 1.96)
+              for c in claims if c.get("ci_low") and c.get("ci_high")]
+    between = statistics.stdev(logs) if len(logs) >= 2 else float("nan")
+    said = statistics.mean(widths) if widths else float("nan")
+    return f"{case} {fix}: between runs sd {between:.3f} (log), the intervals' own {said:.3f}, over {len(logs)} runs"
 
 
 def main() -> None:
@@ -83,6 +97,7 @@ def main() -> None:
                      for c in per_run]
             table.append((name, fix, f"{t:.2f}" if t else "-", *cells,
                           f"{len(covered)}/{len(verified)}" if verified else "-"))
+            summary.append(spread_line(name, fix, [c for c in per_run if c]))
         near = held = verified = 0
         for k, run in enumerate(runs):
             rec = run.get("recommended") or {}

@@ -137,7 +137,9 @@ def test_screened_fixes_get_one_short_window_and_only_those_that_look_faster_are
     third = rounds.advance(child.run(1, second, lambda w: speed[w.arm]))  # the stack: DL001's workers + bf16
     assert fast.experiment.verified and fast.experiment.speedup == pytest.approx(1.5, rel=0.05)
     assert {w.arm for w in third} == {"baseline", "stacked"} and rounds.kind is RoundKind.STACK
-    assert rounds.advance(child.run(2, third, lambda w: speed[w.arm])) == []  # the stack gained nothing
+    fourth = rounds.advance(child.run(2, third, lambda w: speed[w.arm]))  # one window cannot say "no gain": again
+    assert {w.arm for w in fourth} == {"baseline", "stacked"} and rounds.kind is RoundKind.STACK
+    assert rounds.advance(child.run(3, fourth, lambda w: speed[w.arm])) == []  # the stack gained nothing
     assert rounds.recommended.verified and rounds.recommended.fixes == [rounds.arms["a1"].candidate.label]
     assert any(n.startswith("the stacked configuration measured ") and "not verified" in n for n in rounds.notes)
     rounds.end(None)

@@ -154,61 +154,54 @@ def _rate(dur: np.ndarray, work: np.ndarray, axis: int = -1) -> np.ndarray:
     return work.sum(axis=axis) / dur.sum(axis=axis)
 
 
+# What one window's rate is believed to vary by before any window shows it (log scale), worth this
+# many windows: two baseline windows that agree by chance cannot pin a fix's first window to them
+# (the windows of this 2-core machine's truth cases moved 2-4% from one to the next).
+WINDOW_SD_PRIOR = 0.02
+WINDOW_DF_PRIOR = 2
+
+
 def speedup_ci(baseline: list[pd.DataFrame], candidate: list[pd.DataFrame], *, by_samples: bool,
-               seed: int = 0, n_boot: int = 2000, confidence: float = 0.95,
-               spread: list[pd.DataFrame] | None = None) -> tuple[float, float, float]:
-    """Throughput ratio candidate/baseline over several windows (or runs) each, and its 95% interval
-    from a two-stage bootstrap: the windows of each side resampled, then the steps within each.
+               confidence: float = 0.95, spread: list[pd.DataFrame] | None = None,
+               process_sd: float = 0.0) -> tuple[float, float, float]:
+    """Throughput ratio candidate/baseline over several windows (or runs) each, and its interval.
 
     A window's throughput is its work over its time; each side is the mean of its windows. The
-    steps inside one window cannot show what moves a whole window (a loader's workers scheduled
-    differently, a thread pool, an allocator's state): resampling only them gave a loader value
-    3.46x (3.24-3.71x) verified where the same value read 2.23-2.97x in three more runs. So the
-    windows are resampled too, and a side measured in one window borrows the other side's
-    window-to-window spread (its relative deviations, resampled) instead of claiming none, or
-    `spread`'s windows' where given (two arms of one window each, held against each other, borrow
-    the baseline's). The interval is NaN when it cannot be computed (a zero-time window)."""
+    window, not the step, is the unit: what moves a whole window (a loader's workers scheduled
+    differently, a thread pool, an allocator's state, a neighbour's burst) is more than its steps
+    show, and resampling two or three windows cannot show it either (a bootstrap over them gave a
+    loader value 3.46x (3.24-3.71x) verified where the same value read 2.23-2.97x in three more
+    runs). So the log of each window's rate is its side's level plus window noise; the noise's
+    variance is pooled over both sides' windows (and `spread`'s: two arms of one window each, held
+    against each other, borrow the baseline windows' spread), never below what the windows' own
+    steps show, and a prior spread (WINDOW_SD_PRIOR, worth WINDOW_DF_PRIOR windows) weighs in
+    where the windows are few; the interval is Student's t on those degrees of freedom, which a
+    handful of windows keeps wide. `process_sd` (log scale) is what varies between processes that one
+    process's windows cannot show, added in quadrature. The interval is NaN when it cannot be
+    computed (a zero-time window)."""
     runs = [per_step(frame, by_samples) for frame in [*baseline, *candidate]]
-    n_base = len(baseline)
+    n_base, n_cand = len(baseline), len(candidate)
     point = np.array([_rate(dur, work) for dur, work in runs])
     estimate = float(np.mean(point[n_base:])) / float(np.mean(point[:n_base]))
     if not np.isfinite(point).all() or (point <= 0).any():
         return estimate, math.nan, math.nan
-    if all(len(dur) < 2 for dur, _ in runs) and (n_base < 2 and len(candidate) < 2):
-        return estimate, estimate, estimate
-    rng = np.random.default_rng(seed)
-    boot = np.empty((len(runs), n_boot))  # each window's rate, its steps resampled
-    for k, (dur, work) in enumerate(runs):
-        if len(dur) < 2:  # one step: nothing to resample
-            boot[k] = point[k]
-            continue
-        pos = rng.integers(0, len(dur), size=(n_boot, len(dur)))
-        boot[k] = work[pos].sum(axis=1) / dur[pos].sum(axis=1)
-    sides = [boot[:n_base], boot[n_base:]]
-    devs = [point[:n_base] / point[:n_base].mean() - 1, point[n_base:] / point[n_base:].mean() - 1]
+    logs = np.log(point)
+    groups = [logs[:n_base], logs[n_base:]]
     if spread:
         lent = np.array([_rate(dur, work) for dur, work in (per_step(f, by_samples) for f in spread)])
         lent = lent[np.isfinite(lent) & (lent > 0)]
-        devs = [lent / lent.mean() - 1] * 2 if len(lent) >= 2 else devs
-    else:
-        devs = [devs[1], devs[0]]  # a side of one window borrows the other side's
-    rates = []
-    for side, other in ((sides[0], devs[0]), (sides[1], devs[1])):
-        m = len(side)
-        if m >= 2:  # the side's own windows, resampled
-            pick = rng.integers(0, m, size=(n_boot, m))
-            rates.append(np.take_along_axis(side.T, pick, axis=1).mean(axis=1))
-        elif len(other) >= 2:  # one window: the other side's window-to-window spread stands for its own
-            rates.append(side[0] * (1 + other[rng.integers(0, len(other), size=n_boot)]))
-        else:
-            rates.append(side.mean(axis=0))
-    ratio = rates[1] / rates[0]
-    ratio = ratio[np.isfinite(ratio)]
-    if not len(ratio):
-        return estimate, math.nan, math.nan
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(ratio, [alpha, 1 - alpha])
-    return estimate, float(min(low, estimate)), float(max(high, estimate))
+        groups.append(np.log(lent))
+    within = np.array([_rate_var(dur, work) for dur, work in runs]) / point ** 2  # each window's steps, log scale
+    if all(len(dur) < 2 for dur, _ in runs) and len(groups[0]) < 2 and len(groups[1]) < 2 and len(groups) == 2:
+        return estimate, estimate, estimate  # one step a side: nothing varies that anything shows
+    df = sum(len(g) - 1 for g in groups if len(g))
+    squares = sum(float(((g - g.mean()) ** 2).sum()) for g in groups if len(g))
+    floor = float(np.nanmean(within)) if np.isfinite(within).any() else 0.0
+    var = max((WINDOW_DF_PRIOR * WINDOW_SD_PRIOR ** 2 + squares) / (WINDOW_DF_PRIOR + df), floor)
+    var = var * (1 / n_base + 1 / n_cand) + process_sd ** 2
+    quantile = scipy_stats().t.ppf(1 - (1 - confidence) / 2, WINDOW_DF_PRIOR + df)
+    half = float(quantile) * math.sqrt(var)
+    return estimate, estimate * math.exp(-half), estimate * math.exp(half)
 
 
 def baseline_drift(baseline: list[pd.DataFrame], by_samples: bool) -> float:
