@@ -25,6 +25,7 @@ from ..analysis.stats import baseline_drift, speedup_ci
 from .plan import Candidate
 
 MIN_GAIN = 0.05        # a sweep step must add 5% over the best so far to go on
+TIE_GAP = 0.10         # a sweep value the leader cannot be told apart from ties with it when this near
 MIN_EFFECT = VERIFY_MIN_GAIN  # verified needs the interval's low end above 1 + max(3%, baseline drift)
 LOSS_REL_TOL = 0.10    # numerics: mean loss within 10% of the baseline's ...
 LOSS_SEM_K = 3.0       # ... or within 3 standard errors, whichever is wider
@@ -289,6 +290,14 @@ def head_to_head(leader: list[Measurement], rival: list[Measurement], baseline: 
         return True
     _, low, _ = speedup_ci(other, lead, by_samples=by_samples, spread=[m.steps for m in baseline if m.ok])
     return bool(math.isfinite(low) and low > 1.0 + MIN_GAIN)
+
+
+def near(rival: Experiment, leader: Experiment) -> bool:
+    """Whether a value a sweep's leader could not be shown faster than is as good a pick: its figure
+    within TIE_GAP of the leader's. A wider gap that the windows could not resolve is a question of
+    power, and the leader is the better guess (a loader's 1 worker tied with 2 at 1.30x against
+    1.57x, and the cheaper pick gave up 20% by hand)."""
+    return (rival.speedup or 0.0) * (1 + TIE_GAP) >= (leader.speedup or 0.0)
 
 
 def sweep_row(point: Candidate, exp: Experiment, budget: float | None) -> dict:

@@ -57,8 +57,8 @@ class Reading:
         """A sweep's value to report, picked honestly: the best of several noisy estimates is biased
         up (a loader's 8 workers read 3.46x in one run, 2.32x by hand, where 4 gave 3.40x), so the
         leader is held head to head against every other verified value (their windows compared
-        directly, :func:`judge.head_to_head`). The values it cannot be told apart from tie with it,
-        and the cheapest of them (the first in the ladder's order: fewer workers, a smaller batch,
+        directly, :func:`judge.head_to_head`). The values it cannot be told apart from and whose figure
+        is near its own (:func:`judge.near`) tie with it, and the cheapest of them (the first in the ladder's order: fewer workers, a smaller batch,
         TF32 before bf16) is reported, with a line saying so (the second item)."""
         values = [(point, exp) for _, point, exp in tried]
         point, best = judge.sweep_winner(values, budget)
@@ -68,10 +68,15 @@ class Reading:
         rivals = [(arm, p, e) for arm, p, e in tried if e.verified and p is not point]
         windows = lambda arm: [m for r in results for _, cands in r.pairs(arm, self.run_dir) for m in cands]  # noqa: E731
         bases = judge.distinct([m for r in results for around, _ in r.pairs(lead, self.run_dir) for m in around])
-        tied = [(arm, p, e) for arm, p, e in rivals
-                if not judge.head_to_head(windows(lead), windows(arm), bases, by_samples=self.by_samples)]
+        unresolved = [(arm, p, e) for arm, p, e in rivals
+                      if not judge.head_to_head(windows(lead), windows(arm), bases, by_samples=self.by_samples)]
+        tied = [(arm, p, e) for arm, p, e in unresolved if judge.near(e, best)]
         if not tied:
-            return best, None
+            if not unresolved:
+                return best, None
+            said = ", ".join(f"{_short(p)} {e.speedup:.2f}x" for _, p, e in unresolved)
+            return best, (f"{self.arms[lead].candidate.label}: {_short(point)} ({best.speedup:.2f}x) leads, though this run's "
+                          f"windows could not tell it apart head to head from {said}")
         order = [p for _, p, _ in tried]
         cheapest = min([(lead, point, best), *tied], key=lambda t: order.index(t[1]))
         said = ", ".join(f"{_short(p)} {e.speedup:.2f}x" for _, p, e in [(lead, point, best), *tied])

@@ -552,8 +552,9 @@ def throughput_basis(tp: Throughput) -> str:
 
 def baseline_vs_headline(tp: Throughput, baseline: dict) -> str:
     """Why the experiments' baseline and the headline throughput differ, when they do by more than 5%."""
-    for key, unit in (("samples_per_s", "samples/s"), ("steps_per_s", "steps/s")):  # noqa: B007  (unit: read after the break)
-        head, base = units.finite(getattr(tp, key)), units.finite((baseline or {}).get(key))
+    for head_rate, key, unit in ((tp.samples_per_s, "samples_per_s", "samples/s"),  # noqa: B007  (unit: read after the break)
+                                 (tp.steps_per_s, "steps_per_s", "steps/s")):
+        head, base = units.finite(head_rate), units.finite((baseline or {}).get(key))
         if head and base:
             break
     else:
