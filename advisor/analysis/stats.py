@@ -10,8 +10,8 @@ baseline sample `a` with a candidate sample `b`, e.g. an experiment's speedup:
   statistic (median by default; mean, a quantile ...); deterministic (fixed seed).
 - :func:`ratio_of_means_ci_t` : t-based (delta method, Welch degrees of freedom) interval for
   ``mean(b) / mean(a)``; cheap, fine for a handful of repeated runs.
-- :func:`speedup_ci` / :func:`baseline_drift` : an experiment's throughput ratio over several runs
-  per side (steps resampled within each run), and the run-to-run spread of the baseline.
+- :func:`speedup_ci` / :func:`baseline_drift` : an experiment's throughput ratio over several
+  windows or runs per side (Student's t over windows), and the run-to-run spread of the baseline.
 
 Every function takes plain sequences of floats (the experiment ones, per-run step tables) and
 returns plain floats.

@@ -16,7 +16,7 @@ Each figure over many steps is defined here, once, for the question it answers:
 - which steps time a run: :func:`timed_steps` (outside the profiler window, which inflates them);
 - which of them stalled: :func:`stalled` (the machine, a checkpoint: left out of every rate);
 - a window's rate, work over time: :func:`throughput` (the report), :func:`per_step` (an
-  experiment's speedup and its bootstrap interval);
+  experiment's speedup and its interval);
 - where the steps' time went: :func:`share` (the wait on the loader, the optimizer's step);
 - a run's figure for the CI gate: its fast steps, :func:`fast` (a neighbour only slows steps);
 - the typical step, for sizing a window: :func:`median_step`;
