@@ -259,7 +259,7 @@ def test_a_sweep_value_the_windows_cannot_resolve_ties_only_when_its_figure_is_n
     """A loader's 1 worker could not be told apart from 2 (1.30x against 1.57x): naming the cheaper
     gave up 20% by hand. Only a value within TIE_GAP of the leader's figure ties with it."""
     from advisor.experiments.judge import TIE_GAP, near
-    from advisor.model import Verdict
+    from advisor.model import Experiment, Verdict
 
     lead = Experiment(Verdict.FASTER, verified=True, speedup=1.57)
     assert not near(Experiment(Verdict.FASTER, verified=True, speedup=1.30), lead)

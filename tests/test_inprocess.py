@@ -148,7 +148,8 @@ def test_screened_fixes_get_one_short_window_and_only_those_that_look_faster_are
 
 def test_a_second_pass_runs_only_for_the_fixes_the_first_left_undecided(tmp_path):
     """The plan adapts: a 2x fix is settled by its first pass (B A B); a 1.08x one gets the
-    reverse pass in the next round and is judged on both passes together."""
+    reverse pass in the next round, and another (PASSES in all) while it is neither verified
+    nor ruled out, and is judged on every pass together."""
     big = _dl001()
     small = Finding("fp32 matmuls", "s", "medium", {}, Fix.unsafe("bf16", {"autocast": "bfloat16"}),
                     rule="fp32-matmul", code="PR001")
@@ -160,8 +161,12 @@ def test_a_second_pass_runs_only_for_the_fixes_the_first_left_undecided(tmp_path
     second = rounds.advance(child.run(0, first, lambda w: speed.get(w.arm, 0.05)))
     assert big.experiment is not None and big.experiment.verified and len(big.experiment.runs) == 1
     assert small.experiment is None and [w.arm for w in second if w.arm != "baseline"] == [bf16]
-    rounds.advance(child.run(1, second, lambda w: speed[w.arm]))
-    assert small.experiment is not None and len(small.experiment.runs) == 2  # both passes, pooled
+    third = rounds.advance(child.run(1, second, lambda w: speed[w.arm]))
+    # 8% in two windows is neither verified nor ruled out: a third pass, then judged on all three
+    assert small.experiment is None and [w.arm for w in third if w.arm != "baseline"] == [bf16]
+    assert rounds.kind is RoundKind.CONFIRM
+    rounds.advance(child.run(2, third, lambda w: speed[w.arm]))
+    assert small.experiment is not None and len(small.experiment.runs) == 3  # every pass, pooled
     assert small.experiment.speedup == pytest.approx(1.08, rel=0.03)
 
 

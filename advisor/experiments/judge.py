@@ -227,6 +227,12 @@ def settled(exp: Experiment) -> bool:
     return exp.ci_high < 1.0 + max(MIN_EFFECT, exp.baseline_drift_frac or 0.0)
 
 
+def decided(exp: Experiment) -> bool:
+    """Whether more passes would only narrow a fix's figure, not change its verdict: it is verified,
+    or settled (:func:`settled`: shown not to gain, or nothing a pass could fix)."""
+    return exp.verified or settled(exp)
+
+
 def payoff_steps(exp: Experiment) -> int | None:
     """For a compile fix: after how many steps its one-off compilation (`switch_s`) is paid back by
     the time it saves per step (the medians'), or None where it saves nothing."""

@@ -7,6 +7,7 @@ against a live child.
 The transitions (:meth:`Rounds.advance`)::
 
     FIXES ──(a fix its first pass left undecided or tied, a screen that looked faster)──> CONFIRM
+    CONFIRM ──(still undecided, fewer than PASSES passes)──> CONFIRM
     FIXES, CONFIRM ──(two winners or more)──> STACK ──(one pass did not settle it)──> STACK
     any ──(nothing left to measure)──> END
     any ──(the next round's windows do not fit the time left)──> END
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 LARGE_EFFECT = 3     # every rule's fix expected at least this much faster: windows of half the steps
                     # (a 3x effect is resolved by 5 slow steps; the fast arm windows scale with it)
 STACKED = "stacked"
+PASSES = 3  # a fix's passes at most (round 0 and the CONFIRM rounds): one still undecided is settled on them
 
 
 class RoundKind(str, Enum):
@@ -202,8 +204,8 @@ class Rounds:
         """The next round does not fit: settle what the rounds so far measured, as a run that ended."""
         self.out_of_time = True
         verdicts = self.verdicts
-        if kind is RoundKind.CONFIRM:  # the fixes the first pass left undecided: settled on it alone
-            verdicts.fixes([self.results[0]], verdicts.again, out_of_time=True)
+        if kind is RoundKind.CONFIRM:  # the fixes left undecided: settled on the passes measured
+            self._judge_confirms(final=True)
         elif kind is RoundKind.STACK and any(k is RoundKind.STACK for k in self._kinds.values()):
             self._judge_stack(final=True)
         if verdicts.recommended is None:
@@ -212,6 +214,9 @@ class Rounds:
     def _next(self) -> tuple[RoundKind, list[Window]]:
         """The transition out of the round just judged."""
         if self.kind is RoundKind.FIXES and (windows := self._confirm_round()):
+            return RoundKind.CONFIRM, windows
+        if self.kind is RoundKind.CONFIRM and (self.verdicts.again or self.verdicts.promoted) and \
+                (windows := self._confirm_round()):  # still undecided: another pass, as far as the time allows
             return RoundKind.CONFIRM, windows
         if self.kind in (RoundKind.FIXES, RoundKind.CONFIRM):
             return RoundKind.STACK, self._stack_round()
@@ -297,10 +302,27 @@ class Rounds:
                                             out_of_time=out_of_time, final=final)
             verdicts.screens(this)
         elif self.kind is RoundKind.CONFIRM:  # round 0 measured their first pass
-            verdicts.fixes([self.results[0], this], verdicts.again, out_of_time=out_of_time)
-            verdicts.fixes([this], verdicts.promoted, out_of_time=out_of_time)
+            self._judge_confirms(final=final or 1 + len(self._confirms()) >= PASSES)
         elif self.kind is RoundKind.STACK:
             self._judge_stack(final=final)
+
+    def _confirms(self) -> list[RoundResult]:
+        """The CONFIRM rounds measured so far."""
+        return [self.results[r] for r, k in sorted(self._kinds.items()) if k is RoundKind.CONFIRM and r in self.results]
+
+    def _judge_confirms(self, *, final: bool) -> None:
+        """The undecided fixes over round 0 and every CONFIRM round, the promoted screens over the
+        CONFIRM rounds (their round-0 window was a short screen). Not `final`: what is still
+        undecided stays for another CONFIRM pass (a wide interval is a question of windows)."""
+        verdicts, confirms = self.verdicts, self._confirms()
+        if not confirms:  # the budget ended before the first: settled on round 0 alone
+            verdicts.fixes([self.results[0]], verdicts.again, out_of_time=True)
+            return
+        again = verdicts.fixes([self.results[0], *confirms], verdicts.again, out_of_time=self.out_of_time, final=final,
+                               confirming=True)
+        verdicts.promoted = verdicts.fixes(confirms, verdicts.promoted, out_of_time=self.out_of_time, final=final,
+                                           confirming=True)
+        verdicts.again = again
 
     def _judge_stack(self, *, final: bool) -> None:
         rounds = [self.results[r] for r, k in sorted(self._kinds.items()) if k is RoundKind.STACK and r in self.results]

@@ -86,10 +86,13 @@ class Verdicts:
         return list({a.candidate.finding_index: a.candidate for a in self.arms.values()
                      if a.candidate.finding_index is not None}.values())
 
-    def fixes(self, results: list[RoundResult], arms: list[str], *, out_of_time: bool, final: bool = True) -> list[str]:
+    def fixes(self, results: list[RoundResult], arms: list[str], *, out_of_time: bool, final: bool = True,
+              confirming: bool = False) -> list[str]:
         """Judge `arms` and settle each fix on its best value (:func:`judge.sweep_winner`).
         `final=False`: a fix whose best value the first pass did not settle (:func:`judge.settled`)
-        is left for a second; its arms are returned. `out_of_time`: the time budget ended the rounds."""
+        is left for a second; its arms are returned, and a tie's. `confirming`: a later pass, after
+        which only a fix neither verified nor shown not to gain goes again (:func:`judge.decided`; a
+        tie a second pass kept is an answer, the cheapest value). `out_of_time`: the time budget ended the rounds."""
         fitting: list[tuple[Candidate, Experiment, int]] = []  # memory fixes that bring an over-budget run within it
         by_candidate: dict[int | None, list[tuple[str, Candidate, Experiment]]] = {}
         untried: dict[int | None, list[tuple[Candidate, str]]] = {}  # a sweep's values the run ended before, and why
@@ -114,7 +117,8 @@ class Verdicts:
             budget = judge.usable_budget(finding.evidence)
             values = [(point, exp) for _, point, exp in tried]
             best, tied = self.reading.sweep_winner(results, tried, budget)
-            if not final and (not judge.settled(best) or tied):
+            undecided = not judge.decided(best) if confirming else not judge.settled(best) or tied
+            if not final and undecided:
                 again += [arm for arm, _, _ in tried]
                 continue
             rows = judge.sweep_rows(values, untried.get(candidate.finding_index, []), budget)
