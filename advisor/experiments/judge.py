@@ -227,10 +227,12 @@ def settled(exp: Experiment) -> bool:
     return exp.ci_high < 1.0 + max(MIN_EFFECT, exp.baseline_drift_frac or 0.0)
 
 
-def decided(exp: Experiment) -> bool:
-    """Whether more passes would only narrow a fix's figure, not change its verdict: it is verified,
-    or settled (:func:`settled`: shown not to gain, or nothing a pass could fix)."""
-    return exp.verified or settled(exp)
+def worth_another(exp: Experiment) -> bool:
+    """Whether another pass may change a fix's verdict and is worth its time: it is neither verified
+    nor settled (:func:`settled`: shown not to gain, or nothing a pass could fix), and its figure
+    leans faster by more than the bar (a pass that could only confirm "no gain" cost rl-reinforce's
+    default run 2.6x its diagnosis)."""
+    return not exp.verified and not settled(exp) and (exp.speedup or 0.0) > 1.0 + MIN_EFFECT
 
 
 def payoff_steps(exp: Experiment) -> int | None:

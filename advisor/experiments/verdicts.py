@@ -91,7 +91,7 @@ class Verdicts:
         """Judge `arms` and settle each fix on its best value (:func:`judge.sweep_winner`).
         `final=False`: a fix whose best value the first pass did not settle (:func:`judge.settled`)
         is left for a second; its arms are returned, and a tie's. `confirming`: a later pass, after
-        which only a fix neither verified nor shown not to gain goes again (:func:`judge.decided`; a
+        which only an undecided fix that leans faster goes again (:func:`judge.worth_another`; a
         tie a second pass kept is an answer, the cheapest value). `out_of_time`: the time budget ended the rounds."""
         fitting: list[tuple[Candidate, Experiment, int]] = []  # memory fixes that bring an over-budget run within it
         by_candidate: dict[int | None, list[tuple[str, Candidate, Experiment]]] = {}
@@ -117,7 +117,7 @@ class Verdicts:
             budget = judge.usable_budget(finding.evidence)
             values = [(point, exp) for _, point, exp in tried]
             best, tied = self.reading.sweep_winner(results, tried, budget)
-            undecided = not judge.decided(best) if confirming else not judge.settled(best) or tied
+            undecided = judge.worth_another(best) if confirming else not judge.settled(best) or tied
             if not final and undecided:
                 again += [arm for arm, _, _ in tried]
                 continue
