@@ -163,7 +163,7 @@ def pytest_collection_modifyitems(config, items):
     working. A defect fails both runs; `-r R` lists what was rerun."""
     items.sort(key=lambda item: item.get_closest_marker("timing") is None)
     for item in items:
-        if item.get_closest_marker("slow") or item.get_closest_marker("timing"):
+        if (item.get_closest_marker("slow") or item.get_closest_marker("timing")) and not item.get_closest_marker("flaky"):
             item.add_marker(pytest.mark.flaky(reruns=RERUNS))
 
 
