@@ -191,9 +191,9 @@ def speedup_ci(baseline: list[pd.DataFrame], candidate: list[pd.DataFrame], *, b
         lent = np.array([_rate(dur, work) for dur, work in (per_step(f, by_samples) for f in spread)])
         lent = lent[np.isfinite(lent) & (lent > 0)]
         groups.append(np.log(lent))
-    within = np.array([_rate_var(dur, work) for dur, work in runs]) / point ** 2  # each window's steps, log scale
-    if all(len(dur) < 2 for dur, _ in runs) and len(groups[0]) < 2 and len(groups[1]) < 2 and len(groups) == 2:
+    if n_base < 2 and n_cand < 2 and not spread and all(len(dur) < 2 for dur, _ in runs):
         return estimate, estimate, estimate  # one step a side: nothing varies that anything shows
+    within = np.array([_rate_var(dur, work) for dur, work in runs]) / point ** 2  # each window's steps, log scale
     df = sum(len(g) - 1 for g in groups if len(g))
     squares = sum(float(((g - g.mean()) ** 2).sum()) for g in groups if len(g))
     floor = float(np.nanmean(within)) if np.isfinite(within).any() else 0.0

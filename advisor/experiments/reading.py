@@ -57,9 +57,11 @@ class Reading:
         """A sweep's value to report, picked honestly: the best of several noisy estimates is biased
         up (a loader's 8 workers read 3.46x in one run, 2.32x by hand, where 4 gave 3.40x), so the
         leader is held head to head against every other verified value (their windows compared
-        directly, :func:`judge.head_to_head`). The values it cannot be told apart from and whose figure
-        is near its own (:func:`judge.near`) tie with it, and the cheapest of them (the first in the ladder's order: fewer workers, a smaller batch,
-        TF32 before bf16) is reported, with a line saying so (the second item)."""
+        directly, :func:`judge.head_to_head`). The values it cannot be told apart from and whose
+        figure is near its own (:func:`judge.near`) tie with it, and the cheapest of them (the first
+        in the ladder's order: fewer workers, a smaller batch, TF32 before bf16) is reported, with a
+        line saying so (the second item); a value it cannot be told apart from but is not near
+        leaves it the answer, with a line saying the windows did not resolve them."""
         values = [(point, exp) for _, point, exp in tried]
         point, best = judge.sweep_winner(values, budget)
         if budget or not best.verified:

@@ -302,19 +302,19 @@ class Rounds:
                                             out_of_time=out_of_time, final=final)
             verdicts.screens(this)
         elif self.kind is RoundKind.CONFIRM:  # round 0 measured their first pass
-            self._judge_confirms(final=final or 1 + len(self._confirms()) >= PASSES)
+            self._judge_confirms(final=final or 1 + len(self._measured(RoundKind.CONFIRM)) >= PASSES)
         elif self.kind is RoundKind.STACK:
             self._judge_stack(final=final)
 
-    def _confirms(self) -> list[RoundResult]:
-        """The CONFIRM rounds measured so far."""
-        return [self.results[r] for r, k in sorted(self._kinds.items()) if k is RoundKind.CONFIRM and r in self.results]
+    def _measured(self, kind: RoundKind) -> list[RoundResult]:
+        """The rounds of `kind` measured so far, in order."""
+        return [self.results[r] for r, k in sorted(self._kinds.items()) if k is kind and r in self.results]
 
     def _judge_confirms(self, *, final: bool) -> None:
         """The undecided fixes over round 0 and every CONFIRM round, the promoted screens over the
         CONFIRM rounds (their round-0 window was a short screen). Not `final`: what is still
         undecided stays for another CONFIRM pass (a wide interval is a question of windows)."""
-        verdicts, confirms = self.verdicts, self._confirms()
+        verdicts, confirms = self.verdicts, self._measured(RoundKind.CONFIRM)
         if not confirms:  # the budget ended before the first: settled on round 0 alone
             verdicts.fixes([self.results[0]], verdicts.again, out_of_time=True)
             return
@@ -325,8 +325,7 @@ class Rounds:
         verdicts.again = again
 
     def _judge_stack(self, *, final: bool) -> None:
-        rounds = [self.results[r] for r, k in sorted(self._kinds.items()) if k is RoundKind.STACK and r in self.results]
-        self.verdicts.stack(rounds, STACKED, final=final)
+        self.verdicts.stack(self._measured(RoundKind.STACK), STACKED, final=final)
 
     def claims(self) -> list:
         """Every in-process result the report will show: the findings' experiments and the recommendation."""
