@@ -72,7 +72,8 @@ class Child:
                 write_line(arms, ArmLine(round=round_no, window=k, arm=w.arm, overrides=w.overrides, switch_s=0.1,
                                          applied={"dataloaders": [{"num_workers": workers}],
                                                   **{x: v for x, v in w.overrides.items() if x != "dataloader"
-                                                     and x not in (no_effect or {}).get(w.arm, ())}},
+                                                     and x not in (no_effect or {}).get(w.arm, ())},
+                                                  "optimizers": [w.overrides.get("optimizer") or {}]},
                                          not_switchable=list(refused), reasons=refused))
         self.lines.read()
         return RoundResult.read(self.lines, round_no)
@@ -641,3 +642,41 @@ def test_a_window_measured_during_a_burst_is_left_out(tmp_path):
     quiet = child.run(1, first, lambda w: 0.1 / 1.5 if w.arm == arm else 0.10)
     both = rounds.outcome([result, quiet], arm)  # the busy window left out, the quiet one judged
     assert both.verified and len(both.runs) == 1
+
+
+def _winner_and_leaner(tmp_path, stacked_speed: float):
+    """DL001 at 2x, verified alone, and a fused optimizer at 1.045x, which leans faster in every pass
+    without clearing the bar; then whatever the rounds plan, the stack at `stacked_speed`."""
+    fused = Finding("single-tensor", "s", "low", {}, Fix.safe("fused", {"optimizer": {"fused": True}}),
+                    rule="single-tensor-optimizer-cpu", code="CPU002")
+    rounds, child = Rounds(tmp_path), Child(tmp_path)
+    windows = rounds.start([_dl001(), fused], _profile())
+    fused_arm = next(a for a, arm in rounds.arms.items() if arm.candidate.finding_index == 1)
+    speed = {"baseline": 0.10, fused_arm: 0.1 / 1.045, "stacked": stacked_speed}
+    kinds, round_no = [], 0
+    while windows:
+        kinds.append(rounds.kind)
+        windows = rounds.advance(child.run(round_no, windows, lambda w: speed.get(w.arm, 0.05)))
+        round_no += 1
+    rounds.end(None)
+    return rounds, fused, kinds
+
+
+def test_a_fix_that_leans_faster_unverified_is_stacked_and_the_stack_decides(tmp_path):
+    """The loader-starved script's case: more workers verify at 2x, a fused optimizer reads 1.05x in
+    each pass and never clears the bar alone (by hand, with the workers, it adds 1.3x). It is
+    stacked with the winner; a stack faster than the winner alone by more than the bar is
+    recommended, with a line naming the unverified member; one within the bar is not."""
+    rounds, fused, kinds = _winner_and_leaner(tmp_path, stacked_speed=0.1 / 2.6)
+    assert not fused.experiment.verified and fused.experiment.speedup > 1.03, fused.experiment
+    assert kinds[-1] is RoundKind.STACK and "stacked" in rounds.arms
+    assert rounds.recommended.verified and rounds.recommended.overrides == {
+        "dataloader": {"num_workers": 2}, "optimizer": {"fused": True}}, rounds.recommended.overrides
+    assert rounds.recommended.speedup == pytest.approx(2.6, rel=0.05) and len(rounds.recommended.fixes) == 2
+    said = [n for n in rounds.notes if "without being verified; the stack with it measured 2.5" in n]
+    assert len(said) == 1 and said[0].startswith("single-tensor-optimizer-cpu leaned faster alone (1.0"), rounds.notes
+    (tmp_path / "near").mkdir()
+    near, _, _ = _winner_and_leaner(tmp_path / "near", stacked_speed=0.1 / 2.04)  # within 3% of the winner alone
+    assert near.recommended.overrides == {"dataloader": {"num_workers": 2}}
+    said = [n for n in near.notes if n.startswith("the stacked configuration measured ")]
+    assert len(said) == 1 and "not verified alone" in said[0], near.notes

@@ -413,6 +413,22 @@ def settle(finding: Finding, candidate: Candidate, exp: Experiment, budget: floa
 
 # the recommendation ---------------------------------------------------------------------------
 
+def stack_members(winners: list[tuple[Candidate, Experiment]],
+                  leaners: list[tuple[Candidate, Experiment]]) -> list[tuple[Candidate, Experiment]]:
+    """What the stack measures: the winners, then each fix that leaned faster alone without being
+    verified (:func:`worth_another` when its passes ran out) and sets nothing a member sets. A
+    small gain one process's windows cannot verify alone (a fused optimizer's 1.1x) can be what
+    separates the best configuration from the second: the stack's own windows decide it."""
+    if not winners:
+        return []
+    members = list(winners)
+    for candidate, exp in leaners:
+        taken = {key for _, e in members for key in (e.overrides or {})}
+        if exp.overrides and not taken & set(exp.overrides):
+            members.append((candidate, exp))
+    return members
+
+
 def stacked_candidate(winners: list[tuple[Candidate, Experiment]]) -> Candidate:
     """The winners as one candidate: their overrides merged, unsafe if any of them is."""
     unsafe = any(c.changes_numerics for c, _ in winners)
@@ -437,25 +453,38 @@ def recommendation(exp: Experiment, candidates: list[Candidate], *, overrides: d
 
 
 def recommend(winners: list[tuple[Candidate, Experiment]], stacked: Experiment | None | str, *,
-              budget: int | None, notes: list[str]) -> Recommendation | None:
-    """The recommendation from the winners (each verified alone) and, with two or more, the stacked
-    run's result (`stacked`: the Experiment, or why there is none): the best verified configuration
-    of the run. The stack is recommended only verified and faster than its best member alone;
-    otherwise the best single winner is, with one line saying why (a stack below a member it
-    contains has a member undoing another, or one of them did not take effect)."""
-    if not winners:
+              budget: int | None, notes: list[str],
+              leaners: list[tuple[Candidate, Experiment]] | None = None) -> Recommendation | None:
+    """The recommendation from the winners (each verified alone), with the fixes that leaned faster
+    unverified (:func:`stack_members`), and the stacked run's result (`stacked`: the Experiment, or
+    why there is none): the best verified configuration of the run. The stack is recommended only
+    verified and faster than its best member alone, by more than the bar a win must clear where it
+    carries a fix not verified alone (its gain then rests on the stack's windows); otherwise the
+    best single winner is, with one line saying why (a stack below a member it contains has a
+    member undoing another, or one of them did not take effect)."""
+    members = stack_members(winners, leaners or [])
+    if not members:
         return None
-    if len(winners) == 1:
+    if len(members) == 1:
         return recommendation(winners[0][1], [winners[0][0]], budget=budget)
     candidate, best = best_single(winners)
-    if isinstance(stacked, Experiment) and stacked.verified and (stacked.speedup or 0.0) > (best.speedup or 0.0):
-        return recommendation(stacked, [c for c, _ in winners], overrides=stacked_candidate(winners).overrides,
+    unverified = [c for c, e in members if not e.verified]
+    bar = (best.speedup or 0.0) * (1 + MIN_EFFECT if unverified else 1)
+    if isinstance(stacked, Experiment) and stacked.verified and (stacked.speedup or 0.0) > bar:
+        for member, exp in members:
+            if not exp.verified:
+                notes.append(f"{member.label} leaned faster alone ({exp.speedup:.2f}x) without being verified; the "
+                             f"stack with it measured {stacked.speedup:.2f}x against {best.speedup:.2f}x for "
+                             f"{candidate.label} alone, so it is recommended in the stack")
+        return recommendation(stacked, [c for c, _ in members], overrides=stacked_candidate(members).overrides,
                               budget=budget)
-    notes.append(f"the stacked configuration {_why_not_stacked(stacked, candidate, best)}; the best single fix is recommended")
+    notes.append(f"the stacked configuration {_why_not_stacked(stacked, candidate, best, unverified)}; "
+                 "the best single fix is recommended")
     return recommendation(best, [candidate], budget=budget)
 
 
-def _why_not_stacked(stacked: Experiment | None | str, member: Candidate, best: Experiment) -> str:
+def _why_not_stacked(stacked: Experiment | None | str, member: Candidate, best: Experiment,
+                     unverified: list[Candidate]) -> str:
     if isinstance(stacked, str):
         return stacked
     if stacked is None:
@@ -467,5 +496,7 @@ def _why_not_stacked(stacked: Experiment | None | str, member: Candidate, best: 
         return "failed"
     if not stacked.verified:
         return f"measured {stacked.speedup:.2f}x, not verified"
+    by = f" by more than {MIN_EFFECT:.0%} (it carries {', '.join(c.label for c in unverified)}, not verified alone)" \
+        if unverified else ""
     return (f"measured {stacked.speedup:.2f}x ({stacked.ci_low:.2f}-{stacked.ci_high:.2f}x), no faster than "
-            f"{member.label} alone ({best.speedup:.2f}x)")
+            f"{member.label} alone ({best.speedup:.2f}x){by}")

@@ -8,7 +8,7 @@ The transitions (:meth:`Rounds.advance`)::
 
     FIXES ──(a fix its first pass left undecided or tied, a screen that looked faster)──> CONFIRM
     CONFIRM ──(still undecided, fewer than PASSES passes)──> CONFIRM
-    FIXES, CONFIRM ──(two winners or more)──> STACK ──(one pass did not settle it)──> STACK
+    FIXES, CONFIRM ──(two winners, or a winner and a fix leaning faster)──> STACK ──(one pass did not settle it)──> STACK
     any ──(nothing left to measure)──> END
     any ──(the next round's windows do not fit the time left)──> END
 
@@ -22,7 +22,7 @@ expected gain per predicted second first and those predicted not to fit the budg
 (:mod:`.worth`); CONFIRM the reverse pass (B P3 B P2 P1 B, so a drift weighs on both sides alike)
 for the fixes the first left undecided (:func:`judge.settled`, or a sweep whose leader a rival
 ties head to head), the screens that looked faster in full, then the undecided larger batches;
-STACK the winners together. Each round is judged by :mod:`.verdicts`, every verdict from
+STACK the winners together, with the fixes that leaned faster unverified (the stack's windows decide them). Each round is judged by :mod:`.verdicts`, every verdict from
 :mod:`advisor.experiments.judge`.
 """
 
@@ -273,13 +273,13 @@ class Rounds:
         return windows
 
     def _stack_round(self) -> list[Window]:
-        winners = self.verdicts.winners
-        if len(winners) < 2:
+        members = self.verdicts.stack_members()
+        if len(members) < 2:
             self.verdicts.recommend(None)
             return []
-        stacked = judge.stacked_candidate(winners)
+        stacked = judge.stacked_candidate(members)
         self.arms[STACKED] = Arm(stacked, stacked, Role.STACK)
-        self.sizing.lengths[STACKED] = max(1, min(8, round(max((e.speedup or 1.0) for _, e in winners))))
+        self.sizing.lengths[STACKED] = max(1, min(8, round(max((e.speedup or 1.0) for _, e in members))))
         return self._windows([(STACKED, stacked.overrides)])
 
     def _windows(self, arms: list[tuple[str, dict]]) -> list[Window]:

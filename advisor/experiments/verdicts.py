@@ -34,16 +34,22 @@ class Verdicts:
     screened: dict[str, Experiment] = field(default_factory=dict)  # screened arm -> its one window's result
     promoted: list[str] = field(default_factory=list)  # screened arms to measure in full
     winners: list[tuple[Candidate, Experiment]] = field(default_factory=list)
+    leaners: list[tuple[Candidate, Experiment]] = field(default_factory=list)  # settled faster-leaning, unverified
     fit_budget: int | None = None  # the run was over this budget: the fastest fix that fits joined the winners
     recommended: Recommendation | None = None
 
     def recommend(self, stacked: Experiment | str | None) -> None:
         """The recommendation from the winners and their stack (`stacked`: its result, or why there is none)."""
-        self.recommended = judge.recommend(self.winners, stacked, budget=self.fit_budget, notes=self.notes)
+        self.recommended = judge.recommend(self.winners, stacked, budget=self.fit_budget, notes=self.notes,
+                                           leaners=self.leaners)
 
     def recommend_unstacked(self, ended: str) -> None:
         """The recommendation from the winners, their stack unmeasured because `ended` first."""
-        self.recommend(None if len(self.winners) < 2 else f"was not measured ({ended} first)")
+        self.recommend(None if len(self.stack_members()) < 2 else f"was not measured ({ended} first)")
+
+    def stack_members(self) -> list[tuple[Candidate, Experiment]]:
+        """What the stack measures (:func:`judge.stack_members`)."""
+        return judge.stack_members(self.winners, self.leaners)
 
     def screens(self, result: RoundResult) -> None:
         """Each screened arm's one short window: an arm whose interval's high end reaches the
@@ -126,6 +132,8 @@ class Verdicts:
             if tied:
                 self.notes.append(tied)
             judge.settle(finding, candidate, best, budget, self.winners, fitting)
+            if judge.worth_another(best):  # its passes ran out leaning faster: the stack may show it
+                self.leaners.append((candidate, best))
         for index, points in untried.items():  # every value of a fix left out: not measured, and why
             left = self.findings[index] if index is not None else None
             if left is not None and index not in by_candidate and left.experiment is None and \
