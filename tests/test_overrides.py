@@ -224,3 +224,18 @@ def test_a_fix_a_sweep_measured_is_titled_by_the_measured_value_alone():
                     "Use 4x larger batches (and re-tune the learning rate)",
                     "Cut the micro-batch to 1/2 and accumulate gradients over 2 micro-batches",
                     "Pin the DataLoader's batches in memory"]
+
+
+def test_a_one_thread_loop_on_a_small_machine_sweeps_one_worker_past_its_cores():
+    """DL003's fix runs the training process on one thread: on 2 cores, 3 workers measured 1.73x by
+    hand against 1.54x for 2, so the sweep tries every core and one more; with the script's own
+    threads, or an 8-core machine, the ladder stays within the cores."""
+    from advisor import overrides as vocabulary
+
+    def workers(overrides: dict, cores: int) -> list[int]:
+        return [o["dataloader"]["num_workers"] for o in vocabulary.sweep(overrides, vocabulary.SweepContext(cores))]
+
+    one_thread = {"torch_threads": 1, "dataloader": {"num_workers": 1}}
+    assert workers(one_thread, 2) == [1, 2, 3]
+    assert workers({"dataloader": {"num_workers": 2}}, 2) == [2]
+    assert workers({**one_thread, "dataloader": {"num_workers": 4}}, 8) == [2, 4, 8]

@@ -429,7 +429,7 @@ LOADER_STARVED = Case(
     # (the rule's plan): each worker count is measured with it, as advise measures it.
     variants=(*(loader_one_thread(n) for n in (1, 2, 3, 4, 8)),
               patched("fused", FUSED, "loader_starved.py", "lr=1e-3)", "lr=1e-3, fused=True)"),
-              loader_one_thread(2, fused=True)),
+              loader_one_thread(2, fused=True), loader_one_thread(3, fused=True)),
     not_applicable={"bf16, compile, batch-x2": "the loader's workers are the question here"},
     notes="a 0-worker DataLoader, 1 ms of decoding per sample, feeding an FP32 MLP with AdamW")
 CASES = CASES + (LOADER_STARVED,)
