@@ -261,6 +261,41 @@ def test_the_time_budget_makes_its_look_the_last_and_an_open_interval_inconclusi
     assert "threshold is still inside the interval" in cut.metrics[0].note or "noise floor" in cut.metrics[0].note
 
 
+def test_an_inconclusive_gate_says_how_many_rounds_would_decide_it_and_at_what_cost():
+    """The 2-core runner's unchanged candidate beside one burner: +1.5% over 11 rounds, up to +6.9%
+    at 95%. Were its estimate and spread to hold, the bound falls below 5% at some larger number of
+    rounds, and not one round earlier: the warning gives those rounds and the budget they take at
+    the gate's own seconds a round. A +4.8% estimate that no number of rounds could clear says so."""
+    from advisor.gate.ab import longer_budget
+
+    d = np.array([0.004, -0.049, 0.027, 0.193, 0.225, -0.03, 0.036, 0.096, 0.012, -0.044, -0.081])
+    pr = sequential.Paired(d, np.array([]))
+    assert np.expm1(pr.upper()) > 0.05
+    n = pr.rounds_needed(0.05)
+    assert n is not None and 11 < n <= sequential.MOST_ROUNDS
+    mean, se, _ = pr._yuen()
+    spread = se * (1 - 2 * int(0.2 * 11) / 11) * np.sqrt(11)
+
+    def bound(k: int) -> float:
+        g = int(0.2 * k)
+        from scipy import stats
+        return mean + stats.t.ppf(0.95, k - 2 * g - 1) * spread / ((1 - 2 * g / k) * np.sqrt(k))
+
+    assert bound(n) < np.log1p(0.05) <= bound(n - 1)
+    base = [0.040] * 11
+    cut = sequential.decide({"step_time": (base, list(0.040 * np.exp(d)))}, SPECS[:1], alpha=0.05, plan=[6, 13, 20],
+                            last=True)
+    assert cut.verdict == cmp.INCONCLUSIVE and cut.metrics[0].rounds_needed == n
+    said = longer_budget(cut, {"per_round_s": 28.0, "pilot_s": 6.0})
+    assert said == [f"step time: at this runner's spread between rounds, about {n} rounds would rule a 5% slowdown out "
+                    f"were its {np.expm1(mean):+.1%} to hold (about {int(np.ceil(28.0 * n + 6))} s: --time-budget "
+                    f"{int(np.ceil(28.0 * n + 6))} --max-rounds {n})"]
+    near = sequential.decide({"step_time": (base, list(0.040 * np.exp(d + 0.030)))}, SPECS[:1], alpha=0.05,
+                             plan=[6, 13, 20], last=True)
+    assert near.verdict == cmp.INCONCLUSIVE and near.metrics[0].rounds_needed is None
+    assert longer_budget(near, {"per_round_s": 28.0})[0].startswith("step time: more rounds would not rule a 5% slowdown out (+4.")
+
+
 def test_a_wall_clock_beyond_the_threshold_is_not_settled_by_a_steady_cpu_time():
     """A step that sleeps 20% longer: its CPU time does not grow, the wall clock is too noisy to call
     it significant; the gate says it cannot tell rather than pass on the CPU time."""

@@ -480,11 +480,31 @@ def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], opti
     decision.rule = f"{decision.decided_by()}. {time_line(spent)}. {decision.rule}"
     warnings = [d.text() for d in fingerprint.differences(base[0].report, cand[0].report)]
     warnings += [f"round {a['round']} set aside and replaced: {a['why']}" for a in set_aside]
+    warnings += longer_budget(decision, spent)
     result = ABResult(str(base_dir), str(candidate_dir), script, decision, runs, warnings, wall_s=time.monotonic() - started,
                       inconclusive_policy=options.inconclusive, time=spent, set_aside=set_aside)
     if result.failed or options.ops:
         result.slower_ops, result.ops_note = where_the_time_went(base, cand)
     return result
+
+
+def longer_budget(decision: sequential.Decision, spent: dict) -> list[str]:
+    """For each metric left inconclusive: the rounds (and seconds) that would rule its threshold out
+    were its estimate and spread to hold, or that none would: what a longer budget buys here."""
+    lines = []
+    per_round = spent.get("per_round_s") or 0.0
+    for m in decision.inconclusive:
+        if m.rounds_needed is None:
+            lines.append(f"{m.label}: more rounds would not rule a {m.threshold:.0%} slowdown out ({m.slowdown:+.1%} "
+                         f"so far is {'beyond' if m.slowdown >= m.threshold else 'too near'} it)" if m.slowdown is not None else
+                         f"{m.label}: too few rounds to say what more would buy")
+            continue
+        seconds = math.ceil(per_round * m.rounds_needed + (spent.get("pilot_s") or 0.0)) if per_round else None
+        budget = f" (about {seconds} s: --time-budget {seconds} --max-rounds {m.rounds_needed})" if seconds else \
+            f" (--max-rounds {m.rounds_needed})"
+        lines.append(f"{m.label}: at this runner's spread between rounds, about {m.rounds_needed} rounds would rule a "
+                     f"{m.threshold:.0%} slowdown out were its {m.slowdown:+.1%} to hold{budget}")
+    return lines
 
 
 def _per_round(took: list[float], pilot_s: float) -> float:

@@ -81,6 +81,7 @@ def holm(p_values: list[float], alpha: float) -> list[bool]:
 
 
 TRIM = 0.2  # Yuen's trimmed mean: a fifth of the rounds at each end
+MOST_ROUNDS = 100  # a longer budget is suggested only up to this many rounds
 
 
 @dataclass
@@ -133,6 +134,25 @@ class Paired:
     def upper(self) -> float:
         """One-sided 95% upper bound of the trimmed mean log slowdown."""
         return self._bound(0.95)
+
+    def rounds_needed(self, threshold: float, most: int = MOST_ROUNDS) -> int | None:
+        """How many paired rounds would bring the upper bound below `threshold` (a fraction) if the
+        estimate and the rounds' winsorized spread held: what a longer budget would buy. None where
+        no number up to `most` would (the estimate itself near the threshold, or no spread yet)."""
+        if self.n < 3:
+            return None
+        mean, se, _ = self._yuen()
+        g = int(TRIM * self.n)
+        spread = se * (1 - 2 * g / self.n) * math.sqrt(self.n)  # the winsorized sd
+        if not spread > 0 or mean >= math.log1p(threshold):
+            return None
+        _st = scipy_stats()
+        for n in range(self.n + 1, most + 1):
+            g = int(TRIM * n)
+            bound = mean + float(_st.t.ppf(0.95, n - 2 * g - 1)) * spread / ((1 - 2 * g / n) * math.sqrt(n))
+            if bound < math.log1p(threshold):
+                return n
+        return None
 
     def floor(self) -> float | None:
         """The log slowdown an unchanged revision exceeds 5% of the time over `n` rounds (A/A), None without A/A pairs.
@@ -202,6 +222,7 @@ class MetricDecision:
     note: str = ""
     gated: bool = True
     settled_by: str | None = None  # a metric a neighbour cannot inflate ruled the regression out for this one
+    rounds_needed: int | None = None  # undecided: the rounds that would rule the threshold out, were the spread to hold
 
 
 @dataclass
@@ -336,6 +357,7 @@ def _judge(row: MetricDecision, pr: Paired, big_enough: bool) -> None:
         row.verdict = OK
     row.upper = math.expm1(pr.upper())
     row.undecided = row.verdict != REGRESSION and big_enough and row.upper > row.threshold
+    row.rounds_needed = pr.rounds_needed(row.threshold) if row.undecided else None
 
 
 def _settle(specs: list[MetricSpec], rows: list[MetricDecision]) -> None:
