@@ -401,6 +401,28 @@ def _bf16_applied(tmp_path, files: list, script: str):
     return root, result
 
 @pytest.mark.slow
+def test_workers_from_a_flag_keep_the_flag_and_a_run_with_0_workers_still_starts(tmp_path):
+    """`DataLoader(..., num_workers=args.workers)` with `--workers` defaulting to 0: the default
+    becomes 2, and persistent_workers follows the flag (`args.workers > 0`), since
+    persistent_workers=True beside `--workers 0` is an error the unpatched script never had."""
+    root = checkout(tmp_path / "project", [WORKLOADS / "train_basic.py"])
+    run = recommend(profile(root, "train_basic.py", *FAST), {"dataloader": {"num_workers": 2, "persistent_workers": True}},
+                    tmp_path / "run")
+    result = advise_apply(str(run), cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert changed_lines(result.stdout) == (
+        ['parser.add_argument("--workers", type=int, default=0)',
+         "loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)"],
+        ['parser.add_argument("--workers", type=int, default=2)',
+         "loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, "
+         "persistent_workers=args.workers > 0)"]), result.stdout
+    assert "num_workers comes from the --workers flag: its default is now 2 (was 0; the flag still sets it)" in result.stderr
+    clone = patched_clone(root, result.stdout, tmp_path / "clone")
+    assert run_script(clone, "train_basic.py", "--epochs", "1").startswith("epoch 0 loss")
+    assert run_script(clone, "train_basic.py", "--epochs", "1", "--workers", "0").startswith("epoch 0 loss")
+
+
+@pytest.mark.slow
 def test_lightning_precision_from_a_flag_is_set_at_the_flags_default(tmp_path):
     """`L.Trainer(precision=args.precision)`: the --precision flag's default becomes "bf16-mixed"
     (the Trainer's call is left as it is, not doubled), and the flag still sets it."""

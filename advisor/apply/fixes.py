@@ -190,8 +190,8 @@ def _dataloader(planned: Planned, value: dict, sites: Sites, files: Files) -> No
             source = _file(files, site)
             # a subclass of the user's builds its loader through super().__init__(...)
             names = {"DataLoader", site.op} | ({"__init__"} if site.function == "__init__" else set())
-            planned.add(site, source, SetKeywords(_call(source, site, names, "DataLoader(...)"), settings,
-                                                  DATALOADER_PARAMETERS))
+            call = _call(source, site, names, "DataLoader(...)")
+            planned.add(site, source, SetKeywords(call, _follow_workers(settings, call, source), DATALOADER_PARAMETERS))
         except Refused as exc:
             planned.refused.append(str(exc))
     if value.get("pin_memory"):  # pinned batches pay off only when copied asynchronously
@@ -205,6 +205,19 @@ def _dataloader(planned: Planned, value: dict, sites: Sites, files: Files) -> No
                         planned.add(site, source, SetKeywords(call, (("non_blocking", "True"),)))
             except Refused as exc:
                 planned.refused.append(str(exc))
+
+
+def _follow_workers(settings: tuple[tuple[str, str], ...], call: cst.Call,
+                    source: SourceFile) -> tuple[tuple[str, str], ...]:
+    """`persistent_workers` and `prefetch_factor` are errors without workers: where the call takes
+    num_workers from the script's own switch (``num_workers=args.workers``), which the patch keeps
+    and the user may still set to 0, they follow it rather than break that run."""
+    given = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "num_workers"), None)
+    if given is None or switch_of(source, given, "0") is None:
+        return settings
+    workers = f"{source.text(given)} > 0"
+    return tuple((key, workers if key == "persistent_workers" and code == "True" else
+                  f"{code} if {workers} else None" if key == "prefetch_factor" else code) for key, code in settings)
 
 
 def _optimizer(planned: Planned, value: dict, sites: Sites, files: Files) -> None:
