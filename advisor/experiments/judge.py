@@ -468,17 +468,15 @@ def recommend(winners: list[tuple[Candidate, Experiment]], stacked: Experiment |
     if len(members) == 1:
         return recommendation(winners[0][1], [winners[0][0]], budget=budget)
     candidate, best = best_single(winners)
-    unverified = [c for c, e in members if not e.verified]
+    unverified = [(c, e) for c, e in members if not e.verified]
     bar = (best.speedup or 0.0) * (1 + MIN_EFFECT if unverified else 1)
     if isinstance(stacked, Experiment) and stacked.verified and (stacked.speedup or 0.0) > bar:
-        for member, exp in members:
-            if not exp.verified:
-                notes.append(f"{member.label} leaned faster alone ({exp.speedup:.2f}x) without being verified; the "
-                             f"stack with it measured {stacked.speedup:.2f}x against {best.speedup:.2f}x for "
-                             f"{candidate.label} alone, so it is recommended in the stack")
+        notes += [f"{member.label} leaned faster alone ({exp.speedup:.2f}x) without being verified; the stack with it "
+                  f"measured {stacked.speedup:.2f}x against {best.speedup:.2f}x for {candidate.label} alone, so it is "
+                  "recommended in the stack" for member, exp in unverified]
         return recommendation(stacked, [c for c, _ in members], overrides=stacked_candidate(members).overrides,
                               budget=budget)
-    notes.append(f"the stacked configuration {_why_not_stacked(stacked, candidate, best, unverified)}; "
+    notes.append(f"the stacked configuration {_why_not_stacked(stacked, candidate, best, [c for c, _ in unverified])}; "
                  "the best single fix is recommended")
     return recommendation(best, [candidate], budget=budget)
 

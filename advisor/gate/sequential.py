@@ -84,6 +84,12 @@ TRIM = 0.2  # Yuen's trimmed mean: a fifth of the rounds at each end
 MOST_ROUNDS = 100  # a longer budget is suggested only up to this many rounds
 
 
+def _yuen_scale(n: int) -> tuple[float, int]:
+    """Yuen's standard error per unit of winsorized sd over `n` rounds, and its degrees of freedom."""
+    g = int(TRIM * n)
+    return 1 / ((1 - 2 * g / n) * math.sqrt(n)), n - 2 * g - 1
+
+
 @dataclass
 class Paired:
     """One metric's paired slowdowns over the rounds so far (log ratios; > 0: the candidate is worse)."""
@@ -95,15 +101,19 @@ class Paired:
     def n(self) -> int:
         return len(self.d)
 
-    def _yuen(self) -> tuple[float, float, int]:
-        """(trimmed mean, its standard error, degrees of freedom): Yuen's, from the winsorized variance."""
+    def _trimmed(self) -> tuple[float, float]:
+        """(trimmed mean, winsorized standard deviation) of the paired slowdowns."""
         d = np.sort(self.d)
         n = len(d)
         g = int(TRIM * n)
-        mean = float(d[g:n - g].mean())
         w = np.clip(d, d[g], d[n - g - 1])
-        se = float(w.std(ddof=1)) / ((1 - 2 * g / n) * math.sqrt(n)) if n > 1 else math.nan
-        return mean, se, n - 2 * g - 1
+        return float(d[g:n - g].mean()), float(w.std(ddof=1)) if n > 1 else math.nan
+
+    def _yuen(self) -> tuple[float, float, int]:
+        """(trimmed mean, its standard error, degrees of freedom): Yuen's, from the winsorized variance."""
+        mean, spread = self._trimmed()
+        per_sd, df = _yuen_scale(self.n)
+        return mean, spread * per_sd, df
 
     def estimate(self) -> float:
         return self._yuen()[0] if self.n else math.nan
@@ -141,16 +151,13 @@ class Paired:
         no number up to `most` would (the estimate itself near the threshold, or no spread yet)."""
         if self.n < 3:
             return None
-        mean, se, _ = self._yuen()
-        g = int(TRIM * self.n)
-        spread = se * (1 - 2 * g / self.n) * math.sqrt(self.n)  # the winsorized sd
+        mean, spread = self._trimmed()
         if not spread > 0 or mean >= math.log1p(threshold):
             return None
         _st = scipy_stats()
         for n in range(self.n + 1, most + 1):
-            g = int(TRIM * n)
-            bound = mean + float(_st.t.ppf(0.95, n - 2 * g - 1)) * spread / ((1 - 2 * g / n) * math.sqrt(n))
-            if bound < math.log1p(threshold):
+            per_sd, df = _yuen_scale(n)
+            if mean + float(_st.t.ppf(0.95, df)) * spread * per_sd < math.log1p(threshold):
                 return n
         return None
 
