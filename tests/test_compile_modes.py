@@ -91,7 +91,7 @@ def test_a_compile_ladder_is_planned_as_one_sweep_of_three_arms():
 
 def _profile():
     steps = pd.DataFrame({"duration_s": [0.02] * 10, "samples": 32, "profiled": False})
-    return type("P", (), {"steps": steps, "env": Env(cpu_count=8), "observed": Observed()})()
+    return type("P", (), {"steps": steps, "env": Env(cpu_count=8), "observed": Observed(), "samples": pd.DataFrame()})()
 
 
 def _record(lines: RankLines, round_no: int, windows, step_s: dict, counts: dict, switch_s: dict) -> RoundResult:

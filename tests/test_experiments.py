@@ -12,7 +12,8 @@ from advisor import overrides as vocabulary
 from advisor.experiments.fresh import run_experiments
 from advisor.experiments.judge import loss_check
 from advisor.experiments.plan import candidates_from
-from advisor.experiments.sizing import MAX_STEPS_SCALE, MIN_WINDOW_S, window_steps
+from advisor.experiments.plan import BASELINE
+from advisor.experiments.sizing import MAX_STEPS_SCALE, MIN_WINDOW_S, WindowSizing, warmup_steps, window_steps
 from advisor.model import Finding, Fix
 from advisor.analysis.stats import baseline_drift, speedup_ci
 from advisor.probe.runner import ProbeConfig, run_probe
@@ -72,6 +73,31 @@ def test_a_window_of_short_steps_is_lengthened_to_half_a_second():
     assert window_steps(10, frame([0.0001] * 10)) == 100
     assert window_steps(20, frame([0.1] * 10)) == 20
     assert window_steps(20, pd.DataFrame()) == 20  # nothing timed: as asked
+
+
+def _loader_profile(wait_s: float, worker_percent: float | None) -> Profile:
+    """Ten 100 ms steps waiting `wait_s` each on a 4-worker loader, sampled every 0.1 s with the
+    workers at `worker_percent` of a core (None: the sampler did not tell the processes apart)."""
+    steps = frame([0.1] * 10).assign(data_wait_s=wait_s, t_start=np.arange(10) * 0.1, t_end=np.arange(1, 11) * 0.1)
+    ticks = {"t": np.arange(0.0, 1.0, 0.1), "cpu_percent": 100.0 + (worker_percent or 0.0)}
+    if worker_percent is not None:
+        ticks["main_cpu_percent"] = 100.0
+    return Profile(steps, samples=pd.DataFrame(ticks), observed={"dataloaders": [{"num_workers": 4}]})
+
+
+def test_a_loader_that_paces_nothing_does_not_stretch_the_windows_of_fixes_that_leave_it_alone():
+    """minGPT's chargpt: 4 workers, data wait 1.7% of its step, the workers 0.03 cores. Its batches
+    come in no bursts a window must average over, so a fix that leaves the loader alone gets the
+    window's own steps, not 10 bursts of 4 workers; a fix that sets the workers is timed by its own;
+    a loader that is waited on, or whose workers compute, or that the sampler could not see, paces."""
+    idle = WindowSizing.of(10, _loader_profile(0.002, 3.0))
+    assert (idle.workers, idle.pacing) == (4, 0)
+    assert idle.steps("a1", {"autocast": "bfloat16"}, baseline=False) == idle.steps(BASELINE, {}, baseline=True) == 10
+    assert idle.steps("a2", {"dataloader": {"num_workers": 2}}, baseline=False) == 20
+    assert idle.warmup({}) == warmup_steps({}, 4)  # its prefetched batches are still drained first
+    for waited, busy in ((0.02, 3.0), (0.002, 40.0), (0.002, None)):
+        paced = WindowSizing.of(10, _loader_profile(waited, busy))
+        assert paced.pacing == 4 and paced.steps("a1", {"autocast": "bfloat16"}, baseline=False) == 40
 
 
 def test_loss_check_needs_finite_and_close():

@@ -81,7 +81,7 @@ class Child:
 
 def _profile(cores: int = 2, io_like: bool = False):
     steps = pd.DataFrame({"duration_s": [0.1] * 10, "samples": 32, "profiled": False})
-    return type("P", (), {"steps": steps, "env": Env(cpu_count=cores), "observed": Observed()})()
+    return type("P", (), {"steps": steps, "env": Env(cpu_count=cores), "observed": Observed(), "samples": pd.DataFrame()})()
 
 
 def _dl001(workers: int = 2) -> Finding:

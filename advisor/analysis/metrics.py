@@ -48,6 +48,20 @@ def io_bound(samples: pd.DataFrame, steps: pd.DataFrame, cores: int | None) -> b
     return bool(s["cpu_percent"].mean() < 100.0 * IO_BOUND_CPU_SHARE * cores)
 
 
+def workers_busy(samples: pd.DataFrame, steps: pd.DataFrame) -> float | None:
+    """Cores the DataLoader workers (the script's tree less its main process) kept busy on average
+    over the measured window (:func:`window_samples`); None without the per-process column (an
+    older run dir).
+
+    Workers that exist are not threads that compete: workers that prefetched their batches and
+    sleep cost nothing (a minGPT script with 4 idle workers read "6 busy threads on 2 cores")."""
+    if samples.empty or not {"t", "main_cpu_percent", "cpu_percent"} <= set(samples.columns):
+        return None
+    window = window_samples(samples, steps)
+    rest = (window["cpu_percent"] - window["main_cpu_percent"]).dropna()
+    return float(rest.clip(lower=0).mean()) / 100.0 if len(rest) else None
+
+
 def gpu_neighbours(samples: pd.DataFrame) -> int | None:
     """The most processes outside the script's tree NVML saw at once on its GPU over `samples`
     (None where it was not sampled: a CPU run, no NVML)."""

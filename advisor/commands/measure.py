@@ -18,7 +18,7 @@ from ..apply.script_steps import read as read_script_steps
 from ..experiments.fresh import confirm_recommendation, run_experiments
 from ..experiments.inprocess import ArmsSession
 from ..experiments.judge import ExperimentResults
-from ..experiments.sizing import script_workers
+from ..experiments.sizing import pacing_workers, script_workers
 from ..job import report as job_report
 from ..job.link import JobLink
 from ..model import rank, settle_severity, split_screened
@@ -131,7 +131,7 @@ def measure_fixes(session: ArmsSession | None, run: ProbeRun, profile: Profile, 
                 time_budget_s=_fresh_time(session, experiments),
                 progress=progress, stop=stop,
                 only=[c.finding_index for c in fresh] if fresh is not None else None,
-                workers=script_workers(profile.observed),
+                workers=script_workers(profile.observed), pacing=pacing_workers(profile),
             )
             results = _combine(results, fresh_results)
         except KeyboardInterrupt:
@@ -218,7 +218,8 @@ def _confirm(results: ExperimentResults, config: ProbeConfig, profile: Profile, 
         return
     try:
         exp, runs = confirm_recommendation(rec, config, profile.steps, root=layout.make_subdir(out, layout.EXPERIMENTS, "confirm"),
-                                           progress=progress, stop=stop, workers=script_workers(profile.observed))
+                                           progress=progress, stop=stop, workers=script_workers(profile.observed),
+                                           pacing=pacing_workers(profile))
     except Exception as exc:  # noqa: BLE001 - the in-process result stands; say why there is no confirmation
         results.notes.append(f"--confirm failed: {type(exc).__name__}: {exc}")
         return

@@ -75,11 +75,13 @@ class Runner:
     """Runs probe children for the experiments and keeps their run dirs under `root`."""
 
     def __init__(self, base: ProbeConfig, root: Path, progress: ExperimentProgress | None, budget: Budget,
-                 stop: StopRequest | None = None, workers: int = 0, profiled: pd.DataFrame | None = None) -> None:
+                 stop: StopRequest | None = None, workers: int = 0, profiled: pd.DataFrame | None = None,
+                 pacing: int | None = None) -> None:
         self.asked = base.steps  # the steps the user asked for
         # Each run times at least half a second at the profiled run's median step (sizing.window_steps).
         self.base = base if profiled is None else replace(base, steps=window_steps(base.steps, profiled))
         self.workers = workers  # the script's own loader workers
+        self.pacing = workers if pacing is None else pacing  # those whose bursts pace its steps (sizing.pacing_workers)
         self.root = root  # the pipeline's make_subdir(run dir, "experiments"): checked there
         root.mkdir(parents=True, exist_ok=True)
         self.progress = progress or Progress()
@@ -101,7 +103,7 @@ class Runner:
         # loader's first burst is drained untimed, and its window holds enough bursts (sizing.py).
         config = replace(self.base, out=run_dir, overrides=overrides, profile_steps=0, arms=False,
                          warmup=self.base.warmup + warmup_steps(overrides, self.workers, base=0),
-                         steps=burst_steps(batch_window(self.base.steps, self.asked, overrides), overrides, self.workers))
+                         steps=burst_steps(batch_window(self.base.steps, self.asked, overrides), overrides, self.pacing))
         run = run_probe(config, self.progress, self.stop)
         self.escaped += run.escaped
         if run.status == "interrupted":  # a stop signal ends the experiments, not just this run
@@ -129,11 +131,13 @@ class Runner:
 def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: pd.DataFrame, *, root: Path,
                     env: Env, io_like: bool = False, safe_only: bool = False, max_experiments: int = 12,
                     time_budget_s: float = 900.0, progress: ExperimentProgress | None = None,
-                    stop: StopRequest | None = None, only: list[int] | None = None, workers: int = 0) -> ExperimentResults:
+                    stop: StopRequest | None = None, only: list[int] | None = None, workers: int = 0,
+                    pacing: int | None = None) -> ExperimentResults:
     """Measure every automatic fix, sweep the knobs that need it, then stack the winners.
 
     With `only` (finding indices), just those findings' fixes are measured. `workers`: the script's
-    own DataLoader workers (:func:`sizing.script_workers`), which size a fresh run's window. The findings are filled
+    own DataLoader workers (:func:`sizing.script_workers`), `pacing` those whose bursts pace its steps
+    (:func:`sizing.pacing_workers`, all by default): they size a fresh run's window. The findings are filled
     in place (`experiment`, and a swept winner becomes the fix). A stop signal (`stop`, or Ctrl-C's
     KeyboardInterrupt) ends the running child cleanly and returns what was measured so far, with
     `interrupted` set.
@@ -146,7 +150,7 @@ def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: 
         say_why_untried(findings, candidates, safe_only)
     if not candidates:
         return ExperimentResults(findings, None, notes, [])
-    runner = Runner(base, root, progress, Budget(max_experiments, time_budget_s), stop, workers, baseline_steps)
+    runner = Runner(base, root, progress, Budget(max_experiments, time_budget_s), stop, workers, baseline_steps, pacing)
     try:
         recommended = _measure_all(findings, candidates, runner, by_samples(baseline_steps), env, io_like, notes)
     except KeyboardInterrupt as exc:
@@ -165,14 +169,14 @@ def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: 
 
 def confirm_recommendation(rec: Recommendation, base: ProbeConfig, baseline_steps: pd.DataFrame, *, root: Path,
                            progress: ExperimentProgress | None = None, stop: StopRequest | None = None,
-                           pairs: int = 2, workers: int = 0) -> tuple[Experiment, list[dict]]:
+                           pairs: int = 2, workers: int = 0, pacing: int | None = None) -> tuple[Experiment, list[dict]]:
     """`--confirm`: the recommendation as the user will apply it, in fresh runs of the script
     interleaved with the baseline (B R B R B), judged as every fresh-run experiment is.
 
     The in-process arms measured it inside the profiled run; this measures it the way the user
     will see it, start-up and all. Returns the result and the child runs.
     """
-    runner = Runner(base, root, progress, Budget(2 * pairs + 1, float("inf")), stop, workers, baseline_steps)
+    runner = Runner(base, root, progress, Budget(2 * pairs + 1, float("inf")), stop, workers, baseline_steps, pacing)
     check_loss = rec.applicability is not Applicability.SAFE
     try:
         baselines, cands = [runner.measure("confirm-baseline", {})], []

@@ -132,7 +132,7 @@ class Rounds:
         as it fits `time_left_s`."""
         self.findings = findings
         self.by_samples = judge.by_samples(profile.steps)
-        self._sizing = WindowSizing.of(self.window_steps, profile.steps, profile.observed)
+        self._sizing = WindowSizing.of(self.window_steps, profile)
         self._reading = Reading(self.run_dir, self.arms, self.results, self.by_samples, self.sizing.workers == 0,
                                 lambda arm: self.spend.left_out_why(arm))
         self._spend = Spend(self.arms, self.findings, self.results, self._steps, self.sizing.warmup,

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .. import overrides as vocabulary
+from ..analysis import metrics, steptime
+from ..profile import Profile
 from ..run_dir.seen import Observed
-from ..analysis import steptime
 
 MIN_WINDOW_STEPS = 5
 # A measured window (a fresh run's, an arm's) lasts at least this long: ten 4.5 ms steps are a
@@ -22,6 +23,13 @@ MIN_WINDOW_STEPS = 5
 MIN_WINDOW_S = 0.5
 MAX_STEPS_SCALE = 10  # ... in at most 10 times the steps asked for
 BURSTS = 10           # a window whose loader has w workers times at least 10 bursts of w batches
+# A loader that paces nothing: its batches are ready when asked for (the loop waits on them under
+# this share of its steps) and its workers barely compute (under this many cores), so neither its
+# waits nor its workers' CPU come in bursts a window must average over. minGPT's chargpt (4 workers,
+# data wait 1.7% of a 96 ms step, the workers 0.03 cores) had its windows stretched to 40 steps
+# (4-6 s): its 20 s budget held three, and bf16 (1.36x by hand) verified in 1 run of 5.
+IDLE_LOADER_WAIT = 0.05
+IDLE_LOADER_CORES = 0.1
 
 
 def window_steps(asked: int, steps: pd.DataFrame) -> int:
@@ -45,17 +53,30 @@ def script_workers(observed: Observed) -> int:
     return observed.max_workers
 
 
+def pacing_workers(profile: Profile) -> int:
+    """The script's loader workers whose bursts pace its steps: all of them (:func:`script_workers`),
+    or none where its loader is idle (IDLE_LOADER_WAIT, IDLE_LOADER_CORES) by the profiled window.
+    Where the sampler could not tell the workers' CPU apart, all of them."""
+    workers = script_workers(profile.observed)
+    timed, _ = steptime.timed_steps(profile.steps)
+    wait = steptime.share(timed, steptime.DATA_WAIT)
+    busy = metrics.workers_busy(profile.samples, profile.steps)
+    idle = wait is not None and busy is not None and wait < IDLE_LOADER_WAIT and busy < IDLE_LOADER_CORES
+    return 0 if workers and idle else workers
+
+
 def loader_workers(overrides: dict, script_workers: int) -> int:
     """The loader workers a window runs with: the fix's, else the script's own."""
     return int((overrides.get("dataloader") or {}).get("num_workers", script_workers) or 0)
 
 
-def burst_steps(steps: int, overrides: dict, script_workers: int) -> int:
+def burst_steps(steps: int, overrides: dict, pacing: int) -> int:
     """Timed steps of a window whose loader has w workers: at least BURSTS * w. The batches come in
     bursts of w, and a window of a few bursts times its phase, not the loader (22x measured where
     9x is true with 5 bursts; a compile screen read 0.65-1.40x; two fresh runs of 8 workers read
-    their 10 steps 1.5x apart)."""
-    return max(steps, BURSTS * loader_workers(overrides, script_workers))
+    their 10 steps 1.5x apart). `pacing`: the script's own workers that pace its steps
+    (:func:`pacing_workers`); a fix that sets the loader's workers is timed by its own."""
+    return max(steps, BURSTS * loader_workers(overrides, pacing))
 
 
 def warmup_steps(overrides: dict, script_workers: int, base: int = 2) -> int:
@@ -79,18 +100,20 @@ class WindowSizing:
     asked: int
     timed: int
     workers: int = 0  # the script's loader workers
+    pacing: int = 0  # those of them whose bursts pace the steps (:func:`pacing_workers`)
     base_steps: int | None = None
     lengths: dict[str, int] = field(default_factory=dict)  # arm id -> window length, in baseline windows
 
     @classmethod
-    def of(cls, asked: int, steps: pd.DataFrame, observed: Observed) -> "WindowSizing":
-        """From the profiled window's steps and what the script built (its loaders' workers)."""
-        return cls(asked, window_steps(asked, steps), script_workers(observed))
+    def of(cls, asked: int, profile: Profile) -> "WindowSizing":
+        """From the profiled window's steps, what the script built (its loaders' workers) and how
+        busy they were."""
+        return cls(asked, window_steps(asked, profile.steps), script_workers(profile.observed), pacing_workers(profile))
 
     def steps(self, arm: str, overrides: dict, baseline: bool) -> int:
         unit = max(MIN_WINDOW_STEPS, batch_window(self.timed, self.asked, overrides))
         steps = (self.base_steps or unit) if baseline else unit * self.lengths.get(arm, 1)
-        return burst_steps(steps, overrides, self.workers)
+        return burst_steps(steps, overrides, self.pacing)
 
     def warmup(self, overrides: dict) -> int:
         return warmup_steps(overrides, self.workers)

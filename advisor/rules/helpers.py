@@ -315,7 +315,7 @@ def oversubscription(profile: Profile, min_cpu_busy_frac: float = 0.85) -> Overs
     workers = profile.observed.max_workers
     if not cores or not threads or workers == 0:
         return None
-    busy_workers = workers_busy(profile)
+    busy_workers = metrics.workers_busy(profile.samples, profile.steps)
     working = workers if busy_workers is None else min(workers, math.ceil(busy_workers - 0.25))
     demand = threads + working if profile.device == "cpu" else working + 1
     if demand <= cores_per_rank(profile.env):  # each rank's share of the node
@@ -325,17 +325,3 @@ def oversubscription(profile: Profile, min_cpu_busy_frac: float = 0.85) -> Overs
         return None
     return Oversubscription(cores, threads, workers, demand, busy,
                             None if busy_workers is None else round(busy_workers, 3))
-
-
-def workers_busy(profile: Profile) -> float | None:
-    """Cores the DataLoader workers (the script's tree less its main process) kept busy on average
-    over the measured window, sampled; None without the per-process column (an older run dir).
-
-    Workers that exist are not threads that compete: workers that prefetched their batches and
-    sleep cost nothing (a minGPT script with 4 idle workers read "6 busy threads on 2 cores")."""
-    samples = profile.samples
-    if samples.empty or not {"t", "main_cpu_percent", "cpu_percent"} <= set(samples.columns):
-        return None
-    window = metrics.window_samples(samples, profile.steps)
-    rest = (window["cpu_percent"] - window["main_cpu_percent"]).dropna()
-    return float(rest.clip(lower=0).mean()) / 100.0 if len(rest) else None
