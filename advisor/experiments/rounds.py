@@ -316,9 +316,10 @@ class Rounds:
         undecided stays for another CONFIRM pass (a wide interval is a question of windows)."""
         verdicts, confirms = self.verdicts, self._measured(RoundKind.CONFIRM)
         if not confirms:  # the budget ended before the first: settled on round 0 alone
-            verdicts.fixes([self.results[0]], verdicts.again, out_of_time=True)
+            verdicts.fixes([self.results[0]], verdicts.again + verdicts.beaten, out_of_time=True)
             return
-        again = verdicts.fixes([self.results[0], *confirms], verdicts.again, out_of_time=self.out_of_time, final=final,
+        again = verdicts.fixes([self.results[0], *confirms], verdicts.again + verdicts.beaten,
+                               out_of_time=self.out_of_time, final=final,
                                confirming=True)
         verdicts.promoted = verdicts.fixes(confirms, verdicts.promoted, out_of_time=self.out_of_time, final=final,
                                            confirming=True)

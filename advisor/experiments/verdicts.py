@@ -31,12 +31,19 @@ class Verdicts:
     reading: Reading
     spend: Spend
     again: list[str] = field(default_factory=list)  # arms of fixes their first pass left undecided
+    # a sweep's values its best already beats (:func:`judge.beaten`): judged with it, not measured again
+    beaten: list[str] = field(default_factory=list)
     screened: dict[str, Experiment] = field(default_factory=dict)  # screened arm -> its one window's result
     promoted: list[str] = field(default_factory=list)  # screened arms to measure in full
     winners: list[tuple[Candidate, Experiment]] = field(default_factory=list)
     leaners: list[tuple[Candidate, Experiment]] = field(default_factory=list)  # settled faster-leaning, unverified
     fit_budget: int | None = None  # the run was over this budget: the fastest fix that fits joined the winners
     recommended: Recommendation | None = None
+
+    def _best(self, results: list[RoundResult], tried: list[tuple[str, Candidate, Experiment]]) -> tuple[Experiment, str | None]:
+        """A fix's best value over its sweep (:meth:`Reading.sweep_winner`), and the note of a tie."""
+        candidate = self.arms[tried[0][0]].candidate
+        return self.reading.sweep_winner(results, tried, judge.usable_budget(candidate.finding(self.findings).evidence))
 
     def recommend(self, stacked: Experiment | str | None) -> None:
         """The recommendation from the winners and their stack (`stacked`: its result, or why there is none)."""
@@ -103,6 +110,7 @@ class Verdicts:
         by_candidate: dict[int | None, list[tuple[str, Candidate, Experiment]]] = {}
         untried: dict[int | None, list[tuple[Candidate, str]]] = {}  # a sweep's values the run ended before, and why
         left_out = self.spend.left_out
+        self.beaten = [a for a in self.beaten if a not in arms]  # judged again here, and placed anew
         for arm in arms:
             candidate, point = self.arms[arm].candidate, self.arms[arm].point
             exp = self.reading.outcome(results, arm)
@@ -115,17 +123,22 @@ class Verdicts:
                 continue
             by_candidate.setdefault(candidate.finding_index, []).append((arm, point, exp))
         again: list[str] = []
-        for tried in by_candidate.values():
+        judged = {index: self._best(results, tried) for index, tried in by_candidate.items()
+                  if self.arms[tried[0][0]].candidate not in self.fresh}  # fresh: one of its values could not be switched
+        # A fix that leans faster after its second pass joins the stack with a verified one (judge.stack_members):
+        # the stack's windows decide it, so a third pass alone would spend the budget the stack needs.
+        stacks_with = bool(self.winners) or any(best.verified for best, _ in judged.values())
+        for index, (best, tied) in judged.items():
+            tried = by_candidate[index]
             candidate = self.arms[tried[0][0]].candidate
-            if candidate in self.fresh:
-                continue  # one of its values could not be switched: the fresh runs measure it whole
             finding = candidate.finding(self.findings)
             budget = judge.usable_budget(finding.evidence)
             values = [(point, exp) for _, point, exp in tried]
-            best, tied = self.reading.sweep_winner(results, tried, budget)
-            undecided = judge.worth_another(best) if confirming else not judge.settled(best) or tied
+            undecided = (judge.worth_another(best) and not stacks_with) if confirming else \
+                not judge.settled(best) or tied
             if not final and undecided:
-                again += [arm for arm, _, _ in tried]
+                for arm, _, exp in tried:
+                    (self.beaten if judge.beaten(exp, best) else again).append(arm)
                 continue
             rows = judge.sweep_rows(values, untried.get(candidate.finding_index, []), budget)
             best.sweep = rows if len(rows) > 1 else None
