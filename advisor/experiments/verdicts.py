@@ -40,11 +40,6 @@ class Verdicts:
     fit_budget: int | None = None  # the run was over this budget: the fastest fix that fits joined the winners
     recommended: Recommendation | None = None
 
-    def _best(self, results: list[RoundResult], tried: list[tuple[str, Candidate, Experiment]]) -> tuple[Experiment, str | None]:
-        """A fix's best value over its sweep (:meth:`Reading.sweep_winner`), and the note of a tie."""
-        candidate = self.arms[tried[0][0]].candidate
-        return self.reading.sweep_winner(results, tried, judge.usable_budget(candidate.finding(self.findings).evidence))
-
     def recommend(self, stacked: Experiment | str | None) -> None:
         """The recommendation from the winners and their stack (`stacked`: its result, or why there is none)."""
         self.recommended = judge.recommend(self.winners, stacked, budget=self.fit_budget, notes=self.notes,
@@ -123,16 +118,18 @@ class Verdicts:
                 continue
             by_candidate.setdefault(candidate.finding_index, []).append((arm, point, exp))
         again: list[str] = []
-        judged = {index: self._best(results, tried) for index, tried in by_candidate.items()
-                  if self.arms[tried[0][0]].candidate not in self.fresh}  # fresh: one of its values could not be switched
-        # A fix that leans faster after its second pass joins the stack with a verified one (judge.stack_members):
-        # the stack's windows decide it, so a third pass alone would spend the budget the stack needs.
-        stacks_with = bool(self.winners) or any(best.verified for best, _ in judged.values())
-        for index, (best, tied) in judged.items():
-            tried = by_candidate[index]
+        judged = []  # each fix: its arms, its finding, its memory budget, its best value and a tie's note
+        for tried in by_candidate.values():
             candidate = self.arms[tried[0][0]].candidate
+            if candidate in self.fresh:
+                continue  # one of its values could not be switched: the fresh runs measure it whole
             finding = candidate.finding(self.findings)
             budget = judge.usable_budget(finding.evidence)
+            judged.append((tried, candidate, finding, budget, *self.reading.sweep_winner(results, tried, budget)))
+        # A fix that leans faster after its second pass joins the stack with a verified one (judge.stack_members):
+        # the stack's windows decide it, so a third pass alone would spend the budget the stack needs.
+        stacks_with = bool(self.winners) or any(best.verified for *_, best, _ in judged)
+        for tried, candidate, finding, budget, best, tied in judged:
             values = [(point, exp) for _, point, exp in tried]
             undecided = (judge.worth_another(best) and not stacks_with) if confirming else \
                 not judge.settled(best) or tied
