@@ -598,6 +598,34 @@ def test_the_budget_goes_first_to_the_most_gain_per_second(tmp_path):
     assert costs["PR001"].density > 100 * costs["EXP001"].density
 
 
+def _fused_screen() -> Finding:
+    from advisor.model import SCREEN
+
+    return Finding("untried", "s", "low", {SCREEN: True}, Fix.unsafe("Fused AdamW", {"optimizer": {"fused": True}}),
+                   estimated_gain_frac=0.2, rule="untried-fix", code="EXP001")
+
+
+def test_a_screen_is_started_only_beside_a_second_pass_of_the_rules_fixes(tmp_path):
+    """A budget that fits bf16's window and a cheap screen's, but not bf16's reverse pass beside
+    them, leaves the screen out and says why: a rule's fix undecided on one window needs its second
+    pass more than an untried fix needs its first (chargpt's bf16 lost it to three screens). With
+    room for the pass too, both are started."""
+    unlimited = Rounds(tmp_path / "free")
+    unlimited.start([_fused_screen(), _bf16()], _profile())
+    cost = {unlimited.arms[a].role.value: unlimited.spend.worth_of(a).seconds for a in unlimited.arms}
+    first_baseline = (unlimited._steps(BASELINE) + unlimited.sizing.warmup({})) * 0.1
+    tight = first_baseline + cost["fix"] + cost["screen"] + 0.5 * cost["fix"]
+    rounds = Rounds(tmp_path / "tight")
+    first = rounds.start([_fused_screen(), _bf16()], _profile(), time_left_s=tight)
+    assert {rounds.arms[w.arm].role.value for w in first if w.arm != BASELINE} == {"fix"}
+    (screen,) = rounds.left_out
+    assert "a second pass of the rules' fixes" in rounds.spend.left_out_why(screen)
+    roomy = Rounds(tmp_path / "roomy")
+    first = roomy.start([_fused_screen(), _bf16()], _profile(), time_left_s=tight + cost["fix"])
+    assert {roomy.arms[w.arm].role.value for w in first if w.arm != BASELINE} == {"fix", "screen"}
+    assert not roomy.left_out
+
+
 def test_a_fix_for_a_peak_over_the_users_memory_budget_comes_first(tmp_path):
     """Checkpointing trades speed for memory (no speed gain expected), but with the peak over the
     budget the user gave it is what was asked: it is planned before bf16's 1.5x, and fits a budget
