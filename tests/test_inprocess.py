@@ -438,7 +438,10 @@ def test_a_round_that_does_not_fit_the_time_left_is_not_run_and_what_it_left_out
 def test_a_first_round_is_planned_as_far_as_it_fits_and_ends_on_a_baseline(tmp_path):
     rounds = Rounds(tmp_path)
     everything = Rounds(tmp_path / "all").start([_dl001()], _profile())
-    fitted = rounds.start([_dl001()], _profile(), time_left_s=0.1 * sum(w.warmup + w.steps for w in everything[:3]) + 0.05)
+    from advisor.experiments.spend import WINDOW_OVERHEAD_S
+
+    fitted = rounds.start([_dl001()], _profile(),
+                          time_left_s=sum(0.1 * (w.warmup + w.steps) + WINDOW_OVERHEAD_S for w in everything[:3]) + 0.05)
     assert [w.arm for w in fitted] == ["baseline", "a1", "baseline"][:len(fitted)] and len(fitted) in (0, 3)
     assert fitted and rounds.spend.cut == len(everything) - 3
     assert Rounds(tmp_path / "none").start([_dl001()], _profile(), time_left_s=0.01) == []
@@ -609,19 +612,22 @@ def test_a_screen_is_started_only_beside_a_second_pass_of_the_rules_fixes(tmp_pa
     """A budget that fits bf16's window and a cheap screen's, but not bf16's reverse pass beside
     them, leaves the screen out and says why: a rule's fix undecided on one window needs its second
     pass more than an untried fix needs its first (chargpt's bf16 lost it to three screens). With
-    room for the pass too, both are started."""
+    room for that pass (a round of its own: B bf16 B) too, both are started."""
     unlimited = Rounds(tmp_path / "free")
     unlimited.start([_fused_screen(), _bf16()], _profile())
-    cost = {unlimited.arms[a].role.value: unlimited.spend.worth_of(a).seconds for a in unlimited.arms}
-    first_baseline = (unlimited._steps(BASELINE) + unlimited.sizing.warmup({})) * 0.1
-    tight = first_baseline + cost["fix"] + cost["screen"] + 0.5 * cost["fix"]
+    spend = unlimited.spend
+    worths = {unlimited.arms[a].role.value: spend.worth_of(a) for a in unlimited.arms}
+    (fix,) = [a for a in unlimited.arms if unlimited.arms[a].role.value == "fix"]
+    reverse_pass = spend.second_pass([fix], {fix: worths["fix"]})  # B bf16 B: a round of its own
+    assert reverse_pass > worths["fix"].seconds + spend.baseline_s()
+    first_two = spend.baseline_s() + worths["fix"].seconds + worths["screen"].seconds + 0.5  # and the windows' way
     rounds = Rounds(tmp_path / "tight")
-    first = rounds.start([_fused_screen(), _bf16()], _profile(), time_left_s=tight)
+    first = rounds.start([_fused_screen(), _bf16()], _profile(), time_left_s=first_two + 0.5 * reverse_pass)
     assert {rounds.arms[w.arm].role.value for w in first if w.arm != BASELINE} == {"fix"}
     (screen,) = rounds.left_out
     assert "a second pass of the rules' fixes" in rounds.spend.left_out_why(screen)
     roomy = Rounds(tmp_path / "roomy")
-    first = roomy.start([_fused_screen(), _bf16()], _profile(), time_left_s=tight + cost["fix"])
+    first = roomy.start([_fused_screen(), _bf16()], _profile(), time_left_s=first_two + reverse_pass)
     assert {roomy.arms[w.arm].role.value for w in first if w.arm != BASELINE} == {"fix", "screen"}
     assert not roomy.left_out
 

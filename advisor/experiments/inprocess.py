@@ -28,9 +28,9 @@ from ..run_dir.protocol import ArmStepLine, Plan, RankLines, Window, write_plan
 from .plan import BASELINE
 from .arms import RoundResult
 from .rounds import RoundKind, Rounds
+from .spend import PLAN_MARGIN_S
 
 BUSY_SHARE = 0.25   # other processes on this share of the cores while the arms ran: nothing is verified
-PLAN_MARGIN_S = 0.5  # a plan's way to the child (written, polled, switched on) out of the time left
 
 
 class PhaseProgress(Protocol):

@@ -4,6 +4,7 @@ fixes left out, each with its predicted cost and why."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -16,6 +17,11 @@ from ..run_dir.protocol import Window
 from .arms import Arm, Role, RoundResult
 from .plan import ARMS_PER_BASELINE, BASELINE
 from .worth import Worth, compile_seconds, worth
+
+PLAN_MARGIN_S = 0.5  # a round's plan on its way to the child (written, polled, switched on)
+# A window's seconds beyond its steps' (the switch, the sync that closes it, its lines read): chargpt's
+# round 0 ran 0.6-0.7 s over its 5-6 windows' steps, enough to cut the reverse pass reserved for it.
+WINDOW_OVERHEAD_S = 0.1
 
 
 @dataclass
@@ -57,10 +63,11 @@ class Spend:
         base = medians.get(BASELINE) or self.step_s or 0.0
         arm = self.arms.get(window.arm)
         if step is not None or arm is None:
-            return (window.warmup + window.steps) * (step or base)
+            return (window.warmup + window.steps) * (step or base) + WINDOW_OVERHEAD_S
         if arm.candidate.finding_index is None:  # the stack: no rule's estimate, its compilation alone
-            return (window.warmup + window.steps) * base + compile_seconds(window.overrides, self.device, compile_s)
-        return worth(arm.candidate.finding(self.findings), window.overrides, steps=window.steps, warmup=window.warmup,
+            return ((window.warmup + window.steps) * base + compile_seconds(window.overrides, self.device, compile_s)
+                    + WINDOW_OVERHEAD_S)
+        return WINDOW_OVERHEAD_S + worth(arm.candidate.finding(self.findings), window.overrides, steps=window.steps, warmup=window.warmup,
                      base_steps=0, step_s=base, device=self.device, measured_compile_s=compile_s,
                      per_baseline=ARMS_PER_BASELINE).seconds
 
@@ -92,27 +99,39 @@ class Spend:
         order = sorted(worths, key=lambda a: -worths[a].density)
         if time_left_s is None:
             return order
-        used = (self.steps(BASELINE) + self.warmup({})) * (self.step_s or 0.0)  # the first baseline window
+        used = self.baseline_s() + WINDOW_OVERHEAD_S  # the first baseline window
         kept: list[str] = []
         for screens in (False, True):
             for arm in (a for a in order if (self.arms[a].role is Role.SCREEN) == screens):
                 reserve = self.second_pass(kept, worths) if screens else 0.0
-                if used + reserve + worths[arm].seconds <= time_left_s:
+                cost = worths[arm].seconds + WINDOW_OVERHEAD_S * (1 + 1 / ARMS_PER_BASELINE)
+                if used + reserve + cost <= time_left_s:
                     kept.append(arm)
-                    used += worths[arm].seconds
+                    used += cost
                 else:
                     self.left_out[arm] = worths[arm]
         return sorted(kept, key=order.index)
 
     def second_pass(self, kept: list[str], worths: dict[str, Worth]) -> float:
-        """The predicted seconds (`worths`) of a reverse pass for the rules' fixes in `kept`: per fix, its two
-        costliest values (a sweep's leaders are re-measured head to head; the rest are judged
-        beaten, :func:`advisor.experiments.judge.beaten`)."""
+        """The predicted seconds (`worths`) of a reverse pass for the rules' fixes in `kept`: per fix,
+        its two costliest values (a sweep's leaders are re-measured head to head; the rest are judged
+        beaten, :func:`advisor.experiments.judge.beaten`), in a round of their own (B P2 P1 B: a
+        baseline window opens it, one follows every ARMS_PER_BASELINE arms), its plan's way included."""
+        base_s = self.baseline_s()
         per_fix: dict[int | None, list[float]] = {}
         for arm in kept:
             if self.arms[arm].role is not Role.SCREEN:
-                per_fix.setdefault(self.arms[arm].candidate.finding_index, []).append(worths[arm].seconds)
-        return sum(sum(sorted(costs)[-2:]) for costs in per_fix.values())
+                own = worths[arm].seconds - base_s / ARMS_PER_BASELINE  # worth counts a baseline's share
+                per_fix.setdefault(self.arms[arm].candidate.finding_index, []).append(own)
+        again = [s for costs in per_fix.values() for s in sorted(costs)[-2:]]
+        if not again:
+            return 0.0
+        baselines = math.ceil(len(again) / ARMS_PER_BASELINE) + 1
+        return sum(again) + baselines * base_s + (len(again) + baselines) * WINDOW_OVERHEAD_S + PLAN_MARGIN_S
+
+    def baseline_s(self) -> float:
+        """A baseline window's predicted seconds (its steps at the profiled window's median step)."""
+        return (self.steps(BASELINE) + self.warmup({})) * (self.step_s or 0.0)
 
     def compile_s(self) -> float | None:
         """The longest compilation this run measured (an arm's switch cost), None before the first."""
