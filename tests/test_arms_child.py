@@ -163,6 +163,19 @@ def test_a_crash_inside_an_arm_ends_cleanly(tmp_path):
     assert len(arm_steps(got["lines"], 0)) == 3
 
 
+def test_a_baseline_after_bf16_runs_on_the_state_the_script_carried_over(tmp_path):
+    """word_language_model carries its LSTM's hidden state from one batch into the next; after a
+    bf16 window it is bf16, and oneDNN's fp32 LSTM raised on it in the baseline window that
+    followed, ending every arm after bf16's first. The switch casts it back at the model's entrance."""
+    plan = [window("base", {}), window("bf16", {"autocast": "bfloat16"}), window("base", {}), window("bf16", {"autocast": "bfloat16"})]
+    got = drive(tmp_path, "word_lm/main.py", [plan, None], args=["--vocab", "2000", "--tokens", "20000", "--epochs", "1"])
+    run = got["run"]
+    assert run.status == "ok" and run.probe.arms_error is None, (run.probe.arms_error, got["log"][-2000:])
+    assert [a["arm"] for a in got["arms"]] == ["base", "bf16", "base", "bf16"]
+    assert all(a["error"] is None for a in got["arms"]) and got["arms"][1]["applied"]["autocast"] == "bfloat16"
+    assert all(len(arm_steps(got["lines"], k, warm=False)) == 2 for k in range(4))
+
+
 def test_no_plan_finishes_the_run_as_today(tmp_path):
     got = drive(tmp_path, "train_basic.py", [None], plan_timeout_s=2)
     run = got["run"]

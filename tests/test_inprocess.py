@@ -381,6 +381,22 @@ def test_each_fix_and_its_baseline_read_their_joules_from_the_energy_counter(tmp
     assert words.energy_effect(finding.experiment).endswith(", NVML power samples)")
 
 
+def test_a_script_that_raised_in_a_baseline_window_is_said_not_the_time_budget(tmp_path):
+    """The script raised in the baseline window after the fix's (an error no arm's figure carries),
+    and the arms' deadline passed while the child wound down: the note names the error, not the time
+    budget, and the fix is judged on the windows before it."""
+    finding = _dl001()
+    session = ArmsSession(tmp_path, "", diagnose=lambda: ([finding], _profile()))
+    session.on_window_done(0, [""])
+    child = Child(tmp_path)
+    child.run(0, read_plan(tmp_path / "plan.json").windows, lambda w: 0.05 if w.overrides else 0.10, stop_after=2)
+    error = "RuntimeError: could not create a primitive descriptor for the LSTM forward propagation primitive."
+    session.finish(child.lines, out_of_time=True, arms_error=error)
+    assert any(n.startswith(f"the arms ended early: the script raised in a window ({error})") for n in session.notes), session.notes
+    assert not any("time budget" in n for n in session.notes), session.notes
+    assert finding.experiment is not None and finding.experiment.speedup == pytest.approx(2.0, rel=0.05)
+
+
 def test_a_busy_machine_leaves_no_in_process_claim_verified(tmp_path):
     """Other processes on a quarter of the cores while the arms ran: the figures stay, not confirmed,
     and the note says how busy; on a quiet machine the verdicts stand. The session runs as against a

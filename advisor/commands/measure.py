@@ -109,7 +109,7 @@ def measure_fixes(session: ArmsSession | None, run: ProbeRun, profile: Profile, 
     results = None
     if session is not None and session.findings:  # the rules ran on the live window; arms measured in it
         findings, rule_warnings = session.findings, session.rule_warnings
-        session.finish(run.arms, run.budget_ended)
+        session.finish(run.arms, run.budget_ended, run.probe.arms_error)
         if link is None and not run.ranks:  # a job's other ranks are outside each rank's process tree
             session.withhold_if_busy(profile.samples, profile.env.cpu_count,
                                      metrics.contention_warning(profile.steps, profile.samples, profile.env.cpu_count))

@@ -218,12 +218,17 @@ class ArmsSession:
                 exp.baseline.update(joules_per_sample=base_energy["joules_per_sample"], energy_source=source)
                 exp.candidate.update(joules_per_sample=energy["joules_per_sample"], energy_source=source)
 
-    def finish(self, lines: RankLines | None, out_of_time: bool = False) -> None:
+    def finish(self, lines: RankLines | None, out_of_time: bool = False, arms_error: str | None = None) -> None:
         """The child ended (`lines`: the judged rank's, all of them: ProbeRun.arms; `out_of_time`:
-        the time budget stopped it): judge a round it ended inside, on what it measured, and say
-        what the budget left out."""
+        the time budget stopped it; `arms_error`: the script raised under the arms, which ended
+        them): judge a round it ended inside, on what it measured, and say what ended it."""
         if self.rounds is not None:
+            out_of_time = out_of_time and arms_error is None  # the error ended the arms, not the clock
             self.rounds.end(self._read(lines) if lines is not None and self.rounds.running else None, out_of_time)
+            said = [f.experiment.error for f in self.rounds.findings if f.experiment is not None and f.experiment.error]
+            if arms_error and not any(arms_error in e or e in arms_error for e in said):  # a baseline window's
+                self.notes.append(f"the arms ended early: the script raised in a window ({arms_error.splitlines()[0]}); "
+                                  "each fix is judged on the windows before it")
             if self.busy_windows:
                 self.notes.append(f"{self.busy_windows} window{'s' if self.busy_windows > 1 else ''} ran while other "
                                   "processes used the CPU: left out of a fix's figures where it had quiet ones, and no "

@@ -108,7 +108,24 @@ def _room_for_another_mode(modes: int) -> None:
     setattr(config, name, max(getattr(config, name), base * modes))
 
 
-_limit_base: dict[str, int] = {}  # dynamo's recompile limit before the ladder raised it
+_limit_base: dict[str, int] = {}
+
+
+def _cast_back(module: torch.nn.Module, args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[tuple, dict]:
+    """`args` and `kwargs` with the tensors of `dtype` (nested in tuples and lists too) cast to the
+    dtype of `module`'s parameters, as a run that never autocast would pass them."""
+    own = next((p.dtype for p in module.parameters() if p.is_floating_point()), None)
+    if own is None or own == dtype:
+        return args, kwargs
+
+    def back(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x.to(own) if x.dtype == dtype else x
+        if isinstance(x, (tuple, list)) and not hasattr(x, "_fields"):
+            return type(x)(back(v) for v in x)
+        return x
+
+    return tuple(back(a) for a in args), {k: back(v) for k, v in kwargs.items()}  # dynamo's recompile limit before the ladder raised it
 
 
 class ModuleCallSwitch:
@@ -119,6 +136,10 @@ class ModuleCallSwitch:
 
     def __init__(self, first_call: Callable[[torch.nn.Module, dict], Any] | None = None) -> None:
         self.autocast: torch.dtype | None = None
+        # autocast's dtype once it is switched off: its outputs the script carries into the next step
+        # (an LSTM's hidden state) are cast back at the model's entrance (wlm-lstm's baseline window
+        # after bf16 raised in oneDNN's LSTM on a bf16 hidden state, ending every arm after it)
+        self.carried: torch.dtype | None = None
         self.compile: bool | str = False  # True: torch.compile's default mode; else the mode
         self.channels_last = False
         self.applied: dict = {}
@@ -148,7 +169,7 @@ class ModuleCallSwitch:
 
     @property
     def active(self) -> bool:
-        return bool(self.autocast or self.compile or self.channels_last or self.first_call)
+        return bool(self.autocast or self.carried or self.compile or self.channels_last or self.first_call)
 
     def _call(self, original, module, args, kwargs):
         try:
@@ -161,6 +182,8 @@ class ModuleCallSwitch:
             self._seen.add(id(module))
             self.first_call(module, self.applied)
         target = original.__get__(module)
+        if self.carried is not None and self.autocast is None:
+            args, kwargs = _cast_back(module, args, kwargs, self.carried)
         if self.channels_last and has_conv(module):
             self._to_channels_last(module)
             args = tuple(a.contiguous(memory_format=torch.channels_last) if isinstance(a, torch.Tensor) and a.dim() == 4
@@ -206,6 +229,7 @@ class ModuleCallSwitch:
                     self._to_channels_last(module)
 
     def off(self) -> None:
+        self.carried = self.autocast or self.carried
         self.autocast, self.compile = None, False
         if self.channels_last:
             self.channels_last = False
