@@ -32,11 +32,11 @@ def drive(tmp_path: Path, script: str, plans: list[list[dict]], args: list[str] 
 
     settings = dict(warmup=1, steps=3, profile_steps=0, arms=True, plan_timeout_s=20, timeout_s=60, arms_budget_s=120)
     settings.update(config)
-    run = run_probe(ProbeConfig(script=str(WORKLOADS / script), args=list(args), out=out, **settings),
-                    on_window_done=on_window_done)
+    config_ = ProbeConfig(script=str(WORKLOADS / script), args=list(args), out=out, **settings)
+    run = run_probe(config_, on_window_done=on_window_done)
     lines = [json.loads(line) for line in snapshots[-1].splitlines()] if snapshots else []
     arms = [msgspec.structs.asdict(w) for w in run.arms.arm_windows]  # the runner's: the exchange files are gone
-    return {"run": run, "calls": calls, "lines": lines, "arms": arms, "out": out,
+    return {"run": run, "config": config_, "calls": calls, "lines": lines, "arms": arms, "out": out,
             "log": (out / "script.log").read_text()}
 
 
@@ -174,6 +174,19 @@ def test_a_baseline_after_bf16_runs_on_the_state_the_script_carried_over(tmp_pat
     assert [a["arm"] for a in got["arms"]] == ["base", "bf16", "base", "bf16"]
     assert all(a["error"] is None for a in got["arms"]) and got["arms"][1]["applied"]["autocast"] == "bfloat16"
     assert all(len(arm_steps(got["lines"], k, warm=False)) == 2 for k in range(4))
+
+
+def test_the_automatic_budget_counts_the_way_to_the_window_from_advises_own_start(tmp_path):
+    """A --no-experiments run pays advise's own start-up (its imports) as well as the script's, so
+    the arms' automatic budget counts the way to the window from the command's start (`since`)."""
+    import time
+
+    from advisor.probe.config import AUTO_BUDGET_FACTOR
+
+    got = drive(tmp_path, "arms_loop.py", [[]], args=["--log", str(tmp_path / "log.jsonl")], arms_budget_s=None,
+                since=time.monotonic() - 20.0)
+    assert got["run"].status == "ok", got["log"][-2000:]
+    assert got["config"].arms_budget_s >= AUTO_BUDGET_FACTOR * 20.0
 
 
 def test_no_plan_finishes_the_run_as_today(tmp_path):

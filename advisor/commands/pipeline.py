@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 import msgspec
+import psutil
 
 from advisor.reports import terminal
 
@@ -188,7 +189,7 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
     config = ProbeConfig(script=script, args=script_args, module=module, nproc=nproc, out=out, warmup=warmup, steps=steps,
                          profile_steps=profile_steps, timeout_s=timeout_s, arms=in_process,
                          arms_budget_s=experiments.time_budget_s if experiments else None,
-                         memory_budget_bytes=memory_budget_bytes)
+                         memory_budget_bytes=memory_budget_bytes, since=command_started())
     started = _Started(report_mod.now_iso(), time.monotonic(), fingerprint.load_avg())  # the machine's load before the script
     _open_run_dir(out, lock)
     experiments = experiments or ExperimentOptions()
@@ -209,6 +210,12 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
         return ci_gate.compare_after_profile(baseline_report, baseline, report, str(out / measured.run.files.report_json),
                                              out, max_regression=max_regression, as_json=as_json)
     return STATUS_EXIT[status]
+
+
+def command_started() -> float:
+    """When this advise process started, on time.monotonic()'s clock (its imports included: a
+    --no-experiments run pays them too)."""
+    return time.monotonic() - max(0.0, time.time() - psutil.Process().create_time())
 
 
 @dataclass

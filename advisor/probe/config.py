@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The arms' default time: this many times the run's own way to its profiled window (start-up,
+# The arms' default time: this many times the run's own way to its profiled window (advise's start-up and the script's,
 # warm-up, measured steps, the trace's export), within the floor and the cap below, so a default
 # run ends within 2.5x its --no-experiments time: that run is the way to the window and then its
 # diagnosis and report, which a default run pays inside the budget, so 1 + 1.5 is the most it can
@@ -41,5 +41,8 @@ class ProbeConfig:
     # the arms' time, from the "window-done" line: its end stops them, not a timeout. None: auto
     # (auto_arms_budget), set here by the runner at the window's end, where the session reads it
     arms_budget_s: float | None = None
+    # when the advise command started (time.monotonic): the automatic budget's way to the window counts
+    # from there, since a --no-experiments run pays that start too (None: from the script's start)
+    since: float | None = None
     nproc: int = 1  # ranks started through torch.distributed.run (--standalone: a free rendezvous port)
     memory_budget_bytes: int | None = None  # --memory-budget (None: the device's capacity)

@@ -215,7 +215,8 @@ class ProbeSession:
         if self.config.arms_budget_s is None:  # auto: from the run's own way to its window; a job's
             # other ranks are stopped by its leader, whose own way there may have been a little longer
             follower = self.link is not None and not self.link.leader
-            self.config.arms_budget_s = auto_arms_budget(now - self.started) + (2 * BUDGET_GRACE_S if follower else 0.0)
+            since = self.started if self.config.since is None else min(self.config.since, self.started)
+            self.config.arms_budget_s = auto_arms_budget(now - since) + (2 * BUDGET_GRACE_S if follower else 0.0)
         self.stops.arms_budget(now + self.config.arms_budget_s)
         # the parent's rules read the window as a run dir: its steps and samples so far
         names = self.shape.names
