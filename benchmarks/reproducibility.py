@@ -102,7 +102,10 @@ def main() -> None:
         for k, run in enumerate(runs):
             rec = run.get("recommended") or {}
             v, exact = match({"overrides": rec.get("overrides")}, case) if rec.get("overrides") else (None, False)
-            rec_truth = truth.get(v.name) if v else None if rec.get("overrides") else 1.0  # nothing: the script as is
+            if rec.get("overrides"):
+                rec_truth = truth.get(v.name) if v else None
+            else:
+                rec_truth = 1.0  # nothing recommended: the script as it is
             ok = rec_truth is not None and best is not None and rec_truth >= NEAR_BEST * best
             near += ok
             covers = bool(exact and rec_truth and rec.get("verified") and rec["ci_low"] <= rec_truth <= rec["ci_high"])

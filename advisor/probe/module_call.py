@@ -108,7 +108,7 @@ def _room_for_another_mode(modes: int) -> None:
     setattr(config, name, max(getattr(config, name), base * modes))
 
 
-_limit_base: dict[str, int] = {}
+_limit_base: dict[str, int] = {}  # dynamo's recompile limit before the ladder raised it
 
 
 def _cast_back(module: torch.nn.Module, args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[tuple, dict]:
@@ -125,7 +125,7 @@ def _cast_back(module: torch.nn.Module, args: tuple, kwargs: dict, dtype: torch.
             return type(x)(back(v) for v in x)
         return x
 
-    return tuple(back(a) for a in args), {k: back(v) for k, v in kwargs.items()}  # dynamo's recompile limit before the ladder raised it
+    return tuple(back(a) for a in args), {k: back(v) for k, v in kwargs.items()}
 
 
 class ModuleCallSwitch:
