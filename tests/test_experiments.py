@@ -88,16 +88,20 @@ def _loader_profile(wait_s: float, worker_percent: float | None) -> Profile:
 def test_a_loader_that_paces_nothing_does_not_stretch_the_windows_of_fixes_that_leave_it_alone():
     """minGPT's chargpt: 4 workers, data wait 1.7% of its step, the workers 0.03 cores. Its batches
     come in no bursts a window must average over, so a fix that leaves the loader alone gets the
-    window's own steps, not 10 bursts of 4 workers; a fix that sets the workers is timed by its own;
+    window's own steps, not 10 bursts of 4 workers, and no untimed steps draining the workers'
+    prefetch (a new loader still fills its own); a fix that sets the workers is timed by its own;
     a loader that is waited on, or whose workers compute, or that the sampler could not see, paces."""
     idle = WindowSizing.of(10, _loader_profile(0.002, 3.0))
     assert (idle.workers, idle.pacing) == (4, 0)
     assert idle.steps("a1", {"autocast": "bfloat16"}, baseline=False) == idle.steps(BASELINE, {}, baseline=True) == 10
     assert idle.steps("a2", {"dataloader": {"num_workers": 2}}, baseline=False) == 20
-    assert idle.warmup({}) == warmup_steps({}, 4)  # its prefetched batches are still drained first
+    assert idle.warmup({}) == idle.warmup({"autocast": "bfloat16"}) == warmup_steps({}, 0) == 2  # nothing to drain
+    assert idle.warmup({"dataloader": {"num_workers": 2}}) == 2 + 2 * 2  # a new loader fills its prefetch
+    assert idle.warmup({"batch_size_scale": 2}) == idle.warmup({"dataloader": {"pin_memory": True}}) == 2 + 4 * 2
     for waited, busy in ((0.02, 3.0), (0.002, 40.0), (0.002, None)):
         paced = WindowSizing.of(10, _loader_profile(waited, busy))
         assert paced.pacing == 4 and paced.steps("a1", {"autocast": "bfloat16"}, baseline=False) == 40
+        assert paced.warmup({}) == 2 + 4 * 2  # its prefetch, filled during the window before, is drained first
 
 
 def test_loss_check_needs_finite_and_close():

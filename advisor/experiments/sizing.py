@@ -116,4 +116,9 @@ class WindowSizing:
         return burst_steps(steps, overrides, self.pacing)
 
     def warmup(self, overrides: dict) -> int:
-        return warmup_steps(overrides, self.workers)
+        """A window that builds a loader (its workers set, or its batch scaled) fills all its workers'
+        prefetch first; one on the script's own loader drains only that of the workers that pace the
+        steps (:func:`pacing_workers`): an idle loader's batches are ready either way, and chargpt's
+        10 untimed steps of draining 4 idle workers were half of every window's time."""
+        rebuilt = "dataloader" in overrides or vocabulary.changes_batch(overrides)
+        return warmup_steps(overrides, self.workers if rebuilt else self.pacing)
