@@ -129,7 +129,7 @@ def test_screened_fixes_get_one_short_window_and_only_those_that_look_faster_are
     assert arms.index("a2") > max(i for i, a in enumerate(arms) if a == "a1")  # screens come after the rules' arms
     short = next(w for w in first if w.arm == "a2")
     assert short.steps < next(w for w in first if w.arm == "a1").steps
-    speed = {"baseline": 0.10, "a1": 0.05, "a2": 0.066, "a3": 0.20, "stacked": 0.10}
+    speed = {"baseline": 0.10, "a1": 0.04, "a2": 0.066, "a3": 0.20, "stacked": 0.10}
     second = rounds.advance(child.run(0, first, lambda w: speed[w.arm]))
     assert rounds.kind is RoundKind.CONFIRM
     assert {w.arm for w in second} == {"baseline", "a2"} and sum(w.arm == "a2" for w in second) == 2
@@ -153,7 +153,7 @@ def _small_bf16() -> Finding:
 
 
 def test_a_second_pass_runs_only_for_the_fixes_the_first_left_undecided(tmp_path):
-    """The plan adapts: a 2x fix is settled by its first pass (B A B); a 1.08x one gets the
+    """The plan adapts: a 2.5x fix is settled by its first pass (B A B); a 1.08x one gets the
     reverse pass in the next round. Still neither verified nor ruled out, it leans faster: it goes
     to the stack with the verified fix, whose windows decide it (a third pass alone would spend the
     time the stack needs: loader-starved's stack fitted its 1.5x budget in 2 runs of 5 that way)."""
@@ -163,7 +163,7 @@ def test_a_second_pass_runs_only_for_the_fixes_the_first_left_undecided(tmp_path
     bf16 = next(a for a, arm in rounds.arms.items() if arm.candidate.finding_index == 1)
     assert sum(w.arm == bf16 for w in first) == 1
     speed = {"baseline": 0.10, bf16: 0.0926}
-    second = rounds.advance(child.run(0, first, lambda w: speed.get(w.arm, 0.05)))
+    second = rounds.advance(child.run(0, first, lambda w: speed.get(w.arm, 0.04)))
     assert big.experiment is not None and big.experiment.verified and len(big.experiment.runs) == 1
     assert small.experiment is None and [w.arm for w in second if w.arm != "baseline"] == [bf16]
     third = rounds.advance(child.run(1, second, lambda w: speed[w.arm]))
@@ -318,7 +318,7 @@ def test_untried_fixes_are_screened_in_the_run_and_kept_only_when_verified(tmp_p
 
 @pytest.mark.parametrize("speedup, low, high, verified, settled", [
     (9.2, 6.5, 13.7, True, True),     # a loader fix: its low end alone decides
-    (1.30, 1.27, 1.33, True, True),   # a large win the interval pins
+    (1.56, 1.37, 1.78, True, False),  # one window's narrow interval: chargpt's bf16 was 1.16x by hand
     (2.05, 1.29, 3.68, True, False),  # a contended machine's wide interval: a second pass
     (1.10, 1.05, 1.15, True, False),  # a modest win: both passes
     (0.98, 0.95, 1.02, False, True),  # wholly below the bar a win must clear
@@ -547,14 +547,14 @@ def test_a_ladder_step_the_time_budget_ended_before_stays_in_the_sweep_as_not_me
 
 
 def _two_winners(tmp_path, stacked_speed: float, no_effect: dict | None = None):
-    """DL001 at 2x and bf16 at 3.9x, both verified alone, then their stack measured at `stacked_speed`."""
+    """DL001 at 2.5x and bf16 at 3.9x, both verified alone, then their stack measured at `stacked_speed`."""
     dl, bf16 = _dl001(), Finding("fp32", "s", "high", {}, Fix.unsafe("bf16", {"autocast": "bfloat16"}),
                                  rule="fp32-matmul", code="PR001")
     rounds, child = Rounds(tmp_path), Child(tmp_path)
     first = rounds.start([dl, bf16], _profile())
     bf16_arm = next(a for a, arm in rounds.arms.items() if arm.candidate.finding_index == 1)
     speed = {"baseline": 0.10, bf16_arm: 0.1 / 3.9, "stacked": stacked_speed}
-    second = rounds.advance(child.run(0, first, lambda w: speed.get(w.arm, 0.05)))
+    second = rounds.advance(child.run(0, first, lambda w: speed.get(w.arm, 0.04)))
     assert rounds.kind is RoundKind.STACK and {w.arm for w in second} == {"baseline", "stacked"}
     rounds.advance(child.run(1, second, lambda w: speed[w.arm], no_effect=no_effect))
     rounds.end(None)
@@ -675,7 +675,7 @@ def test_an_arm_predicted_to_outlast_the_budget_is_not_started_and_said(tmp_path
     assert left.compile_s == 40.0 and left.seconds > 15
     speed = {a: 0.1 / 1.5 for a in arms}
     rounds.advance(child.run(0, first, lambda w: speed.get(w.arm, 0.10)), time_left_s=10.0)
-    rounds.end(None)
+    rounds.end(None)  # inside its second pass, nothing of which came back: judged on its first
     assert bf16.experiment.verified
     assert screen.experiment.verdict == "not-measured" and "predicted to take 4" in screen.experiment.reason
     assert "40 s of it compiling" in screen.experiment.reason

@@ -167,6 +167,8 @@ class Rounds:
             self.spend.cut += max(0, self._planned.get(self.round, 0) - len(result.windows))
             self.results[self.round] = result
             self._judge_round(final=True)
+        elif self.kind is RoundKind.CONFIRM and self.round not in self.results:  # nothing of it came back:
+            self._judge_confirms(final=True)  # the passes before it decide, as when it did not fit
         if verdicts.recommended is None and verdicts.winners and self.kind in (RoundKind.FIXES, RoundKind.CONFIRM):
             verdicts.recommend_unstacked(ended)
         verdicts.unjudged(ended)
