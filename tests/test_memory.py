@@ -201,27 +201,3 @@ def test_a_ladder_on_the_device_keeps_a_margin_and_a_budget_given_is_taken_as_gi
     assert usable_budget({}) is None
 
 
-
-
-def test_a_window_peak_trims_the_heap_only_once_the_allocators_figure_was_missing(monkeypatch):
-    """malloc_trim at every window's start made chargpt's first timed steps 20-25% slow: the heap is
-    trimmed only where the peak must come from the resident set's high-water mark (a window whose
-    profiled step gave no allocator figure), and then before every later window."""
-    import torch
-
-    from advisor.probe import memory
-
-    trims = []
-    monkeypatch.setattr(memory, "_trim", lambda: trims.append(1))
-    peak = memory.WindowPeak("cpu")
-    peak.start()
-    peak.profile_step(persistent_bytes=0)
-    x = torch.ones(8 << 20)  # 32 MiB allocated in the profiled step
-    del x
-    peak.end_step()
-    figure, basis = peak.read()
-    assert basis == "cpu-allocator" and figure >= 32 << 20 and trims == []
-    peak.start()  # a window whose profiled step never ran: the high-water mark is its figure
-    assert peak.read()[1] == "rss-high-water" and trims == []
-    peak.start()
-    assert trims == [1]
