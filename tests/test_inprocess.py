@@ -583,6 +583,22 @@ def test_a_stack_whose_member_did_not_take_effect_fails_loudly(tmp_path):
     assert len(said) == 1 and "no effect of autocast" in said[0], rounds.notes
 
 
+def test_a_run_that_ends_in_the_stacks_round_with_nothing_of_it_back_recommends_the_best_fix(tmp_path):
+    """Two fixes verified alone, then the run ends inside their stack's round before any of its
+    windows came back: the best single fix is recommended, and the note says the stack was not
+    measured (no recommendation at all, before)."""
+    dl, bf16 = _dl001(), Finding("fp32", "s", "high", {}, Fix.unsafe("bf16", {"autocast": "bfloat16"}),
+                                 rule="fp32-matmul", code="PR001")
+    rounds, child = Rounds(tmp_path), Child(tmp_path)
+    first = rounds.start([dl, bf16], _profile())
+    bf16_arm = next(a for a, arm in rounds.arms.items() if arm.candidate.finding_index == 1)
+    rounds.advance(child.run(0, first, lambda w: {"baseline": 0.10, bf16_arm: 0.1 / 3.9}.get(w.arm, 0.04)))
+    assert rounds.kind is RoundKind.STACK
+    rounds.end(None)
+    assert rounds.recommended is not None and rounds.recommended.overrides == {"autocast": "bfloat16"}
+    assert any("was not measured (the run ended first)" in n for n in rounds.notes), rounds.notes
+
+
 def test_a_stack_window_settles_as_long_as_its_slowest_member(tmp_path):
     """The stack's warm-up is each member's at least (a new loader's prefetch, a compile's recompiles)."""
     rounds, _ = _two_winners(tmp_path, stacked_speed=0.1 / 3.0)

@@ -163,12 +163,13 @@ class Rounds:
         if (verdicts := self._verdicts) is None:  # the rounds never started
             return
         ended = "the time budget ended" if self.out_of_time else "the run ended"
-        if self.running and self.round not in self.results and result is not None:
-            self.spend.cut += max(0, self._planned.get(self.round, 0) - len(result.windows))
-            self.results[self.round] = result
-            self._judge_round(final=True)
-        elif self.kind is RoundKind.CONFIRM and self.round not in self.results:  # nothing of it came back:
-            self._judge_confirms(final=True)  # the passes before it decide, as when it did not fit
+        if self.running and self.round not in self.results:
+            if result is None:  # nothing of it came back: as a round that did not fit
+                self._settle_unmeasured(self.kind, ended)
+            else:
+                self.spend.cut += max(0, self._planned.get(self.round, 0) - len(result.windows))
+                self.results[self.round] = result
+                self._judge_round(final=True)
         if verdicts.recommended is None and verdicts.winners and self.kind in (RoundKind.FIXES, RoundKind.CONFIRM):
             verdicts.recommend_unstacked(ended)
         verdicts.unjudged(ended)
@@ -205,13 +206,17 @@ class Rounds:
     def _out_of_time(self, kind: RoundKind) -> None:
         """The next round does not fit: settle what the rounds so far measured, as a run that ended."""
         self.out_of_time = True
-        verdicts = self.verdicts
+        self._settle_unmeasured(kind, "the time budget ended")
+
+    def _settle_unmeasured(self, kind: RoundKind | None, ended: str) -> None:
+        """A round of `kind` that will not be measured (it did not fit, or the run ended in it with
+        nothing of it back, `ended` saying how): settle what the rounds before it measured."""
         if kind is RoundKind.CONFIRM:  # the fixes left undecided: settled on the passes measured
             self._judge_confirms(final=True)
-        elif kind is RoundKind.STACK and any(k is RoundKind.STACK for k in self._kinds.values()):
+        elif kind is RoundKind.STACK and self._measured(RoundKind.STACK):
             self._judge_stack(final=True)
-        if verdicts.recommended is None:
-            verdicts.recommend_unstacked("the time budget ended")
+        if self.verdicts.recommended is None:
+            self.verdicts.recommend_unstacked(ended)
 
     def _next(self) -> tuple[RoundKind, list[Window]]:
         """The transition out of the round just judged."""
