@@ -221,13 +221,18 @@ class ArmCost(Block):
 
 
 class LeftOut(Block):
-    """A fix the time budget left unmeasured: predicted not to fit, so never started."""
+    """A fix the time budget left without a verdict: predicted not to fit, so never started (no
+    `speedup`), or started and cut while it leaned faster (its `speedup` so far)."""
 
     fix: Optional[str] = None
     code: Optional[str] = None
+    overrides: Annotated[Optional[dict], Meta(description="what it changes (the values its windows read, if started)")] = None
     predicted_s: Annotated[Num, Meta(description="its windows' predicted seconds, compiling included")] = None
     compile_s: Annotated[Num, Meta(description="of `predicted_s`, compiling (measured in this run, else a prior)")] = None
-    command: Annotated[Optional[str], Meta(description="the command that measures it")] = None
+    command: Annotated[Optional[str], Meta(description="the command that measures it (its rule's fixes here, both passes)")] = None
+    speedup: Annotated[Num, Meta(description="started: what its windows read before the budget ended (none: not started)")] = None
+    ci_low: Num = None
+    ci_high: Num = None
 
 
 class Experiments(Block):
@@ -241,7 +246,9 @@ class Experiments(Block):
                                               "(1.5x the run's time to its profiled window, 10-240 s)")] = None
     budget_given: Annotated[Optional[bool], Meta(description="true: --time-budget; false: the automatic budget")] = None
     arms: Annotated[list[ArmCost], Meta(description="where the in-process arms' time went, the costliest first")] = []
-    left_out: Annotated[list[LeftOut], Meta(description="fixes not started: predicted to outlast the budget left")] = []
+    left_out: Annotated[list[LeftOut], Meta(description="fixes the time budget left without a verdict: not started "
+                                                        "(predicted to outlast the budget left), or cut while "
+                                                        "they leaned faster")] = []
 
 
 class HtaStep(Block):

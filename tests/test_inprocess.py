@@ -451,6 +451,35 @@ def test_a_round_that_does_not_fit_the_time_left_is_not_run_and_what_it_left_out
     assert int(note.split(" of ")[1].split()[0]) > len(first)
 
 
+def test_a_screen_the_budget_cut_while_it_leaned_faster_is_named_with_its_reading(tmp_path):
+    """Two screens in one short window each; the fused step reads 1.3x, the threads 1.0x, and the
+    round that would confirm the fused step does not fit: it is undecided, with what its window read
+    and one pass's predicted cost; the one that read no change is not (a pass could only confirm
+    it), nor is anything when the budget did not end the rounds."""
+    from advisor.model import SCREEN
+
+    threads = Finding("untried", "s", "low", {SCREEN: True}, Fix.safe("Run 2 threads", {"torch_threads": 2}),
+                      rule="untried-fix", code="EXP001")
+    fused = _fused_screen()
+    rounds, child = Rounds(tmp_path), Child(tmp_path)
+    first = rounds.start([fused, threads], _profile(), time_left_s=60.0)
+    fused_arm = next(a for a, arm in rounds.arms.items() if arm.candidate.finding_index == 0)
+    assert fused_arm in {w.arm for w in first}
+    assert rounds.undecided() == []  # nothing judged yet
+    rounds.advance(child.run(0, first, lambda w: 0.1 / 1.3 if w.arm == fused_arm else 0.1), time_left_s=0.5)
+    rounds.end(None)
+    ((finding, cost),) = rounds.undecided()
+    assert finding is fused and not fused.experiment.verified and fused.experiment.speedup > 1.2
+    assert cost.seconds == rounds.spend.worth_of(fused_arm).seconds and cost.gain == fused.experiment.speedup - 1
+    assert threads.experiment.verdict == "no-significant-change"
+
+    roomy, child = Rounds(tmp_path / "roomy"), Child(tmp_path / "roomy")
+    (tmp_path / "roomy").mkdir()
+    first = roomy.start([_fused_screen(), threads], _profile())
+    second = roomy.advance(child.run(0, first, lambda w: 0.1 / 1.3 if w.arm == fused_arm else 0.1))
+    assert second and roomy.undecided() == []  # the budget did not end it: the next round decides it
+
+
 def test_a_first_round_is_planned_as_far_as_it_fits_and_ends_on_a_baseline(tmp_path):
     rounds = Rounds(tmp_path)
     everything = Rounds(tmp_path / "all").start([_dl001()], _profile())

@@ -223,3 +223,27 @@ def test_a_compile_fix_says_when_its_compilation_is_paid_back():
                         baseline={"step_time_median_s": 0.040}, candidate={"step_time_median_s": 0.050})
     assert payoff_steps(slower) is None and payoff_steps(Experiment(Verdict.FASTER, overrides={"autocast": "bfloat16"},
                                                                      switch_s=1.0)) is None
+
+
+def test_the_time_line_names_what_the_budget_left_without_a_verdict_with_one_command_per_rule():
+    """A screen not started and two cut while they leaned faster, all EXP001's: each said with its
+    predicted cost or its reading, the rule's one command once, after them; a fix of another rule
+    with its own command."""
+    from advisor.report_blocks import ArmCost, Experiments, LeftOut
+
+    exp001 = "advise profile --select EXP001 --time-budget 120 adder.py"
+    block = Experiments(budget_s=13.0, budget_given=False, arms=[ArmCost(arm="baseline", windows=3, seconds=3.2)],
+                        left_out=[LeftOut(fix="Compile the model", code="EXP001", predicted_s=42.3, compile_s=40.0,
+                                          command=exp001),
+                                  LeftOut(fix="Double the batch size", code="EXP001", predicted_s=2.1, command=exp001,
+                                          speedup=1.36, ci_low=1.21, ci_high=1.52),
+                                  LeftOut(fix="Fused AdamW", code="EXP001", predicted_s=1.2, command=exp001,
+                                          speedup=1.13, ci_low=1.01, ci_high=1.27),
+                                  LeftOut(fix="bf16", code="PR001", predicted_s=8.0, command="advise profile --select "
+                                          "PR001 --time-budget 40 adder.py", speedup=1.2, ci_low=0.98, ci_high=1.45)])
+    line = words.time_spent(block)
+    assert line == ("fixes measured in 3.20 s of a 13 s budget (automatic): the baseline 3.20 s in 3 windows; "
+                    "not measured: Compile the model (predicted 42 s, 40 s of it compiling); not decided when the "
+                    "budget ended: Double the batch size (1.36× faster, 95% CI 1.21–1.52×), Fused AdamW (1.13× "
+                    f"faster, 95% CI 1.01–1.27×): {exp001}; not decided when the budget ended: bf16 (1.20× faster, "
+                    "95% CI 0.98–1.45×): advise profile --select PR001 --time-budget 40 adder.py"), line

@@ -181,19 +181,30 @@ def _fresh_time(session: ArmsSession | None, experiments: ExperimentOptions) -> 
 
 
 def _account(results: ExperimentResults, session: ArmsSession, config: ProbeConfig, experiments: ExperimentOptions) -> None:
-    """Where the arms' time went, and each fix the budget left out with the one command that
-    measures it (its rule alone, with the time it is predicted to need, twice over for both passes)."""
+    """Where the arms' time went, and each fix the budget left without a verdict (not started, or cut
+    while it leaned faster) with the one command that measures it: its rule alone, with the time
+    its fixes here are predicted to need, twice over for both passes."""
     results.budget_s, results.budget_given = session.time_budget_s, experiments.time_budget_s is not None
     if session.rounds is None:
         return
     results.arms = session.rounds.spend.costs()
     target = (["-m", config.script] if config.module else [config.script]) + list(config.args)
-    for finding, cost in session.rounds.spend.left_out_fixes():
-        budget = int(math.ceil((2 * cost.seconds + 20) / 10) * 10)
-        command = shlex.join(["advise", "profile", "--select", finding.code or finding.rule, "--time-budget", str(budget),
-                              *target])
-        results.left_out.append({"fix": finding.fix.title, "code": finding.code, "predicted_s": round(cost.seconds, 1),
-                                 "compile_s": round(cost.compile_s, 1) or None, "command": command})
+    undecided = session.rounds.undecided()
+    left = [(f, cost, None) for f, cost in session.rounds.spend.left_out_fixes()] + \
+        [(f, cost, f.experiment) for f, cost in undecided]
+    per_rule: dict[str, float] = {}
+    for finding, cost, _ in left:
+        per_rule[finding.code or finding.rule] = per_rule.get(finding.code or finding.rule, 0.0) + cost.seconds
+    for finding, cost, exp in left:
+        code = finding.code or finding.rule
+        budget = int(math.ceil((2 * per_rule[code] + 20) / 10) * 10)
+        command = shlex.join(["advise", "profile", "--select", code, "--time-budget", str(budget), *target])
+        results.left_out.append({"fix": finding.fix.title, "code": finding.code,
+                                 "overrides": (exp.overrides if exp else None) or finding.fix.overrides,
+                                 "predicted_s": round(cost.seconds, 1),
+                                 "compile_s": round(cost.compile_s, 1) or None, "command": command,
+                                 "speedup": exp.speedup if exp else None, "ci_low": exp.ci_low if exp else None,
+                                 "ci_high": exp.ci_high if exp else None})
 
 
 def _patch(rec: Recommendation, profile: Profile, config: ProbeConfig, warnings: list[str]) -> Patch | None:

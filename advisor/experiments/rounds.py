@@ -174,6 +174,27 @@ class Rounds:
             verdicts.recommend_unstacked(ended)
         verdicts.unjudged(ended)
 
+    def undecided(self) -> list[tuple[Finding, Worth]]:
+        """The fixes the time budget cut before their verdict while they leaned faster
+        (:func:`judge.worth_another`; a screen measured in one short window, a rule's fix on its first
+        pass), each with its arms' predicted cost of one pass; none where the budget did not end the
+        rounds, or a fix is in the verified recommendation. adder's default run read batch x2 at 1.36x
+        in one window and said nothing of it."""
+        rec = self.recommended
+        if not self.out_of_time or self._verdicts is None:
+            return []
+        out = []
+        for candidate in self.verdicts.candidates():
+            finding = candidate.finding(self.findings)
+            exp = finding.experiment
+            if exp is None or exp.speedup is None or exp.measured_by != "in-process" or not judge.worth_another(exp) \
+                    or (rec is not None and rec.verified and candidate.label in rec.fixes):
+                continue
+            arms = [a for a, arm in self.arms.items() if arm.candidate is candidate and a not in self.left_out]
+            worths = [self.spend.worth_of(a) for a in arms]
+            out.append((finding, Worth(exp.speedup - 1.0, sum(w.seconds for w in worths), sum(w.compile_s for w in worths))))
+        return out
+
     def budget_note(self, budget_s: float) -> str | None:
         """What the time budget left out, in one line (None: it left nothing out)."""
         if not self.out_of_time:

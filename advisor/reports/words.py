@@ -669,10 +669,11 @@ def patch_line(command: str, notes: int) -> str:
 
 
 def time_spent(block: Experiments | None) -> str | None:
-    """Where the experiments' time went, in one line, and what the budget left out with the command
-    that measures it: "fixes measured in 9.8 s of a 10 s budget (automatic): the baseline 4.1 s in 5
-    windows, dataloader-starvation (num_workers=4) 2.0 s, ...; not measured: Compile the model
-    (predicted 52 s, 40 s of it compiling): advise profile --select EXP001 --time-budget 130 train.py".
+    """Where the experiments' time went, in one line, and what the budget left without a verdict with
+    the command that measures it: "fixes measured in 9.8 s of a 10 s budget (automatic): the baseline
+    4.1 s in 5 windows, dataloader-starvation (num_workers=4) 2.0 s, ...; not measured: Compile the
+    model (predicted 52 s, 40 s of it compiling); not decided when the budget ended: Double the batch
+    size (1.36× faster, 95% CI 1.21–1.52×): advise profile --select EXP001 --time-budget 130 train.py".
     None where no arm ran and nothing was left out (`block`: report.json's `experiments`)."""
     if block is None or (not block.arms and not block.left_out):
         return None
@@ -683,7 +684,16 @@ def time_spent(block: Experiments | None) -> str | None:
              + (f" ({units.time_s(a.switch_s)} switching)" if (a.switch_s or 0) >= 1 else "")
              + (f" in {a.windows} windows" if a.arm == "baseline" else "") for a in block.arms]
     line = f"fixes measured in {units.time_s(spent)}{budget}" + (": " + ", ".join(parts) if parts else "")
-    for left in block.left_out:
-        compiling = f", {left.compile_s:.0f} s of it compiling" if left.compile_s else ""
-        line += f"; not measured: {left.fix} (predicted {left.predicted_s:.0f} s{compiling}): {left.command}"
+    by_command: dict[str | None, list] = {}
+    for left in block.left_out:  # one command measures a rule's fixes: said once, after them
+        by_command.setdefault(left.command, []).append(left)
+    for command, lefts in by_command.items():
+        unstarted = [f"{left.fix} (predicted {left.predicted_s or 0:.0f} s"
+                     + (f", {left.compile_s:.0f} s of it compiling" if left.compile_s else "") + ")"
+                     for left in lefts if left.speedup is None]
+        cut = [f"{left.fix} ({fmt.speedup_words(left.speedup)}, {fmt.interval(left.ci_low, left.ci_high, ci=True)})"
+               for left in lefts if left.speedup is not None]
+        said = ([f"not measured: {', '.join(unstarted)}"] if unstarted else []) + \
+            ([f"not decided when the budget ended: {', '.join(cut)}"] if cut else [])
+        line += "; " + "; ".join(said) + (f": {command}" if command else "")
     return line
