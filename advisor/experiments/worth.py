@@ -38,12 +38,15 @@ class Worth:
 
 
 def expected_gain(finding: Finding) -> float:
-    """The rule's estimate as a gain over 1 (0.55 for 1.55x), weighted by how sure it is: a screen
-    (no rule's evidence) counts SCREEN_TRUST of its guess."""
+    """The rule's estimate as a gain over 1 (0.55 for 1.55x; UNKNOWN_GAIN without one), weighted by
+    how sure it is: a screen (no rule's threshold met, its estimate from the profile or a guess)
+    counts SCREEN_TRUST of it."""
     if over_budget(finding):
         return OVER_BUDGET_GAIN
-    speedup = estimated_speedup(finding.estimated_gain_frac)
-    gain = (speedup - 1.0) if speedup else UNKNOWN_GAIN
+    if finding.estimated_gain_frac is None:
+        gain = UNKNOWN_GAIN
+    else:  # an estimate of none (bf16 where no GEMM is large enough to gain) is one: the arm comes last
+        gain = (estimated_speedup(finding.estimated_gain_frac) or 1.0) - 1.0
     return gain * (SCREEN_TRUST if finding.screen else 1.0)
 
 

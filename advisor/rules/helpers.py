@@ -246,6 +246,34 @@ def gemm_ops(profile: Profile) -> pd.DataFrame:
                     is_conv=f["name"].str.contains("conv", regex=False).to_numpy())
 
 
+CPU_BF16_MIN_OP_MFLOPS = 100.0  # smaller GEMMs gain nothing from a CPU's bf16: the casts cost what the matmul saves
+BF16_GEMM_SAVES = 0.5  # of a GEMM's time, moved from FP32 to bf16 units about twice as fast
+FUSED_SAVES_OVER_SINGLE = 0.65  # of a CPU optimizer step's time, fused over the single-tensor loop (about 3x less)
+FUSED_SAVES_OVER_FOREACH = 0.3  # ... over foreach kernels
+
+
+def clean_step_us(profile: Profile) -> float | None:
+    """The median step outside the profiler, in microseconds (None when every step was profiled)."""
+    steps = timed_steps(profile)
+    if not steptime.unprofiled(steps).any():
+        return None
+    return float(steptime.durations(steps).median()) * 1e6
+
+
+def cpu_fp32_gemm_share(profile: Profile, min_op_mflops: float = CPU_BF16_MIN_OP_MFLOPS) -> tuple[float, pd.DataFrame]:
+    """The share of a step the profiled steps' FP32 GEMMs and convolutions of `min_op_mflops` or more
+    take on the host (over the median step outside the profiler, whose hooks inflate small ops more
+    than big GEMMs; at most 1: timed on a contended window they can add up to more than a clean
+    step), and those ops."""
+    ops, steps = gemm_ops(profile), trace_steps(profile)
+    if ops.empty or steps.empty:
+        return 0.0, ops
+    ops = ops[ops["step"].isin(steps["index"]) & ops["dtype"].isin(FP32)]
+    big = ops[ops["flops"] >= min_op_mflops * 1e6]
+    n_steps = len(steps)
+    return min(1.0, frac(big["dur_us"].sum() / n_steps, clean_step_us(profile) or steps["dur_us"].sum() / n_steps)), big
+
+
 # --------------------------------------------------------------------------- numbers
 
 

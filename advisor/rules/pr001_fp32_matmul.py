@@ -65,7 +65,6 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from advisor.analysis import steptime
 from advisor.profile import Profile
 
 from . import helpers as h
@@ -83,7 +82,7 @@ _TF32_KERNEL = re.compile(r"tf32|tensorop_s1688|xmma_.*tf32", re.I)
 
 @rule(code="PR001", name="fp32-matmul")
 def check(profile: Profile, *, min_kernel_frac: float = 0.2, min_step_frac: float = 0.05, min_cpu_step_frac: float = 0.3,
-          min_cpu_op_mflops: float = 100.0) -> Iterator[Finding]:
+          min_cpu_op_mflops: float = h.CPU_BF16_MIN_OP_MFLOPS) -> Iterator[Finding]:
     dev = h.device(profile)
     ops = h.gemm_ops(profile)
     steps = h.trace_steps(profile)
@@ -98,21 +97,18 @@ def check(profile: Profile, *, min_kernel_frac: float = 0.2, min_step_frac: floa
     if fp32.empty or low_flops >= 0.5 * known["flops"].sum():
         return  # already mixed precision: the FP32 remainder is what autocast keeps in FP32 on purpose
     if dev.kind == "cpu":
-        yield from _on_cpu(profile, dev, fp32, steps, min_cpu_step_frac, min_cpu_op_mflops)
+        yield from _on_cpu(profile, dev, steps, min_cpu_step_frac, min_cpu_op_mflops)
     elif dev.fp16_tensor_cores:  # (none, e.g. Pascal: nothing faster to move to)
         yield from _on_gpu(profile, dev, fp32, steps, min_kernel_frac, min_step_frac)
 
 
-def _on_cpu(profile: Profile, dev: h.Device, fp32: pd.DataFrame, steps: pd.DataFrame, min_cpu_step_frac: float,
+def _on_cpu(profile: Profile, dev: h.Device, steps: pd.DataFrame, min_cpu_step_frac: float,
             min_cpu_op_mflops: float) -> Iterator[Finding]:
     """Large FP32 GEMMs' share of the step on a CPU with native bf16."""
-    step_us, n_steps = float(steps["dur_us"].sum()), len(steps)
+    n_steps = len(steps)
     if not dev.bf16:
         return  # no native bf16: autocast would be emulated and slower, no gain to claim
-    big = fp32[fp32["flops"] >= min_cpu_op_mflops * 1e6]
-    # over the step outside the profiler (whose hooks inflate small ops more than big GEMMs); GEMMs
-    # timed on a contended profiled window can add up to more than a clean step: a share, at most 1
-    share = min(1.0, h.frac(big["dur_us"].sum() / n_steps, _clean_step_us(profile) or step_us / n_steps))
+    share, big = h.cpu_fp32_gemm_share(profile, min_cpu_op_mflops)
     if share < min_cpu_step_frac:
         return
     evidence = {
@@ -123,7 +119,7 @@ def _on_cpu(profile: Profile, dev: h.Device, fp32: pd.DataFrame, steps: pd.DataF
         "achieved_fp32_gflops": h.r3(big["flops"].sum() / (big["dur_us"].sum() * 1e-6) / 1e9),
         "device": "cpu", "cpu_bf16": True,
     }
-    yield _finding(evidence, share, "of step time", dev, tf32_on=False, gain=0.5 * share,
+    yield _finding(evidence, share, "of step time", dev, tf32_on=False, gain=h.BF16_GEMM_SAVES * share,
                    locations=profile.locations("matmul", dtype="float32", device="cpu"))
 
 
@@ -220,11 +216,3 @@ def _finding(evidence: dict, share: float, of_what: str, dev: h.Device, *, tf32_
         fix=fix,
         locations=locations,
     )
-
-
-def _clean_step_us(profile: Profile) -> float | None:
-    """The median step outside the profiler, in microseconds (None when every step was profiled)."""
-    steps = h.timed_steps(profile)
-    if not steptime.unprofiled(steps).any():
-        return None
-    return float(steptime.durations(steps).median()) * 1e6

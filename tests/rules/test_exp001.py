@@ -7,18 +7,26 @@ tests/test_inprocess.py; beside PR001's precision ladder: test_pr001.py.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 
+import pytest
+
+from advisor.experiments.worth import expected_gain
 from advisor.profile import Profile
+from advisor.rules import helpers as h
 from advisor.rules.exp001_untried_fix import check
 from conftest import WORKLOADS, advise_cmd
 
 
 def test_screens_follow_what_the_step_is_waiting_on(tmp_path):
     """A loop that waits on data for over half its step gets no screen of a compute fix (the
-    loading comes first) and no larger batch; a compute-bound loop gets them."""
+    loading comes first) and no larger batch; a compute-bound loop gets them, each with the gain its
+    profile supports: bf16 none where every GEMM is far under 100 MFLOP (the casts cost what a
+    tiny matmul saves: last in the budget's order, behind a screen with no evidence either way), the
+    fused step 65% of the optimizer's share; compile no estimate."""
 
-    def screened(script: str, *args: str) -> tuple[set, float]:
+    def screened(script: str, *args: str) -> tuple[Profile, float]:
         out = tmp_path / script
         proc = subprocess.run(advise_cmd("profile", "--steps", "8", "--warmup", "2", "--profile-steps", "2",
                                          "--no-experiments", "--out", str(out), str(WORKLOADS / script), *args),
@@ -27,9 +35,20 @@ def test_screens_follow_what_the_step_is_waiting_on(tmp_path):
         profile = Profile.from_run_dir(out)
         steps = profile.steps[~profile.steps["profiled"]]
         wait = float(steps["data_wait_s"].sum() / steps["duration_s"].sum())
-        return {key for f in check(profile) for key in f.fix.overrides}, wait
+        return profile, wait
+
+    def keys(profile: Profile) -> set:
+        return {key for f in check(profile) for key in f.fix.overrides}
 
     starved, wait = screened("starved_io.py", "--item-ms", "4")  # the wait dominates on a loaded machine too
-    assert wait > 0.5 and not starved & {"autocast", "compile", "optimizer", "torch_threads", "batch_size_scale"}, (wait, starved)
+    assert wait > 0.5 and not keys(starved) & {"autocast", "compile", "optimizer", "torch_threads", "batch_size_scale"}, \
+        (wait, keys(starved))
     busy, wait = screened("tensor_pairs.py")
-    assert wait < 0.5 and {"compile", "optimizer"} <= busy, (wait, busy)
+    assert wait < 0.5 and {"compile", "optimizer"} <= keys(busy), (wait, keys(busy))
+    native = dataclasses.replace(busy, env={**busy.env.record(), "bf16_supported": True}, memo={})  # as on AMX, whatever CI has
+    screens = {next(iter(f.fix.overrides)): f for f in check(native)}
+    assert screens["autocast"].estimated_gain_frac == 0.0
+    fused = screens["optimizer"].estimated_gain_frac
+    assert fused is not None and fused > 0 and fused == pytest.approx(0.65 * h.optimizer_frac(native), abs=1e-3)
+    assert screens["compile"].estimated_gain_frac is None
+    assert expected_gain(screens["autocast"]) == 0.0 < expected_gain(screens["compile"])
