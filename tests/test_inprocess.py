@@ -480,6 +480,24 @@ def test_a_screen_the_budget_cut_while_it_leaned_faster_is_named_with_its_readin
     assert second and roomy.undecided() == []  # the budget did not end it: the next round decides it
 
 
+def test_a_fix_whose_passes_ran_out_is_not_called_undecided_by_the_budget(tmp_path):
+    """bf16 leaning 1.04x through its three passes, with the compile screen left out (the budget
+    ended the rounds in that sense): its passes settled it, so a longer budget would not decide
+    it; it is not named undecided."""
+    screen, bf16 = _compile_screen(), _bf16()
+    rounds, child = Rounds(tmp_path), Child(tmp_path)
+    windows = rounds.start([screen, bf16], _profile(), time_left_s=30.0)
+    assert rounds.left_out and rounds.out_of_time
+    passes = 0
+    while windows:
+        passes += 1
+        windows = rounds.advance(child.run(rounds.round, windows, lambda w: 0.1 if w.arm == BASELINE else 0.1 / 1.04),
+                                 time_left_s=30.0)
+    rounds.end(None)
+    assert passes == 3 and not bf16.experiment.verified and bf16.experiment.speedup > 1.03, (passes, bf16.experiment)
+    assert rounds.undecided() == []
+
+
 def test_a_first_round_is_planned_as_far_as_it_fits_and_ends_on_a_baseline(tmp_path):
     rounds = Rounds(tmp_path)
     everything = Rounds(tmp_path / "all").start([_dl001()], _profile())

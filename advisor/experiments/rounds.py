@@ -176,8 +176,8 @@ class Rounds:
 
     def undecided(self) -> list[tuple[Finding, Worth]]:
         """The fixes the time budget cut before their verdict while they leaned faster
-        (:func:`judge.worth_another`; a screen measured in one short window, a rule's fix on its first
-        pass), each with its arms' predicted cost of one pass; none where the budget did not end the
+        (:func:`judge.worth_another`; a screen measured in one short window, a rule's fix short of its
+        PASSES), each with its arms' predicted cost of one pass; none where the budget did not end the
         rounds, or a fix is in the verified recommendation. adder's default run read batch x2 at 1.36x
         in one window and said nothing of it."""
         rec = self.recommended
@@ -191,6 +191,8 @@ class Rounds:
                     or (rec is not None and rec.verified and candidate.label in rec.fixes):
                 continue
             arms = [a for a, arm in self.arms.items() if arm.candidate is candidate and a not in self.left_out]
+            if sum(any(line.arm in arms for line in r.windows) for r in self.results.values()) >= PASSES:
+                continue  # its passes ran out: settled on them, as a longer budget would have
             worths = [self.spend.worth_of(a) for a in arms]
             out.append((finding, Worth(exp.speedup - 1.0, sum(w.seconds for w in worths), sum(w.compile_s for w in worths))))
         return out
