@@ -498,6 +498,36 @@ def test_a_fix_whose_passes_ran_out_is_not_called_undecided_by_the_budget(tmp_pa
     assert rounds.undecided() == []
 
 
+def test_a_round_opens_on_the_baseline_window_the_round_before_closed_on(tmp_path):
+    """bf16 at 1.2x is undecided on one pass (B A B), so a reverse pass follows: it opens on its arm
+    (A B), the round before's closing baseline the one before it, measured once and counted once
+    where both passes are pooled (three baseline windows, not four). Where that window ran during
+    another process's burst, the next round opens on a baseline of its own."""
+    from advisor.experiments import judge
+
+    bf16 = _bf16()
+    rounds, child = Rounds(tmp_path), Child(tmp_path)
+    first = rounds.start([bf16], _profile())
+    assert [w.arm for w in first] == [BASELINE, "a1", BASELINE]
+    speed = lambda w: 0.1 if w.arm == BASELINE else 0.1 / 1.2  # noqa: E731
+    zero = child.run(0, first, speed)
+    second = rounds.advance(zero)
+    assert [w.arm for w in second] == ["a1", BASELINE] and rounds.kind is RoundKind.CONFIRM
+    one = child.run(1, second, speed)
+    rounds.advance(one)
+    assert one.opened_by is zero
+    passes = [p for r in (zero, one) for p in r.pairs("a1", tmp_path)]
+    assert [len(around) for around, _ in passes] == [2, 2] and passes[1][0][0] is passes[0][0][1]
+    assert len(judge.distinct([m for around, _ in passes for m in around])) == 3
+    assert len(bf16.experiment.runs) == 2
+
+    (tmp_path / "busy").mkdir()
+    busy, child = Rounds(tmp_path / "busy"), Child(tmp_path / "busy")
+    zero = child.run(0, busy.start([_bf16()], _profile()), speed)
+    zero.busy[zero.windows[-1].window] = 1.5
+    assert busy.advance(zero)[0].arm == BASELINE
+
+
 def test_a_first_round_is_planned_as_far_as_it_fits_and_ends_on_a_baseline(tmp_path):
     rounds = Rounds(tmp_path)
     everything = Rounds(tmp_path / "all").start([_dl001()], _profile())
@@ -805,7 +835,7 @@ def test_a_fix_that_leans_faster_unverified_is_stacked_and_the_stack_decides(tmp
     assert rounds.recommended.verified and rounds.recommended.overrides == {
         "dataloader": {"num_workers": 2}, "optimizer": {"fused": True}}, rounds.recommended.overrides
     assert rounds.recommended.speedup == pytest.approx(2.6, rel=0.05) and len(rounds.recommended.fixes) == 2
-    said = [n for n in rounds.notes if "without being verified; the stack with it measured 2.6" in n]
+    said = [n for n in rounds.notes if f"without being verified; the stack with it measured {rounds.recommended.speedup:.2f}x" in n]
     assert len(said) == 1 and said[0].startswith("single-tensor-optimizer-cpu leaned faster alone (1.0"), rounds.notes
     (tmp_path / "near").mkdir()
     near, _, _ = _winner_and_leaner(tmp_path / "near", stacked_speed=0.1 / 2.04)  # within 3% of the winner alone

@@ -52,6 +52,10 @@ class RoundResult:
     steps: dict[int, pd.DataFrame]  # window index -> timed steps
     warm_s: dict[int, float] = field(default_factory=dict)  # window index -> its untimed steps' seconds
     busy: dict[int, float] = field(default_factory=dict)  # window index -> cores other processes used in it: left out
+    # The round before's closing baseline window, where this round opens on an arm (:meth:`pairs` reads
+    # it as the baseline before that arm): a round need not open on a baseline the last one just measured.
+    opened_by: "RoundResult | None" = None
+    _measured: dict[int, Measurement] = field(default_factory=dict, repr=False)
 
     @classmethod
     def read(cls, lines: RankLines, round_no: int) -> "RoundResult":
@@ -69,6 +73,13 @@ class RoundResult:
         return cls(windows, frames, warm)
 
     def measurement(self, k: int, run_dir: Path) -> Measurement:
+        """Window k's measurement, one object per window (a baseline window between two arm windows
+        is one baseline in a pooled figure, :func:`judge.distinct`, not two)."""
+        if k not in self._measured:
+            self._measured[k] = self._measurement(k, run_dir)
+        return self._measured[k]
+
+    def _measurement(self, k: int, run_dir: Path) -> Measurement:
         line = self.windows[k]
         frame = self.steps.get(line.window, pd.DataFrame())
         status = "failed" if line.error or frame.empty else "ok"
@@ -88,5 +99,19 @@ class RoundResult:
             before = next((j for j in range(k - 1, -1, -1) if quiet(j)), None)
             after = next((j for j in range(k + 1, len(self.windows)) if quiet(j)), None)
             around = [self.measurement(j, run_dir) for j in (before, after) if j is not None]
+            if before is None and (opening := self.opening(run_dir, busy_too)) is not None:
+                around.insert(0, opening)
             out.append((around, [self.measurement(k, run_dir)]))
         return out
+
+    def opening(self, run_dir: Path, busy_too: bool = False) -> Measurement | None:
+        """The baseline window this round opens on: the round before's last, where this round
+        opened on an arm (None: it opened on its own, or that window was busy or measured nothing)."""
+        last = self.opened_by
+        if last is None or not last.windows:
+            return None
+        k = len(last.windows) - 1
+        line = last.windows[k]
+        if line.arm != BASELINE or (line.window in last.busy and not busy_too) or line.window not in last.steps:
+            return None
+        return last.measurement(k, run_dir)

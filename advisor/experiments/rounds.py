@@ -19,11 +19,15 @@ was planned but not run is counted and said (:meth:`Rounds.budget_note`).
 FIXES is one pass over the rules' fixes (every sweep value: switching is cheap), the larger batches
 smallest first, and one short window for each untried fix (a screen), the arms with the most
 expected gain per predicted second first and those predicted not to fit the budget not started
-(:mod:`.worth`); CONFIRM the reverse pass (B P3 B P2 P1 B, so a drift weighs on both sides alike)
+(:mod:`.worth`); CONFIRM the reverse pass ((B) P3 B P2 P1 B, so a drift weighs on both sides alike)
 for the fixes the first left undecided (:func:`judge.settled`, or a sweep whose leader a rival
 ties head to head), the screens that looked faster in full, then the undecided larger batches;
 STACK the winners together, with the fixes that leaned faster unverified (the stack's windows decide them). Each round is judged by :mod:`.verdicts`, every verdict from
 :mod:`advisor.experiments.judge`.
+
+A round after the first opens on its arms where the round before closed on a quiet baseline
+window: that window is the baseline before them (:attr:`RoundResult.opened_by`), measured once and
+counted once; a window each round, a sixth of word_language_model's arms.
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ class Rounds:
     _kinds: dict[int, RoundKind] = field(default_factory=dict)  # round -> what it measures
     _sizing: WindowSizing | None = None
     _planned: dict[int, int] = field(default_factory=dict)  # round -> its windows
+    _opened: dict[int, bool] = field(default_factory=dict)  # round -> it opens on the round before's last baseline
     out_of_time: bool = False  # the time budget ended the rounds
     _spend: Spend | None = None
     _reading: Reading | None = None
@@ -148,13 +153,31 @@ class Rounds:
         """The current round measured `result`: judge it, then the next round's windows, as far as
         they fit `time_left_s` (None: no limit). A round none of whose windows fit is not run: the
         rounds end there, each fix judged on what was measured."""
-        self.results[self.round] = result
+        self._record(result)
         self._judge_round(final=False)
         kind, windows = self._next()
-        fitted = self.spend.fit(windows, time_left_s)
+        opened = bool(windows) and self._closed_on_baseline(result) and windows[0].arm == BASELINE
+        fitted = self.spend.fit(windows[1:] if opened else windows, time_left_s)
         if windows and not fitted:
             self._out_of_time(kind)
-        return self._enter(kind, fitted)
+        fitted = self._enter(kind, fitted)
+        self._opened[self.round] = opened and bool(fitted)
+        return fitted
+
+    def _record(self, result: RoundResult) -> None:
+        """The current round's result, opened by the round before's last baseline where it opened on an arm."""
+        if self._opened.get(self.round) and self.round - 1 in self.results:
+            result.opened_by = self.results[self.round - 1]
+        self.results[self.round] = result
+
+    @staticmethod
+    def _closed_on_baseline(result: RoundResult) -> bool:
+        """The round ended on a quiet baseline window that measured steps: the next round opens on
+        its arms, that window the baseline before them (a window each round, a sixth of wlm's arms)."""
+        if not result.windows:
+            return False
+        last = result.windows[-1]
+        return last.arm == BASELINE and last.window in result.steps and last.window not in result.busy
 
     def end(self, result: RoundResult | None, out_of_time: bool = False) -> None:
         """The run ended inside the current round (`result`: what it measured of it; `out_of_time`:
@@ -168,7 +191,7 @@ class Rounds:
                 self._settle_unmeasured(self.kind, ended)
             else:
                 self.spend.cut += max(0, self._planned.get(self.round, 0) - len(result.windows))
-                self.results[self.round] = result
+                self._record(result)
                 self._judge_round(final=True)
         if verdicts.recommended is None and verdicts.winners and self.kind in (RoundKind.FIXES, RoundKind.CONFIRM):
             verdicts.recommend_unstacked(ended)

@@ -116,8 +116,9 @@ class Spend:
     def second_pass(self, kept: list[str], worths: dict[str, Worth]) -> float:
         """The predicted seconds (`worths`) of a reverse pass for the rules' fixes in `kept`: per fix,
         its two costliest values (a sweep's leaders are re-measured head to head; the rest are judged
-        beaten, :func:`advisor.experiments.judge.beaten`), in a round of their own (B P2 P1 B: a
-        baseline window opens it, one follows every ARMS_PER_BASELINE arms), its plan's way included."""
+        beaten, :func:`advisor.experiments.judge.beaten`), in a round of their own (P2 P1 B: the
+        round before's closing baseline window opens it, one follows every ARMS_PER_BASELINE arms),
+        its plan's way included."""
         base_s = self.baseline_s()
         per_fix: dict[int | None, list[float]] = {}
         for arm in kept:
@@ -127,7 +128,7 @@ class Spend:
         again = [s for costs in per_fix.values() for s in sorted(costs)[-2:]]
         if not again:
             return 0.0
-        baselines = math.ceil(len(again) / ARMS_PER_BASELINE) + 1
+        baselines = math.ceil(len(again) / ARMS_PER_BASELINE)
         return sum(again) + baselines * base_s + (len(again) + baselines) * WINDOW_OVERHEAD_S + PLAN_MARGIN_S
 
     def baseline_s(self) -> float:
