@@ -53,12 +53,14 @@ def kept(mine: dict | None, theirs: dict | None, long: dict) -> bool:
 
 
 def named(theirs: dict | None, run_dir: Path) -> bool:
-    """The long run's top claim is one the default run left without a verdict and named, with the
-    command that measures it (report.json's `experiments.left_out`)."""
+    """The long run's top claim is one the default run measured, left without a verdict when its
+    budget ended, and named with what it read and the command that decides it (report.json's
+    `experiments.left_out`)."""
     if theirs is None:
         return False
     left = (json.loads((run_dir / "report.json").read_text()).get("experiments") or {}).get("left_out") or []
-    return any(family(x.get("overrides")) == family(theirs["overrides"]) and x.get("command") for x in left)
+    return any(family(x.get("overrides")) == family(theirs["overrides"]) and x.get("command") and x.get("speedup")
+               for x in left)
 
 
 def main() -> None:

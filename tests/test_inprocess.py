@@ -824,6 +824,28 @@ def _winner_and_leaner(tmp_path, stacked_speed: float):
     return rounds, fused, kinds
 
 
+def test_a_leaner_is_undecided_only_where_the_budget_cut_the_round_that_would_decide_it(tmp_path):
+    """The fused step leans 1.045x beside DL001's verified 2x. Where the time left does not fit the
+    round after its second pass (its stack's, or a third pass), it is named undecided, DL001 not;
+    where the stack ran and settled it, it is not, even in a run whose budget left a screen out."""
+    fused = Finding("single-tensor", "s", "low", {}, Fix.safe("fused", {"optimizer": {"fused": True}}),
+                    rule="single-tensor-optimizer-cpu", code="CPU002")
+    rounds, child = Rounds(tmp_path), Child(tmp_path)
+    first = rounds.start([_dl001(), fused], _profile())
+    fused_arm = next(a for a, arm in rounds.arms.items() if arm.candidate.finding_index == 1)
+    speed = lambda w: {"baseline": 0.10, fused_arm: 0.1 / 1.045}.get(w.arm, 0.05)  # noqa: E731
+    second = rounds.advance(child.run(0, first, speed))
+    assert rounds.kind is RoundKind.CONFIRM and fused_arm in {w.arm for w in second}
+    assert rounds.advance(child.run(1, second, speed), time_left_s=0.5) == []
+    rounds.end(None)
+    assert [f.code for f, _ in rounds.undecided()] == ["CPU002"]
+
+    (tmp_path / "ran").mkdir()
+    ran, _, kinds = _winner_and_leaner(tmp_path / "ran", stacked_speed=0.1 / 2.04)  # the stack ran: within the bar
+    ran.out_of_time = True  # as if round 0 had left a screen out
+    assert kinds[-1] is RoundKind.STACK and ran.undecided() == []
+
+
 def test_a_fix_that_leans_faster_unverified_is_stacked_and_the_stack_decides(tmp_path):
     """The loader-starved script's case: more workers verify at 2x, a fused optimizer reads 1.05x in
     each pass and never clears the bar alone (by hand, with the workers, it adds 1.3x). It is

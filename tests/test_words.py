@@ -247,3 +247,5 @@ def test_the_time_line_names_what_the_budget_left_without_a_verdict_with_one_com
                     "budget ended: Double the batch size (1.36× faster, 95% CI 1.21–1.52×), Fused AdamW (1.13× "
                     f"faster, 95% CI 1.01–1.27×): {exp001}; not decided when the budget ended: bf16 (1.20× faster, "
                     "95% CI 0.98–1.45×): advise profile --select PR001 --time-budget 40 adder.py"), line
+    bare = Experiments(left_out=[LeftOut(fix="bf16", code="PR001", predicted_s=8.0, command="advise x", speedup=1.2)])
+    assert words.time_spent(bare) == "fixes measured in 0 µs; not decided when the budget ended: bf16 (1.20× faster): advise x"

@@ -105,7 +105,7 @@ class ArmsSession:
                                                   RoundKind.STACK: "the winners stacked"}
             what = names.get(self.rounds.kind, "the fixes")
             self.progress.phase(f"measuring {what} inside this run: {arms} arm{'s' if arms != 1 else ''}, "
-                                f"{len(windows)} windows of {windows[0].steps} steps")
+                                f"{len(windows)} windows of {max(w.steps for w in windows)} steps")
         plan = Plan(round=round_no, windows=windows)
         for suffix in self.plan_suffixes or [self.rank_suffix]:  # every rank of a job: the same plan
             write_plan(self.out / f"plan{suffix}.json", plan)

@@ -90,6 +90,8 @@ class Rounds:
     _sizing: WindowSizing | None = None
     _planned: dict[int, int] = field(default_factory=dict)  # round -> its windows
     _opened: dict[int, bool] = field(default_factory=dict)  # round -> it opens on the round before's last baseline
+    _round_arms: dict[int, set[str]] = field(default_factory=dict)  # round -> the arms planned in it
+    _cut_arms: set[str] = field(default_factory=set)  # arms of a round the time budget ended or left unplanned
     out_of_time: bool = False  # the time budget ended the rounds
     _spend: Spend | None = None
     _reading: Reading | None = None
@@ -159,7 +161,7 @@ class Rounds:
         opened = bool(windows) and self._closed_on_baseline(result) and windows[0].arm == BASELINE
         fitted = self.spend.fit(windows[1:] if opened else windows, time_left_s)
         if windows and not fitted:
-            self._out_of_time(kind)
+            self._out_of_time(kind, windows)
         fitted = self._enter(kind, fitted)
         self._opened[self.round] = opened and bool(fitted)
         return fitted
@@ -185,6 +187,8 @@ class Rounds:
         self.out_of_time = self.out_of_time or out_of_time
         if (verdicts := self._verdicts) is None:  # the rounds never started
             return
+        if out_of_time and self.running:  # the budget ended this round: its arms wanted it
+            self._cut_arms |= self._round_arms.get(self.round, set())
         ended = "the time budget ended" if self.out_of_time else "the run ended"
         if self.running and self.round not in self.results:
             if result is None:  # nothing of it came back: as a round that did not fit
@@ -198,24 +202,24 @@ class Rounds:
         verdicts.unjudged(ended)
 
     def undecided(self) -> list[tuple[Finding, Worth]]:
-        """The fixes the time budget cut before their verdict while they leaned faster
-        (:func:`judge.worth_another`; a screen measured in one short window, a rule's fix short of its
-        PASSES), each with its arms' predicted cost of one pass; none where the budget did not end the
-        rounds, or a fix is in the verified recommendation. adder's default run read batch x2 at 1.36x
-        in one window and said nothing of it."""
+        """The fixes the time budget cut while they wanted another pass and leaned faster
+        (:func:`judge.worth_another`): an arm of theirs was planned in the round the budget ended
+        inside or left unplanned (a screen measured in one short window, a rule's fix on one pass,
+        a leaner whose stack never ran), each with its arms' predicted cost of one pass; none that
+        is in the verified recommendation. adder's default run read batch x2 at 1.36x in one window
+        and said nothing of it."""
         rec = self.recommended
-        if not self.out_of_time or self._verdicts is None:
-            return []
+        cut = set(self._cut_arms)
+        if STACKED in cut:  # the stack was to decide its leaners
+            cut |= {a for a, arm in self.arms.items() if any(arm.candidate is c for c, _ in self.verdicts.leaners)}
         out = []
-        for candidate in self.verdicts.candidates():
+        for candidate in self.verdicts.candidates() if self._verdicts is not None else []:
             finding = candidate.finding(self.findings)
             exp = finding.experiment
-            if exp is None or exp.speedup is None or exp.measured_by != "in-process" or not judge.worth_another(exp) \
-                    or (rec is not None and rec.verified and candidate.label in rec.fixes):
-                continue
             arms = [a for a, arm in self.arms.items() if arm.candidate is candidate and a not in self.left_out]
-            if sum(any(line.arm in arms for line in r.windows) for r in self.results.values()) >= PASSES:
-                continue  # its passes ran out: settled on them, as a longer budget would have
+            if exp is None or exp.speedup is None or exp.measured_by != "in-process" or not cut & set(arms) \
+                    or not judge.worth_another(exp) or (rec is not None and rec.verified and candidate.label in rec.fixes):
+                continue
             worths = [self.spend.worth_of(a) for a in arms]
             out.append((finding, Worth(exp.speedup - 1.0, sum(w.seconds for w in worths), sum(w.compile_s for w in worths))))
         return out
@@ -247,11 +251,14 @@ class Rounds:
         self.round += 1
         self._kinds[self.round] = kind if windows else RoundKind.END
         self._planned[self.round] = len(windows)
+        self._round_arms[self.round] = {w.arm for w in windows} - {BASELINE}
         return windows
 
-    def _out_of_time(self, kind: RoundKind) -> None:
-        """The next round does not fit: settle what the rounds so far measured, as a run that ended."""
+    def _out_of_time(self, kind: RoundKind, windows: list[Window]) -> None:
+        """The next round (its `windows`) does not fit: settle what the rounds so far measured, as a
+        run that ended."""
         self.out_of_time = True
+        self._cut_arms |= {w.arm for w in windows} - {BASELINE}
         self._settle_unmeasured(kind, "the time budget ended")
 
     def _settle_unmeasured(self, kind: RoundKind | None, ended: str) -> None:

@@ -68,7 +68,8 @@ class Verdicts:
                 self.promoted.append(arm)
                 continue
             exp.verified = False
-            exp.verdict = Verdict.SLOWER if exp.ci_high is not None and exp.ci_high < 1 else Verdict.NO_CHANGE
+            if exp.verdict is not Verdict.LOSS_CHANGED:  # a loss that changed is the screen's answer
+                exp.verdict = Verdict.SLOWER if exp.ci_high is not None and exp.ci_high < 1 else Verdict.NO_CHANGE
             self.arms[arm].candidate.finding(self.findings).experiment = exp
 
     def unjudged(self, ended: str) -> None:

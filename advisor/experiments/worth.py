@@ -43,10 +43,13 @@ def expected_gain(finding: Finding) -> float:
     counts SCREEN_TRUST of it."""
     if over_budget(finding):
         return OVER_BUDGET_GAIN
-    if finding.estimated_gain_frac is None:
+    speedup = estimated_speedup(finding.estimated_gain_frac)
+    if speedup:
+        gain = speedup - 1.0
+    elif finding.screen and finding.estimated_gain_frac is not None:  # its profile supports none (bf16 where
+        gain = 0.0                                                    # no GEMM is large enough): it comes last
+    else:  # a rule's own fix keeps the guess: DL001's model can read 0 on a loop it starves
         gain = UNKNOWN_GAIN
-    else:  # an estimate of none (bf16 where no GEMM is large enough to gain) is one: the arm comes last
-        gain = (estimated_speedup(finding.estimated_gain_frac) or 1.0) - 1.0
     return gain * (SCREEN_TRUST if finding.screen else 1.0)
 
 

@@ -691,7 +691,7 @@ def time_spent(block: Experiments | None) -> str | None:
         unstarted = [f"{left.fix} (predicted {left.predicted_s or 0:.0f} s"
                      + (f", {left.compile_s:.0f} s of it compiling" if left.compile_s else "") + ")"
                      for left in lefts if left.speedup is None]
-        cut = [f"{left.fix} ({fmt.speedup_words(left.speedup)}, {fmt.interval(left.ci_low, left.ci_high, ci=True)})"
+        cut = [f"{left.fix} ({', '.join(x for x in (fmt.speedup_words(left.speedup), fmt.interval(left.ci_low, left.ci_high, ci=True)) if x)})"
                for left in lefts if left.speedup is not None]
         said = ([f"not measured: {', '.join(unstarted)}"] if unstarted else []) + \
             ([f"not decided when the budget ended: {', '.join(cut)}"] if cut else [])

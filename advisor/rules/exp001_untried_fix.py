@@ -19,7 +19,7 @@ Each screen carries an estimate where the profile has evidence for one, so the t
 to the likeliest first (:mod:`advisor.experiments.worth`): bf16 half the share of the step its
 FP32 GEMMs of 100 MFLOP or more take on a CPU (smaller ones gain nothing: minGPT's adder, 0.84x by
 hand), the fused step 65% of the optimizer's share on a CPU (the single-tensor loop it replaces;
-30% over a GPU's foreach kernels), loading in the process the loop's wait on the workers. The rest
+30% over foreach kernels, a GPU's default), loading in the process the loop's wait on the workers. The rest
 (compile, a larger batch, threads) say nothing in a profile about their gain: the engine's guess.
 
 A rule's threshold decides what is explained first; it never hides a fix that can be measured.
@@ -89,25 +89,24 @@ def check(profile: Profile, *, fixes: str = "autocast,compile,optimizer,threads,
     if "autocast" in wanted and dev.bf16 and _fp32_matmuls(profile):
         yield _screen("bf16 autocast", Fix.unsafe("Run the forward pass under bf16 autocast", {"autocast": "bfloat16"}),
                       f"this {'CPU' if dev.kind == 'cpu' else 'GPU'} computes bf16 natively and the model's matmuls run in FP32",
-                      h.BF16_GEMM_SAVES * h.cpu_fp32_gemm_share(profile)[0] if dev.kind == "cpu" else None)
+                      _times(h.BF16_GEMM_SAVES, h.cpu_fp32_gemm_share(profile)[0] if dev.kind == "cpu" else None))
     if "compile" in wanted and not _compiled(profile):
         yield _screen("torch.compile", Fix.unsafe("Compile the model with torch.compile", {"compile": True}),
                       "the model runs eagerly")
     optimizers = [o for o in profile.observed.optimizers if o.cls in _FUSED and not o.fused]
     if "optimizer" in wanted and optimizers:
         names = ", ".join(sorted({o.cls for o in optimizers}))
-        saves = h.FUSED_SAVES_OVER_SINGLE if dev.kind == "cpu" else h.FUSED_SAVES_OVER_FOREACH
-        opt_frac = h.optimizer_frac(profile)
+        single = dev.kind == "cpu" and not any(o.foreach for o in optimizers)  # a GPU's default is foreach
         yield _screen("fused optimizer step", Fix.safe(f"Build {names} with fused=True", {"optimizer": {"fused": True}}),
                       f"{names} steps one tensor or one group at a time",
-                      saves * opt_frac if opt_frac is not None else None)
+                      _times(h.FUSED_SAVES_OVER_SINGLE if single else h.FUSED_SAVES_OVER_FOREACH, h.optimizer_frac(profile)))
     loaders = profile.observed.dataloaders
     workers = profile.observed.max_workers
     if "workers" in wanted and workers and waits < WORKERS_MAX_WAIT:
         yield _screen("loading in the training process", Fix.safe("Load batches in the training process (num_workers=0)",
                                                                  {"dataloader": {"num_workers": 0}}),
                       f"the loop waits on the DataLoader's {workers} workers for under {WORKERS_MAX_WAIT:.0%} of the step, and "
-                      "a worker's hand-over and the cores its process takes have costs of their own", waits)
+                      "a worker's hand-over and the cores its process takes have costs of their own", h.data_wait_frac(profile))
     if "batch" in wanted and any(dl.batch_size for dl in loaders):
         yield _screen("a batch twice as large", Fix.unsafe("Double the batch size (and re-tune the learning rate)",
                                                            {"batch_size_scale": 2}),
@@ -128,6 +127,11 @@ def _screen(what: str, fix: Fix, why: str, gain: float | None = None) -> Finding
         fix=fix,
         estimated_gain_frac=h.r3(gain) if gain is not None else None,
     )
+
+
+def _times(saves: float, share: float | None) -> float | None:
+    """The share of the step a fix saves: `saves` of `share` (None: the profile does not say)."""
+    return saves * share if share is not None else None
 
 
 def _fp32_matmuls(profile: Profile) -> bool:

@@ -260,14 +260,14 @@ def clean_step_us(profile: Profile) -> float | None:
     return float(steptime.durations(steps).median()) * 1e6
 
 
-def cpu_fp32_gemm_share(profile: Profile, min_op_mflops: float = CPU_BF16_MIN_OP_MFLOPS) -> tuple[float, pd.DataFrame]:
+def cpu_fp32_gemm_share(profile: Profile, min_op_mflops: float = CPU_BF16_MIN_OP_MFLOPS) -> tuple[float | None, pd.DataFrame]:
     """The share of a step the profiled steps' FP32 GEMMs and convolutions of `min_op_mflops` or more
     take on the host (over the median step outside the profiler, whose hooks inflate small ops more
     than big GEMMs; at most 1: timed on a contended window they can add up to more than a clean
-    step), and those ops."""
+    step), and those ops; None where the trace timed no step."""
     ops, steps = gemm_ops(profile), trace_steps(profile)
-    if ops.empty or steps.empty:
-        return 0.0, ops
+    if steps.empty:
+        return None, ops
     ops = ops[ops["step"].isin(steps["index"]) & ops["dtype"].isin(FP32)]
     big = ops[ops["flops"] >= min_op_mflops * 1e6]
     n_steps = len(steps)

@@ -109,7 +109,7 @@ def _on_cpu(profile: Profile, dev: h.Device, steps: pd.DataFrame, min_cpu_step_f
     if not dev.bf16:
         return  # no native bf16: autocast would be emulated and slower, no gain to claim
     share, big = h.cpu_fp32_gemm_share(profile, min_cpu_op_mflops)
-    if share < min_cpu_step_frac:
+    if share is None or share < min_cpu_step_frac:
         return
     evidence = {
         "fp32_gemm_step_frac": h.r3(share),
