@@ -26,6 +26,7 @@ from run import BY_NAME, REPO, family, read_advise, run_advise
 
 DEFAULT_CASES = "wlm-lstm,nanogpt-char,mingpt-adder,rl-reinforce,loader-starved"
 GOAL = 2.5
+DEFAULT_ONLY = "default's only"  # the default run verified a fix the long one did not: nothing lost
 
 
 def top(report: dict) -> dict | None:
@@ -92,7 +93,8 @@ def main() -> None:
         ratio = statistics.median(walls["default"]) / statistics.median(walls["diagnose"])
         mine, theirs = top(last["default"]), top(long)
         same = "same" if kept(mine, theirs, long) else \
-            "named, undecided" if named(theirs, work / "tta" / name / f"default-{args.pairs - 1}") else "DIFFERS"
+            "named, undecided" if named(theirs, work / "tta" / name / f"default-{args.pairs - 1}") else \
+            DEFAULT_ONLY if theirs is None else "LOST"
         rec = last["default"].get("recommended") or {}
         singles = [c["speedup"] for c in last["default"].get("claims") or [] if c["verified"]]
         rec_ok = not singles or (rec.get("verified") and (rec.get("speedup") or 0) >= max(singles) * 0.97)
@@ -108,7 +110,9 @@ def main() -> None:
     ratios = [float(r[3][:-1]) for r in rows]
     print(f"\nratios at most {GOAL}x: {sum(x <= GOAL for x in ratios)} of {len(ratios)}; "
           f"top claim kept: {sum(r[7] == 'same' for r in rows)} of {len(rows)}, "
-          f"named undecided with its command: {sum(r[7] == 'named, undecided' for r in rows)}")
+          f"named undecided with its command: {sum(r[7] == 'named, undecided' for r in rows)}, "
+          f"verified by the default run alone: {sum(r[7] == DEFAULT_ONLY for r in rows)}, "
+          f"lost: {sum(r[7] == 'LOST' for r in rows)}")
 
 
 if __name__ == "__main__":
