@@ -99,19 +99,23 @@ class RoundResult:
             before = next((j for j in range(k - 1, -1, -1) if quiet(j)), None)
             after = next((j for j in range(k + 1, len(self.windows)) if quiet(j)), None)
             around = [self.measurement(j, run_dir) for j in (before, after) if j is not None]
-            if before is None and (opening := self.opening(run_dir, busy_too)) is not None:
+            if before is None and (opening := self.opening(run_dir)) is not None:
                 around.insert(0, opening)
             out.append((around, [self.measurement(k, run_dir)]))
         return out
 
-    def opening(self, run_dir: Path, busy_too: bool = False) -> Measurement | None:
+    def opening(self, run_dir: Path) -> Measurement | None:
         """The baseline window this round opens on: the round before's last, where this round
-        opened on an arm (None: it opened on its own, or that window was busy or measured nothing)."""
+        opened on an arm (None: it opened on its own)."""
         last = self.opened_by
-        if last is None or not last.windows:
+        k = last.closing() if last is not None else None
+        return last.measurement(k, run_dir) if last is not None and k is not None else None
+
+    def closing(self) -> int | None:
+        """The index of the quiet baseline window that measured steps this round ended on, which the
+        next round may open on (None: it ended on an arm, a busy window, or nothing)."""
+        if not self.windows:
             return None
-        k = len(last.windows) - 1
-        line = last.windows[k]
-        if line.arm != BASELINE or (line.window in last.busy and not busy_too) or line.window not in last.steps:
-            return None
-        return last.measurement(k, run_dir)
+        last = self.windows[-1]
+        quiet = last.arm == BASELINE and last.window in self.steps and last.window not in self.busy
+        return len(self.windows) - 1 if quiet else None

@@ -89,7 +89,6 @@ class Rounds:
     _kinds: dict[int, RoundKind] = field(default_factory=dict)  # round -> what it measures
     _sizing: WindowSizing | None = None
     _planned: dict[int, int] = field(default_factory=dict)  # round -> its windows
-    _opened: dict[int, bool] = field(default_factory=dict)  # round -> it opens on the round before's last baseline
     _round_arms: dict[int, set[str]] = field(default_factory=dict)  # round -> the arms planned in it
     _cut_arms: set[str] = field(default_factory=set)  # arms of a round the time budget ended or left unplanned
     out_of_time: bool = False  # the time budget ended the rounds
@@ -158,28 +157,20 @@ class Rounds:
         self._record(result)
         self._judge_round(final=False)
         kind, windows = self._next()
-        opened = bool(windows) and self._closed_on_baseline(result) and windows[0].arm == BASELINE
+        # the round just measured closed on a quiet baseline: the next opens on its arms, that window
+        # the baseline before them (a window each round, a sixth of wlm's arms)
+        opened = bool(windows) and windows[0].arm == BASELINE and result.closing() is not None
         fitted = self.spend.fit(windows[1:] if opened else windows, time_left_s)
         if windows and not fitted:
             self._out_of_time(kind, windows)
-        fitted = self._enter(kind, fitted)
-        self._opened[self.round] = opened and bool(fitted)
-        return fitted
+        return self._enter(kind, fitted)
 
     def _record(self, result: RoundResult) -> None:
-        """The current round's result, opened by the round before's last baseline where it opened on an arm."""
-        if self._opened.get(self.round) and self.round - 1 in self.results:
+        """The current round's result; one that opens on an arm (only a round after the first, see
+        :meth:`advance`) is opened by the round before's closing baseline."""
+        if result.windows and result.windows[0].arm != BASELINE and self.round - 1 in self.results:
             result.opened_by = self.results[self.round - 1]
         self.results[self.round] = result
-
-    @staticmethod
-    def _closed_on_baseline(result: RoundResult) -> bool:
-        """The round ended on a quiet baseline window that measured steps: the next round opens on
-        its arms, that window the baseline before them (a window each round, a sixth of wlm's arms)."""
-        if not result.windows:
-            return False
-        last = result.windows[-1]
-        return last.arm == BASELINE and last.window in result.steps and last.window not in result.busy
 
     def end(self, result: RoundResult | None, out_of_time: bool = False) -> None:
         """The run ended inside the current round (`result`: what it measured of it; `out_of_time`:

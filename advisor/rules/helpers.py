@@ -237,7 +237,12 @@ CONV_NAMES = ("conv", "convolution")
 
 
 def gemm_ops(profile: Profile) -> pd.DataFrame:
-    """Outermost GEMM/convolution ops (those carrying FLOPs) with ``dtype`` and ``is_conv``."""
+    """Outermost GEMM/convolution ops (those carrying FLOPs) with ``dtype`` and ``is_conv``: read
+    once per Profile (PR001, PR002, GPU004 and EXP001 each read it, some twice)."""
+    return profile.derived("gemm_ops", lambda: _gemm_ops(profile))
+
+
+def _gemm_ops(profile: Profile) -> pd.DataFrame:
     ops = profile.ops
     f = ops[ops["flops"].notna()]
     if f.empty:
