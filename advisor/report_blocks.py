@@ -218,6 +218,8 @@ class ArmCost(Block):
     steps: Annotated[Optional[int], Meta(description="timed steps")] = None
     seconds: Annotated[Num, Meta(description="its windows in all: timed and untimed steps, and switching")] = None
     switch_s: Annotated[Num, Meta(description="of `seconds`, switching it on and off: a compilation, a loader's rebuild")] = None
+    predicted_s: Annotated[Num, Meta(description="what the plan predicted its windows would take (each window closes "
+                                                 "at 1.5x its timed steps' prediction)")] = None
 
 
 class LeftOut(Block):

@@ -235,6 +235,32 @@ def test_a_starved_loader_is_measured_inside_the_profiled_run(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_loader_that_has_workers_is_swept_from_the_proposal_and_its_figure_is_its_own(tmp_path):
+    """A 4-worker loader waiting 2 ms a sample on I/O (issue 65): the rule's proposal (more workers)
+    is measured first, no arm runs the script's own 4 (the baseline is that), nothing below it (its
+    workers wait, they oversubscribe nothing), and the figure shown is of the value in its title.
+    The plan's predicted seconds stand beside what each arm spent."""
+    proc = subprocess.run(advise_cmd("profile", "--select", "DL001", "--out", "run", str(WORKLOADS / "starved_io.py"),
+                                     "--workers", "4", "--item-ms", "2"),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    dl001 = next(f for f in report["findings"] if f["code"] == "DL001")
+    fix, exp = dl001["fix"], dl001["experiment"]
+    proposed = (fix.get("proposed_overrides") or fix["overrides"])["dataloader"]["num_workers"]
+    measured = exp["overrides"]["dataloader"]["num_workers"]
+    assert proposed > 4 and exp["speedup"] is not None, exp
+    assert fix["title"].startswith(f"Load batches in {measured} worker processes"), (fix["title"], exp["overrides"])
+    rows = exp.get("sweep") or [{"overrides": exp["overrides"], "why": "the rule's proposal"}]
+    assert rows[0]["overrides"]["dataloader"]["num_workers"] == proposed and rows[0]["why"] == "the rule's proposal"
+    assert all(r["overrides"]["dataloader"]["num_workers"] > 4 for r in rows), rows
+    arms = report["experiments"]["arms"]
+    assert {a["arm"] for a in arms} <= {"baseline", "dataloader-starvation", *(r.get("label") for r in rows)}, arms
+    assert all(a["predicted_s"] > 0 and a["seconds"] > 0 for a in arms), arms
+    assert "num_workers=4" not in json.dumps(arms)
+
+
+@pytest.mark.slow
 def test_a_fix_the_child_cannot_switch_is_measured_in_fresh_runs_that_finish(tmp_path):
     """An IterableDataset cannot be mirrored at a step boundary: the DataLoader fix goes to fresh
     runs, and no arm window is spent on it first (the window's account says what the loader is).

@@ -238,4 +238,28 @@ def test_a_one_thread_loop_on_a_small_machine_sweeps_one_worker_past_its_cores()
     one_thread = {"torch_threads": 1, "dataloader": {"num_workers": 1}}
     assert workers(one_thread, 2) == [1, 2, 3]
     assert workers({"dataloader": {"num_workers": 2}}, 2) == [2]
-    assert workers({**one_thread, "dataloader": {"num_workers": 4}}, 8) == [2, 4, 8]
+    assert workers({**one_thread, "dataloader": {"num_workers": 4}}, 8) == [4, 2, 8]  # the proposal first
+
+
+def test_a_sweep_starts_at_the_proposal_on_the_side_the_script_stands():
+    """The rule's proposal first; the script's own value is the baseline, never an arm; fewer workers
+    than the script's own only where its workers and threads oversubscribe the cores (a 4-worker
+    loader that waits on I/O was swept 2, 4, 8: 2 workers, slower than the script, took the budget)."""
+    from advisor import overrides as vocabulary
+
+    def sweep(proposal: int, **ctx) -> list[tuple[int, str]]:
+        context = vocabulary.SweepContext(**ctx)
+        v = {"dataloader": {"num_workers": proposal, "persistent_workers": True}}
+        return [(o["dataloader"]["num_workers"], vocabulary.sweep_reason(o, v, context)) for o in vocabulary.sweep(v, context)]
+
+    io_loader = sweep(8, cpu_count=2, io_like=True, script_workers=4, threads=2)
+    assert io_loader == [(8, "the rule's proposal")]
+    wider = sweep(8, cpu_count=4, io_like=True, script_workers=4, threads=4)
+    assert [w for w, _ in wider] == [8, 16] and wider[1][1] == "beyond the proposal's 8, on its side of the script's 4"
+    starved = sweep(1, cpu_count=2, script_workers=0, threads=2)
+    assert [w for w, _ in starved] == [1, 2]
+    # 4 computing workers and 2 threads on 2 cores: fewer than the script's own stay reachable
+    crowded = sweep(8, cpu_count=8, script_workers=4, threads=6)
+    assert [w for w, _ in crowded] == [8, 2] and "oversubscribe 8 cores" in crowded[1][1]
+    roomy = sweep(8, cpu_count=8, script_workers=4, threads=2)
+    assert [w for w, _ in roomy] == [8]

@@ -152,7 +152,8 @@ def run_experiments(findings: list[Finding], base: ProbeConfig, baseline_steps: 
         return ExperimentResults(findings, None, notes, [])
     runner = Runner(base, root, progress, Budget(max_experiments, time_budget_s), stop, workers, baseline_steps, pacing)
     try:
-        recommended = _measure_all(findings, candidates, runner, by_samples(baseline_steps), env, io_like, notes)
+        ctx = vocabulary.SweepContext(cores_per_rank(env), io_like, script_workers=workers, threads=env.torch_threads)
+        recommended = _measure_all(findings, candidates, runner, by_samples(baseline_steps), ctx, notes)
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", None) or (stop.signum if stop else None)
         left = [c for c in candidates if c.finding(findings).experiment is None]
@@ -198,12 +199,11 @@ def _escaped_note(runner: Runner, notes: list[str]) -> list[str]:
 
 
 def _measure_all(findings: list[Finding], candidates: list[Candidate], runner: Runner, samples: bool,
-                 env: Env, io_like: bool, notes: list[str]) -> Recommendation | None:
+                 ctx: vocabulary.SweepContext, notes: list[str]) -> Recommendation | None:
     """The baseline, each candidate (swept, confirmed) between baselines, then the stacked winners."""
     budget = runner.budget
     runner.progress.experiment("measuring the baseline without the profiler", 0, len(candidates))
     runner.baselines = [runner.measure("baseline", {})]
-    ctx = vocabulary.SweepContext(cores_per_rank(env), io_like)
     winners: list[tuple[Candidate, Experiment]] = []
     fitting: list[tuple[Candidate, Experiment, int]] = []  # memory fixes that bring an over-budget run within it
     planned = sum(len(sweep_points(c, ctx)) for c in candidates)

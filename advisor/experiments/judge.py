@@ -318,8 +318,8 @@ def near(rival: Experiment, leader: Experiment) -> bool:
 
 def sweep_row(point: Candidate, exp: Experiment, budget: float | None) -> dict:
     """One value a sweep tried, as report.json's `sweep` lists it."""
-    return {"label": point.label, "overrides": point.overrides, "speedup": exp.speedup, "ci_low": exp.ci_low,
-            "ci_high": exp.ci_high, "verdict": exp.verdict.value,
+    return {"label": point.label, "overrides": point.overrides, **({"why": point.why} if point.why else {}),
+            "speedup": exp.speedup, "ci_low": exp.ci_low, "ci_high": exp.ci_high, "verdict": exp.verdict.value,
             "peak_memory_bytes": (exp.candidate or {}).get("peak_memory_bytes"),
             **({"oom": True} if exp.oom else {}),
             **({"switch_s": exp.switch_s, "payoff_steps": exp.payoff_steps} if exp.switch_s else {}),
@@ -338,7 +338,8 @@ def sweep_rows(tried: list[tuple[Candidate, Experiment]], untried: list[tuple[Ca
     for point, why in untried:
         if out_of_memory and vocabulary.batch_scale(point.overrides) > min(out_of_memory):
             continue
-        rows.append({"label": point.label, "overrides": point.overrides, "speedup": None, "ci_low": None,
+        rows.append({"label": point.label, "overrides": point.overrides, **({"why": point.why} if point.why else {}),
+                     "speedup": None, "ci_low": None,
                      "ci_high": None, "verdict": Verdict.NOT_MEASURED.value, "reason": why})
     return rows
 
@@ -406,15 +407,16 @@ def with_fastest_fit(winners: list, fitting: list) -> tuple[list, int | None]:
 
 def settle(finding: Finding, candidate: Candidate, exp: Experiment, budget: float | None,
            winners: list, fitting: list) -> None:
-    """Record a fix's chosen result on its finding: a verified one joins the winners (and becomes
-    the fix's value), one that brings an over-budget run within its budget joins `fitting`."""
+    """Record a fix's chosen result on its finding: its value becomes the fix's (a sweep's figure for 2
+    workers was said under the proposal's title for 8), a verified one joins the winners, one that
+    brings an over-budget run within its budget joins `fitting`."""
     exp.applicability = candidate.applicability
     exp.memory_budget_bytes = None if budget is None else int(budget)  # report.json's is an integer
     finding.experiment = exp
     if exp.verified:
         winners.append((candidate, exp))
-        if exp.overrides is not None:
-            finding.fix.adopt(exp.overrides)
+    if exp.overrides is not None and exp.measured:  # a figure is said under the title of the value it measured
+        finding.fix.adopt(exp.overrides)
     if fits_over_budget(finding, exp):
         fitting.append((candidate, exp, finding.evidence["budget_bytes"]))
 

@@ -24,6 +24,7 @@ class Candidate:
     applicability: Applicability = Applicability.SAFE
     finding_index: int | None = None
     ladder: list[dict] | None = None  # the fix's other values, measured with it as one sweep (Fix.ladder)
+    why: str = ""  # a sweep's value: why it is tried (vocabulary.sweep_reason)
 
     def __post_init__(self) -> None:
         self.applicability = Applicability(self.applicability)
@@ -79,13 +80,14 @@ def say_why_untried(findings: list[Finding], candidates: list[Candidate], safe_o
 
 
 def sweep_points(candidate: Candidate, ctx: vocabulary.SweepContext) -> list[Candidate]:
-    """The values to try for knobs whose best value can't be known in advance (the vocabulary's ladders)."""
+    """The values to try for knobs whose best value can't be known in advance (the vocabulary's
+    ladders), the rule's proposal first, each with why it is tried."""
     points = vocabulary.sweep(candidate.overrides, ctx)
     points += [p for p in candidate.ladder or [] if p not in points]
     if len(points) == 1:
         return [candidate]
     return [Candidate(f"{candidate.label} ({_changed(candidate.overrides, p)})", p, candidate.applicability,
-                      candidate.finding_index) for p in points]
+                      candidate.finding_index, why=vocabulary.sweep_reason(p, candidate.overrides, ctx)) for p in points]
 
 
 def _changed(original: dict, point: dict) -> str:

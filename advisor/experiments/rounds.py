@@ -239,6 +239,7 @@ class Rounds:
         return self.arms[arm].point.label if arm in self.arms else arm
 
     def _enter(self, kind: RoundKind, windows: list[Window]) -> list[Window]:
+        windows = self.spend.timed(windows, self.sizing.floor, self.round + 1) if windows else windows
         self.round += 1
         self._kinds[self.round] = kind if windows else RoundKind.END
         self._planned[self.round] = len(windows)
@@ -277,8 +278,9 @@ class Rounds:
 
     # planning --------------------------------------------------------------------------------------
     def _fixes_round(self, profile: Profile, time_left_s: float | None) -> list[Window]:
-        ctx = vocabulary.SweepContext(cores_per_rank(profile.env), self.io_like)
         loaders = profile.observed.dataloaders
+        ctx = vocabulary.SweepContext(cores_per_rank(profile.env), self.io_like, threads=profile.env.torch_threads,
+                                      script_workers=profile.observed.max_workers if loaders else None)
         for candidate in candidates_from(self.findings, self.safe_only):
             finding = candidate.finding(self.findings)
             refusals = [vocabulary.live_loader_refusal(candidate.overrides, dl) for dl in loaders]

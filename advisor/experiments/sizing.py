@@ -115,6 +115,11 @@ class WindowSizing:
         steps = (self.base_steps or unit) if baseline else unit * self.lengths.get(arm, 1)
         return burst_steps(steps, overrides, self.pacing)
 
+    def floor(self, overrides: dict) -> int:
+        """The fewest timed steps a window closed in time keeps: MIN_WINDOW_STEPS, and every burst of
+        its loader's workers (:func:`burst_steps`)."""
+        return burst_steps(MIN_WINDOW_STEPS, overrides, self.pacing)
+
     def warmup(self, overrides: dict) -> int:
         """A window that builds a loader (its workers set, or its batch scaled) fills all its workers'
         prefetch first; one on the script's own loader drains only that of the workers that pace the

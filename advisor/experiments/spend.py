@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+import msgspec
 import pandas as pd
 
 from .. import overrides as vocabulary
@@ -16,12 +17,16 @@ from ..model import Finding
 from ..run_dir.protocol import Window
 from .arms import Arm, Role, RoundResult
 from .plan import ARMS_PER_BASELINE, BASELINE
-from .worth import Worth, compile_seconds, worth
+from .sizing import MIN_WINDOW_S
+from .worth import Worth, arm_step_s, compile_seconds, worth
 
 PLAN_MARGIN_S = 0.5  # a round's plan on its way to the child (written, polled, switched on)
 # A window's seconds beyond its steps' (the switch, the sync that closes it, its lines read): chargpt's
 # round 0 ran 0.6-0.7 s over its 5-6 windows' steps, enough to cut the reverse pass reserved for it.
 WINDOW_OVERHEAD_S = 0.1
+# A window closes at this many times its timed steps' predicted seconds (Window.seconds): an arm the
+# plan thought 2x faster that runs 2x slower is cut at 1.5 baseline windows, not run for 4.
+WINDOW_SLACK = 1.5
 
 
 @dataclass
@@ -38,6 +43,7 @@ class Spend:
     device: str = "cpu"
     left_out: dict[str, Worth] = field(default_factory=dict)  # arm -> its predicted cost: not started, it did not fit
     cut: int = 0  # windows planned but not run: the time budget ended first
+    predicted: dict[tuple[int, int], float] = field(default_factory=dict)  # (round, window) -> its predicted seconds
 
     def fit(self, windows: list[Window], time_left_s: float | None) -> list[Window]:
         """The longest run of `windows` from the first that fits `time_left_s` and ends on a baseline
@@ -72,6 +78,28 @@ class Spend:
                             measured_compile_s=compile_s, per_baseline=ARMS_PER_BASELINE).seconds
         return seconds + WINDOW_OVERHEAD_S
 
+    def timed(self, windows: list[Window], floor: Callable[[dict], int], round_: int) -> list[Window]:
+        """`windows` (round `round_`'s), each closed in time: at WINDOW_SLACK times its timed steps'
+        predicted seconds (at least MIN_WINDOW_S) once `floor(overrides)` of them ran (a loader's
+        bursts); each window's prediction is kept for :meth:`costs`."""
+        medians, compile_s = self.median_steps(), self.compile_s()
+        out = []
+        for k, window in enumerate(windows):
+            self.predicted[(round_, k)] = self.window_s(window, medians, compile_s)
+            step = self.step_of(window, medians)
+            seconds = max(MIN_WINDOW_S, WINDOW_SLACK * window.steps * step) if step else 0.0
+            out.append(msgspec.structs.replace(window, seconds=round(seconds, 3),
+                                               min_steps=min(window.steps, floor(window.overrides))))
+        return out
+
+    def step_of(self, window: Window, medians: dict[str, float | None]) -> float:
+        """A window's step time: its arm's median so far, else the one its rule expects (:mod:`.worth`)."""
+        base = medians.get(BASELINE) or self.step_s or 0.0
+        arm = self.arms.get(window.arm)
+        if (step := medians.get(window.arm)) is not None or arm is None or arm.candidate.finding_index is None:
+            return step or base
+        return arm_step_s(arm.candidate.finding(self.findings), window.overrides, base)
+
     def median_steps(self) -> dict[str, float | None]:
         """Each arm's median timed step over the rounds measured so far."""
         frames: dict[str, list[pd.DataFrame]] = {}
@@ -97,7 +125,12 @@ class Spend:
         window, lost its reverse pass to three screens in 3 of 5 runs. Without a budget, every arm,
         in that order."""
         worths = {a: self.worth_of(a) for a, arm in self.arms.items() if arm.role is not Role.STACK}
-        order = sorted(worths, key=lambda a: -worths[a].density)
+        # a fix's values keep their sweep's order (the rule's proposal first) at its proposal's density:
+        # a value's own would put the fewest workers first, their bursts being the shortest windows
+        density: dict[int, float] = {}
+        for a in worths:
+            density.setdefault(id(self.arms[a].candidate), worths[a].density)
+        order = sorted(worths, key=lambda a: -density[id(self.arms[a].candidate)])
         if time_left_s is None:
             return order
         used = self.baseline_s() + WINDOW_OVERHEAD_S  # the first baseline window
@@ -143,16 +176,18 @@ class Spend:
 
     def costs(self) -> list[dict]:
         """Where the arms' time went: per arm (the baseline one of them), its windows, timed steps,
-        seconds in all (timed, untimed and switching) and the switching's share (a compilation, a
-        loader's rebuild), report.json's `experiments.arms`."""
+        seconds in all (timed, untimed and switching), the switching's share (a compilation, a
+        loader's rebuild) and what the plan predicted of them, report.json's `experiments.arms`."""
         out: dict[str, dict] = {}
-        for result in self.results.values():
+        for round_, result in self.results.items():
             for line in result.windows:
                 frame = result.steps.get(line.window)
                 timed = float(steptime.durations(frame).sum()) if frame is not None and len(frame) else 0.0
                 label = self.arms[line.arm].point.label if line.arm in self.arms else line.arm
-                row = out.setdefault(line.arm, {"arm": label, "windows": 0, "steps": 0, "seconds": 0.0, "switch_s": 0.0})
+                row = out.setdefault(line.arm, {"arm": label, "windows": 0, "steps": 0, "seconds": 0.0, "switch_s": 0.0,
+                                                "predicted_s": 0.0})
                 row["windows"] += 1
+                row["predicted_s"] += self.predicted.get((round_, line.window), 0.0)
                 row["steps"] += len(frame) if frame is not None else 0
                 row["switch_s"] += line.switch_s
                 row["seconds"] += timed + result.warm_s.get(line.window, 0.0) + line.switch_s

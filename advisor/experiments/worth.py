@@ -60,13 +60,18 @@ def compile_seconds(overrides: dict, device: str, measured_s: float | None) -> f
     return measured_s if measured_s else COMPILE_PRIOR_S.get(device.split(":")[0], COMPILE_PRIOR_S["cpu"])
 
 
+def arm_step_s(finding: Finding, overrides: dict, step_s: float) -> float:
+    """The step an arm of `overrides` is expected to take, from the baseline's `step_s`: a k times
+    larger batch's k times as long, a fix its rule expects s times faster 1/s as long."""
+    return step_s * vocabulary.batch_scale(overrides) / (estimated_speedup(finding.estimated_gain_frac) or 1.0)
+
+
 def worth(finding: Finding, overrides: dict, *, steps: int, warmup: int, base_steps: int, step_s: float,
           device: str, measured_compile_s: float | None, per_baseline: int) -> Worth:
     """An arm of `overrides` answering `finding`: its window (`warmup` + `steps` at the step time
     the rule expects: a k times larger batch's steps take k times longer, a fix expected s times
     faster 1/s as long), its share of the baseline windows beside it, and its compilation."""
-    speedup = estimated_speedup(finding.estimated_gain_frac) or 1.0
-    arm_step = step_s * vocabulary.batch_scale(overrides) / speedup
+    arm_step = arm_step_s(finding, overrides, step_s)
     compile_s = compile_seconds(overrides, device, measured_compile_s)
     seconds = (warmup + steps) * arm_step + base_steps * step_s / per_baseline + compile_s
     return Worth(expected_gain(finding), seconds, compile_s)

@@ -44,6 +44,14 @@ class SweepContext:
     cpu_count: int = 1
     io_like: bool = False  # loading waits (disk, sleep) rather than computes: workers may exceed cores
     one_thread: bool = False  # the override runs the training process on one thread (torch_threads=1)
+    script_workers: int | None = None  # the script's own loader workers (None: unknown): the baseline's value
+    threads: int | None = None  # the training process's intra-op threads, as the script runs
+
+    def oversubscribed(self) -> bool:
+        """The script's workers and threads want more cores than there are, and its loader computes:
+        fewer workers than its own can win (a worker left to wait frees a core for the step)."""
+        own = self.script_workers or 0
+        return bool(own) and not self.io_like and own + (self.threads or 1) > self.cpu_count
 
 
 @dataclass(frozen=True)
@@ -89,12 +97,43 @@ def _dataloader_effect(v: dict, applied: dict) -> bool:
 
 
 def _workers_ladder(v: dict, ctx: SweepContext) -> list[dict]:
+    """The rule's proposal first, then the ladder's other values on the side of the script's own that
+    the proposal points to, nearest the proposal first. The script's own value is the baseline, never
+    an arm; fewer workers than its own only where its workers and threads oversubscribe the cores
+    (:meth:`SweepContext.oversubscribed`): a 4-worker loader that waits on I/O got a sweep of 2, 4
+    and 8, and 2 workers, slower than the script, took 7 of its 10 s."""
+    proposal = v["num_workers"]
     cap = max(2, min(MAX_WORKERS, ctx.cpu_count * (IO_WORKERS_PER_CORE if ctx.io_like else 1)))
-    values = {w for w in WORKER_LADDER if w <= cap} | {v["num_workers"]}
+    values = {w for w in WORKER_LADDER if w <= cap} | {proposal}
     if ctx.one_thread and not ctx.io_like and ctx.cpu_count <= ONE_THREAD_EXTRA_UP_TO:
         cap = ctx.cpu_count + 1
         values.add(cap)
-    return [{**v, "num_workers": w} for w in sorted(values) if w <= cap]
+    values = {w for w in values if w <= cap} | {proposal}
+    own = ctx.script_workers
+    if own is not None:
+        more = proposal > own
+        fewer_too = ctx.oversubscribed()
+        values = {w for w in values if w != own and (w > own if more else w < own) or (w < own and fewer_too)}
+        values.add(proposal)
+    ordered = sorted(values, key=lambda w: (w != proposal, abs(w - proposal), w))
+    return [{**v, "num_workers": w} for w in ordered]
+
+
+def sweep_reason(point: dict, proposal: dict, ctx: SweepContext) -> str:
+    """Why a sweep tries `point` for the rule's `proposal`, in a few words."""
+    if point == proposal:
+        return "the rule's proposal"
+    w, p = (point.get("dataloader") or {}).get("num_workers"), (proposal.get("dataloader") or {}).get("num_workers")
+    own = ctx.script_workers
+    if w is None or p is None:
+        return "a value of the fix's ladder"
+    if own is not None and w < own:
+        return (f"fewer than the script's {own}: its {own} workers and {ctx.threads or 1} threads oversubscribe "
+                f"{ctx.cpu_count} cores")
+    if ctx.one_thread and w == ctx.cpu_count + 1:
+        return f"every core and one more: the step computes on one thread ({ctx.cpu_count} cores)"
+    side = "beyond" if (w > p) == (p > (own or 0)) else "short of"
+    return f"{side} the proposal's {p}" + (f", on its side of the script's {own}" if own is not None else "")
 
 
 def _dataloader_said(v: dict) -> str:

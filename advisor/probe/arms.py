@@ -66,6 +66,8 @@ class Arms:
         self.timeline: Timeline = HostTimeline()  # the run's (the StepClock's): where a step's time is read
         self._held: list[tuple[ClosedStep, Callable[..., ArmStepLine]]] = []  # the window's steps, written when it closes
         self._losses: list[object] = []  # their loss tensors, read after the window's one wait
+        self._closes: float | None = None  # the current window's seconds (Window.seconds), None: closed by its steps
+        self._timed_from = 0.0  # when its timed steps started (monotonic)
 
     def install(self) -> None:
         """Before hooks.install (the hooks' DataLoader timing must wrap the substitute)."""
@@ -127,6 +129,7 @@ class Arms:
         self.i = 0
         self.total = window.warmup + window.steps
         self.warmup = window.warmup
+        self._closes = window.seconds if window.seconds > 0 and not self.in_job else None
         t0 = time.monotonic()
         try:
             switchable = self._switch_on(overrides, self.record)
@@ -134,6 +137,7 @@ class Arms:
             self.record.switch_s = time.monotonic() - t0
             self._fail(exc)
         self.record.switch_s = time.monotonic() - t0
+        self._timed_from = time.monotonic()  # a window without warm-up times its steps from here
         self.peak.device = getattr(self.observed, "device", None)
         self.peak.start()  # this window's peak is its own (after the switch, before its first step)
         self.compiles.start(self.warmup)
@@ -185,6 +189,7 @@ class Arms:
             self._flush()
         self.i += 1
         self.compiles.step()
+        self._close_in_time(window)
         if self.i < self.total and (self.out / self.names.stop).exists():  # the time budget ended: stop here
             self._stop()
         if self.i == self.warmup:
@@ -203,6 +208,16 @@ class Arms:
         if not self._advance():
             raise ProbeDone()
         return True
+
+    def _close_in_time(self, window: Window) -> None:
+        """The window's timed steps took its `seconds` (and `min_steps` ran): this step is its last."""
+        if self._closes is None:
+            return
+        if self.i == self.warmup:  # the timed steps start now
+            self._timed_from = time.monotonic()
+        elif self.i > self.warmup and self.i - self.warmup >= window.min_steps and \
+                time.monotonic() - self._timed_from >= self._closes:
+            self.total = self.i
 
     def _stop(self) -> None:
         """End the arms at this boundary: the open window's steps are written, it is not."""

@@ -149,12 +149,18 @@ class ArmLine(msgspec.Struct, kw_only=True):
 
 
 class Window(msgspec.Struct, kw_only=True):
-    """One window of a plan: `warmup` untimed then `steps` timed steps with `overrides` switched on."""
+    """One window of a plan: `warmup` untimed then `steps` timed steps with `overrides` switched on.
+
+    `seconds`: the child closes the window at a step boundary once its timed steps took that long and
+    `min_steps` of them ran, whatever `steps` says (0: at `steps`), so an arm slower than the plan
+    predicted cannot take the budget; a job's ranks close by `steps` alone (they switch together)."""
 
     arm: str
     overrides: dict = {}
     warmup: int = 0
     steps: int = 0
+    seconds: float = 0.0
+    min_steps: int = 0
 
 
 class Plan(msgspec.Struct, kw_only=True):
