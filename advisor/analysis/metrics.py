@@ -133,6 +133,21 @@ def measured_window(steps: pd.DataFrame) -> tuple[float, float] | None:
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) and hi >= lo else None
 
 
+def window_wait(samples: pd.DataFrame, steps: pd.DataFrame) -> float | None:
+    """The script's tree's run-queue wait over the span of `steps`, in cores (seconds waited per second:
+    0.3 is three tenths of a core's time spent runnable but not running), from the sampler's
+    cumulative `runq_wait_s` (:mod:`advisor.waits`) interpolated at the span's ends; None where the
+    kernel gave no such clock or the span is not sampled."""
+    window = measured_window(steps)
+    if window is None or samples.empty or "runq_wait_s" not in samples or window[1] <= window[0]:
+        return None
+    clock = samples[["t", "runq_wait_s"]].dropna()
+    if len(clock) < 2 or clock["t"].iloc[0] > window[0] or clock["t"].iloc[-1] < window[1]:
+        return None
+    start, end = np.interp(window, clock["t"], clock["runq_wait_s"])
+    return max(0.0, float(end - start)) / (window[1] - window[0])
+
+
 def window_samples(samples: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """The sampler ticks inside :func:`measured_window`: the one definition every mean uses.
 

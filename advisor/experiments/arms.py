@@ -52,6 +52,8 @@ class RoundResult:
     steps: dict[int, pd.DataFrame]  # window index -> timed steps
     warm_s: dict[int, float] = field(default_factory=dict)  # window index -> its untimed steps' seconds
     busy: dict[int, float] = field(default_factory=dict)  # window index -> cores other processes used in it: left out
+    outside: dict[int, float] = field(default_factory=dict)  # window index -> cores other processes used in it
+    waits: dict[int, float] = field(default_factory=dict)  # window index -> the script's run-queue wait, in cores
     # The round before's closing baseline window, where this round opens on an arm (:meth:`pairs` reads
     # it as the baseline before that arm): a round need not open on a baseline the last one just measured.
     opened_by: "RoundResult | None" = None

@@ -14,6 +14,7 @@ fresh-run experiment (:mod:`advisor.experiments.fresh`).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,10 +28,39 @@ from ..profile import Profile, read_samples
 from ..run_dir.protocol import ArmStepLine, Plan, RankLines, Window, write_plan
 from .plan import BASELINE
 from .arms import RoundResult
-from .rounds import RoundKind, Rounds
+from .rounds import REPLACE_CAP, RoundKind, Rounds
 from .spend import PLAN_MARGIN_S
 
-BUSY_SHARE = 0.25   # other processes on this share of the cores while the arms ran: nothing is verified
+BUSY_SHARE = 0.25   # without the kernel's wait clock: other processes on this share of the cores in a window set it aside
+# With it: a window set aside is one where other processes used the CPU and the script's threads waited
+# for a core this much more (in cores: seconds waited per second) than in the same arm's quiet windows.
+DISTURBED_WAIT = 0.05
+
+
+def disturbed(results: list[RoundResult], cpu_count: int) -> None:
+    """Mark, in each of `results` (every round read so far), the windows a neighbour disturbed.
+
+    With the kernel's wait clock (:mod:`advisor.waits`): other processes used half a core or more
+    (:data:`metrics.OUTSIDE_LOAD_WARN_CORES`) and the script's run-queue wait rose DISTURBED_WAIT above
+    the lowest of the same arm's windows that had no such neighbour (none: above 0). An arm that
+    oversubscribes the cores waits on its own workers in its quiet windows too: that is its cost,
+    not a neighbour's, and a neighbour that took no core the script wanted costs nothing. Without
+    the clock, the sampler's load alone: other processes on BUSY_SHARE of the cores."""
+    lines = [(r, line) for r in results for line in r.windows if line.window in r.outside]
+    quiet: dict[str, float] = {}
+    for r, line in lines:
+        if line.window in r.waits and r.outside[line.window] < metrics.OUTSIDE_LOAD_WARN_CORES:
+            quiet[line.arm] = min(quiet.get(line.arm, math.inf), r.waits[line.window])
+    for r, line in lines:
+        k, other = line.window, r.outside[line.window]
+        if k in r.waits:
+            hit = other >= metrics.OUTSIDE_LOAD_WARN_CORES and r.waits[k] - quiet.get(line.arm, 0.0) >= DISTURBED_WAIT
+        else:
+            hit = other >= max(metrics.OUTSIDE_LOAD_WARN_CORES, BUSY_SHARE * cpu_count)
+        if hit:
+            r.busy[k] = other
+        else:
+            r.busy.pop(k, None)
 
 
 class PhaseProgress(Protocol):
@@ -68,7 +98,6 @@ class ArmsSession:
     _shown: tuple[int, int] | None = None  # (round, window) the progress line names
     _started: float | None = None
     cpu_count: int | None = None  # the machine's cores: a window's neighbour load is judged against them
-    busy_windows: int = 0  # windows left out: other processes used the CPU during them
 
     @property
     def findings(self) -> list[Finding]:
@@ -123,9 +152,9 @@ class ArmsSession:
         return self.rounds.advance(self._read(lines), self.time_left())
 
     def _read(self, lines: RankLines) -> RoundResult:
-        """The round just measured, its windows during a burst of another process's CPU marked (the
-        judge leaves them out): a run-wide average let a burst through, PR001 2.80x verified beside
-        the warning that the machine looked contended (1.54x by hand)."""
+        """The round just measured, each window's neighbour load and run-queue wait read from the
+        sampler's ticks, and the windows a neighbour disturbed marked over every round so far
+        (:func:`disturbed`: the judge leaves them out, the rounds replace them)."""
         assert self.rounds is not None
         result = RoundResult.read(lines, self.rounds.round)
         if self.cpu_count:
@@ -135,11 +164,36 @@ class ArmsSession:
                 if frame is None or samples.empty or not steptime.has_spans(frame):
                     continue
                 other = metrics.outside_cores(metrics.window_samples(samples, frame), self.cpu_count)
-                if other is not None and other >= max(metrics.OUTSIDE_LOAD_WARN_CORES, BUSY_SHARE * self.cpu_count):
-                    result.busy[line.window] = other
-        if result.busy:
-            self.busy_windows += len(result.busy)
+                if other is not None:
+                    result.outside[line.window] = other
+                wait = metrics.window_wait(samples, frame)
+                if wait is not None:
+                    result.waits[line.window] = wait
+            disturbed([*self.rounds.results.values(), result], self.cpu_count)
         return result
+
+    @property
+    def clocked(self) -> bool:
+        """The kernel's wait clock was read for the arms' windows (:mod:`advisor.waits`)."""
+        return self.rounds is not None and any(r.waits for r in self.rounds.results.values())
+
+    def set_aside_note(self) -> str | None:
+        """How many windows a neighbour disturbed, how many were measured again, and by which clock."""
+        rounds = self.rounds
+        aside = rounds.set_aside() if rounds is not None else 0
+        if rounds is None or not aside:
+            return None
+        total = sum(len(r.windows) for r in rounds.results.values())
+        by = ("other processes used the CPU and the script's threads waited for a core more than in the same arm's "
+              "quiet windows (the kernel's run-queue wait)" if self.clocked else
+              "other processes used the CPU (this kernel gives no run-queue wait: judged on the sampler's load)")
+        text = (f"{aside} of {total} windows set aside: {by}; left out of every figure, {rounds.replaced} measured again")
+        if rounds.replace_cap_reached:
+            text += f" (the cap, {REPLACE_CAP} passes beyond its own, was reached)"
+        if silenced := rounds.silenced():
+            names = ", ".join(sorted({rounds.label(a) for a in silenced}))
+            text += f"; measured only in disturbed windows, not verified: {names}"
+        return text
 
     def time_left(self) -> float:
         """The arms' time budget left, less the margin a plan takes to reach the child."""
@@ -170,18 +224,20 @@ class ArmsSession:
             return
         frames = [f for result in self.rounds.results.values() for k, f in result.steps.items()
                   if steptime.has_spans(f) and k not in result.busy]
+        clocked = self.clocked  # the kept windows are quiet by the kernel's own clock: no run-wide doubt
         said: list[str] = []
         if frames and not samples.empty and "t" in samples:
             window = metrics.window_samples(samples, pd.concat(frames))
             other, shared = metrics.outside_cores(window, cpu_count), metrics.gpu_neighbours(window)
-            if other is not None and other >= max(metrics.OUTSIDE_LOAD_WARN_CORES, BUSY_SHARE * (cpu_count or 0)):
+            if not clocked and other is not None and \
+                    other >= max(metrics.OUTSIDE_LOAD_WARN_CORES, BUSY_SHARE * (cpu_count or 0)):
                 said.append(f"processes outside the script used {other:.1f} of {cpu_count} cores")
             if shared:
                 said.append(metrics.shared_gpu_text(shared))
         if said:
             why = (f"the machine was busy: {' and '.join(said)} while the fixes were measured; run again on a quiet "
                    "machine to verify")
-        elif warned:
+        elif warned and not clocked:
             why = f"the run warned that {warned[0].lower() + warned[1:]}: run again on a quiet machine to verify"
         else:
             return
@@ -229,9 +285,7 @@ class ArmsSession:
             if arms_error and not any(arms_error in e or e in arms_error for e in said):  # a baseline window's
                 self.notes.append(f"the arms ended early: the script raised in a window ({arms_error.splitlines()[0]}); "
                                   "each fix is judged on the windows before it")
-            if self.busy_windows:
-                self.notes.append(f"{self.busy_windows} window{'s' if self.busy_windows > 1 else ''} ran while other "
-                                  "processes used the CPU: left out of a fix's figures where it had quiet ones, and no "
-                                  "fix measured in busy windows alone is verified")
+            if note := self.set_aside_note():
+                self.notes.append(note)
             if note := self.rounds.budget_note(self.time_budget_s):
                 self.notes.append(note)

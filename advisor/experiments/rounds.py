@@ -59,6 +59,9 @@ LARGE_EFFECT = 3     # every rule's fix expected at least this much faster: wind
                     # (a 3x effect is resolved by 5 slow steps; the fast arm windows scale with it)
 STACKED = "stacked"
 PASSES = 3  # a fix's passes at most (round 0 and the CONFIRM rounds): one still undecided is settled on them
+# Arm windows a run measures again because a neighbour disturbed every window of their arm so far
+# (:func:`advisor.experiments.inprocess.disturbed`): past it, what is left is said, not chased.
+REPLACE_CAP = 4
 
 
 class RoundKind(str, Enum):
@@ -92,6 +95,8 @@ class Rounds:
     _round_arms: dict[int, set[str]] = field(default_factory=dict)  # round -> the arms planned in it
     _cut_arms: set[str] = field(default_factory=set)  # arms of a round the time budget ended or left unplanned
     out_of_time: bool = False  # the time budget ended the rounds
+    replaced: int = 0  # arm windows measured again for windows a neighbour disturbed (REPLACE_CAP at most)
+    replace_cap_reached: bool = False
     _spend: Spend | None = None
     _reading: Reading | None = None
     _verdicts: Verdicts | None = None
@@ -156,6 +161,7 @@ class Rounds:
         rounds end there, each fix judged on what was measured."""
         self._record(result)
         self._judge_round(final=False)
+        self._replace_disturbed()
         kind, windows = self._next()
         # the round just measured closed on a quiet baseline: the next opens on its arms, that window
         # the baseline before them (a window each round, a sixth of wlm's arms)
@@ -262,6 +268,34 @@ class Rounds:
             self._judge_stack(final=True)
         if self.verdicts.recommended is None:
             self.verdicts.recommend_unstacked(ended)
+
+    def _replace_disturbed(self) -> None:
+        """A rule's fix every window of which a neighbour disturbed so far goes again (a CONFIRM
+        pass), REPLACE_CAP windows a run at most: a starved loader's 9x win went unsaid beside a
+        package install when one busy machine withheld every verdict."""
+        if self.kind not in (RoundKind.FIXES, RoundKind.CONFIRM):
+            return
+        verdicts = self.verdicts
+        for arm in self.silenced():
+            if arm not in verdicts.again:  # its passes are not over: it goes again anyway
+                if self.replaced >= REPLACE_CAP:
+                    self.replace_cap_reached = True
+                    continue
+                verdicts.again.append(arm)
+            self.replaced += 1
+
+    def silenced(self) -> list[str]:
+        """The rules' fixes' arms that ran windows, every one of them disturbed by a neighbour."""
+        out = []
+        for a, arm in self.arms.items():
+            ran = [line.window in r.busy for r in self.results.values() for line in r.windows if line.arm == a]
+            if arm.role in (Role.FIX, Role.LADDER) and ran and all(ran):
+                out.append(a)
+        return out
+
+    def set_aside(self) -> int:
+        """Windows a neighbour disturbed, set aside (left out of every figure)."""
+        return sum(len(r.busy) for r in self.results.values())
 
     def _next(self) -> tuple[RoundKind, list[Window]]:
         """The transition out of the round just judged."""

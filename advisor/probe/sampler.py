@@ -41,6 +41,7 @@ import pandas as pd
 import psutil
 
 from advisor.run_dir.atomic import write_text_atomic
+from advisor.waits import WAIT_COLUMNS, WaitClock
 
 from .nvml_reader import GPU_COLUMNS, GpuReader
 
@@ -49,7 +50,7 @@ __all__ = ["Sampler", "COLUMNS"]
 NAN = float("nan")
 
 COLUMNS: list[str] = ["t", "cpu_percent", "rss_bytes", "pss_bytes", "uss_bytes", "n_procs", "sys_cpu_percent",
-                      "main_cpu_percent", *GPU_COLUMNS]
+                      "main_cpu_percent", *GPU_COLUMNS, *WAIT_COLUMNS]
 
 # Reading smaps_rollup walks the page tables: ~10 ms for a 400 MB process on a busy 2-core box.
 FULL_MEMORY_BUDGET = 0.03   # at most this share of the wall time goes to PSS/USS readings ...
@@ -134,6 +135,7 @@ class Sampler:
         self.stopped_because: str | None = None  # e.g. "process 123 exited": the normal end, not a note
 
         self.unique = UniqueMemory(self._note, self.interval_s)
+        self.waits = WaitClock()
 
     # ------------------------------------------------------------------ API
     @property
@@ -269,6 +271,7 @@ class Sampler:
         }
         sample.update(self.gpu.sample(alive.keys()) if self.gpu.ok else dict.fromkeys(GPU_COLUMNS, NAN))
         sample["gpu_energy_mj"] = energy
+        sample.update(self.waits.read(alive.keys()))  # the kernel's wait clock (advisor.waits)
         with self._lock:
             self._samples.append(sample)
         return True
