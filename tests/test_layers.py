@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.torchfree  # import-linter reads the source: the main torch only (.ci/run's matrix has no lint tools)
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -406,8 +406,6 @@ FRAMEWORK_CASES: tuple[Case, ...] = (
 
 CASES = CASES + FRAMEWORK_CASES
 
-BY_NAME = {c.name: c for c in CASES}
-
 
 # ----------------------------------------------------------------------------- a starved loader (issue 54)
 # On 2 cores a loader's best worker count is not its largest: the claim and the value picked must
@@ -433,3 +431,42 @@ LOADER_STARVED = Case(
     not_applicable={"bf16, compile, batch-x2": "the loader's workers are the question here"},
     notes="a 0-worker DataLoader, 1 ms of decoding per sample, feeding an FP32 MLP with AdamW")
 CASES = CASES + (LOADER_STARVED,)
+
+
+# ----------------------------------------------------------------------------- shapes tuned on none (issue 65)
+# Scripts of shapes no constant was fitted to: a loader that already has workers, waiting on I/O or
+# computing; an overhead-bound small model. Each worker count is its own flag (the script's argparse).
+
+ITER_TIMING = r"^iter (?P<step>\d+): loss (?P<loss>[^,\s]+), time (?P<ms>[\d.]+)ms"
+
+
+def workers(n: int) -> Variant:
+    return Variant(f"workers-{n}", {"dataloader": {"num_workers": n, "persistent_workers": True}}, args=(f"--workers={n}",))
+
+
+LOADER_IO_WORKERS = Case(
+    "loader-io-workers", *local("loader_io_workers.py"), paths=("loader_io_workers.py",), cwd=".",
+    script="loader_io_workers.py", argv=(), timing=ITER_TIMING, warmup=30, samples=200,
+    variants=(workers(8), workers(6), workers(2)),
+    not_applicable={"bf16, compile, fused, batch-x2": "the loader's workers are the question here"},
+    notes="a DataLoader with 4 workers, 2 ms of I/O wait per sample, batch 32, a small MLP with SGD")
+LOADER_CPU_WORKERS = Case(
+    "loader-cpu-workers", *local("loader_cpu_workers.py"), paths=("loader_cpu_workers.py",), cwd=".",
+    script="loader_cpu_workers.py", argv=(), timing=ITER_TIMING, warmup=30, samples=150,
+    variants=(workers(1), workers(3), workers(4),
+              patched("fused", FUSED, "loader_cpu_workers.py", "lr=1e-3)", "lr=1e-3, fused=True)")),
+    not_applicable={"bf16, compile, batch-x2": "the loader's workers are the question here"},
+    notes="a DataLoader with 2 workers, 0.5 ms of CPU decoding per sample, batch 32, an FP32 MLP with AdamW")
+TINY_GPT = Case(
+    "tiny-gpt", *local("tiny_gpt.py"), paths=("tiny_gpt.py",), cwd=".", script="tiny_gpt.py", argv=(),
+    timing=ITER_TIMING, warmup=40, samples=200,
+    variants=(patched("fused", FUSED, "tiny_gpt.py", "lr=3e-4)", "lr=3e-4, fused=True)"),
+              patched("compile", COMPILE, "tiny_gpt.py", "    model = TinyGPT()\n",
+                      "    model = torch.compile(TinyGPT())\n"),
+              Variant("compile+fused", {**COMPILE, **FUSED},
+                      (Patch("tiny_gpt.py", "lr=3e-4)", "lr=3e-4, fused=True)"),
+                       Patch("tiny_gpt.py", "    model = TinyGPT()\n", "    model = torch.compile(TinyGPT())\n")))),
+    not_applicable={"bf16": "no GEMM is large enough to pay (width 64)", "workers": "no DataLoader"},
+    notes="a 2-layer GPT, width 64, context 32, batch 8, random tokens, the default AdamW (foreach)")
+CASES = CASES + (LOADER_IO_WORKERS, LOADER_CPU_WORKERS, TINY_GPT)
+BY_NAME = {c.name: c for c in CASES}
