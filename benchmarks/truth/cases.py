@@ -98,6 +98,7 @@ class Case:
     pip: tuple[str, ...] = ()         # extra packages (pinned, with their deps listed), pip --target --no-deps
     advise_args: tuple[str, ...] = ()
     timeout_s: float = 300.0
+    per_run: str = "median"   # a run's figure from its lines: "mean" where a loader's workers deliver in bursts
     not_applicable: dict = field(default_factory=dict)  # fix -> why no by-hand variant
     notes: str = ""
 
@@ -107,14 +108,14 @@ class Case:
     def digest(self, variant: Variant | None = None) -> str:
         """Changes when anything that shapes the case's runs (or this variant's) changes: the
         working copies are rebuilt and cached by-hand results are marked stale."""
-        shape = {k: v for k, v in asdict(self).items() if k in RUN_SHAPING}
+        shape = {k: v for k, v in asdict(self).items() if k in RUN_SHAPING and not (k == "per_run" and v == "median")}
         if variant is not None:
             shape["variant"] = [asdict(p) for p in variant.patches], variant.args
         return hashlib.sha1(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
 
 
 RUN_SHAPING = ("repo", "commit", "paths", "cwd", "script", "argv", "timing", "warmup", "prep", "fixups",
-               "timing_patches", "pythonpath", "pip")
+               "timing_patches", "pythonpath", "pip", "per_run")
 
 
 # ----------------------------------------------------------------------------- variant makers
@@ -446,13 +447,13 @@ def workers(n: int) -> Variant:
 
 LOADER_IO_WORKERS = Case(
     "loader-io-workers", *local("loader_io_workers.py"), paths=("loader_io_workers.py",), cwd=".",
-    script="loader_io_workers.py", argv=(), timing=ITER_TIMING, warmup=30, samples=200,
+    script="loader_io_workers.py", argv=(), timing=ITER_TIMING, warmup=30, samples=200, per_run="mean",
     variants=(workers(8), workers(6), workers(2)),
     not_applicable={"bf16, compile, fused, batch-x2": "the loader's workers are the question here"},
     notes="a DataLoader with 4 workers, 2 ms of I/O wait per sample, batch 32, a small MLP with SGD")
 LOADER_CPU_WORKERS = Case(
     "loader-cpu-workers", *local("loader_cpu_workers.py"), paths=("loader_cpu_workers.py",), cwd=".",
-    script="loader_cpu_workers.py", argv=(), timing=ITER_TIMING, warmup=30, samples=150,
+    script="loader_cpu_workers.py", argv=(), timing=ITER_TIMING, warmup=30, samples=150, per_run="mean",
     variants=(workers(1), workers(3), workers(4),
               patched("fused", FUSED, "loader_cpu_workers.py", "lr=1e-3)", "lr=1e-3, fused=True)")),
     not_applicable={"bf16, compile, batch-x2": "the loader's workers are the question here"},

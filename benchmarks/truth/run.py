@@ -87,10 +87,11 @@ def measure_case(case: Case, base: Path, work: Path, args, threads: int) -> dict
                                  work / "logs" / case.name / f"{variant.name}-{i}-{kind}.log")
                     runs[kind].append(r.to_dict())
                     print(f"    {variant.name:10s} {kind:4s} {i}: "
-                          + (f"{r.median_ms:9.2f} ms/{case.unit}" if r.median_ms else f"FAILED {r.error} ({r.log})")
+                          + (f"{getattr(r, case.per_run + '_ms'):9.2f} ms/{case.unit} ({case.per_run})"
+                             if r.median_ms else f"FAILED {r.error} ({r.log})")
                           + f"  [{r.wall_s:.0f} s]", flush=True)
             out["runs"] = runs
-            out["summary"] = summarise(runs["base"], runs["fix"], variant.batch_scale)
+            out["summary"] = summarise(runs["base"], runs["fix"], variant.batch_scale, case.per_run)
         cache = work / "hand" / case.name / f"{variant.name}.json"
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(out, indent=1))

@@ -2,9 +2,12 @@
 
 A run keeps the timing lines after the first `warmup` and stops the script (its whole process
 group: DataLoader workers too) once it has `samples` of them, so no script needs its length
-patched. The figure of a run is the median of its kept lines; a fix's speedup is the ratio of
-the medians over the runs (baseline / fix, times the batch scale: samples per second), and the
-spread is the min-max of the ratios of the pairs (baseline i, fix i) that ran back to back.
+patched. The figure of a run is the median of its kept lines (a case's `per_run`: the mean, where
+its loader's workers deliver batches in bursts, so most steps are instant and the median is one of
+them: a 4-worker loader's median step read 0.7 ms where it paced 16 ms); a fix's speedup is the
+ratio of those figures' medians over the runs (baseline / fix, times the batch scale: samples per
+second), and the spread is the min-max of the ratios of the pairs (baseline i, fix i) that ran
+back to back.
 """
 
 from __future__ import annotations
@@ -36,11 +39,15 @@ class RunResult:
         return statistics.median(self.ms) if self.ms and not self.error else None
 
     @property
+    def mean_ms(self) -> float | None:
+        return statistics.fmean(self.ms) if self.ms and not self.error else None
+
+    @property
     def last_loss(self) -> float | None:
         return self.losses[-1] if self.losses else None
 
     def to_dict(self) -> dict:
-        return {"median_ms": self.median_ms, "ms": self.ms, "last_loss": self.last_loss, "wall_s": round(self.wall_s, 2), "load1": self.load1,
+        return {"median_ms": self.median_ms, "mean_ms": self.mean_ms, "ms": self.ms, "last_loss": self.last_loss, "wall_s": round(self.wall_s, 2), "load1": self.load1,
                 "error": self.error, "log": self.log}
 
 
@@ -121,9 +128,11 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def summarise(base: list[dict], fix: list[dict], scale: float = 1.0) -> dict:
-    """Speedup of the fix from interleaved runs (each a RunResult.to_dict()): ratio of medians, pair range."""
-    pairs = [(b["median_ms"], f["median_ms"]) for b, f in zip(base, fix) if _finite(b["median_ms"]) and _finite(f["median_ms"])]
+def summarise(base: list[dict], fix: list[dict], scale: float = 1.0, per_run: str = "median") -> dict:
+    """Speedup of the fix from interleaved runs (each a RunResult.to_dict()): ratio of medians of each
+    run's figure (its `per_run`: median or mean of its lines), pair range."""
+    key = f"{per_run}_ms"
+    pairs = [(b.get(key), f.get(key)) for b, f in zip(base, fix) if _finite(b.get(key)) and _finite(f.get(key))]
     out: dict = {"pairs": len(pairs), "speedup": None, "pair_min": None, "pair_max": None}
     if not pairs:
         errors = [r["error"] for r in base + fix if r.get("error")]
