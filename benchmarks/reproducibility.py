@@ -7,7 +7,11 @@ claim's interval covers the by-hand figure, and how often the recommended value 
 the best by-hand value (issue 54: at least 4 of 5 each).
 
     python benchmarks/reproducibility.py [--cases loader-starved,wlm-lstm,...] [--runs 5] [--skip-hand]
-        [--variants bf16,wlm-lstm:compile,...]
+        [--variants bf16,wlm-lstm:compile,...] [--burner]
+
+`--burner`: a CPU burner runs beside advise's runs (not beside the by-hand ones), on for 1-4 s, off
+for 0-3 s, at random (issue 65's neighbour); redo the by-hand figures beside the same burner with
+the truth harness where the Show asks for it.
 
 A `--variants` entry is a by-hand fix of every case (bf16) or of one (case:fix); a case none names
 measures all of its own. The recommended configuration (the stack) is judged like a claim where a
@@ -20,12 +24,15 @@ it. Needs a quiet machine: every figure is a wall-clock time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "truth"))
 
@@ -52,6 +59,29 @@ def spread_line(case: str, fix: str, claims: list[dict]) -> str:
     return f"{case} {fix}: between runs sd {between:.3f} (log), the intervals' own {said:.3f}, over {len(logs)} runs"
 
 
+BURNER = """
+import random, time
+rng = random.Random(65)
+while True:
+    end = time.monotonic() + rng.uniform(1, 4)
+    while time.monotonic() < end:
+        pass
+    time.sleep(rng.uniform(0, 3))
+"""
+
+
+@contextlib.contextmanager
+def burner(on: bool) -> Iterator[None]:
+    """One CPU burner beside what runs inside (on 1-4 s, off 0-3 s), stopped after it."""
+    proc = subprocess.Popen([sys.executable, "-c", BURNER]) if on else None
+    try:
+        yield
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default=DEFAULT_CASES)
@@ -63,6 +93,7 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path.home() / ".cache" / "advise-truth")
     p.add_argument("--datasets", type=Path, default=REPO.parent / "shared" / "datasets")
     p.add_argument("--advise-timeout", type=float, default=900.0)
+    p.add_argument("--burner", action="store_true", help="a CPU burner beside advise's runs (on 1-4 s, off 0-3 s)")
     args = p.parse_args()
     wanted = args.variants.split(",") if args.variants else []
     args.advise_args = []
@@ -80,7 +111,8 @@ def main() -> None:
         runs = []
         for i in range(args.runs):
             out = work / "repro" / name / f"run-{i}"
-            meta = run_advise(case, base, work, args, out_dir=out)
+            with burner(args.burner):
+                meta = run_advise(case, base, work, args, out_dir=out)
             runs.append(read_advise(case, work, out))
             print(f"  run {i}: {meta['wall_s']} s, exit {meta['exit']}", flush=True)
         claims: dict[str, list] = {}
