@@ -189,7 +189,7 @@ class ArmsSession:
               "other processes used the CPU (this kernel gives no run-queue wait: judged on the sampler's load)")
         text = (f"{aside} of {total} windows set aside: {by}; left out of every figure, {rounds.replaced} measured again")
         if rounds.replace_cap_reached:
-            text += f" (the cap, {REPLACE_CAP} passes beyond its own, was reached)"
+            text += f" (the cap of {REPLACE_CAP} such passes was reached)"
         if silenced := rounds.silenced():
             names = ", ".join(sorted({rounds.label(a) for a in silenced}))
             text += f"; measured only in disturbed windows, not verified: {names}"

@@ -59,8 +59,9 @@ LARGE_EFFECT = 3     # every rule's fix expected at least this much faster: wind
                     # (a 3x effect is resolved by 5 slow steps; the fast arm windows scale with it)
 STACKED = "stacked"
 PASSES = 3  # a fix's passes at most (round 0 and the CONFIRM rounds): one still undecided is settled on them
-# Arm windows a run measures again because a neighbour disturbed every window of their arm so far
-# (:func:`advisor.experiments.inprocess.disturbed`): past it, what is left is said, not chased.
+# Passes a run gives the fixes a neighbour disturbed every window of so far
+# (:func:`advisor.experiments.inprocess.disturbed`), their own passes counted: past it, no such fix is
+# added to a pass it was not due, and what is left is said, not chased.
 REPLACE_CAP = 4
 
 
@@ -95,7 +96,7 @@ class Rounds:
     _round_arms: dict[int, set[str]] = field(default_factory=dict)  # round -> the arms planned in it
     _cut_arms: set[str] = field(default_factory=set)  # arms of a round the time budget ended or left unplanned
     out_of_time: bool = False  # the time budget ended the rounds
-    replaced: int = 0  # arm windows measured again for windows a neighbour disturbed (REPLACE_CAP at most)
+    replaced: int = 0  # passes given to fixes a neighbour disturbed every window of (their own ones included)
     replace_cap_reached: bool = False
     _spend: Spend | None = None
     _reading: Reading | None = None
@@ -271,8 +272,9 @@ class Rounds:
 
     def _replace_disturbed(self) -> None:
         """A rule's fix every window of which a neighbour disturbed so far goes again (a CONFIRM
-        pass), REPLACE_CAP windows a run at most: a starved loader's 9x win went unsaid beside a
-        package install when one busy machine withheld every verdict."""
+        pass), added to a pass it was not due only while fewer than REPLACE_CAP such passes ran: a
+        starved loader's 9x win went unsaid beside a package install when one busy machine withheld
+        every verdict."""
         if self.kind not in (RoundKind.FIXES, RoundKind.CONFIRM):
             return
         verdicts = self.verdicts

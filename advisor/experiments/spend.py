@@ -62,21 +62,13 @@ class Spend:
         return windows[:fitted]
 
     def window_s(self, window: Window, medians: dict[str, float | None], compile_s: float | None) -> float:
-        """A window's predicted seconds: its steps at its arm's median step so far; an arm not yet
-        run at the step its rule expects (:mod:`.worth`), its compilation included (`compile_s`: the
-        run's measured one, :meth:`compile_s`), and WINDOW_OVERHEAD_S for its way around the steps."""
-        step = medians.get(window.arm)
-        base = medians.get(BASELINE) or self.step_s or 0.0
-        arm = self.arms.get(window.arm)
-        if step is not None or arm is None:
-            seconds = (window.warmup + window.steps) * (step or base)
-        elif arm.candidate.finding_index is None:  # the stack: no rule's estimate, its compilation alone
-            seconds = (window.warmup + window.steps) * base + compile_seconds(window.overrides, self.device, compile_s)
-        else:
-            seconds = worth(arm.candidate.finding(self.findings), window.overrides, steps=window.steps,
-                            warmup=window.warmup, base_steps=0, step_s=base, device=self.device,
-                            measured_compile_s=compile_s, per_baseline=ARMS_PER_BASELINE).seconds
-        return seconds + WINDOW_OVERHEAD_S
+        """A window's predicted seconds: its steps at its step time (:meth:`step_of`: its arm's median
+        so far, else the one its rule expects), an arm not yet run paying its compilation too
+        (`compile_s`: the run's measured one, :meth:`compile_s`), and WINDOW_OVERHEAD_S for its way
+        around the steps."""
+        unmeasured = window.arm in self.arms and medians.get(window.arm) is None
+        compiling = compile_seconds(window.overrides, self.device, compile_s) if unmeasured else 0.0
+        return (window.warmup + window.steps) * self.step_of(window, medians) + compiling + WINDOW_OVERHEAD_S
 
     def timed(self, windows: list[Window], floor: Callable[[dict], int], round_: int) -> list[Window]:
         """`windows` (round `round_`'s), each closed in time: at WINDOW_SLACK times its timed steps'

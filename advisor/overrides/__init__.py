@@ -104,7 +104,7 @@ def _workers_ladder(v: dict, ctx: SweepContext) -> list[dict]:
     and 8, and 2 workers, slower than the script, took 7 of its 10 s."""
     proposal = v["num_workers"]
     cap = max(2, min(MAX_WORKERS, ctx.cpu_count * (IO_WORKERS_PER_CORE if ctx.io_like else 1)))
-    values = {w for w in WORKER_LADDER if w <= cap} | {proposal}
+    values = set(WORKER_LADDER)
     if ctx.one_thread and not ctx.io_like and ctx.cpu_count <= ONE_THREAD_EXTRA_UP_TO:
         cap = ctx.cpu_count + 1
         values.add(cap)

@@ -178,6 +178,8 @@ class Sampler:
             self._note("root", f"process {self.pid} not sampled: {type(exc).__name__}: {exc}")
             self._root = None
         psutil.cpu_percent(None)  # prime the system-wide counter; first call is meaningless
+        for missing in self.waits.missing(self.pid):  # said once (the experiments say their fallback)
+            self._note(f"waits:{missing}", f"the kernel gives no {missing}: samples.csv leaves its column empty")
         self.gpu.start()
         self._thread = threading.Thread(target=self._run, name=f"advisor-sampler-{self.pid}", daemon=True)
         self._thread.start()
