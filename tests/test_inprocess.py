@@ -141,6 +141,34 @@ def test_a_window_a_neighbour_disturbed_is_set_aside_and_measured_again(tmp_path
     assert finding.experiment.verified and finding.experiment.speedup == pytest.approx(2.5, rel=0.1)
 
 
+def test_a_fix_window_and_the_baseline_beside_it_both_disturbed_are_kept_as_a_pair(tmp_path):
+    """A neighbour that came and went, through the fix's window and its baselines (a duet: it hit both
+    sides, 30% slower each): nothing is set aside or measured again, the pair is compared with each
+    other, and the fix is verified at its quiet ratio; a disturbed window with quiet windows beside
+    it stays set aside, and so does every window beside a neighbour that never left."""
+    from advisor.experiments.inprocess import disturbed
+
+    finding, child = _dl001(), Child(tmp_path)
+    rounds = Rounds(tmp_path)
+    first = rounds.start([finding], _profile(cores=2))
+    arm = next(w.arm for w in first if w.arm != BASELINE)
+    speed = lambda w: 1.3 * (0.10 if w.arm == BASELINE else 0.04)  # noqa: E731
+    steady = _disturb(child.run(0, first, speed), {arm, BASELINE})  # a neighbour that never left: no pairs
+    assert steady.shared == set() and set(steady.busy) == {line.window for line in steady.windows}
+    result = child.run(0, first, speed)
+    _disturb(result, {arm, BASELINE})
+    result.outside[result.windows[-1].window], result.waits[result.windows[-1].window] = 0.1, 0.02  # it left
+    disturbed([result], cpu_count=2)
+    last = result.windows[-1].window
+    assert result.busy == {} and result.shared == {line.window for line in result.windows} - {last}
+    rounds.advance(result)
+    assert rounds.replaced == 0 and rounds.silenced() == [] and rounds.set_aside() == 0
+    assert finding.experiment.verified and finding.experiment.speedup == pytest.approx(2.5, rel=0.1)
+
+    alone = _disturb(child.run(1, first, speed), {arm})
+    assert alone.shared == set() and set(alone.busy) == {line.window for line in alone.windows if line.arm == arm}
+
+
 def test_every_window_disturbed_reaches_the_cap_and_no_figure_is_verified(tmp_path):
     """A neighbour beside every window: the fix is measured again REPLACE_CAP times at most, then
     the rounds end; it is judged on disturbed windows only, so not verified."""

@@ -52,6 +52,9 @@ class RoundResult:
     steps: dict[int, pd.DataFrame]  # window index -> timed steps
     warm_s: dict[int, float] = field(default_factory=dict)  # window index -> its untimed steps' seconds
     busy: dict[int, float] = field(default_factory=dict)  # window index -> cores other processes used in it: left out
+    # Windows a neighbour disturbed that are kept, in pairs: an arm's window and its nearest baseline
+    # window, both disturbed (a duet: the neighbour hit both sides). Each side pairs only with its kind.
+    shared: set[int] = field(default_factory=set)
     outside: dict[int, float] = field(default_factory=dict)  # window index -> cores other processes used in it
     waits: dict[int, float] = field(default_factory=dict)  # window index -> the script's run-queue wait, in cores
     # The round before's closing baseline window, where this round opens on an arm (:meth:`pairs` reads
@@ -90,18 +93,22 @@ class RoundResult:
                            line.peak_memory_bytes, line.memory_basis, line.oom)
 
     def pairs(self, arm: str, run_dir: Path, busy_too: bool = False) -> list[tuple[list[Measurement], list[Measurement]]]:
-        """Each window of `arm` with the nearest baseline window on either side of it, the windows
-        another process's burst took left out (`busy_too`: kept)."""
+        """Each window of `arm` with the nearest baseline window on either side of it of its own kind
+        (quiet with quiet, a disturbed pair's with its disturbed baseline: :attr:`shared`), the
+        windows a neighbour disturbed alone left out (`busy_too`: kept, every baseline its match)."""
         out = []
         busy = set() if busy_too else set(self.busy)
-        quiet = lambda j: self.windows[j].arm == BASELINE and self.windows[j].window not in busy  # noqa: E731
+        shared = set() if busy_too else self.shared
         for k, line in enumerate(self.windows):
             if line.arm != arm or line.window in busy:
                 continue
-            before = next((j for j in range(k - 1, -1, -1) if quiet(j)), None)
-            after = next((j for j in range(k + 1, len(self.windows)) if quiet(j)), None)
+            duet = line.window in shared
+            match = lambda j: (self.windows[j].arm == BASELINE and self.windows[j].window not in busy  # noqa: E731
+                               and (self.windows[j].window in shared) == duet)
+            before = next((j for j in range(k - 1, -1, -1) if match(j)), None)
+            after = next((j for j in range(k + 1, len(self.windows)) if match(j)), None)
             around = [self.measurement(j, run_dir) for j in (before, after) if j is not None]
-            if before is None and (opening := self.opening(run_dir)) is not None:
+            if before is None and not duet and (opening := self.opening(run_dir)) is not None:
                 around.insert(0, opening)
             out.append((around, [self.measurement(k, run_dir)]))
         return out
@@ -119,5 +126,6 @@ class RoundResult:
         if not self.windows:
             return None
         last = self.windows[-1]
-        quiet = last.arm == BASELINE and last.window in self.steps and last.window not in self.busy
+        quiet = (last.arm == BASELINE and last.window in self.steps and last.window not in self.busy
+                 and last.window not in self.shared)
         return len(self.windows) - 1 if quiet else None

@@ -61,6 +61,34 @@ def disturbed(results: list[RoundResult], cpu_count: int) -> None:
             r.busy[k] = other
         else:
             r.busy.pop(k, None)
+    came_and_went = any(line.arm == BASELINE and line.window not in r.busy for r, line in lines)
+    for r in results:
+        _pair_the_disturbed(r, came_and_went)
+
+
+def _pair_the_disturbed(result: RoundResult, came_and_went: bool) -> None:
+    """Keep, in pairs, the disturbed arm windows whose nearest baseline window (either side) a
+    neighbour disturbed too: interference that hits both sides of a comparison largely cancels in
+    their ratio (duet benchmarking, Bulej et al. 2020), where one side disturbed alone biases it.
+    Beside a neighbour that comes and goes every few seconds most windows are disturbed, and setting
+    every one aside left a 2x loader fix unverified in 3 of 3 runs. Only where the neighbour came and
+    went (a baseline window was quiet): one that never leaves makes every pair a comparison on
+    another machine than the quiet one the script will train on (a contended 2-core machine read
+    bf16 on nanoGPT 2.05x, 0.90x by hand on the quiet one)."""
+    result.shared = set()
+    if not came_and_went:
+        return
+    windows = result.windows
+    for k, line in enumerate(windows):
+        if line.arm == BASELINE or line.window not in result.busy:
+            continue
+        sides = (range(k - 1, -1, -1), range(k + 1, len(windows)))
+        near = [next((j for j in side if windows[j].arm == BASELINE), None) for side in sides]
+        hit = [windows[j].window for j in near if j is not None and windows[j].window in result.busy]
+        if hit:
+            result.shared.update([line.window, *hit])
+    for k in result.shared:
+        result.busy.pop(k, None)
 
 
 class PhaseProgress(Protocol):
@@ -180,14 +208,20 @@ class ArmsSession:
     def set_aside_note(self) -> str | None:
         """How many windows a neighbour disturbed, how many were measured again, and by which clock."""
         rounds = self.rounds
-        aside = rounds.set_aside() if rounds is not None else 0
-        if rounds is None or not aside:
+        if rounds is None:
+            return None
+        aside, paired = rounds.set_aside(), sum(len(r.shared) for r in rounds.results.values())
+        if not aside and not paired:
             return None
         total = sum(len(r.windows) for r in rounds.results.values())
         by = ("other processes used the CPU and the script's threads waited for a core more than in the same arm's "
               "quiet windows (the kernel's run-queue wait)" if self.clocked else
               "other processes used the CPU (this kernel gives no run-queue wait: judged on the sampler's load)")
-        text = (f"{aside} of {total} windows set aside: {by}; left out of every figure, {rounds.replaced} measured again")
+        text = f"{aside + paired} of {total} windows disturbed: {by}"
+        if paired:
+            text += f"; {paired} kept in pairs, a fix's window beside a baseline window disturbed as well, compared only with each other"
+        if aside:
+            text += f"; {aside} set aside, left out of every figure, {rounds.replaced} measured again"
         if rounds.replace_cap_reached:
             text += f" (the cap of {REPLACE_CAP} such passes was reached)"
         if silenced := rounds.silenced():

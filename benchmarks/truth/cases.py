@@ -470,4 +470,43 @@ TINY_GPT = Case(
     not_applicable={"bf16": "no GEMM is large enough to pay (width 64)", "workers": "no DataLoader"},
     notes="a 2-layer GPT, width 64, context 32, batch 8, random tokens, the default AdamW (foreach)")
 CASES = CASES + (LOADER_IO_WORKERS, LOADER_CPU_WORKERS, TINY_GPT)
+
+
+# A conv net in pytorch/examples mnist/main.py's shape, and an LM trained in an Accelerate loop: the
+# fix said in the script's own flag (--mixed_precision), the framework's word.
+
+MNIST = "conv_mnist.py"
+MNIST_STEP = ("        output = model(data)\n"
+              "        loss = F.nll_loss(output, target)\n")
+CONV_MNIST = Case(
+    "conv-mnist", *local(MNIST), paths=(MNIST,), cwd=".", script=MNIST, argv=("--epochs", "1"),
+    timing=ITER_TIMING, warmup=20, samples=150,
+    variants=(bf16(MNIST, MNIST_STEP), batch_x2("--batch-size", 64),
+              replace(bf16(MNIST, MNIST_STEP), name="bf16+batch-x2", overrides={**AUTOCAST, "batch_size_scale": 2},
+                      args=("--batch-size=128",), batch_scale=2.0),
+              Variant("channels-last", {"channels_last": True},
+                      (Patch(MNIST, "    model = Net().to(device)\n",
+                             "    model = Net().to(device).to(memory_format=torch.channels_last)\n"),
+                       Patch(MNIST, "        data, target = data.to(device), target.to(device)\n        optimizer",
+                             "        data, target = data.to(device).to(memory_format=torch.channels_last), "
+                             "target.to(device)\n        optimizer"))),
+              patched("compile", COMPILE, MNIST, "    model = Net().to(device)\n",
+                      "    model = torch.compile(Net().to(device))\n"),
+              threads(MNIST, 1),
+              patched("workers-1", {"dataloader": {"num_workers": 1}}, MNIST,
+                      '{"batch_size": args.batch_size, "shuffle": True}',
+                      '{"batch_size": args.batch_size, "shuffle": True, "num_workers": 1}')),
+    not_applicable={"fused": "Adadelta: a foreach step, no fused one on the CPU"},
+    notes="mnist/main.py's Net (2 convs, 2 linears), Adadelta, batch 64, 0-worker loader, synthetic MNIST-shaped data")
+ACC = "hf_accelerate_clm.py"
+HF_ACCELERATE_CLM = Case(
+    "hf-accelerate-clm", *local(ACC, "hf_clm.py"), paths=(ACC, "hf_clm.py"), cwd=".", script=ACC,
+    argv=("--train_file", "data/train.txt", "--cpu"),
+    timing=r"step (?P<step>\d+): loss (?P<loss>[^,\s]+), time (?P<ms>[\d.]+) ms", warmup=5, samples=25,
+    variants=(Variant("bf16", AUTOCAST, args=("--mixed_precision", "bf16"), numerics=True),),
+    prep=(Copy("wikitext-2-partial/valid.txt", "data/train.txt"),),
+    not_applicable={"compile": "not claimed here", "workers": "not claimed here"},
+    notes="scripts/hf_accelerate_clm.py (run_clm_no_trainer.py's loop): hf_clm.py's 4x256 GPT-2, batch 8, "
+          "AdamW, a linear schedule, Accelerator(cpu=True, mixed_precision=...)")
+CASES = CASES + (CONV_MNIST, HF_ACCELERATE_CLM)
 BY_NAME = {c.name: c for c in CASES}

@@ -117,12 +117,14 @@ def cached_hand(case: Case, work: Path, only: set | None) -> dict:
 
 # ----------------------------------------------------------------------------- advise
 
-def run_advise(case: Case, base: Path, work: Path, args, out_dir: Path | None = None, extra: tuple[str, ...] = ()) -> dict:
+def run_advise(case: Case, base: Path, work: Path, args, out_dir: Path | None = None, extra: tuple[str, ...] = (),
+               launcher: tuple[str, ...] = ("-m", "advisor")) -> dict:
     """`advise profile` on the unmodified script (fixups only), `extra` options first; returns its
-    report.json and the wall time (`out_dir`: its run dir, default the work dir's advise/<case>)."""
+    report.json and the wall time (`out_dir`: its run dir, default the work dir's advise/<case>;
+    `launcher`: what python runs instead of `-m advisor`, benchmarks/constants.py's wrapper)."""
     out_dir = out_dir or work / "advise" / case.name
     root = working_copy(base, "advise", ())
-    cmd = [sys.executable, "-m", "advisor", "profile", "--out", str(out_dir), *extra, *case.advise_args,
+    cmd = [sys.executable, *launcher, "profile", "--out", str(out_dir), *extra, *case.advise_args,
            *args.advise_args, case.script, *case.argv]
     log = work / "logs" / case.name / f"advise-{out_dir.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
