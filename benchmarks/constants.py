@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fetch import prepare_base
 from reproducibility import NEAR_BEST, hand_speedups
-from run import BY_NAME, REPO, cached_hand, match, read_advise, run_advise
+from run import corpus_args, BY_NAME, cached_hand, match, read_advise, run_advise
 
 LOADERS = ("loader-starved", "loader-io-workers", "loader-cpu-workers", "mingpt-chargpt-w0")
 # name -> (the places that hold it, chosen, alternative, the cases it acts on)
@@ -53,9 +53,7 @@ def main() -> None:
     p.add_argument("--cases", help="comma-separated cases (default: each constant's own)")
     p.add_argument("--runs", type=int, default=2, help="runs per value")
     p.add_argument("--burner", action="store_true", help="beside the reproducibility benchmark's burner")
-    p.add_argument("--work", type=Path, default=Path.home() / ".cache" / "advise-truth")
-    p.add_argument("--datasets", type=Path, default=REPO.parent / "shared" / "datasets")
-    p.add_argument("--advise-timeout", type=float, default=900.0)
+    corpus_args(p, advise_timeout=900.0)
     args = p.parse_args()
     args.advise_args = []
     from reproducibility import burner

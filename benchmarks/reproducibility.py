@@ -37,7 +37,7 @@ from typing import Iterator
 sys.path.insert(0, str(Path(__file__).resolve().parent / "truth"))
 
 from fetch import prepare_base
-from run import BY_NAME, REPO, cached_hand, default_threads, match, measure_case, read_advise, run_advise
+from run import corpus_args, BY_NAME, cached_hand, default_threads, match, measure_case, read_advise, run_advise
 
 DEFAULT_CASES = "loader-starved,wlm-lstm,nanogpt-char,mingpt-adder"
 NEAR_BEST = 0.90  # the recommended value's by-hand speedup at least this share of the best by-hand value's
@@ -90,9 +90,7 @@ def main() -> None:
     p.add_argument("--variants", help="by-hand fixes to measure: fix or case:fix (default: every one of the case's)")
     p.add_argument("--skip-hand", action="store_true")
     p.add_argument("--samples", type=int)
-    p.add_argument("--work", type=Path, default=Path.home() / ".cache" / "advise-truth")
-    p.add_argument("--datasets", type=Path, default=REPO.parent / "shared" / "datasets")
-    p.add_argument("--advise-timeout", type=float, default=900.0)
+    corpus_args(p, advise_timeout=900.0)
     p.add_argument("--burner", action="store_true", help="a CPU burner beside advise's runs (on 1-4 s, off 0-3 s)")
     args = p.parse_args()
     wanted = args.variants.split(",") if args.variants else []

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent / "truth"))
 
 from fetch import prepare_base
-from run import BY_NAME, REPO, family, read_advise, run_advise
+from run import corpus_args, BY_NAME, family, read_advise, run_advise
 
 DEFAULT_CASES = "wlm-lstm,nanogpt-char,mingpt-adder,rl-reinforce,loader-starved"
 GOAL = 2.5
@@ -68,9 +68,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default=DEFAULT_CASES)
     p.add_argument("--pairs", type=int, default=2)
-    p.add_argument("--work", type=Path, default=Path.home() / ".cache" / "advise-truth")
-    p.add_argument("--datasets", type=Path, default=REPO.parent / "shared" / "datasets")
-    p.add_argument("--advise-timeout", type=float, default=1800.0)
+    corpus_args(p, advise_timeout=1800.0)
     args = p.parse_args()
     args.advise_args = []
     work = args.work.expanduser().resolve()

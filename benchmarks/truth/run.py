@@ -117,6 +117,14 @@ def cached_hand(case: Case, work: Path, only: set | None) -> dict:
 
 # ----------------------------------------------------------------------------- advise
 
+def corpus_args(p, advise_timeout: float) -> None:
+    """The options every benchmark over the truth corpus takes: where its work and data are, how long
+    one advise run may take."""
+    p.add_argument("--work", type=Path, default=Path.home() / ".cache" / "advise-truth")
+    p.add_argument("--datasets", type=Path, default=REPO.parent / "shared" / "datasets")
+    p.add_argument("--advise-timeout", type=float, default=advise_timeout)
+
+
 def run_advise(case: Case, base: Path, work: Path, args, out_dir: Path | None = None, extra: tuple[str, ...] = (),
                launcher: tuple[str, ...] = ("-m", "advisor")) -> dict:
     """`advise profile` on the unmodified script (fixups only), `extra` options first; returns its
