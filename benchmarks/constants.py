@@ -25,17 +25,17 @@ from fetch import prepare_base
 from reproducibility import NEAR_BEST, hand_speedups
 from run import corpus_args, BY_NAME, cached_hand, match, read_advise, run_advise
 
-LOADERS = ("loader-starved", "loader-io-workers", "loader-cpu-workers", "mingpt-chargpt-w0")
+LOADERS = ("loader-io-workers", "loader-cpu-workers", "loader-starved")
 # name -> (the places that hold it, chosen, alternative, the cases it acts on)
 CONSTANTS: dict[str, tuple[tuple[str, ...], object, object, tuple[str, ...]]] = {
     "budget": (("advisor.probe.config:AUTO_BUDGET_FACTOR",), 1.35, 1.0,
-               ("loader-starved", "loader-io-workers", "tiny-gpt", "conv-mnist", "wlm-lstm", "mingpt-adder")),
+               ("loader-io-workers", "loader-cpu-workers", "tiny-gpt", "conv-mnist", "loader-starved")),
     "window-floor": (("advisor.experiments.sizing:MIN_WINDOW_S", "advisor.experiments.spend:MIN_WINDOW_S"), 0.5, 0.25,
-                     ("tiny-gpt", "mingpt-adder", "loader-io-workers", "conv-mnist")),
+                     ("tiny-gpt", "loader-io-workers", "conv-mnist")),
     "bursts": (("advisor.experiments.sizing:BURSTS",), 10, 5, LOADERS),
-    "one-thread-extra": (("advisor.overrides:ONE_THREAD_EXTRA_UP_TO",), 4, 0, ("loader-starved", "mingpt-chargpt-w0",
-                                                                              "loader-cpu-workers")),
-    "drain": (("advisor.experiments.sizing:IDLE_LOADER_WAIT",), 0.05, 0.0, ("mingpt-chargpt", "loader-cpu-workers")),
+    "one-thread-extra": (("advisor.overrides:ONE_THREAD_EXTRA_UP_TO",), 4, 0, ("loader-cpu-workers", "loader-starved")),
+    "drain": (("advisor.experiments.sizing:IDLE_LOADER_WAIT",), 0.05, 0.0, ("mingpt-chargpt",)),
+    # beside the burner (--burner): the wait that sets a window aside
     "disturbed-wait": (("advisor.experiments.inprocess:DISTURBED_WAIT",), 0.05, 0.15, ("loader-io-workers", "tiny-gpt")),
 }
 WRAPPER = ("import importlib, json, sys\n"
@@ -50,7 +50,7 @@ WRAPPER = ("import importlib, json, sys\n"
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", help="comma-separated constants: " + ", ".join(CONSTANTS))
-    p.add_argument("--cases", help="comma-separated cases (default: each constant's own)")
+    p.add_argument("--cases", help="comma-separated cases: only these of each constant's own")
     p.add_argument("--runs", type=int, default=2, help="runs per value")
     p.add_argument("--burner", action="store_true", help="beside the reproducibility benchmark's burner")
     corpus_args(p, advise_timeout=900.0)
@@ -62,7 +62,7 @@ def main() -> None:
     rows = []
     for const in (args.only.split(",") if args.only else CONSTANTS):
         places, chosen, alternative, cases = CONSTANTS[const]
-        for name in args.cases.split(",") if args.cases else cases:
+        for name in [c for c in cases if not args.cases or c in args.cases.split(",")]:
             case = BY_NAME[name]
             base = prepare_base(case, work, args.datasets.resolve())
             truth = hand_speedups(cached_hand(case, work, None))

@@ -9,9 +9,9 @@ the best by-hand value (issue 54: at least 4 of 5 each).
     python benchmarks/reproducibility.py [--cases loader-starved,wlm-lstm,...] [--runs 5] [--skip-hand]
         [--variants bf16,wlm-lstm:compile,...] [--burner]
 
-`--burner`: a CPU burner runs beside advise's runs (not beside the by-hand ones), on for 1-4 s, off
-for 0-3 s, at random (issue 65's neighbour); redo the by-hand figures beside the same burner with
-the truth harness where the Show asks for it.
+`--burner`: a CPU burner runs beside advise's runs, on for 1-4 s, off for 0-3 s, at random (issue
+65's neighbour), and beside the by-hand runs where they are measured (not with --skip-hand): give
+such a run its own --work, so the quiet by-hand figures stay cached where they were.
 
 A `--variants` entry is a by-hand fix of every case (bf16) or of one (case:fix); a case none names
 measures all of its own. The recommended configuration (the stack) is judged like a claim where a
@@ -103,7 +103,11 @@ def main() -> None:
         base = prepare_base(case, work, args.datasets.resolve())
         print(f"== {name}", flush=True)
         args.variants = {w.split(":")[-1] for w in wanted if ":" not in w or w.startswith(name + ":")} or None
-        hand = cached_hand(case, work, args.variants) if args.skip_hand else measure_case(case, base, work, args, threads)
+        if args.skip_hand:
+            hand = cached_hand(case, work, args.variants)
+        else:
+            with burner(args.burner):
+                hand = measure_case(case, base, work, args, threads)
         truth = hand_speedups(hand)
         best = max([1.0, *truth.values()])  # doing nothing is 1.0x: a case every fix slows has it for its best
         runs = []

@@ -20,7 +20,7 @@ from advisor.experiments.inprocess import ArmsSession
 from advisor.experiments.arms import RoundResult
 from advisor.experiments.rounds import RoundKind, Rounds
 from advisor.experiments.plan import BASELINE, interleave, plan_windows
-from advisor.model import Finding, Fix
+from advisor.model import Finding, Fix, Verdict
 from advisor.run_dir.protocol import ArmLine, ArmStepLine, RankLines, read_plan, write_line
 from conftest import WORKLOADS, advise_cmd
 
@@ -167,6 +167,25 @@ def test_a_fix_window_and_the_baseline_beside_it_both_disturbed_are_kept_as_a_pa
 
     alone = _disturb(child.run(1, first, speed), {arm})
     assert alone.shared == set() and set(alone.busy) == {line.window for line in alone.windows if line.arm == arm}
+
+
+def test_a_quiet_fix_window_between_disturbed_baselines_is_measured_again_not_failed(tmp_path):
+    """The fix's window was quiet, the baselines beside it disturbed alone: it has nothing fair to be
+    compared with, so it goes again (not "failed: the baseline could not be re-measured", as a
+    starved loader read beside a burner), and the quiet round that follows verifies it."""
+    finding, child = _dl001(), Child(tmp_path)
+    rounds = Rounds(tmp_path)
+    first = rounds.start([finding], _profile(cores=2))
+    arm = next(w.arm for w in first if w.arm != BASELINE)
+    speed = lambda w: 0.10 if w.arm == BASELINE else 0.04  # noqa: E731
+    result = _disturb(child.run(0, first, speed), {BASELINE})
+    assert result.shared == set() and not result.paired(arm)
+    again = rounds.advance(result)
+    assert rounds.silenced() == [arm] and arm in {w.arm for w in again} and rounds.replaced >= 1
+    assert finding.experiment is None or finding.experiment.verdict is not Verdict.FAILED
+    rounds.advance(_disturb(child.run(1, again, speed), set()))
+    assert rounds.silenced() == [] and finding.experiment.verified
+    assert finding.experiment.speedup == pytest.approx(2.5, rel=0.1)
 
 
 def test_every_window_disturbed_reaches_the_cap_and_no_figure_is_verified(tmp_path):
@@ -901,7 +920,7 @@ def test_a_window_measured_during_a_burst_is_left_out(tmp_path):
     result.busy[burst] = 1.4
     exp = rounds.outcome([result], arm)
     assert exp.speedup == pytest.approx(1.5, rel=0.1) and not exp.verified and exp.verdict == "not-confirmed"
-    assert exp.reason.startswith("every window of it ran while other processes used the CPU")
+    assert exp.reason.startswith("every window of it, or the baseline windows beside them, ran while other processes used the CPU")
     quiet = child.run(1, first, lambda w: 0.1 / 1.5 if w.arm == arm else 0.10)
     both = rounds.outcome([result, quiet], arm)  # the busy window left out, the quiet one judged
     assert both.verified and len(both.runs) == 1

@@ -95,22 +95,39 @@ class RoundResult:
     def pairs(self, arm: str, run_dir: Path, busy_too: bool = False) -> list[tuple[list[Measurement], list[Measurement]]]:
         """Each window of `arm` with the nearest baseline window on either side of it of its own kind
         (quiet with quiet, a disturbed pair's with its disturbed baseline: :attr:`shared`), the
-        windows a neighbour disturbed alone left out (`busy_too`: kept, every baseline its match)."""
+        windows a neighbour disturbed alone left out (`busy_too`: kept, every baseline its match);
+        a window with no such baseline beside it has nothing to be compared with and is left out."""
         out = []
+        for k, before, after, opens in self._partners(arm, busy_too):
+            around = [self.measurement(j, run_dir) for j in (before, after) if j is not None]
+            if opens and (opening := self.opening(run_dir)) is not None:
+                around.insert(0, opening)
+            if around:
+                out.append((around, [self.measurement(k, run_dir)]))
+        return out
+
+    def paired(self, arm: str) -> bool:
+        """Whether a window of `arm` has a baseline window of its kind to be compared with."""
+        opening = self.opened_by is not None and self.opened_by.closing() is not None
+        return any(before is not None or after is not None or (opens and opening)
+                   for _, before, after, opens in self._partners(arm, False))
+
+    def _partners(self, arm: str, busy_too: bool) -> list[tuple[int, int | None, int | None, bool]]:
+        """Per kept window of `arm`: its index, the nearest baseline of its kind before and after it,
+        and whether the round before's closing baseline may stand for the one before (a quiet window
+        that opens its round)."""
         busy = set() if busy_too else set(self.busy)
         shared = set() if busy_too else self.shared
+        out = []
         for k, line in enumerate(self.windows):
             if line.arm != arm or line.window in busy:
                 continue
             duet = line.window in shared
-            match = lambda j: (self.windows[j].arm == BASELINE and self.windows[j].window not in busy  # noqa: E731
-                               and (self.windows[j].window in shared) == duet)
-            before = next((j for j in range(k - 1, -1, -1) if match(j)), None)
-            after = next((j for j in range(k + 1, len(self.windows)) if match(j)), None)
-            around = [self.measurement(j, run_dir) for j in (before, after) if j is not None]
-            if before is None and not duet and (opening := self.opening(run_dir)) is not None:
-                around.insert(0, opening)
-            out.append((around, [self.measurement(k, run_dir)]))
+            kind = [j for j, w in enumerate(self.windows)
+                    if w.arm == BASELINE and w.window not in busy and (w.window in shared) == duet]
+            before = max((j for j in kind if j < k), default=None)
+            after = min((j for j in kind if j > k), default=None)
+            out.append((k, before, after, before is None and not duet))
         return out
 
     def opening(self, run_dir: Path) -> Measurement | None:

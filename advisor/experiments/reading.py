@@ -35,8 +35,8 @@ class Reading:
             return Unmeasured(next(iter(refused[0].reasons.values()), "it could not be switched in the running script"),
                               switchable=False)
         passes = [p for result in results for p in result.pairs(arm, self.run_dir)]
-        busy = not passes and any(line.window in r.busy for r in results for line in r.windows if line.arm == arm)
-        if busy:  # no quiet window: its figures from the busy ones, never verified
+        busy = not passes and bool(lines) and any(r.busy for r in results)
+        if busy:  # no window it can be compared with: its figures from the disturbed ones, never verified
             passes = [p for result in results for p in result.pairs(arm, self.run_dir, busy_too=True)]
         if not passes:
             return Unmeasured(self.why_not_started(arm) or "the run ended before its windows")
@@ -45,7 +45,8 @@ class Reading:
         if busy:
             pooled.verified = False
             pooled.verdict = Verdict.NOT_CONFIRMED if pooled.verdict is Verdict.FASTER else pooled.verdict
-            pooled.reason = "every window of it ran while other processes used the CPU: run again on a quiet machine to verify"
+            pooled.reason = ("every window of it, or the baseline windows beside them, ran while other processes used the CPU: "
+                             "run again on a quiet machine to verify")
         every = _arm_lines(self.results.values(), arm) or lines
         pooled.switch_s = sum(line.switch_s for line in every) or None
         pooled.payoff_steps = judge.payoff_steps(pooled)

@@ -287,11 +287,12 @@ class Rounds:
             self.replaced += 1
 
     def silenced(self) -> list[str]:
-        """The rules' fixes' arms that ran windows, every one of them disturbed by a neighbour."""
+        """The rules' fixes' arms that ran windows none of which can be compared with a baseline: a
+        neighbour disturbed every one of them, or the baseline windows beside them."""
         out = []
         for a, arm in self.arms.items():
-            ran = [line.window in r.busy for r in self.results.values() for line in r.windows if line.arm == a]
-            if arm.role in (Role.FIX, Role.LADDER) and ran and all(ran):
+            ran = any(line.arm == a for r in self.results.values() for line in r.windows)
+            if arm.role in (Role.FIX, Role.LADDER) and ran and not any(r.paired(a) for r in self.results.values()):
                 out.append(a)
         return out
 
