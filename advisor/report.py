@@ -22,7 +22,7 @@ from msgspec import Meta
 from . import __version__
 from .run_dir.atomic import clean, write_json_atomic
 from .model import Finding, Recommendation
-from .report_blocks import (STATUSES, Artifacts, Block, Breakdown, Energy, Experiments, Fingerprint, HtaBreakdown, Memory,
+from .report_blocks import (STATUSES, Artifacts, Block, Breakdown, Energy, LoopPhase, Experiments, Fingerprint, HtaBreakdown, Memory,
                             Mfu, Num, Published, Rank, Status, Step, Throughput, Tool, Utilization)
 from .run_dir.seen import Env, Observed
 
@@ -75,6 +75,7 @@ def build_report(
         steps=_built("steps", list[Step], steptime.records(steps, Step.__struct_fields__)),
         throughput=_built("throughput", Throughput, steptime.throughput(steps)),
         breakdown=_built("breakdown", Breakdown, metrics.breakdown(steps)),
+        phases=_built("phases", list[LoopPhase], steptime.loop_phases(steps)),
         memory=_built("memory", Memory, metrics.memory(profile.memory.record(), profile.samples)),
         mfu=_built("mfu", Optional[Mfu], mfu.model_flops_utilization(profile)),
         hta_breakdown=_built("hta_breakdown", Optional[HtaBreakdown],
@@ -172,6 +173,8 @@ class Report(Block):
     steps: list[Step] = []
     throughput: Throughput = msgspec.field(default_factory=Throughput)
     breakdown: Breakdown = msgspec.field(default_factory=Breakdown)
+    phases: Annotated[list[LoopPhase], Meta(description="the loop's evaluation passes and checkpoint saves in the measured "
+                                                        "window, kept out of the steps' time and samples")] = []
     memory: Memory = msgspec.field(default_factory=Memory)
     mfu: Optional[Mfu] = None
     hta_breakdown: Optional[HtaBreakdown] = None

@@ -88,6 +88,17 @@ class Throughput(Block):
     basis: Annotated[Optional[str], Meta(description="which steps the rates come from")] = None
 
 
+class LoopPhase(Block):
+    """A phase of the training loop outside its training steps (advisor.probe.phases): evaluation
+    passes or checkpoint saves inside the measured window, kept out of the steps' time and samples."""
+
+    name: Annotated[Optional[Literal["evaluation", "checkpoint"]], Meta(description="what the phase is")] = None
+    seconds: Annotated[Num, Meta(description="its time in the measured window, in all")] = None
+    share: Annotated[Num, Meta(description="its share of the measured window's wall time")] = None
+    count: Annotated[Optional[int], Meta(description="how many times it ran in the window")] = None
+    every_steps: Annotated[Num, Meta(description="measured steps per run of it (the window's steps over its count)")] = None
+
+
 class Breakdown(Block):
     """Shares of the step time."""
 

@@ -20,6 +20,7 @@ Each figure over many steps is defined here, once, for the question it answers:
 - where the steps' time went: :func:`share` (the wait on the loader, the optimizer's step);
 - a run's figure for the CI gate: its fast steps, :func:`fast` (a neighbour only slows steps);
 - the typical step, for sizing a window: :func:`median_step`;
+- the loop's phases outside its steps (evaluation, checkpoints): :func:`phase_time`, :func:`loop_phases`;
 - the steps as report.json lists them: :func:`records`.
 """
 
@@ -46,9 +47,13 @@ def _columns(*names: str) -> tuple[str, ...]:
 
 # The step frame's columns (advisor.run_dir.protocol.StepTimes, StepLine and ArmStepLine's fields).
 (INDEX, T_START, T_END, DURATION, HOST, CPU, CLOCK, DATA_WAIT, OPTIMIZER, BACKWARD, SAMPLES, PROFILED, SOURCE,
- LOSS, LOSS_FINITE, T_DEVICE_END) = _columns(
+ LOSS, LOSS_FINITE, T_DEVICE_END, EVAL, EVALS, CHECKPOINT, CHECKPOINTS) = _columns(
     "index", "t_start", "t_end", "duration_s", "host_s", "cpu_s", "clock", "data_wait_s", "optimizer_s",
-    "backward_s", "samples", "profiled", "source", "loss", "loss_finite", "t_device_end")
+    "backward_s", "samples", "profiled", "source", "loss", "loss_finite", "t_device_end", "eval_s", "evals",
+    "checkpoint_s", "checkpoints")
+# An evaluation timed in at least this share of a frame's steps runs every step (an EMA's or a
+# teacher's forward, an RL rollout): it is part of the step, not a phase of the loop.
+PHASE_MOST_STEPS = 0.5
 
 MIN_CLEAN_STEPS = 3  # fewer un-profiled steps than this: fall back to all measured steps
 # A run's figure for the gate is read from its fast steps: the 5th percentile of its measured
@@ -72,8 +77,23 @@ def _floats(steps: pd.DataFrame, column: str, missing: float) -> pd.Series:
 
 
 def durations(steps: pd.DataFrame) -> pd.Series:
-    """Each step's time on its clock (`duration_s`), in seconds: NaN where the frame has none."""
+    """Each step's training time on its clock, in seconds: its span (`duration_s`) less the loop's
+    phases inside it (:func:`phase_time`); NaN where the frame has no span."""
+    return (_floats(steps, DURATION, math.nan) - phase_time(steps)).clip(lower=0.0)
+
+
+def spans(steps: pd.DataFrame) -> pd.Series:
+    """Each step's whole span on its clock (`duration_s`), the loop's phases inside it included."""
     return _floats(steps, DURATION, math.nan)
+
+
+def phase_time(steps: pd.DataFrame) -> pd.Series:
+    """Each step's seconds in the loop's phases (advisor.probe.phases): its checkpoint saves, and its
+    evaluations unless they ran in PHASE_MOST_STEPS of the frame's steps (then they are the step's work)."""
+    evals = _floats(steps, EVAL, 0.0).fillna(0.0)
+    if len(steps) and float((evals > 0).mean()) >= PHASE_MOST_STEPS:
+        evals = evals * 0.0
+    return evals + _floats(steps, CHECKPOINT, 0.0).fillna(0.0)
 
 
 def has_durations(steps: pd.DataFrame) -> bool:
@@ -333,6 +353,26 @@ def share(steps: pd.DataFrame, *parts: str) -> float | None:
     if not total > 0 or not math.isfinite(total):
         return None
     return sum(float(steps[p].astype(float).fillna(0.0).clip(lower=0.0).sum()) for p in parts) / total
+
+
+def loop_phases(steps: pd.DataFrame) -> list[dict]:
+    """The loop's phases in the steps (report.json's ``phases``): per phase its seconds, its share of
+    the steps' whole spans (the window's wall time), how often it ran and every how many steps; an
+    evaluation that ran in most steps is the steps' own work (:func:`phase_time`), not listed."""
+    total = float(spans(steps).sum()) if len(steps) else 0.0
+    if not total > 0 or not math.isfinite(total):
+        return []
+    out = []
+    for name, seconds, count in (("evaluation", EVAL, EVALS), ("checkpoint", CHECKPOINT, CHECKPOINTS)):
+        if count not in steps:
+            continue
+        n = int(pd.to_numeric(steps[count], errors="coerce").fillna(0).sum())
+        ran = float((pd.to_numeric(steps[count], errors="coerce").fillna(0) > 0).mean())
+        if n == 0 or (name == "evaluation" and ran >= PHASE_MOST_STEPS):
+            continue
+        spent = float(_floats(steps, seconds, 0.0).fillna(0.0).sum())
+        out.append({"name": name, "seconds": spent, "share": spent / total, "count": n, "every_steps": len(steps) / n})
+    return out
 
 
 def median_step(steps: pd.DataFrame) -> float | None:

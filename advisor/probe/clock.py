@@ -50,6 +50,10 @@ class StepAccumulator:
     backward_s: float = 0.0
     samples: int | None = None
     forward_samples: int | None = None  # from the model's input, for loops without a DataLoader
+    eval_s: float = 0.0  # evaluation passes inside the step (advisor.probe.phases)
+    evals: int = 0
+    checkpoint_s: float = 0.0  # checkpoint saves inside the step
+    checkpoints: int = 0
     loss: object = None  # a detached tensor (what backward() was given); read only after the window, never during it
 
     def add_samples(self, n: int | None) -> None:
@@ -78,7 +82,8 @@ class ClosedStep:
         acc = self.acc
         return {"t_start": self.start.host, "t_end": self.end.host, "duration_s": duration_s, "host_s": host_s,
                 "cpu_s": self.end.cpu - self.start.cpu, "clock": clock, "data_wait_s": acc.data_wait_s, "optimizer_s": acc.optimizer_s,
-                "backward_s": acc.backward_s, "samples": acc.batch(),
+                "backward_s": acc.backward_s, "samples": acc.batch(), "eval_s": acc.eval_s, "evals": acc.evals,
+                "checkpoint_s": acc.checkpoint_s, "checkpoints": acc.checkpoints,
                 "t_device_end": timeline.on_host(self.end) if clock == "device" else None}
 
 
@@ -250,6 +255,15 @@ class StepClock:
         else:
             self._acc.data_wait_s += wait_s
             self._acc.add_samples(samples)
+
+    def phase_done(self, name: str, seconds: float) -> None:
+        """An evaluation or a checkpoint (advisor.probe.phases) ended inside the current step."""
+        if name == "checkpoint":
+            self._acc.checkpoint_s += seconds
+            self._acc.checkpoints += 1
+        else:
+            self._acc.eval_s += seconds
+            self._acc.evals += 1
 
     def forward_batch(self, samples: int | None) -> None:
         """The model's forward saw a batch of `samples` (used where no DataLoader batch says so)."""

@@ -33,6 +33,7 @@ from advisor.run_dir import seen
 from . import framework
 from .clock import StepClock
 from .module_call import Depth, compiling
+from .phases import PhaseWatch
 
 
 class Observed:
@@ -308,9 +309,11 @@ def install(clock: StepClock, observed: Observed) -> None:
     in_next = [False]  # inside a DataLoader's __next__: a model call there is no batch of the loop's
     warnings.warn = user_facing_warn
     clock.on_unknown_batch = lambda: _watch_model_input(clock, in_next)
+    phases = PhaseWatch(clock.phase_done)
+    phases.install()
     _install_optimizer_hooks(clock, observed)
-    _install_loader_hooks(clock, observed, in_next)
-    _install_backward(clock, observed)
+    _install_loader_hooks(clock, observed, in_next, phases)
+    _install_backward(clock, observed, phases)
     _watch_zero_grad(observed)
 
 
@@ -370,14 +373,16 @@ def _first_step_of(opt, observed: Observed) -> None:
     observed.live_optimizers.add(opt)
 
 
-def _install_loader_hooks(clock: StepClock, observed: Observed, in_next: list[bool]) -> None:
-    """Each DataLoader iterator described at its start and each batch's wait timed."""
+def _install_loader_hooks(clock: StepClock, observed: Observed, in_next: list[bool], phases: PhaseWatch) -> None:
+    """Each DataLoader iterator described at its start and each batch's wait timed; an evaluation's
+    batches (`phases`) are neither the step's wait nor its samples."""
     base_iter = dl._BaseDataLoaderIter
     orig_init, orig_next = base_iter.__init__, base_iter.__next__
 
     def iter_init(self, loader, *args, **kwargs) -> None:
         orig_init(self, loader, *args, **kwargs)
         self._advise_built_at = where_built(loader)  # the capture step names the loader that fed it
+        self._advise_loader = id(loader)
         if id(loader) not in observed.dataloaders:
             observed.dataloaders[id(loader)] = _describe_loader(loader)
         if loader.num_workers:
@@ -387,11 +392,16 @@ def _install_loader_hooks(clock: StepClock, observed: Observed, in_next: list[bo
         t0 = time.monotonic()
         in_next[0] = True
         try:
-            batch = orig_next(self)  # StopIteration passes through untouched
+            batch = orig_next(self)  # StopIteration passes through
+        except StopIteration:
+            phases.exhausted(getattr(self, "_advise_loader", 0))
+            raise
         finally:
             in_next[0] = False
-        samples = batch_size(batch)
-        clock.batch_fetched(time.monotonic() - t0, samples)
+        samples, wait = batch_size(batch), time.monotonic() - t0
+        if phases.fetched(getattr(self, "_advise_loader", 0), wait):
+            return batch
+        clock.batch_fetched(wait, samples)
         if clock.capture is not None:
             clock.capture.fetched(self, samples)
         return batch
@@ -400,7 +410,7 @@ def _install_loader_hooks(clock: StepClock, observed: Observed, in_next: list[bo
     base_iter.__next__ = iter_next  # type: ignore[method-assign]  # the probe's hook, patched in
 
 
-def _install_backward(clock: StepClock, observed: Observed) -> None:
+def _install_backward(clock: StepClock, observed: Observed, phases: PhaseWatch) -> None:
     """Each backward() timed; the loss it started from kept for the step (and its device and dtype)."""
     orig_backward = torch.autograd.backward
 
@@ -413,6 +423,7 @@ def _install_backward(clock: StepClock, observed: Observed) -> None:
                 observed.device = observed.device or loss.device.type
                 observed.loss_dtype = str(loss.dtype).replace("torch.", "")
             loss = loss.detach()
+        phases.backward()
         clock.backward_done(loss, time.monotonic() - t0)
         return result
 

@@ -107,6 +107,7 @@ class Page:
     warnings: list[str]
     notes: list[str]
     breakdown: Breakdown | None
+    phases: str | None  # the loop's evaluation and checkpoint phases, kept out of the steps
     hta_tables: list[HtaTable]
     step_chart: charts.StepChart | None
     step_chart_empty: str
@@ -162,6 +163,7 @@ def build_page(report: Report, profile: Profile | None = None, rule_docs: Mappin
         warnings=[str(w) for w in report.warnings],
         notes=[str(n) for n in report.notes],
         breakdown=run_view.breakdown(report),
+        phases=words.phases_words(report.phases),
         hta_tables=hta_view.hta_tables(report),
         step_chart=charts.step_chart(steps),
         step_chart_empty="no measured steps" if not steps else "",

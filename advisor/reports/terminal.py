@@ -234,6 +234,9 @@ def _print_summary(report: Report, con: Console, run_dir: str | None = None, glu
             "step breakdown",
             f"data wait {units.frac(bd.data_wait_frac)} · forward/backward {units.frac(bd.compute_frac)} · optimizer {units.frac(bd.optimizer_frac)}",
         )
+    phases = words.phases_words(report.phases)
+    if phases:  # kept out of the steps above: never read as stalls of the machine
+        add("loop phases", phases)
     memory = words.memory_words(report.memory)
     if memory:
         add("peak memory", memory)

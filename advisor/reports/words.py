@@ -19,7 +19,7 @@ from advisor import overrides as vocabulary
 from advisor.framework.words import FRAMEWORK_NAMES, in_config_call
 from advisor.overrides import one_off
 from advisor.report import Report
-from advisor.report_blocks import Energy, Experiments, Memory, Mfu, Rank, Throughput
+from advisor.report_blocks import Energy, Experiments, LoopPhase, Memory, Mfu, Rank, Throughput
 from advisor.model import (VERIFY_MIN_GAIN, Applicability, Experiment, Finding, Fix, FixKind,
                            SourceLocation, Verdict, estimated_speedup)
 
@@ -618,6 +618,18 @@ def ranks_words(ranks: list[Rank]) -> str:
     steps = " · ".join(units.time_s(r.step_s) for r in ranks)
     bad = [f"rank {r.rank} {r.status}" for r in ranks if r.status not in (None, "done", "finished")]
     return f"{len(ranks)} (figures above are rank 0's; median step per rank {steps}" + (f"; {', '.join(bad)}" if bad else "") + ")"
+
+
+def phases_words(phases: list[LoopPhase]) -> str | None:
+    """The loop's phases outside its steps, as the terminal and the page say them: "evaluation 18%
+    of the wall time, every 50 steps · checkpoint 3%, every 50 steps"."""
+    said = []
+    for phase in phases:
+        every = units.finite(phase.every_steps)
+        often = (f", every {every:.0f} steps" if every is not None and every >= 1.5 else ", every step") \
+            if phase.count and phase.count > 1 else (f", once in {every:.0f} steps" if every is not None else "")
+        said.append(f"{phase.name} {units.frac(phase.share)}" + (" of the wall time" if not said else "") + often)
+    return " · ".join(said) or None
 
 
 def energy_words(energy: Energy | None) -> tuple[str, str]:

@@ -65,6 +65,11 @@ class StepTimes(msgspec.Struct, kw_only=True):
     backward_s: float = 0.0
     samples: Optional[int] = None  # the step's batch (None: unknown)
     t_device_end: Optional[float] = None  # host clock; None where the host timed the step
+    # evaluation passes and checkpoint saves inside the step (advisor.probe.phases), on the host's clock
+    eval_s: float = 0.0
+    evals: int = 0
+    checkpoint_s: float = 0.0
+    checkpoints: int = 0
 
 
 class StepLine(StepTimes, kw_only=True):

@@ -1,0 +1,132 @@
+"""Evaluation passes and checkpoint saves inside the training loop, timed as phases of their own.
+
+The step that crosses an epoch's end holds the validation pass and the checkpoint: read as a
+training step, it was four times the others and was blamed on the machine, and the validation
+loader's batches were counted as training samples. Here each such phase is timed on the training
+thread and handed to the step it falls in (:meth:`advisor.probe.clock.StepClock.phase_done`); the
+parent keeps it out of the step's training time (:func:`advisor.analysis.steptime.durations`).
+
+An evaluation is seen two ways:
+
+- the batches of a DataLoader that does not feed backward (once one loader has): from its first
+  batch's wait to its iterator's end (or the next batch of a loader that does feed backward);
+- a module switched to eval mode and back (``model.eval()`` ... ``model.train()``) with no
+  backward between: nanoGPT's ``estimate_loss``, the frameworks' validation loops. A backward in
+  between means the script trains in eval mode (frozen batch norm): no evaluation then.
+
+A checkpoint is a ``torch.save`` call (outside the loader's worker processes). An evaluation that
+runs every step (an EMA's or a teacher's forward) is timed too; the parent leaves it in the step
+when it ran in most steps (:data:`advisor.analysis.steptime.PHASE_MOST_STEPS`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Callable
+
+import torch
+
+EVAL, CHECKPOINT = "evaluation", "checkpoint"
+
+
+class PhaseWatch:
+    """What the hooks tell it (batches, backward, mode switches, saves) turned into phase spans,
+    each given to `done(name, seconds)` when it ends."""
+
+    def __init__(self, done: Callable[[str, float], None], clock: Callable[[], float] = time.monotonic) -> None:
+        self.done, self.clock, self.pid = done, clock, os.getpid()
+        self.train_loaders: set[int] = set()
+        self.last_loader: int | None = None
+        self.key: tuple[str, int] | None = None  # the open evaluation: ("loader" | "module", its id)
+        self.started = 0.0
+        self.saved_inside = 0.0  # checkpoint seconds inside the open evaluation (counted as the checkpoint's)
+        self._mode_depth = 0
+
+    def fetched(self, loader: int, wait_s: float) -> bool:
+        """A batch from `loader`, after `wait_s`: whether it is an evaluation's (not the step's)."""
+        if os.getpid() != self.pid:
+            return False
+        now = self.clock()
+        if loader in self.train_loaders:
+            if self.key is not None and self.key[0] == "loader":
+                self._close(now - wait_s)  # an evaluation left before its loader's end (`break`)
+            if self.key is None:
+                self.last_loader = loader
+                return False
+            return True  # a training loader read inside model.eval(): the evaluation's
+        if self.key is None and self.train_loaders:
+            self._open(("loader", loader), now - wait_s)
+        if self.key is None:
+            self.last_loader = loader  # before any backward: not known yet
+        return self.key is not None
+
+    def exhausted(self, loader: int) -> None:
+        if self.key == ("loader", loader) and os.getpid() == self.pid:
+            self._close(self.clock())
+
+    def backward(self) -> None:
+        if os.getpid() != self.pid:
+            return
+        if self.key is not None and self.key[0] == "module":
+            self.key = None  # trained in eval mode: no evaluation
+        elif self.key is not None:
+            self._close(self.clock())
+        if self.last_loader is not None:
+            self.train_loaders.add(self.last_loader)
+
+    def mode(self, module: int, training: bool) -> None:
+        """The outermost ``Module.train(mode)`` call (its children's are the same switch)."""
+        if os.getpid() != self.pid:
+            return
+        if not training and self.key is None:
+            self._open(("module", module), self.clock())
+        elif training and self.key == ("module", module):
+            self._close(self.clock())
+
+    def saved(self, seconds: float) -> None:
+        if os.getpid() != self.pid:
+            return
+        if self.key is not None:
+            self.saved_inside += seconds
+        self.done(CHECKPOINT, seconds)
+
+    def _open(self, key: tuple[str, int], at: float) -> None:
+        self.key, self.started, self.saved_inside = key, at, 0.0
+
+    def _close(self, at: float) -> None:
+        seconds = max(0.0, at - self.started - self.saved_inside)
+        self.key = None
+        self.done(EVAL, seconds)
+
+    # the hooks ------------------------------------------------------------------------------
+
+    def install(self) -> None:
+        """Patch ``Module.train`` (its outermost call) and ``torch.save``; the DataLoader and backward
+        hooks (advisor.probe.hooks) call :meth:`fetched`, :meth:`exhausted` and :meth:`backward`."""
+        original_train = torch.nn.Module.train
+        watch = self
+
+        @functools.wraps(original_train)
+        def train(module: torch.nn.Module, mode: bool = True) -> torch.nn.Module:
+            watch._mode_depth += 1
+            try:
+                return original_train(module, mode)
+            finally:
+                watch._mode_depth -= 1
+                if watch._mode_depth == 0:
+                    watch.mode(id(module), bool(mode))
+
+        torch.nn.Module.train = train  # type: ignore[method-assign, assignment]  # the probe's hook, patched in
+        original_save = torch.save
+
+        @functools.wraps(original_save)
+        def save(*args: object, **kwargs: object) -> None:
+            t0 = time.monotonic()
+            try:
+                return original_save(*args, **kwargs)  # type: ignore[arg-type]
+            finally:
+                watch.saved(time.monotonic() - t0)
+
+        torch.save = save

@@ -1,0 +1,77 @@
+"""The loop's phases (advisor.probe.phases): evaluation passes and checkpoint saves inside the
+measured window are timed as their own, kept out of the training steps' time and samples, said in
+report.json, the terminal and the page, and never read as a contended machine. Real children."""
+
+from __future__ import annotations
+
+import csv
+
+import pandas as pd
+import pytest
+
+from advisor.analysis import steptime
+from conftest import WORKLOADS
+
+pytestmark = pytest.mark.slow
+
+WINDOW = ["--steps", "20", "--warmup", "3", "--profile-steps", "2", "--no-experiments", "--out", "run"]
+
+
+def _profile(advise, *script_args: str):
+    r = advise("profile", *WINDOW, str(WORKLOADS / "eval_and_checkpoint.py"), *script_args)
+    assert r.returncode == 0, r.stderr
+    with open(r.out / "steps.csv") as f:
+        rows = list(csv.DictReader(f))
+    return r, r.report, rows
+
+
+def _no_contention(report: dict) -> None:
+    said = " ".join(report["warnings"])
+    assert "stalled" not in said and "contended" not in said, report["warnings"]
+    assert report["throughput"]["stalled_steps"] == 0
+
+
+def test_an_evaluation_on_its_own_loader_and_a_checkpoint_are_phases_not_stalls(advise):
+    """Every 5 steps a pass over a validation DataLoader (8x a step) and a checkpoint: each is timed
+    in the step it falls in, the steps' samples are the training batch's (not 16 + 512), the rates
+    rest on the training time, and the page and the terminal say the shares and how often."""
+    r, report, rows = _profile(advise, "--mode", "loader", "--every", "5", "--save-every", "5")
+    assert {int(row["samples"]) for row in rows} == {16}
+    evals = [float(row["eval_s"]) for row in rows if int(row["evals"])]
+    saves = [float(row["checkpoint_s"]) for row in rows if int(row["checkpoints"])]
+    assert 3 <= len(evals) <= 5 and all(e > 0.07 for e in evals), rows
+    assert 3 <= len(saves) <= 5 and all(s > 0 for s in saves), rows
+    _no_contention(report)
+    phases = {p["name"]: p for p in report["phases"]}
+    assert set(phases) == {"evaluation", "checkpoint"}
+    assert phases["evaluation"]["every_steps"] == pytest.approx(5, abs=1.5) and phases["evaluation"]["share"] > 0.3
+    spans = [float(row["duration_s"]) for row in rows]
+    assert phases["evaluation"]["seconds"] == pytest.approx(sum(evals))
+    assert phases["evaluation"]["share"] == pytest.approx(sum(evals) / sum(spans))
+    # the rate: the training batch over the training time, the evaluations and saves left out
+    assert report["throughput"]["step_time_median_s"] < 0.05 and max(spans) > 0.08
+    assert "loop phases" in r.stdout and "evaluation" in r.stdout and "every 5 steps" in r.stdout
+    page = (r.out / "report.html").read_text()
+    assert "Outside the training steps" in page and "checkpoint" in page
+
+
+def test_an_evaluation_between_model_eval_and_model_train_is_a_phase(advise):
+    """nanoGPT's estimate_loss shape: model.eval(), forwards on held-out tensors, model.train(); no
+    DataLoader of its own."""
+    r, report, rows = _profile(advise, "--mode", "module", "--every", "4")
+    assert {int(row["samples"]) for row in rows} == {16}
+    assert [p["name"] for p in report["phases"]] == ["evaluation"]
+    assert report["phases"][0]["count"] >= 4 and report["phases"][0]["every_steps"] == pytest.approx(4, abs=1)
+    _no_contention(report)
+
+
+def test_an_eval_mode_forward_in_every_step_stays_the_steps_work(advise):
+    """An EMA copy's forward between ema.eval() and ema.train() in every step: timed, but part of the
+    step (it runs in most steps), so no phase is said and the steps keep its time."""
+    r, report, rows = _profile(advise, "--mode", "ema")
+    assert sum(int(row["evals"]) for row in rows) >= len(rows) - 1
+    assert report["phases"] == [] and "loop phases" not in r.stdout
+    frame = pd.DataFrame({"duration_s": [float(row["duration_s"]) for row in rows],
+                          "eval_s": [float(row["eval_s"]) for row in rows],
+                          "evals": [int(row["evals"]) for row in rows]})
+    assert steptime.durations(frame).tolist() == frame["duration_s"].tolist()
