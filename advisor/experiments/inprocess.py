@@ -221,7 +221,7 @@ class ArmsSession:
         if paired:
             text += f"; {paired} kept in pairs, a fix's window beside a baseline window disturbed as well, compared only with each other"
         if aside:
-            text += f"; {aside} set aside, left out of every figure, {rounds.replaced} measured again"
+            text += f"; {aside} set aside (left out of every figure) and {rounds.replaced} measured again"
         if rounds.replace_cap_reached:
             text += f" (the cap of {REPLACE_CAP} such passes was reached)"
         if silenced := rounds.silenced():

@@ -382,7 +382,7 @@ def _install_loader_hooks(clock: StepClock, observed: Observed, in_next: list[bo
     def iter_init(self, loader, *args, **kwargs) -> None:
         orig_init(self, loader, *args, **kwargs)
         self._advise_built_at = where_built(loader)  # the capture step names the loader that fed it
-        self._advise_loader = id(loader)
+        self._advise_loader_id = id(loader)
         if id(loader) not in observed.dataloaders:
             observed.dataloaders[id(loader)] = _describe_loader(loader)
         if loader.num_workers:
@@ -394,12 +394,12 @@ def _install_loader_hooks(clock: StepClock, observed: Observed, in_next: list[bo
         try:
             batch = orig_next(self)  # StopIteration passes through
         except StopIteration:
-            phases.exhausted(getattr(self, "_advise_loader", 0))
+            phases.exhausted(getattr(self, "_advise_loader_id", 0))
             raise
         finally:
             in_next[0] = False
         samples, wait = batch_size(batch), time.monotonic() - t0
-        if phases.fetched(getattr(self, "_advise_loader", 0), wait):
+        if phases.fetched(getattr(self, "_advise_loader_id", 0), wait):
             return batch
         clock.batch_fetched(wait, samples)
         if clock.capture is not None:

@@ -8,8 +8,9 @@ parent keeps it out of the step's training time (:func:`advisor.analysis.steptim
 
 An evaluation is seen two ways:
 
-- the batches of a DataLoader that does not feed backward (once one loader has): from its first
-  batch's wait to its iterator's end (or the next batch of a loader that does feed backward);
+- the batches of a DataLoader read with gradients off (``torch.no_grad``, ``inference_mode``),
+  from its first batch's wait to its iterator's end (or the next batch read with them on); a
+  loader that fed a backward is a training one whatever mode it is read in;
 - a module switched to eval mode and back (``model.eval()`` ... ``model.train()``) with no
   backward between: nanoGPT's ``estimate_loss``, the frameworks' validation loops. A backward in
   between means the script trains in eval mode (frozen batch norm): no evaluation then.
@@ -45,34 +46,39 @@ class PhaseWatch:
         self._mode_depth = 0
 
     def fetched(self, loader: int, wait_s: float) -> bool:
-        """A batch from `loader`, after `wait_s`: whether it is an evaluation's (not the step's)."""
+        """A batch from `loader`, after `wait_s`: whether it is an evaluation's (not the step's). A
+        batch read with gradients off (under ``no_grad`` or ``inference_mode``) opens an evaluation,
+        unless its loader has fed a backward; one read with them on closes an evaluation another
+        loader opened (left before its end: a `break`), and is the training's even inside
+        ``model.eval()``. A loader the script (or an arm) builds anew is never taken for an
+        evaluation's by being new."""
         if os.getpid() != self.pid:
             return False
-        now = self.clock()
-        if loader in self.train_loaders:
-            if self.key is not None and self.key[0] == "loader":
-                self._close(now - wait_s)  # an evaluation left before its loader's end (`break`)
+        now, grad = self.clock(), torch.is_grad_enabled()
+        if self.key is not None and self.key[0] == "loader" and self.key[1] != loader and grad:
+            self._close(now - wait_s)
+        if self.key is not None and self.key[0] == "loader":
+            return True
+        if not grad and (self.key is not None or loader not in self.train_loaders):
             if self.key is None:
-                self.last_loader = loader
-                return False
-            return True  # a training loader read inside model.eval(): the evaluation's
-        if self.key is None and self.train_loaders:
-            self._open(("loader", loader), now - wait_s)
-        if self.key is None:
-            self.last_loader = loader  # before any backward: not known yet
-        return self.key is not None
+                self._open(("loader", loader), now - wait_s)
+            return True  # inside model.eval(): a batch read with gradients on is the training's
+        self.last_loader = loader
+        return False
 
     def exhausted(self, loader: int) -> None:
         if self.key == ("loader", loader) and os.getpid() == self.pid:
             self._close(self.clock())
 
     def backward(self) -> None:
+        """A backward: an open evaluation was training after all (in eval mode: frozen batch norm;
+        or on batches read under no_grad), so it is dropped, and its loader is a training one."""
         if os.getpid() != self.pid:
             return
-        if self.key is not None and self.key[0] == "module":
-            self.key = None  # trained in eval mode: no evaluation
-        elif self.key is not None:
-            self._close(self.clock())
+        if self.key is not None:
+            if self.key[0] == "loader":
+                self.train_loaders.add(self.key[1])
+            self.key = None
         if self.last_loader is not None:
             self.train_loaders.add(self.last_loader)
 

@@ -623,7 +623,7 @@ def ranks_words(ranks: list[Rank]) -> str:
 def phases_words(phases: list[LoopPhase]) -> str | None:
     """The loop's phases outside its steps, as the terminal and the page say them: "evaluation 18%
     of the wall time, every 50 steps · checkpoint 3%, every 50 steps"."""
-    said = []
+    said: list[str] = []
     for phase in phases:
         every = units.finite(phase.every_steps)
         often = (f", every {every:.0f} steps" if every is not None and every >= 1.5 else ", every step") \
