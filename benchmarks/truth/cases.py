@@ -508,5 +508,15 @@ HF_ACCELERATE_CLM = Case(
     not_applicable={"compile": "not claimed here", "workers": "not claimed here"},
     notes="scripts/hf_accelerate_clm.py (run_clm_no_trainer.py's loop): hf_clm.py's 4x256 GPT-2, batch 8, "
           "AdamW, a linear schedule, Accelerator(cpu=True, mixed_precision=...)")
-CASES = CASES + (CONV_MNIST, HF_ACCELERATE_CLM)
+# nanoGPT evaluating and saving inside the measured window (issue 66's phases): estimate_loss every
+# 10 iterations (model.eval(), 5 batches each of train and val under no_grad, model.train()) and a
+# checkpoint after each. Its own per-iteration time holds the evaluation on those iterations; the
+# median (the case's figure) is a training iteration's.
+NANOGPT_CHAR = next(c for c in CASES if c.name == "nanogpt-char")
+NANOGPT_EVAL = replace(
+    NANOGPT_CHAR, name="nanogpt-char-eval", argv=(*NANOGPT_CHAR.argv, "--eval_interval=10", "--eval_iters=5"),
+    variants=tuple(v for v in NANOGPT_CHAR.variants if v.name in ("bf16", "fused")),
+    not_applicable={**NANOGPT_CHAR.not_applicable, "compile, threads": "measured on nanogpt-char (the same script)"},
+    notes="nanogpt-char evaluating (5 batches each of train and val) and saving a checkpoint every 10 iterations")
+CASES = CASES + (CONV_MNIST, HF_ACCELERATE_CLM, NANOGPT_EVAL)
 BY_NAME = {c.name: c for c in CASES}
