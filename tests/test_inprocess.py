@@ -124,14 +124,20 @@ def _disturb(result: RoundResult, arms: set[str], wait: float = 0.4) -> RoundRes
     return result
 
 
-def test_a_window_a_neighbour_disturbed_is_set_aside_and_measured_again(tmp_path):
-    """The fix's one window of round 0 ran beside a neighbour that made the script wait for a core:
-    set aside (no figure rests on it), the fix goes again, and its quiet window verifies it."""
+def _one_fix(tmp_path, slower: float = 1.0):
+    """A starved loader's fix on 2 cores, its first round planned: (finding, child, rounds, first
+    windows, the fix's arm, a speed at which the fix is 2.5x, every window `slower` times longer)."""
     finding, child = _dl001(), Child(tmp_path)
     rounds = Rounds(tmp_path)
     first = rounds.start([finding], _profile(cores=2))
     arm = next(w.arm for w in first if w.arm != BASELINE)
-    speed = lambda w: 0.10 if w.arm == BASELINE else 0.04  # noqa: E731
+    return finding, child, rounds, first, arm, lambda w: slower * (0.10 if w.arm == BASELINE else 0.04)
+
+
+def test_a_window_a_neighbour_disturbed_is_set_aside_and_measured_again(tmp_path):
+    """The fix's one window of round 0 ran beside a neighbour that made the script wait for a core:
+    set aside (no figure rests on it), the fix goes again, and its quiet window verifies it."""
+    finding, child, rounds, first, arm, speed = _one_fix(tmp_path)
     result = _disturb(child.run(0, first, speed), {arm})
     assert set(result.busy) == {k for k, w in enumerate(first) if w.arm == arm}
     again = rounds.advance(result)
@@ -148,11 +154,7 @@ def test_a_fix_window_and_the_baseline_beside_it_both_disturbed_are_kept_as_a_pa
     it stays set aside, and so does every window beside a neighbour that never left."""
     from advisor.experiments.inprocess import disturbed
 
-    finding, child = _dl001(), Child(tmp_path)
-    rounds = Rounds(tmp_path)
-    first = rounds.start([finding], _profile(cores=2))
-    arm = next(w.arm for w in first if w.arm != BASELINE)
-    speed = lambda w: 1.3 * (0.10 if w.arm == BASELINE else 0.04)  # noqa: E731
+    finding, child, rounds, first, arm, speed = _one_fix(tmp_path, slower=1.3)
     steady = _disturb(child.run(0, first, speed), {arm, BASELINE})  # a neighbour that never left: no pairs
     assert steady.shared == set() and set(steady.busy) == {line.window for line in steady.windows}
     result = child.run(0, first, speed)
@@ -173,11 +175,7 @@ def test_a_quiet_fix_window_between_disturbed_baselines_is_measured_again_not_fa
     """The fix's window was quiet, the baselines beside it disturbed alone: it has nothing fair to be
     compared with, so it goes again (not "failed: the baseline could not be re-measured", as a
     starved loader read beside a burner), and the quiet round that follows verifies it."""
-    finding, child = _dl001(), Child(tmp_path)
-    rounds = Rounds(tmp_path)
-    first = rounds.start([finding], _profile(cores=2))
-    arm = next(w.arm for w in first if w.arm != BASELINE)
-    speed = lambda w: 0.10 if w.arm == BASELINE else 0.04  # noqa: E731
+    finding, child, rounds, first, arm, speed = _one_fix(tmp_path)
     result = _disturb(child.run(0, first, speed), {BASELINE})
     assert result.shared == set() and not result.paired(arm)
     again = rounds.advance(result)
