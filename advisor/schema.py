@@ -18,6 +18,7 @@ it writes against that, so a field added to the code without its description fai
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import typing
@@ -211,12 +212,25 @@ def schema(name: str = "report", *, strict: bool = False) -> dict:
             if block.required:
                 definition["required"] = list(block.required)
     out = {"$schema": "https://json-schema.org/draft/2020-12/schema",
-           "$id": f"{BASE_URL}/{name}.v{version}.schema.json", **body}
+           "$id": f"{BASE_URL}/{name}.v{version}.schema.json", **typing.cast(dict, _stable(body))}
     if strict:
         for title, definition in out["$defs"].items():
             if definition.get("type") == "object" and "properties" in definition and title not in OPEN:
                 definition["additionalProperties"] = False
     return out
+
+
+def _stable(node: object) -> object:
+    """The schema as every msgspec writes it: each description as inspect.cleandoc leaves it, and no
+    empty-container default. msgspec 0.23 cleans a block's docstring (0.22 kept its continuation
+    lines' indent) and states a dataclass's `default_factory=list` (0.22 did not), so the shipped file
+    read differently by the msgspec installed; an empty default says nothing a reader needs."""
+    if isinstance(node, dict):
+        return {k: inspect.cleandoc(v) if k == "description" and isinstance(v, str) else _stable(v)
+                for k, v in node.items() if not (k == "default" and v in ([], {}))}
+    if isinstance(node, list):
+        return [_stable(v) for v in node]
+    return node
 
 
 def schema_text(name: str = "report") -> str:
