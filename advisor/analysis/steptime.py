@@ -89,11 +89,14 @@ def spans(steps: pd.DataFrame) -> pd.Series:
 
 def phase_time(steps: pd.DataFrame) -> pd.Series:
     """Each step's seconds in the loop's phases (advisor.probe.phases): its checkpoint saves, and its
-    evaluations unless they ran in PHASE_MOST_STEPS of the frame's steps (then they are the step's work)."""
-    evals = _floats(steps, EVAL, 0.0).fillna(0.0)
-    if len(steps) and float((evals > 0).mean()) >= PHASE_MOST_STEPS:
-        evals = evals * 0.0
-    return evals + _floats(steps, CHECKPOINT, 0.0).fillna(0.0)
+    evaluations unless they are the steps' own work (:func:`_evals_in_most_steps`)."""
+    saves = _floats(steps, CHECKPOINT, 0.0).fillna(0.0)
+    return saves if _evals_in_most_steps(steps) else saves + _floats(steps, EVAL, 0.0).fillna(0.0)
+
+
+def _evals_in_most_steps(steps: pd.DataFrame) -> bool:
+    """Whether an evaluation ran in PHASE_MOST_STEPS of the frame's steps: then it is their own work."""
+    return len(steps) > 0 and float((_floats(steps, EVALS, 0.0).fillna(0.0) > 0).mean()) >= PHASE_MOST_STEPS
 
 
 def has_durations(steps: pd.DataFrame) -> bool:
@@ -364,11 +367,10 @@ def loop_phases(steps: pd.DataFrame) -> list[dict]:
         return []
     out = []
     for name, seconds, count in (("evaluation", EVAL, EVALS), ("checkpoint", CHECKPOINT, CHECKPOINTS)):
-        if count not in steps:
+        if count not in steps or (name == "evaluation" and _evals_in_most_steps(steps)):
             continue
-        n = int(pd.to_numeric(steps[count], errors="coerce").fillna(0).sum())
-        ran = float((pd.to_numeric(steps[count], errors="coerce").fillna(0) > 0).mean())
-        if n == 0 or (name == "evaluation" and ran >= PHASE_MOST_STEPS):
+        n = int(_floats(steps, count, 0.0).fillna(0.0).sum())
+        if n == 0:
             continue
         spent = float(_floats(steps, seconds, 0.0).fillna(0.0).sum())
         out.append({"name": name, "seconds": spent, "share": spent / total, "count": n, "every_steps": len(steps) / n})

@@ -625,11 +625,15 @@ def phases_words(phases: list[LoopPhase]) -> str | None:
     of the wall time, every 50 steps · checkpoint 3%, every 50 steps"."""
     said: list[str] = []
     for phase in phases:
-        every = units.finite(phase.every_steps)
-        often = (f", every {every:.0f} steps" if every is not None and every >= 1.5 else ", every step") \
-            if phase.count and phase.count > 1 else (f", once in {every:.0f} steps" if every is not None else "")
-        said.append(f"{phase.name} {units.frac(phase.share)}" + (" of the wall time" if not said else "") + often)
+        said.append(f"{phase.name} {units.frac(phase.share)}" + (" of the wall time" if not said else "") + _how_often(phase))
     return " · ".join(said) or None
+
+
+def _how_often(phase: LoopPhase) -> str:
+    every = units.finite(phase.every_steps)
+    if not (phase.count and phase.count > 1):
+        return f", once in {every:.0f} steps" if every is not None else ""
+    return f", every {every:.0f} steps" if every is not None and every >= 1.5 else ", every step"
 
 
 def energy_words(energy: Energy | None) -> tuple[str, str]:
