@@ -55,6 +55,9 @@ def main() -> None:
     p.add_argument("--burner", action="store_true", help="beside the reproducibility benchmark's burner")
     corpus_args(p, advise_timeout=900.0)
     args = p.parse_args()
+    unknown = [c for c in (args.only.split(",") if args.only else []) if c not in CONSTANTS]
+    if unknown:
+        p.error(f"unknown constant {', '.join(unknown)} (constants: {', '.join(CONSTANTS)})")
     args.advise_args = []
     from reproducibility import burner
 
