@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .. import overrides as vocabulary
 from ..model import Experiment, Verdict
 from ..run_dir.protocol import ArmLine
 from . import judge, recompiles
@@ -59,10 +60,10 @@ class Reading:
         up (a loader's 8 workers read 3.46x in one run, 2.32x by hand, where 4 gave 3.40x), so the
         leader is held head to head against every other verified value (their windows compared
         directly, :func:`judge.head_to_head`). The values it cannot be told apart from and whose
-        figure is near its own (:func:`judge.near`) tie with it, and the cheapest of them (the first
-        in the ladder's order: fewer workers, a smaller batch, TF32 before bf16) is reported, with a
-        line saying so (the second item); a value it cannot be told apart from but is not near
-        leaves it the answer, with a line saying the windows did not resolve them."""
+        figure is near its own (:func:`judge.near`) tie with it, and the cheapest of them (fewer
+        workers, a smaller batch: :func:`vocabulary.cost`; else the first tried, TF32 before bf16) is
+        reported, with a line saying so (the second item); a value it cannot be told apart from but is
+        not near leaves it the answer, with a line saying the windows did not resolve them."""
         values = [(point, exp) for _, point, exp in tried]
         point, best = judge.sweep_winner(values, budget)
         if budget or not best.verified:
@@ -81,7 +82,7 @@ class Reading:
             return best, (f"{self.arms[lead].candidate.label}: {_short(point)} ({best.speedup:.2f}x) leads, though this run's "
                           f"windows could not tell it apart head to head from {said}")
         order = [p for _, p, _ in tried]
-        cheapest = min([(lead, point, best), *tied], key=lambda t: order.index(t[1]))
+        cheapest = min([(lead, point, best), *tied], key=lambda t: (vocabulary.cost(t[1].overrides), order.index(t[1])))
         said = ", ".join(f"{_short(p)} {e.speedup:.2f}x" for _, p, e in [(lead, point, best), *tied])
         return cheapest[2], (f"{self.arms[lead].candidate.label}: its best values could not be told apart head to head "
                              f"({said}); the cheapest, {_short(cheapest[1])}, is recommended")

@@ -286,6 +286,13 @@ def batch_scale(overrides: dict) -> float:
     return float(math.prod(knob.batch_scale(value) for knob, value in _knobs(overrides) if knob.batch_scale is not None))
 
 
+def cost(overrides: dict) -> tuple[int, float]:
+    """What a sweep value costs beside another of the same fix, for a tie between them: the worker
+    processes it starts, then the samples per step it holds in memory (fewer and smaller are cheaper)."""
+    workers = (overrides.get("dataloader") or {}).get("num_workers") or 0
+    return workers, batch_scale(overrides)
+
+
 def changes_batch(overrides: dict) -> bool:
     """Whether `overrides` set the batch (any knob with a batch trait, even at 1)."""
     return any(knob.batch_scale is not None for knob, _ in _knobs(overrides))
