@@ -343,6 +343,7 @@ class PatchPart:
     diff: str = ""
     refused: list[str] = field(default_factory=list)
     told: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # the script's own flags (or variables) that make it: --workers 2
 
 
 @dataclass
@@ -364,6 +365,7 @@ class Patch:
     parts: list[PatchPart] = field(default_factory=list)
     files: list[PatchFile] = field(default_factory=list)
     command: str = ""  # the command that writes it: advise apply RUN_DIR --write
+    run_with: str = ""  # the profiled run's command with the parts' flags set, where any part has one
 
     @property
     def refused(self) -> list[str]:
@@ -373,11 +375,12 @@ class Patch:
     def from_dict(cls, d: dict) -> "Patch":
         return cls(str(d.get("root") or ""), str(d.get("diff") or ""),
                    [PatchPart(str(p.get("key") or ""), str(p.get("title") or ""), str(p.get("diff") or ""),
-                              [str(x) for x in p.get("refused") or []], [str(x) for x in p.get("told") or []])
+                              [str(x) for x in p.get("refused") or []], [str(x) for x in p.get("told") or []],
+                              [str(x) for x in p.get("flags") or []])
                     for p in d.get("parts") or [] if isinstance(p, dict)],
                    [PatchFile(str(f.get("path") or ""), str(f.get("sha256") or ""))
                     for f in d.get("files") or [] if isinstance(f, dict)],
-                   str(d.get("command") or ""))
+                   str(d.get("command") or ""), str(d.get("run_with") or ""))
 
 
 @dataclass

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -390,7 +391,7 @@ def _lightning_precision(clone: Path, *flags: str) -> str:
     return said.strip()
 
 
-# --- a setting the script takes from its own switch: its default changed, the switch kept ----------
+# --- a setting the script takes from its own switch: said as the switch, the command line to run ------
 
 def _bf16_applied(tmp_path, files: list, script: str):
     """`files` checked out as a project, `script` profiled, bf16 recommended, `advise apply` run: (project, result)."""
@@ -400,71 +401,121 @@ def _bf16_applied(tmp_path, files: list, script: str):
     assert result.returncode == 0, result.stderr
     return root, result
 
+
+def _command(result: subprocess.CompletedProcess) -> list[str]:
+    """The command line `advise apply` said to run the script with (stdout where it is the whole
+    change, else its `advise: run it with:` line), as words."""
+    said = [line.removeprefix("advise: run it with: ") for line in result.stderr.splitlines()
+            if line.startswith("advise: run it with: ")] or [result.stdout.strip()]
+    words = shlex.split(said[0])
+    assert words[0] == "python", said
+    return words[1:]
+
+
 @pytest.mark.slow
-def test_workers_from_a_flag_keep_the_flag_and_a_run_with_0_workers_still_starts(tmp_path):
-    """`DataLoader(..., num_workers=args.workers)` with `--workers` defaulting to 0: the default
-    becomes 2, and persistent_workers follows the flag (`args.workers > 0`), since
-    persistent_workers=True beside `--workers 0` is an error the unpatched script never had."""
+def test_workers_from_a_flag_are_the_flag_and_a_run_with_0_workers_still_starts(tmp_path):
+    """`DataLoader(..., num_workers=args.workers)` with `--workers` defaulting to 0: the advice is the
+    run's own command with `--workers 2`, not a default changed; persistent_workers, which no flag
+    sets, follows the flag in the patch (`args.workers > 0`), since persistent_workers=True beside
+    `--workers 0` is an error the unpatched script never had."""
     root = checkout(tmp_path / "project", [WORKLOADS / "train_basic.py"])
     run = recommend(profile(root, "train_basic.py", *FAST), {"dataloader": {"num_workers": 2, "persistent_workers": True}},
                     tmp_path / "run")
     result = advise_apply(str(run), cwd=root)
     assert result.returncode == 0, result.stderr
     assert changed_lines(result.stdout) == (
-        ['parser.add_argument("--workers", type=int, default=0)',
-         "loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)"],
-        ['parser.add_argument("--workers", type=int, default=2)',
-         "loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, "
+        ["loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)"],
+        ["loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, "
          "persistent_workers=args.workers > 0)"]), result.stdout
-    assert "num_workers comes from the --workers flag: its default is now 2 (was 0; the flag still sets it)" in result.stderr
+    assert "num_workers comes from the --workers flag: run it with --workers 2" in result.stderr
+    assert _command(result)[-2:] == ["--workers", "2"], result.stderr
     clone = patched_clone(root, result.stdout, tmp_path / "clone")
-    assert run_script(clone, "train_basic.py", "--epochs", "1").startswith("epoch 0 loss")
+    assert run_script(clone, *_command(result)[:-2], "--epochs", "1", "--workers", "2").startswith("epoch 0 loss")
     assert run_script(clone, "train_basic.py", "--epochs", "1", "--workers", "0").startswith("epoch 0 loss")
 
 
 @pytest.mark.slow
-def test_lightning_precision_from_a_flag_is_set_at_the_flags_default(tmp_path):
-    """`L.Trainer(precision=args.precision)`: the --precision flag's default becomes "bf16-mixed"
-    (the Trainer's call is left as it is, not doubled), and the flag still sets it."""
+def test_lightning_precision_from_a_flag_is_the_flag_and_the_call_is_left_alone(tmp_path):
+    """`L.Trainer(precision=args.precision)`: no file changes; the command line is the whole advice
+    (on stdout), and running it runs the Trainer in bf16."""
     root, result = _bf16_applied(tmp_path, [FRAMEWORKS / "lit_module.py"], "lit_module.py")
-    assert changed_lines(result.stdout) == (['    parser.add_argument("--precision", default="32-true")'],
-                                            ['    parser.add_argument("--precision", default="bf16-mixed")'])
     assert result.stderr == ('advise: autocast=bfloat16: lit_module.py:33: precision comes from the --precision flag: '
-                             'its default is now "bf16-mixed" (was "32-true"; the flag still sets it)\n')
-    clone = patched_clone(root, result.stdout, tmp_path / "clone")
-    assert _lightning_precision(clone) == "precision bf16-mixed"
-    assert _lightning_precision(clone, "--precision", "32-true") == "precision 32-true"
+                             'run it with --precision bf16-mixed\n'), result.stderr
+    assert _command(result) == ["lit_module.py", "--precision", "bf16-mixed"], result.stdout
+    assert _lightning_precision(root, *_command(result)[1:]) == "precision bf16-mixed"
 
 
 @pytest.mark.slow
-def test_accelerate_precision_from_a_flag_is_set_at_the_flags_default(tmp_path):
+def test_accelerate_precision_from_a_flag_whose_choices_hold_it(tmp_path):
     """Issue 52's script: `Accelerator(mixed_precision=args.mixed_precision)` with `--mixed-precision`
-    defaulting to "no" got `mixed_precision="bf16"` in the call, and the flag stopped doing anything."""
+    choices no/fp16/bf16 got `mixed_precision="bf16"` in the call, and the flag stopped doing
+    anything. Now: `--mixed-precision bf16`, which the choices hold, and nothing written."""
     root, result = _bf16_applied(tmp_path, [APPLY / "accelerate_flag.py"], "accelerate_flag.py")
-    flag = '    parser.add_argument("--mixed-precision", default="%s", choices=["no", "fp16", "bf16"])'
-    assert changed_lines(result.stdout) == ([flag % "no"], [flag % "bf16"])
-    assert result.stderr == ('advise: autocast=bfloat16: accelerate_flag.py:12: mixed_precision comes from the '
-                             '--mixed-precision flag: its default is now "bf16" (was "no"; the flag still sets it)\n')
-    clone = patched_clone(root, result.stdout, tmp_path / "clone")
-    assert run_script(clone, "accelerate_flag.py", "--steps", "3").splitlines()[-1] == "precision bf16"
-    assert run_script(clone, "accelerate_flag.py", "--steps", "3", "--mixed-precision", "no").splitlines()[-1] == \
-        "precision no"
+    assert _command(result) == ["accelerate_flag.py", "--mixed-precision", "bf16"], result.stdout
+    assert git(root, "diff", "--stat").stdout == ""
+    assert run_script(root, *_command(result), "--steps", "3").splitlines()[-1] == "precision bf16"
 
 
 @pytest.mark.slow
-def test_a_configurator_global_is_set_where_it_is_bound(tmp_path):
+def test_a_configurator_global_is_its_key_value_flag(tmp_path):
     """nanoGPT's way: `mixed_precision = "no"` at the module's top, overridden by exec(configurator.py)
-    from the command line, then `Accelerator(mixed_precision=mixed_precision)`: the global's value
-    changes, and `--mixed_precision=no` still overrides it."""
+    from the command line, then `Accelerator(mixed_precision=mixed_precision)`: the advice is
+    `--mixed_precision=bf16`, the only form the configurator reads."""
     root, result = _bf16_applied(tmp_path, [APPLY / "configured"], "train.py")
-    assert changed_lines(result.stdout) == (["mixed_precision = \"no\"  # 'no', 'fp16' or 'bf16'"],
-                                            ["mixed_precision = \"bf16\"  # 'no', 'fp16' or 'bf16'"])
     assert result.stderr == ('advise: autocast=bfloat16: train.py:9: mixed_precision comes from the global '
-                             'mixed_precision: it is now "bf16" (was "no"; configurator.py still sets it: '
-                             '--mixed_precision=...)\n')
+                             'mixed_precision (configurator.py sets it from the command line): run it with '
+                             '--mixed_precision=bf16\n'), result.stderr
+    assert _command(result) == ["train.py", "--mixed_precision=bf16"], result.stdout
+    assert run_script(root, "train.py", "--steps=3", "--mixed_precision=bf16").splitlines()[-1] == "precision bf16"
+
+
+@pytest.mark.slow
+def test_the_scripts_own_autocast_is_turned_never_a_second_one_nested(tmp_path):
+    """nanoGPT's own autocast: `with ctx:` where ctx is a no-op on a CPU and the autocast of
+    `ptdtype = {...}[dtype]` elsewhere. The patch had put a second `with torch.autocast` inside
+    `with ctx:`; now ctx becomes the autocast on every device and bf16 is `--dtype=bfloat16`, the
+    script's own flag, and the forward runs in bf16 only with both."""
+    root, result = _bf16_applied(tmp_path, [APPLY / "configured"], "own_autocast.py")
+    assert changed_lines(result.stdout) == (
+        ['ctx = nullcontext() if device_type == "cpu" else torch.amp.autocast(device_type=device_type, dtype=ptdtype)'],
+        ["ctx = torch.amp.autocast(device_type=device_type, dtype=ptdtype)"]), result.stdout
+    assert "with torch.autocast" not in result.stdout
+    assert "the autocast's dtype comes from the global dtype (configurator.py sets it from the command line): " \
+           "run it with --dtype=bfloat16" in result.stderr
+    assert _command(result) == ["own_autocast.py", "--dtype=bfloat16"], result.stderr
     clone = patched_clone(root, result.stdout, tmp_path / "clone")
-    assert run_script(clone, "train.py", "--steps=3").splitlines()[-1] == "precision bf16"
-    assert run_script(clone, "train.py", "--steps=3", "--mixed_precision=no").splitlines()[-1] == "precision no"
+    assert run_script(clone, "own_autocast.py", "--steps=3", "--dtype=bfloat16").splitlines()[-1] == "forward bfloat16"
+    assert run_script(clone, "own_autocast.py", "--steps=3").splitlines()[-1] == "forward float32"
+
+
+@pytest.mark.slow
+def test_a_click_option_is_said_as_the_option(tmp_path):
+    """`@click.option("-j", "--workers")` feeding `DataLoader(num_workers=workers)`: the run's own
+    command with `--workers 2`, which runs with 2 workers."""
+    root = checkout(tmp_path / "project", [APPLY / "train_click.py"])
+    run = recommend(profile(root, "train_click.py", *FAST), {"dataloader": {"num_workers": 2}}, tmp_path / "run")
+    result = advise_apply(str(run), cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert _command(result) == ["train_click.py", "--workers", "2"], (result.stdout, result.stderr)
+    assert "comes from the --workers option (click): run it with --workers 2" in result.stderr
+    assert run_script(root, *_command(result), "--steps", "3").splitlines()[-1] == "workers 2"
+
+
+@pytest.mark.slow
+def test_a_yaml_config_key_is_changed_in_the_file_and_written_only_with_write(tmp_path):
+    """`num_workers=cfg["data"]["workers"]` with `cfg = yaml.safe_load(f)` of config.yaml: the patch
+    changes that key in config.yaml, its comments kept; without --write nothing is written."""
+    root = checkout(tmp_path / "project", [APPLY / "yaml_config"])
+    run = recommend(profile(root, "train.py", *FAST), {"dataloader": {"num_workers": 2}}, tmp_path / "run")
+    result = advise_apply(str(run), cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert changed_lines(result.stdout) == (["  workers: 0   # DataLoader worker processes"],
+                                            ["  workers: 2   # DataLoader worker processes"]), result.stdout
+    assert "num_workers comes from data.workers in config.yaml: it is now 2 there" in result.stderr
+    assert git(root, "diff", "--stat").stdout == ""
+    written = advise_apply("--write", str(run), cwd=root)
+    assert written.returncode == 0 and "wrote config.yaml" in written.stderr, written.stderr
+    assert run_script(root, "train.py").splitlines()[-1] == "workers 2"
 
 
 @pytest.mark.slow
@@ -476,8 +527,9 @@ def test_training_arguments_get_the_setting_and_a_parsers_flags_are_told(tmp_pat
     assert result.returncode == 0, result.stderr
     removed, added = changed_lines(result.stdout)
     assert removed == ['        bf16=cli.bf16, report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True)']
-    assert added == ['        bf16=True, report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True, '
-                     'optim="adamw_torch_fused")']
+    assert added == ['        bf16=cli.bf16, report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True, '
+                     'optim="adamw_torch_fused")']  # bf16 is the script's own --bf16 flag: said, not written over
+    assert _command(result) == ["hf_trainer.py", "--bf16"], result.stderr
     patched_clone(root, result.stdout, tmp_path / "clone")
     # FABRICATED, the framework's record only: the same run, as if its TrainingArguments came from an
     # HfArgumentParser (run_clm.py's way; tests/test_frameworks.py profiles such a script for real)
@@ -485,13 +537,13 @@ def test_training_arguments_get_the_setting_and_a_parsers_flags_are_told(tmp_pat
     report["observed"]["framework"]["command_line"] = True
     flags = recommend(run, report["recommended"]["overrides"], tmp_path / "flags", observed=report["observed"])
     told = advise_apply(str(flags), cwd=root)
-    assert told.returncode == 2 and told.stdout == ""
+    assert told.returncode == 0 and _command(told) == ["hf_trainer.py", "--bf16", "--optim", "adamw_torch_fused"]
     line = report["observed"]["framework"]["configured_at"]["line"]
     assert told.stderr.splitlines()[:2] == [
         f"advise: autocast=bfloat16: hf_trainer.py:{line}: the script builds its TrainingArguments from its command "
-        "line (HfArgumentParser): add --bf16 when you run it",
+        "line (HfArgumentParser): run it with --bf16",
         f"advise: fused=True: hf_trainer.py:{line}: the script builds its TrainingArguments from its command "
-        "line (HfArgumentParser): add --optim adamw_torch_fused when you run it"], told.stderr
+        "line (HfArgumentParser): run it with --optim adamw_torch_fused"], told.stderr
 
 
 # --- the report knows the patch; --check times it ---------------------------------------------------

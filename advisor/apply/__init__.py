@@ -29,7 +29,9 @@ def command_for(run_dir: str | os.PathLike) -> str:
 
 
 def patch_for(overrides: dict, observed: Observed, sources: Sources | None, script: str | None, *,
-              search: Sequence[Path] = (), expected: dict[str, str] | None = None, command: str = "") -> Patched:
+              search: Sequence[Path] = (), expected: dict[str, str] | None = None, command: str = "",
+              argv: Sequence[str] = ()) -> Patched:
     """The patch of a run's recommended `overrides`, from what the probe saw (report.json's
-    `observed`, its `sources.json`) and the report's `script`."""
-    return build(overrides, read_sites(observed, sources, script, search), expected=expected, command=command)
+    `observed`, its `sources.json`) and the report's `script` and `argv`."""
+    return build(overrides, read_sites(observed, sources, script, search), expected=expected, command=command,
+                 script=script or "", argv=argv)

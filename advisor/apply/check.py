@@ -88,10 +88,11 @@ def run(patched: Patched, rec: Recommendation, *, script: str, argv: list[str], 
         script_rel = os.path.relpath(os.path.realpath(main), source / cwd)
         roots = import_roots(patched.changed, source)
         env_of = {"base": {"PYTHONPATH": python_path(source, base, roots)},
-                  "candidate": {"PYTHONPATH": python_path(source, candidate, roots)}}
+                  "candidate": {**patched.env, "PYTHONPATH": python_path(source, candidate, roots)}}
+        args_of = {"candidate": patched.argv} if patched.argv is not None else None  # the fix said as the script's flags
         try:
             result = ab.run_ab(str(base / cwd), str(candidate / cwd), script_rel, argv, options, tmp / "rounds",
-                               on_run=on_run, env_of=env_of)
+                               on_run=on_run, env_of=env_of, args_of=args_of)
         except ab.ABError as exc:
             raise CheckError(str(exc)) from None
         _ran_the_copy(result, tmp / "rounds", patched.changed, source)
@@ -147,7 +148,7 @@ def arm_of(patched: Patched, rec: Recommendation, findings: Sequence[Finding]) -
     all of it; where a change was refused (a new batch size, say), the verified arm of the part it
     writes, measured alone (minGPT: its bf16 arm, not bf16 with a doubled batch), and that part in
     words. The whole recommendation where no arm measured that part alone."""
-    written = {part.key for part in patched.patch.parts if part.diff}
+    written = {part.key for part in patched.patch.parts if part.diff or (part.flags and patched.argv is not None)}
     if not written or written == set(rec.overrides or {}):
         return rec, ""
     alone = {k: v for k, v in (rec.overrides or {}).items() if k in written}

@@ -20,10 +20,12 @@ import libcst as cst
 
 from .. import overrides as vocabulary
 from ..framework import words as framework_words
-from ..framework.config_line import command_line_flags
 from .rewrite import Block, Edit, InsertAfter, Refused, Scope, SetKeywords, SetValue, SourceFile, Wrap, call_name
 from .sites import Site, Sites
-from .switches import switch_of, tell
+from . import own_autocast
+from .command_line import Flag, Said
+from .config_file import ConfigChange
+from .switches import Switch, switch_of, tell, word
 
 # DataLoader's parameters in their positional order: a setting passed by position is refused, not doubled
 DATALOADER_PARAMETERS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "num_workers", "collate_fn",
@@ -71,23 +73,39 @@ class Planned:
     edits: list[tuple[SourceFile, Edit]] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     told: list[str] = field(default_factory=list)
+    flags: list[Said] = field(default_factory=list)  # the command-line words (or variables) that make it
+    configs: list[ConfigChange] = field(default_factory=list)  # config files' keys that make it
+
+    def said(self, switch: Switch, source: SourceFile, keyword: str, code: str) -> None:
+        """The value set through `switch`: its flag to run with, else the edit of its default; told."""
+        if switch.flag is not None:
+            if switch.flag not in self.flags:
+                self.flags.append(switch.flag)
+        elif switch.config is not None:
+            self.configs.append(switch.config)
+        elif switch.edit is not None:
+            self.edits.append((source, switch.edit))
+        self.told.append(tell(switch, source, keyword, code))
 
     def add(self, site: Site | str, source: SourceFile, edit: Edit) -> None:
         """Plan `edit` in `source`, unless its own check refuses it (then one line, at `site`). A
-        keyword the call already passes from the script's own switch (``precision=args.precision``)
-        is set at the switch's default instead, and said (:mod:`.switches`)."""
+        keyword the call already passes from the script's own switch (``num_workers=args.workers``)
+        is said as that switch instead (the flag to run with, :mod:`.switches`), never written over it."""
         if isinstance(edit, SetKeywords):
             kept = []
             for keyword, code in edit.settings:
                 given = next((a.value for a in edit.call.args if a.keyword is not None and a.keyword.value == keyword), None)
-                switch = switch_of(source, given, code) if given is not None else None
+                try:
+                    switch = switch_of(source, given, code) if given is not None else None
+                except Refused as exc:
+                    self.refused.append(str(exc))
+                    continue
                 if switch is None:
                     kept.append((keyword, code))
-                elif switch.current == code:
+                elif switch.flag is None and switch.current == code:
                     self.refused.append(f"{source.name}:{switch.line}: {switch.said} already defaults to {code}")
                 else:
-                    self.edits.append((source, switch.edit))
-                    self.told.append(tell(switch, source, keyword, code))
+                    self.said(switch, source, keyword, code)
             if not kept:
                 return
             edit = SetKeywords(edit.call, tuple(kept), edit.positional)
@@ -149,8 +167,11 @@ def _in_config_call(planned: Planned, key: str, value: object, sites: Sites, fil
                       f"to add {', '.join(settings)} to")
     site = Site(str(at["file"]), int(at["line"]))
     if framework.get("command_line"):
+        said = [Flag((f"--{key.strip()}",), None if value.strip() == "True" else word(value.strip()))
+                for key, _, value in (setting.partition("=") for setting in settings)]
+        planned.flags += [f for f in said if f not in planned.flags]
         planned.told.append(f"{site.short}: the script builds its TrainingArguments from its command line "
-                            f"(HfArgumentParser): add {command_line_flags(settings)} when you run it")
+                            f"(HfArgumentParser): run it with {' '.join(f.said for f in said)}")
         return True
     pairs = []
     for setting in settings:
@@ -213,7 +234,11 @@ def _follow_workers(settings: tuple[tuple[str, str], ...], call: cst.Call,
     num_workers from the script's own switch (``num_workers=args.workers``), which the patch keeps
     and the user may still set to 0, they follow it rather than break that run."""
     given = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "num_workers"), None)
-    if given is None or switch_of(source, given, "0") is None:
+    try:
+        follows = given is not None and switch_of(source, given, "0") is not None
+    except Refused:
+        follows = True  # a switch that cannot say 0 may still be given 0 another way: follow it all the same
+    if not follows:
         return settings
     workers = f"{source.text(given)} > 0"
     return tuple((key, workers if key == "persistent_workers" and code == "True" else
@@ -322,12 +347,57 @@ def _autocast(planned: Planned, value: str, sites: Sites, files: Files) -> None:
     if at_forward > at_loss:
         raise Refused(f"{model.short}: the model is called after the loss is computed (at {_where(model.file)}:"
                       f"{source.span(loss).start.line})")
+    torch = _torch_in(planned, model, source)
+    own = own_autocast.find(source, forward, sites.device)
+    if own is not None:
+        _through_own(planned, own, model, source, sites.device, torch)
+        return
     if any(isinstance(a, cst.With) and any("autocast" in source.text(item.item) for item in a.items)
            for a in source.ancestors(forward)):
         raise Refused(f"{model.short}: already under torch.autocast")
-    torch = _torch_in(planned, model, source)
     header = f'with {torch}.autocast(device_type="{sites.device}", dtype={torch}.bfloat16)'
     planned.add(model, source, Wrap(body[at_forward], loss, header))
+
+
+def _through_own(planned: Planned, own: own_autocast.OwnAutocast, model: Site, source: SourceFile, device: str,
+                 torch: str) -> None:
+    """bf16 through the script's own autocast context: its dtype (and its on switch) set where they
+    come from, said as the script's flag where they come from one, and the context made the autocast
+    where the run's device took its no-op branch; never a second autocast inside it."""
+    keywords = {a.keyword.value: a.value for a in own.call.args if a.keyword is not None}
+    where = f"{source.name}:{own.line}"
+    changes: list[tuple[str, str]] = []
+    dtype = keywords.get("dtype")
+    if dtype is None and device != "cpu":
+        changes.append(("dtype", f"{torch}.bfloat16"))
+    elif dtype is not None and not source.text(dtype).endswith("bfloat16"):
+        choice = own_autocast.dtype_choice(source, dtype) if isinstance(dtype, cst.Name) else None
+        switch = switch_of(source, choice[0], choice[1]) if choice else None
+        if switch is not None and choice is not None:
+            planned.said(switch, source, "the autocast's dtype", choice[1])
+        elif isinstance(dtype, (cst.Name, cst.Attribute)) and not source.text(dtype).startswith(("torch.", f"{torch}.")):
+            raise Refused(f"{where}: the forward runs in the script's own autocast ({own.name}), whose dtype comes from "
+                          f"{source.text(dtype)}: set that to bfloat16 rather than add a second autocast")
+        else:
+            changes.append(("dtype", f"{torch}.bfloat16"))
+    enabled = keywords.get("enabled")
+    if enabled is not None and source.text(enabled) != "True":
+        switch = switch_of(source, enabled, "True")
+        if switch is None:
+            raise Refused(f"{where}: the forward runs in the script's own autocast ({own.name}), switched on by "
+                          f"`{source.text(enabled)}`: turn that on rather than add a second autocast")
+        planned.said(switch, source, "the autocast's enabled", "True")
+    if own.choice is not None and not own.taken:
+        if changes:
+            raise Refused(f"{where}: the script's own autocast ({own.name}) is off on {device} and sets no bf16 dtype: "
+                          "make it the autocast, with dtype=torch.bfloat16, by hand")
+        planned.add(model, source, SetValue(own.choice, source.text(own.call)))
+        planned.told.append(f"{where}: the forward runs in the script's own autocast context ({own.name}), which the "
+                            f"script leaves off on {device}: it is now the autocast on every device")
+    elif changes:
+        planned.add(model, source, SetKeywords(own.call, tuple(changes)))
+    elif not planned.flags and not planned.told:
+        raise Refused(f"{where}: the forward already runs in the script's own bf16 autocast ({own.name})")
 
 
 def _nested_forward(source: SourceFile, forward: cst.BaseStatement, step: cst.BaseStatement, backward: Site, block: Block,

@@ -9,12 +9,16 @@ file through a temp file beside it (the file's mode kept), so a file is whole or
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from ..model import Patch, PatchFile, PatchPart
+from . import config_file
+from .command_line import run_with
 from .fixes import Files, Planned, plan
 from .rewrite import SourceFile, render
 from .sites import Sites
@@ -26,10 +30,13 @@ class Patched:
 
     patch: Patch
     changed: dict[Path, tuple[bytes, bytes]] = field(default_factory=dict)  # real path -> (before, after)
+    argv: list[str] | None = None  # the script's arguments with the flags set (None: no flag to set)
+    env: dict[str, str] = field(default_factory=dict)  # the variables to run it with
 
     @property
     def applied(self) -> bool:
-        return bool(self.changed)
+        """Something to do: a file to change, or a command line to run it with."""
+        return bool(self.changed or self.patch.run_with)
 
 
 def git_root(path: str | os.PathLike) -> Path | None:
@@ -49,18 +56,26 @@ def root_for(sites: Sites) -> Path:
 
 
 def build(overrides: dict, sites: Sites, *, expected: dict[str, str] | None = None, root: Path | None = None,
-          command: str = "") -> Patched:
-    """The recommendation's `overrides` written into the user's files at `sites`; `expected`:
-    each file's real path -> the sha256 of the text the report's patch was made against."""
+          command: str = "", script: str = "", argv: Sequence[str] = ()) -> Patched:
+    """The recommendation's `overrides` written into the user's files at `sites`, and said as the
+    flags of the run's command (`script`, `argv`: the profiled run's) where a value comes from one;
+    `expected`: each file's real path -> the sha256 of the text the report's patch was made against."""
     root = (root or root_for(sites)).resolve()
     files = Files(expected)
     plans = plan(overrides, sites, files)
     for planned in plans:
         _within(planned, root)
+        _unchanged(planned, expected or {})
     parts, changed = [], {}
+    line = run_with(script or "train.py", list(argv), [f for p in plans for f in p.flags])
     for planned in plans:
         diff = "".join(_diff(source, edits, root) for source, edits in _by_file(planned.edits))
-        parts.append(PatchPart(planned.key, planned.title, diff, planned.refused, planned.told))
+        diff += "".join(_unified_text(_relative_path(path, root), before, after)
+                        for path, (before, after) in config_file.together(planned.configs).items())
+        flags = [f.said for f in planned.flags]
+        refused = planned.refused + [f"the run already passes {f}" for f in flags if f in line.already]
+        told = planned.told + [n for n in line.notes if any(n.startswith(f"the {f.split()[0]} ") for f in flags)]
+        parts.append(PatchPart(planned.key, planned.title, diff, refused, told, flags))
     whole, patched = [], []
     for source, edits in _by_file([e for p in plans for e in p.edits]):
         after = render(source, edits)
@@ -68,11 +83,22 @@ def build(overrides: dict, sites: Sites, *, expected: dict[str, str] | None = No
             changed[source.path] = (source.data, after)
             whole.append(_unified(_relative(source, root), source, after))
             patched.append(PatchFile(_relative(source, root), source.sha256))
-    return Patched(Patch(str(root), "".join(whole), parts, patched, command if changed else ""), changed)
+    for path, (before, after) in config_file.together([c for p in plans for c in p.configs]).items():
+        changed[path] = (before, after)
+        whole.append(_unified_text(_relative_path(path, root), before, after))
+        patched.append(PatchFile(_relative_path(path, root), hashlib.sha256(before).hexdigest()))
+    fresh = any(f not in line.already for p in parts for f in p.flags)
+    return Patched(Patch(str(root), "".join(whole), parts, patched, command if changed else "",
+                         line.said if fresh else ""), changed, line.args if fresh else None, line.env if fresh else {})
 
 
 def _within(planned: Planned, root: Path) -> None:
     """Edits of files outside `root` refused: their diff could not be applied from it."""
+    for item in list(planned.configs):
+        if _relative_path(item.path, root).startswith(".."):
+            planned.refused.append(f"{item.path.name}: outside {root}, where the patch's paths start: set "
+                                   f"{'.'.join(item.keys)} in it by hand")
+            planned.configs.remove(item)
     kept = []
     for source, edit in planned.edits:
         if _relative(source, root).startswith(".."):
@@ -84,6 +110,14 @@ def _within(planned: Planned, root: Path) -> None:
     planned.edits = kept
 
 
+def _unchanged(planned: Planned, expected: dict[str, str]) -> None:
+    """Config changes of files that changed since the report's patch was made refused."""
+    for item in list(planned.configs):
+        if expected.get(os.path.realpath(item.path)) not in (None, hashlib.sha256(item.before).hexdigest()):
+            planned.refused.append(f"{item.path.name}: changed since the run: profile it again")
+            planned.configs.remove(item)
+
+
 def _by_file(edits: list) -> list:
     grouped: dict[int, tuple[SourceFile, list]] = {}
     for source, edit in edits:
@@ -92,7 +126,11 @@ def _by_file(edits: list) -> list:
 
 
 def _relative(source: SourceFile, root: Path) -> str:
-    return Path(os.path.relpath(source.path, root)).as_posix()
+    return _relative_path(source.path, root)
+
+
+def _relative_path(path: Path, root: Path) -> str:
+    return Path(os.path.relpath(os.path.realpath(path), root)).as_posix()
 
 
 def _diff(source: SourceFile, edits: list, root: Path) -> str:
@@ -107,8 +145,11 @@ def _lines(text: str) -> list[str]:
 
 
 def _unified(path: str, source: SourceFile, after: bytes) -> str:
-    encoding = source.module.encoding
-    before_lines, after_lines = _lines(source.data.decode(encoding)), _lines(after.decode(encoding))
+    return _unified_text(path, source.data, after, source.module.encoding)
+
+
+def _unified_text(path: str, before: bytes, after: bytes, encoding: str = "utf-8") -> str:
+    before_lines, after_lines = _lines(before.decode(encoding)), _lines(after.decode(encoding))
     out = [f"diff --git a/{path} b/{path}\n"]
     for line in difflib.unified_diff(before_lines, after_lines, f"a/{path}", f"b/{path}"):
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")

@@ -1,8 +1,9 @@
 """`advise apply`: a run's recommended configuration as a patch of the user's own code.
 
 Prints the patch, saves it (``-o``), writes it into the files (``--write``) or times the patched
-script against the unpatched one in fresh runs (``--check``); each change it could not make is one
-line on stderr naming the file:line and why. Exit 0 when something was written, 2 (one line) when
+script against the unpatched one in fresh runs (``--check``); a value the script takes from its own
+flag is said as the command line to run it with instead (stdout where it is the whole change, else
+one line on stderr); each change it could not make is one line on stderr naming the file:line and why. Exit 0 when something was written, 2 (one line) when
 the run dir has no report, no recommendation or nothing that could be written; ``--check``: 3 when
 the patched script was slower than the arm's interval, 1 when a run of it failed.
 """
@@ -53,7 +54,8 @@ def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, ro
     # path is found there, and the patch's paths start there, wherever `advise apply` runs from
     made_at = Path(rec.patch.root) if rec.patch and rec.patch.root and Path(rec.patch.root).is_dir() else None
     sites = apply.read_sites(report.observed, sources, report.script, [*([made_at] if made_at else []), run_dir.resolve().parent])
-    patched = apply.build(rec.overrides, sites, expected=expected, command=apply.command_for(run_dir), root=made_at)
+    patched = apply.build(rec.overrides, sites, expected=expected, command=apply.command_for(run_dir), root=made_at,
+                          script=str(report.script or ""), argv=list(report.argv))
     for part in patched.patch.parts:
         for line in part.told:
             click.echo(f"advise: {part.title}: {line}", err=True)
@@ -61,6 +63,9 @@ def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, ro
             click.echo(f"advise: not written ({part.title}): {line}", err=True)
     if not patched.applied:
         fail("nothing in the recommendation could be written into the code (the lines above say why)")
+    run_with = patched.patch.run_with
+    if run_with and (patched.changed or write or output or check):
+        click.echo(f"advise: run it with: {run_with}", err=True)
     if output:
         try:
             write_text_atomic(output, patched.patch.diff)
@@ -70,6 +75,8 @@ def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, ro
     code = EXIT_OK
     if check:
         code = _check(patched, rec, report, sites, run_dir, rounds, steps, warmup)
+    if (write or output) and not patched.changed:
+        click.echo("advise: no file to change: the command line above is the whole change", err=True)
     if write and code != EXIT_OK:
         click.echo("advise: nothing written: the patched script did not hold the arm's speed-up", err=True)
     elif write:
@@ -81,6 +88,8 @@ def apply_run(run_dir: Path, *, write: bool, output: str | None, check: bool, ro
             click.echo(f"advise: wrote {os.path.relpath(path, patched.patch.root)}", err=True)
     if not (write or output or check):
         click.echo(patched.patch.diff, nl=False)
+        if run_with and not patched.changed:
+            click.echo(run_with)  # the whole advice: the script's own flags, no code to change
     return code
 
 

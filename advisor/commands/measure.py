@@ -213,7 +213,7 @@ def _patch(rec: Recommendation, profile: Profile, config: ProbeConfig, warnings:
     try:
         return patch_for(rec.overrides, profile.observed, profile.sources,
                          f"-m {config.script}" if config.module else config.script,
-                         command=command_for(config.out)).patch
+                         command=command_for(config.out), argv=config.args).patch
     except Exception as exc:  # noqa: BLE001 - the report matters more than its patch
         warnings.append(f"the patch of the recommendation could not be made: {type(exc).__name__}: {exc}")
         return None

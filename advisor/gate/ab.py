@@ -400,9 +400,11 @@ def time_line(spent: dict) -> str:
 
 def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], options: ABOptions, out: Path,
            on_run: Callable[[str, int, Report], None] | None = None,
-           env_of: Mapping[str, Mapping[str, str]] | None = None) -> ABResult:
+           env_of: Mapping[str, Mapping[str, str]] | None = None,
+           args_of: Mapping[str, list[str]] | None = None) -> ABResult:
     """Profile SCRIPT in both checkouts in interleaved rounds until the sequential decision is final
-    (`env_of`: each side's own variables, by "base" and "candidate")."""
+    (`env_of`, `args_of`: each side's own variables and script arguments, by "base" and "candidate":
+    a flag fix changes only the candidate's command)."""
     base_root = resolve(base_dir, script, options.module, "base")
     cand_root = resolve(candidate_dir, script, options.module, "candidate")
     if base_root == cand_root:
@@ -413,7 +415,8 @@ def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], opti
     env_of = env_of or {}
     current, pilot_s, window = options, 0.0, f"{options.steps} steps a run (--steps; no window)"
     if options.window_s > 0:  # the pilot: base/round-00, timed and not judged (it also warms the caches)
-        pilot = run_round("base", base_root, 0, options, script, args, out, env_of.get("base"))
+        pilot = run_round("base", base_root, 0, options, script, (args_of or {}).get("base", args), out,
+                          env_of.get("base"))
         pilot_s = pilot.wall_s
         steps, window = window_steps(pilot.report, options)
         current = ABOptions(**{**asdict(options), "steps": steps})
@@ -440,7 +443,7 @@ def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], opti
         order = (("base", base_root), ("candidate", cand_root))
         pair: dict[str, Round] = {}
         for side, root in (order if len(base) % 2 == 0 else order[::-1]):  # B C, C B, B C, ... over the rounds kept
-            done = run_round(side, root, index, current, script, args, out, env_of.get(side))
+            done = run_round(side, root, index, current, script, (args_of or {}).get(side, args), out, env_of.get(side))
             pair[side] = done
             load = neighbour.load(done.run_dir, done.report.env.cpu_count)
             runs.append({"side": side, "round": index, "run_dir": os.path.relpath(done.run_dir, out),

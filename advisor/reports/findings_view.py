@@ -79,6 +79,8 @@ class PatchView:
     parts: list[Snippet]
     refused: list[str]  # "num_workers=8: train.py:12: DataLoader(...) passes **kwargs: ..."
     told: list[str]  # changes said rather than written: the flags an HfArgumentParser script takes
+    run_with: str = ""  # the run's command with the script's own flags set, where a fix is one
+    by_hand: int = 0  # the changes left to the user: refused, or told where no flag of the script's makes them
 
 
 @dataclass
@@ -250,7 +252,10 @@ def recommended_view(rec: Recommendation | None, findings: list[Finding]) -> Rec
         return None
     codes = {f.rule: f.code for f in findings}
     snippets = []
+    said = {p.key for p in rec.patch.parts if p.flags and not p.diff} if rec.patch and rec.patch.run_with else set()
     for item in rec.snippets or []:
+        if isinstance(item, dict) and item.get("key") in said:
+            continue  # said as the script's own flag: its generic code would add what the flag already does
         if isinstance(item, dict) and item.get("snippet"):
             snippets.append(Snippet(str(item.get("key") or item.get("title") or ""), str(item["snippet"])))
         elif isinstance(item, str) and item:
@@ -270,7 +275,8 @@ def patch_view(patch: Patch | None) -> PatchView | None:
     parts = [Snippet(part.title or part.key, part.diff) for part in patch.parts if part.diff]
     return PatchView(patch.command, patch.diff, parts if len(parts) > 1 else [],
                      [f"{part.title or part.key}: {line}" for part in patch.parts for line in part.refused],
-                     [f"{part.title or part.key}: {line}" for part in patch.parts for line in part.told])
+                     [f"{part.title or part.key}: {line}" for part in patch.parts for line in part.told],
+                     patch.run_with, len(patch.refused) + sum(len(p.told) for p in patch.parts if not p.flags))
 
 
 def findings_empty(report: Report) -> str:

@@ -267,10 +267,12 @@ def _print_summary(report: Report, con: Console, run_dir: str | None = None, glu
         say(con, Text.assemble(("recommended: ", "bold"), rec.fixes, "  ", (rec.result.sentence, style)))
         if rec.confirmed:
             say(con, Text("      " + rec.confirmed))
+        if rec.patch is not None and rec.patch.run_with:
+            say(con, Text("      run it with: " + rec.patch.run_with), hang=8)
         for snippet in rec.snippets:
             con.print(Text(_indent(snippet.code, "      "), style="dim"))
-        if rec.patch is not None:
-            say(con, Text("      " + words.patch_line(rec.patch.command, len(rec.patch.refused) + len(rec.patch.told))), hang=4)
+        if rec.patch is not None and (rec.patch.command or not rec.patch.run_with):
+            say(con, Text("      " + words.patch_line(rec.patch.command, rec.patch.by_hand)), hang=4)
     elif findings:
         text, state = words.outcome(findings, None, report)
         say(con, Text.assemble(("recommended: ", "bold"), (text, RESULT_STYLE.get(state, ""))))

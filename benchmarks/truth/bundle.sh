@@ -13,7 +13,7 @@ python -m build --wheel --outdir "$B/whl" . >/dev/null
 python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   -d "$B/whl" "msgspec>=0.18" "isal>=1.6" \
-  "jsonschema>=4.18" jsonschema-specifications referencing rpds-py attrs "libcst>=1.1" pyyaml
+  "jsonschema>=4.18" jsonschema-specifications referencing rpds-py attrs "libcst>=1.1" pyyaml "ruamel.yaml>=0.18"
 python benchmarks/truth/run.py --gpu --prepare-only --work "$B/work"
 rm -rf "$B"/work/git
 du -sh "$B"
