@@ -2,7 +2,10 @@
 
 The probe saw where each thing a fix changes lives in the script (:mod:`.sites`); each override
 of the vocabulary becomes edits of those lines (:mod:`.fixes`) on a lossless syntax tree
-(:mod:`.rewrite`), a unified diff from the script's checkout (:mod:`.patch`), and, on request,
+(:mod:`.rewrite`), or, where the value comes from the script's own switch (:mod:`.switches`), that
+switch: a flag or variable said as the run's command line (:mod:`.command_line`), a YAML key
+(:mod:`.config_file`), the script's own autocast turned (:mod:`.own_autocast`); then a unified
+diff from the script's checkout (:mod:`.patch`), and, on request,
 the patched script timed against the unpatched one in fresh runs, as ``advise ab`` times two
 checkouts (:mod:`.check`). The pipeline stores the same patch in report.json
 (``recommended.patch``) when it builds the report.

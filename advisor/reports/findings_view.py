@@ -252,10 +252,10 @@ def recommended_view(rec: Recommendation | None, findings: list[Finding]) -> Rec
         return None
     codes = {f.rule: f.code for f in findings}
     snippets = []
-    said = {p.key for p in rec.patch.parts if p.flags and not p.diff} if rec.patch and rec.patch.run_with else set()
+    said = {p.key for p in rec.patch.parts if p.flags} if rec.patch and rec.patch.run_with else set()
     for item in rec.snippets or []:
         if isinstance(item, dict) and item.get("key") in said:
-            continue  # said as the script's own flag: its generic code would add what the flag already does
+            continue  # said as the script's own flag (and the patch): generic code would do what the flag does
         if isinstance(item, dict) and item.get("snippet"):
             snippets.append(Snippet(str(item.get("key") or item.get("title") or ""), str(item["snippet"])))
         elif isinstance(item, str) and item:
