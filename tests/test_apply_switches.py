@@ -144,3 +144,21 @@ def test_a_config_file_that_cannot_take_the_value_is_refused_in_one_line(tmp_pat
 def test_a_bare_option_already_passed_is_already_on():
     line = run_with("train.py", ["--amp", "--epochs", "1"], [Flag(("--amp",), None)])
     assert line.already == ["--amp"] and line.args == ["--amp", "--epochs", "1"]
+
+
+def test_a_hydra_config_key_is_its_override(tmp_path):
+    """`cfg.data.workers` in a `@hydra.main` function: `data.workers=2` on the command line, replacing
+    the override the run passed."""
+    script, sites = _loader_script(tmp_path, """\
+        import hydra
+        from torch.utils.data import DataLoader
+
+        @hydra.main(config_path="conf", config_name="config", version_base=None)
+        def main(cfg):
+            loader = DataLoader(data, num_workers=cfg.data.workers)
+    """)
+    patched = build({"dataloader": {"num_workers": 2}}, sites, root=tmp_path, script="train.py",
+                    argv=["data.workers=0", "trainer.epochs=1"])
+    assert patched.patch.run_with == "python train.py data.workers=2 trainer.epochs=1" and patched.changed == {}
+    assert patched.patch.parts[0].told == ["train.py:4: num_workers comes from the Hydra config key data.workers: "
+                                           "run it with data.workers=2"]

@@ -20,7 +20,7 @@ class Flag:
 
     options: tuple[str, ...]  # the option strings it takes, the one to write first (--workers, -j)
     value: str | None  # the value's word; None: an option that takes none (argparse's store_true, click's is_flag)
-    equals: bool = False  # written --key=value (nanoGPT's configurator reads only that form)
+    equals: bool = False  # written --key=value (nanoGPT's configurator reads only that form; Hydra's key=value)
 
     @property
     def words(self) -> list[str]:
@@ -77,7 +77,7 @@ def _occurrences(argv: list[str], flag: Flag) -> list[tuple[int, str | None]]:
         if word == "--":
             break
         name, eq, value = word.partition("=")
-        if name in flag.options and word.startswith("-"):
+        if name in flag.options and (word.startswith("-") or eq):  # an option, or Hydra's key=value override
             if eq:
                 found.append((i, value))
             elif flag.value is not None and i + 1 < len(argv):

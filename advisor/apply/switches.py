@@ -43,7 +43,7 @@ def switch_of(source: SourceFile, value: cst.BaseExpression, code: str) -> Switc
     if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name):
         return _flag(source, value.value.value, value.attr.value, code) or _config(source, value, code)
     if isinstance(value, (cst.Subscript, cst.Attribute)):
-        return _config(source, value, code) or _env(source, value, code)
+        return _hydra(source, value, code) or _config(source, value, code) or _env(source, value, code)
     if isinstance(value, cst.Name):
         return _click(source, value, code) or _global(source, value, code)
     return _env(source, value, code)
@@ -198,6 +198,24 @@ def _click(source: SourceFile, name: cst.Name, code: str) -> Switch | None:
                               "add it to them, or make the change by hand")
         return Switch(line, said, keywords.get("default"), flag=Flag(options, word(code)))
     return None
+
+
+def _hydra(source: SourceFile, value: cst.BaseExpression, code: str) -> Switch | None:
+    """``cfg.data.workers`` where ``cfg`` is the config a ``@hydra.main`` function is given: Hydra's
+    override on the command line (``data.workers=2``)."""
+    found = config_file.key_of(source, value)
+    if found is None or not _literal(code):
+        return None
+    scope = source.scope_of(found[0])
+    if not isinstance(scope, cst.FunctionDef) or found[0].value not in {p.name.value for p in scope.params.params}:
+        return None
+    main = next((d.decorator for d in scope.decorators if isinstance(d.decorator, cst.Call)
+                 and call_name(d.decorator) == "main" and "hydra" in source.text(d.decorator.func)), None)
+    if main is None:
+        return None
+    key = ".".join(found[1])
+    return Switch(source.span(main).start.line, f"the Hydra config key {key}", None,
+                  flag=Flag((key,), word(code), equals=True))
 
 
 def _config(source: SourceFile, value: cst.BaseExpression, code: str) -> Switch | None:
