@@ -76,6 +76,10 @@ class Fix:
     proposed_overrides: dict | None = None  # the rule's own proposal, when a sweep measured better
     framework: dict | None = None  # the framework the snippet speaks (name, settings, configured_at): speak()
     ladder: list[dict] | None = None  # the other values of one fix, measured with `overrides` as one sweep
+    # the script's own flags (or variables) that make it, said before its code (advise apply's reading of
+    # where its values come from); `with_code`: a change of code goes with them (advise apply shows it)
+    flags: list[str] | None = None
+    with_code: bool = False
 
     def __post_init__(self) -> None:
         self.kind = _enum(FixKind, self.kind, "fix kind")
@@ -150,6 +154,8 @@ class Fix:
             out["framework"] = self.framework
         if self.ladder:
             out["ladder"] = self.ladder
+        if self.flags:
+            out["flags"], out["with_code"] = self.flags, self.with_code
         return out
 
     @classmethod
@@ -158,7 +164,9 @@ class Fix:
                    d.get("applicability") or Applicability.DISPLAY_ONLY, str(d.get("snippet") or ""),
                    d.get("overrides"), d.get("proposed_overrides"),
                    d.get("framework") if isinstance(d.get("framework"), dict) else None,
-                   d.get("ladder") if isinstance(d.get("ladder"), list) else None)
+                   d.get("ladder") if isinstance(d.get("ladder"), list) else None,
+                   [str(x) for x in d["flags"]] if isinstance(d.get("flags"), list) else None,
+                   bool(d.get("with_code")))
 
 
 def _snippet(overrides: dict, framework: dict | None = None) -> str:

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Sequence
 
 from ..run_dir.seen import Observed, Sources
+from .fixes import Files
 from .patch import Patched, build, git_root, write
 from .rewrite import Refused
 from .sites import Sites, read as read_sites
 
-__all__ = ["Patched", "Refused", "Sites", "build", "command_for", "git_root", "patch_for", "read_sites", "write"]
+__all__ = ["Files", "Patched", "Refused", "Sites", "build", "command_for", "git_root", "patch_for", "read_sites", "write"]
 
 
 def command_for(run_dir: str | os.PathLike) -> str:
@@ -33,8 +34,8 @@ def command_for(run_dir: str | os.PathLike) -> str:
 
 def patch_for(overrides: dict, observed: Observed, sources: Sources | None, script: str | None, *,
               search: Sequence[Path] = (), expected: dict[str, str] | None = None, command: str = "",
-              argv: Sequence[str] = ()) -> Patched:
+              argv: Sequence[str] = (), files: Files | None = None) -> Patched:
     """The patch of a run's recommended `overrides`, from what the probe saw (report.json's
-    `observed`, its `sources.json`) and the report's `script` and `argv`."""
+    `observed`, its `sources.json`) and the report's `script` and `argv` (`files`: parsed files to share)."""
     return build(overrides, read_sites(observed, sources, script, search), expected=expected, command=command,
-                 script=script or "", argv=argv)
+                 script=script or "", argv=argv, files=files)

@@ -56,13 +56,12 @@ def root_for(sites: Sites) -> Path:
 
 
 def build(overrides: dict, sites: Sites, *, expected: dict[str, str] | None = None, root: Path | None = None,
-          command: str = "", script: str = "", argv: Sequence[str] = ()) -> Patched:
+          command: str = "", script: str = "", argv: Sequence[str] = (), files: Files | None = None) -> Patched:
     """The recommendation's `overrides` written into the user's files at `sites`, and said as the
     flags of the run's command (`script`, `argv`: the profiled run's) where a value comes from one;
     `expected`: each file's real path -> the sha256 of the text the report's patch was made against."""
     root = (root or root_for(sites)).resolve()
-    files = Files(expected)
-    plans = plan(overrides, sites, files)
+    plans = plan(overrides, sites, files if files is not None else Files(expected))
     for planned in plans:
         _within(planned, root)
         _unchanged(planned, expected or {})

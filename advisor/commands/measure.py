@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..framework import words as framework_words
 from ..analysis import metrics, steptime
-from ..apply import command_for, patch_for
+from ..apply import Files, command_for, patch_for
 from ..apply.script_steps import read as read_script_steps
 from ..experiments.fresh import confirm_recommendation, run_experiments
 from ..experiments.inprocess import ArmsSession
@@ -146,12 +146,31 @@ def measure_fixes(session: ArmsSession | None, run: ProbeRun, profile: Profile, 
         results.recommended.snippets = framework_words.snippets(results.recommended.overrides,
                                                            profile.observed.framework)
         results.recommended.patch = _patch(results.recommended, profile, config, rule_warnings)
+    _said_as_flags(results.findings if results is not None else findings, profile, config)
     if results is not None:
         _script_steps(results, profile, config)
         findings, screened = split_screened([settle_severity(f) for f in results.findings])
         findings = rank(findings)
         results.screened = screened
     return findings, rule_warnings, results
+
+
+def _said_as_flags(findings: list[Finding], profile: Profile, config: ProbeConfig) -> None:
+    """Each automatic fix whose values come from the script's own flags said as those flags first
+    (`Fix.flags`), as `advise apply` reads them: "run it with --dtype=bfloat16"."""
+    files = Files()
+    script = f"-m {config.script}" if config.module else config.script
+    for finding in findings:
+        fix = finding.fix
+        if not fix.automatic or not fix.overrides:
+            continue
+        try:
+            patched = patch_for(fix.overrides, profile.observed, profile.sources, script, argv=config.args, files=files)
+        except Exception:  # noqa: BLE001 - the advice stands without its flags
+            continue
+        flags = [f for part in patched.patch.parts for f in part.flags]
+        if flags and patched.patch.run_with:
+            fix.flags, fix.with_code = flags, bool(patched.changed)
 
 
 def _script_steps(results: ExperimentResults, profile: Profile, config: ProbeConfig) -> None:

@@ -26,7 +26,7 @@ def _finding(f: Finding) -> dict:
     return {
         "code": f.code, "rule": f.rule, "severity": f.severity.value, "title": f.title,
         "locations": [loc.short for loc in f.locations],
-        "fix": f.fix.title, "fix_kind": f.fix.kind.value, "safe": f.fix.applicability.value == "safe",
+        "fix": f.fix.title, "flags": f.fix.flags or [], "fix_kind": f.fix.kind.value, "safe": f.fix.applicability.value == "safe",
         "speedup": finite(exp.speedup) if exp is not None else None,
         "ci": _ci(exp.ci_low, exp.ci_high) if exp is not None else None,
         "verified": bool(exp is not None and exp.verified),

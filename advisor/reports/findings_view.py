@@ -111,6 +111,7 @@ class FindingView:
     locations: list[LocationRow]
     evidence: list[Row]
     fix_title: str
+    fix_flags: str  # "run it with --workers 2, the script's own flag": said before the code, where a flag makes it
     fix_kind: str
     fix_applicability: str
     fix_note: str
@@ -187,6 +188,7 @@ def finding_view(f: Finding, rank: int, rule_docs: Mapping[str, str], experiment
                    for loc in f.locations],
         evidence=[Row(str(k), fmt.by_suffix(str(k), v)) for k, v in evidence.items()],
         fix_title=f.fix.title,
+        fix_flags=words.fix_flags(f.fix),
         fix_kind=f.fix.kind.value,
         fix_applicability=f.fix.applicability.value,
         fix_note=words.applicability_words(f.fix.applicability),

@@ -117,8 +117,9 @@ def finding_lines(finding: Finding, experiments: str = "ran") -> list[Text]:
     fix = finding.fix
     if fix.title:
         where = words.fix_where(fix)
-        lines.append(Text.assemble("      fix: ", fix.title, (f" ({words.fix_label(fix)})", "dim"),
-                                   (f" {where}" if where else "", "cyan")))
+        flags = words.fix_flags(fix)
+        lines.append(Text.assemble("      fix: ", (f"{flags}: " if flags else "", "bold"), fix.title,
+                                   (f" ({words.fix_label(fix)})", "dim"), (f" {where}" if where else "", "cyan")))
     lines.append(Text("      " + result_line(finding, experiments), style=RESULT_STYLE.get(_state(finding), "")))
     return lines
 

@@ -675,6 +675,15 @@ def mfu_words(mfu: Mfu | None) -> tuple[str, str]:
     return f"{achieved} achieved", f"{dtype}; {mfu.peak_source or 'no peak to compare with'}"
 
 
+def fix_flags(fix: Fix) -> str:
+    """A fix said as the script's own flags, before its title: `run it with --dtype=bfloat16, the
+    script's own flag, and a change of code (advise apply)`; '' where no flag makes it."""
+    if not fix.flags:
+        return ""
+    own = "the script's own flag" + ("s" if len(fix.flags) > 1 else "")
+    return f"run it with {' '.join(fix.flags)}, {own}" + (", and a change of code (advise apply)" if fix.with_code else "")
+
+
 def patch_line(command: str, notes: int) -> str:
     """The recommendation's last line: the command that writes it into the user's code, and how many
     of its changes it cannot write (``advise apply RUN_DIR`` says which and why)."""
