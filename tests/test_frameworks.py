@@ -164,7 +164,11 @@ def test_the_recommendation_reads_in_the_trainers_words(advise):
     assert rec is not None and rec["verified"], (pr001["experiment"], r.stdout[-2000:])
     assert [s["snippet"] for s in rec["snippets"]] == ["- args = TrainingArguments(...)\n"
                                                        "+ args = TrainingArguments(..., bf16=True)"]
-    assert "+ args = TrainingArguments(..., bf16=True)" in r.stdout
+    # the script sets bf16 from its own --bf16 flag: the advice is that flag, not code written over it (issue 66)
+    script = str(FRAMEWORKS / "hf_trainer.py")
+    assert rec["patch"]["run_with"] == f"python {script} --bf16", rec["patch"]
+    assert f"      run it with: python {script} --bf16" in r.stdout
+    assert "+ args = TrainingArguments(..., bf16=True)" not in r.stdout
 
 
 @pytest.mark.slow

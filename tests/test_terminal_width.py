@@ -33,7 +33,7 @@ def split_values(text: str) -> list[str]:
     bad = []
     for a, b in zip(lines, lines[1:]):
         a, b = a.rstrip(), b.strip()
-        inside_number = re.search(r"[\d.,]$", a) and re.match(r"[\d.,×%]", b)
+        inside_number = re.search(r"\d[.,]?$", a) and re.match(r"[\d.,×%]", b)  # not "faster," / "95% CI"
         from_unit = re.search(r"(?<![\w.])\d[\d,.]*%?$", a) and re.match(UNITS, b)
         from_interval = a.endswith(" CI") and re.match(r"\d", b)
         if inside_number or from_unit or from_interval:
