@@ -23,6 +23,10 @@ PROBE_COST_WARN_FRAC = 0.015  # warn when that is this share of the median step 
 
 
 OUTSIDE_LOAD_WARN_CORES = 0.5  # other processes' mean CPU use, in cores, that makes the timings suspect
+# a window (or a step) a neighbour disturbed: other processes used OUTSIDE_LOAD_WARN_CORES and the script's
+# threads waited for a core this much more (in cores: seconds waited per second) than in its quiet ones
+DISTURBED_WAIT = 0.05
+MIN_QUIET_STEPS = 3  # steps no neighbour disturbed, enough to judge a step's shares on them alone
 
 
 def outside_cores(samples: pd.DataFrame, cpu_count: int | None) -> float | None:
@@ -84,6 +88,12 @@ def contention_warning(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: in
     if stalls.any():
         said.append(f"{int(stalls.sum())} of {len(dur)} measured steps stalled (up to {dur.max() * 1e3:,.0f} ms beside "
                     f"a median of {dur.median() * 1e3:,.1f} ms) and were left out of the throughput")
+    hit = disturbed_steps(timed, samples, cpu_count) if not timed.empty else pd.Series(dtype=bool)
+    if hit.any():
+        quiet = int((~hit).sum())
+        said.append(f"{int(hit.sum())} of {len(hit)} measured steps waited for a core while other processes ran "
+                    "(the kernel's wait clock)" + (f"; the rules judged the other {quiet}" if quiet >= MIN_QUIET_STEPS
+                                                  else ""))
     window = window_samples(samples, steps) if not samples.empty and "t" in samples else pd.DataFrame()
     other = outside_cores(window, cpu_count)
     if other is not None and other >= OUTSIDE_LOAD_WARN_CORES:
@@ -146,6 +156,39 @@ def window_wait(samples: pd.DataFrame, steps: pd.DataFrame) -> float | None:
         return None
     start, end = np.interp(window, clock["t"], clock["runq_wait_s"])
     return max(0.0, float(end - start)) / (window[1] - window[0])
+
+
+def disturbed_steps(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: int | None) -> pd.Series:
+    """The steps a neighbour disturbed, by the kernel's wait clock (:mod:`advisor.waits`): other
+    processes used OUTSIDE_LOAD_WARN_CORES or more around the step and the script's threads waited
+    for a core DISTURBED_WAIT more (in cores) than over its quietest tenth of steps, since a script
+    whose own workers oversubscribe the cores waits in every step alike. All False where the kernel
+    gave no clock or the sampler did not cover the steps. Beside a neighbour that takes a core a
+    2-thread step can run 15 times slower (conv-mnist: 448 ms against 30 ms), and their median is
+    then no step of the script's."""
+    none = pd.Series(False, index=steps.index)
+    if steps.empty or samples.empty or not cpu_count or not {"t", "runq_wait_s", "sys_cpu_percent",
+                                                               "cpu_percent"} <= set(samples.columns):
+        return none
+    clock = samples[["t", "runq_wait_s"]].dropna()
+    if len(clock) < 2 or "t_start" not in steps or "t_end" not in steps:
+        return none
+    start, end = steps["t_start"].to_numpy(float), steps["t_end"].to_numpy(float)
+    inside = (start >= clock["t"].iloc[0]) & (end <= clock["t"].iloc[-1]) & (end > start)
+    if not inside.any():
+        return none
+    waited = np.interp(end, clock["t"], clock["runq_wait_s"]) - np.interp(start, clock["t"], clock["runq_wait_s"])
+    share = pd.Series(np.where(inside, waited / np.maximum(end - start, 1e-9), np.nan), index=steps.index)
+    load = samples[["t", "sys_cpu_percent", "cpu_percent"]].dropna()
+    if load.empty:
+        return none
+    outside = (load["sys_cpu_percent"] / 100 * cpu_count - load["cpu_percent"] / 100).clip(lower=0).to_numpy(float)
+    # the sampler's ticks are 0.1 s apart: a step's neighbour is read on the ticks that bracket it
+    t = load["t"].to_numpy(float)
+    lo, hi = np.searchsorted(t, start, "left") - 1, np.searchsorted(t, end, "right")
+    near = [outside[max(0, a):min(len(t), b + 1)].max(initial=0.0) for a, b in zip(lo, hi)]
+    floor = float(share.quantile(0.1)) if share.notna().any() else 0.0
+    return (share - floor >= DISTURBED_WAIT) & (pd.Series(near, index=steps.index) >= OUTSIDE_LOAD_WARN_CORES)
 
 
 def window_samples(samples: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:

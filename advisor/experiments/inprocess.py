@@ -32,9 +32,8 @@ from .rounds import REPLACE_CAP, RoundKind, Rounds
 from .spend import PLAN_MARGIN_S
 
 BUSY_SHARE = 0.25   # without the kernel's wait clock: other processes on this share of the cores in a window set it aside
-# With it: a window set aside is one where other processes used the CPU and the script's threads waited
-# for a core this much more (in cores: seconds waited per second) than in the same arm's quiet windows.
-DISTURBED_WAIT = 0.05
+# With it: metrics.DISTURBED_WAIT, over the same arm's quiet windows.
+DISTURBED_WAIT = metrics.DISTURBED_WAIT
 
 
 def disturbed(results: list[RoundResult], cpu_count: int) -> None:
