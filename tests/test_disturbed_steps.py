@@ -34,6 +34,16 @@ def test_a_burners_steps_are_set_aside_and_the_conv_nets_gemms_are_seen():
            "the rules judged the other 5" in warning, warning
 
 
+def test_profiled_steps_a_burner_disturbed_are_not_the_gemms_share():
+    """Every profiled step of this run waited beside the burner: their GEMMs took 143 ms a step
+    against 17-20 ms quiet, and over a quiet step's 28 ms read as 100% of it. The shortest
+    profiled step stands for them: 60%, as the quiet runs read 56-66%."""
+    profile = Profile.from_run_dir(RUN.parent / "conv_mnist_profiled_beside_a_burner")
+    assert len(h.trace_steps(profile)) == 5 and len(h.quiet_trace_steps(profile)) == 1
+    share, _ = h.cpu_fp32_gemm_share(profile)
+    assert 0.5 < share < 0.7
+
+
 def _clock(rates: list[tuple[float, float, float]], tick: float = 0.1) -> pd.DataFrame:
     """Sampler ticks: for each (seconds, wait rate in cores, outside load in cores) a stretch of ticks."""
     rows, t, wait = [], 0.0, 0.0
