@@ -263,6 +263,29 @@ def test_a_gain_beyond_amdahls_bound_is_a_measurement_error():
     assert vocabulary.parts({"dataloader": {"num_workers": 8}, "torch_threads": 1}) is None
 
 
+def test_the_bound_is_read_on_the_baseline_window_a_neighbour_stretched_least():
+    """A 4-worker I/O loader beside a burner: the baseline windows the burner overlapped spent 34% of
+    their time waiting on the loader (its compute stretched), the quiet one 90%. Bounded by the
+    pooled 34% (1.52x), its 8 workers' 1.83x (by hand beside the burner 1.67x) read "a measurement
+    error"; bounded by the quiet window's 90%, it is judged on its interval."""
+    from advisor.experiments.judge import amdahl_bound, compare
+    from advisor.model import Verdict
+
+    def waiting(step_s, wait_s, seed):
+        frame = _timed(step_s, 0.0, seed=seed)
+        frame["data_wait_s"] = wait_s
+        return frame
+
+    workers = {"dataloader": {"num_workers": 8, "persistent_workers": True}}
+    base = [_measured("baseline", {}, waiting(0.0125, 0.0043, s)) for s in (1, 2, 3)] + \
+        [_measured("baseline", {}, waiting(0.0050, 0.0045, 4))]
+    bound, said = amdahl_bound(workers, [m.steps for m in base])
+    assert bound == pytest.approx(10.0, rel=0.01) and "90% of the baseline's time" in said
+    faster = _measured("workers", workers, waiting(0.0125 / 1.83, 0.0008, 5))
+    exp = compare(base, faster, by_samples=True, check_loss=False, measured_by="in-process")
+    assert exp.verdict is not Verdict.NOT_CONFIRMED
+
+
 def test_workers_for_a_loader_that_loads_in_the_training_process_have_no_amdahl_bound():
     """train_mnist_like loads in the training process (no workers): on a busy 2-core box 42% of its
     step was in the loader, yet 4 workers made it 6-9x faster by hand (the loading's drag on the
