@@ -162,3 +162,34 @@ def test_a_hydra_config_key_is_its_override(tmp_path):
     assert patched.patch.run_with == "python train.py data.workers=2 trainer.epochs=1" and patched.changed == {}
     assert patched.patch.parts[0].told == ["train.py:4: num_workers comes from the Hydra config key data.workers: "
                                            "run it with data.workers=2"]
+
+
+NANOGPT_COMPILE = """\
+    import torch
+    compile = False  # use torch.compile
+    exec(open("configurator.py").read())
+    model = Net()
+    if compile:
+        model = torch.compile(model)
+    for x in data:
+        loss = model(x).sum()
+        loss.backward()
+"""
+
+
+def _model_script(tmp_path: Path, body: str) -> Sites:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(body))
+    line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "model(x)" in text)
+    return Sites(main=str(script), model_calls=[Site(str(script), line, "<module>", "Net", params=1000)],
+                 backward=[Site(str(script), line + 1, "<module>", "backward")])
+
+
+def test_the_scripts_own_compile_switch_is_turned_never_a_second_compile(tmp_path):
+    """nanoGPT compiles under `if compile:` (a configurator global): the fix is `--compile=True`;
+    a `model = torch.compile(model)` after the script's own would compile it twice."""
+    patched = build({"compile": True}, _model_script(tmp_path, NANOGPT_COMPILE), root=tmp_path, script="train.py")
+    assert patched.changed == {} and patched.patch.run_with == "python train.py --compile=True", patched.patch
+    always = _model_script(tmp_path, NANOGPT_COMPILE.replace("    if compile:\n        model", "    model"))
+    refused = build({"compile": True}, always, root=tmp_path, script="train.py").patch.parts[0].refused
+    assert refused == ["train.py:5: the script already compiles model (model = torch.compile(model))"], refused

@@ -20,7 +20,7 @@ import libcst as cst
 
 from .. import overrides as vocabulary
 from ..framework import words as framework_words
-from .rewrite import Block, Edit, InsertAfter, Refused, Scope, SetKeywords, SetValue, SourceFile, Wrap, call_name
+from .rewrite import Block, Edit, InsertAfter, Refused, Scope, SetKeywords, SetValue, SourceFile, Wrap, call_name, calls_in
 from .sites import Site, Sites
 from . import own_autocast
 from .command_line import Flag, Said
@@ -493,9 +493,36 @@ def _compile(planned: Planned, value: object, sites: Sites, files: Files) -> Non
     if stmt is ARGUMENT:
         raise Refused(f"{model.short}: `{name}` is an argument of {where}: compile it where it is "
                       f"built ({name} = torch.compile({name}))")
+    if _through_own_compile(planned, source, name, scopes, value):
+        return
     torch = _torch_in(planned, model, source)
     mode = "" if value is True else f', mode="{value}"'  # the mode the compile ladder measured best
     planned.add(model, source, InsertAfter(stmt, (f"{name} = {torch}.compile({name}{mode})",)))
+
+
+def _through_own_compile(planned: Planned, source: SourceFile, name: str, scopes: list[Scope], value: object) -> bool:
+    """The script compiles `name` itself (nanoGPT: ``if compile: model = torch.compile(model)``, its
+    `compile` a configurator global): the fix is its switch (``--compile=True``), never a second
+    compile after the first; True where that is so (said, or refused in one line)."""
+    own = [stmt for scope in scopes for stmt in source.assignments(scope, name)
+           if any(call_name(c) == "compile" for c in calls_in(stmt))]
+    if not own:
+        return False
+    stmt = own[-1]
+    where = f"{source.name}:{source.span(stmt).start.line}"
+    branch = next((a for a in source.ancestors(stmt) if isinstance(a, cst.If)), None)
+    if branch is None:
+        raise Refused(f"{where}: the script already compiles {name} ({source.text(stmt).strip()})")
+    if value is not True:
+        raise Refused(f"{where}: the script compiles {name} itself, under `if {source.text(branch.test)}:`: "
+                      f"mode={value!r} goes into that call by hand")
+    switch = switch_of(source, branch.test, "True")
+    if switch is None:
+        raise Refused(f"{where}: the script compiles {name} itself, under `if {source.text(branch.test)}:`: "
+                      "turn that on rather than compile it twice")
+    planned.said(switch, source, "torch.compile", "True")
+    return True
+
 
 
 def _params(fn: cst.FunctionDef) -> list[cst.Param]:

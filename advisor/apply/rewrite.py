@@ -36,6 +36,18 @@ def call_name(call: cst.Call) -> str | None:
     return func.value if isinstance(func, cst.Name) else None
 
 
+def calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    """Every call inside `node` (itself included), outermost first."""
+    found: list[cst.Call] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Call(self, n: cst.Call) -> None:
+            found.append(n)
+
+    node.visit(Collect())
+    return found
+
+
 class SourceFile:
     """One of the user's files, parsed losslessly, with the lines each node spans."""
 

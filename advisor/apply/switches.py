@@ -21,7 +21,7 @@ import libcst as cst
 from . import config_file
 from .command_line import EnvVar, Flag, Said
 from .config_file import ConfigChange
-from .rewrite import Edit, Refused, SetValue, SourceFile, call_name
+from .rewrite import Edit, Refused, SetValue, SourceFile, call_name, calls_in
 
 
 @dataclass(frozen=True)
@@ -252,18 +252,7 @@ def _configurator(source: SourceFile) -> str | None:
     """The file a nanoGPT-style script exec()s to override its globals (``configurator.py``), if it does."""
     for call in source.nodes(cst.Call):
         if call_name(call) == "exec" and call.args:
-            opened = [c for c in _calls_in(call.args[0].value) if call_name(c) == "open" and c.args]
+            opened = [c for c in calls_in(call.args[0].value) if call_name(c) == "open" and c.args]
             if opened and isinstance(opened[0].args[0].value, cst.SimpleString):
                 return str(opened[0].args[0].value.evaluated_value)
     return None
-
-
-def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
-    found: list[cst.Call] = []
-
-    class Collect(cst.CSTVisitor):
-        def visit_Call(self, n: cst.Call) -> None:
-            found.append(n)
-
-    node.visit(Collect())
-    return found
