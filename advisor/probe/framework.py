@@ -93,17 +93,15 @@ def _fabric(frames: list[FrameType]) -> tuple[str, dict] | None:
     return None
 
 
-def _accelerate(frames: list[FrameType]) -> tuple | None:
+def _accelerate(frames: list[FrameType]) -> tuple[str, dict] | None:
     if not any(f"{os.sep}accelerate{os.sep}" in f.f_code.co_filename.replace("/", os.sep) for f in frames):
         return None
     state = sys.modules.get("accelerate.state")
     try:
-        shared = state.AcceleratorState() if state is not None else None
-        mixed = str(shared.mixed_precision) if shared is not None else None
+        mixed = str(state.AcceleratorState().mixed_precision) if state is not None else None
     except Exception:  # noqa: BLE001 - a state we cannot read is just unknown
-        shared, mixed = None, None
-    # the shared state is the live object an autocast arm speaks to: Accelerate's form of bf16 (module_call)
-    return (ACCELERATE, {"mixed_precision": mixed}, shared) if shared is not None else (ACCELERATE, {"mixed_precision": mixed})
+        mixed = None
+    return ACCELERATE, {"mixed_precision": mixed}
 
 
 def _plain(value: object) -> bool | int | float | str | None:

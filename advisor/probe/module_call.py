@@ -111,13 +111,6 @@ def _room_for_another_mode(modes: int) -> None:
 _limit_base: dict[str, int] = {}  # dynamo's recompile limit before the ladder raised it
 
 
-def _to_fp32(out: Any) -> Any:
-    """Accelerate's own conversion of a forward's outputs to fp32 (nested tensors, its ModelOutput)."""
-    from accelerate.utils import convert_to_fp32  # type: ignore[import-untyped, import-not-found, unused-ignore]  # only in an Accelerate job
-
-    return convert_to_fp32(out)
-
-
 def _cast_back(module: torch.nn.Module, args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[tuple, dict]:
     """`args` and `kwargs` with the tensors of `dtype` (nested in tuples and lists too) cast to the
     dtype of `module`'s parameters, as a run that never autocast would pass them."""
@@ -143,10 +136,6 @@ class ModuleCallSwitch:
 
     def __init__(self, first_call: Callable[[torch.nn.Module, dict], Any] | None = None) -> None:
         self.autocast: torch.dtype | None = None
-        # Accelerate's mixed_precision="bf16" converts the model's outputs back to fp32 (its
-        # convert_outputs_to_fp32): an arm in an Accelerate job does too, so it measures the flag the
-        # user will set (hf-accelerate-clm: 8x128x8192 logits; autocast alone read 2.1x, the flag 1.69x)
-        self.outputs_fp32 = False
         # autocast's dtype once it is switched off: its outputs the script carries into the next step
         # (an LSTM's hidden state) are cast back at the model's entrance (wlm-lstm's baseline window
         # after bf16 raised in oneDNN's LSTM on a bf16 hidden state, ending every arm after it)
@@ -216,8 +205,7 @@ class ModuleCallSwitch:
             if self.autocast is not None:
                 with torch.autocast(device_type(module, args), dtype=self.autocast):
                     self.applied["autocast"] = str(self.autocast).replace("torch.", "")
-                    out = target(*args, **kwargs)
-                return _to_fp32(out) if self.outputs_fp32 else out
+                    return target(*args, **kwargs)
             return target(*args, **kwargs)
         finally:
             if fresh:

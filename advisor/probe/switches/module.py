@@ -1,5 +1,4 @@
-"""The model's calls (autocast, compile, channels_last, a Lightning Trainer's precision, Accelerate's form of
-autocast) and activation checkpointing."""
+"""The model's calls (autocast, compile, channels_last, a Lightning Trainer's precision) and activation checkpointing."""
 
 from __future__ import annotations
 
@@ -24,9 +23,6 @@ class ModuleSwitch(ModuleCallSwitch):
             observed.on_trainer.append(self._found)
 
     def _found(self, trainer: object) -> None:
-        if type(trainer).__name__ == "AcceleratorState":  # Accelerate's bf16: its outputs converted back to fp32
-            self.outputs_fp32 = str(getattr(trainer, "mixed_precision", "")) == "no"
-            return
         self.trainer = TrainerPrecision(trainer)
         if self.autocast is torch.bfloat16 and self._plugin(self.autocast, self.applied):
             self.autocast = None  # a fresh run: the Trainer's form from here on (float16 keeps its scaler)
