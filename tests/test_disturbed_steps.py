@@ -31,7 +31,7 @@ def test_a_burners_steps_are_set_aside_and_the_conv_nets_gemms_are_seen():
     assert finding.code == "PR001" and finding.evidence["fp32_gemm_step_frac"] > 0.5
     warning = metrics.contention_warning(profile.steps, profile.samples, profile.env.cpu_count)
     assert "10 of 15 measured steps waited for a core while other processes ran (the kernel's wait clock); " \
-           "the rules judged the other 5" in warning, warning
+           "a step's length is read on the other 5" in warning, warning
 
 
 def test_profiled_steps_a_burner_disturbed_are_not_the_gemms_share():

@@ -92,8 +92,8 @@ def contention_warning(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: in
     if hit.any():
         quiet = int((~hit).sum())
         said.append(f"{int(hit.sum())} of {len(hit)} measured steps waited for a core while other processes ran "
-                    "(the kernel's wait clock)" + (f"; the rules judged the other {quiet}" if quiet >= MIN_QUIET_STEPS
-                                                  else ""))
+                    "(the kernel's wait clock)" + (f"; a step's length is read on the other {quiet}"
+                                                  if quiet >= MIN_QUIET_STEPS else ""))
     window = window_samples(samples, steps) if not samples.empty and "t" in samples else pd.DataFrame()
     other = outside_cores(window, cpu_count)
     if other is not None and other >= OUTSIDE_LOAD_WARN_CORES:
@@ -171,9 +171,9 @@ def disturbed_steps(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: int |
                                                                "cpu_percent"} <= set(samples.columns):
         return none
     clock = samples[["t", "runq_wait_s"]].dropna()
-    if len(clock) < 2 or "t_start" not in steps or "t_end" not in steps:
+    if len(clock) < 2 or not steptime.has_spans(steps):
         return none
-    start, end = steps["t_start"].to_numpy(float), steps["t_end"].to_numpy(float)
+    start, end = steptime.starts(steps).to_numpy(float), steptime.ends(steps).to_numpy(float)
     inside = (start >= clock["t"].iloc[0]) & (end <= clock["t"].iloc[-1]) & (end > start)
     if not inside.any():
         return none
