@@ -143,7 +143,7 @@ def test_a_config_file_that_cannot_take_the_value_is_refused_in_one_line(tmp_pat
 
 def test_a_bare_option_already_passed_is_already_on():
     line = run_with("train.py", ["--amp", "--epochs", "1"], [Flag(("--amp",), None)])
-    assert line.already == ["--amp"] and line.args == ["--amp", "--epochs", "1"]
+    assert line.already == {Flag(("--amp",), None)} and line.args == ["--amp", "--epochs", "1"]
 
 
 def test_a_hydra_config_key_is_its_override(tmp_path):
@@ -193,3 +193,20 @@ def test_the_scripts_own_compile_switch_is_turned_never_a_second_compile(tmp_pat
     always = _model_script(tmp_path, NANOGPT_COMPILE.replace("    if compile:\n        model", "    model"))
     refused = build({"compile": True}, always, root=tmp_path, script="train.py").patch.parts[0].refused
     assert refused == ["train.py:5: the script already compiles model (model = torch.compile(model))"], refused
+
+
+def test_a_configurator_flag_passed_twice_is_said_with_the_one_set(tmp_path):
+    """nanoGPT's `--key=value` form: a run that passed the key twice is told the last wins, as an
+    argparse flag's run is (the note was matched to its flag by the words before the '=' and lost)."""
+    (tmp_path / "configurator.py").write_text("")
+    script, sites = _loader_script(tmp_path, """\
+        from torch.utils.data import DataLoader
+        workers = 0
+        exec(open("configurator.py").read())
+        loader = DataLoader(data, num_workers=workers)
+    """)
+    patched = build({"dataloader": {"num_workers": 2}}, sites, root=tmp_path, script="train.py",
+                    argv=["--workers=4", "--workers=0"])
+    assert patched.argv == ["--workers=4", "--workers=2"]
+    assert "the --workers flag appears 2 times in the run's command (4, 0): the last wins, and it is the one set" \
+        in patched.patch.parts[0].told, patched.patch.parts[0].told

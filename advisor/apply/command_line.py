@@ -60,8 +60,8 @@ class CommandLine:
     env: dict[str, str]  # variables to run it with
     head: list[str]  # python train.py
     args: list[str]  # the script's arguments, the flags set
-    notes: list[str]  # "the --workers flag appears 2 times in the run's command (4, 0): the last wins, ..."
-    already: list[str]  # flags the run already passes at the fix's value
+    notes: dict[Flag, str]  # "the --workers flag appears 2 times in the run's command (4, 0): the last wins, ..."
+    already: set[Flag]  # flags the run already passes at the fix's value
 
     @property
     def said(self) -> str:
@@ -92,7 +92,9 @@ def _occurrences(argv: list[str], flag: Flag) -> list[tuple[int, str | None]]:
 def run_with(script: str, argv: list[str], said: list[Said]) -> CommandLine:
     """``python SCRIPT ARGV`` (``python -m MODULE ARGV`` for `script` ``-m MODULE``) with each of
     `said` set: environment variables before it, each flag's last occurrence replaced, else added."""
-    args, env, notes, already = list(argv), {}, [], []
+    args, env = list(argv), {}
+    notes: dict[Flag, str] = {}
+    already: set[Flag] = set()
     for item in said:
         if isinstance(item, EnvVar):
             env[item.name] = item.value
@@ -100,14 +102,14 @@ def run_with(script: str, argv: list[str], said: list[Said]) -> CommandLine:
         seen = _occurrences(args, item)
         if len(seen) > 1:
             values = ", ".join("on" if v is None else v for _, v in seen)
-            notes.append(f"the {item.options[0]} flag appears {len(seen)} times in the run's command ({values}): "
-                         f"the last wins, and it is the one set")
+            notes[item] = (f"the {item.options[0]} flag appears {len(seen)} times in the run's command ({values}): "
+                           f"the last wins, and it is the one set")
         if not seen:
             args += item.words
             continue
         at, value = seen[-1]
         if value == item.value:
-            already.append(item.said)
+            already.add(item)
             continue
         width = 2 if item.value is not None and "=" not in args[at] else 1
         args[at:at + width] = item.words

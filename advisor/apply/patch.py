@@ -71,10 +71,9 @@ def build(overrides: dict, sites: Sites, *, expected: dict[str, str] | None = No
         diff = "".join(_diff(source, edits, root) for source, edits in _by_file(planned.edits))
         diff += "".join(_unified_text(_relative_path(path, root), before, after)
                         for path, (before, after) in config_file.together(planned.configs).items())
-        flags = [f.said for f in planned.flags]
-        refused = planned.refused + [f"the run already passes {f}" for f in flags if f in line.already]
-        told = planned.told + [n for n in line.notes if any(n.startswith(f"the {f.split()[0]} ") for f in flags)]
-        parts.append(PatchPart(planned.key, planned.title, diff, refused, told, flags))
+        refused = planned.refused + [f"the run already passes {f.said}" for f in planned.flags if f in line.already]
+        told = planned.told + [line.notes[f] for f in planned.flags if f in line.notes]
+        parts.append(PatchPart(planned.key, planned.title, diff, refused, told, [f.said for f in planned.flags]))
     whole, patched = [], []
     for source, edits in _by_file([e for p in plans for e in p.edits]):
         after = render(source, edits)
@@ -86,7 +85,7 @@ def build(overrides: dict, sites: Sites, *, expected: dict[str, str] | None = No
         changed[path] = (before, after)
         whole.append(_unified_text(_relative_path(path, root), before, after))
         patched.append(PatchFile(_relative_path(path, root), hashlib.sha256(before).hexdigest()))
-    fresh = any(f not in line.already for p in parts for f in p.flags)
+    fresh = any(f not in line.already for p in plans for f in p.flags)
     return Patched(Patch(str(root), "".join(whole), parts, patched, command if changed else "",
                          line.said if fresh else ""), changed, line.args if fresh else None, line.env if fresh else {})
 
