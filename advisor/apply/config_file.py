@@ -17,7 +17,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from .rewrite import Refused, SourceFile, call_name
+from .rewrite import Refused, SourceFile, call_name, string_index
 
 LOADS = {"safe_load", "load", "full_load"}  # yaml's, and OmegaConf.load
 
@@ -41,11 +41,11 @@ def key_of(source: SourceFile, value: cst.BaseExpression) -> tuple[cst.Name, tup
     """``cfg["data"]["workers"]`` or ``cfg.data.workers``: (cfg, ("data", "workers")); None: neither."""
     keys: list[str] = []
     while True:
-        if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Index) \
-                and isinstance(value.slice[0].slice.value, cst.SimpleString):
-            keys.insert(0, str(value.slice[0].slice.value.evaluated_value))
+        key = string_index(value)
+        if key is not None and isinstance(value, cst.Subscript):
+            keys.insert(0, key)
             value = value.value
-        elif isinstance(value, cst.Attribute) and keys is not None:
+        elif isinstance(value, cst.Attribute):
             keys.insert(0, value.attr.value)
             value = value.value
         else:
@@ -55,12 +55,7 @@ def key_of(source: SourceFile, value: cst.BaseExpression) -> tuple[cst.Name, tup
 
 def loaded_from(source: SourceFile, name: cst.Name) -> Path | None:
     """The file `name` was loaded from, where it is bound once to a YAML load of a literal path."""
-    scope = source.scope_of(name)
-    bound = source.assignments(scope, name.value) or source.assignments(source.module, name.value)
-    if len(bound) != 1:
-        return None
-    small = bound[0].body[0] if isinstance(bound[0], cst.SimpleStatementLine) else None
-    call = small.value if isinstance(small, cst.Assign) else None
+    call = source.bound_value(name)
     if not (isinstance(call, cst.Call) and call_name(call) in LOADS and call.args):
         return None
     if "yaml" not in source.text(call.func).lower() and "omegaconf" not in source.text(call.func).lower():

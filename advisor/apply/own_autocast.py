@@ -49,14 +49,7 @@ def _of(source: SourceFile, expr: cst.BaseExpression, device: str) -> OwnAutocas
         return OwnAutocast(expr, source.span(expr).start.line, source.text(expr))
     if not isinstance(expr, cst.Name):
         return None
-    scope = source.scope_of(expr)
-    bound = source.assignments(scope, expr.value) or source.assignments(source.module, expr.value)
-    if len(bound) != 1:
-        return None
-    small = bound[0].body[0] if isinstance(bound[0], cst.SimpleStatementLine) else None
-    if not isinstance(small, cst.Assign):
-        return None
-    value = small.value
+    value = source.bound_value(expr)
     if isinstance(value, cst.Call) and call_name(value) in AUTOCASTS:
         return OwnAutocast(value, source.span(value).start.line, expr.value)
     if isinstance(value, cst.IfExp):
@@ -91,9 +84,7 @@ def _test(source: SourceFile, test: cst.BaseExpression, device: str) -> bool | N
 def dtype_choice(source: SourceFile, name: cst.Name, want: str = "bfloat16") -> tuple[cst.Name, str] | None:
     """``ptdtype`` bound once to ``{'float32': torch.float32, 'bfloat16': torch.bfloat16, ...}[dtype]``:
     the name the choice is made by (``dtype``) and the key that gives `want` (``'bfloat16'``)."""
-    bound = source.assignments(source.module, name.value)
-    small = bound[0].body[0] if len(bound) == 1 and isinstance(bound[0], cst.SimpleStatementLine) else None
-    value = small.value if isinstance(small, cst.Assign) else None
+    value = source.bound_value(name)
     if not (isinstance(value, cst.Subscript) and isinstance(value.value, cst.Dict) and len(value.slice) == 1
             and isinstance(value.slice[0].slice, cst.Index) and isinstance(value.slice[0].slice.value, cst.Name)):
         return None

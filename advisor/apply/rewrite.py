@@ -36,6 +36,14 @@ def call_name(call: cst.Call) -> str | None:
     return func.value if isinstance(func, cst.Name) else None
 
 
+def string_index(node: cst.BaseExpression) -> str | None:
+    """``"key"`` of ``x["key"]``: a subscript by one string literal; None for anything else."""
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) \
+            and isinstance(node.slice[0].slice.value, cst.SimpleString):
+        return str(node.slice[0].slice.value.evaluated_value)
+    return None
+
+
 def calls_in(node: cst.CSTNode) -> list[cst.Call]:
     """Every call inside `node` (itself included), outermost first."""
     found: list[cst.Call] = []
@@ -141,6 +149,15 @@ class SourceFile:
                     out.append(stmt)
                     break
         return sorted(out, key=lambda s: self.span(s).start.line)
+
+    def bound_value(self, name: cst.Name) -> cst.BaseExpression | None:
+        """The value `name` is bound to by its one plain assignment (``x = ...``) in the function that
+        reads it, else in the module; None where it is bound otherwise, or more than once."""
+        bound = self.assignments(self.scope_of(name), name.value) or self.assignments(self.module, name.value)
+        if len(bound) != 1 or not isinstance(bound[0], cst.SimpleStatementLine):
+            return None
+        small = bound[0].body[0]
+        return small.value if isinstance(small, cst.Assign) else None
 
     # --- the module's header -------------------------------------------------------------------
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import Collection
 
 import libcst as cst
 
 from . import config_file
 from .command_line import EnvVar, Flag, Said
 from .config_file import ConfigChange
-from .rewrite import Edit, Refused, SetValue, SourceFile, call_name, calls_in
+from .rewrite import Edit, Refused, SetValue, SourceFile, call_name, calls_in, string_index
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,11 @@ def word(code: str) -> str:
     return value if isinstance(value, str) else repr(value)
 
 
+def _takes(fn: cst.FunctionDef, name: str) -> bool:
+    """Whether `fn` has a parameter (a plain one, as click and Hydra fill) called `name`."""
+    return name in {p.name.value for p in fn.params.params}
+
+
 def _literal(code: str) -> bool:
     try:
         ast.literal_eval(code)
@@ -105,10 +111,15 @@ def _flag(source: SourceFile, namespace: str, attr: str, code: str) -> Switch | 
         listed = ast.literal_eval(source.text(choices)) if _literal(source.text(choices)) else None
         if listed is None:
             return None
-        if ast.literal_eval(code) not in listed:
-            raise Refused(f"{source.name}:{line}: {said}'s choices ({', '.join(map(str, listed))}) do not hold "
-                          f"{word(code)}: add it to them, or make the change by hand")
+        _must_hold(source, line, said, listed, code)
     return Switch(line, said, current, flag=Flag(options, word(code)))
+
+
+def _must_hold(source: SourceFile, line: int, said: str, choices: Collection[object], code: str) -> None:
+    """Refused where a flag's `choices` (a literal collection) lack `code`'s value."""
+    if ast.literal_eval(code) not in choices:
+        raise Refused(f"{source.name}:{line}: {said}'s choices ({', '.join(map(str, choices))}) do not hold "
+                      f"{word(code)}: add it to them, or make the change by hand")
 
 
 def _parsed_args(source: SourceFile, namespace: str) -> bool:
@@ -143,8 +154,7 @@ def _global(source: SourceFile, name: cst.Name, code: str) -> Switch | None:
     that reads it): the configurator's ``--name=value`` where the script has one, else its literal
     value changed where it is bound."""
     scope = source.scope_of(name)
-    if isinstance(scope, cst.FunctionDef) and (source.assignments(scope, name.value) or name.value in
-                                               {p.name.value for p in scope.params.params}):
+    if isinstance(scope, cst.FunctionDef) and (source.assignments(scope, name.value) or _takes(scope, name.value)):
         return None
     bound = source.assignments(source.module, name.value)
     if len(bound) != 1:
@@ -168,8 +178,7 @@ def _global(source: SourceFile, name: cst.Name, code: str) -> Switch | None:
 def _click(source: SourceFile, name: cst.Name, code: str) -> Switch | None:
     """A parameter of the function that reads it, filled by a ``@click.option`` of that function."""
     scope = source.scope_of(name)
-    if not isinstance(scope, cst.FunctionDef) or source.assignments(scope, name.value) or \
-            name.value not in {p.name.value for p in scope.params.params}:
+    if not isinstance(scope, cst.FunctionDef) or source.assignments(scope, name.value) or not _takes(scope, name.value):
         return None
     for decorator in scope.decorators:
         call = decorator.decorator
@@ -193,9 +202,8 @@ def _click(source: SourceFile, name: cst.Name, code: str) -> Switch | None:
         choice = keywords.get("type", "")
         if "Choice(" in choice:
             listed = choice[choice.index("Choice(") + 7:].split(")")[0]
-            if _literal(listed) and ast.literal_eval(code) not in ast.literal_eval(listed):
-                raise Refused(f"{source.name}:{line}: {said}'s choices {listed} do not hold {word(code)}: "
-                              "add it to them, or make the change by hand")
+            if _literal(listed):
+                _must_hold(source, line, said, ast.literal_eval(listed), code)
         return Switch(line, said, keywords.get("default"), flag=Flag(options, word(code)))
     return None
 
@@ -207,7 +215,7 @@ def _hydra(source: SourceFile, value: cst.BaseExpression, code: str) -> Switch |
     if found is None or not _literal(code):
         return None
     scope = source.scope_of(found[0])
-    if not isinstance(scope, cst.FunctionDef) or found[0].value not in {p.name.value for p in scope.params.params}:
+    if not isinstance(scope, cst.FunctionDef) or not _takes(scope, found[0].value):
         return None
     main = next((d.decorator for d in scope.decorators if isinstance(d.decorator, cst.Call)
                  and call_name(d.decorator) == "main" and "hydra" in source.text(d.decorator.func)), None)
@@ -238,14 +246,12 @@ def _env(source: SourceFile, value: cst.BaseExpression, code: str) -> Switch | N
             source.text(value.func) in ("os.environ.get", "os.getenv", "environ.get", "getenv"):
         first = value.args[0].value
         name = first.evaluated_value if isinstance(first, cst.SimpleString) else None
-    elif isinstance(value, cst.Subscript) and source.text(value.value) in ("os.environ", "environ") and \
-            len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Index) and \
-            isinstance(value.slice[0].slice.value, cst.SimpleString):
-        name = value.slice[0].slice.value.evaluated_value
+    elif isinstance(value, cst.Subscript) and source.text(value.value) in ("os.environ", "environ"):
+        name = string_index(value)
     if not isinstance(name, str) or not _literal(code):
         return None
     return Switch(source.span(value).start.line, f"the environment variable {name}", None,
-                  flag=EnvVar(name, str(ast.literal_eval(code))))
+                  flag=EnvVar(name, word(code)))
 
 
 def _configurator(source: SourceFile) -> str | None:

@@ -142,11 +142,12 @@ def measure_fixes(session: ArmsSession | None, run: ProbeRun, profile: Profile, 
         job_report.settle_disagreements(results, merged["disagree"], rule_warnings)
     if results is not None and experiments.confirm and not stop and link is None:
         _confirm(results, config, profile, out, progress, stop)
+    files = Files()  # the user's files, parsed once for the recommendation's patch and every fix's flags
     if results is not None and results.recommended is not None:  # in the framework's words, as the findings
         results.recommended.snippets = framework_words.snippets(results.recommended.overrides,
                                                            profile.observed.framework)
-        results.recommended.patch = _patch(results.recommended, profile, config, rule_warnings)
-    _said_as_flags(results.findings if results is not None else findings, profile, config)
+        results.recommended.patch = _patch(results.recommended, profile, config, rule_warnings, files)
+    _said_as_flags(results.findings if results is not None else findings, profile, config, files)
     if results is not None:
         _script_steps(results, profile, config)
         findings, screened = split_screened([settle_severity(f) for f in results.findings])
@@ -155,17 +156,16 @@ def measure_fixes(session: ArmsSession | None, run: ProbeRun, profile: Profile, 
     return findings, rule_warnings, results
 
 
-def _said_as_flags(findings: list[Finding], profile: Profile, config: ProbeConfig) -> None:
+def _said_as_flags(findings: list[Finding], profile: Profile, config: ProbeConfig, files: Files) -> None:
     """Each automatic fix whose values come from the script's own flags said as those flags first
     (`Fix.flags`), as `advise apply` reads them: "run it with --dtype=bfloat16"."""
-    files = Files()
-    script = f"-m {config.script}" if config.module else config.script
     for finding in findings:
         fix = finding.fix
         if not fix.automatic or not fix.overrides:
             continue
         try:
-            patched = patch_for(fix.overrides, profile.observed, profile.sources, script, argv=config.args, files=files)
+            patched = patch_for(fix.overrides, profile.observed, profile.sources, _as_typed(config), argv=config.args,
+                                files=files)
         except Exception:  # noqa: BLE001 - the advice stands without its flags
             continue
         flags = [f for part in patched.patch.parts for f in part.flags]
@@ -226,13 +226,17 @@ def _account(results: ExperimentResults, session: ArmsSession, config: ProbeConf
                                  "ci_high": exp.ci_high if exp else None})
 
 
-def _patch(rec: Recommendation, profile: Profile, config: ProbeConfig, warnings: list[str]) -> Patch | None:
+def _as_typed(config: ProbeConfig) -> str:
+    """The script as the user typed it: ``train.py``, or ``-m pkg.train``."""
+    return f"-m {config.script}" if config.module else config.script
+
+
+def _patch(rec: Recommendation, profile: Profile, config: ProbeConfig, warnings: list[str], files: Files) -> Patch | None:
     """The recommendation written into the script's own lines, as `advise apply` writes it (report.json's
     `recommended.patch`); None, with a warning, where it could not be computed."""
     try:
-        return patch_for(rec.overrides, profile.observed, profile.sources,
-                         f"-m {config.script}" if config.module else config.script,
-                         command=command_for(config.out), argv=config.args).patch
+        return patch_for(rec.overrides, profile.observed, profile.sources, _as_typed(config),
+                         command=command_for(config.out), argv=config.args, files=files).patch
     except Exception as exc:  # noqa: BLE001 - the report matters more than its patch
         warnings.append(f"the patch of the recommendation could not be made: {type(exc).__name__}: {exc}")
         return None
