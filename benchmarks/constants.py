@@ -36,7 +36,7 @@ CONSTANTS: dict[str, tuple[tuple[str, ...], object, object, tuple[str, ...]]] = 
     "one-thread-extra": (("advisor.overrides:ONE_THREAD_EXTRA_UP_TO",), 4, 0, ("loader-cpu-workers", "loader-starved")),
     "drain": (("advisor.experiments.sizing:IDLE_LOADER_WAIT",), 0.05, 0.0, ("mingpt-chargpt",)),
     # beside the burner (--burner): the wait that sets a window aside
-    "disturbed-wait": (("advisor.experiments.inprocess:DISTURBED_WAIT",), 0.05, 0.15, ("loader-io-workers", "tiny-gpt")),
+    "disturbed-wait": (("advisor.analysis.metrics:DISTURBED_WAIT",), 0.05, 0.15, ("loader-io-workers", "tiny-gpt")),
 }
 WRAPPER = ("import importlib, json, sys\n"
            "for place, value in json.loads(sys.argv.pop(1)):\n"

@@ -32,15 +32,13 @@ from .rounds import REPLACE_CAP, RoundKind, Rounds
 from .spend import PLAN_MARGIN_S
 
 BUSY_SHARE = 0.25   # without the kernel's wait clock: other processes on this share of the cores in a window set it aside
-# With it: metrics.DISTURBED_WAIT, over the same arm's quiet windows.
-DISTURBED_WAIT = metrics.DISTURBED_WAIT
 
 
 def disturbed(results: list[RoundResult], cpu_count: int) -> None:
     """Mark, in each of `results` (every round read so far), the windows a neighbour disturbed.
 
     With the kernel's wait clock (:mod:`advisor.waits`): other processes used half a core or more
-    (:data:`metrics.OUTSIDE_LOAD_WARN_CORES`) and the script's run-queue wait rose DISTURBED_WAIT above
+    (:data:`metrics.OUTSIDE_LOAD_WARN_CORES`) and the script's run-queue wait rose :data:`metrics.DISTURBED_WAIT` above
     the lowest of the same arm's windows that had no such neighbour (none: above 0). An arm that
     oversubscribes the cores waits on its own workers in its quiet windows too: that is its cost,
     not a neighbour's, and a neighbour that took no core the script wanted costs nothing. Without
@@ -53,7 +51,7 @@ def disturbed(results: list[RoundResult], cpu_count: int) -> None:
     for r, line in lines:
         k, other = line.window, r.outside[line.window]
         if k in r.waits:
-            hit = other >= metrics.OUTSIDE_LOAD_WARN_CORES and r.waits[k] - quiet.get(line.arm, 0.0) >= DISTURBED_WAIT
+            hit = other >= metrics.OUTSIDE_LOAD_WARN_CORES and r.waits[k] - quiet.get(line.arm, 0.0) >= metrics.DISTURBED_WAIT
         else:
             hit = other >= max(metrics.OUTSIDE_LOAD_WARN_CORES, BUSY_SHARE * cpu_count)
         if hit:
