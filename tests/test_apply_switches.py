@@ -210,3 +210,23 @@ def test_a_configurator_flag_passed_twice_is_said_with_the_one_set(tmp_path):
     assert patched.argv == ["--workers=4", "--workers=2"]
     assert "the --workers flag appears 2 times in the run's command (4, 0): the last wins, and it is the one set" \
         in patched.patch.parts[0].told, patched.patch.parts[0].told
+
+
+def test_a_linked_config_file_is_written_through_its_link(tmp_path):
+    """config.yaml a link to conf/base.yaml: the change goes into base.yaml and the link stays a link
+    (as a linked Python file is written), never replaced by a copy beside it."""
+    from advisor.apply.patch import write
+
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "base.yaml").write_text(textwrap.dedent(YAML))
+    (tmp_path / "config.yaml").symlink_to(Path("conf") / "base.yaml")
+    script, sites = _loader_script(tmp_path, """\
+        import yaml
+        from torch.utils.data import DataLoader
+        cfg = yaml.safe_load(open("config.yaml"))
+        loader = DataLoader(data, num_workers=cfg["data"]["workers"])
+    """)
+    patched = build({"dataloader": {"num_workers": 2}}, sites, root=tmp_path, script="train.py")
+    write(patched.changed)
+    assert (tmp_path / "config.yaml").is_symlink()
+    assert "workers: 2  # loader processes" in (tmp_path / "conf" / "base.yaml").read_text()

@@ -69,7 +69,9 @@ def loaded_from(source: SourceFile, name: cst.Name) -> Path | None:
         return None
     text = str(arg.evaluated_value)
     where = [Path(text)] if os.path.isabs(text) else [source.path.parent / text, Path.cwd() / text]
-    return next((p for p in where if p.exists()), where[0])
+    # its real path, as the user's Python files are kept (apply.fixes.Files): a link is written through,
+    # and a file it leads out of the checkout is refused (apply.patch._within), never replaced by a copy
+    return Path(os.path.realpath(next((p for p in where if p.exists()), where[0])))
 
 
 def _opened_as(source: SourceFile, name: cst.Name) -> cst.BaseExpression | None:
