@@ -42,6 +42,8 @@ def _prctl() -> Callable[..., int] | None:
 class ProcessTree:
     """Every process the script started; use as a context manager around the script's life."""
 
+    roots: set[int] = set()  # every run's script this advise process started and watches now (a duet has two)
+
     def __init__(self) -> None:
         self.root: int | None = None
         self.seen: dict[int, float] = {}  # pid -> create_time
@@ -62,9 +64,12 @@ class ProcessTree:
 
     def __exit__(self, *exc: object) -> None:
         self._set_subreaper(False)
+        if self.root is not None:
+            ProcessTree.roots.discard(self.root)
 
     def watch(self, root_pid: int) -> None:
         self.root = root_pid
+        ProcessTree.roots.add(root_pid)
 
     def poll(self, force: bool = False) -> None:
         """Note the script's current descendants (rate-limited: call it from any wait loop)."""
@@ -147,7 +152,7 @@ class ProcessTree:
             children = psutil.Process(self.me).children()
         except _GONE:
             return []
-        return [c for c in children if c.pid not in self._before and c.pid != self.root]
+        return [c for c in children if c.pid not in self._before and c.pid != self.root and c.pid not in ProcessTree.roots]
 
     def _signal(self, proc: psutil.Process, sig: int) -> None:
         try:
