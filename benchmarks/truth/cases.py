@@ -14,7 +14,9 @@ Variant.args are appended to the case's argv (the scripts' parsers let the last 
 
 A case whose source could not be fetched at a pinned commit is a script of our own under
 scripts/ (repo `local`, its "commit" a digest of the files): hf-trainer-clm, because the
-transformers repo is too big to mirror here and its run_clm.py needs `datasets`.
+transformers repo is too big to mirror here and its run_clm.py needs `datasets`. A repo too big to
+mirror whose files can be pinned one by one (git blob ids, `Case.blobs`) is fetched without git
+(fetch.py): vision-classification.
 
 Left out (no case): pytorch/examples regression/main.py (a 4-weight linear fit, ~0.1 ms a step,
 stops by itself after a few hundred; no timing); distributed/minGPT-ddp (exits without two
@@ -62,6 +64,18 @@ class Copy:
 
 
 @dataclass(frozen=True)
+class Ours:
+    """A file of ours under scripts/ copied into the case dir (a fetched case's data-prep script, then
+    Run); `sha1`, of its text, puts an edit to it into the case's digest."""
+    src: str   # relative to scripts/
+    dest: str  # relative to the case dir
+    sha1: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "sha1", hashlib.sha1((SCRIPTS / self.src).read_bytes()).hexdigest()[:12])
+
+
+@dataclass(frozen=True)
 class Run:
     script: str  # a data-prep script, run in its own folder
     stub_modules: tuple[str, ...] = ()  # imported but unused here (nanoGPT's prepare.py imports requests for a download it skips)
@@ -91,7 +105,8 @@ class Case:
     samples: int              # timing lines kept; then the run is stopped
     variants: tuple[Variant, ...]
     unit: str = "step"
-    prep: tuple = ()          # Copy / Patch / Run, in order
+    blobs: tuple[tuple[str, ...], ...] = ()  # (path, git blob id[, its own commit]): fetched without git (fetch.py)
+    prep: tuple = ()          # Copy / Ours / Patch / Run, in order
     fixups: tuple[Patch, ...] = ()
     timing_patches: tuple[Patch, ...] = ()
     pythonpath: tuple[str, ...] = ()  # relative to the case dir
@@ -108,14 +123,15 @@ class Case:
     def digest(self, variant: Variant | None = None) -> str:
         """Changes when anything that shapes the case's runs (or this variant's) changes: the
         working copies are rebuilt and cached by-hand results are marked stale."""
-        shape = {k: v for k, v in asdict(self).items() if k in RUN_SHAPING and not (k == "per_run" and v == "median")}
+        shape = {k: v for k, v in asdict(self).items()
+                 if k in RUN_SHAPING and not (k == "per_run" and v == "median") and not (k == "blobs" and not v)}
         if variant is not None:
             shape["variant"] = [asdict(p) for p in variant.patches], variant.args
         return hashlib.sha1(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
 
 
 RUN_SHAPING = ("repo", "commit", "paths", "cwd", "script", "argv", "timing", "warmup", "prep", "fixups",
-               "timing_patches", "pythonpath", "pip", "per_run")
+               "timing_patches", "pythonpath", "pip", "per_run", "blobs")
 
 
 # ----------------------------------------------------------------------------- variant makers
@@ -519,4 +535,85 @@ NANOGPT_EVAL = replace(
     not_applicable={**NANOGPT_CHAR.not_applicable, "compile, threads": "measured on nanogpt-char (the same script)"},
     notes="nanogpt-char evaluating (5 batches each of train and val) and saving a checkpoint every 10 iterations")
 CASES = CASES + (CONV_MNIST, HF_ACCELERATE_CLM, NANOGPT_EVAL)
+BY_NAME = {c.name: c for c in CASES}
+
+
+# ----------------------------------------------------------------------------- torchvision's classification reference
+# pytorch/vision references/classification/train.py, the script people copy for ImageNet: an
+# ImageFolder decoded and augmented by the DataLoader's workers (-j, default 16), evaluation and a
+# checkpoint (utils.save_on_master) after every epoch. Here mobilenet_v3_small at 128px on a small
+# synthetic ImageFolder (scripts/make_imagefolder.py): 20 training steps an epoch, so advise's window
+# (5 + 20 steps) holds an epoch's end; a 12 MB checkpoint (resnet18's, 90 MB twice an epoch, filled
+# the disk of a harness run's working copies). Needs torchvision: run the harness from a venv that
+# has it.
+#
+# The repo is too big to mirror (1.4 GB): its files are pinned by blob id, each at a commit where
+# the file index this was built from holds it (train.py and utils.py at 96c85bed; presets.py,
+# transforms.py and sampler.py at the commits named: no commit there holds all five). That those
+# three are what 96c85bed has is not known, only that train.py runs with them.
+VISION = ("pytorch/vision", "96c85bed8babbc42bd8233d11ad9e9d89a64ae20")
+VISION_DIR = "references/classification"
+VT = f"{VISION_DIR}/train.py"
+VISION_BLOBS = (
+    (VT, "995c608ac9f98334a284d8b4f81e3e307717baf4"),
+    (f"{VISION_DIR}/utils.py", "3e6c2e89e39341d0d15aac17948c1f284f5d8353"),
+    (f"{VISION_DIR}/presets.py", "5d1bf1cc71455fcb043538fecbad54050671d015", "080836e5824eded4f6249bf88b5fd4a51e446a04"),
+    (f"{VISION_DIR}/transforms.py", "9a8ef7877d6d5525aead106695d495b7a05cb009", "02a0a90b7ad1e9d69f1f392ad6701eb069f7db02"),
+    (f"{VISION_DIR}/sampler.py", "e9dc1735a585cd2b46c50d7cf9389767f081a4dd", "775e76043cb82dec48ea07c7f96917f66413017f"),
+)
+VISION_STEP = ("        with torch.cuda.amp.autocast(enabled=scaler is not None):\n"
+               "            output = model(image)\n"
+               "            loss = criterion(output, target)\n")
+
+
+def vision_workers(n: int) -> Variant:
+    return Variant(f"workers-{n}", {"dataloader": {"num_workers": n}}, args=("-j", str(n)))
+
+
+# DL001's fix keeps the workers between epochs (persistent_workers, no flag for it: both loaders
+# patched); DL003's on a CPU gives the workers a core (1 intra-op thread, 1 worker on 2 cores)
+VISION_PERSISTENT = (Patch(VT, "        collate_fn=collate_fn,\n    )\n",
+                           "        collate_fn=collate_fn,\n        persistent_workers=True,\n    )\n"),
+                     Patch(VT, "num_workers=args.workers, pin_memory=True\n    )\n",
+                           "num_workers=args.workers, pin_memory=True, persistent_workers=True\n    )\n"))
+
+
+VISION_CLS = Case(
+    "vision-classification", *VISION, paths=tuple(b[0] for b in VISION_BLOBS), blobs=VISION_BLOBS,
+    cwd=VISION_DIR, script="train.py",
+    argv=("--data-path", "data", "--device", "cpu", "--model", "mobilenet_v3_small", "-b", "16", "--epochs", "12",
+          "--train-crop-size", "128", "--val-resize-size", "146", "--val-crop-size", "128", "--print-freq", "1",
+          "--output-dir", "out"),
+    # MetricLogger's `time:` is a 20-step moving average: by-hand runs print each training step's own
+    # time (log_every's: from the last step's end, the wait for the batch included) and its loss.
+    # Kept: two whole epochs after the first, by their mean: an epoch's first step holds the 16
+    # workers' restart (2-3 s here, the others ~70 ms), a cost of the workers as real as the rest.
+    timing=TRUTH_STEP, warmup=20, samples=40, per_run="mean", timeout_s=240,
+    variants=(vision_workers(2), vision_workers(4),
+              Variant("workers-2-persistent", {"dataloader": {"num_workers": 2, "persistent_workers": True}},
+                      VISION_PERSISTENT, args=("-j", "2")),
+              Variant("workers-1-threads-1", {"torch_threads": 1, "dataloader": {"num_workers": 1}},
+                      threads(VT, 1).patches, args=("-j", "1")),
+              bf16(VT, VISION_STEP),
+              Variant("channels-last", {"channels_last": True},
+                      (Patch(VT, "    model.to(device)\n",
+                             "    model.to(device)\n    model = model.to(memory_format=torch.channels_last)\n"),
+                       Patch(VT, "        image, target = image.to(device), target.to(device)\n",
+                             "        image, target = image.to(device, memory_format=torch.channels_last), target.to(device)\n"))),
+              patched("fused", FUSED, VT, '            nesterov="nesterov" in opt_name,\n',
+                      '            nesterov="nesterov" in opt_name,\n            fused=True,\n'),
+              threads(VT, 1)),
+    prep=(Ours("make_imagefolder.py", f"{VISION_DIR}/data/make_imagefolder.py"), Run(f"{VISION_DIR}/data/make_imagefolder.py")),
+    timing_patches=(Patch(f"{VISION_DIR}/utils.py", "            iter_time.update(time.time() - end)\n",
+                          "            iter_time.update(time.time() - end)\n"
+                          "            if header.startswith(\"Epoch\"):\n"
+                          "                print(\"truth-step %d ms %.3f loss %.4f\" % (i, iter_time.value * 1e3, "
+                          "self.meters[\"loss\"].value), flush=True)\n"),),
+    not_applicable={"compile": "not measured: a cold compile per run on 2 cores, and again for evaluation "
+                               "under inference_mode",
+                    "batch-x2": "-b 32 halves the 20-step epoch: its per-epoch loader restart would weigh twice"},
+    notes="references/classification/train.py (96c85bed, 2022): mobilenet_v3_small at 128px, batch 16, SGD, its "
+          "default -j 16 loader workers (on 2 cores), evaluation and a checkpoint every 20 steps; 320+64 synthetic "
+          "160px JPEGs in 8 classes")
+CASES = CASES + (VISION_CLS,)
 BY_NAME = {c.name: c for c in CASES}

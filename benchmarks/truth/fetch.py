@@ -7,6 +7,11 @@ A repo is read from a local bare mirror when there is one ($ADVISE_TRUTH_MIRRORS
 /work/.mirror, laid out owner+name/repo), else cloned (bare) from GitHub into the work dir.
 Only the files a case names are read out of git, blob by blob, so a mirror that lacks some
 unrelated blob (pytorch/examples' wikitext-2 train.txt) does no harm.
+
+A repo too big to mirror or clone here (pytorch/vision, 1.4 GB) is read without git: a case that
+pins each of its files by git blob id (`Case.blobs`) takes them, where no git dir has the commit,
+from a seed folder ($ADVISE_TRUTH_SEED, default ~/.cache/advise-truth/seed, laid out
+owner+name/commit/path), else from raw.githubusercontent.com; a file whose blob id differs fails.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
-from cases import LOCAL, SCRIPTS, Case, Copy, Patch, Run
+from cases import LOCAL, SCRIPTS, Case, Copy, Ours, Patch, Run
 
 STUB_RUNNER = ("import runpy, sys, types\n"
                "for name in filter(None, sys.argv[1].split(',')):\n"
@@ -39,15 +45,25 @@ def _git(git_dir: Path, *args: str, input: bytes | None = None) -> bytes:
     return proc.stdout
 
 
-def git_dir(repo: str, commit: str, work: Path) -> Path:
-    """A bare git dir that has `commit`: the mirror's, else our own clone."""
-    owner_name = repo.replace("/", "+")
-    mirror = Path(os.environ.get("ADVISE_TRUTH_MIRRORS", "/work/.mirror")) / owner_name / "repo"
-    for candidate in (mirror, work / "git" / owner_name):
+def _mirror(repo: str) -> Path:
+    return Path(os.environ.get("ADVISE_TRUTH_MIRRORS", "/work/.mirror")) / repo.replace("/", "+") / "repo"
+
+
+def local_git_dir(repo: str, commit: str, work: Path) -> Path | None:
+    """The mirror, else our own clone, if it has `commit` (nothing is cloned)."""
+    for candidate in (_mirror(repo), work / "git" / repo.replace("/", "+")):
         if candidate.is_dir() and subprocess.run(["git", f"--git-dir={candidate}", "cat-file", "-e", f"{commit}^{{commit}}"],
                                                  capture_output=True).returncode == 0:
             return candidate
-    clone = work / "git" / owner_name
+    return None
+
+
+def git_dir(repo: str, commit: str, work: Path) -> Path:
+    """A bare git dir that has `commit`: the mirror's, else our own clone."""
+    found = local_git_dir(repo, commit, work)
+    if found:
+        return found
+    mirror, clone = _mirror(repo), work / "git" / repo.replace("/", "+")
     if not clone.is_dir():
         print(f"  cloning https://github.com/{repo} (no mirror at {mirror})", flush=True)
         proc = subprocess.run(["git", "clone", "--bare", "--quiet", f"https://github.com/{repo}", str(clone)],
@@ -56,6 +72,35 @@ def git_dir(repo: str, commit: str, work: Path) -> Path:
             raise FetchError(f"git clone https://github.com/{repo}: {proc.stderr.strip()[-300:]}")
     _git(clone, "fetch", "--quiet", "origin", commit)  # a commit off the default branch's history
     return clone
+
+
+def blob_id(data: bytes) -> str:
+    """The file's git blob id (`git hash-object`)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def fetch_blobs(repo: str, commit: str, blobs: tuple[tuple[str, ...], ...], dest: Path, work: Path) -> None:
+    """Write each pinned file (path, blob id[, its own commit]) of `repo` under `dest`: out of a git dir
+    that has `commit`, else the seed folder, else raw.githubusercontent.com; its blob id must match."""
+    gd = local_git_dir(repo, commit, work)
+    seed = Path(os.environ.get("ADVISE_TRUTH_SEED", Path.home() / ".cache" / "advise-truth" / "seed")) / repo.replace("/", "+")
+    for path, blob, *own in blobs:
+        at = own[0] if own else commit
+        if gd:
+            data, where = _git(gd, "cat-file", "blob", blob), f"{gd} blob {blob[:12]}"
+        elif (seed / at / path).is_file():
+            data, where = (seed / at / path).read_bytes(), str(seed / at / path)
+        else:
+            where = f"https://raw.githubusercontent.com/{repo}/{at}/{path}"
+            try:
+                with urllib.request.urlopen(where, timeout=60) as r:
+                    data = r.read()
+            except OSError as e:
+                raise FetchError(f"{where}: {e} (no git dir has {commit[:12]}, no {seed / at / path})") from None
+        if blob_id(data) != blob:
+            raise FetchError(f"{where}: blob {blob_id(data)[:12]}, pinned {blob[:12]} ({path})")
+        (dest / path).parent.mkdir(parents=True, exist_ok=True)
+        (dest / path).write_bytes(data)
 
 
 def fetch(repo: str, commit: str, paths: tuple[str, ...], dest: Path, work: Path) -> None:
@@ -128,10 +173,16 @@ def prepare_base(case: Case, work: Path, datasets: Path) -> Path:
         return base
     shutil.rmtree(base, ignore_errors=True)
     stamp.unlink(missing_ok=True)
-    fetch(case.repo, case.commit, case.paths, base, work)
+    if case.blobs:
+        fetch_blobs(case.repo, case.commit, case.blobs, base, work)
+    else:
+        fetch(case.repo, case.commit, case.paths, base, work)
     env = case_env(case, base, work)
     for step in case.prep:
-        if isinstance(step, Copy):
+        if isinstance(step, Ours):
+            (base / step.dest).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(SCRIPTS / step.src, base / step.dest)
+        elif isinstance(step, Copy):
             src = datasets / step.src
             if not src.is_file():
                 raise FetchError(f"dataset file missing: {src} (set --datasets)")
