@@ -86,10 +86,10 @@ class Fix:
         self.applicability = _enum(Applicability, self.applicability, "fix applicability")
 
     @classmethod
-    def safe(cls, title: str, overrides: dict) -> "Fix":
+    def safe(cls, title: str, overrides: dict, ladder: list[dict] | None = None) -> "Fix":
         """An automatic fix that leaves numerics unchanged. Its snippet is the vocabulary's for its
-        overrides: one snippet per fix in every renderer and in the rule docs."""
-        return cls(title, FixKind.AUTOMATIC, Applicability.SAFE, _snippet(overrides), overrides)
+        overrides: one snippet per fix in every renderer and in the rule docs. `ladder`: as :meth:`unsafe`'s."""
+        return cls(title, FixKind.AUTOMATIC, Applicability.SAFE, _snippet(overrides), overrides, ladder=ladder)
 
     @classmethod
     def unsafe(cls, title: str, overrides: dict, ladder: list[dict] | None = None) -> "Fix":

@@ -95,8 +95,9 @@ class LoopPhase(Block):
     name: Annotated[Optional[Literal["evaluation", "checkpoint"]], Meta(description="what the phase is")] = None
     seconds: Annotated[Num, Meta(description="its time in the measured window, in all")] = None
     share: Annotated[Num, Meta(description="its share of the measured window's wall time")] = None
-    count: Annotated[Optional[int], Meta(description="how many times it ran in the window")] = None
-    every_steps: Annotated[Num, Meta(description="measured steps per run of it (the window's steps over its count)")] = None
+    count: Annotated[Optional[int], Meta(description="how many times it ran in the window (two saves at one step are two)")] = None
+    steps: Annotated[Optional[int], Meta(description="how many of the window's steps it ran in")] = None
+    every_steps: Annotated[Num, Meta(description="every how many measured steps it comes (the window's steps over `steps`)")] = None
 
 
 class Breakdown(Block):

@@ -326,3 +326,34 @@ def test_a_window_closes_at_its_seconds_whatever_its_steps(tmp_path):
     took = slow[-1]["t_end"] - slow[0]["t_start"]
     assert 6 <= len(slow) < 1000 and 0.35 <= took < 1.0, (len(slow), took)
     assert len(timed[2]) == 7  # the floor: its loader's bursts
+
+
+def test_a_loader_fix_replaces_workers_forked_each_epoch_and_keeps_its_own(tmp_path):
+    """A loader of 3 workers forked anew every epoch (6 batches, no persistent_workers), as
+    pytorch/vision's train.py: while the arm's 2 persistent workers serve, the script's own epochs
+    start no workers (theirs would take the epoch's indices ahead, and the arm would time the
+    script's loader), the arm's 2 serve every epoch it spans, and every epoch stays whole. Windows
+    aligned on epochs: the timed steps start with an epoch's first step (the step before is the
+    script's, its workers having taken that epoch's indices before the switch)."""
+    log = tmp_path / "log.jsonl"
+    aligned = lambda *a: {**window(*a), "align": True}  # noqa: E731
+    plan = [aligned("base", {}, 6, 3), aligned("w2", {"dataloader": {"num_workers": 2, "persistent_workers": True}}, 6, 12),
+            aligned("base", {}, 6, 6)]
+    got = drive(tmp_path, "arms_loop.py", [plan, []], args=["--log", str(log), "--workers", "3", "--n", "96"])
+    assert got["run"].status == "ok", got["log"][-2000:]
+
+    def served(k):
+        return [r for step in arm_steps(got["lines"], k, warm=False) for r in script_steps(log, step)]
+
+    for k in range(3):  # each window's timed steps start an epoch
+        first = arm_steps(got["lines"], k, warm=False)[0]
+        assert first["loader_starts"] == 1 and len(arm_steps(got["lines"], k, warm=True)) < 6, k
+    arm = served(1)
+    epochs = {r["epoch"] for r in arm}
+    pids = {p for r in arm for p in r["workers"]}
+    assert len(epochs) == 2 and len(pids) == 2, arm  # the same two workers across its epochs
+    base = {p for k in (0, 2) for r in served(k) for p in r["workers"]}
+    assert base and not base & pids
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    for epoch in {r["epoch_end"] for r in rows if "epoch_end" in r}:
+        assert sum(r["x_batch"] for r in rows if r.get("epoch") == epoch) == 96, epoch

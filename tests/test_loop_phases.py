@@ -75,3 +75,20 @@ def test_an_eval_mode_forward_in_every_step_stays_the_steps_work(advise):
                           "eval_s": [float(row["eval_s"]) for row in rows],
                           "evals": [int(row["evals"]) for row in rows]})
     assert steptime.durations(frame).tolist() == frame["duration_s"].tolist()
+
+
+def test_an_epochs_start_is_the_loaders_cost_not_a_stall_and_two_saves_are_one_checkpoint(advise):
+    """pytorch/vision's train.py shape: epochs of 6 steps from a loader of 4 workers without
+    persistent_workers (each epoch forks them anew, and the last batch joins them), and each
+    checkpoint written twice. The step that starts an epoch is marked, its loader's start and end are
+    its wait on the loader, it is never read as a stall, and a checkpoint comes every 5 steps, not 2.5."""
+    r, report, rows = _profile(advise, "--mode", "loader", "--every", "100", "--save-every", "5", "--save-twice",
+                               "--epoch-steps", "6", "--workers", "4")
+    starts = [row for row in rows if int(row["loader_starts"])]
+    assert len(starts) >= 2, rows  # 20 steps: an epoch starts every 6
+    others = [float(row["data_wait_s"]) for row in rows if not int(row["loader_starts"])]
+    assert min(float(row["data_wait_s"]) for row in starts) > 3 * sorted(others)[len(others) // 2], rows
+    _no_contention(report)
+    (checkpoint,) = [p for p in report["phases"] if p["name"] == "checkpoint"]
+    assert checkpoint["count"] == 2 * checkpoint["steps"] and checkpoint["every_steps"] == pytest.approx(5, abs=1.5)
+    assert "every 5 steps" in r.stdout or "every 4 steps" in r.stdout or "every 6 steps" in r.stdout

@@ -86,7 +86,7 @@ def contention_warning(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: in
     stalls = stalled(timed) if not timed.empty else pd.Series(dtype=bool)
     said = []
     if stalls.any():
-        said.append(f"{int(stalls.sum())} of {len(dur)} measured steps stalled (up to {dur.max() * 1e3:,.0f} ms beside "
+        said.append(f"{int(stalls.sum())} of {len(dur)} measured steps stalled (up to {dur[stalls].max() * 1e3:,.0f} ms beside "
                     f"a median of {dur.median() * 1e3:,.1f} ms) and were left out of the throughput")
     hit = disturbed_steps(timed, samples, cpu_count) if not timed.empty else pd.Series(dtype=bool)
     if hit.any():
@@ -165,7 +165,8 @@ def disturbed_steps(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: int |
     whose own workers oversubscribe the cores waits in every step alike. All False where the kernel
     gave no clock or the sampler did not cover the steps. Beside a neighbour that takes a core a
     2-thread step can run 15 times slower (conv-mnist: 448 ms against 30 ms), and their median is
-    then no step of the script's."""
+    then no step of the script's. An epoch's start (:func:`steptime.loader_started`) is not one: the
+    workers it forks are the script's, though the sampler may see them first as another process's."""
     none = pd.Series(False, index=steps.index)
     if steps.empty or samples.empty or not cpu_count or not {"t", "runq_wait_s", "sys_cpu_percent",
                                                                "cpu_percent"} <= set(samples.columns):
@@ -188,7 +189,8 @@ def disturbed_steps(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: int |
     lo, hi = np.searchsorted(t, start, "left") - 1, np.searchsorted(t, end, "right")
     near = [outside[max(0, a):min(len(t), b + 1)].max(initial=0.0) for a, b in zip(lo, hi)]
     floor = float(share.quantile(0.1)) if share.notna().any() else 0.0
-    return (share - floor >= DISTURBED_WAIT) & (pd.Series(near, index=steps.index) >= OUTSIDE_LOAD_WARN_CORES)
+    return ((share - floor >= DISTURBED_WAIT) & (pd.Series(near, index=steps.index) >= OUTSIDE_LOAD_WARN_CORES)
+            & ~steptime.loader_started(steps))
 
 
 def window_samples(samples: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:

@@ -47,10 +47,10 @@ def _columns(*names: str) -> tuple[str, ...]:
 
 # The step frame's columns (advisor.run_dir.protocol.StepTimes, StepLine and ArmStepLine's fields).
 (INDEX, T_START, T_END, DURATION, HOST, CPU, CLOCK, DATA_WAIT, OPTIMIZER, BACKWARD, SAMPLES, PROFILED, SOURCE,
- LOSS, LOSS_FINITE, T_DEVICE_END, EVAL, EVALS, CHECKPOINT, CHECKPOINTS) = _columns(
+ LOSS, LOSS_FINITE, T_DEVICE_END, EVAL, EVALS, CHECKPOINT, CHECKPOINTS, LOADER_STARTS) = _columns(
     "index", "t_start", "t_end", "duration_s", "host_s", "cpu_s", "clock", "data_wait_s", "optimizer_s",
     "backward_s", "samples", "profiled", "source", "loss", "loss_finite", "t_device_end", "eval_s", "evals",
-    "checkpoint_s", "checkpoints")
+    "checkpoint_s", "checkpoints", "loader_starts")
 # An evaluation timed in at least this share of a frame's steps runs every step (an EMA's or a
 # teacher's forward, an RL rollout): it is part of the step, not a phase of the loop.
 PHASE_MOST_STEPS = 0.5
@@ -108,6 +108,13 @@ def data_wait(steps: pd.DataFrame) -> pd.Series:
     """Each step's wait on the DataLoader (`data_wait_s`), 0 where not measured: a step is never
     longer for a wait nobody saw, so subtracting it is safe."""
     return _floats(steps, DATA_WAIT, 0.0).fillna(0.0)
+
+
+def loader_started(steps: pd.DataFrame) -> pd.Series:
+    """The steps in which a training loader's iterator started (an epoch's first batch): slow for
+    the loop's own reason (a loader without persistent workers forks them anew each epoch, and the
+    training process pays their copy-on-write faults), never a stall of the machine."""
+    return _floats(steps, LOADER_STARTS, 0.0).fillna(0.0) > 0
 
 
 def has_data_wait(steps: pd.DataFrame) -> bool:
@@ -285,14 +292,15 @@ def stalled(steps: pd.DataFrame) -> pd.Series:
     stall of the machine, a checkpoint, an evaluation inside a step. One 500 ms stall beside 6 ms
     steps would otherwise set the throughput. A step slow from waiting on its loader is the
     loader's rhythm, and counts: with w workers the batches come in bursts, one step in w waits
-    for the next burst (8 workers: leaving those out read 22x where 9x is true)."""
+    for the next burst (8 workers: leaving those out read 22x where 9x is true); so is an epoch's
+    start (:func:`loader_started`)."""
     dur = durations(steps)
     if len(dur) < 8:
         return pd.Series(False, index=dur.index)
     q1, q3, median = dur.quantile(0.25), dur.quantile(0.75), dur.median()
     fence = max(q3 + 3 * (q3 - q1), 2 * median)
     busy = dur - data_wait(steps)
-    return (dur > fence) & (busy > fence)
+    return (dur > fence) & (busy > fence) & ~loader_started(steps)
 
 
 def per_step(steps: pd.DataFrame, by_samples: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -369,11 +377,16 @@ def loop_phases(steps: pd.DataFrame) -> list[dict]:
     for name, seconds, count in (("evaluation", EVAL, EVALS), ("checkpoint", CHECKPOINT, CHECKPOINTS)):
         if count not in steps or (name == "evaluation" and _evals_in_most_steps(steps)):
             continue
-        n = int(_floats(steps, count, 0.0).fillna(0.0).sum())
+        counts = _floats(steps, count, 0.0).fillna(0.0)
+        n = int(counts.sum())
         if n == 0:
             continue
         spent = float(_floats(steps, seconds, 0.0).fillna(0.0).sum())
-        out.append({"name": name, "seconds": spent, "share": spent / total, "count": n, "every_steps": len(steps) / n})
+        # every how many steps it comes: two saves at one epoch's end (the latest and the epoch's own file)
+        # are one checkpoint phase, not one every half epoch
+        ran_in = int((counts > 0).sum())
+        out.append({"name": name, "seconds": spent, "share": spent / total, "count": n, "steps": ran_in,
+                    "every_steps": len(steps) / ran_in})
     return out
 
 

@@ -166,7 +166,10 @@ def amdahl_bound(overrides: dict, baseline: list[pd.DataFrame], loads_in_process
     on workers that are already there. Where the loading runs in the training process itself
     (`loads_in_process`: no workers), workers also take its drag off the compute (its intra-op
     threads, caches and allocator): train_mnist_like on a busy 2-core box, 42% of the step in the
-    loader, was 6-9x faster by hand with 4 workers. No bound holds there.
+    loader, was 6-9x faster by hand with 4 workers. No bound holds there, nor where the baseline's
+    loader forks its workers anew each epoch (:func:`steptime.loader_started`): the forks, the joins
+    and the copy-on-write faults the training process pays after each land outside the wait
+    (pytorch/vision's train.py, 16 workers on 2 cores: `-j 2` 1.82x by hand, its wait 33% of the step).
 
     The share is the largest of the baseline windows' own: a neighbour that takes a core stretches
     the compute and shrinks the wait's share in the windows it overlaps (a 4-worker I/O loader
@@ -174,6 +177,8 @@ def amdahl_bound(overrides: dict, baseline: list[pd.DataFrame], loads_in_process
     hand beside the same burner, 1.67x) "more than removing the wait could give"."""
     columns = vocabulary.parts(overrides or {})
     if not columns or not baseline or (loads_in_process and steptime.DATA_WAIT in columns):
+        return None
+    if steptime.DATA_WAIT in columns and any(steptime.loader_started(frame).any() for frame in baseline):
         return None
     shares = [x for frame in baseline if (x := steptime.share(frame, *columns)) is not None]
     if not shares:

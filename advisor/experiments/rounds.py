@@ -246,7 +246,8 @@ class Rounds:
         return self.arms[arm].point.label if arm in self.arms else arm
 
     def _enter(self, kind: RoundKind, windows: list[Window]) -> list[Window]:
-        windows = self.spend.timed(windows, self.sizing.floor, self.round + 1) if windows else windows
+        windows = self.spend.timed(windows, self.sizing.floor, self.round + 1,
+                                   align=self.sizing.epoch is not None) if windows else windows
         self.round += 1
         self._kinds[self.round] = kind if windows else RoundKind.END
         self._planned[self.round] = len(windows)

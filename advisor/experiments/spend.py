@@ -70,17 +70,20 @@ class Spend:
         compiling = compile_seconds(window.overrides, self.device, compile_s) if unmeasured else 0.0
         return (window.warmup + window.steps) * self.step_of(window, medians) + compiling + WINDOW_OVERHEAD_S
 
-    def timed(self, windows: list[Window], floor: Callable[[dict], int], round_: int) -> list[Window]:
+    def timed(self, windows: list[Window], floor: Callable[[dict], int], round_: int, align: bool = False) -> list[Window]:
         """`windows` (round `round_`'s), each closed in time: at WINDOW_SLACK times its timed steps'
         predicted seconds (at least MIN_WINDOW_S) once `floor(overrides)` of them ran (a loader's
         bursts); each window's prediction is kept for :meth:`costs`."""
         medians, compile_s = self.median_steps(), self.compile_s()
         out = []
         for k, window in enumerate(windows):
+            if align:  # whole epochs (`floor`'s unit), a screen's short window too
+                unit = floor(window.overrides)
+                window = msgspec.structs.replace(window, steps=unit * math.ceil(window.steps / unit))
             self.predicted[(round_, k)] = self.window_s(window, medians, compile_s)
             step = self.step_of(window, medians)
             seconds = max(MIN_WINDOW_S, WINDOW_SLACK * window.steps * step) if step else 0.0
-            out.append(msgspec.structs.replace(window, seconds=round(seconds, 3),
+            out.append(msgspec.structs.replace(window, seconds=round(seconds, 3), align=align,
                                                min_steps=min(window.steps, floor(window.overrides))))
         return out
 

@@ -181,6 +181,10 @@ class Arms:
         this boundary (the next step starts now)."""
         window = self.windows[self.k]
         warm = self.i < self.warmup
+        if warm and window.align and step.acc.loader_starts and not self.timeline.deferred and not self.in_job:
+            self.warmup, self.total = self.i, self.i + window.steps  # an epoch starts: the timed steps start here
+            self._timed_from = time.monotonic() - (step.end.host - step.start.host)
+            warm = False
         step.timed = not warm
         self._held.append((step, partial(ArmStepLine, round=self.round, window=self.k, arm=window.arm, warm=warm,
                                          index=self.i - self.warmup if not warm else self.i)))
@@ -213,7 +217,7 @@ class Arms:
         """The window's timed steps took its `seconds` (and `min_steps` ran): this step is its last."""
         if self._closes is None:
             return
-        if self.i == self.warmup:  # the timed steps start now
+        if self.i == self.warmup and not window.align:  # the timed steps start now
             self._timed_from = time.monotonic()
         elif self.i > self.warmup and self.i - self.warmup >= window.min_steps and \
                 time.monotonic() - self._timed_from >= self._closes:

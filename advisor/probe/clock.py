@@ -54,6 +54,7 @@ class StepAccumulator:
     evals: int = 0
     checkpoint_s: float = 0.0  # checkpoint saves inside the step
     checkpoints: int = 0
+    loader_starts: int = 0  # training loaders started in the step (an epoch's start)
     loss: object = None  # a detached tensor (what backward() was given); read only after the window, never during it
 
     def add_samples(self, n: int | None) -> None:
@@ -83,7 +84,7 @@ class ClosedStep:
         return {"t_start": self.start.host, "t_end": self.end.host, "duration_s": duration_s, "host_s": host_s,
                 "cpu_s": self.end.cpu - self.start.cpu, "clock": clock, "data_wait_s": acc.data_wait_s, "optimizer_s": acc.optimizer_s,
                 "backward_s": acc.backward_s, "samples": acc.batch(), "eval_s": acc.eval_s, "evals": acc.evals,
-                "checkpoint_s": acc.checkpoint_s, "checkpoints": acc.checkpoints,
+                "checkpoint_s": acc.checkpoint_s, "checkpoints": acc.checkpoints, "loader_starts": acc.loader_starts,
                 "t_device_end": timeline.on_host(self.end) if clock == "device" else None}
 
 
@@ -245,16 +246,24 @@ class StepClock:
         if id(optimizer) == self.anchor_optimizer and self._owns("optimizer"):
             self._boundary()
 
-    def batch_fetched(self, wait_s: float, samples: int | None) -> None:
+    def batch_fetched(self, wait_s: float, samples: int | None, started: bool = False) -> None:
+        """A training batch after `wait_s`; `started`: the first of its loader's iterator (an epoch's)."""
         if os.getpid() != self.pid:
             return
         if self._owns("dataloader"):
             # A new batch *starts* a step: its wait belongs to the step it opens.
             now = self.now()
-            self._close_step(now - wait_s, carry=StepAccumulator(data_wait_s=wait_s, samples=samples))
+            self._close_step(now - wait_s, carry=StepAccumulator(data_wait_s=wait_s, samples=samples,
+                                                                 loader_starts=int(started)))
         else:
             self._acc.data_wait_s += wait_s
+            self._acc.loader_starts += int(started)
             self._acc.add_samples(samples)
+
+    def loader_ended(self, wait_s: float) -> None:
+        """A training loader ran out after `wait_s` (its workers shut down): the step's wait on it."""
+        if os.getpid() == self.pid:
+            self._acc.data_wait_s += wait_s
 
     def phase_done(self, name: str, seconds: float) -> None:
         """An evaluation or a checkpoint (advisor.probe.phases) ended inside the current step."""

@@ -11,6 +11,8 @@ user's line, as the user would want to read it.
 
 from __future__ import annotations
 
+import contextlib
+
 import functools
 import multiprocessing
 import os
@@ -377,7 +379,7 @@ def _install_loader_hooks(clock: StepClock, observed: Observed, in_next: list[bo
     """Each DataLoader iterator described at its start and each batch's wait timed; an evaluation's
     batches (`phases`) are neither the step's wait nor its samples."""
     base_iter = dl._BaseDataLoaderIter
-    orig_init, orig_next = base_iter.__init__, base_iter.__next__
+    orig_init, orig_next, orig_iter = base_iter.__init__, base_iter.__next__, dl.DataLoader.__iter__
 
     def iter_init(self, loader, *args, **kwargs) -> None:
         orig_init(self, loader, *args, **kwargs)
@@ -388,26 +390,41 @@ def _install_loader_hooks(clock: StepClock, observed: Observed, in_next: list[bo
         if loader.num_workers:
             clock.require_warmup(loader.num_workers * (loader.prefetch_factor or 2) + 1)
 
-    def iter_next(self):
+    def loader_iter(self):
         t0 = time.monotonic()
+        iterator = orig_iter(self)
+        with contextlib.suppress(AttributeError, TypeError):  # (a subclass's own iterator may refuse attributes)
+            iterator._advise_start_s = time.monotonic() - t0  # type: ignore[attr-defined]  # its first batch reads it
+        return iterator
+
+    def iter_next(self):
+        # an epoch's first batch waits on its iterator's start too: workers started (16 processes forked
+        # each epoch without persistent_workers) or woken; that is the loader's cost, not a stall
+        started = getattr(self, "_advise_start_s", None)
+        t0 = time.monotonic() - (started or 0.0)
+        self._advise_start_s = None
         in_next[0] = True
         try:
             batch = orig_next(self)  # StopIteration passes through
         except StopIteration:
-            phases.exhausted(getattr(self, "_advise_loader_id", 0))
+            loader = getattr(self, "_advise_loader_id", 0)
+            if phases.key != ("loader", loader):  # a training loader's end: its workers joined (no persistent_workers)
+                clock.loader_ended(time.monotonic() - t0)
+            phases.exhausted(loader)
             raise
         finally:
             in_next[0] = False
         samples, wait = batch_size(batch), time.monotonic() - t0
         if phases.fetched(getattr(self, "_advise_loader_id", 0), wait):
             return batch
-        clock.batch_fetched(wait, samples)
+        clock.batch_fetched(wait, samples, started is not None)
         if clock.capture is not None:
             clock.capture.fetched(self, samples)
         return batch
 
     base_iter.__init__ = iter_init  # type: ignore[method-assign]  # the probe's hook, patched in
     base_iter.__next__ = iter_next  # type: ignore[method-assign]  # the probe's hook, patched in
+    dl.DataLoader.__iter__ = loader_iter  # type: ignore[method-assign]  # the probe's hook, patched in
 
 
 def _install_backward(clock: StepClock, observed: Observed, phases: PhaseWatch) -> None:

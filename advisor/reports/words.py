@@ -631,7 +631,7 @@ def phases_words(phases: list[LoopPhase]) -> str | None:
 
 def _how_often(phase: LoopPhase) -> str:
     every = units.finite(phase.every_steps)
-    if not (phase.count and phase.count > 1):
+    if not ((phase.steps or phase.count or 0) > 1):  # (a report of an older schema has no `steps`)
         return f", once in {every:.0f} steps" if every is not None else ""
     return f", every {every:.0f} steps" if every is not None and every >= 1.5 else ", every step"
 

@@ -9,7 +9,7 @@ profiler's TensorBoard plugin and torchtitan do. A loader with w workers hands o
 bursts: w - 1 steps wait nothing and one waits for the whole next burst, so a median step waits
 nothing while the loop waits most of the time. It fires when that total is a large share of the
 window, recurs (with workers: in two steps or more, and at least half the threshold without its
-one longest wait; without workers the main process loads every batch, so three steps in four
+one longest wait, unless that is an epoch's start, which recurs every epoch; without workers the main process loads every batch, so three steps in four
 wait at least half the threshold: an epoch boundary or a noisy moment is a step or two), and is
 material in absolute terms (the mean wait per step), so a fast in-memory pipeline whose batches take a
 fraction of a millisecond is never called starved. The evidence gives the burst pattern: how
@@ -91,9 +91,12 @@ def check(profile: Profile, *, min_wait_frac: float = 0.10, min_wait_ms: float =
     hidden = _gpu_busy_during_wait_frac(profile)
     exposed = wait if profile.parts_on_device else wait * (1.0 - hidden)  # on the device: its idle time already
     total_frac = h.frac(exposed.sum(), dur.sum())
-    # The wait less its one longest step: an epoch boundary (or one noisy moment) is a single step,
-    # a loader that cannot keep up waits again and again (with w workers, about one step in w).
-    spread_frac = h.frac(exposed.sum() - exposed.max(initial=0.0), dur.sum())
+    # The wait less its one longest step: one noisy moment is a single step, a loader that cannot keep
+    # up waits again and again (with w workers, about one step in w). An epoch's start is no noise:
+    # where the loader starts anew (its workers forked, their first batches awaited) it recurs every epoch.
+    starts = steptime.loader_started(steps).to_numpy()
+    longest = int(exposed.argmax()) if len(exposed) else 0
+    spread_frac = h.frac(exposed.sum() - (0.0 if len(exposed) and starts[longest] else exposed.max(initial=0.0)), dur.sum())
     mean_wait_s = float(exposed.mean()) if len(exposed) else 0.0
     loader = _main_loader(profile)
     workers = loader.num_workers if loader else None
@@ -107,7 +110,7 @@ def check(profile: Profile, *, min_wait_frac: float = 0.10, min_wait_ms: float =
         return  # not starved
     bursts = _bursts(exposed, dur, min_wait_ms / 1e3)
     if workers:  # batches come in bursts: the wait must recur, not be one step's
-        recurring = bursts["waiting"] >= 2 and spread_frac >= min_wait_frac / 2
+        recurring = (bursts["waiting"] >= 2 or bool(starts.any())) and spread_frac >= min_wait_frac / 2
     else:  # the main process loads every batch: most steps wait (three in four at least half as long)
         recurring = float(np.quantile(exposed / dur, 0.25)) >= min_wait_frac / 2
     if not recurring:
@@ -119,6 +122,8 @@ def check(profile: Profile, *, min_wait_frac: float = 0.10, min_wait_ms: float =
     cores = cores_per_rank(profile.env) if profile.env.cpu_count else None  # the node's, shared by its ranks
     io_bound = metrics.io_bound(profile.samples, profile.steps, cores)
     fix, gain = _fix(loader, device, cores, profile.env.torch_threads, mean_wait_s, compute_s, step_s, io_bound)
+    if not fix.automatic and h.workers_forked_each_epoch(profile):
+        fix, gain = _kept_across_epochs(loader, cores, h.frac(float(exposed[starts].sum()), dur.sum()))
 
     severity = "high" if total_frac >= 0.30 else "medium" if total_frac >= 0.15 else "low"
     where = "the GPU idles" if profile.has_gpu else "compute waits"
@@ -201,6 +206,17 @@ def _main_loader(profile: Profile) -> LoaderSeen | None:
             if loader.batch_size and typical % loader.batch_size == 0:
                 return loader
     return loaders[0]
+
+
+def _kept_across_epochs(loader: LoaderSeen | None, cores: int | None, starts_frac: float) -> tuple[Fix, float]:
+    """A loader with as many workers as the machine can run, or more, that forks them anew every
+    epoch: keep them for the run (`persistent_workers`), no more of them than the cores. Its epoch
+    starts' wait is what goes (pytorch/vision's train.py, 16 workers on 2 cores: `-j 2` with
+    persistent workers 1.82x by hand)."""
+    current = loader.num_workers if loader else 1
+    workers = min(current, cores) if cores else current
+    return Fix.safe(f"Keep {workers} loader worker process{'es' if workers > 1 else ''} for the whole run",
+                    {"dataloader": {"num_workers": workers, "persistent_workers": True}}), starts_frac
 
 
 def _fix(loader: LoaderSeen | None, device: str, cores: int | None, threads: int | None, wait_s: float, compute_s: float,

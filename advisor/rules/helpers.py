@@ -396,3 +396,14 @@ def oversubscription(profile: Profile, min_cpu_busy_frac: float = 0.85) -> Overs
         return None
     return Oversubscription(cores, threads, workers, demand, busy,
                             None if busy_workers is None else round(busy_workers, 3))
+
+
+def workers_forked_each_epoch(profile: Profile) -> dict:
+    """``{"persistent_workers": True}`` where the script's training loader forks its workers anew each
+    epoch and the measured steps met an epoch's start (:func:`steptime.loader_started`), else ``{}``:
+    the part of a loader fix that keeps them for the run."""
+    loaders = [d for d in profile.observed.dataloaders if d.num_workers]
+    timed = timed_steps(profile)
+    if not loaders or any(d.persistent_workers for d in loaders) or not steptime.loader_started(timed).any():
+        return {}
+    return {"persistent_workers": True}

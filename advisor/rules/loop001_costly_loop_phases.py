@@ -73,7 +73,7 @@ def check(profile: Profile, *, min_share: float = 0.1) -> Iterator[Finding]:
             continue
         name, count = phase["name"], phase["count"]
         each = phase["seconds"] / count
-        often = f"every {phase['every_steps']:.0f} steps" if count > 1 else f"once in {len(profile.steps)} measured steps"
+        often = f"every {phase['every_steps']:.0f} steps" if phase["steps"] > 1 else f"once in {len(profile.steps)} measured steps"
         yield Finding(
             title=f"{name.capitalize()} takes {share:.0%} of the wall time ({often})",
             summary=(f"{count} {NOUNS[name][count > 1]} in the measured window, {each:.3g} s each, while the loop did not train; "

@@ -70,6 +70,8 @@ class StepTimes(msgspec.Struct, kw_only=True):
     evals: int = 0
     checkpoint_s: float = 0.0
     checkpoints: int = 0
+    # training loaders whose iterator started in the step: an epoch began (its workers forked, or woken)
+    loader_starts: int = 0
 
 
 class StepLine(StepTimes, kw_only=True):
@@ -158,7 +160,11 @@ class Window(msgspec.Struct, kw_only=True):
 
     `seconds`: the child closes the window at a step boundary once its timed steps took that long and
     `min_steps` of them ran, whatever `steps` says (0: at `steps`), so an arm slower than the plan
-    predicted cannot take the budget; a job's ranks close by `steps` alone (they switch together)."""
+    predicted cannot take the budget; a job's ranks close by `steps` alone (they switch together).
+
+    `align`: the timed steps start with an epoch's first step (the script's loader started anew):
+    the warm-up ends there, `warmup` steps at most, so every window of whole epochs meets the same
+    number of epoch starts and drains no more than it must."""
 
     arm: str
     overrides: dict = {}
@@ -166,6 +172,7 @@ class Window(msgspec.Struct, kw_only=True):
     steps: int = 0
     seconds: float = 0.0
     min_steps: int = 0
+    align: bool = False
 
 
 class Plan(msgspec.Struct, kw_only=True):

@@ -47,11 +47,12 @@ parser.add_argument("--log", required=True)
 parser.add_argument("--epochs", type=int, default=1000)
 parser.add_argument("--n", type=int, default=200)
 parser.add_argument("--crash-under-autocast", action="store_true")
+parser.add_argument("--workers", type=int, default=0, help="the loader's workers, forked anew each epoch")
 ARGS = parser.parse_args()
 
 if __name__ == "__main__":
     torch.manual_seed(0)
-    loader = DataLoader(Data(ARGS.n), batch_size=16, shuffle=True)
+    loader = DataLoader(Data(ARGS.n), batch_size=16, shuffle=True, num_workers=ARGS.workers)
     model = Net()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     main = os.getpid()

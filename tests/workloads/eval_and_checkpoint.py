@@ -6,7 +6,10 @@
     held-out tensors, model.train(), no DataLoader;
 --mode ema: every step, an EMA copy's forward between ema.eval() and ema.train(): the step's own
     work, not a phase;
---save-every N: every N steps a checkpoint (torch.save of the model and an 8 MB buffer).
+--save-every N: every N steps a checkpoint (torch.save of the model and an 8 MB buffer);
+--save-twice: each checkpoint written twice (pytorch/vision's train.py: model_{epoch}.pth and checkpoint.pth).
+--epoch-steps N --workers W: epochs of N steps from a loader of W workers without persistent_workers, so
+    each epoch forks its workers anew (pytorch/vision's train.py with its default -j 16).
 Training: batches of 16 from a 0-worker DataLoader, an MLP, SGD, ~10 ms a step."""
 import argparse
 import copy
@@ -20,6 +23,9 @@ p = argparse.ArgumentParser()
 p.add_argument("--mode", choices=["loader", "module", "ema"], default="loader")
 p.add_argument("--every", type=int, default=5)
 p.add_argument("--save-every", type=int, default=0)
+p.add_argument("--save-twice", action="store_true")
+p.add_argument("--epoch-steps", type=int, default=256)
+p.add_argument("--workers", type=int, default=0)
 p.add_argument("--steps", type=int, default=100000)
 args = p.parse_args()
 
@@ -27,7 +33,8 @@ torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 ema = copy.deepcopy(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-train = DataLoader(TensorDataset(torch.randn(4096, 32), torch.randn(4096, 1)), batch_size=16, shuffle=True)
+train = DataLoader(TensorDataset(torch.randn(16 * args.epoch_steps, 32), torch.randn(16 * args.epoch_steps, 1)), batch_size=16,
+                   shuffle=True, num_workers=args.workers)
 val = DataLoader(TensorDataset(torch.randn(512, 32), torch.randn(512, 1)), batch_size=64)
 held_out = torch.randn(64, 32)
 big = torch.zeros(2_000_000)
@@ -49,7 +56,12 @@ def evaluate_module():
     model.train()
 
 
-for step, (x, y) in enumerate(itertools.islice(itertools.cycle(train), args.steps)):
+def epochs():
+    while True:
+        yield from train  # a new iterator each epoch: its workers forked anew
+
+
+for step, (x, y) in enumerate(itertools.islice(epochs(), args.steps)):
     loss = torch.nn.functional.mse_loss(model(x), y)
     opt.zero_grad()
     loss.backward()
@@ -64,3 +76,5 @@ for step, (x, y) in enumerate(itertools.islice(itertools.cycle(train), args.step
         evaluate_loader() if args.mode == "loader" else evaluate_module()
     if args.save_every and step % args.save_every == args.save_every - 1:
         torch.save({"model": model.state_dict(), "buffer": big}, "checkpoint.pt")
+        if args.save_twice:
+            torch.save({"model": model.state_dict(), "buffer": big}, f"model_{step}.pt")

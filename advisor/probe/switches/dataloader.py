@@ -1,4 +1,10 @@
-"""DataLoader keywords and the batch size, switched live by a substitute loader fed from the original iterator's index stream."""
+"""DataLoader keywords and the batch size, switched live by a substitute loader fed from the original iterator's index stream.
+
+While a window's loader switch is on, an iterator the script starts anew (an epoch's, from a loader
+without persistent workers) starts without workers: its own would fork and take the epoch's indices
+ahead (16 workers prefetch 32 batches, more than a small epoch holds), and the arm would time the
+script's loader, not the fix's. A fix with `persistent_workers` keeps its substitute's workers from
+one epoch to the next, as the code change would."""
 
 from __future__ import annotations
 
@@ -91,6 +97,7 @@ class DataLoaderSwitch:
         self.current: weakref.ref[LoaderIter] | None = None  # the iterator the script consumed last
         self.ended: weakref.WeakSet[LoaderIter] = weakref.WeakSet()  # the iterators whose epoch ran dry (till a reset)
         self.subs: dict[int, tuple[weakref.ref[LoaderIter], _Substitute]] = {}
+        self.kept: dict[int, _Substitute] = {}  # a loader's substitute whose workers persist across its epochs, by id(loader)
         self.build_s = 0.0
         self.error: str | None = None
         self._next: Callable[[LoaderIter], object] = dl._BaseDataLoaderIter.__next__  # install(): the one it wraps
@@ -101,8 +108,21 @@ class DataLoaderSwitch:
         self._install_construct()
         base = dl._BaseDataLoaderIter
         orig_init, orig_next, orig_reset = base.__init__, base.__next__, base._reset
+        orig_get = Loader._get_iterator
         self._next = orig_next
         switch = self
+
+        def _get_iterator(loader):
+            if switch.kwargs is None or not loader.num_workers or os.getpid() != switch.pid or \
+                    getattr(loader, "_advise_sub", False) or unmirrorable(loader_kind(loader)):
+                return orig_get(loader)
+            # the substitute serves this epoch: the script's iterator is its index stream, without workers
+            workers, timeout = loader.num_workers, loader.timeout
+            loader.num_workers, loader.timeout = 0, 0  # (read once, by the iterator's __init__)
+            try:
+                return dl._SingleProcessDataLoaderIter(loader)
+            finally:
+                loader.num_workers, loader.timeout = workers, timeout
 
         def __init__(self, loader, *args, **kwargs) -> None:
             orig_init(self, loader, *args, **kwargs)
@@ -119,6 +139,7 @@ class DataLoaderSwitch:
 
         self.pid = os.getpid()
         base.__init__, base.__next__, base._reset = __init__, __next__, _reset  # type: ignore[method-assign]  # patched in
+        Loader._get_iterator = _get_iterator  # type: ignore[method-assign]  # patched in
 
     def _install_construct(self) -> None:
         original = torch.utils.data.DataLoader.__init__
@@ -173,8 +194,12 @@ class DataLoaderSwitch:
             batch = self._next(sub.it)
         except StopIteration:
             # The original stream ran dry: the original iterator ends the epoch itself (after
-            # serving what it had prefetched), exactly as without the substitute.
-            self._drop(id(it))
+            # serving what it had prefetched), exactly as without the substitute; persistent
+            # workers wait for the loader's next epoch.
+            if sub.loader.persistent_workers and not sub.pull.handed:
+                self.subs.pop(id(it), None)
+            else:
+                self._drop(id(it))
             self.ended.add(it)
             return self._next(it)
         if sub.pull.handed:
@@ -185,6 +210,13 @@ class DataLoaderSwitch:
         loader = self._mirrorable(it)
         if loader is None:
             return None
+        kept = self.kept.get(id(loader))
+        if kept is not None:  # its persistent workers, reset for this epoch's stream (not forked anew)
+            kept.pull.orig, kept.pull.closed = it, False
+            kept.pull.handed.clear()
+            kept.it = iter(kept.loader)
+            self.subs[id(it)] = (weakref.ref(it), kept)
+            return self.subs[id(it)]
         kwargs = dict(self.kwargs or {})
         workers = kwargs.get("num_workers", loader.num_workers)
         options = {"num_workers": workers, "pin_memory": kwargs.get("pin_memory", loader.pin_memory),
@@ -200,6 +232,7 @@ class DataLoaderSwitch:
         pull = _Pull(it, self.scale)
         known = set(self.observed.dataloaders) if self.observed is not None else set()
         sub_loader = torch.utils.data.DataLoader(loader.dataset, batch_sampler=pull, collate_fn=loader.collate_fn, **options)
+        sub_loader._advise_sub = True  # ours: its iterators start their workers
         sub_it = iter(sub_loader)  # worker start-up happens here, at the switch
         sub_it._advise_sub = True  # type: ignore[attr-defined]  # the probe's mark on its own iterator
         if self.observed is not None:  # the substitute is ours, not the script's
@@ -207,6 +240,8 @@ class DataLoaderSwitch:
                 self.observed.dataloaders.pop(key, None)
         sub = _Substitute(sub_loader, sub_it, pull)
         self.subs[id(it)] = (weakref.ref(it), sub)
+        if sub_loader.persistent_workers:
+            self.kept[id(loader)] = sub
         batch = max(1, int(loader.batch_size * self.scale)) if loader.batch_size else None
         self.applied.setdefault("dataloaders", []).append(
             {"num_workers": sub_loader.num_workers, "pin_memory": bool(sub_it._pin_memory), "batch_size": batch,
@@ -246,3 +281,9 @@ class DataLoaderSwitch:
         self.kwargs, self.scale, self.construct = None, 1, None
         for key in list(self.subs):
             self._drop(key)
+        for sub in self.kept.values():  # (those waiting for their next epoch)
+            sub.pull.closed = True
+            shutdown = getattr(sub.it, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+        self.kept.clear()
