@@ -92,3 +92,13 @@ def test_an_epochs_start_is_the_loaders_cost_not_a_stall_and_two_saves_are_one_c
     (checkpoint,) = [p for p in report["phases"] if p["name"] == "checkpoint"]
     assert checkpoint["count"] == 2 * checkpoint["steps"] and checkpoint["every_steps"] == pytest.approx(5, abs=1.5)
     assert "every 5 steps" in r.stdout or "every 4 steps" in r.stdout or "every 6 steps" in r.stdout
+
+
+@pytest.mark.parametrize("writer", ["dcp", "safetensors"])
+def test_a_distributed_or_safetensors_checkpoint_is_a_phase(advise, writer):
+    """A checkpoint written through torch.distributed.checkpoint.save or safetensors' save_file,
+    modules the script imports only when it first saves, is timed as a checkpoint phase."""
+    r, report, rows = _profile(advise, "--mode", "loader", "--every", "100", "--save-every", "5", "--save-with", writer)
+    saves = [float(row["checkpoint_s"]) for row in rows if int(row["checkpoints"])]
+    assert 3 <= len(saves) <= 5 and all(s > 0 for s in saves), rows
+    assert [p["name"] for p in report["phases"]] == ["checkpoint"]

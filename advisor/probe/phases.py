@@ -15,7 +15,11 @@ An evaluation is seen two ways:
   backward between: nanoGPT's ``estimate_loss``, the frameworks' validation loops. A backward in
   between means the script trains in eval mode (frozen batch norm): no evaluation then.
 
-A checkpoint is a ``torch.save`` call (outside the loader's worker processes). An evaluation that
+A checkpoint is a ``torch.save`` call (outside the loader's worker processes), a distributed
+checkpoint's (``torch.distributed.checkpoint.save``, ``async_save``: its blocking part) or a
+safetensors file's (``safetensors.torch.save_file``, ``save_model``). Those two modules are patched
+when the script imports them (:class:`_AfterImport`): importing torch.distributed.checkpoint up front
+would cost every run 0.46 s. An evaluation that
 runs every step (an EMA's or a teacher's forward) is timed too; the parent leaves it in the step
 when it ran in most steps (:data:`advisor.analysis.steptime.PHASE_MOST_STEPS`).
 """
@@ -23,13 +27,48 @@ when it ran in most steps (:data:`advisor.analysis.steptime.PHASE_MOST_STEPS`).
 from __future__ import annotations
 
 import functools
+import importlib.abc
 import os
+import sys
 import time
-from typing import Callable
+from types import ModuleType
+from typing import Any, Callable, Sequence
 
 import torch
 
 EVAL, CHECKPOINT = "evaluation", "checkpoint"
+# checkpoint writers besides torch.save, by module: each function's call is a checkpoint phase
+SAVES = {"torch.distributed.checkpoint": ("save", "async_save", "save_state_dict"),
+         "safetensors.torch": ("save_file", "save_model")}
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Patches a module of :data:`SAVES` once it is imported: finds its spec through the other
+    finders and runs `patch` on the module after the loader executed it."""
+
+    def __init__(self, patch: Callable[[ModuleType, Sequence[str]], None]) -> None:
+        self.patch = patch
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name not in SAVES:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is None:
+                continue
+            loader = spec.loader
+            if loader is not None and hasattr(loader, "exec_module"):
+                run = loader.exec_module
+
+                def exec_module(module: ModuleType, run: Callable[[ModuleType], None] = run) -> None:
+                    run(module)
+                    self.patch(module, SAVES[name])
+
+                loader.exec_module = exec_module  # type: ignore[method-assign]  # this spec's own loader
+            return spec
+        return None
 
 
 class PhaseWatch:
@@ -136,3 +175,28 @@ class PhaseWatch:
                 watch.saved(time.monotonic() - t0)
 
         torch.save = save
+
+        def patch(module: ModuleType, names: Sequence[str]) -> None:
+            for name in names:
+                original = getattr(module, name, None)
+                if callable(original) and not getattr(original, "_advise_timed", False):
+                    setattr(module, name, _timed(original, watch.saved))
+
+        for name, names in SAVES.items():
+            if name in sys.modules:
+                patch(sys.modules[name], names)
+        sys.meta_path.insert(0, _AfterImport(patch))
+
+
+def _timed(original: Callable[..., Any], saved: Callable[[float], None]) -> Callable[..., Any]:
+    """`original`, its calls' seconds handed to `saved` (a checkpoint phase)."""
+    @functools.wraps(original)
+    def call(*args: object, **kwargs: object) -> Any:
+        t0 = time.monotonic()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            saved(time.monotonic() - t0)
+
+    call._advise_timed = True  # type: ignore[attr-defined]  # never wrapped twice
+    return call

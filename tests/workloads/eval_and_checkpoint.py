@@ -7,6 +7,8 @@
 --mode ema: every step, an EMA copy's forward between ema.eval() and ema.train(): the step's own
     work, not a phase;
 --save-every N: every N steps a checkpoint (torch.save of the model and an 8 MB buffer);
+--save-with dcp|safetensors: the checkpoint through torch.distributed.checkpoint.save or
+    safetensors.torch.save_file instead of torch.save (imported when the loop first saves);
 --save-twice: each checkpoint written twice (pytorch/vision's train.py: model_{epoch}.pth and checkpoint.pth).
 --epoch-steps N --workers W: epochs of N steps from a loader of W workers without persistent_workers, so
     each epoch forks its workers anew (pytorch/vision's train.py with its default -j 16).
@@ -24,6 +26,7 @@ p.add_argument("--mode", choices=["loader", "module", "ema"], default="loader")
 p.add_argument("--every", type=int, default=5)
 p.add_argument("--save-every", type=int, default=0)
 p.add_argument("--save-twice", action="store_true")
+p.add_argument("--save-with", choices=["torch", "dcp", "safetensors"], default="torch")
 p.add_argument("--epoch-steps", type=int, default=256)
 p.add_argument("--workers", type=int, default=0)
 p.add_argument("--steps", type=int, default=100000)
@@ -75,6 +78,13 @@ for step, (x, y) in enumerate(itertools.islice(epochs(), args.steps)):
     elif step % args.every == args.every - 1:
         evaluate_loader() if args.mode == "loader" else evaluate_module()
     if args.save_every and step % args.save_every == args.save_every - 1:
-        torch.save({"model": model.state_dict(), "buffer": big}, "checkpoint.pt")
+        if args.save_with == "dcp":
+            import torch.distributed.checkpoint as dcp
+            dcp.save({"model": model.state_dict(), "buffer": big}, checkpoint_id=f"dcp-{step}")
+        elif args.save_with == "safetensors":
+            from safetensors.torch import save_file
+            save_file({**model.state_dict(), "buffer": big}, "checkpoint.safetensors")
+        else:
+            torch.save({"model": model.state_dict(), "buffer": big}, "checkpoint.pt")
         if args.save_twice:
             torch.save({"model": model.state_dict(), "buffer": big}, f"model_{step}.pt")
