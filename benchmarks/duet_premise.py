@@ -37,23 +37,10 @@ sys.path.insert(0, str(ROOT))
 
 from advisor.gate.duet import Duet, log_ratios  # noqa: E402
 from advisor.probe.config import ProbeConfig  # noqa: E402
+from gate_quality import NEIGHBOUR  # noqa: E402  # the gate benchmark's CPU burner
 
 SCRIPT = ROOT / "tests" / "workloads" / "slowdown_knob.py"
 Z = 1.959964 + 0.841621  # two-sided alpha 0.05, power 0.8
-BURNER = """
-import os, random, sys, time
-rng = random.Random(int(sys.argv[1]))
-parent = os.getppid()
-burning = rng.random() < 0.5
-while os.getppid() == parent:
-    until = time.monotonic() + (rng.uniform(1, 4) if burning else rng.uniform(0, 3))
-    if burning:
-        while time.monotonic() < until:
-            sum(i * i for i in range(2000))
-    else:
-        time.sleep(max(0.0, until - time.monotonic()))
-    burning = not burning
-"""
 
 
 def duet(work: Path, args: list[str], window_s: float, windows: int, first: str) -> dict:
@@ -113,7 +100,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="duet-premise-") as tmp:
         work = Path(tmp)
         for mode in args.modes.split(","):
-            burner = subprocess.Popen([sys.executable, "-c", BURNER, "7"]) if mode == "burner" else None
+            burner = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, "7", "1,4", "0,3"]) if mode == "burner" else None
             try:
                 duets, seq = [], []
                 for r in range(args.restarts):  # a duet, then a sequential pair: both designs see the same hour
