@@ -102,3 +102,14 @@ def test_a_distributed_or_safetensors_checkpoint_is_a_phase(advise, writer):
     saves = [float(row["checkpoint_s"]) for row in rows if int(row["checkpoints"])]
     assert 3 <= len(saves) <= 5 and all(s > 0 for s in saves), rows
     assert [p["name"] for p in report["phases"]] == ["checkpoint"]
+
+
+def test_an_evaluation_loaders_end_is_the_evaluations_not_the_steps_wait(advise):
+    """pytorch/vision's evaluate(): model.eval(), then a validation loader of 4 workers, forked at
+    the pass's start and joined at its end. All of it is the evaluation's: the step it falls in
+    waits on its own loader no more than the others do."""
+    r, report, rows = _profile(advise, "--mode", "loader", "--every", "5", "--eval-workers", "4")
+    held = [row for row in rows if int(row["evals"])]
+    assert len(held) >= 3 and all(float(row["eval_s"]) > 0.07 for row in held), rows
+    others = sorted(float(row["data_wait_s"]) for row in rows if not int(row["evals"]))
+    assert max(float(row["data_wait_s"]) for row in held) < others[len(others) // 2] + 0.005, rows

@@ -12,7 +12,6 @@ user's line, as the user would want to read it.
 from __future__ import annotations
 
 import contextlib
-
 import functools
 import multiprocessing
 import os
@@ -408,7 +407,7 @@ def _install_loader_hooks(clock: StepClock, observed: Observed, in_next: list[bo
             batch = orig_next(self)  # StopIteration passes through
         except StopIteration:
             loader = getattr(self, "_advise_loader_id", 0)
-            if phases.key != ("loader", loader):  # a training loader's end: its workers joined (no persistent_workers)
+            if phases.key is None:  # a training loader's end: its workers joined (an evaluation's is the evaluation's)
                 clock.loader_ended(time.monotonic() - t0)
             phases.exhausted(loader)
             raise

@@ -7,6 +7,8 @@
 --mode ema: every step, an EMA copy's forward between ema.eval() and ema.train(): the step's own
     work, not a phase;
 --save-every N: every N steps a checkpoint (torch.save of the model and an 8 MB buffer);
+--eval-workers N: the validation loader's workers (forked and joined at each evaluation), the pass
+    between model.eval() and model.train(), as pytorch/vision's evaluate();
 --save-with dcp|safetensors: the checkpoint through torch.distributed.checkpoint.save or
     safetensors.torch.save_file instead of torch.save (imported when the loop first saves);
 --save-twice: each checkpoint written twice (pytorch/vision's train.py: model_{epoch}.pth and checkpoint.pth).
@@ -26,6 +28,7 @@ p.add_argument("--mode", choices=["loader", "module", "ema"], default="loader")
 p.add_argument("--every", type=int, default=5)
 p.add_argument("--save-every", type=int, default=0)
 p.add_argument("--save-twice", action="store_true")
+p.add_argument("--eval-workers", type=int, default=0)
 p.add_argument("--save-with", choices=["torch", "dcp", "safetensors"], default="torch")
 p.add_argument("--epoch-steps", type=int, default=256)
 p.add_argument("--workers", type=int, default=0)
@@ -38,16 +41,19 @@ ema = copy.deepcopy(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 train = DataLoader(TensorDataset(torch.randn(16 * args.epoch_steps, 32), torch.randn(16 * args.epoch_steps, 1)), batch_size=16,
                    shuffle=True, num_workers=args.workers)
-val = DataLoader(TensorDataset(torch.randn(512, 32), torch.randn(512, 1)), batch_size=64)
+val = DataLoader(TensorDataset(torch.randn(512, 32), torch.randn(512, 1)), batch_size=64, num_workers=args.eval_workers)
 held_out = torch.randn(64, 32)
 big = torch.zeros(2_000_000)
 
 
 def evaluate_loader():
+    if args.eval_workers:
+        model.eval()
     with torch.no_grad():
         for x, y in val:
             torch.nn.functional.mse_loss(model(x), y)
             time.sleep(0.01)
+    model.train()
 
 
 def evaluate_module():
