@@ -184,7 +184,8 @@ def speedup_ci(baseline: list[pd.DataFrame], candidate: list[pd.DataFrame], *, b
     no floor from their steps: an epoch's first step, 15 times the others where the loader forks its
     workers anew, is each window's own shape, not noise about its rate (a floor from it read a 1.78x
     fix as 0.08-13.7x)."""
-    runs = [per_step(frame, by_samples) for frame in [*baseline, *candidate]]
+    frames = [*baseline, *candidate]
+    runs = [per_step(frame, by_samples) for frame in frames]
     n_base, n_cand = len(baseline), len(candidate)
     point = np.array([_rate(dur, work) for dur, work in runs])
     estimate = float(np.mean(point[n_base:])) / float(np.mean(point[:n_base]))
@@ -201,7 +202,6 @@ def speedup_ci(baseline: list[pd.DataFrame], candidate: list[pd.DataFrame], *, b
     within = np.array([_rate_var(dur, work) for dur, work in runs]) / point ** 2  # each window's steps, log scale
     df = sum(len(g) - 1 for g in groups if len(g))
     squares = sum(float(((g - g.mean()) ** 2).sum()) for g in groups if len(g))
-    frames = [*baseline, *candidate]
     epochs = {int(loader_started(f).sum()) for f in frames}
     whole = len(epochs) == 1 and min(epochs) > 0
     floor = float(np.nanmean(within)) if np.isfinite(within).any() and not whole else 0.0
