@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from advisor.reports import terminal
+from advisor.reports import format as fmt, terminal
 from advisor.reports.render import Renderer
 from advisor.reports.renderers import (AB_JSON, AB_PAGE, AB_RENDERERS, COMPARE_RENDERERS, JUNIT, TRACE_DIFF_RENDERERS,
                                        ABOutcome, TraceDiff)
@@ -38,22 +38,34 @@ def _append_summary(document: object, renderer: Renderer) -> None:
 
 
 def run_ab(base: str, candidate: str, script: str, args: list[str], options: ab.ABOptions, out: Path,
-           renderer: Renderer = AB_RENDERERS["terminal"]) -> int:
-    """`advise ab`: the exit code (0 pass, 3 regression, 4 inconclusive, 1 a round's script failed, 2 via fail())."""
+           renderer: Renderer = AB_RENDERERS["terminal"], mode: str = "duet") -> int:
+    """`advise ab`: the exit code (0 pass, 3 regression, 4 inconclusive, 1 a round's script failed, 2 via fail()).
+    `mode`: "duet" (both sides alive, taking turns: :mod:`advisor.gate.duets`) or "sequential" (whole runs
+    in turn: :func:`advisor.gate.ab.run_ab`); ranks of a launched job cannot take turns: sequential."""
     con = terminal.console(stderr=renderer.filename.endswith(".json"))  # JSON on stdout is a program's: progress to stderr
 
     def progress(side: str, index: int, report: Report) -> None:
-        step = ab.fast_step(report)
-        con.print(f"round {index:>2} {side:<9} step (p{ab.FAST_QUANTILE * 100:.0f}) {step * 1e3:8.2f} ms" if step
-                  else f"round {index} {side}",
+        show(side, index, ab.fast_step(report), f"step (p{ab.FAST_QUANTILE * 100:.0f})")
+
+    def show(side: str, index: int, step: float | None, what: str = "step (turns)") -> None:
+        con.print(f"round {index:>2} {side:<9} {what} {fmt.in_unit(step, 's'):>9}" if step else f"round {index} {side}",
                   style="dim", highlight=False)
 
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         fail(f"cannot create the output dir {out}: {exc.strerror}")
+    notes = []
+    if mode == "duet" and options.nproc > 1:
+        mode = "sequential"
+        notes.append(f"sequential mode: the {options.nproc} ranks of a launched job cannot take turns with another job")
     try:
-        result = ab.run_ab(base, candidate, script, args, options, out, on_run=progress)
+        if mode == "duet":
+            from ..gate.duets import run_duets  # the probe's session, only for a duet
+            result = run_duets(base, candidate, script, args, options, out, on_run=show)
+        else:
+            result = ab.run_ab(base, candidate, script, args, options, out, on_run=progress)
+            result.warnings[:0] = notes
     except ab.ABError as exc:
         fail(str(exc), EXIT_USAGE)
     except ab.RoundFailed as exc:

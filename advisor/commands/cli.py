@@ -523,9 +523,18 @@ def compare(baseline: str, current: str, max_regression: str, max_memory_regress
               help="Pairs of runs (base, candidate) before the first look.")
 @click.option("--max-rounds", default=20, show_default=True, type=click.IntRange(min=2),
               help="The budget: a suspected regression gets more rounds, up to this many pairs.")
+@click.option("--mode", default="duet", show_default=True, type=click.Choice(["duet", "sequential"]),
+              help="duet: both revisions' scripts alive at once, taking turns in half-second windows, the pair "
+                   "restarted each round (a neighbour's burst falls on both); sequential: whole runs one after the "
+                   "other (where both cannot live at once; always with --nproc-per-node above 1).")
+@click.option("--turn", "turn_s", default=0.5, show_default=True, type=click.FloatRange(min=0.05),
+              help="--mode duet: seconds of each side's turn (a turn holds at least 3 steps).")
+@click.option("--turns", default=12, show_default=True, type=click.IntRange(min=3),
+              help="--mode duet: turns per side in each restart of the pair.")
 @click.option("--window", "window_s", default=6.0, show_default=True, type=click.FloatRange(min=0),
-              help="Seconds each run measures: a pilot run times a step, and the runs take as many steps as fill this "
-                   "(at least --steps), so a neighbour's burst cannot cover a whole run (0: --steps alone, no pilot).")
+              help="--mode sequential: seconds each run measures: a pilot run times a step, and the runs take as many "
+                   "steps as fill this (at least --steps), so a neighbour's burst cannot cover a whole run (0: --steps "
+                   "alone, no pilot).")
 @click.option("--time-budget", "time_budget_s", default=300.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds for the whole gate: no round starts that would end past it, and the look there is the last.")
 @click.option("--max-regression", default="5%", show_default=True, metavar="PCT",
@@ -546,16 +555,17 @@ def compare(baseline: str, current: str, max_regression: str, max_memory_regress
 @click.option("--format", "fmt", default="terminal", show_default=True, type=click.Choice(list(AB_RENDERERS)))
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 def ab(script: str, script_args: tuple[str, ...], base: str, candidate: str, module: bool, nproc: int, steps: int, warmup: int,
-       profile_steps: int, rounds: int, max_rounds: int, window_s: float, time_budget_s: float, max_regression: str,
+       profile_steps: int, rounds: int, max_rounds: int, mode: str, turn_s: float, turns: int, window_s: float, time_budget_s: float, max_regression: str,
        max_memory_regression: str, alpha: float, ops: bool, inconclusive: str, out: str, timeout_s: float, fmt: str,
        as_json: bool) -> None:
     """CI gate: profile SCRIPT in two checkouts, interleaved; exit 3 on a regression, 4 when it cannot tell.
 
     advise ab --base ../base --candidate . train.py --epochs 1
 
-    SCRIPT (a path relative to each checkout) runs in each checkout as a whole process, base and
-    candidate alternating; the decision reads the paired rounds. Markdown is also appended to
-    $GITHUB_STEP_SUMMARY when that is set.
+    SCRIPT (a path relative to each checkout) runs in each checkout: by default both at once, taking
+    turns in short windows, the pair restarted each round; the decision reads the paired rounds and
+    says the smallest change it could see. Markdown is also appended to $GITHUB_STEP_SUMMARY when
+    that is set.
     """
     from ..gate.ab import ABOptions  # ab: 320 ms (pandas), only for ab
     from .ci_gate import run_ab  # the gate's commands: 320 ms (pandas), only for ab
@@ -568,7 +578,8 @@ def ab(script: str, script_args: tuple[str, ...], base: str, candidate: str, mod
                         timeout_s=timeout_s, rounds=rounds, max_rounds=max_rounds, alpha=alpha,
                         max_regression=_percent(max_regression, "--max-regression"),
                         max_memory_regression=_percent(max_memory_regression, "--max-memory-regression"), ops=ops,
-                        inconclusive=inconclusive, window_s=window_s, time_budget_s=time_budget_s)
+                        inconclusive=inconclusive, window_s=window_s, time_budget_s=time_budget_s, turn_s=turn_s,
+                        turns=turns)
     args = list(script_args)
     sys.exit(run_ab(base, candidate, script, args[1:] if args[:1] == ["--"] else args, options, Path(out),
-                    AB_RENDERERS["json" if as_json else fmt]))
+                    AB_RENDERERS["json" if as_json else fmt], mode))

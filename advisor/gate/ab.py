@@ -103,6 +103,8 @@ class ABOptions:
     passive_threads: bool = True
     window_s: float = 0.0  # each run's measured window in seconds (a pilot run sizes it); 0: --steps alone
     time_budget_s: float | None = None  # the gate stops before this would run out (its last look); None: rounds only
+    turn_s: float = 0.5  # duet mode: each side's turn, seconds (advisor.gate.duets)
+    turns: int = 12  # duet mode: turns per side in each restart
 
 
 @dataclass
@@ -119,6 +121,8 @@ class ABResult:
     inconclusive_policy: str = "fail"
     time: dict = field(default_factory=dict)  # where the time went (:func:`time_spent`)
     set_aside: list[dict] = field(default_factory=list)  # rounds set aside for a neighbour's load, and why
+    mode: str = "interleaved"  # or "duet" (advisor.gate.duets: both sides alive, taking turns)
+    statistics: dict | None = None  # how the figures were read, where not the interleaved runs' (STATISTICS)
 
     @property
     def failed(self) -> bool:
@@ -139,7 +143,7 @@ class ABResult:
             "verdict": self.verdict,
             "exit_code": self.exit_code,
             "inconclusive": compare.inconclusive_block(d.inconclusive, self.inconclusive_policy),
-            "mode": "interleaved",
+            "mode": self.mode,
             "base": self.base_dir,
             "candidate": self.candidate_dir,
             "script": self.script,
@@ -147,20 +151,8 @@ class ABResult:
             "decided_by": d.decided_by(),
             "time": self.time,
             "set_aside": self.set_aside,
-            "statistics": {"step_time": f"each run's {FAST_QUANTILE:.0%} quantile of its measured steps (its fast steps)",
-                           "cpu_time": f"each run's {FAST_QUANTILE:.0%} quantile of the training process's CPU time "
-                                       "per measured step (its threads) "
-                                       f"(gates when the job is CPU-bound: {CPU_BOUND_FRAC:.0%} or more of its quiet steps' wall time, "
-                                       f"p{QUIET_QUANTILE * 100:.0f} of the steps' CPU share)",
-                           "round_env": {k: os.environ.get(k, v) for k, v in ROUND_ENV.items()},
-                           "test": sequential.TEST, "correction": sequential.CORRECTION,
-                           "sequential": sequential.SPENDING, "alpha": d.alpha, "looks": d.looks,
-                           "decided_at_look": d.look, "rounds": d.rounds,
-                           "noise_floor": "A/A: the base's back-to-back runs (rounds 2k and 2k+1) against each other",
-                           "pass": "equivalence: every gated metric's one-sided 95% upper bound below its threshold",
-                           "window": "each run's measured steps fill the window's seconds at the pilot's fast pace",
-                           "neighbour": f"a round is set aside where other processes used {neighbour.SET_ASIDE_SHARE:.0%} "
-                                        f"of the cores over a run's window (at most {neighbour.MAX_SET_ASIDE} a gate)"},
+            "statistics": {**(self.statistics or statistics()), "alpha": d.alpha, "looks": d.looks,
+                           "decided_at_look": d.look, "rounds": d.rounds},
             "metrics": [asdict(m) for m in d.metrics],
             "regressions": [m.name for m in d.regressions],
             "history": d.history,
@@ -170,6 +162,22 @@ class ABResult:
             "warnings": self.warnings,
             "wall_s": self.wall_s,
         })
+
+
+def statistics() -> dict:
+    """How the interleaved runs' figures are read and judged (ab.json's `statistics`)."""
+    return {"step_time": f"each run's {FAST_QUANTILE:.0%} quantile of its measured steps (its fast steps)",
+            "cpu_time": f"each run's {FAST_QUANTILE:.0%} quantile of the training process's CPU time per measured step "
+                        f"(its threads) (gates when the job is CPU-bound: {CPU_BOUND_FRAC:.0%} or more of its quiet "
+                        f"steps' wall time, p{QUIET_QUANTILE * 100:.0f} of the steps' CPU share)",
+            "round_env": {k: os.environ.get(k, v) for k, v in ROUND_ENV.items()},
+            "test": sequential.TEST, "correction": sequential.CORRECTION, "sequential": sequential.SPENDING,
+            "noise_floor": "A/A: the base's back-to-back runs (rounds 2k and 2k+1) against each other",
+            "pass": "equivalence: every gated metric's one-sided 95% upper bound below its threshold, and its "
+                    "minimum detectable change ((t(0.975) + t(0.8)) x SE) no larger",
+            "window": "each run's measured steps fill the window's seconds at the pilot's fast pace",
+            "neighbour": f"a round is set aside where other processes used {neighbour.SET_ASIDE_SHARE:.0%} "
+                         f"of the cores over a run's window (at most {neighbour.MAX_SET_ASIDE} a gate)"}
 
 
 def resolve(checkout: str | Path, script: str, module: bool, role: str) -> Path:

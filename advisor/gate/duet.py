@@ -43,12 +43,27 @@ class Turn:
     started: float  # time.monotonic(), the parent's, when its plan was written
     ended: float | None = None
     step_s: list[float] = field(default_factory=list)  # its timed steps' durations
+    cpu_s: list[float] = field(default_factory=list)  # their CPU time (the training process's threads), where read
+    samples: list[float] = field(default_factory=list)  # their batch sizes, where the steps know them
     wait: float | None = None  # the side's run-queue wait over the window, in cores (metrics.window_wait)
     outside: float | None = None  # cores other processes used in it (the other side is stopped)
 
     @property
     def median_s(self) -> float | None:
-        return float(sorted(self.step_s)[len(self.step_s) // 2]) if self.step_s else None
+        return _median(self.step_s)
+
+    def median(self, what: str, per_sample: bool = False) -> float | None:
+        """The window's median step of `what` ("step_s" or "cpu_s"), per sample with `per_sample`."""
+        values = getattr(self, what)
+        if per_sample:
+            if len(self.samples) != len(values) or not all(n > 0 for n in self.samples):
+                return None
+            values = [v / n for v, n in zip(values, self.samples)]
+        return _median(values)
+
+
+def _median(values: list[float]) -> float | None:
+    return float(sorted(values)[len(values) // 2]) if values else None
 
 
 @dataclass
@@ -64,6 +79,7 @@ class Turns:
     min_steps: int = 3
     turns: list[Turn] = field(default_factory=list)
     _held: dict[str, tuple[int, Path, int]] = field(default_factory=dict)  # side -> (round, plan path, child pid)
+    _gone: set[str] = field(default_factory=set)  # sides whose child ended (its script ran out of steps, or failed)
     _running: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -78,18 +94,27 @@ class Turns:
             self._held[side] = (round_no, plan, pid)
             self._hand_over()
 
+    def gone(self, side: str) -> None:
+        """`side`'s child ended: the other side gets no more windows (it would have no partner), its child finishes."""
+        with self._lock:
+            self._gone.add(side)
+            if self._running == side:
+                self.turns[-1].ended = time.monotonic()
+                self._running = None
+            self._hand_over()
+
     def _done(self, side: str) -> bool:
-        return sum(t.side == side for t in self.turns) >= self.windows
+        return bool(self._gone) or sum(t.side == side for t in self.turns) >= self.windows
 
     def _hand_over(self) -> None:
-        if self._running is not None or len(self._held) < 2 and not self.turns:
+        if self._running is not None or len(self._held) < 2 and not self.turns and not self._gone:
             return
         opener = self.first or self.sides[0]
         last = self.turns[-1].side if self.turns else next(s for s in self.sides if s != opener)
         order = [s for s in self.sides if s != last] + [last]
         nxt = next((s for s in order if s in self._held and not self._done(s)), None)
         if nxt is None:
-            if all(self._done(s) for s in self.sides):
+            if all(self._done(s) for s in self.sides) and self._running is None:
                 for side, (round_no, plan, pid) in list(self._held.items()):
                     _pause(pid, False)
                     write_plan(plan, Plan(round=round_no, windows=[]))  # the side's arms end: its child finishes
@@ -136,8 +161,13 @@ class Duet:
             config.plan_timeout_s = max(config.plan_timeout_s, 10 * self.window_s + 30.0)
             sessions[side] = ProbeSession(config, None, None, self._ready(turns, side, sessions), None, None)
         runs: dict[str, ProbeRun] = {}
-        threads = [threading.Thread(target=lambda s=side: runs.__setitem__(s, sessions[s].run()), daemon=True)
-                   for side in names]
+
+        def run(side: str) -> None:
+            try:
+                runs[side] = sessions[side].run()
+            finally:
+                turns.gone(side)
+        threads = [threading.Thread(target=run, args=(side,), daemon=True) for side in names]
         for t in threads:
             t.start()
         for t in threads:
@@ -164,20 +194,25 @@ def _read(turns: list[Turn], side: str, lines: RankLines, out: Path, suffix: str
             continue
         frame = steptime.mark_unprofiled(pd.DataFrame(rows))
         turn.step_s = [float(x) for x in steptime.durations(frame)]
+        if steptime.CPU in frame and frame[steptime.CPU].notna().all():
+            turn.cpu_s = [float(x) for x in frame[steptime.CPU]]
+        if steptime.knows_batch(frame):
+            turn.samples = [float(x) for x in steptime.batch_sizes(frame)]
         if not samples.empty and steptime.has_spans(frame):
             turn.wait = metrics.window_wait(samples, frame)
             turn.outside = metrics.outside_cores(metrics.window_samples(samples, frame), cpu_count)
 
 
-def log_ratios(turns: list[Turn], base: str, cand: str) -> list[float]:
+def log_ratios(turns: list[Turn], base: str, cand: str, what: str = "step_s", per_sample: bool = False) -> list[float]:
     """Per candidate window, log(its median step / the mean of the base windows either side of it):
-    a drift of the machine's speed over a few windows cancels."""
+    a drift of the machine's speed over a few windows cancels. `what`, `per_sample`: :meth:`Turn.median`."""
     out = []
     for k, turn in enumerate(turns):
-        if turn.side != cand or turn.median_s is None:
+        mine = turn.median(what, per_sample) if turn.side == cand else None
+        if mine is None:
             continue
-        near = [t.median_s for t in (turns[k - 1] if k else None, turns[k + 1] if k + 1 < len(turns) else None)
-                if t is not None and t.side == base and t.median_s is not None]
-        if near:
-            out.append(math.log(turn.median_s / (sum(near) / len(near))))
+        near = [m for t in (turns[k - 1] if k else None, turns[k + 1] if k + 1 < len(turns) else None)
+                if t is not None and t.side == base for m in (t.median(what, per_sample),) if m is not None]
+        if near and mine > 0:
+            out.append(math.log(mine / (sum(near) / len(near))))
     return out

@@ -35,8 +35,10 @@ estimate is beyond the threshold and the steps' own waiting may have grown (``wa
 wall time less the CPU time at a run's quiet steps, which a neighbour does not lengthen): a step
 that waits longer (a sleep, I/O, a lock) shows only on the wall clock.
 
+Every tested metric says the smallest change its rounds could see (the minimum detectable change,
+MDC = (t(0.975) + t(0.8)) x SE of the trimmed mean log ratio: two-sided alpha 0.05, power 0.8).
 A metric passes on an equivalence decision: the rounds rule the threshold out, its one-sided 95%
-upper bound below it (an unchanged revision passes with an honest interval, not for want of a
+upper bound below it, and its MDC no larger than the threshold (an unchanged revision passes with an honest interval, not for want of a
 significant slowdown). One that is neither a regression nor ruled out is *undecided*: it gets the
 planned looks up to ``max_rounds`` (or the gate's time budget, whose look is final) like a
 suspected one, and at the last look it is **inconclusive**, never a pass (a gate that exits 0
@@ -82,6 +84,7 @@ def holm(p_values: list[float], alpha: float) -> list[bool]:
 
 TRIM = 0.2  # Yuen's trimmed mean: a fifth of the rounds at each end
 MOST_ROUNDS = 100  # a longer budget is suggested only up to this many rounds
+POWER = 0.8  # the minimum detectable change's power (Paired.mdc)
 
 
 def _yuen_scale(n: int) -> tuple[float, int]:
@@ -145,6 +148,16 @@ class Paired:
         """One-sided 95% upper bound of the trimmed mean log slowdown."""
         return self._bound(0.95)
 
+    def mdc(self) -> float | None:
+        """The minimum detectable change (a log ratio): the smallest true change these rounds would
+        find with power 0.8 at a two-sided 0.05, ``(t(0.975) + t(0.8)) * SE`` (Yuen's SE and degrees
+        of freedom). None before two rounds."""
+        if self.n < 2:
+            return None
+        _, se, df = self._yuen()
+        _st = scipy_stats()
+        return float(_st.t.ppf(0.975, df) + _st.t.ppf(POWER, df)) * se
+
     def rounds_needed(self, threshold: float, most: int = MOST_ROUNDS) -> int | None:
         """How many paired rounds would bring the upper bound below `threshold` (a fraction) if the
         estimate and the rounds' winsorized spread held: what a longer budget would buy. None where
@@ -157,7 +170,9 @@ class Paired:
         _st = scipy_stats()
         for n in range(self.n + 1, most + 1):
             per_sd, df = _yuen_scale(n)
-            if mean + float(_st.t.ppf(0.95, df)) * spread * per_sd < math.log1p(threshold):
+            se = spread * per_sd
+            seen = float(_st.t.ppf(0.975, df) + _st.t.ppf(POWER, df)) * se < math.log1p(threshold)
+            if mean + float(_st.t.ppf(0.95, df)) * se < math.log1p(threshold) and seen:
                 return n
         return None
 
@@ -230,6 +245,7 @@ class MetricDecision:
     gated: bool = True
     settled_by: str | None = None  # a metric a neighbour cannot inflate ruled the regression out for this one
     rounds_needed: int | None = None  # undecided: the rounds that would rule the threshold out, were the spread to hold
+    mdc: float | None = None  # the smallest change these rounds could see (Paired.mdc), as a fraction
 
 
 @dataclass
@@ -262,7 +278,8 @@ class Decision:
             return "; ".join(f"{m.label} decided: {m.note}" for m in self.regressions)
         if self.inconclusive:
             return "no measure decided: " + "; ".join(f"{m.label}: {m.note}" for m in self.inconclusive)
-        passed = [f"{m.label} up to {m.upper:+.1%}" for m in self.metrics if m.gated and m.upper is not None
+        passed = [f"{m.label} up to {m.upper:+.1%}" + (f" (it could see {m.mdc:.1%})" if m.mdc is not None else "")
+                  for m in self.metrics if m.gated and m.upper is not None
                   and not m.settled_by and m.verdict in (OK, IMPROVEMENT, NOT_SIGNIFICANT)]
         said = [f"equivalence decided: {', '.join(passed)} at 95%, each below its threshold"] if passed else []
         said += [f"{m.label} (up to {m.upper:+.1%}) was settled by {next(r.label for r in self.metrics if r.name == m.settled_by)}"
@@ -363,7 +380,12 @@ def _judge(row: MetricDecision, pr: Paired, big_enough: bool) -> None:
     else:
         row.verdict = OK
     row.upper = math.expm1(pr.upper())
-    row.undecided = row.verdict != REGRESSION and big_enough and row.upper > row.threshold
+    mdc = pr.mdc()
+    row.mdc = math.expm1(mdc) if mdc is not None else None
+    # Equivalence only where the rounds could have seen the threshold: an upper bound below it from
+    # a lucky estimate (the candidate read faster) is not a pass when the change they see is larger.
+    blind = row.mdc is not None and row.mdc > row.threshold
+    row.undecided = row.verdict != REGRESSION and big_enough and (row.upper > row.threshold or blind)
     row.rounds_needed = pr.rounds_needed(row.threshold) if row.undecided else None
 
 
@@ -403,6 +425,9 @@ def _mirror(specs: list[MetricSpec], rows: list[MetricDecision]) -> None:
 
 def _undecided_note(row: MetricDecision, rounds: int) -> str:
     """Why the rounds could not rule a regression of the threshold's size out, in one clause."""
+    if row.mdc is not None and row.mdc > row.threshold and row.upper is not None and row.upper <= row.threshold:
+        return (f"the smallest change {rounds} paired rounds could see here is {row.mdc:.1%}, above the "
+                f"{row.threshold:.0%} threshold: not called equivalent")
     if row.floor is not None and row.floor > row.threshold :
         return (f"this runner's A/A noise floor ({row.floor:.1%}) is above the {row.threshold:.0%} threshold: "
                 f"a regression that size cannot be told from noise here")

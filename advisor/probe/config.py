@@ -48,3 +48,5 @@ class ProbeConfig:
     since: float | None = None
     nproc: int = 1  # ranks started through torch.distributed.run (--standalone: a free rendezvous port)
     memory_budget_bytes: int | None = None  # --memory-budget (None: the device's capacity)
+    cwd: str | None = None  # the script's working directory (None: advise's): a gate's side runs in its checkout
+    env: dict[str, str] = field(default_factory=dict)  # set over advise's environment for the script

@@ -139,7 +139,7 @@ class ProbeSession:
             plan_timeout_s=config.plan_timeout_s, memory_budget_bytes=config.memory_budget_bytes))
 
     def _start(self) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, **self.config.env, PYTHONUNBUFFERED="1")
         self.started = time.monotonic()
         self.tree = ProcessTree().__enter__()  # from here on, orphans of the script are re-parented to advise
         try:
@@ -150,6 +150,7 @@ class ProbeSession:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
+                    cwd=self.config.cwd,
                     start_new_session=True,
                 )
         except BaseException:

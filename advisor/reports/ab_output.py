@@ -25,19 +25,27 @@ if TYPE_CHECKING:
     from advisor.gate.sequential import MetricDecision
 
 WIDE = 150
-HEAD = ("metric", "base", "candidate", "change", "95% CI", "p", "A/A floor", "verdict")
+HEAD = ("metric", "base", "candidate", "change", "95% CI", "p", "A/A floor", "could see", "verdict")
 
 
 def _row(m: MetricDecision) -> list[str]:
     return [m.label, fmt.in_unit(m.base, m.unit), fmt.in_unit(m.current, m.unit), fmt.change(m.change, m.unit),
             fmt.change_interval(m.ci, m.unit), fmt.p_value(m.p_value) if m.gated else units.DASH,
-            f"{m.floor:.1%}" if m.floor is not None else units.DASH]
+            f"{m.floor:.1%}" if m.floor is not None else units.DASH,
+            f"{m.mdc:.1%}" if m.mdc is not None and m.gated else units.DASH]  # the minimum detectable change
 
 
 def _rounds_line(result: ABResult) -> str:
     d = result.decision
-    return (f"{d.rounds} paired rounds (base and candidate interleaved, B C / C B), decided at look {d.look} of "
-            f"{len(d.looks)}; {result.wall_s:.0f} s")
+    how = ("both alive, taking turns, the pair restarted each round" if result.mode == "duet"
+           else "base and candidate interleaved, B C / C B")
+    return f"{d.rounds} paired rounds ({how}), decided at look {d.look} of {len(d.looks)}; {result.wall_s:.0f} s"
+
+
+def _round_dirs(result: ABResult) -> str:
+    if result.mode == "duet":
+        return "Each restart's sides: base/round-NN and candidate/round-NN (their steps and logs)."
+    return "Each round's own report: base/round-NN/report.html, candidate/round-NN/report.html."
 
 
 def _verdict_line(result: ABResult) -> str:
@@ -75,7 +83,7 @@ def markdown(result: ABResult) -> str:
     lines = [f"### advise ab: {HEADLINE[result.verdict][2]}", "",
              f"base `{result.base_dir}` → candidate `{result.candidate_dir}` · script `{result.script}` · "
              + _rounds_line(result), "",
-             "| " + " | ".join(HEAD) + " |", "|---|--:|--:|--:|--:|--:|--:|---|"]
+             "| " + " | ".join(HEAD) + " |", "|---|--:|--:|--:|--:|--:|--:|--:|---|"]
     for m in result.decision.metrics:
         lines.append("| " + " | ".join(_row(m) + [MD_MARK.get(m.verdict, m.verdict)]) + " |")
     lines += ["", result.decision.rule + "."]
@@ -109,6 +117,6 @@ td,th{{padding:3px 10px;border-bottom:1px solid #ddd;text-align:right}}td:first-
 <table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>
 <p><small>{_html.escape(result.decision.rule)}</small></p><ul>{notes}</ul>
 {slower_ops.html(result.slower_ops, result.ops_note) if result.slower_ops is not None or result.ops_note else ""}
-<p>Each round's own report: <code>base/round-NN/report.html</code>, <code>candidate/round-NN/report.html</code>.</p>
+<p>{_html.escape(_round_dirs(result))}</p>
 </body></html>
 """

@@ -1,0 +1,85 @@
+"""`advise ab --mode duet` (the default) on real children: two checkouts of tests/workloads/ab_matmul.py,
+both scripts alive at once taking turns, the pair restarted each round (advisor/gate/duets.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import psutil
+import pytest
+
+from conftest import WORKLOADS, advise_cmd
+
+ENV = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+QUICK = ["--rounds", "3", "--max-rounds", "3", "--turn", "0.2", "--turns", "4", "--warmup", "2"]
+
+
+def checkouts(tmp_path, base_code: str, cand_code: str):
+    for name, code in (("base", base_code), ("cand", cand_code)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train.py").write_text(code)
+
+
+def ab(tmp_path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(advise_cmd("ab", "--base", "base", "--candidate", "cand", *args), cwd=tmp_path, env=ENV,
+                          capture_output=True, text=True, timeout=240)
+
+
+def _ours_left() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+
+
+@pytest.mark.slow
+def test_a_larger_matmul_fails_a_duet_and_each_side_ran_once_a_restart(tmp_path):
+    code = (WORKLOADS / "ab_matmul.py").read_text()
+    checkouts(tmp_path, code, code.replace("HIDDEN = 128\n", "HIDDEN = 1024\n"))
+    run = ab(tmp_path, *QUICK, "--out", "gate", "--json", "train.py", "--batch-size", "256")
+    assert run.returncode == 3, run.stdout[-2000:] + run.stderr[-3000:]
+    decision = json.loads(run.stdout)
+    assert decision["mode"] == "duet" and "step_time" in decision["regressions"]
+    step = next(m for m in decision["metrics"] if m["name"] == "step_time")
+    assert step["slowdown"] > 1.0 and step["mdc"] is not None and step["label"] == "step time (turns' median)"
+    runs = decision["runs"]
+    assert [(r["side"], r["round"]) for r in runs] == [(s, i) for i in (1, 2, 3) for s in ("base", "candidate")]
+    assert all(r["windows"] == 4 and r["steps"] >= 12 for r in runs)
+    assert [r["first"] for r in runs if r["side"] == "base"] == [True, False, True]  # the opener alternates
+    assert decision["time"]["disturbed"]["windows"] == 24
+    for side in ("base", "candidate"):  # each side's run dir: its steps, its log
+        assert (tmp_path / "gate" / side / "round-03" / "steps.csv").is_file()
+    assert "could see" in (tmp_path / "gate" / "summary.md").read_text()
+    assert "taking turns" in (tmp_path / "gate" / "ab.html").read_text()
+
+
+@pytest.mark.slow
+def test_sides_of_different_batch_sizes_are_compared_per_sample(tmp_path):
+    code = (WORKLOADS / "ab_matmul.py").read_text()
+    assert 'default=128)' in code
+    checkouts(tmp_path, code, code.replace('default=128)', 'default=256)'))
+    run = ab(tmp_path, *QUICK, "--max-regression", "500%", "--out", "gate", "--json", "train.py")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    decision = json.loads(run.stdout)
+    tput = next(m for m in decision["metrics"] if m["name"] == "throughput")
+    step = next(m for m in decision["metrics"] if m["name"] == "step_time")
+    assert tput["unit"] == "samples/s" and -0.6 < step["slowdown"] < 0.5  # twice the batch, not twice the time
+    assert decision["decided_by"].startswith("equivalence decided") and "could see" in decision["decided_by"]
+
+
+def test_a_candidate_that_crashes_ends_the_other_side_and_is_exit_1(tmp_path):
+    code = (WORKLOADS / "ab_matmul.py").read_text()
+    checkouts(tmp_path, code, "raise SystemExit('the candidate is broken')\n")
+    run = ab(tmp_path, *QUICK, "--out", "gate", "train.py")
+    assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith("advise: error: candidate restart 1:") and "the candidate is broken" in run.stderr
+    assert (tmp_path / "gate" / "base" / "round-01").is_dir() and (tmp_path / "gate" / "candidate" / "round-01").is_dir()
+    assert not _ours_left()
+
+
+def test_a_script_that_runs_out_of_steps_is_exit_2_and_says_so(tmp_path):
+    code = (WORKLOADS / "ab_matmul.py").read_text()
+    checkouts(tmp_path, code, code)
+    run = ab(tmp_path, *QUICK, "--out", "gate", "train.py", "--steps", "6")
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "ran out of steps" in run.stderr and "--mode sequential" in run.stderr
+    assert not _ours_left()
