@@ -107,7 +107,7 @@ def trial(tmp: Path, name: str, slowdown: float, args: argparse.Namespace, saved
     started = time.monotonic()
     sized = [] if args.gate_defaults else ["--steps", str(args.steps), "--warmup", str(args.warmup), "--profile-steps", "0",
                                            "--rounds", str(args.rounds), "--max-rounds", str(args.max_rounds)]
-    proc = advise("ab", "--base", str(base), "--candidate", str(cand), *sized, "--out", str(out),
+    proc = advise("ab", "--mode", args.mode, "--base", str(base), "--candidate", str(cand), *sized, "--out", str(out),
                   "--json", "train.py", *args.workload)
     wall = time.monotonic() - started
     if proc.returncode not in (0, 3, 4):  # a failed round: said, counted, and the benchmark goes on
@@ -116,6 +116,8 @@ def trial(tmp: Path, name: str, slowdown: float, args: argparse.Namespace, saved
         print(f"{name}: advise ab exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}\n{tail}", flush=True)
         return {"slowdown": slowdown, "error": True, "first_base": saved}
     decision = json.loads(proc.stdout)
+    if args.mode == "duet":
+        return duet_row(name, slowdown, proc.returncode, wall, decision)
     decision["runs"] = [r for r in decision["runs"] if not r.get("set_aside")]  # the rounds judged
     first_b = json.loads((out / "base" / "round-01" / "report.json").read_text())
     first_c = json.loads((out / "candidate" / "round-01" / "report.json").read_text())
@@ -142,6 +144,20 @@ def trial(tmp: Path, name: str, slowdown: float, args: argparse.Namespace, saved
         row.update(saved=cmp.returncode == 3, saved_fixed=fixed_threshold(saved, first_c), saved_asv=asv_rule(saved, first_c),
                    saved_s=first_c.get("total_wall_s"))
     return row
+
+
+def duet_row(name: str, slowdown: float, code: int, wall: float, decision: dict) -> dict:
+    """A duet gate's trial: its verdict, figures and the smallest change it could see (no run's
+    report.json: the sides' children write steps, not reports, so no saved-baseline comparison)."""
+    metric = {m["name"]: m for m in decision["metrics"]}
+    step, cpu = metric.get("step_time", {}), metric.get("cpu_time", {})
+    return {"trial": name, "slowdown": slowdown, "ab": code == 3, "ab_inconclusive": code == 4, "ab_pass": code == 0,
+            "ab_s": wall, "exit": code, "decided_by": decision.get("decided_by"), "time": decision.get("time"),
+            "set_aside": 0, "rounds": decision["statistics"]["rounds"], "cpu_gated": bool(cpu.get("gated")),
+            "disturbed": (decision.get("time") or {}).get("disturbed"),
+            "ab_step": {k: step.get(k) for k in ("slowdown", "p_value", "floor", "verdict", "upper", "mdc")},
+            "ab_cpu": {k: cpu.get(k) for k in ("slowdown", "p_value", "floor", "verdict", "upper", "mdc")},
+            "first_base": None}
 
 
 def replay(row: dict, rounds: int, max_rounds: int) -> bool | None:
@@ -212,6 +228,7 @@ def main() -> None:
                         help="run advise ab with its own defaults (window, budget, rounds, steps), as a new user does")
     parser.add_argument("--plant", choices=sorted(KNOBS), default="wait",
                         help="the candidate's slowdown: a longer wait in each step, or more work (a wider layer)")
+    parser.add_argument("--mode", choices=("duet", "sequential"), default="duet", help="advise ab --mode")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", type=Path, default=None, help="append each trial's outcome here (JSON lines) as it ends")
     parser.add_argument("--resume", action="store_true",
@@ -258,7 +275,9 @@ def main() -> None:
                       f"(step {row['ab_step']['slowdown'] or 0:+.1%} floor {row['ab_step']['floor'] or 0:.1%}; "
                       f"cpu {row['ab_cpu']['slowdown'] or 0:+.1%} floor {row['ab_cpu']['floor'] or 0:.1%} "
                       f"{'gated' if row['cpu_gated'] else 'reported'}) "
-                      f"after {row['rounds']} rounds ({row['ab_s']:.0f} s; {row['set_aside']} set aside): "
+                      + (f"could see step {row['ab_step'].get('mdc') or 0:.1%} cpu {row['ab_cpu'].get('mdc') or 0:.1%}; "
+                         if args.mode == "duet" else "")
+                      + f"after {row['rounds']} rounds ({row['ab_s']:.0f} s; {row['set_aside']} set aside): "
                       f"exit {row['exit']}; {row['decided_by']}"
                       + (f"; saved-baseline compare {'REGRESSION' if row['saved'] else 'pass'}" if "saved" in row else ""),
                       flush=True)
@@ -280,7 +299,7 @@ def table(rows: list[dict], errors: int, elapsed: float | None, args: argparse.N
                 del r["ab12"]
 
     gates = [
-        ("`advise ab` (interleaved, sequential): regression, exit 3", "ab",
+        (f"`advise ab --mode {args.mode}`: regression, exit 3", "ab",
          f"{statistics.median(r['ab_s'] for r in rows):.0f} s, {statistics.median(r['rounds'] for r in rows):g} rounds"),
         ("`advise ab`: inconclusive, exit 4", "ab_inconclusive", "same runs"),
         ("`advise ab`: pass, exit 0", "ab_pass", "same runs"),

@@ -83,3 +83,18 @@ def test_a_script_that_runs_out_of_steps_is_exit_2_and_says_so(tmp_path):
     assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
     assert "ran out of steps" in run.stderr and "--mode sequential" in run.stderr
     assert not _ours_left()
+
+
+def test_a_step_longer_than_a_turn_and_the_disturbed_windows_are_said():
+    from advisor.gate.duet import Turn
+    from advisor.gate.duets import Restart, disturbed, long_turns
+
+    slow = [Turn(side, k, 2.0 * k, ended=2.0 * k + 1.6, step_s=[0.52, 0.55, 0.53], wait=0.3 if k == 1 else 0.0)
+            for k, side in enumerate(("base", "candidate") * 2)]
+    restart = Restart(1, "base", slow, 8.0, {"step_time": (0.53, 0.53)}, None, None)
+    said = long_turns([restart], 0.5)
+    assert said and said[0].startswith("a step (0.53 s) is longer than a turn (0.5 s): each turn ran 1.6 s")
+    hit = disturbed([restart])
+    assert hit["windows"] == 4 and hit["disturbed"] == 1 and hit["share_of_time"] == pytest.approx(0.25)
+    quick = [Turn(t.side, t.round, t.started, ended=t.started + 0.55, step_s=[0.01] * 50) for t in slow]
+    assert long_turns([Restart(1, "base", quick, 3.0, {}, None, None)], 0.5) == []

@@ -406,6 +406,73 @@ def time_line(spent: dict) -> str:
             f"{aside}; stopped by {spent['stopped']}; {spent['window']}")
 
 
+@dataclass
+class _Gate:
+    """A sequential gate's rounds so far: those judged, those set aside, what each took."""
+
+    options: ABOptions
+    out: Path
+    started: float
+    plan: list[int]
+    base: list[Round] = field(default_factory=list)
+    cand: list[Round] = field(default_factory=list)
+    runs: list[dict] = field(default_factory=list)
+    history: list[dict] = field(default_factory=list)
+    kept_s: list[float] = field(default_factory=list)
+    aside_s: list[float] = field(default_factory=list)
+    set_aside: list[dict] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    pilot_s: float = 0.0
+
+    def out_of_time(self) -> bool:
+        budget = self.options.time_budget_s
+        elapsed = time.monotonic() - self.started
+        return budget is not None and len(self.base) >= 2 and elapsed + _per_round(self.kept_s + self.aside_s,
+                                                                                    self.pilot_s) > budget
+
+    def pair(self, index: int, current: ABOptions, sides: Mapping[str, tuple[Path, list[str], Mapping[str, str] | None]],
+             script: str, on_run: Callable[[str, int, Report], None] | None) -> dict[str, Round]:
+        """Round `index`: one run of each side, B C on even rounds kept and C B on odd ones."""
+        pair: dict[str, Round] = {}
+        order = ["base", "candidate"] if len(self.base) % 2 == 0 else ["candidate", "base"]
+        for side in order:
+            root, args, env = sides[side]
+            done = run_round(side, root, index, current, script, args, self.out, env)
+            pair[side] = done
+            load = neighbour.load(done.run_dir, done.report.env.cpu_count)
+            self.runs.append({"side": side, "round": index, "run_dir": os.path.relpath(done.run_dir, self.out),
+                              "steps": current.steps, "wall_s": done.wall_s, "neighbour_cores": load,
+                              **_figures(done.report)})
+            if on_run is not None:
+                on_run(side, index, done.report)
+        return pair
+
+    def keep_or_set_aside(self, index: int, pair: dict[str, Round], took: float, steps: int) -> bool:
+        """Keep the round, or set it aside where a neighbour took the machine (only while the budget
+        can pay for a replacement and still reach the first look: on a runner this busy all the time,
+        setting rounds aside would spend the budget on nothing). True when kept."""
+        why = neighbour.too_busy([r["neighbour_cores"] for r in self.runs[-2:]], pair["base"].report.env.cpu_count,
+                                 len(self.set_aside))
+        to_first_look = max(1, self.plan[0] - len(self.base))
+        budget = self.options.time_budget_s
+        affordable = budget is None or (time.monotonic() - self.started + _per_round(self.kept_s + self.aside_s + [took],
+                                                                                      self.pilot_s) * to_first_look <= budget)
+        if why and affordable:
+            self.set_aside.append({"round": index, "why": why})
+            self.aside_s.append(took)
+            for r in self.runs[-2:]:
+                r["set_aside"] = True
+            return False
+        self.base.append(pair["base"])
+        self.cand.append(pair["candidate"])
+        self.kept_s.append(took)
+        self.lengths.append(steps)
+        return True
+
+    def look(self, steps: int, last: bool = False) -> sequential.Decision:
+        return _look(self.base, self.cand, self.options, self.plan, self.lengths, self.history, steps, last=last)
+
+
 def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], options: ABOptions, out: Path,
            on_run: Callable[[str, int, Report], None] | None = None,
            env_of: Mapping[str, Mapping[str, str]] | None = None,
@@ -413,89 +480,54 @@ def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], opti
     """Profile SCRIPT in both checkouts in interleaved rounds until the sequential decision is final
     (`env_of`, `args_of`: each side's own variables and script arguments, by "base" and "candidate":
     a flag fix changes only the candidate's command)."""
-    base_root = resolve(base_dir, script, options.module, "base")
-    cand_root = resolve(candidate_dir, script, options.module, "candidate")
-    if base_root == cand_root:
-        raise ABError(f"--base and --candidate are the same directory ({base_root}): give two checkouts")
-    plan = sequential.looks(options.rounds, options.max_rounds)
-    out = Path(out).resolve()  # the rounds run in the checkouts: their run dirs must not follow them there
-    started = time.monotonic()
-    env_of = env_of or {}
-    current, pilot_s, window = options, 0.0, f"{options.steps} steps a run (--steps; no window)"
+    roots = {"base": resolve(base_dir, script, options.module, "base"),
+             "candidate": resolve(candidate_dir, script, options.module, "candidate")}
+    if roots["base"] == roots["candidate"]:
+        raise ABError(f"--base and --candidate are the same directory ({roots['base']}): give two checkouts")
+    # The rounds run in the checkouts: their run dirs must not follow them there.
+    gate = _Gate(options, Path(out).resolve(), time.monotonic(), sequential.looks(options.rounds, options.max_rounds))
+    sides = {side: (roots[side], (args_of or {}).get(side, args), (env_of or {}).get(side)) for side in roots}
+    current, window = options, f"{options.steps} steps a run (--steps; no window)"
     if options.window_s > 0:  # the pilot: base/round-00, timed and not judged (it also warms the caches)
-        pilot = run_round("base", base_root, 0, options, script, (args_of or {}).get("base", args), out,
-                          env_of.get("base"))
-        pilot_s = pilot.wall_s
+        pilot = run_round("base", roots["base"], 0, options, script, sides["base"][1], gate.out, sides["base"][2])
+        gate.pilot_s = pilot.wall_s
         steps, window = window_steps(pilot.report, options)
         current = ABOptions(**{**asdict(options), "steps": steps})
-    base: list[Round] = []
-    cand: list[Round] = []
-    runs: list[dict] = []
-    history: list[dict] = []
-    kept_s: list[float] = []
-    aside_s: list[float] = []
-    set_aside: list[dict] = []
-    decision = None
-    lengths: list[int] = []
-    stopped = "max-rounds"
-    index = 0
-    while len(base) < plan[-1]:
-        elapsed = time.monotonic() - started
-        per_round = _per_round(kept_s + aside_s, pilot_s)
-        out_of_time = options.time_budget_s is not None and len(base) >= 2 and elapsed + per_round > options.time_budget_s
-        if out_of_time:
+    decision, stopped, index = None, "max-rounds", 0
+    while len(gate.base) < gate.plan[-1]:
+        if gate.out_of_time():
             stopped = "the time budget"
             break
         index += 1
         round_started = time.monotonic()
-        order = (("base", base_root), ("candidate", cand_root))
-        pair: dict[str, Round] = {}
-        for side, root in (order if len(base) % 2 == 0 else order[::-1]):  # B C, C B, B C, ... over the rounds kept
-            done = run_round(side, root, index, current, script, (args_of or {}).get(side, args), out, env_of.get(side))
-            pair[side] = done
-            load = neighbour.load(done.run_dir, done.report.env.cpu_count)
-            runs.append({"side": side, "round": index, "run_dir": os.path.relpath(done.run_dir, out),
-                         "steps": current.steps, "wall_s": done.wall_s, "neighbour_cores": load, **_figures(done.report)})
-            if on_run is not None:
-                on_run(side, index, done.report)
-        took = time.monotonic() - round_started
-        why = neighbour.too_busy([r["neighbour_cores"] for r in runs[-2:]], pair["base"].report.env.cpu_count,
-                                 len(set_aside))
-        # Only while the budget can pay for a replacement and still reach the first look: on a runner
-        # that is always this busy, setting rounds aside would spend the budget on nothing.
-        to_first_look = max(1, plan[0] - len(base))
-        affordable = options.time_budget_s is None or (time.monotonic() - started + _per_round(kept_s + aside_s + [took], pilot_s)
-                                                      * to_first_look <= options.time_budget_s)
-        if why and affordable:
-            set_aside.append({"round": index, "why": why})
-            aside_s.append(took)
-            for r in runs[-2:]:
-                r["set_aside"] = True
+        pair = gate.pair(index, current, sides, script, on_run)
+        if not gate.keep_or_set_aside(index, pair, time.monotonic() - round_started, current.steps) \
+                or len(gate.base) not in gate.plan:
             continue
-        base.append(pair["base"])
-        cand.append(pair["candidate"])
-        kept_s.append(took)
-        lengths.append(current.steps)
-        if len(base) not in plan:
-            continue
-        decision = _look(base, cand, options, plan, lengths, history, current.steps)
+        decision = gate.look(current.steps)
         if decision.final:
             stopped = "the verdict" if decision.verdict != sequential.INCONCLUSIVE else "max-rounds"
             break
     if decision is None or not decision.final:  # the budget (or max-rounds) ends the gate between looks: its last look
-        if len(base) < 2:
+        if len(gate.base) < 2:
             raise ABError(f"the time budget ({options.time_budget_s:g} s) ended before two rounds: raise --time-budget")
-        decision = _look(base, cand, options, plan, lengths, history, current.steps, last=True)
-    decision.history = history
-    spent = time_spent(started, pilot_s, kept_s, aside_s, stopped, options.time_budget_s, window)
+        decision = gate.look(current.steps, last=True)
+    return _sequential_result(gate, decision, stopped, window, base_dir, candidate_dir, script)
+
+
+def _sequential_result(gate: _Gate, decision: sequential.Decision, stopped: str, window: str, base_dir: str,
+                       candidate_dir: str, script: str) -> ABResult:
+    decision.history = gate.history
+    spent = time_spent(gate.started, gate.pilot_s, gate.kept_s, gate.aside_s, stopped, gate.options.time_budget_s, window)
     decision.rule = f"{decision.decided_by()}. {time_line(spent)}. {decision.rule}"
-    warnings = [d.text() for d in fingerprint.differences(base[0].report, cand[0].report)]
-    warnings += [f"round {a['round']} set aside and replaced: {a['why']}" for a in set_aside]
+    warnings = [d.text() for d in fingerprint.differences(gate.base[0].report, gate.cand[0].report)]
+    warnings += [f"round {a['round']} set aside and replaced: {a['why']}" for a in gate.set_aside]
     warnings += longer_budget(decision, spent)
-    result = ABResult(str(base_dir), str(candidate_dir), script, decision, runs, warnings, wall_s=time.monotonic() - started,
-                      inconclusive_policy=options.inconclusive, time=spent, set_aside=set_aside)
-    if result.failed or options.ops:
-        result.slower_ops, result.ops_note = where_the_time_went(base, cand)
+    result = ABResult(str(base_dir), str(candidate_dir), script, decision, gate.runs, warnings,
+                      wall_s=time.monotonic() - gate.started, inconclusive_policy=gate.options.inconclusive, time=spent,
+                      set_aside=gate.set_aside)
+    if result.failed or gate.options.ops:
+        result.slower_ops, result.ops_note = where_the_time_went(gate.base, gate.cand)
     return result
 
 

@@ -262,6 +262,21 @@ def compatibility(baseline: Report, current: Report) -> tuple[list[str], list[st
 
 # --- the comparison ----------------------------------------------------------------------------
 
+def _throughput_basis(tb: pd.DataFrame, tc: pd.DataFrame, tp_b: dict, tp_c: dict, durations: tuple, warnings: list[str]
+                      ) -> tuple[str, tuple, tuple]:
+    """Throughput's unit, the per-step (or per-sample) times it is tested on, and each run's figure:
+    per sample where both runs know their batch sizes, else per step (said in `warnings`)."""
+    per_b, per_c = steptime.seconds_per_sample(tb), steptime.seconds_per_sample(tc)
+    if per_b is None or per_c is None:
+        if (tp_b["samples_per_s"] is None) != (tp_c["samples_per_s"] is None):
+            warnings.append("only one run knows its batch size: throughput is compared in steps/s")
+        return "steps/s", durations, (tp_b["steps_per_s"], tp_c["steps_per_s"])
+    sb, sc = _batch(tb), _batch(tc)
+    if sb != sc:
+        warnings.append(f"batch sizes differ (baseline {sb}, current {sc}): throughput is compared per sample")
+    return "samples/s", (per_b, per_c), (tp_b["samples_per_s"], tp_c["samples_per_s"])
+
+
 def compare(
     baseline: Report,
     current: Report,
@@ -293,18 +308,7 @@ def compare(
 
     dur_b, dur_c = steptime.durations(tb).to_numpy(), steptime.durations(tc).to_numpy()
     tp_b, tp_c = steptime.throughput(steptime.mark_unprofiled(tb)), steptime.throughput(steptime.mark_unprofiled(tc))
-    unit = "samples/s"
-    per_b, per_c = steptime.seconds_per_sample(tb), steptime.seconds_per_sample(tc)
-    if per_b is None or per_c is None:
-        unit, per_b, per_c = "steps/s", dur_b, dur_c
-        tput_b, tput_c = tp_b["steps_per_s"], tp_c["steps_per_s"]
-        if (tp_b["samples_per_s"] is None) != (tp_c["samples_per_s"] is None):
-            warnings.append("only one run knows its batch size: throughput is compared in steps/s")
-    else:
-        tput_b, tput_c = tp_b["samples_per_s"], tp_c["samples_per_s"]
-        sb, sc = _batch(tb), _batch(tc)
-        if sb != sc:
-            warnings.append(f"batch sizes differ (baseline {sb}, current {sc}): throughput is compared per sample")
+    unit, (per_b, per_c), (tput_b, tput_c) = _throughput_basis(tb, tc, tp_b, tp_c, (dur_b, dur_c), warnings)
 
     gate: _Gate = dict(threshold=max_regression, alpha=alpha, testable=testable)
     step_time = _timing_metric("step_time_median", "step time median", "s", False,

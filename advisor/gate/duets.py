@@ -156,6 +156,17 @@ def disturbed(kept: list[Restart]) -> dict:
             "share_of_time": sum(hit) / total if total > 0 else None}
 
 
+def long_turns(kept: list[Restart], turn_s: float) -> list[str]:
+    """A step longer than a turn: each turn held its 3 steps anyway, and the gate says so (its
+    restarts take that much longer, so its budget holds fewer)."""
+    spans = [t.ended - t.started for r in kept for t in r.turns if t.ended is not None]
+    steps = [s for r in kept for t in r.turns for s in t.step_s]
+    if not spans or not steps or float(np.median(spans)) < 2 * turn_s:
+        return []
+    return [f"a step ({float(np.median(steps)):.2f} s) is longer than a turn ({turn_s:g} s): each turn ran "
+            f"{float(np.median(spans)):.1f} s (at least 3 steps); --turns fewer, or --mode sequential, fits more rounds"]
+
+
 def _look(kept: list[Restart], options: ABOptions, plan: list[int], history: list[dict],
           last: bool = False) -> sequential.Decision:
     data, label = series(kept)
@@ -228,6 +239,7 @@ def _result(kept: list[Restart], decision: sequential.Decision, history: list[di
     spent["disturbed"] = hit = disturbed(kept)
     decision.rule = f"{decision.decided_by()}. {time_line(spent)}. {decision.rule}"
     warnings = longer_budget(decision, spent)
+    warnings += long_turns(kept, options.turn_s)
     if hit["disturbed"]:
         share = f", {hit['share_of_time']:.0%} of their time" if hit["share_of_time"] is not None else ""
         warnings.append(f"a neighbour disturbed {hit['disturbed']} of {hit['windows']} windows{share} (a side waited "
