@@ -14,7 +14,7 @@ import datetime as _dt
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Mapping, Optional, Union
 
 import msgspec
 from msgspec import Meta
@@ -155,6 +155,12 @@ class ReportContentError(ReportError):
         self.cause = cause
 
 
+# How a report shows itself in Python (a notebook's inline page, its text form), by kind ("html",
+# "text"): set by the layer that renders (advisor.api installs advisor.reports.inline's), so the
+# report contract imports no renderer.
+SHOWN_AS: dict[str, Callable[["Report"], str]] = {}
+
+
 class Report(Block):
     """report.json: one run of `advise profile` (or `advise analyze`)."""
 
@@ -195,6 +201,18 @@ class Report(Block):
     ranks: Annotated[list[Rank], Meta(description="each rank of a job (empty for one process)")] = []
     fingerprint: Annotated[Union[Fingerprint, msgspec.UnsetType], Meta(
         description="advise profile: what makes two runs comparable (advise compare)")] = msgspec.UNSET  # advise profile's alone
+
+    def _repr_html_(self) -> str | None:
+        """Jupyter's inline form: the report's page (None, Jupyter's plain text, where none is installed)."""
+        show = SHOWN_AS.get("html")
+        return show(self) if show is not None else None
+
+    def __str__(self) -> str:
+        show = SHOWN_AS.get("text")
+        return show(self) if show is not None else repr(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython's plain text: the short form
+        printer.text(str(self))
 
     @property
     def device(self) -> str:

@@ -199,8 +199,22 @@ def replay_verdict(row: dict, rounds: int, max_rounds: int, wall_only: bool = Fa
     return None
 
 
+# A neighbour that is not periodic: a second training script (pytorch/examples mnist's shape: its
+# conv net, a test pass and a checkpoint after every epoch of 640 samples), started again when it ends.
+TRAINER = REPO / "benchmarks" / "truth" / "scripts" / "conv_mnist.py"
+TRAINER_LOOP = """
+import os, subprocess, sys
+parent = os.getppid()
+while os.getppid() == parent:
+    subprocess.run([sys.executable, *sys.argv[1:]], stdout=subprocess.DEVNULL, cwd=os.environ.get("TMPDIR", "/tmp"))
+"""
+
+
 def start_neighbours(seed: int, args: argparse.Namespace) -> list[subprocess.Popen]:
-    """The CPU burners, each on its own seeded phases."""
+    """The CPU burners, each on its own seeded phases; with --trainer, the training script instead."""
+    if args.trainer:
+        return [subprocess.Popen([sys.executable, "-c", TRAINER_LOOP, str(TRAINER), "--train-size", "640",
+                                  "--test-size", "2000", "--epochs", "1000", "--save-model"], start_new_session=True)]
     on, off = args.on or args.period, args.off or args.period
     return [subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed + 1000 * k), on, off]) for k in range(args.burners)]
 
@@ -224,6 +238,8 @@ def main() -> None:
     parser.add_argument("--on", default=None, help="the burners' on phases last LOW,HIGH seconds (default: --period)")
     parser.add_argument("--off", default=None, help="the burners' off phases last LOW,HIGH seconds (default: --period)")
     parser.add_argument("--burners", type=int, default=1, help="CPU-burning neighbours, each on and off at random")
+    parser.add_argument("--trainer", action="store_true",
+                        help="the neighbour is a second training script (conv_mnist.py, evaluating and saving), not burners")
     parser.add_argument("--gate-defaults", action="store_true",
                         help="run advise ab with its own defaults (window, budget, rounds, steps), as a new user does")
     parser.add_argument("--plant", choices=sorted(KNOBS), default="wait",
@@ -283,6 +299,8 @@ def main() -> None:
                       flush=True)
     finally:
         for neighbour in neighbours:
+            if args.trainer:
+                os.killpg(neighbour.pid, 9)  # the loop and the script it runs
             neighbour.kill()
             neighbour.wait()
     table(rows, errors, time.monotonic() - started, args)
@@ -320,7 +338,7 @@ def table(rows: list[dict], errors: int, elapsed: float | None, args: argparse.N
               f"{f'; {walls.count(None)} needed more rounds than were run' if None in walls else ''}")
     took = f" in {elapsed / 60:.0f} min" if elapsed is not None else f" (from {args.from_log})"
     print(f"\n{len(rows)} trials ({errors} failed to run){took}; planted: {args.plant}; neighbour "
-          f"{'off' if args.no_neighbour else f'on ({args.burners} CPU burner(s), on {args.on or args.period} s, off {args.off or args.period} s at random)'}; "
+          f"{'off' if args.no_neighbour else 'a second training script (conv_mnist.py)' if args.trainer else f'on ({args.burners} CPU burner(s), on {args.on or args.period} s, off {args.off or args.period} s at random)'}; "
           + ("advise ab with its own defaults; " if args.gate_defaults else
              f"advise ab --rounds {args.rounds} --max-rounds {args.max_rounds} --steps {args.steps}; ") +
           f"workload {WORKLOAD.name} {' '.join(args.workload)}\n")

@@ -35,8 +35,11 @@ def _ours_left() -> list[psutil.Process]:
 def test_a_larger_matmul_fails_a_duet_and_each_side_ran_once_a_restart(tmp_path):
     code = (WORKLOADS / "ab_matmul.py").read_text()
     checkouts(tmp_path, code, code.replace("HIDDEN = 128\n", "HIDDEN = 1024\n"))
-    run = ab(tmp_path, *QUICK, "--out", "gate", "--json", "train.py", "--batch-size", "256")
+    run = ab(tmp_path, *QUICK, "--out", "gate", "--json", "--history", "runs.jsonl", "train.py", "--batch-size", "256")
     assert run.returncode == 3, run.stdout[-2000:] + run.stderr[-3000:]
+    [record] = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert record["kind"] == "gate" and record["verdict"] == "regression" and record["ratio"] > 1.5
+    assert record["commit"] is None and record["mode"] == "duet"  # the checkouts are not git repos
     decision = json.loads(run.stdout)
     assert decision["mode"] == "duet" and "step_time" in decision["regressions"]
     step = next(m for m in decision["metrics"] if m["name"] == "step_time")

@@ -18,6 +18,7 @@ from advisor.reports.renderers import (AB_JSON, AB_PAGE, AB_RENDERERS, COMPARE_R
                                        ABOutcome, TraceDiff)
 
 from ..gate import ab, compare, opdiff
+from ..history import store
 from ..analysis import steptime
 from ..run_dir.atomic import write_json_atomic
 from ..run_dir.layout import COMPARE_JSON, report_json
@@ -38,7 +39,7 @@ def _append_summary(document: object, renderer: Renderer) -> None:
 
 
 def run_ab(base: str, candidate: str, script: str, args: list[str], options: ab.ABOptions, out: Path,
-           renderer: Renderer = AB_RENDERERS["terminal"], mode: str = "duet") -> int:
+           renderer: Renderer = AB_RENDERERS["terminal"], mode: str = "duet", history: str | None = None) -> int:
     """`advise ab`: the exit code (0 pass, 3 regression, 4 inconclusive, 1 a round's script failed, 2 via fail()).
     `mode`: "duet" (both sides alive, taking turns: :mod:`advisor.gate.duets`) or "sequential" (whole runs
     in turn: :func:`advisor.gate.ab.run_ab`); ranks of a launched job cannot take turns: sequential."""
@@ -83,6 +84,11 @@ def run_ab(base: str, candidate: str, script: str, args: list[str], options: ab.
         fail(f"cannot write the decision into {out}: {exc.strerror or exc}")
     render_report(outcome, renderer)
     _append_summary(outcome, summary)
+    if history:
+        try:
+            store.append(history, store.gate_record(result.to_dict(), candidate, base))
+        except store.HistoryError as exc:
+            fail(str(exc))
     return result.exit_code
 
 

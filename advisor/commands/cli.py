@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, NoReturn, Sequence, TypeVar
 
 import click
 
-from .. import __version__
+from .. import __version__, notebook
 
 from .cli_exit import OneLineError, fail, run_dir_errors
 from .outputs import RenderError, render_report, saved_report
@@ -137,6 +137,20 @@ def main() -> None:
     """Profile a PyTorch training script, find its bottlenecks, and measure the fixes."""
 
 
+def _history_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--history FILE: a file advise may append to (its folder exists; not a folder, not a link)."""
+    if value is None:
+        return None
+    path = Path(value)
+    if path.is_dir() or path.is_symlink():
+        raise click.BadParameter(f"{value!r} is {'a folder' if path.is_dir() else 'a link'}: name a file", param=param)
+    if not path.parent.is_dir():
+        raise click.BadParameter(f"{value!r}: its folder {str(path.parent)!r} does not exist", param=param)
+    if path.exists() and not os.access(path, os.W_OK) or not path.exists() and not os.access(path.parent, os.W_OK):
+        raise click.BadParameter(f"{value!r} cannot be written", param=param)
+    return value
+
+
 # Options come before the script; every word after it is the script's, as with python, torchrun,
 # pyinstrument and nsys (click stops parsing options at the first argument).
 @main.command(context_settings={"allow_interspersed_args": False})
@@ -173,11 +187,15 @@ def main() -> None:
               help="With --baseline: slower than this (and significant) is a regression.")
 @click.option("--memory-budget", default=None, metavar="SIZE",
               help="The memory the run may use (160MB, 20GiB); default: the device's capacity.")
+@click.option("--history", default=None, metavar="FILE", callback=_history_file,
+              help="Append the run's record (commit, machine, step time, throughput, MFU, memory) to FILE: "
+                   "advise history FILE shows the trend.")
 @_rule_options
 def profile(script: str, script_args: Sequence[str], module: bool, nproc: int, steps: int, warmup: int, profile_steps: int,
             out: str, timeout_s: float, as_json: bool, no_experiments: bool, max_experiments: int, time_budget_s: float | None,
             safe_only: bool, fresh_runs: bool, confirm: bool, baseline: str | None, max_regression: str,
-            memory_budget: str | None, select: tuple[str, ...], ignore: tuple[str, ...], config: str | None) -> None:
+            memory_budget: str | None, history: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
+            config: str | None) -> None:
     """Run SCRIPT under the probe: advise profile --steps 30 train.py --lr 0.1
 
     advise's options come before SCRIPT; everything after it goes to the script, as `python
@@ -199,7 +217,7 @@ def profile(script: str, script_args: Sequence[str], module: bool, nproc: int, s
             out=Path(out), timeout_s=timeout_s, as_json=as_json,
             experiments=ExperimentOptions(not no_experiments, max_experiments, time_budget_s, safe_only, fresh_runs, confirm),
             baseline=baseline, max_regression=_percent(max_regression, "--max-regression"),
-            rule_settings=settings, memory_budget_bytes=budget,
+            rule_settings=settings, memory_budget_bytes=budget, history=history,
         )
     sys.exit(code)
 
@@ -238,6 +256,11 @@ def _check_target(script: str, module: bool) -> None:
             bad(f"File {script!r} is a directory.")
         if not Path(script).is_file():
             bad(f"File {script!r} does not exist.")
+        if notebook.is_notebook(script):
+            try:
+                notebook.read(script)
+            except notebook.NotebookError as exc:
+                fail(str(exc))
         return
 
     if not all(part.isidentifier() for part in script.split(".")):
@@ -301,6 +324,23 @@ def analyze(traces: tuple[str, ...], as_json: bool, out: str | None, select: tup
         code = run([Path(t) for t in traces], reads, as_json=as_json, out=Path(out) if out else None,
                    rule_settings=settings)
     _leave(code, invocation.own_process)
+
+
+@main.command("history")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--out", default="advise-history", show_default=True, type=click.Path(file_okay=False),
+              help="Writes history.html (the trend per metric, the change points, offline) and history.md here.")
+@click.option("--format", "fmt", default="terminal", show_default=True, type=click.Choice(["terminal", "markdown"]))
+def history(file: str, out: str, fmt: str) -> None:
+    """The trend of FILE (written by advise profile --history and advise ab --history): advise history runs.jsonl
+
+    Absolute figures are compared only within one fingerprint (machine, CPU or GPU model, torch):
+    a change of those is marked, never named a regression. Change points are found by a stated
+    method (binary segmentation with Welch's t, Bonferroni over the splits) and named by commit.
+    """
+    from .history import show_history
+
+    sys.exit(show_history(file, Path(out), fmt))
 
 
 def entry(reads: object = None) -> None:
@@ -554,10 +594,13 @@ def compare(baseline: str, current: str, max_regression: str, max_memory_regress
               help="Seconds before one run's script is stopped.")
 @click.option("--format", "fmt", default="terminal", show_default=True, type=click.Choice(list(AB_RENDERERS)))
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--history", default=None, metavar="FILE", callback=_history_file,
+              help="Append the decision's record (the candidate's commit, the base's, the verdict, the ratio and its "
+                   "interval) to FILE: advise history FILE shows the trend.")
 def ab(script: str, script_args: tuple[str, ...], base: str, candidate: str, module: bool, nproc: int, steps: int, warmup: int,
        profile_steps: int, rounds: int, max_rounds: int, mode: str, turn_s: float, turns: int, window_s: float, time_budget_s: float, max_regression: str,
        max_memory_regression: str, alpha: float, ops: bool, inconclusive: str, out: str, timeout_s: float, fmt: str,
-       as_json: bool) -> None:
+       as_json: bool, history: str | None) -> None:
     """CI gate: profile SCRIPT in two checkouts, interleaved; exit 3 on a regression, 4 when it cannot tell.
 
     advise ab --base ../base --candidate . train.py --epochs 1
@@ -582,4 +625,4 @@ def ab(script: str, script_args: tuple[str, ...], base: str, candidate: str, mod
                         turns=turns)
     args = list(script_args)
     sys.exit(run_ab(base, candidate, script, args[1:] if args[:1] == ["--"] else args, options, Path(out),
-                    AB_RENDERERS["json" if as_json else fmt], mode))
+                    AB_RENDERERS["json" if as_json else fmt], mode, history))

@@ -18,6 +18,8 @@ import psutil
 
 from advisor.reports import terminal
 
+from .. import notebook
+from ..history import store
 from ..gate import fingerprint
 from . import ci_gate, measure, outputs
 from .measure import ExperimentOptions
@@ -172,7 +174,8 @@ def _take_run_dir(lock: layout.RunDirLock, out: Path) -> None:
 def _profile(*, script: str, script_args: list[str], module: bool = False, nproc: int = 1, steps: int, warmup: int,
              profile_steps: int, out: Path, timeout_s: float, as_json: bool, experiments: ExperimentOptions | None = None,
              baseline: str | None = None, max_regression: float = 0.10, rule_settings: Settings | None = None,
-             memory_budget_bytes: int | None = None, stop: StopRequest, lock: layout.RunDirLock) -> int:
+             memory_budget_bytes: int | None = None, history: str | None = None, stop: StopRequest,
+             lock: layout.RunDirLock) -> int:
     """`advise profile`: probe the script, write the run dir, print the summary.
 
     With `baseline`, then compare against it (as `advise compare`): exit 3 on a regression.
@@ -206,6 +209,8 @@ def _profile(*, script: str, script_args: list[str], module: bool = False, nproc
     report, status, signum = _deliver(report, measured, out, con, as_json, stop)
     if signum:
         return signal_exit(signum)
+    if history:
+        _append_history(history, report, Path.cwd() if module else Path(script).resolve().parent)
     if baseline_report is not None and baseline is not None and status == "ok":
         return ci_gate.compare_after_profile(baseline_report, baseline, report, str(out / measured.run.files.report_json),
                                              out, max_regression=max_regression, as_json=as_json)
@@ -299,11 +304,31 @@ def _build(m: _Measured, config: ProbeConfig, experiments: ExperimentOptions, li
         artifacts={**_artifacts(out, run.files, profile), "report_html": run.files.report_html},
         fingerprint=fingerprint.collect(profile.env, list(config.args), load_start=started.load,
                                         with_gpu=profile.device == "cuda"),
-        notes=run.notes, wall_s=run.wall_s, total_wall_s=time.monotonic() - started.monotonic,
+        notes=run.notes + _notebook_notes(config), wall_s=run.wall_s, total_wall_s=time.monotonic() - started.monotonic,
         experiments=results.summary() if results else None,
         ranks=merged["rows"] if merged else _ranks(run, profile),
         **({"hta_breakdown": merged["hta"]} if merged and merged["hta"] else {}),
     )
+
+
+def _append_history(path: str, report: Report, folder: Path) -> None:
+    """--history FILE: the run's record appended (a file that cannot take it: one line, exit 2)."""
+    try:
+        store.append(path, store.profile_record(report, folder))
+    except store.HistoryError as exc:
+        fail(str(exc))
+
+
+def _notebook_notes(config: ProbeConfig) -> list[str]:
+    """A notebook's lines a kernel would run outside it (shell lines, installs, unknown magics): never run, listed."""
+    if config.module or not notebook.is_notebook(config.script):
+        return []
+    try:
+        skipped = notebook.never_run(notebook.read(config.script), config.script)
+    except notebook.NotebookError:
+        return []  # read before the run (the command's check): changed since
+    return [f"not run (outside the notebook: a shell line, an install or a magic advise does not run): {line}"
+            for line in skipped]
 
 
 def _deliver(report: Report, m: _Measured, out: Path, con: Console, as_json: bool, stop: StopRequest) -> tuple:

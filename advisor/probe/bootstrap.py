@@ -27,6 +27,7 @@ import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 import advisor
+from advisor import notebook
 from advisor.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT, EXIT_USAGE
 
 from advisor.job.rank import rank_suffix
@@ -194,6 +195,9 @@ def run_script(script: str, args: list[str]) -> None:
     main.__spec__ = None
     main.__cached__ = None  # type: ignore[attr-defined]  # as runpy sets it; typeshed's ModuleType lacks it
     sys.modules["__main__"] = main
+    if notebook.is_notebook(path):  # its code cells, in order, each under its own name
+        notebook.run(path, main.__dict__)
+        return
     with tokenize.open(path) as f:
         source = f.read()
     code = compile(source, path, "exec")
