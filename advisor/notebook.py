@@ -75,11 +75,18 @@ def read(path: str) -> list[Cell]:
     if language and language.lower() != "python":
         raise NotebookError(f"{path}: its kernel runs {language}, not Python")
     transform = TransformerManager().transform_cell
-    cells = [Cell(i, c.get("id"), c.source, transform(c.source) if c.source.strip() else "")
+    cells = [Cell(i, c.get("id"), c.source, _same_lines(c.source, transform(c.source)) if c.source.strip() else "")
              for i, c in enumerate(nb.cells, 1) if c.cell_type == "code"]
     if not any(c.source.strip() for c in cells):
         raise NotebookError(f"{path}: no code cell to run")
     return cells
+
+
+def _same_lines(source: str, python: str) -> str:
+    """The converted cell with the leading blank lines IPython's cleanup dropped put back, so a line
+    number in it is the line in the cell."""
+    lead = len(source) - len(source.lstrip("\n")) - (len(python) - len(python.lstrip("\n")))
+    return "\n" * max(0, lead) + python
 
 
 def _language(metadata: dict) -> str | None:

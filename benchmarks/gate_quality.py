@@ -219,6 +219,46 @@ def start_neighbours(seed: int, args: argparse.Namespace) -> list[subprocess.Pop
     return [subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed + 1000 * k), on, off]) for k in range(args.burners)]
 
 
+def plant_sizes(args: argparse.Namespace, widens: tuple[float, ...] = (1.02, 1.10, 1.20), pairs: int = 6,
+                steps: int = 150) -> dict[float, float]:
+    """Each plant's slowdown measured by hand, beside the same neighbour: the knob's own model and step
+    (its width times `widen`, its batch, one thread) timed with perf_counter outside advise, the base
+    and the plant built in one process and run in turn (A B A B ...), the median step of each run of
+    `steps`, the ratio per pair, their median."""
+    import torch
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    width, batch = int(args.workload[args.workload.index("--width") + 1]), int(args.workload[args.workload.index("--batch-size") + 1])
+    x, y = torch.randn(batch, 64), torch.randn(batch, 1)
+
+    def built(widen: float):
+        model = torch.nn.Sequential(torch.nn.Linear(64, round(width * widen)), torch.nn.ReLU(),
+                                    torch.nn.Linear(round(width * widen), 1))
+        return model, torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def median_step(model, opt) -> float:
+        times = []
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    base = built(1.0)
+    out = {}
+    for widen in widens:
+        plant = built(widen)
+        ratios = [median_step(*plant) / median_step(*base) for _ in range(pairs)]
+        out[widen] = statistics.median(ratios)
+        print(f"plant --widen {widen:g}: {out[widen] - 1:+.1%} by hand (pairs {min(ratios) - 1:+.1%} to {max(ratios) - 1:+.1%})",
+              flush=True)
+    return out
+
+
 def rate(rows: list[dict], key: str) -> str:
     have = [r[key] for r in rows if key in r]
     return f"{sum(have)}/{len(have)}" if have else "-"
@@ -245,6 +285,8 @@ def main() -> None:
     parser.add_argument("--plant", choices=sorted(KNOBS), default="wait",
                         help="the candidate's slowdown: a longer wait in each step, or more work (a wider layer)")
     parser.add_argument("--mode", choices=("duet", "sequential"), default="duet", help="advise ab --mode")
+    parser.add_argument("--plants", action="store_true",
+                        help="measure each --plant work slowdown by hand beside the neighbour, then stop")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", type=Path, default=None, help="append each trial's outcome here (JSON lines) as it ends")
     parser.add_argument("--resume", action="store_true",
@@ -269,6 +311,13 @@ def main() -> None:
         logged = [json.loads(line) for line in args.log.read_text().splitlines() if line.strip()] if args.log.exists() else []
     done = {r.get("trial") for r in logged}
     neighbours = [] if args.no_neighbour else start_neighbours(args.seed + len(logged), args)
+    if args.plants:
+        try:
+            plant_sizes(args)
+        finally:
+            for neighbour in neighbours:
+                neighbour.kill()
+        return
     rows: list[dict] = [r for r in logged if not r.get("error")]
     saved, errors = None, len(logged) - len(rows)
     started = time.monotonic()

@@ -33,7 +33,8 @@ PLAIN_LINES = 5  # plain mode: a line each fifth of a phase (plus its first step
 
 
 def console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)  # a name like :fire: stays text
+    # force_jupyter=False: in a notebook (advisor.api) the output is plain text on the streams, which quiet=True can redirect
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False, force_jupyter=False)  # :fire: stays text
 
 
 class ProbeProgress:
