@@ -51,6 +51,8 @@ def test_a_larger_matmul_fails_a_duet_and_each_side_ran_once_a_restart(tmp_path)
     assert decision["time"]["disturbed"]["windows"] == 24
     for side in ("base", "candidate"):  # each side's run dir: its steps, its log
         assert (tmp_path / "gate" / side / "round-03" / "steps.csv").is_file()
+    top = decision["slower_ops"][0]  # from each side's traces of its first window
+    assert top["name"] in ("aten::mm", "aten::addmm") and "1024" in top["current_shapes"]
     assert "could see" in (tmp_path / "gate" / "summary.md").read_text()
     assert "taking turns" in (tmp_path / "gate" / "ab.html").read_text()
 

@@ -25,16 +25,17 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
 
-from . import sequential
+from . import opdiff, sequential
 from .ab import CPU_BOUND_FRAC, ABError, ABOptions, ABResult, RoundFailed, longer_budget, resolve, specs, time_line, time_spent
 from .duet import Duet, Turn, log_ratios
 from ..probe.config import ProbeConfig
+from ..trace import TraceError, load_trace
 
 SIDES = ("base", "candidate")
 # ABOptions.turn_s (0.5 s: well under a burner's 1-4 s, long enough for a few steps) and .turns (12 a
@@ -56,13 +57,17 @@ class Restart:
     figures: dict[str, tuple[float, float]]
     memory: tuple[float, float] | None
     memory_label: str | None
+    traces: dict[str, Path] = field(default_factory=dict)  # each side's trace of its first window, where written
 
 
 def configs(roots: Mapping[str, Path], script: str, args_of: Mapping[str, list[str]], env_of: Mapping[str, Mapping[str, str]],
             options: ABOptions, out: Path, index: int) -> dict[str, ProbeConfig]:
     """Each side's probed child: its checkout as the working directory, its own arguments and variables."""
+    # The first window, both sides at once before their turns: its last `profile_steps` under the
+    # profiler, so a regression's slower ops are named from the restarts' traces.
     return {side: ProbeConfig(script=script, args=list(args_of[side]), module=options.module,
-                              out=out / side / f"round-{index:02d}", warmup=options.warmup, steps=3, profile_steps=0,
+                              out=out / side / f"round-{index:02d}", warmup=options.warmup,
+                              steps=options.profile_steps + 2, profile_steps=options.profile_steps,
                               timeout_s=options.timeout_s, cwd=str(roots[side]), env=dict(env_of.get(side) or {}))
             for side in SIDES}
 
@@ -91,7 +96,9 @@ def restart(index: int, roots: Mapping[str, Path], script: str, args_of: Mapping
         raise ABError(f"restart {index}: the script ran out of steps after {done} candidate windows of {options.turns} "
                       f"(a duet needs {MIN_PAIRS}): give it more steps or epochs, or run --mode sequential")
     memory, label = _memory(runs)
-    return Restart(index, first, turns, time.monotonic() - started, figures, memory, label)
+    traces = {side: out / side / f"round-{index:02d}" / runs[side].files.trace for side in SIDES
+              if (out / side / f"round-{index:02d}" / runs[side].files.trace).is_file()}
+    return Restart(index, first, turns, time.monotonic() - started, figures, memory, label, traces)
 
 
 def _batches_differ(turns: list[Turn]) -> bool:
@@ -245,9 +252,29 @@ def _result(kept: list[Restart], decision: sequential.Decision, history: list[di
         warnings.append(f"a neighbour disturbed {hit['disturbed']} of {hit['windows']} windows{share} (a side waited "
                         f"{DISTURBED_CORES:g} cores or more for a CPU): kept, since both sides took turns beside it")
     rows = [_row(r, side, out) for r in kept for side in SIDES]
-    return ABResult(str(base_dir), str(candidate_dir), script, decision, rows, warnings,
-                    wall_s=time.monotonic() - started, inconclusive_policy=options.inconclusive, time=spent,
-                    mode="duet", statistics={**STATISTICS, "window": f"{window}, one side computing at a time"})
+    result = ABResult(str(base_dir), str(candidate_dir), script, decision, rows, warnings,
+                      wall_s=time.monotonic() - started, inconclusive_policy=options.inconclusive, time=spent,
+                      mode="duet", statistics={**STATISTICS, "window": f"{window}, one side computing at a time"})
+    if result.failed or options.ops:
+        result.slower_ops, result.ops_note = slower_ops(kept)
+    return result
+
+
+def slower_ops(kept: list[Restart]) -> tuple[list[opdiff.OpChange] | None, str]:
+    """The slower ops from the restarts' traces (each side's first window), or why there are none."""
+    def read(side: str) -> list:
+        frames = []
+        for r in kept:
+            if side in r.traces:
+                try:
+                    frames.append(load_trace(r.traces[side]))
+                except (TraceError, OSError, ValueError):
+                    pass
+        return frames
+    tb, tc = read("base"), read("candidate")
+    if not tb or not tc:
+        return None, "no trace in the restarts of one side (--profile-steps 0?): no ops to compare"
+    return opdiff.slower_ops(tb, tc), f"from {len(tb)} base and {len(tc)} candidate traces (median per op over them)"
 
 
 STATISTICS = {
