@@ -197,6 +197,14 @@ def resolve(checkout: str | Path, script: str, module: bool, role: str) -> Path:
     return root.resolve()
 
 
+def checkouts(base_dir: str, candidate_dir: str, script: str, module: bool) -> dict[str, Path]:
+    """Both sides' checkouts, checked (:func:`resolve`) and not the same directory."""
+    roots = {"base": resolve(base_dir, script, module, "base"), "candidate": resolve(candidate_dir, script, module, "candidate")}
+    if roots["base"] == roots["candidate"]:
+        raise ABError(f"--base and --candidate are the same directory ({roots['base']}): give two checkouts")
+    return roots
+
+
 def _command(options: ABOptions, run_dir: Path, script: str, args: list[str]) -> list[str]:
     # -P: the checkout is the working directory; a package of its own named `advisor` must not shadow advise.
     cmd = [sys.executable, "-P", "-m", "advisor", "profile", "--steps", str(options.steps), "--warmup", str(options.warmup),
@@ -239,7 +247,20 @@ def busy_share(report: Report) -> float | None:
     shares of the runs' fast steps, p5 over p5, fell to 0.6 beside two burners for the same loop.)"""
     shares = [c / d for c, d in zip(_measured(report, CPU), _measured(report, DURATION))
               if isinstance(c, (int, float)) and isinstance(d, (int, float)) and d > 0 and c >= 0]
+    return quiet_share(shares)
+
+
+def quiet_share(shares: list[float]) -> float | None:
+    """The steps' CPU share at the quiet steps (its QUIET_QUANTILE), None with fewer than 4 steps."""
     return float(np.quantile(shares, QUIET_QUANTILE)) if len(shares) >= 4 else None
+
+
+def cpu_share_gates(share: float) -> tuple[bool, str]:
+    """Whether a quiet steps' CPU share makes the job CPU-bound enough for its CPU time to gate, and why not."""
+    if share < CPU_BOUND_FRAC:
+        return False, (f"reported: the step spends {share:.0%} of its wall time on the CPU at its quiet steps (below "
+                       f"{CPU_BOUND_FRAC:.0%}): it waits, so the wall clock gates")
+    return True, ""
 
 
 def wait_step(report: Report) -> float | None:
@@ -271,11 +292,7 @@ def cpu_bound(reports: list[Report], data: dict) -> tuple[bool, str]:
     shares = [x for x in (busy_share(r) for r in reports) if x is not None]
     if len(shares) < len(reports) or "cpu_time" not in data:
         return False, "reported: some runs have no CPU time per step"
-    share = float(np.median(shares))
-    if share < CPU_BOUND_FRAC:
-        return False, (f"reported: the step spends {share:.0%} of its wall time on the CPU at its quiet steps (below "
-                       f"{CPU_BOUND_FRAC:.0%}): it waits, so the wall clock gates")
-    return True, ""
+    return cpu_share_gates(float(np.median(shares)))
 
 
 def fast_throughput(report: Report, key: str) -> float | None:
@@ -297,11 +314,16 @@ def _figures(report: Report) -> dict:
             "memory": {k: v for k, (v, _) in compare.memory_figures(report).items()}}
 
 
+def round_dir(out: Path, side: str, index: int) -> Path:
+    """A side's run dir for round (or restart) `index` under the gate's output dir."""
+    return out / side / f"round-{index:02d}"
+
+
 def run_round(side: str, checkout: Path, index: int, options: ABOptions, script: str, args: list[str],
               out: Path, env_of: Mapping[str, str] | None = None) -> Round:
     """One whole `advise profile` of SCRIPT in `checkout`: its typed report (RoundFailed when not ok).
     `env_of`: variables this side's runs set over the environment (a check's PYTHONPATH into its copy)."""
-    run_dir = out / side / f"round-{index:02d}"
+    run_dir = round_dir(out, side, index)
     # The rounds' own summaries stay out of the job's; the job's own OMP_WAIT_POLICY wins over ROUND_ENV's.
     env = {**(ROUND_ENV if options.passive_threads else {}),
            **{k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}, **(env_of or {})}
@@ -370,10 +392,7 @@ def _traces(rounds: list[Round]) -> list:
 
 def where_the_time_went(base: list[Round], cand: list[Round]) -> tuple[list[opdiff.OpChange] | None, str]:
     """The slower ops from the rounds' traces, or why there are none."""
-    tb, tc = _traces(base), _traces(cand)
-    if not tb or not tc:
-        return None, "no trace in the rounds of one side (--profile-steps 0?): no ops to compare"
-    return opdiff.slower_ops(tb, tc), f"from {len(tb)} base and {len(tc)} candidate traces (median per op over them)"
+    return opdiff.between(_traces(base), _traces(cand), "rounds")
 
 
 def window_steps(pilot: Report, options: ABOptions) -> tuple[int, str]:
@@ -427,7 +446,7 @@ class _Gate:
     def out_of_time(self) -> bool:
         budget = self.options.time_budget_s
         elapsed = time.monotonic() - self.started
-        return budget is not None and len(self.base) >= 2 and elapsed + _per_round(self.kept_s + self.aside_s,
+        return budget is not None and len(self.base) >= 2 and elapsed + next_round_s(self.kept_s + self.aside_s,
                                                                                     self.pilot_s) > budget
 
     def pair(self, index: int, current: ABOptions, sides: Mapping[str, tuple[Path, list[str], Mapping[str, str] | None]],
@@ -455,7 +474,7 @@ class _Gate:
                                  len(self.set_aside))
         to_first_look = max(1, self.plan[0] - len(self.base))
         budget = self.options.time_budget_s
-        affordable = budget is None or (time.monotonic() - self.started + _per_round(self.kept_s + self.aside_s + [took],
+        affordable = budget is None or (time.monotonic() - self.started + next_round_s(self.kept_s + self.aside_s + [took],
                                                                                       self.pilot_s) * to_first_look <= budget)
         if why and affordable:
             self.set_aside.append({"round": index, "why": why})
@@ -480,10 +499,7 @@ def run_ab(base_dir: str, candidate_dir: str, script: str, args: list[str], opti
     """Profile SCRIPT in both checkouts in interleaved rounds until the sequential decision is final
     (`env_of`, `args_of`: each side's own variables and script arguments, by "base" and "candidate":
     a flag fix changes only the candidate's command)."""
-    roots = {"base": resolve(base_dir, script, options.module, "base"),
-             "candidate": resolve(candidate_dir, script, options.module, "candidate")}
-    if roots["base"] == roots["candidate"]:
-        raise ABError(f"--base and --candidate are the same directory ({roots['base']}): give two checkouts")
+    roots = checkouts(base_dir, candidate_dir, script, options.module)
     # The rounds run in the checkouts: their run dirs must not follow them there.
     gate = _Gate(options, Path(out).resolve(), time.monotonic(), sequential.looks(options.rounds, options.max_rounds))
     sides = {side: (roots[side], (args_of or {}).get(side, args), (env_of or {}).get(side)) for side in roots}
@@ -550,7 +566,7 @@ def longer_budget(decision: sequential.Decision, spent: dict) -> list[str]:
     return lines
 
 
-def _per_round(took: list[float], pilot_s: float) -> float:
+def next_round_s(took: list[float], pilot_s: float) -> float:
     """What the next round is expected to take: the slowest of the last three (twice the pilot before any)."""
     return max(took[-3:]) if took else 2 * pilot_s
 

@@ -85,11 +85,7 @@ class Turns:
 
     def ready(self, side: str, round_no: int, plan: Path, pid: int) -> None:
         with self._lock:
-            if self._running == side:
-                self.turns[-1].ended = time.monotonic()
-                self._running = None
-                _pause(pid, True)
-            elif round_no == 0:
+            if self._end_turn_of(side) or round_no == 0:
                 _pause(pid, True)
             self._held[side] = (round_no, plan, pid)
             self._hand_over()
@@ -98,10 +94,16 @@ class Turns:
         """`side`'s child ended: the other side gets no more windows (it would have no partner), its child finishes."""
         with self._lock:
             self._gone.add(side)
-            if self._running == side:
-                self.turns[-1].ended = time.monotonic()
-                self._running = None
+            self._end_turn_of(side)
             self._hand_over()
+
+    def _end_turn_of(self, side: str) -> bool:
+        """End the turn `side` is running, if it is running one."""
+        if self._running != side:
+            return False
+        self.turns[-1].ended = time.monotonic()
+        self._running = None
+        return True
 
     def _done(self, side: str) -> bool:
         return bool(self._gone) or sum(t.side == side for t in self.turns) >= self.windows

@@ -32,10 +32,10 @@ from typing import Callable, Mapping
 import numpy as np
 
 from . import opdiff, sequential
-from .ab import CPU_BOUND_FRAC, ABError, ABOptions, ABResult, RoundFailed, longer_budget, resolve, specs, time_line, time_spent
+from .ab import (ABError, ABOptions, ABResult, RoundFailed, checkouts, cpu_share_gates, longer_budget, next_round_s,
+                 quiet_share, round_dir, specs, time_line, time_spent)
 from .duet import Duet, Turn, log_ratios
 from ..probe.config import ProbeConfig
-from ..trace import TraceError, load_trace
 
 SIDES = ("base", "candidate")
 # ABOptions.turn_s (0.5 s: well under a burner's 1-4 s, long enough for a few steps) and .turns (12 a
@@ -66,7 +66,7 @@ def configs(roots: Mapping[str, Path], script: str, args_of: Mapping[str, list[s
     # The first window, both sides at once before their turns: its last `profile_steps` under the
     # profiler, so a regression's slower ops are named from the restarts' traces.
     return {side: ProbeConfig(script=script, args=list(args_of[side]), module=options.module,
-                              out=out / side / f"round-{index:02d}", warmup=options.warmup,
+                              out=round_dir(out, side, index), warmup=options.warmup,
                               steps=options.profile_steps + 2, profile_steps=options.profile_steps,
                               timeout_s=options.timeout_s, cwd=str(roots[side]), env=dict(env_of.get(side) or {}))
             for side in SIDES}
@@ -83,7 +83,7 @@ def restart(index: int, roots: Mapping[str, Path], script: str, args_of: Mapping
         run = runs.get(side)
         if run is None or run.status not in ("ok", "no-steps") or (run.status == "no-steps" and not turns):
             why = run.probe.error if run is not None and run.probe.error else (run.status if run else "no result")
-            raise RoundFailed(f"{side} restart {index}: the script's run is {why!r}: see {out / side / f'round-{index:02d}'}"
+            raise RoundFailed(f"{side} restart {index}: the script's run is {why!r}: see {round_dir(out, side, index)}"
                               " (both sides' run dirs are kept)")
     per_sample = _batches_differ(turns)
     figures = {}
@@ -96,8 +96,8 @@ def restart(index: int, roots: Mapping[str, Path], script: str, args_of: Mapping
         raise ABError(f"restart {index}: the script ran out of steps after {done} candidate windows of {options.turns} "
                       f"(a duet needs {MIN_PAIRS}): give it more steps or epochs, or run --mode sequential")
     memory, label = _memory(runs)
-    traces = {side: out / side / f"round-{index:02d}" / runs[side].files.trace for side in SIDES
-              if (out / side / f"round-{index:02d}" / runs[side].files.trace).is_file()}
+    traces = {side: path for side in SIDES for path in (round_dir(out, side, index) / runs[side].files.trace,)
+              if path.is_file()}
     return Restart(index, first, turns, time.monotonic() - started, figures, memory, label, traces)
 
 
@@ -129,14 +129,10 @@ def _memory(runs: Mapping) -> tuple[tuple[float, float] | None, str | None]:
 def cpu_gates(kept: list[Restart]) -> tuple[bool, str]:
     """Whether the job is CPU-bound enough for its CPU time per step to settle the wall clock: the
     99th percentile of its steps' CPU share, as the sequential mode's :func:`advisor.gate.ab.busy_share`."""
-    shares = [c / d for r in kept for t in r.turns for c, d in zip(t.cpu_s, t.step_s) if d > 0]
-    if len(shares) < 4:
+    share = quiet_share([c / d for r in kept for t in r.turns for c, d in zip(t.cpu_s, t.step_s) if d > 0])
+    if share is None:
         return False, "reported: some windows have no CPU time per step"
-    share = float(np.quantile(shares, 0.99))
-    if share < CPU_BOUND_FRAC:
-        return False, (f"reported: the step spends {share:.0%} of its wall time on the CPU at its quiet steps "
-                       f"(below {CPU_BOUND_FRAC:.0%}): it waits, so the wall clock gates")
-    return True, ""
+    return cpu_share_gates(share)
 
 
 def series(kept: list[Restart]) -> tuple[dict, str | None]:
@@ -193,7 +189,7 @@ def _look(kept: list[Restart], options: ABOptions, plan: list[int], history: lis
 
 def _row(r: Restart, side: str, out: Path) -> dict:
     mine = [t for t in r.turns if t.side == side]
-    return {"side": side, "round": r.index, "run_dir": os.path.relpath(out / side / f"round-{r.index:02d}", out),
+    return {"side": side, "round": r.index, "run_dir": os.path.relpath(round_dir(out, side, r.index), out),
             "first": r.first == side, "windows": len(mine), "steps": sum(len(t.step_s) for t in mine),
             "wall_s": r.wall_s, "step_time_s": r.figures["step_time"][SIDES.index(side)],
             "cpu_step_s": r.figures["cpu_time"][SIDES.index(side)] if "cpu_time" in r.figures else None}
@@ -205,10 +201,7 @@ def run_duets(base_dir: str, candidate_dir: str, script: str, args: list[str], o
               args_of: Mapping[str, list[str]] | None = None) -> ABResult:
     """Restart the duet of SCRIPT in both checkouts until the sequential decision is final (or the
     budget ends it); `on_run(side, restart, its figure)` after each restart."""
-    roots = {"base": resolve(base_dir, script, options.module, "base"),
-             "candidate": resolve(candidate_dir, script, options.module, "candidate")}
-    if roots["base"] == roots["candidate"]:
-        raise ABError(f"--base and --candidate are the same directory ({roots['base']}): give two checkouts")
+    roots = checkouts(base_dir, candidate_dir, script, options.module)
     args_of = {side: list((args_of or {}).get(side, args)) for side in SIDES}
     plan = sequential.looks(options.rounds, options.max_rounds)
     out, started = Path(out).resolve(), time.monotonic()
@@ -216,9 +209,8 @@ def run_duets(base_dir: str, candidate_dir: str, script: str, args: list[str], o
     history: list[dict] = []
     decision, stopped = None, "max-rounds"
     while len(kept) < plan[-1]:
-        took = [r.wall_s for r in kept]
         if options.time_budget_s is not None and len(kept) >= 2 and \
-                time.monotonic() - started + max(took[-3:]) > options.time_budget_s:
+                time.monotonic() - started + next_round_s([r.wall_s for r in kept], 0.0) > options.time_budget_s:
             stopped = "the time budget"
             break
         r = restart(len(kept) + 1, roots, script, args_of, env_of or {}, options, out)
@@ -263,18 +255,8 @@ def _result(kept: list[Restart], decision: sequential.Decision, history: list[di
 def slower_ops(kept: list[Restart]) -> tuple[list[opdiff.OpChange] | None, str]:
     """The slower ops from the restarts' traces (each side's first window), or why there are none."""
     def read(side: str) -> list:
-        frames = []
-        for r in kept:
-            if side in r.traces:
-                try:
-                    frames.append(load_trace(r.traces[side]))
-                except (TraceError, OSError, ValueError):
-                    pass
-        return frames
-    tb, tc = read("base"), read("candidate")
-    if not tb or not tc:
-        return None, "no trace in the restarts of one side (--profile-steps 0?): no ops to compare"
-    return opdiff.slower_ops(tb, tc), f"from {len(tb)} base and {len(tc)} candidate traces (median per op over them)"
+        return [t for r in kept if side in r.traces for t in (opdiff.read_trace(r.traces[side]),) if t is not None]
+    return opdiff.between(read("base"), read("candidate"), "restarts")
 
 
 STATISTICS = {

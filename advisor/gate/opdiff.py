@@ -132,6 +132,21 @@ def run_dir_trace(run_dir: str | Path, report: Report) -> TraceFrames | None:
     if not name:
         return None
     try:
-        return load_trace(layout.resolve_inside(run_dir, name, "trace"))
+        return read_trace(layout.resolve_inside(run_dir, name, "trace"))
+    except (OSError, ValueError):
+        return None
+
+
+def read_trace(path: str | Path) -> TraceFrames | None:
+    """The trace at `path`, None where it cannot be read."""
+    try:
+        return load_trace(path)
     except (TraceError, OSError, ValueError):
         return None
+
+
+def between(base: list[TraceFrames], cand: list[TraceFrames], of: str) -> tuple[list[OpChange] | None, str]:
+    """The slower ops between two sides' traces (`of`: what they come from, for the note), or why none."""
+    if not base or not cand:
+        return None, f"no trace in the {of} of one side (--profile-steps 0?): no ops to compare"
+    return slower_ops(base, cand), f"from {len(base)} base and {len(cand)} candidate traces (median per op over them)"

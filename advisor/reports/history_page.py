@@ -55,6 +55,11 @@ def fingerprint_lines(v: View) -> list[str]:
             for s in v.stretches if s.after]
 
 
+def _gate_cell(r: dict) -> str:
+    """A gate record's verdict and ratio; empty for a profile."""
+    return f"{r.get('verdict')} {r['ratio']:.3f}x" if r.get("kind") == "gate" and r.get("ratio") else ""
+
+
 def markdown(v: View) -> str:
     profiles = sum(r.get("kind") == "profile" for r in v.records)
     lines = [f"### advise history: `{v.path}`", "",
@@ -66,7 +71,7 @@ def markdown(v: View) -> str:
     lines += [""] + [f"- {f}" for f in fingerprint_lines(v)] + [f"> skipped {s}  " for s in v.skipped]
     lines += ["", "| # | date | commit | kind | step | samples/s | MFU | gate |", "|--:|---|---|---|--:|--:|--:|---|"]
     for i, r in enumerate(v.records):
-        gate = f"{r.get('verdict')} {r['ratio']:.3f}x" if r.get("kind") == "gate" and r.get("ratio") else ""
+        gate = _gate_cell(r)
         sps = f"{r['samples_per_s']:,.1f}" if isinstance(r.get("samples_per_s"), (int, float)) else "–"
         mfu = f"{r['mfu']:.1%}" if isinstance(r.get("mfu"), (int, float)) else "–"
         lines.append(f"| {i + 1} | {str(r.get('at', ''))[:16]} | {short(r.get('commit'), r.get('dirty'))} | "
@@ -134,10 +139,7 @@ def page(v: View) -> str:
     notes = "".join(f"<li>{esc(t)}</li>" for t in fingerprint_lines(v) + [f"skipped {s}" for s in v.skipped])
     rows = "".join(
         f"<tr><td>{i + 1}</td><td>{esc(str(r.get('at', ''))[:16])}</td><td>{esc(short(r.get('commit'), r.get('dirty')))}</td>"
-        f"<td>{esc(str(r.get('kind')))}</td><td>{_ms(r.get('step_s'))}</td>"
-        f"<td>{esc(str(r.get('verdict') or ''))} {r['ratio']:.3f}x</td></tr>" if r.get("kind") == "gate" and r.get("ratio") else
-        f"<tr><td>{i + 1}</td><td>{esc(str(r.get('at', ''))[:16])}</td><td>{esc(short(r.get('commit'), r.get('dirty')))}</td>"
-        f"<td>{esc(str(r.get('kind')))}</td><td>{_ms(r.get('step_s'))}</td><td></td></tr>"
+        f"<td>{esc(str(r.get('kind')))}</td><td>{_ms(r.get('step_s'))}</td><td>{esc(_gate_cell(r))}</td></tr>"
         for i, r in enumerate(v.records))
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>advise history</title><style>{STYLE}</style></head>
 <body><h1>advise history</h1><p><code>{esc(v.path)}</code>: {len(v.records)} records.</p>
