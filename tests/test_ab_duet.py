@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import time
 
 import psutil
 import pytest
@@ -103,3 +105,63 @@ def test_a_step_longer_than_a_turn_and_the_disturbed_windows_are_said():
     assert hit["windows"] == 4 and hit["disturbed"] == 1 and hit["share_of_time"] == pytest.approx(0.25)
     quick = [Turn(t.side, t.round, t.started, ended=t.started + 0.55, step_s=[0.01] * 50) for t in slow]
     assert long_turns([Restart(1, "base", quick, 3.0, {}, None, None)], 0.5) == []
+
+
+LOADER = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.set_num_threads(1)
+data = TensorDataset(torch.randn(512, 64), torch.randn(512, 1))
+model = torch.nn.Linear(64, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+loader = DataLoader(data, batch_size=32, num_workers=1, persistent_workers=True)
+for epoch in range(100_000):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+STOPS = [("duet", signal.SIGINT, 130, "Ctrl-C"), ("sequential", signal.SIGTERM, 143, "SIGTERM")]
+
+
+@pytest.mark.parametrize("mode, sig, code, name", STOPS, ids=[s[0] for s in STOPS])
+def test_a_signal_stops_both_sides_and_leaves_nothing_running(tmp_path, mode, sig, code, name):
+    """A gate's Ctrl-C (or a cancelled CI job's SIGTERM) mid-round: both sides' scripts and their
+    DataLoader workers end (the duet's held side is stopped with SIGSTOP: it is continued first),
+    one line, the signal's exit code, and the run dirs so far kept."""
+    checkouts(tmp_path, LOADER, LOADER)
+    cmd = advise_cmd("ab", "--base", "base", "--candidate", "cand", "--mode", mode, *QUICK[:4], "--turns", "200",
+                     "--steps", "100000", "--out", "gate", "train.py")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = tmp_path / "gate" / "base" / ("round-01" if mode == "duet" else "round-00")  # (a sequential gate's pilot)
+    deadline = time.monotonic() + 60
+    while not ((first / "steps.jsonl").is_file() and (first / "steps.jsonl").read_text().count('"measure"') >= 5):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    time.sleep(1.0)  # the duet's turns under way: one side held, its worker stopped
+    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    assert len(tree) >= (5 if mode == "duet" else 4)  # advise, each side's script and its worker
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err[-3000:]
+    assert err.strip().splitlines() == [f"advise: interrupted ({name}): nothing decided; the rounds so far are in gate"]
+    assert not [p for p in tree[1:] if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not (tmp_path / "gate" / "ab.json").exists()
+    for kept in (first, tmp_path / "gate" / "candidate" / "round-01") if mode == "duet" else (first,):
+        assert (kept / "steps.csv").is_file() and (kept / "probe.json").is_file()
+    if mode == "sequential":  # the round's own `advise profile` was stopped as a profile is
+        assert json.loads((first / "report.json").read_text())["status"] == "interrupted"
+
+
+def test_a_gpu_job_is_never_gated_on_its_cpu_time():
+    """A CPU-bound-looking GPU job (its host thread busy in every step) is gated on its step clock."""
+    from advisor.gate.duet import Turn
+    from advisor.gate.duets import Restart, cpu_gates
+
+    busy = [Turn(side, k, float(k), ended=k + 0.5, step_s=[0.01] * 20, cpu_s=[0.0099] * 20)
+            for k, side in enumerate(("base", "candidate") * 2)]
+    on_cpu = Restart(1, "base", busy, 3.0, {}, None, None)
+    assert cpu_gates([on_cpu])[0] is True
+    on_gpu = Restart(2, "candidate", busy, 3.0, {}, None, None, devices=("cuda", "cuda"))
+    assert cpu_gates([on_cpu, on_gpu]) == (False, "reported: a GPU job is gated on its step clock (the device's)")

@@ -23,7 +23,8 @@ from ..analysis import steptime
 from ..run_dir.atomic import write_json_atomic
 from ..run_dir.layout import COMPARE_JSON, report_json
 from .cli_exit import fail
-from ..exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_SCRIPT, EXIT_USAGE
+from ..exit_codes import EXIT_OK, EXIT_SCRIPT, EXIT_USAGE, signal_exit
+from ..run_dir.interrupt import describe
 from .outputs import append_step_summary, render_report
 from ..report import Report
 from ..profile import Profile
@@ -71,9 +72,10 @@ def run_ab(base: str, candidate: str, script: str, args: list[str], options: ab.
         fail(str(exc), EXIT_USAGE)
     except ab.RoundFailed as exc:
         fail(str(exc), EXIT_SCRIPT)
-    except KeyboardInterrupt:
-        click.echo(f"advise: interrupted; the rounds measured so far are in {out}", err=True)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", None)
+        click.echo(f"advise: interrupted ({describe(signum)}): nothing decided; the rounds so far are in {out}", err=True)
+        return signal_exit(signum)
     outcome = ABOutcome(result, out)
     summary = AB_RENDERERS["markdown"]
     try:

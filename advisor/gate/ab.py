@@ -34,11 +34,13 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
+import psutil
 
 from . import compare, fingerprint, neighbour, opdiff, sequential
 from ..analysis.steptime import CPU, DURATION, FAST_QUANTILE, fast
 from ..report import Report, ReportError, load_report
 from ..run_dir.atomic import clean
+from ..run_dir.interrupt import Interrupted, deferred
 
 DEFAULT_MAX_REGRESSION = 0.05  # paired rounds resolve smaller changes than one pair of runs
 DEFAULT_ALPHA = 0.05  # the gate's false-alarm rate: all metrics, all looks
@@ -284,11 +286,14 @@ def wait_grew(base: list[Report], cand: list[Report], threshold: float) -> bool 
     return bool(float(np.median(grew)) >= threshold / 2) if grew else None
 
 
+ON_A_GPU = "reported: a GPU job is gated on its step clock (the device's)"
+
+
 def cpu_bound(reports: list[Report], data: dict) -> tuple[bool, str]:
     """Whether the job is CPU-bound (the CPU time per step can settle the gate), and the figure said;
     `data` is :func:`series`'s, whose figures are the reports' (base then candidate)."""
     if any(r.device != "cpu" for r in reports):
-        return False, "reported: a GPU job is gated on its step clock (the device's)"
+        return False, ON_A_GPU
     shares = [x for x in (busy_share(r) for r in reports) if x is not None]
     if len(shares) < len(reports) or "cpu_time" not in data:
         return False, "reported: some runs have no CPU time per step"
@@ -319,6 +324,44 @@ def round_dir(out: Path, side: str, index: int) -> Path:
     return out / side / f"round-{index:02d}"
 
 
+def _profile(cmd: list[str], cwd: Path, env: Mapping[str, str]) -> subprocess.CompletedProcess:
+    """Run a round's `advise profile` in a session of its own, advise's stop signals forwarded one
+    for one (a terminal's Ctrl-C would otherwise reach it twice: once from the terminal, once from
+    here); Interrupted once it has stopped. Giving up (a third signal) kills its whole tree."""
+    with deferred() as stop:
+        if stop:
+            raise Interrupted(stop.signum)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        sent, err = 0, ""
+        with stop.on_give_up(lambda: _kill_tree(proc.pid)):
+            while True:
+                for signum in stop.received[sent:]:
+                    proc.send_signal(signum)
+                    sent += 1
+                try:
+                    err = proc.communicate(timeout=0.1)[1]
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if stop:
+            raise Interrupted(stop.signum)
+    return subprocess.CompletedProcess(cmd, proc.returncode, None, err)
+
+
+def _kill_tree(pid: int) -> None:
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return
+    for p in tree:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
 def run_round(side: str, checkout: Path, index: int, options: ABOptions, script: str, args: list[str],
               out: Path, env_of: Mapping[str, str] | None = None) -> Round:
     """One whole `advise profile` of SCRIPT in `checkout`: its typed report (RoundFailed when not ok).
@@ -328,11 +371,8 @@ def run_round(side: str, checkout: Path, index: int, options: ABOptions, script:
     env = {**(ROUND_ENV if options.passive_threads else {}),
            **{k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}, **(env_of or {})}
     started = time.monotonic()
-    proc = subprocess.run(_command(options, run_dir, script, args), cwd=checkout, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = _profile(_command(options, run_dir, script, args), checkout, env)
     wall = time.monotonic() - started
-    if proc.returncode in (130, 129, 143):
-        raise KeyboardInterrupt
     try:
         report = load_report(run_dir / "report.json")
     except ReportError:

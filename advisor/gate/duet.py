@@ -9,6 +9,11 @@ neighbour's burst falls on both sides alike and each process pays its start-up o
 Only one side computes at any moment: while a side holds, the processes under its child (its
 DataLoader workers, which would go on prefetching) are stopped with SIGSTOP and continued before
 its next window; the child itself only polls for its plan file.
+
+A stop signal to advise (Ctrl-C, SIGTERM, SIGHUP: the `stop` request) reaches both children as
+it reaches a profiled script: the held side is continued and sent no more windows, and each
+child is stopped politely, then forcefully (:mod:`advisor.probe.stops`); the duet then raises
+:class:`~advisor.run_dir.interrupt.Interrupted` with both run dirs kept.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from ..analysis import metrics, steptime
 from ..profile import read_samples
 from ..probe.config import ProbeConfig
 from ..probe.runner import ProbeRun, ProbeSession
+from ..run_dir.interrupt import Interrupted, StopRequest
 from ..run_dir.protocol import Plan, RankLines, Window, write_plan
 
 BASELINE = "baseline"
@@ -151,6 +157,7 @@ class Duet:
     window_s: float = 0.5
     windows: int = 20  # per side
     first: str | None = None  # the side whose window opens (a gate alternates it over its restarts)
+    stop: StopRequest | None = None  # advise's stop signals: both children are stopped, and the duet raises
 
     def run(self) -> tuple[list[Turn], dict[str, ProbeRun]]:
         names = tuple(self.configs)
@@ -161,7 +168,7 @@ class Duet:
         for side, config in self.configs.items():
             config.arms, config.arms_budget_s = True, budget
             config.plan_timeout_s = max(config.plan_timeout_s, 10 * self.window_s + 30.0)
-            sessions[side] = ProbeSession(config, None, None, self._ready(turns, side, sessions), None, None)
+            sessions[side] = ProbeSession(config, None, self.stop, self._ready(turns, side, sessions), None, None)
         runs: dict[str, ProbeRun] = {}
 
         def run(side: str) -> None:
@@ -172,8 +179,13 @@ class Duet:
         threads = [threading.Thread(target=run, args=(side,), daemon=True) for side in names]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        while any(t.is_alive() for t in threads):
+            if self.stop:  # the held side is continued, so that it sees the signal its session sends it
+                for side in names:
+                    turns.gone(side)
+            time.sleep(0.05)
+        if self.stop:
+            raise Interrupted(self.stop.signum)
         for side, session in sessions.items():
             _read(turns.turns, side, session.lines, Path(self.configs[side].out), session.shape.suffix,
                   psutil.cpu_count() or 1)

@@ -32,10 +32,11 @@ from typing import Callable, Mapping
 import numpy as np
 
 from . import opdiff, sequential
-from .ab import (ABError, ABOptions, ABResult, RoundFailed, checkouts, cpu_share_gates, longer_budget, next_round_s,
+from .ab import (ON_A_GPU, ABError, ABOptions, ABResult, RoundFailed, checkouts, cpu_share_gates, longer_budget, next_round_s,
                  quiet_share, round_dir, specs, time_line, time_spent)
 from .duet import Duet, Turn, log_ratios
 from ..probe.config import ProbeConfig
+from ..run_dir.interrupt import Interrupted, StopRequest, deferred
 
 SIDES = ("base", "candidate")
 # ABOptions.turn_s (0.5 s: well under a burner's 1-4 s, long enough for a few steps) and .turns (12 a
@@ -58,6 +59,7 @@ class Restart:
     memory: tuple[float, float] | None
     memory_label: str | None
     traces: dict[str, Path] = field(default_factory=dict)  # each side's trace of its first window, where written
+    devices: tuple[str, ...] = ("cpu", "cpu")  # each side's, as its probe saw it
 
 
 def configs(roots: Mapping[str, Path], script: str, args_of: Mapping[str, list[str]], env_of: Mapping[str, Mapping[str, str]],
@@ -73,12 +75,14 @@ def configs(roots: Mapping[str, Path], script: str, args_of: Mapping[str, list[s
 
 
 def restart(index: int, roots: Mapping[str, Path], script: str, args_of: Mapping[str, list[str]],
-            env_of: Mapping[str, Mapping[str, str]], options: ABOptions, out: Path) -> Restart:
-    """One duet, its opener alternating with `index`; RoundFailed when a side's script failed."""
+            env_of: Mapping[str, Mapping[str, str]], options: ABOptions, out: Path,
+            stop: StopRequest | None = None) -> Restart:
+    """One duet, its opener alternating with `index`; RoundFailed when a side's script failed,
+    Interrupted when `stop` was signalled (both children stopped first)."""
     first = SIDES[(index - 1) % 2]
     started = time.monotonic()
     turns, runs = Duet(configs(roots, script, args_of, env_of, options, out, index), window_s=options.turn_s,
-                       windows=options.turns, first=first).run()
+                       windows=options.turns, first=first, stop=stop).run()
     for side in SIDES:
         run = runs.get(side)
         if run is None or run.status not in ("ok", "no-steps") or (run.status == "no-steps" and not turns):
@@ -98,7 +102,8 @@ def restart(index: int, roots: Mapping[str, Path], script: str, args_of: Mapping
     memory, label = _memory(runs)
     traces = {side: path for side in SIDES for path in (round_dir(out, side, index) / runs[side].files.trace,)
               if path.is_file()}
-    return Restart(index, first, turns, time.monotonic() - started, figures, memory, label, traces)
+    return Restart(index, first, turns, time.monotonic() - started, figures, memory, label, traces,
+                   tuple(runs[side].probe.env.device for side in SIDES))
 
 
 def _batches_differ(turns: list[Turn]) -> bool:
@@ -128,7 +133,10 @@ def _memory(runs: Mapping) -> tuple[tuple[float, float] | None, str | None]:
 
 def cpu_gates(kept: list[Restart]) -> tuple[bool, str]:
     """Whether the job is CPU-bound enough for its CPU time per step to settle the wall clock: the
-    99th percentile of its steps' CPU share, as the sequential mode's :func:`advisor.gate.ab.busy_share`."""
+    99th percentile of its steps' CPU share, as the sequential mode's :func:`advisor.gate.ab.busy_share`;
+    never a GPU job's, whose steps the device times."""
+    if any(d != "cpu" for r in kept for d in r.devices):
+        return False, ON_A_GPU
     share = quiet_share([c / d for r in kept for t in r.turns for c, d in zip(t.cpu_s, t.step_s) if d > 0])
     if share is None:
         return False, "reported: some windows have no CPU time per step"
@@ -200,20 +208,36 @@ def run_duets(base_dir: str, candidate_dir: str, script: str, args: list[str], o
               env_of: Mapping[str, Mapping[str, str]] | None = None,
               args_of: Mapping[str, list[str]] | None = None) -> ABResult:
     """Restart the duet of SCRIPT in both checkouts until the sequential decision is final (or the
-    budget ends it); `on_run(side, restart, its figure)` after each restart."""
+    budget ends it); `on_run(side, restart, its figure)` after each restart. A stop signal stops both
+    sides' children and raises Interrupted (:mod:`advisor.run_dir.interrupt`)."""
     roots = checkouts(base_dir, candidate_dir, script, options.module)
+    with deferred() as stop:
+        kept, decision, history, stopped, started = _restarts(roots, script, args, options, Path(out).resolve(),
+                                                              on_run, env_of, args_of, stop)
+        if stop:  # (after the last restart, before the decision is written)
+            raise Interrupted(stop.signum)
+    return _result(kept, decision, history, stopped, started, options, Path(out).resolve(), base_dir, candidate_dir,
+                   script)
+
+
+def _restarts(roots: Mapping[str, Path], script: str, args: list[str], options: ABOptions, out: Path,
+              on_run: Callable[[str, int, float | None], None] | None, env_of: Mapping[str, Mapping[str, str]] | None,
+              args_of: Mapping[str, list[str]] | None, stop: StopRequest
+              ) -> tuple[list[Restart], sequential.Decision, list[dict], str, float]:
     args_of = {side: list((args_of or {}).get(side, args)) for side in SIDES}
     plan = sequential.looks(options.rounds, options.max_rounds)
-    out, started = Path(out).resolve(), time.monotonic()
+    started = time.monotonic()
     kept: list[Restart] = []
     history: list[dict] = []
     decision, stopped = None, "max-rounds"
     while len(kept) < plan[-1]:
+        if stop:
+            raise Interrupted(stop.signum)
         if options.time_budget_s is not None and len(kept) >= 2 and \
                 time.monotonic() - started + next_round_s([r.wall_s for r in kept], 0.0) > options.time_budget_s:
             stopped = "the time budget"
             break
-        r = restart(len(kept) + 1, roots, script, args_of, env_of or {}, options, out)
+        r = restart(len(kept) + 1, roots, script, args_of, env_of or {}, options, out, stop)
         kept.append(r)
         for side in SIDES:
             if on_run is not None:
@@ -227,7 +251,7 @@ def run_duets(base_dir: str, candidate_dir: str, script: str, args: list[str], o
         if len(kept) < 2:
             raise ABError(f"the time budget ({options.time_budget_s:g} s) ended before two restarts: raise --time-budget")
         decision = _look(kept, options, plan, history, last=True)
-    return _result(kept, decision, history, stopped, started, options, out, base_dir, candidate_dir, script)
+    return kept, decision, history, stopped, started
 
 
 def _result(kept: list[Restart], decision: sequential.Decision, history: list[dict], stopped: str, started: float,
