@@ -274,3 +274,28 @@ def test_a_device_the_scripts_error_poisoned_leaves_its_steps_on_the_hosts_clock
     measured = [r for r in _lines(sink) if r["phase"] == Phase.MEASURE]
     assert [(r["clock"], r["duration_s"]) for r in measured] == [("host", pytest.approx(0.01))] * 2
     assert clock.loss_values() == [None, None] and not gpu.waits
+
+
+def test_a_duet_turn_hands_over_an_idle_device(tmp_path):
+    """A duet's side says its turn is over (PlanDone) only after its window's one wait: the device
+    has run every kernel the side queued, so the other side's first step does not share the GPU
+    with this side's last (advisor/gate/duet.py hands over on that line)."""
+    host = FakeHost()
+    gpu = FakeGPU(host)
+    names = layout.names("")
+    idle_at_plan_done = []
+
+    class Sink(io.StringIO):
+        def write(self, text: str) -> int:
+            if '"plan-done"' in text:
+                idle_at_plan_done.append(gpu.busy_until <= host.t)
+            return super().write(text)
+
+    plan = {"round": 0, "windows": [{"arm": "baseline", "overrides": {}, "warmup": 1, "steps": 5}]}
+    (tmp_path / names.plan).write_text(json.dumps(plan))
+    timeline = DeviceTimeline(lambda: True, gpu.event, clock=host)
+    arms = Arms(tmp_path, names, Sink(), plan_timeout_s=0.05, write_probe=lambda: None)
+    arms.timeline = timeline
+    clock = StepClock(warmup=1, steps=2, profile_steps=0, sink=arms.sink, timeline=timeline, arms=arms)
+    _loop(clock, host, gpu, 40, launch_s=0.002, gpu_s=0.030)  # the host runs far ahead of the device
+    assert idle_at_plan_done == [True]

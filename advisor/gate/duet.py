@@ -8,7 +8,9 @@ neighbour's burst falls on both sides alike and each process pays its start-up o
 
 Only one side computes at any moment: while a side holds, the processes under its child (its
 DataLoader workers, which would go on prefetching) are stopped with SIGSTOP and continued before
-its next window; the child itself only polls for its plan file.
+its next window; the child itself only polls for its plan file. On a GPU a side's turn ends with
+its window's one wait on the device (:meth:`advisor.probe.arms.Arms.step`), before its PlanDone
+line hands the machine over: the other side's first step never shares the device with its last.
 
 A stop signal to advise (Ctrl-C, SIGTERM, SIGHUP: the `stop` request) reaches both children as
 it reaches a profiled script: the held side is continued and sent no more windows, and each
