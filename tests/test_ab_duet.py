@@ -165,3 +165,32 @@ def test_a_gpu_job_is_never_gated_on_its_cpu_time():
     assert cpu_gates([on_cpu])[0] is True
     on_gpu = Restart(2, "candidate", busy, 3.0, {}, None, None, devices=("cuda", "cuda"))
     assert cpu_gates([on_cpu, on_gpu]) == (False, "reported: a GPU job is gated on its step clock (the device's)")
+
+
+ONE_AT_A_TIME = """import fcntl, os
+import torch
+
+held = open(os.environ["DEVICE_LOCK"], "w")  # the device: one process holds it at a time
+try:
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except OSError:
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (the other process holds 79 GiB)")
+"""
+
+
+def test_two_sides_that_do_not_fit_at_once_are_gated_one_at_a_time(tmp_path):
+    """The first duet runs out of memory (the two sides cannot share the device): the gate runs the
+    sides sequentially, says why, and decides."""
+    code = ONE_AT_A_TIME + (WORKLOADS / "ab_matmul.py").read_text()
+    checkouts(tmp_path, code, code)
+    run = subprocess.run(advise_cmd("ab", "--base", "base", "--candidate", "cand", "--rounds", "2", "--max-rounds", "2",
+                                    "--steps", "10", "--warmup", "2", "--window", "0", "--profile-steps", "0", "--out", "gate", "--json",
+                                    "train.py"),
+                         cwd=tmp_path, env={**ENV, "DEVICE_LOCK": str(tmp_path / "device.lock")},
+                         capture_output=True, text=True, timeout=240)
+    assert run.returncode in (0, 4), run.stderr[-3000:]  # unchanged: passed, or too few rounds to say
+    decision = json.loads(run.stdout)
+    assert decision["mode"] == "interleaved"
+    assert decision["warnings"][0].startswith("sequential mode: the two sides at once ran out of memory (")
+    assert "CUDA out of memory" in decision["warnings"][0]
+    assert len(decision["runs"]) == 4 and not _ours_left()

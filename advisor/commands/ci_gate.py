@@ -8,6 +8,7 @@ Command code (prints and exits); the work is in :mod:`advisor.gate.ab` (rounds a
 from __future__ import annotations
 
 import gzip
+import shutil
 from pathlib import Path
 
 import click
@@ -63,9 +64,15 @@ def run_ab(base: str, candidate: str, script: str, args: list[str], options: ab.
         notes.append(f"sequential mode: the {options.nproc} ranks of a launched job cannot take turns with another job")
     try:
         if mode == "duet":
-            from ..gate.duets import run_duets  # the probe's session, only for a duet
-            result = run_duets(base, candidate, script, args, options, out, on_run=show)
-        else:
+            from ..gate.duets import DoesNotFit, run_duets  # the probe's session, only for a duet
+            try:
+                result = run_duets(base, candidate, script, args, options, out, on_run=show)
+            except DoesNotFit as exc:
+                mode = "sequential"
+                notes.append(f"sequential mode: the two sides at once ran out of memory ({exc}); each ran alone")
+                for side in ("base", "candidate"):
+                    shutil.rmtree(ab.round_dir(out, side, 1), ignore_errors=True)
+        if mode == "sequential":
             result = ab.run_ab(base, candidate, script, args, options, out, on_run=progress)
             result.warnings[:0] = notes
     except ab.ABError as exc:

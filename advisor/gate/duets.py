@@ -47,6 +47,10 @@ LABELS = {"step_time": "step time (turns' median)", "throughput": "throughput ({
           "cpu_time": "CPU time per step (turns' median)"}
 
 
+class DoesNotFit(RoundFailed):
+    """The first duet ran out of memory: the two sides do not fit on the machine at once."""
+
+
 @dataclass
 class Restart:
     """One duet's figures, per metric (base, candidate), and its windows."""
@@ -87,6 +91,8 @@ def restart(index: int, roots: Mapping[str, Path], script: str, args_of: Mapping
         run = runs.get(side)
         if run is None or run.status not in ("ok", "no-steps") or (run.status == "no-steps" and not turns):
             why = run.probe.error if run is not None and run.probe.error else (run.status if run else "no result")
+            if index == 1 and "out of memory" in str(why).lower():
+                raise DoesNotFit(f"{side}: {str(why).splitlines()[0][:200]}")
             raise RoundFailed(f"{side} restart {index}: the script's run is {why!r}: see {round_dir(out, side, index)}"
                               " (both sides' run dirs are kept)")
     per_sample = _batches_differ(turns)
