@@ -679,11 +679,11 @@ def test_the_checks_rounds_run_without_the_gates_passive_threads(tmp_path, monke
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     seen: list[dict] = []
 
-    def fake_run(cmd, cwd, env, **kw):
+    def fake_profile(cmd, cwd, env):
         seen.append(env)
-        return subprocess.CompletedProcess(cmd, 1, "", "no report")
+        return subprocess.CompletedProcess(cmd, 1, None, "no report")
 
-    monkeypatch.setattr(ab.subprocess, "run", fake_run)
+    monkeypatch.setattr(ab, "_profile", fake_profile)
     for passive in (True, False):
         with pytest.raises(ab.RoundFailed):
             ab.run_round("base", tmp_path, 1, ab.ABOptions(passive_threads=passive), "train.py", [], tmp_path / "out",
