@@ -586,9 +586,11 @@ VISION_CLS = Case(
           "--output-dir", "out"),
     # MetricLogger's `time:` is a 20-step moving average: by-hand runs print each training step's own
     # time (log_every's: from the last step's end, the wait for the batch included) and its loss.
-    # Kept: two whole epochs after the first, by their mean: an epoch's first step holds the 16
-    # workers' restart (2-3 s here, the others ~70 ms), a cost of the workers as real as the rest.
-    timing=TRUTH_STEP, warmup=20, samples=40, per_run="mean", timeout_s=240,
+    # Kept: ten whole epochs after the first, by their mean: an epoch's first step holds the 16
+    # workers' restart (~1 s here, the others ~70 ms), a cost of the workers as real as the rest; and
+    # once a process, at one epoch's start, a spike of 1.5-2 s (the new workers decoding the epoch
+    # beside the step): two epochs a run weighed it five times what ten do (benchmarks/README.md).
+    timing=TRUTH_STEP, warmup=20, samples=200, per_run="mean", timeout_s=400,
     variants=(vision_workers(2), vision_workers(4),
               Variant("workers-2-persistent", {"dataloader": {"num_workers": 2, "persistent_workers": True}},
                       VISION_PERSISTENT, args=("-j", "2")),
