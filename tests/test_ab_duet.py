@@ -107,21 +107,6 @@ def test_a_step_longer_than_a_turn_and_the_disturbed_windows_are_said():
     assert long_turns([Restart(1, "base", quick, 3.0, {}, None, None)], 0.5) == []
 
 
-LOADER = """import torch
-from torch.utils.data import DataLoader, TensorDataset
-
-torch.set_num_threads(1)
-data = TensorDataset(torch.randn(512, 64), torch.randn(512, 1))
-model = torch.nn.Linear(64, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-loader = DataLoader(data, batch_size=32, num_workers=1, persistent_workers=True)
-for epoch in range(100_000):
-    for x, y in loader:
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-"""
 STOPS = [("duet", signal.SIGINT, 130, "Ctrl-C"), ("sequential", signal.SIGTERM, 143, "SIGTERM")]
 
 
@@ -130,7 +115,8 @@ def test_a_signal_stops_both_sides_and_leaves_nothing_running(tmp_path, mode, si
     """A gate's Ctrl-C (or a cancelled CI job's SIGTERM) mid-round: both sides' scripts and their
     DataLoader workers end (the duet's held side is stopped with SIGSTOP: it is continued first),
     one line, the signal's exit code, and the run dirs so far kept."""
-    checkouts(tmp_path, LOADER, LOADER)
+    loader = (WORKLOADS / "workers_loader.py").read_text()  # two persistent DataLoader workers
+    checkouts(tmp_path, loader, loader)
     cmd = advise_cmd("ab", "--base", "base", "--candidate", "cand", "--mode", mode, *QUICK[:4], "--turns", "200",
                      "--steps", "100000", "--out", "gate", "train.py")
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
