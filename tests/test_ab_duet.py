@@ -123,7 +123,9 @@ def test_a_signal_stops_both_sides_and_leaves_nothing_running(tmp_path, mode, si
     first = tmp_path / "gate" / "base" / ("round-01" if mode == "duet" else "round-00")  # (a sequential gate's pilot)
     deadline = time.monotonic() + 60
     while not ((first / "steps.jsonl").is_file() and (first / "steps.jsonl").read_text().count('"measure"') >= 5):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no measured steps in {first} within 60 s: {proc.communicate()}")
         time.sleep(0.1)
     time.sleep(1.0)  # the duet's turns under way: one side held, its worker stopped
     tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]

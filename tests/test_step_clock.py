@@ -155,10 +155,15 @@ def test_the_windows_one_wait_places_its_steps_where_the_device_ran_them():
     assert all(r["t_device_end"] is None for r in lines if r["phase"] in (Phase.STARTUP, Phase.WARMUP))
 
 
-def test_on_a_cpu_the_host_clock_times_the_step_and_lines_are_written_as_steps_end():
+@pytest.mark.parametrize("build", ["cpu", "cuda"])
+def test_on_a_cpu_the_host_clock_times_the_step_and_lines_are_written_as_steps_end(build):
+    """Also with a CUDA build of torch (the one `pip install torch` gives) on a machine without a GPU,
+    or a CPU-only script on one: no event, nothing to wait for, each line out as its step ends (they
+    were held to the window's end, and `advise ab`'s rounds and the progress saw no step for minutes)."""
     host = FakeHost()
     sink = io.StringIO()
-    clock = StepClock(warmup=2, steps=4, profile_steps=0, sink=sink, timeline=HostTimeline(host))
+    timeline = HostTimeline(host) if build == "cpu" else DeviceTimeline(lambda: False, FakeGPU(host).event, clock=host)
+    clock = StepClock(warmup=2, steps=4, profile_steps=0, sink=sink, timeline=timeline)
     seen = []
     clock.on_boundary = lambda n: seen.append(len(sink.getvalue().splitlines()))
     _loop(clock, host, None, 20, launch_s=0.02, gpu_s=0.0)

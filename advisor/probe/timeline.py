@@ -55,7 +55,10 @@ def process_cpu() -> float:
 
 
 class Timeline(Protocol):
-    deferred: bool  # timed spans are known only after settle()
+    @property
+    def deferred(self) -> bool:  # timed spans are known only after settle()
+        ...
+
     clock: Callable[[], float]  # the host's clock
     cpu_clock: Callable[[], float]  # this process's CPU time
 
@@ -98,8 +101,6 @@ class DeviceTimeline:
     ``elapsed_time(other)`` in milliseconds, as ``torch.cuda.Event(enable_timing=True)``.
     """
 
-    deferred = True
-
     def __init__(self, active: Callable[[], bool], new_event: Callable[[], Event],
                  clock: Callable[[], float] = time.monotonic, cpu_clock: Callable[[], float] = process_cpu) -> None:
         self.active, self.new_event, self.clock, self.cpu_clock = active, new_event, clock, cpu_clock
@@ -107,6 +108,12 @@ class DeviceTimeline:
         self.settles = 0  # waits made, for the tests' count of advise's own syncs
         self.settled_on: Event | None = None  # the event the last wait returned at, and the host's time then
         self.settled_at: float | None = None
+
+    @property
+    def deferred(self) -> bool:
+        """From the first event on: a step timed on the host (a CPU-only script on a CUDA build of
+        torch, or before the script touched the device) is written as it ends, as on a CPU."""
+        return self.last is not None
 
     def mark(self) -> Mark:
         if not self.active():
