@@ -217,13 +217,13 @@ def run_duets(base_dir: str, candidate_dir: str, script: str, args: list[str], o
     budget ends it); `on_run(side, restart, its figure)` after each restart. A stop signal stops both
     sides' children and raises Interrupted (:mod:`advisor.run_dir.interrupt`)."""
     roots = checkouts(base_dir, candidate_dir, script, options.module)
+    out = Path(out).resolve()
     with deferred() as stop:
-        kept, decision, history, stopped, started = _restarts(roots, script, args, options, Path(out).resolve(),
-                                                              on_run, env_of, args_of, stop)
+        kept, decision, history, stopped, started = _restarts(roots, script, args, options, out, on_run, env_of,
+                                                              args_of, stop)
         if stop:  # (after the last restart, before the decision is written)
             raise Interrupted(stop.signum)
-    return _result(kept, decision, history, stopped, started, options, Path(out).resolve(), base_dir, candidate_dir,
-                   script)
+    return _result(kept, decision, history, stopped, started, options, out, base_dir, candidate_dir, script)
 
 
 def _restarts(roots: Mapping[str, Path], script: str, args: list[str], options: ABOptions, out: Path,
