@@ -30,6 +30,8 @@ LOADERS = ("loader-io-workers", "loader-cpu-workers", "loader-starved")
 CONSTANTS: dict[str, tuple[tuple[str, ...], object, object, tuple[str, ...]]] = {
     "budget": (("advisor.probe.config:AUTO_BUDGET_FACTOR",), 1.35, 1.0,
                ("loader-io-workers", "loader-cpu-workers", "tiny-gpt", "conv-mnist", "loader-starved")),
+    "budget-floor": (("advisor.probe.config:AUTO_BUDGET_MIN_S",), 10.0, 5.0,
+                     ("nanogpt-char-eval", "tiny-gpt", "loader-io-workers", "conv-mnist")),
     "window-floor": (("advisor.experiments.sizing:MIN_WINDOW_S", "advisor.experiments.spend:MIN_WINDOW_S"), 0.5, 0.25,
                      ("tiny-gpt", "loader-io-workers", "conv-mnist")),
     "bursts": (("advisor.experiments.sizing:BURSTS",), 10, 5, LOADERS),
