@@ -257,7 +257,7 @@ class Experiments(Block):
     child_wall_s: Number = None
     screened: list[Screened] = []
     budget_s: Annotated[Num, Meta(description="the in-process arms' time budget: --time-budget, or set automatically "
-                                              "(1.35x the run's time to its profiled window, 10-240 s)")] = None
+                                              "(1.35x the run's time to its profiled window, 5-240 s)")] = None
     budget_given: Annotated[Optional[bool], Meta(description="true: --time-budget; false: the automatic budget")] = None
     arms: Annotated[list[ArmCost], Meta(description="where the in-process arms' time went, the costliest first")] = []
     left_out: Annotated[list[LeftOut], Meta(description="fixes the time budget left without a verdict: not started "

@@ -174,7 +174,7 @@ def _history_file(ctx: click.Context, param: click.Parameter, value: str | None)
               help="At most this many fix measurements (sweep points count one each).")
 @click.option("--time-budget", "time_budget_s", default=None, type=_Number(min=0),
               help="Seconds the experiments may take in all  [default: 1.35x the run's time to its profiled window, "
-                   "10-240 s; 900 with --fresh-runs]. The fixes that do not fit are named, each with the command "
+                   "5-240 s; 900 with --fresh-runs]. The fixes that do not fit are named, each with the command "
                    "that measures it.")
 @click.option("--safe-only", is_flag=True, help="Skip fixes that change numerics (bf16, TF32, bigger batch).")
 @click.option("--fresh-runs", is_flag=True,
