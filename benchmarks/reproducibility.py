@@ -7,7 +7,7 @@ claim's interval covers the by-hand figure, and how often the recommended value 
 the best by-hand value (issue 54: at least 4 of 5 each).
 
     python benchmarks/reproducibility.py [--cases loader-starved,wlm-lstm,...] [--runs 5] [--skip-hand]
-        [--variants bf16,wlm-lstm:compile,...] [--burner]
+        [--variants bf16,wlm-lstm:compile,...] [--burner] [--reuse]
 
 `--burner`: a CPU burner runs beside advise's runs, on for 1-4 s, off for 0-3 s, at random (issue
 65's neighbour), and beside the by-hand runs where they are measured (not with --skip-hand): give
@@ -92,6 +92,7 @@ def main() -> None:
     p.add_argument("--samples", type=int)
     corpus_args(p, advise_timeout=900.0)
     p.add_argument("--burner", action="store_true", help="a CPU burner beside advise's runs (on 1-4 s, off 0-3 s)")
+    p.add_argument("--reuse", action="store_true", help="read the runs already in the work dir, run none")
     args = p.parse_args()
     wanted = args.variants.split(",") if args.variants else []
     args.advise_args = []
@@ -113,10 +114,11 @@ def main() -> None:
         runs = []
         for i in range(args.runs):
             out = work / "repro" / name / f"run-{i}"
-            with burner(args.burner):
-                meta = run_advise(case, base, work, args, out_dir=out)
+            if not args.reuse:
+                with burner(args.burner):
+                    meta = run_advise(case, base, work, args, out_dir=out)
+                print(f"  run {i}: {meta['wall_s']} s, exit {meta['exit']}", flush=True)
             runs.append(read_advise(case, work, out))
-            print(f"  run {i}: {meta['wall_s']} s, exit {meta['exit']}", flush=True)
         claims: dict[str, list] = {}
         for k, run in enumerate(runs):
             for c in run.get("claims") or []:

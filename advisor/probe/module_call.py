@@ -111,6 +111,29 @@ def _room_for_another_mode(modes: int) -> None:
 _limit_base: dict[str, int] = {}  # dynamo's recompile limit before the ladder raised it
 
 
+def _outputs_fp32(out: Any, dtype: torch.dtype) -> Any:
+    """`out` with its tensors of `dtype` (nested in tuples, lists and dicts; a Hugging Face ModelOutput
+    in place) cast to fp32: what the loss reads where the user's fix autocasts the forward and the
+    loss (the loss's ops are on autocast's fp32 list) or sets a framework's bf16 flag (Accelerate's
+    convert_outputs_to_fp32, Lightning's convert_output). A loss read on the bf16 output instead ran
+    faster than either: Fabric's language model read 2.2-2.45x where its flag made by hand read 1.77x
+    and the forward and loss under autocast 1.93x (the forward alone, its output left in bf16: 2.54x)."""
+    if isinstance(out, torch.Tensor):
+        return out.float() if out.dtype == dtype else out
+    if isinstance(out, tuple):
+        items = [_outputs_fp32(v, dtype) for v in out]
+        return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)
+    if isinstance(out, list):
+        return type(out)(_outputs_fp32(v, dtype) for v in out)
+    if isinstance(out, dict):
+        if type(out) is not dict:  # ModelOutput and kin: built by their own class, so changed in place
+            for key, value in list(out.items()):
+                out[key] = _outputs_fp32(value, dtype)
+            return out
+        return {key: _outputs_fp32(value, dtype) for key, value in out.items()}
+    return out
+
+
 def _cast_back(module: torch.nn.Module, args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[tuple, dict]:
     """`args` and `kwargs` with the tensors of `dtype` (nested in tuples and lists too) cast to the
     dtype of `module`'s parameters, as a run that never autocast would pass them."""
@@ -205,7 +228,8 @@ class ModuleCallSwitch:
             if self.autocast is not None:
                 with torch.autocast(device_type(module, args), dtype=self.autocast):
                     self.applied["autocast"] = str(self.autocast).replace("torch.", "")
-                    return target(*args, **kwargs)
+                    out = target(*args, **kwargs)
+                return _outputs_fp32(out, self.autocast)
             return target(*args, **kwargs)
         finally:
             if fresh:

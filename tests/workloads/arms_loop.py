@@ -61,7 +61,8 @@ if __name__ == "__main__":
             batches = 0
             for x, y, pids in loader:
                 batches += 1
-                loss = torch.nn.functional.mse_loss(model(x).float(), y)
+                out = model(x)
+                loss = torch.nn.functional.mse_loss(out.float(), y)
                 opt.zero_grad()
                 loss.backward()
                 group = opt.param_groups[0]
@@ -69,6 +70,7 @@ if __name__ == "__main__":
                     "t": time.monotonic(), "epoch": epoch, "x_batch": len(x), "workers": sorted({int(p) for p in pids} - {main}),
                     "foreach": group.get("foreach"), "fused": group.get("fused"),
                     "precision": torch.get_float32_matmul_precision(), "threads": torch.get_num_threads(), **model.seen,
+                    "out_dtype": str(out.dtype).replace("torch.", ""),
                 }) + "\n")
                 opt.step()
             log.write(json.dumps({"epoch_end": epoch, "batches": batches, "len": len(loader)}) + "\n")
