@@ -85,7 +85,8 @@ def test_headroom_finds_the_largest_batch_that_fits_the_budget(advise, tmp_path)
     (headroom,) = json.loads(first.stdout)["findings"]
     peak = headroom["evidence"]["peak_memory_bytes"]
     budget = int(3 * peak)  # a 2x batch fits, a 4x one does not
-    result = advise("profile", *SHORT, "--memory-budget", str(budget), "--select", "MEM001", "--out",
+    # the ladder runs last, after the other passes: 10 s (the automatic budget's old floor) holds it
+    result = advise("profile", *SHORT, "--time-budget", "10", "--memory-budget", str(budget), "--select", "MEM001", "--out",
                     str(tmp_path / "run"), *args, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     (finding,) = result.report["findings"]
@@ -104,7 +105,7 @@ def test_an_out_of_memory_batch_ends_the_ladder_and_keeps_every_other_arm(advise
     forward pass, in the profiled run's x4 window. The ladder runs last, after every other arm's
     passes, smallest first: x2 and the other fixes are measured, x4 is reported out of memory, x8 never runs,
     and the report is written with all of it."""
-    result = advise("profile", *SHORT, "--memory-budget", "100GB", "--select", "MEM001,CPU003", "--out",
+    result = advise("profile", *SHORT, "--time-budget", "10", "--memory-budget", "100GB", "--select", "MEM001,CPU003", "--out",
                     str(tmp_path / "run"), DEEP, "--batch", "256", "--width", "128", "--depth", "48",
                     "--oom-above", "600", timeout=300)  # width 128: data wait ~4%, far below MEM001's 10% (6% at 64)
     assert result.returncode == 0, result.stderr[-2000:]
