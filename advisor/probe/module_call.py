@@ -111,44 +111,42 @@ def _room_for_another_mode(modes: int) -> None:
 _limit_base: dict[str, int] = {}  # dynamo's recompile limit before the ladder raised it
 
 
+def _cast(x: Any, dtype: torch.dtype, to: torch.dtype) -> Any:
+    """`x` with its tensors of `dtype`, nested in tuples (named ones too), lists and dicts, cast to `to`;
+    a dict of its own class (a Hugging Face ModelOutput) is changed in place, as only its class builds it."""
+    if isinstance(x, torch.Tensor):
+        return x.to(to) if x.dtype == dtype else x
+    if isinstance(x, tuple):
+        items = [_cast(v, dtype, to) for v in x]
+        return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
+    if isinstance(x, list):
+        return type(x)(_cast(v, dtype, to) for v in x)
+    if isinstance(x, dict):
+        if type(x) is not dict:
+            for key, value in list(x.items()):
+                x[key] = _cast(value, dtype, to)
+            return x
+        return {key: _cast(value, dtype, to) for key, value in x.items()}
+    return x
+
+
 def _outputs_fp32(out: Any, dtype: torch.dtype) -> Any:
-    """`out` with its tensors of `dtype` (nested in tuples, lists and dicts; a Hugging Face ModelOutput
-    in place) cast to fp32: what the loss reads where the user's fix autocasts the forward and the
-    loss (the loss's ops are on autocast's fp32 list) or sets a framework's bf16 flag (Accelerate's
-    convert_outputs_to_fp32, Lightning's convert_output). A loss read on the bf16 output instead ran
-    faster than either: Fabric's language model read 2.2-2.45x where its flag made by hand read 1.77x
-    and the forward and loss under autocast 1.93x (the forward alone, its output left in bf16: 2.54x)."""
-    if isinstance(out, torch.Tensor):
-        return out.float() if out.dtype == dtype else out
-    if isinstance(out, tuple):
-        items = [_outputs_fp32(v, dtype) for v in out]
-        return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)
-    if isinstance(out, list):
-        return type(out)(_outputs_fp32(v, dtype) for v in out)
-    if isinstance(out, dict):
-        if type(out) is not dict:  # ModelOutput and kin: built by their own class, so changed in place
-            for key, value in list(out.items()):
-                out[key] = _outputs_fp32(value, dtype)
-            return out
-        return {key: _outputs_fp32(value, dtype) for key, value in out.items()}
-    return out
+    """`out` with its tensors of `dtype` cast to fp32: what the loss reads where the user's fix
+    autocasts the forward and the loss (the loss's ops are on autocast's fp32 list) or sets a
+    framework's bf16 flag (Accelerate's convert_outputs_to_fp32, Lightning's convert_output). A loss
+    read on the bf16 output instead ran faster than either: Fabric's language model read 2.2-2.45x
+    where its flag made by hand read 1.77x and the forward and loss under autocast 1.93x (the forward
+    alone, its output left in bf16: 2.54x)."""
+    return _cast(out, dtype, torch.float32)
 
 
 def _cast_back(module: torch.nn.Module, args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[tuple, dict]:
-    """`args` and `kwargs` with the tensors of `dtype` (nested in tuples and lists too) cast to the
-    dtype of `module`'s parameters, as a run that never autocast would pass them."""
+    """`args` and `kwargs` with the tensors of `dtype` (nested, :func:`_cast`) cast to the dtype of
+    `module`'s parameters, as a run that never autocast would pass them."""
     own = next((p.dtype for p in module.parameters() if p.is_floating_point()), None)
     if own is None or own == dtype:
         return args, kwargs
-
-    def back(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            return x.to(own) if x.dtype == dtype else x
-        if isinstance(x, (tuple, list)) and not hasattr(x, "_fields"):
-            return type(x)(back(v) for v in x)
-        return x
-
-    return tuple(back(a) for a in args), {k: back(v) for k, v in kwargs.items()}
+    return _cast(args, dtype, own), _cast(kwargs, dtype, own)
 
 
 class ModuleCallSwitch:
