@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO))
 
 from advisor.analysis import stats  # noqa: E402
 from advisor.gate import ab, compare, sequential  # noqa: E402
+from neighbours import start_trainer  # noqa: E402  (benchmarks/neighbours.py)
 
 WORKLOAD = REPO / "tests" / "workloads" / "slowdown_knob.py"
 KNOBS = {"wait": 'parser.add_argument("--slowdown", type=float, default=1.0,',
@@ -199,22 +200,10 @@ def replay_verdict(row: dict, rounds: int, max_rounds: int, wall_only: bool = Fa
     return None
 
 
-# A neighbour that is not periodic: a second training script (pytorch/examples mnist's shape: its
-# conv net, a test pass and a checkpoint after every epoch of 640 samples), started again when it ends.
-TRAINER = REPO / "benchmarks" / "truth" / "scripts" / "conv_mnist.py"
-TRAINER_LOOP = """
-import os, subprocess, sys
-parent = os.getppid()
-while os.getppid() == parent:
-    subprocess.run([sys.executable, *sys.argv[1:]], stdout=subprocess.DEVNULL, cwd=os.environ.get("TMPDIR", "/tmp"))
-"""
-
-
 def start_neighbours(seed: int, args: argparse.Namespace) -> list[subprocess.Popen]:
     """The CPU burners, each on its own seeded phases; with --trainer, the training script instead."""
     if args.trainer:
-        return [subprocess.Popen([sys.executable, "-c", TRAINER_LOOP, str(TRAINER), "--train-size", "640",
-                                  "--test-size", "2000", "--epochs", "1000", "--save-model"], start_new_session=True)]
+        return [start_trainer()]
     on, off = args.on or args.period, args.off or args.period
     return [subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed + 1000 * k), on, off]) for k in range(args.burners)]
 

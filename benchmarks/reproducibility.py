@@ -7,11 +7,12 @@ claim's interval covers the by-hand figure, and how often the recommended value 
 the best by-hand value (issue 54: at least 4 of 5 each).
 
     python benchmarks/reproducibility.py [--cases loader-starved,wlm-lstm,...] [--runs 5] [--skip-hand]
-        [--variants bf16,wlm-lstm:compile,...] [--burner] [--reuse]
+        [--variants bf16,wlm-lstm:compile,...] [--burner | --trainer] [--reuse]
 
 `--burner`: a CPU burner runs beside advise's runs, on for 1-4 s, off for 0-3 s, at random (issue
 65's neighbour), and beside the by-hand runs where they are measured (not with --skip-hand): give
-such a run its own --work, so the quiet by-hand figures stay cached where they were.
+such a run its own --work, so the quiet by-hand figures stay cached where they were. `--trainer`: a
+second training script instead (a real workload, not periodic: benchmarks/neighbours.py).
 
 A `--variants` entry is a by-hand fix of every case (bf16) or of one (case:fix); a case none names
 measures all of its own. The recommended configuration (the stack) is judged like a claim where a
@@ -27,6 +28,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -35,8 +37,10 @@ from pathlib import Path
 from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "truth"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fetch import prepare_base
+from neighbours import start_trainer
 from run import corpus_args, BY_NAME, cached_hand, default_threads, match, measure_case, read_advise, run_advise
 
 DEFAULT_CASES = "loader-starved,wlm-lstm,nanogpt-char,mingpt-adder"
@@ -71,13 +75,17 @@ while True:
 
 
 @contextlib.contextmanager
-def burner(on: bool) -> Iterator[None]:
-    """One CPU burner beside what runs inside (on 1-4 s, off 0-3 s), stopped after it."""
-    proc = subprocess.Popen([sys.executable, "-c", BURNER]) if on else None
+def beside(args: argparse.Namespace) -> Iterator[None]:
+    """The neighbour asked for beside what runs inside (a CPU burner on 1-4 s, off 0-3 s; or a second
+    training script, benchmarks/neighbours.py), stopped after it."""
+    proc = (start_trainer() if args.trainer else
+            subprocess.Popen([sys.executable, "-c", BURNER]) if args.burner else None)
     try:
         yield
     finally:
         if proc is not None:
+            if args.trainer:
+                os.killpg(proc.pid, 9)  # the loop and the script it runs
             proc.kill()
             proc.wait()
 
@@ -92,6 +100,8 @@ def main() -> None:
     p.add_argument("--samples", type=int)
     corpus_args(p, advise_timeout=900.0)
     p.add_argument("--burner", action="store_true", help="a CPU burner beside advise's runs (on 1-4 s, off 0-3 s)")
+    p.add_argument("--trainer", action="store_true",
+                   help="a second training script beside advise's runs (benchmarks/neighbours.py), not a burner")
     p.add_argument("--reuse", action="store_true", help="read the runs already in the work dir, run none")
     args = p.parse_args()
     wanted = args.variants.split(",") if args.variants else []
@@ -107,7 +117,7 @@ def main() -> None:
         if args.skip_hand:
             hand = cached_hand(case, work, args.variants)
         else:
-            with burner(args.burner):
+            with beside(args):
                 hand = measure_case(case, base, work, args, threads)
         truth = hand_speedups(hand)
         best = max([1.0, *truth.values()])  # doing nothing is 1.0x: a case every fix slows has it for its best
@@ -115,7 +125,7 @@ def main() -> None:
         for i in range(args.runs):
             out = work / "repro" / name / f"run-{i}"
             if not args.reuse:
-                with burner(args.burner):
+                with beside(args):
                     meta = run_advise(case, base, work, args, out_dir=out)
                 print(f"  run {i}: {meta['wall_s']} s, exit {meta['exit']}", flush=True)
             runs.append(read_advise(case, work, out))
