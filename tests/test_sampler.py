@@ -16,6 +16,7 @@ import pytest
 from advisor.probe import nvml_reader as nvml_module
 from advisor.probe.nvml_reader import GPU_COLUMNS, _resolve_gpu_index, nvml_snapshot, other_gpu_processes, script_gpu
 from advisor.probe.sampler import COLUMNS, Sampler
+from advisor.probe.tree_cpu import Times, TreeCpu
 
 MB = 1024 * 1024
 
@@ -110,6 +111,62 @@ def test_samples_process_tree(workload_run):
     # Baseline is the minimum, not the first row: before exec the child still maps pytest's memory.
     growth = df["rss_bytes"].max() - df["rss_bytes"].min()
     assert growth > 0.75 * ALLOC_MB * MB, f"rss grew only {growth / MB:.0f} MB"
+
+
+# Workers that each live less than one tick, started and reaped one after another while the main
+# process sleeps: the tree's CPU is theirs, and it must count (not read as another process's load).
+SHORT_LIVED = textwrap.dedent(
+    """
+    import multiprocessing as mp, os, time
+
+    def burn(sec):
+        end = time.process_time() + sec
+        while time.process_time() < end:
+            pass
+
+    if __name__ == "__main__":
+        ctx = mp.get_context("fork")
+        for _ in range(12):
+            p = ctx.Process(target=burn, args=(0.06,))
+            p.start()
+            p.join()
+            time.sleep(0.02)
+        times = os.times()
+        print(times.children_user + times.children_system, times.user + times.system, flush=True)
+    """
+)
+
+
+def test_the_cpu_of_workers_shorter_than_a_tick_is_the_trees():
+    child = subprocess.Popen([sys.executable, "-c", SHORT_LIVED], stdout=subprocess.PIPE, text=True)
+    sampler = Sampler(child.pid, interval_s=0.1)
+    sampler.start()
+    try:
+        out, _ = child.communicate(timeout=30)
+        _wait_done(sampler, timeout=2.0)
+    finally:
+        sampler.stop()
+    workers_s, own_s = map(float, out.split())
+    df = sampler.to_frame()
+    seen_s = float((df["cpu_percent"] / 100 * df["t"].diff()).sum())
+    assert workers_s > 0.6
+    # psutil's cpu_percent read each worker's first tick as 0 % and lost the ones that ended between ticks
+    assert seen_s >= 0.85 * (workers_s + own_s) - 0.15, (seen_s, workers_s, own_s)
+    assert seen_s <= 1.15 * (workers_s + own_s) + 0.3, (seen_s, workers_s, own_s)
+
+
+def test_tree_cpu_counts_a_new_process_whole_and_an_ended_one_once():
+    cpu = TreeCpu()
+    root, worker, reused = (1, 0.0), (2, 5.0), (2, 9.0)
+    assert cpu.read(0.0, {root: Times(1.0, 0.0)}, root) == (0.0, 0.0)  # the first reading: nothing to compare with
+    tree, main = cpu.read(1.0, {root: Times(1.5, 0.0), worker: Times(0.3, 0.0)}, root)
+    assert (round(tree), round(main)) == (80, 50)  # the worker's 0.3 s since it started count
+    # the worker ended (0.4 s in all) and the root reaped it: its last 0.1 s count, not the 0.3 s again
+    tree, main = cpu.read(2.0, {root: Times(2.0, 0.4)}, root)
+    assert (round(tree), round(main)) == (60, 50)
+    # a recycled pid (another start time) is a new process: all its time counts
+    tree, _ = cpu.read(3.0, {root: Times(2.0, 0.4), reused: Times(0.2, 0.0)}, root)
+    assert round(tree) == 20
 
 
 def test_no_gpu_columns_are_nan_with_note(workload_run):

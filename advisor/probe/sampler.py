@@ -44,6 +44,7 @@ from advisor.run_dir.atomic import write_text_atomic
 from advisor.waits import WAIT_COLUMNS, WaitClock
 
 from .nvml_reader import GPU_COLUMNS, GpuReader
+from .tree_cpu import Times, TreeCpu
 
 __all__ = ["Sampler", "COLUMNS"]
 
@@ -106,9 +107,10 @@ class Sampler:
     Caveats worth knowing when reading the numbers: ``rss_bytes`` sums RSS over
     the tree, so copy-on-write pages shared by forked workers are counted once
     per process (an upper bound); ``pss_bytes`` / ``uss_bytes`` do not, but are
-    read only on some ticks (NaN on the others; see the module's docstring). A
-    process's first tick reports 0 % CPU (psutil needs two readings), and CPU
-    spent by processes that live less than one interval is not seen.
+    read only on some ticks (NaN on the others; see the module's docstring). CPU
+    is read from each process's cumulative times (:class:`TreeCpu`): a new
+    process's first interval counts, and a process that ended is counted through
+    the parent that reaped it.
     """
 
     def __init__(self, pid: int, interval_s: float = 0.1, gpu_index: int | None = None) -> None:
@@ -127,8 +129,8 @@ class Sampler:
         self._stop_lock = threading.Lock()
 
         self._root: psutil.Process | None = None
-        # Cached so cpu_percent() compares against the previous call on the same object.
-        self._procs: dict[int, psutil.Process] = {}
+        self._procs: dict[int, psutil.Process] = {}  # reused: psutil caches a process's identity
+        self.tree_cpu = TreeCpu()
 
         self.gpu = GpuReader(self._note, gpu_index)
         self._tick_cost_s: list[float] = []
@@ -173,7 +175,6 @@ class Sampler:
         try:
             self._root = psutil.Process(self.pid)
             self._procs[self.pid] = self._root
-            self._root.cpu_percent(None)
         except _GONE as exc:
             self._note("root", f"process {self.pid} not sampled: {type(exc).__name__}: {exc}")
             self._root = None
@@ -258,7 +259,7 @@ class Sampler:
             return False
 
         self._procs = alive = self._alive(root, children)
-        cpu, main_cpu, rss, n = self._cpu_and_rss(alive)
+        cpu, main_cpu, rss, n = self._cpu_and_rss(alive, t)
         pss, uss = self.unique.read(alive.values(), t, rss)
 
         sample: dict[str, Any] = {
@@ -279,7 +280,7 @@ class Sampler:
         return True
 
     def _alive(self, root: psutil.Process, children: list[int]) -> dict[int, psutil.Process]:
-        """The tree's processes now, each psutil object reused (cpu_percent compares with its last
+        """The tree's processes now, each psutil object reused (it caches the process's identity, its last
         reading); a recycled pid gets a fresh one (its create_time differs)."""
         alive: dict[int, psutil.Process] = {self.pid: root}
         for pid in children:
@@ -292,22 +293,25 @@ class Sampler:
             alive[pid] = child
         return alive
 
-    def _cpu_and_rss(self, alive: dict[int, psutil.Process]) -> tuple[float, float, int, int]:
-        """(CPU % summed over the tree, the script's own process's, RSS summed, processes read)."""
-        cpu, main_cpu, rss, n = 0.0, NAN, 0, 0  # main: the script's own; the rest are its workers and helpers
+    def _cpu_and_rss(self, alive: dict[int, psutil.Process], t: float) -> tuple[float, float, float, int]:
+        """(CPU % over the tree since the last tick, the script's own process's, RSS summed,
+        processes read): the CPU from each process's cumulative times (:class:`TreeCpu`)."""
+        times: dict[tuple[int, float], Times] = {}
+        rss, n, root = 0, 0, (self.pid, 0.0)
         for proc in alive.values():
             try:
                 with proc.oneshot():
-                    c = proc.cpu_percent(None)
+                    c = proc.cpu_times()
                     r = proc.memory_info().rss
+                    key = (proc.pid, proc.create_time())
             except _GONE:
                 continue
-            if proc.pid == self.pid:
-                main_cpu = c
-            cpu += c
+            times[key] = Times(c.user + c.system, c.children_user + c.children_system)
+            root = key if proc.pid == self.pid else root
             rss += r
             n += 1
-        return cpu, main_cpu, rss, n
+        cpu, main_cpu = self.tree_cpu.read(t, times, root)
+        return cpu, main_cpu if root in times else NAN, rss, n
 
 
 class UniqueMemory:
