@@ -412,8 +412,11 @@ class Rounds:
         again = verdicts.fixes([self.results[0], *confirms], verdicts.again + verdicts.beaten,
                                out_of_time=self.out_of_time, final=final,
                                confirming=True)
-        verdicts.promoted = verdicts.fixes(confirms, verdicts.promoted, out_of_time=self.out_of_time, final=final,
-                                           confirming=True)
+        # a promoted screen the passes so far never reached stays promoted: a later pass measures it,
+        # or the run's end reports its screen, not "not measured"
+        reached = [a for a in verdicts.promoted if any(line.arm == a for r in confirms for line in r.windows)]
+        verdicts.promoted = verdicts.fixes(confirms, reached, out_of_time=self.out_of_time, final=final,
+                                           confirming=True) + [a for a in verdicts.promoted if a not in reached]
         verdicts.again = again
 
     def _judge_stack(self, *, final: bool) -> None:
