@@ -37,6 +37,7 @@ from .arms import Arms
 from . import timeline
 from .clock import ProbeDone, StepClock
 from .env import collect_env, memory_stats
+from .kept import keep
 from .hooks import Observed, install
 from .memory import WindowPeak, account, persistent_bytes, rss_bytes, tensor_bytes
 from .module_call import compile_cache_in
@@ -149,7 +150,9 @@ class ProfilerWindow:
         if prof is None:
             return
         try:
+            rss = rss_bytes()
             prof.stop()
+            keep(prof, None if rss is None or self._rss0 is None else rss - self._rss0)  # the arms' heap is the script's
             export_trace(prof, self.trace_path)  # checked: a trace that does not parse is lost, not kept
             self.exported = True
         except TraceLost as exc:
