@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import builtins
-import gc
 import os
 import runpy
 import sys
@@ -37,7 +36,7 @@ from .arms import Arms
 from . import timeline
 from .clock import ProbeDone, StepClock
 from .env import collect_env, memory_stats
-from .kept import keep
+from .heap import settle
 from .hooks import Observed, install
 from .memory import WindowPeak, account, persistent_bytes, rss_bytes, tensor_bytes
 from .module_call import compile_cache_in
@@ -150,9 +149,7 @@ class ProfilerWindow:
         if prof is None:
             return
         try:
-            rss = rss_bytes()
             prof.stop()
-            keep(prof, None if rss is None or self._rss0 is None else rss - self._rss0)  # the arms' heap is the script's
             export_trace(prof, self.trace_path)  # checked: a trace that does not parse is lost, not kept
             self.exported = True
         except TraceLost as exc:
@@ -380,7 +377,7 @@ class ChildProbe:
 
         Every device read here fails soft (the host's step times, unknown memory and device fields):
         after a script's CUDA error every call on its context raises, and the error must stay the script's."""
-        gc.collect()
+        settle()  # the profiler's buffers freed, the heap the arms run on is the script's (advisor.probe.heap)
         clock, observed, window = self.clock, self.observed, self.window
         clock.flush()  # a script that ended inside its window: the steps it ran
         result = msgspec.structs.replace(

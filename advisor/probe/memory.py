@@ -29,8 +29,6 @@ import psutil
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from .kept import keep
-
 _HWM = re.compile(r"VmHWM:\s+(\d+)\s+kB")
 _RSS = re.compile(r"VmRSS:\s+(\d+)\s+kB")
 
@@ -120,7 +118,6 @@ class WindowPeak:
             return
         try:
             prof.stop()
-            keep(prof)  # the next window's heap is the script's (advisor.probe.kept)
             peak = _allocator_peak(prof)
         except Exception:  # noqa: BLE001 - torch's profiler may raise anything: the peak is unknown
             return
