@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO))
 
 from advisor.analysis import stats  # noqa: E402
 from advisor.gate import ab, compare, sequential  # noqa: E402
-from neighbours import start_trainer  # noqa: E402  (benchmarks/neighbours.py)
+from neighbours import start_trainer, stop_trainer  # noqa: E402  (benchmarks/neighbours.py)
 
 WORKLOAD = REPO / "tests" / "workloads" / "slowdown_knob.py"
 KNOBS = {"wait": 'parser.add_argument("--slowdown", type=float, default=1.0,',
@@ -208,6 +208,16 @@ def start_neighbours(seed: int, args: argparse.Namespace) -> list[subprocess.Pop
     return [subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed + 1000 * k), on, off]) for k in range(args.burners)]
 
 
+def stop_neighbours(neighbours: list[subprocess.Popen], args: argparse.Namespace) -> None:
+    """The neighbours killed and reaped (the trainer with the script it runs)."""
+    for neighbour in neighbours:
+        if args.trainer:
+            stop_trainer(neighbour)
+        else:
+            neighbour.kill()
+            neighbour.wait()
+
+
 def plant_sizes(args: argparse.Namespace, widens: tuple[float, ...] = (1.02, 1.10, 1.20), pairs: int = 6,
                 steps: int = 150) -> dict[float, float]:
     """Each plant's slowdown measured by hand, beside the same neighbour: the knob's own model and step
@@ -304,8 +314,7 @@ def main() -> None:
         try:
             plant_sizes(args)
         finally:
-            for neighbour in neighbours:
-                neighbour.kill()
+            stop_neighbours(neighbours, args)
         return
     rows: list[dict] = [r for r in logged if not r.get("error")]
     saved, errors = None, len(logged) - len(rows)
@@ -336,11 +345,7 @@ def main() -> None:
                       + (f"; saved-baseline compare {'REGRESSION' if row['saved'] else 'pass'}" if "saved" in row else ""),
                       flush=True)
     finally:
-        for neighbour in neighbours:
-            if args.trainer:
-                os.killpg(neighbour.pid, 9)  # the loop and the script it runs
-            neighbour.kill()
-            neighbour.wait()
+        stop_neighbours(neighbours, args)
     table(rows, errors, time.monotonic() - started, args)
 
 

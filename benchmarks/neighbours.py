@@ -7,6 +7,7 @@ epoch of 640 samples), started again when it ends, and gone when the benchmark t
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,14 @@ while os.getppid() == parent:
 
 
 def start_trainer() -> subprocess.Popen:
-    """The second training script, looping until its parent (the benchmark) ends; kill its session
-    (``os.killpg``) to stop it with the run it is in."""
+    """The second training script, looping until its parent (the benchmark) ends; :func:`stop_trainer`
+    stops it with the run it is in."""
     return subprocess.Popen([sys.executable, "-c", TRAINER_LOOP, str(TRAINER), "--train-size", "640",
                              "--test-size", "2000", "--epochs", "1000", "--save-model"], start_new_session=True)
+
+
+def stop_trainer(proc: subprocess.Popen) -> None:
+    """The loop and the script it runs, killed (its session), and reaped."""
+    os.killpg(proc.pid, 9)
+    proc.kill()
+    proc.wait()

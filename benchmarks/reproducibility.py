@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "truth"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fetch import prepare_base
-from neighbours import start_trainer
+from neighbours import start_trainer, stop_trainer
 from run import corpus_args, BY_NAME, cached_hand, default_threads, match, measure_case, read_advise, run_advise
 
 DEFAULT_CASES = "loader-starved,wlm-lstm,nanogpt-char,mingpt-adder"
@@ -83,9 +82,9 @@ def beside(args: argparse.Namespace) -> Iterator[None]:
     try:
         yield
     finally:
-        if proc is not None:
-            if args.trainer:
-                os.killpg(proc.pid, 9)  # the loop and the script it runs
+        if args.trainer:
+            stop_trainer(proc)
+        elif proc is not None:
             proc.kill()
             proc.wait()
 

@@ -59,16 +59,16 @@ def settle() -> int:
     if c is None:
         return 0
     c.malloc_trim(0)
-    taken = 0
+    taken, free = 0, free_in_bins(c)
     for size in _PLUG_SIZES:
-        while free_in_bins(c) >= size:
-            before = free_in_bins(c)
+        while free >= size:
             block = c.malloc(size)
             if not block:
                 return taken
-            if before - free_in_bins(c) < size // 2:  # not a free block: the top or a fresh mapping
+            after = free_in_bins(c)
+            if free - after < size // 2:  # not a free block: the top or a fresh mapping
                 c.free(ctypes.c_void_p(block))
                 break
             _plugs.append(block)
-            taken += size
+            taken, free = taken + size, after
     return taken
