@@ -179,8 +179,9 @@ class Report(Block):
     steps: list[Step] = []
     throughput: Throughput = msgspec.field(default_factory=Throughput)
     breakdown: Breakdown = msgspec.field(default_factory=Breakdown)
-    phases: Annotated[list[LoopPhase], Meta(description="the loop's evaluation passes and checkpoint saves in the measured "
-                                                        "window, kept out of the steps' time and samples")] = []
+    phases: Annotated[list[LoopPhase], Meta(description="the loop's evaluation passes, checkpoint saves and training loaders' "
+                                                        "shutdowns in the measured window, kept out of the steps' time and "
+                                                        "samples")] = []
     memory: Memory = msgspec.field(default_factory=Memory)
     mfu: Optional[Mfu] = None
     hta_breakdown: Optional[HtaBreakdown] = None

@@ -90,9 +90,11 @@ class Throughput(Block):
 
 class LoopPhase(Block):
     """A phase of the training loop outside its training steps (advisor.probe.phases): evaluation
-    passes or checkpoint saves inside the measured window, kept out of the steps' time and samples."""
+    passes, checkpoint saves, or a training loader's workers shut down at an epoch's end, inside the
+    measured window, kept out of the steps' time and samples."""
 
-    name: Annotated[Optional[Literal["evaluation", "checkpoint"]], Meta(description="what the phase is")] = None
+    name: Annotated[Optional[Literal["evaluation", "checkpoint", "loader shutdown"]],
+                    Meta(description="what the phase is")] = None
     seconds: Annotated[Num, Meta(description="its time in the measured window, in all")] = None
     share: Annotated[Num, Meta(description="its share of the measured window's wall time")] = None
     count: Annotated[Optional[int], Meta(description="how many times it ran in the window (two saves at one step are two)")] = None

@@ -47,10 +47,14 @@ def _columns(*names: str) -> tuple[str, ...]:
 
 # The step frame's columns (advisor.run_dir.protocol.StepTimes, StepLine and ArmStepLine's fields).
 (INDEX, T_START, T_END, DURATION, HOST, CPU, CLOCK, DATA_WAIT, OPTIMIZER, BACKWARD, SAMPLES, PROFILED, SOURCE,
- LOSS, LOSS_FINITE, T_DEVICE_END, EVAL, EVALS, CHECKPOINT, CHECKPOINTS, LOADER_STARTS) = _columns(
+ LOSS, LOSS_FINITE, T_DEVICE_END, EVAL, EVALS, CHECKPOINT, CHECKPOINTS, LOADER_STARTS, LOADER_END,
+ LOADER_ENDS) = _columns(
     "index", "t_start", "t_end", "duration_s", "host_s", "cpu_s", "clock", "data_wait_s", "optimizer_s",
     "backward_s", "samples", "profiled", "source", "loss", "loss_finite", "t_device_end", "eval_s", "evals",
-    "checkpoint_s", "checkpoints", "loader_starts")
+    "checkpoint_s", "checkpoints", "loader_starts", "loader_end_s", "loader_ends")
+# The loop's phases (advisor.probe.phases and a training loader's end): name, seconds and count columns
+PHASES = (("evaluation", EVAL, EVALS), ("checkpoint", CHECKPOINT, CHECKPOINTS),
+          ("loader shutdown", LOADER_END, LOADER_ENDS))
 # An evaluation timed in at least this share of a frame's steps runs every step (an EMA's or a
 # teacher's forward, an RL rollout): it is part of the step, not a phase of the loop.
 PHASE_MOST_STEPS = 0.5
@@ -88,10 +92,12 @@ def spans(steps: pd.DataFrame) -> pd.Series:
 
 
 def phase_time(steps: pd.DataFrame) -> pd.Series:
-    """Each step's seconds in the loop's phases (advisor.probe.phases): its checkpoint saves, and its
-    evaluations unless they are the steps' own work (:func:`_evals_in_most_steps`)."""
-    saves = _floats(steps, CHECKPOINT, 0.0).fillna(0.0)
-    return saves if _evals_in_most_steps(steps) else saves + _floats(steps, EVAL, 0.0).fillna(0.0)
+    """Each step's seconds in the loop's phases (:data:`PHASES`): its checkpoint saves, its training
+    loaders' shutdowns at an epoch's end, and its evaluations unless they are the steps' own work
+    (:func:`_evals_in_most_steps`)."""
+    own = {EVAL} if _evals_in_most_steps(steps) else set()
+    return sum((_floats(steps, seconds, 0.0).fillna(0.0) for _, seconds, _ in PHASES if seconds not in own),
+               pd.Series(0.0, index=steps.index))
 
 
 def _evals_in_most_steps(steps: pd.DataFrame) -> bool:
@@ -374,7 +380,7 @@ def loop_phases(steps: pd.DataFrame) -> list[dict]:
     if not total > 0 or not math.isfinite(total):
         return []
     out = []
-    for name, seconds, count in (("evaluation", EVAL, EVALS), ("checkpoint", CHECKPOINT, CHECKPOINTS)):
+    for name, seconds, count in PHASES:
         if count not in steps or (name == "evaluation" and _evals_in_most_steps(steps)):
             continue
         counts = _floats(steps, count, 0.0).fillna(0.0)

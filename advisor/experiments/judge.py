@@ -167,8 +167,8 @@ def amdahl_bound(overrides: dict, baseline: list[pd.DataFrame], loads_in_process
     (`loads_in_process`: no workers), workers also take its drag off the compute (its intra-op
     threads, caches and allocator): train_mnist_like on a busy 2-core box, 42% of the step in the
     loader, was 6-9x faster by hand with 4 workers. No bound holds there, nor where the baseline's
-    loader forks its workers anew each epoch (:func:`steptime.loader_started`): the forks, the joins
-    and the copy-on-write faults the training process pays after each land outside the wait
+    loader forks its workers anew each epoch (:func:`steptime.loader_started`): the forks and the copy-on-write faults the
+    training process pays after each land outside the wait
     (pytorch/vision's train.py, 16 workers on 2 cores: `-j 2` 1.82x by hand, its wait 33% of the step).
 
     The share is the largest of the baseline windows' own: a neighbour that takes a core stretches

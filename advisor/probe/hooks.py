@@ -407,8 +407,9 @@ def _install_loader_hooks(clock: StepClock, observed: Observed, in_next: list[bo
             batch = orig_next(self)  # StopIteration passes through
         except StopIteration:
             loader = getattr(self, "_advise_loader_id", 0)
-            if phases.key is None:  # a training loader's end: its workers joined (an evaluation's is the evaluation's)
-                clock.loader_ended(time.monotonic() - t0)
+            if phases.key is None:  # a training loader's end (an evaluation's is the evaluation's)
+                shut_down = bool(getattr(self, "_num_workers", 0)) and not getattr(self, "_persistent_workers", False)
+                clock.loader_ended(time.monotonic() - t0, shut_down)
             phases.exhausted(loader)
             raise
         finally:

@@ -72,6 +72,9 @@ class StepTimes(msgspec.Struct, kw_only=True):
     checkpoints: int = 0
     # training loaders whose iterator started in the step: an epoch began (its workers forked, or woken)
     loader_starts: int = 0
+    # training loaders whose workers were shut down at their iterator's end in the step (an epoch ended)
+    loader_end_s: float = 0.0
+    loader_ends: int = 0
 
 
 class StepLine(StepTimes, kw_only=True):

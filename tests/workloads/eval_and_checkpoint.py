@@ -13,7 +13,8 @@
     safetensors.torch.save_file instead of torch.save (imported when the loop first saves);
 --save-twice: each checkpoint written twice (pytorch/vision's train.py: model_{epoch}.pth and checkpoint.pth).
 --epoch-steps N --workers W: epochs of N steps from a loader of W workers without persistent_workers, so
-    each epoch forks its workers anew (pytorch/vision's train.py with its default -j 16).
+    each epoch forks its workers anew (pytorch/vision's train.py with its default -j 16);
+--persistent: the training loader keeps its workers between epochs (persistent_workers=True).
 Training: batches of 16 from a 0-worker DataLoader, an MLP, SGD, ~10 ms a step."""
 import argparse
 import copy
@@ -33,6 +34,7 @@ p.add_argument("--save-with", choices=["torch", "dcp", "safetensors"], default="
 p.add_argument("--epoch-steps", type=int, default=256)
 p.add_argument("--workers", type=int, default=0)
 p.add_argument("--steps", type=int, default=100000)
+p.add_argument("--persistent", action="store_true")
 args = p.parse_args()
 
 torch.manual_seed(0)
@@ -40,7 +42,7 @@ model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.L
 ema = copy.deepcopy(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 train = DataLoader(TensorDataset(torch.randn(16 * args.epoch_steps, 32), torch.randn(16 * args.epoch_steps, 1)), batch_size=16,
-                   shuffle=True, num_workers=args.workers)
+                   shuffle=True, num_workers=args.workers, persistent_workers=args.persistent)
 val = DataLoader(TensorDataset(torch.randn(512, 32), torch.randn(512, 1)), batch_size=64, num_workers=args.eval_workers)
 held_out = torch.randn(64, 32)
 big = torch.zeros(2_000_000)
