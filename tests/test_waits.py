@@ -72,9 +72,10 @@ def test_workers_that_wait_for_a_core_are_busy_as_those_that_run():
     t = np.arange(0.0, 5.01, 0.25)
     samples = pd.DataFrame({"t": t, "cpu_percent": 130.0, "main_cpu_percent": 110.0,
                             "runq_wait_s": 0.9 * t, "main_runq_wait_s": 0.4 * t})
-    assert metrics.workers_busy(samples, steps) == pytest.approx(0.2 + 0.5)
+    assert metrics.workers_wanting(samples, steps) == pytest.approx(0.2 + 0.5)
+    assert metrics.workers_busy(samples, steps) == pytest.approx(0.2)  # what they did: idle or not
     used_only = samples.drop(columns=["runq_wait_s", "main_runq_wait_s"])  # a kernel without the clock
-    assert metrics.workers_busy(used_only, steps) == pytest.approx(0.2)
+    assert metrics.workers_wanting(used_only, steps) == pytest.approx(0.2)
 
 
 def test_a_kernel_without_the_clock_reads_none_and_says_what_it_lacks(tmp_path):

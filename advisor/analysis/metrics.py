@@ -53,23 +53,29 @@ def io_bound(samples: pd.DataFrame, steps: pd.DataFrame, cores: int | None) -> b
 
 
 def workers_busy(samples: pd.DataFrame, steps: pd.DataFrame) -> float | None:
-    """Cores the DataLoader workers (the script's tree less its main process) wanted on average over
-    the measured window (:func:`window_samples`): the CPU they used and, where the kernel's wait
-    clock gives it (:mod:`advisor.waits`), the time they were runnable but waited for a core. None
-    without the per-process column (an older run dir).
+    """Cores the DataLoader workers (the script's tree less its main process) kept busy on average
+    over the measured window (:func:`window_samples`); None without the per-process column (an
+    older run dir).
 
     Workers that exist are not threads that compete: workers that prefetched their batches and
-    sleep cost nothing (a minGPT script with 4 idle workers read "6 busy threads on 2 cores"). A
-    worker that waits for a core wants one as much as one that runs: beside a neighbour on one of
-    two cores, vision's 16 workers used 0.15-0.30 cores (0.49-0.61 on the quiet machine), and the
-    oversubscription its quiet runs showed went unsaid."""
+    sleep cost nothing (a minGPT script with 4 idle workers read "6 busy threads on 2 cores")."""
     if samples.empty or not {"t", "main_cpu_percent", "cpu_percent"} <= set(samples.columns):
         return None
     window = window_samples(samples, steps)
     rest = (window["cpu_percent"] - window["main_cpu_percent"]).dropna()
-    if not len(rest):
+    return float(rest.clip(lower=0).mean()) / 100.0 if len(rest) else None
+
+
+def workers_wanting(samples: pd.DataFrame, steps: pd.DataFrame) -> float | None:
+    """Cores the DataLoader workers wanted on average over the measured window: those they kept busy
+    (:func:`workers_busy`) and, where the kernel's wait clock gives it (:mod:`advisor.waits`), the
+    time they were runnable but waited for a core. A worker that waits for a core competes for one
+    as much as one that runs: beside a neighbour on one of two cores, vision's 16 workers kept
+    0.15-0.30 cores busy (0.49-0.61 on the quiet machine), and the oversubscription its quiet runs
+    showed went unsaid."""
+    used = workers_busy(samples, steps)
+    if used is None:
         return None
-    used = float(rest.clip(lower=0).mean()) / 100.0
     return used + (_rise_per_s(samples, steps, "runq_wait_s", "main_runq_wait_s") or 0.0)
 
 
