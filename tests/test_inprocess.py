@@ -171,6 +171,27 @@ def test_a_fix_window_and_the_baseline_beside_it_both_disturbed_are_kept_as_a_pa
     assert alone.shared == set() and set(alone.busy) == {line.window for line in alone.windows if line.arm == arm}
 
 
+def test_a_pair_the_neighbour_slowed_many_times_over_is_set_aside_not_compared(tmp_path):
+    """The same neighbour through the fix's window and the baseline beside it, but each step held
+    until a time slice came (tiny-gpt beside a burner: a 3 ms step ran 8-470 ms): the disturbed
+    baseline ran 10 times its quiet window, so the pair is not kept: both are set aside and the fix
+    goes again."""
+    from advisor.experiments.inprocess import PAIR_MAX_SLOWDOWN, disturbed
+
+    finding, child, rounds, first, arm, speed = _one_fix(tmp_path)
+    last = len(first) - 1
+    assert first[last].arm == BASELINE
+    slow = {id(w): 10.0 for w in first[:last]}
+    result = child.run(0, first, lambda w: slow.get(id(w), 1.0) * speed(w))
+    _disturb(result, {arm, BASELINE})
+    result.outside[result.windows[-1].window], result.waits[result.windows[-1].window] = 0.1, 0.02  # it left
+    disturbed([result], cpu_count=2)
+    assert PAIR_MAX_SLOWDOWN < 10 and result.shared == set()
+    assert set(result.busy) == {line.window for line in result.windows} - {result.windows[-1].window}
+    again = rounds.advance(result)
+    assert rounds.silenced() == [arm] and arm in {w.arm for w in again}
+
+
 def test_a_quiet_fix_window_between_disturbed_baselines_is_measured_again_not_failed(tmp_path):
     """The fix's window was quiet, the baselines beside it disturbed alone: it has nothing fair to be
     compared with, so it goes again (not "failed: the baseline could not be re-measured", as a

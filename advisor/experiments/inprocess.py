@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
+import numpy as np
 import pandas as pd
 
 from ..analysis import metrics, steptime
@@ -32,6 +33,7 @@ from .rounds import REPLACE_CAP, RoundKind, Rounds
 from .spend import PLAN_MARGIN_S
 
 BUSY_SHARE = 0.25   # without the kernel's wait clock: other processes on this share of the cores in a window set it aside
+PAIR_MAX_SLOWDOWN = 2.0  # a disturbed baseline window slower than this many times the quiet ones pairs with no fix window
 GIVEN_BACK_SHARE = 0.5  # the set-aside windows' time given back to the arms' budget, at most this share of it
 
 
@@ -59,12 +61,22 @@ def disturbed(results: list[RoundResult], cpu_count: int) -> None:
             r.busy[k] = other
         else:
             r.busy.pop(k, None)
-    came_and_went = any(line.arm == BASELINE and line.window not in r.busy for r, line in lines)
+    quiet_steps = [_mean_step(r, line.window) for r, line in lines if line.arm == BASELINE and line.window not in r.busy]
+    quiet_base = float(np.median([x for x in quiet_steps if x is not None] or [math.nan]))
     for r in results:
-        _pair_the_disturbed(r, came_and_went)
+        _pair_the_disturbed(r, quiet_base)
 
 
-def _pair_the_disturbed(result: RoundResult, came_and_went: bool) -> None:
+def _mean_step(result: RoundResult, window: int) -> float | None:
+    """A window's mean training step, seconds (None: no timed step)."""
+    frame = result.steps.get(window)
+    if frame is None or not steptime.has_durations(frame) or frame.empty:
+        return None
+    mean = float(steptime.durations(frame).mean())
+    return mean if mean > 0 else None
+
+
+def _pair_the_disturbed(result: RoundResult, quiet_base: float) -> None:
     """Keep, in pairs, the disturbed arm windows whose nearest baseline window (either side) a
     neighbour disturbed too: interference that hits both sides of a comparison largely cancels in
     their ratio (duet benchmarking, Bulej et al. 2020), where one side disturbed alone biases it.
@@ -72,9 +84,16 @@ def _pair_the_disturbed(result: RoundResult, came_and_went: bool) -> None:
     every one aside left a 2x loader fix unverified in 3 of 3 runs. Only where the neighbour came and
     went (a baseline window was quiet): one that never leaves makes every pair a comparison on
     another machine than the quiet one the script will train on (a contended 2-core machine read
-    bf16 on nanoGPT 2.05x, 0.90x by hand on the quiet one)."""
+    bf16 on nanoGPT 2.05x, 0.90x by hand on the quiet one). `quiet_base`: the quiet baseline windows'
+    median mean step (NaN: none, the neighbour never left).
+
+    Only where the neighbour slowed the baseline window at most PAIR_MAX_SLOWDOWN times its quiet
+    windows: a neighbour that takes a share of the cores slows both sides alike, but one that holds a
+    thread of a parallel step until its next time slice slows each step by what the slices happened
+    to be (tiny-gpt's 3 ms step ran 8-470 ms a window beside the burner, conv-mnist's 28 ms 231), and
+    such pairs read fused AdamW at 0.28x and 137x where by hand beside the same burner it is 1.13x."""
     result.shared = set()
-    if not came_and_went:
+    if not math.isfinite(quiet_base):
         return
     windows = result.windows
     for k, line in enumerate(windows):
@@ -82,7 +101,8 @@ def _pair_the_disturbed(result: RoundResult, came_and_went: bool) -> None:
             continue
         sides = (range(k - 1, -1, -1), range(k + 1, len(windows)))
         near = [next((j for j in side if windows[j].arm == BASELINE), None) for side in sides]
-        hit = [windows[j].window for j in near if j is not None and windows[j].window in result.busy]
+        hit = [windows[j].window for j in near if j is not None and windows[j].window in result.busy
+               and (_mean_step(result, windows[j].window) or math.inf) <= PAIR_MAX_SLOWDOWN * quiet_base]
         if hit:
             result.shared.update([line.window, *hit])
     for k in result.shared:
