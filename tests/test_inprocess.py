@@ -225,31 +225,6 @@ def test_every_window_disturbed_reaches_the_cap_and_no_figure_is_verified(tmp_pa
     assert not finding.experiment.verified and finding.experiment.speedup is not None
 
 
-def test_the_windows_set_aside_are_given_back_to_the_automatic_budget_up_to_its_cap(tmp_path):
-    """The windows a neighbour disturbed cost the budget nothing, up to GIVEN_BACK_SHARE of it: the
-    time left grows by their seconds (the runner's stop moves with what on_window_done returns); a
-    budget the user gave stays theirs."""
-    from advisor.experiments.inprocess import GIVEN_BACK_SHARE
-
-    finding, child, rounds, first, arm, speed = _one_fix(tmp_path)
-    result = _disturb(child.run(0, first, speed), {arm})
-    rounds.advance(result)
-    aside = sum(result.steps[k]["duration_s"].sum() for k in result.busy)
-    assert aside > 0.3  # 10 steps of 40 ms in each of the fix's windows
-
-    def session(give_back: bool, budget_s: float) -> ArmsSession:
-        s = ArmsSession(tmp_path, "", lambda: ([], _profile(cores=2)), time_budget_s=budget_s, give_back=give_back)
-        s.rounds, s._started = rounds, time.monotonic()
-        return s
-
-    auto, given = session(True, 20.0), session(False, 20.0)
-    assert auto.given_back_s() == pytest.approx(aside) and given.given_back_s() == 0.0
-    assert auto.time_left() - given.time_left() == pytest.approx(aside, abs=0.05)
-    assert session(True, 0.5).given_back_s() == pytest.approx(GIVEN_BACK_SHARE * 0.5)  # the cap
-    rounds.results[0].busy.clear()  # a quiet machine: nothing given back
-    assert auto.given_back_s() == 0.0
-
-
 def test_screened_fixes_get_one_short_window_and_only_those_that_look_faster_are_measured_in_full(tmp_path):
     """Experiments decide: fixes no rule proposed (EXP001) are screened in round 0, one short window
     each after the rules' arms; a screen 1.5x faster gets a round of its own, measured in full like

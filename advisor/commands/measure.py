@@ -83,7 +83,7 @@ def arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_setti
 
     session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
                           max_experiments=experiments.max_experiments, window_steps=max(5, config.steps // 2),
-                          budget_from=lambda: config.arms_budget_s, give_back=experiments.time_budget_s is None,
+                          budget_from=lambda: config.arms_budget_s,
                           io_like=io_like, publish=link.publish_plan if link is not None else None)
     return session
 

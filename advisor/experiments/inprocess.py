@@ -34,7 +34,6 @@ from .spend import PLAN_MARGIN_S
 
 BUSY_SHARE = 0.25   # without the kernel's wait clock: other processes on this share of the cores in a window set it aside
 PAIR_MAX_SLOWDOWN = 2.0  # a disturbed baseline window slower than this many times the quiet ones pairs with no fix window
-GIVEN_BACK_SHARE = 0.5  # the set-aside windows' time given back to the arms' budget, at most this share of it
 
 
 def disturbed(results: list[RoundResult], cpu_count: int) -> None:
@@ -136,7 +135,6 @@ class ArmsSession:
     # (`budget_from`: an automatic budget is known only then)
     time_budget_s: float = 900.0
     budget_from: Callable[[], float | None] | None = None
-    give_back: bool = False  # the automatic budget: the set-aside windows' time is given back (:meth:`given_back_s`)
     plan_suffixes: list[str] = field(default_factory=list)  # the ranks that run each plan (default: rank_suffix's)
     publish: Callable[[Plan], None] | None = None  # a job a launcher started: the plan to every rank (job/link.py)
     rounds: Rounds | None = None  # the machine, once the window's findings are known
@@ -159,11 +157,10 @@ class ArmsSession:
         return self.rounds.recommended if self.rounds else None
 
     # the child asks ------------------------------------------------------------------------
-    def on_window_done(self, round_no: int, suffixes: list[str] | None = None, lines: RankLines | None = None) -> float:
+    def on_window_done(self, round_no: int, suffixes: list[str] | None = None, lines: RankLines | None = None) -> None:
         """Write the plan for round `round_no`: round 0 after the window, N + 1 once round N ended
         (`lines`: the judged rank's lines so far, the runner's; `suffixes`: the ranks that run it,
-        the one whose steps are judged first: a job's rank 0). Returns the seconds given back to the
-        budget so far (:meth:`given_back_s`): the runner's stop moves with them."""
+        the one whose steps are judged first: a job's rank 0)."""
         if suffixes:
             self.rank_suffix, self.plan_suffixes = suffixes[0], list(suffixes)
         if self._started is None:  # the runner's budget counts from the same line
@@ -188,7 +185,6 @@ class ArmsSession:
             write_plan(self.out / f"plan{suffix}.json", plan)
         if self.publish is not None:
             self.publish(plan)
-        return self.given_back_s()
 
     def _plan(self, round_no: int, lines: RankLines | None) -> list[Window]:
         if round_no == 0:
@@ -243,8 +239,6 @@ class ArmsSession:
             text += f"; {paired} kept in pairs, a fix's window beside a baseline window disturbed as well, compared only with each other"
         if aside:
             text += f"; {aside} set aside (left out of every figure) and {rounds.replaced} measured again"
-            if given := self.given_back_s():
-                text += f", their {given:.0f} s given back to the time budget"
         if rounds.replace_cap_reached:
             text += f" (the cap of {REPLACE_CAP} such passes was reached)"
         if silenced := rounds.silenced():
@@ -253,22 +247,8 @@ class ArmsSession:
         return text
 
     def time_left(self) -> float:
-        """The arms' time budget left (:meth:`given_back_s` included), less the margin a plan takes to
-        reach the child."""
-        spent = time.monotonic() - (self._started or time.monotonic())
-        return max(0.0, self.time_budget_s + self.given_back_s() - PLAN_MARGIN_S - spent)
-
-    def given_back_s(self) -> float:
-        """The seconds of the windows a neighbour disturbed and that were set aside, given back to the
-        budget up to GIVEN_BACK_SHARE of it: the neighbour took them, not the fixes. Beside a burner
-        that comes and goes, vision's windows of whole epochs (2-5 s) left 9 s of a 34 s budget after 4
-        of 8 were set aside, too little for the pass that replaces them, and a 1.22x fix (1.34x by hand
-        beside the same burner) went unverified. On a quiet machine nothing is set aside: no change."""
-        if self.rounds is None or not self.give_back or self.publish is not None or len(self.plan_suffixes) > 1:
-            return 0.0  # a budget the user gave is theirs; a job's other ranks keep their own stop
-        aside = sum(float(steptime.spans(frame).sum()) for r in self.rounds.results.values()
-                    for k, frame in r.steps.items() if k in r.busy and steptime.has_spans(frame))
-        return min(GIVEN_BACK_SHARE * self.time_budget_s, aside)
+        """The arms' time budget left, less the margin a plan takes to reach the child."""
+        return max(0.0, self.time_budget_s - PLAN_MARGIN_S - (time.monotonic() - (self._started or time.monotonic())))
 
     def on_arm_step(self, line: ArmStepLine) -> None:
         """The child ran a step of window k: say which window and arm run, and the time left."""
@@ -279,7 +259,7 @@ class ArmsSession:
         window = self._windows[k]
         arms = len({w.arm for w in self._windows} - {BASELINE})
         what = "the baseline" if window.arm == BASELINE else f"arm {self.rounds.label(window.arm)}"
-        remaining = self.time_budget_s + self.given_back_s() - (time.monotonic() - (self._started or time.monotonic()))
+        remaining = self.time_budget_s - (time.monotonic() - (self._started or time.monotonic()))
         self.progress.phase(f"window {k + 1} of {len(self._windows)} ({arms} arm{'s' if arms != 1 else ''} interleaved with "
                             f"the baseline): {what}; {max(0.0, remaining):.0f} s of the time budget left")
 

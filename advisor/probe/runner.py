@@ -73,7 +73,7 @@ def _kill_group(pgid: int, sig: int) -> None:
 
 
 def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopRequest | None = None,
-              on_window_done: Callable[[int, list[str], RankLines], float | None] | None = None,
+              on_window_done: Callable[[int, list[str], RankLines], None] | None = None,
               on_arm_step: Callable[[ArmStepLine], None] | None = None, link: JobLink | None = None) -> ProbeRun:
     """Run the script under the probe until its window ends, it exits, time runs out, or `stop` is set.
 
@@ -99,7 +99,7 @@ class ProbeSession:
     lines read as they arrive, the arms' rounds, and its stops (:mod:`.stops`)."""
 
     def __init__(self, config: ProbeConfig, progress: Progress | None, stop: StopRequest | None,
-                 on_window_done: Callable[[int, list[str], RankLines], float | None] | None,
+                 on_window_done: Callable[[int, list[str], RankLines], None] | None,
                  on_arm_step: Callable[[ArmStepLine], None] | None, link: JobLink | None) -> None:
         self.config, self.progress, self.stop, self.link = config, progress, stop, link
         self.on_window_done, self.on_arm_step = on_window_done, on_arm_step
@@ -113,7 +113,6 @@ class ProbeSession:
         self.lines = lines_of(self.out, self.shape.names)  # the watched rank's, as they arrive
         self.job = _JobArms(self.shape.suffix, self.shape.arm_ranks())
         self.next_round: int | None = None
-        self.budget_ends_at = 0.0  # the arms' budget's end as first set, before any time given back
 
     def run(self) -> ProbeRun:
         self._prepare()
@@ -219,8 +218,7 @@ class ProbeSession:
             follower = self.link is not None and not self.link.leader
             since = self.started if self.config.since is None else min(self.config.since, self.started)
             self.config.arms_budget_s = auto_arms_budget(now - since) + (2 * BUDGET_GRACE_S if follower else 0.0)
-        self.budget_ends_at = now + self.config.arms_budget_s
-        self.stops.arms_budget(self.budget_ends_at)
+        self.stops.arms_budget(now + self.config.arms_budget_s)
         # the parent's rules read the window as a run dir: its steps and samples so far
         names = self.shape.names
         probe_now = read_account(self.out / names.probe_json)
@@ -241,9 +239,7 @@ class ProbeSession:
                 and (link is None or link.ended(self.next_round - 1))):  # (next_round: set only with on_window_done)
             if self.next_round > 0:  # the round's samples, for its windows' load (a burst of another process's)
                 self.sampler.write_csv(out / names.samples_csv)
-            given_back = self.on_window_done(self.next_round, job.suffixes, self.lines)
-            if given_back and self.stops.budget_at is not None and self.stops.budget_ended_at is None:
-                self.stops.budget_at = self.budget_ends_at + given_back  # windows a neighbour disturbed, given back
+            self.on_window_done(self.next_round, job.suffixes, self.lines)
             self.next_round = None
         if job.failed and (job.others or link) and self.stops.sent_at is None:
             # one rank's arm raised (out of memory, say): the others would wait for it in a collective
