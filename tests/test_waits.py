@@ -7,11 +7,8 @@ import math
 import os
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 
-from advisor.analysis import metrics
 from advisor.experiments.arms import RoundResult
 from advisor.experiments.inprocess import disturbed
 from advisor.run_dir.protocol import ArmLine
@@ -51,31 +48,6 @@ def test_the_tree_wait_counts_each_thread_from_its_first_reading_and_keeps_what_
     fake_proc(tmp_path, {10: {10: 5_200_000_000}, 20: {20: 250_000_000}})
     assert clock.tree_wait_s([10, 20]) == pytest.approx(0.95)  # 11's wait stays counted
     assert clock.missing(10) == []
-
-
-def test_the_main_process_wait_is_kept_apart_from_its_workers(tmp_path):
-    """The first pid read is the script's main process: its threads' part of the tree's wait is its
-    own column, and the rest (its DataLoader workers') is what they waited for a core."""
-    clock = WaitClock(fake_proc(tmp_path, {10: {10: 1_000_000_000, 11: 0}, 20: {20: 0}}))
-    assert clock.read([10, 20])["main_runq_wait_s"] == 0.0
-    fake_proc(tmp_path, {10: {10: 1_200_000_000, 11: 100_000_000}, 20: {20: 700_000_000}, 30: {30: 50_000_000}})
-    reading = clock.read([10, 20, 30])
-    assert reading["main_runq_wait_s"] == pytest.approx(0.3)
-    assert reading["runq_wait_s"] == pytest.approx(0.3 + 0.7 + 0.05)
-
-
-def test_workers_that_wait_for_a_core_are_busy_as_those_that_run():
-    """A neighbour that takes a core leaves a loader's workers less CPU, not less to do: their busy
-    cores are the CPU they used and the time they were runnable but waited (vision's 16 workers
-    beside a burner used 0.15-0.30 cores, 0.49-0.61 quiet, and DL003 went unsaid)."""
-    steps = pd.DataFrame({"t_start": [1.0, 2.0, 3.0], "t_end": [2.0, 3.0, 4.0], "duration_s": [1.0, 1.0, 1.0]})
-    t = np.arange(0.0, 5.01, 0.25)
-    samples = pd.DataFrame({"t": t, "cpu_percent": 130.0, "main_cpu_percent": 110.0,
-                            "runq_wait_s": 0.9 * t, "main_runq_wait_s": 0.4 * t})
-    assert metrics.workers_wanting(samples, steps) == pytest.approx(0.2 + 0.5)
-    assert metrics.workers_busy(samples, steps) == pytest.approx(0.2)  # what they did: idle or not
-    used_only = samples.drop(columns=["runq_wait_s", "main_runq_wait_s"])  # a kernel without the clock
-    assert metrics.workers_wanting(used_only, steps) == pytest.approx(0.2)
 
 
 def test_a_kernel_without_the_clock_reads_none_and_says_what_it_lacks(tmp_path):

@@ -66,32 +66,6 @@ def workers_busy(samples: pd.DataFrame, steps: pd.DataFrame) -> float | None:
     return float(rest.clip(lower=0).mean()) / 100.0 if len(rest) else None
 
 
-def workers_wanting(samples: pd.DataFrame, steps: pd.DataFrame) -> float | None:
-    """Cores the DataLoader workers wanted on average over the measured window: those they kept busy
-    (:func:`workers_busy`) and, where the kernel's wait clock gives it (:mod:`advisor.waits`), the
-    time they were runnable but waited for a core. A worker that waits for a core competes for one
-    as much as one that runs: beside a neighbour on one of two cores, vision's 16 workers kept
-    0.15-0.30 cores busy (0.49-0.61 on the quiet machine), and the oversubscription its quiet runs
-    showed went unsaid."""
-    used = workers_busy(samples, steps)
-    if used is None:
-        return None
-    return used + (_rise_per_s(samples, steps, "runq_wait_s", "main_runq_wait_s") or 0.0)
-
-
-def _rise_per_s(samples: pd.DataFrame, steps: pd.DataFrame, column: str, less: str) -> float | None:
-    """How fast cumulative `column` less cumulative `less` rose over the span of `steps` (per second),
-    interpolated at its ends; None where either is missing or the span is not sampled."""
-    window = measured_window(steps)
-    if window is None or window[1] <= window[0] or not {column, less} <= set(samples.columns):
-        return None
-    clock = samples[["t", column, less]].dropna()
-    if len(clock) < 2 or clock["t"].iloc[0] > window[0] or clock["t"].iloc[-1] < window[1]:
-        return None
-    start, end = np.interp(window, clock["t"], clock[column] - clock[less])
-    return max(0.0, float(end - start)) / (window[1] - window[0])
-
-
 def gpu_neighbours(samples: pd.DataFrame) -> int | None:
     """The most processes outside the script's tree NVML saw at once on its GPU over `samples`
     (None where it was not sampled: a CPU run, no NVML)."""

@@ -3,11 +3,9 @@ Flags runs that ask for more busy CPU threads than the machine has cores.
 
 On a CPU-trained model, that is the intra-op threads of the training process
 (`torch.get_num_threads()`) plus the DataLoader workers that are busy; on a GPU-trained model,
-busy workers that leave no core to the main process. Workers count by the cores they wanted in the
-measured window: the CPU they used (the script's process tree less its main process, sampled) and
-the time they were runnable but waited for a core (the kernel's run-queue wait, where it gives
-one: beside a neighbour on one of two cores, workers use less CPU but want as much). Workers that
-have prefetched their batches and sleep compete with nothing. It reports only when the measured
+busy workers that leave no core to the main process. Workers count by the CPU they used in the
+measured window (the script's process tree less its main process, sampled): workers that have
+prefetched their batches and wait compete with nothing. It reports only when the measured
 window actually saturated the CPU (the script's process tree, or the whole machine, at or near
 full use of every core).
 

@@ -387,8 +387,7 @@ def oversubscription(profile: Profile, min_cpu_busy_frac: float = 0.85) -> Overs
     if not cores or not threads or workers == 0:
         return None
     busy_workers = metrics.workers_busy(profile.samples, profile.steps)
-    wanting = metrics.workers_wanting(profile.samples, profile.steps)  # busy, or waiting for a core
-    working = workers if wanting is None else min(workers, math.ceil(wanting - 0.25))
+    working = workers if busy_workers is None else min(workers, math.ceil(busy_workers - 0.25))
     demand = threads + working if profile.device == "cpu" else working + 1
     if demand <= cores_per_rank(profile.env):  # each rank's share of the node
         return None
