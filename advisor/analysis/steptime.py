@@ -95,9 +95,14 @@ def phase_time(steps: pd.DataFrame) -> pd.Series:
     """Each step's seconds in the loop's phases (:data:`PHASES`): its checkpoint saves, its training
     loaders' shutdowns at an epoch's end, and its evaluations unless they are the steps' own work
     (:func:`_evals_in_most_steps`)."""
-    own = {EVAL} if _evals_in_most_steps(steps) else set()
-    return sum((_floats(steps, seconds, 0.0).fillna(0.0) for _, seconds, _ in PHASES if seconds not in own),
+    return sum((_floats(steps, seconds, 0.0).fillna(0.0) for _, seconds, _ in _phases_of(steps)),
                pd.Series(0.0, index=steps.index))
+
+
+def _phases_of(steps: pd.DataFrame) -> tuple[tuple[str, str, str], ...]:
+    """The :data:`PHASES` that are the loop's own in these steps: all but an evaluation that ran in
+    most of them (:func:`_evals_in_most_steps`: it is the steps' own work)."""
+    return tuple(p for p in PHASES if p[1] != EVAL) if _evals_in_most_steps(steps) else PHASES
 
 
 def _evals_in_most_steps(steps: pd.DataFrame) -> bool:
@@ -380,8 +385,8 @@ def loop_phases(steps: pd.DataFrame) -> list[dict]:
     if not total > 0 or not math.isfinite(total):
         return []
     out = []
-    for name, seconds, count in PHASES:
-        if count not in steps or (name == "evaluation" and _evals_in_most_steps(steps)):
+    for name, seconds, count in _phases_of(steps):
+        if count not in steps:
             continue
         counts = _floats(steps, count, 0.0).fillna(0.0)
         n = int(counts.sum())
