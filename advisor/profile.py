@@ -40,7 +40,7 @@ for the cross-rank rules; a single-rank run has ``ranks == []`` and a job of one
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Callable, Hashable, TypeVar
+from typing import Callable, Hashable, Literal, TypeVar
 from pathlib import Path
 
 import pandas as pd
@@ -60,6 +60,12 @@ T = TypeVar("T")  # what a Profile's derived table is
 LOG_TAIL_LINES = 30  # meta.log_tail: what a failed run's report shows of the script's log
 
 
+# steps-quiet.csv's reason, said wherever the Profile is read (the report's warnings, advise analyze)
+QUIET_STEPS_NOTE = ("a neighbour disturbed the measured window (other processes took a core and the script's threads "
+                    "waited for one): step times and their shares are read on {steps} steps of a quiet window of the "
+                    "same script measured after it ({file}); the trace and steps.csv are the measured window's")
+
+
 @dataclass
 class ProfileMeta:
     """Where a Profile's figures came from, and what reading them said."""
@@ -68,6 +74,7 @@ class ProfileMeta:
     step_source: str | None = None  # what ended each step: optimizer, dataloader, backward, explicit, ProfilerStep
     trace: str | None = None        # the trace's file, where one was read
     step_parts: str | None = None   # "device": a step's parts read on the device's timeline (a GPU trace), else "host"
+    steps_window: Literal["measured", "quiet"] = "measured"  # "quiet": the steps are steps-quiet.csv's (a neighbour disturbed the measured window)
     notes: list[str] = field(default_factory=list)  # what could not be read, said once in the report's warnings
     log_tail: str | None = None     # the script log's last lines (a failed run's report shows them)
 
@@ -194,6 +201,10 @@ class Profile:
         steps = _read_csv(run_dir / names.steps_csv)
         samples = read_samples(run_dir, rank_suffix)
         trace, notes = None, []
+        window: Literal["measured", "quiet"] = "measured"
+        if not (quiet := _read_csv(run_dir / names.quiet_steps_csv)).empty:
+            steps, window = quiet, "quiet"  # a neighbour disturbed the measured window (advisor.experiments.look)
+            notes.append(QUIET_STEPS_NOTE.format(file=names.quiet_steps_csv, steps=len(quiet)))
         if (run_dir / names.trace).exists():
             try:
                 trace = load_trace(run_dir / names.trace)
@@ -207,7 +218,7 @@ class Profile:
             env=probe.env,
             observed=probe.observed,
             memory=probe.memory,
-            meta=ProfileMeta(source="probe", step_source=probe.step_source,
+            meta=ProfileMeta(source="probe", step_source=probe.step_source, steps_window=window,
                              trace=names.trace if trace is not None else None, notes=notes,
                              log_tail=_tail(run_dir / names.log, LOG_TAIL_LINES)),
             sources=Sources.load(run_dir / names.sources),

@@ -72,6 +72,7 @@ def build_report(
         started_at=started_at,
         env=copy.copy(profile.env),
         step_source=profile.meta.step_source,
+        steps_window=profile.meta.steps_window if profile.meta.source == "probe" else None,
         steps=_built("steps", list[Step], steptime.records(steps, Step.__struct_fields__)),
         throughput=_built("throughput", Throughput, steptime.throughput(steps)),
         breakdown=_built("breakdown", Breakdown, metrics.breakdown(steps)),
@@ -176,6 +177,9 @@ class Report(Block):
     env: Env = msgspec.field(default_factory=Env)
     step_source: Annotated[Optional[str], Meta(description="what marked the steps: optimizer, dataloader, backward, marker or "
                                                            "trace")] = None
+    steps_window: Annotated[Optional[Literal["measured", "quiet"]], Meta(
+        description="which window `steps` and the figures read on them are: the measured one (steps.csv), or a quiet "
+                    "one measured after it where a neighbour disturbed it (steps-quiet.csv)")] = None
     steps: list[Step] = []
     throughput: Throughput = msgspec.field(default_factory=Throughput)
     breakdown: Breakdown = msgspec.field(default_factory=Breakdown)

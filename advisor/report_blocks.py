@@ -261,6 +261,8 @@ class Experiments(Block):
     budget_s: Annotated[Num, Meta(description="the in-process arms' time budget: --time-budget, or set automatically "
                                               "(1.35x the run's time to its profiled window, 5-240 s)")] = None
     budget_given: Annotated[Optional[bool], Meta(description="true: --time-budget; false: the automatic budget")] = None
+    window_again_s: Annotated[Num, Meta(description="seconds added to the budget for measuring the profiled window "
+                                                    "again until a quiet window (a neighbour disturbed it)")] = None
     arms: Annotated[list[ArmCost], Meta(description="where the in-process arms' time went, the costliest first")] = []
     left_out: Annotated[list[LeftOut], Meta(description="fixes the time budget left without a verdict: not started "
                                                         "(predicted to outlast the budget left), or cut while "

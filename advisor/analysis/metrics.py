@@ -29,6 +29,14 @@ DISTURBED_WAIT = 0.05
 MIN_QUIET_STEPS = 3  # steps no neighbour disturbed, enough to judge a step's shares on them alone
 
 
+def took_a_core(other: float, wait: float) -> bool:
+    """A neighbour disturbed a window (or a step): other processes used OUTSIDE_LOAD_WARN_CORES or
+    more and the script's threads waited for a core DISTURBED_WAIT or more (in cores; `wait` above
+    what they wait where no neighbour is, where that is known). A neighbour on a core the script did
+    not want costs it nothing, and a script whose own workers oversubscribe the cores waits alone."""
+    return other >= OUTSIDE_LOAD_WARN_CORES and wait >= DISTURBED_WAIT
+
+
 def outside_cores(samples: pd.DataFrame, cpu_count: int | None) -> float | None:
     """Mean CPU, in cores, that processes outside the script's tree used over `samples` (the
     system's CPU less the tree's), or None where the sampler could not tell."""
@@ -189,8 +197,8 @@ def disturbed_steps(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: int |
     lo, hi = np.searchsorted(t, start, "left") - 1, np.searchsorted(t, end, "right")
     near = [outside[max(0, a):min(len(t), b + 1)].max(initial=0.0) for a, b in zip(lo, hi)]
     floor = float(share.quantile(0.1)) if share.notna().any() else 0.0
-    return ((share - floor >= DISTURBED_WAIT) & (pd.Series(near, index=steps.index) >= OUTSIDE_LOAD_WARN_CORES)
-            & ~steptime.loader_started(steps))
+    hit = [took_a_core(n, w) for n, w in zip(near, (share - floor).fillna(-1.0))]
+    return pd.Series(hit, index=steps.index, dtype=bool) & ~steptime.loader_started(steps)
 
 
 def window_samples(samples: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:

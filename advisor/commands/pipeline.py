@@ -57,7 +57,8 @@ def _warnings(run: ProbeRun, config: ProbeConfig, profile: Profile | None = None
     if run.status == "ok" and measured < config.steps:
         out.append(f"the script finished after {measured} measured steps (asked for {config.steps}); numbers rest on fewer steps")
     steps = profile.steps if profile is not None else None
-    if run.status == "ok" and steps is not None and steptime.never_profiled(steps):
+    if run.status == "ok" and steps is not None and steptime.never_profiled(steps) \
+            and (profile is None or profile.meta.steps_window == "measured"):
         why = (f"--profile-steps {config.profile_steps}" if not config.profile_steps else
                f"the script ended after {measured} measured steps, before the last {config.profile_steps}")
         out.append(f"no step ran under the profiler ({why}): the rules had no trace to read, so their silence "

@@ -27,17 +27,21 @@ from ..analysis import metrics, steptime
 from ..model import Experiment, Finding, Recommendation, Verdict
 from ..profile import Profile, read_samples
 from ..run_dir.protocol import ArmStepLine, Plan, RankLines, Window, write_plan
+from . import look
 from .plan import BASELINE
 from .arms import RoundResult
 from .rounds import REPLACE_CAP, RoundKind, Rounds
+from .sizing import WindowSizing
 from .spend import PLAN_MARGIN_S
 
 BUSY_SHARE = 0.25   # without the kernel's wait clock: other processes on this share of the cores in a window set it aside
 PAIR_MAX_SLOWDOWN = 2.0  # a disturbed baseline window slower than this many times the quiet ones pairs with no fix window
 
 
-def disturbed(results: list[RoundResult], cpu_count: int) -> None:
-    """Mark, in each of `results` (every round read so far), the windows a neighbour disturbed.
+def disturbed(results: list[RoundResult], cpu_count: int, looked: tuple[float, float] | None = None) -> None:
+    """Mark, in each of `results` (every round read so far), the windows a neighbour disturbed
+    (`looked`: the mean step and wait of the window the findings read, where quiet: a quiet
+    baseline window too, :func:`.look.quiet_window`).
 
     With the kernel's wait clock (:mod:`advisor.waits`): other processes used half a core or more
     (:data:`metrics.OUTSIDE_LOAD_WARN_CORES`) and the script's run-queue wait rose :data:`metrics.DISTURBED_WAIT` above
@@ -46,14 +50,14 @@ def disturbed(results: list[RoundResult], cpu_count: int) -> None:
     not a neighbour's, and a neighbour that took no core the script wanted costs nothing. Without
     the clock, the sampler's load alone: other processes on BUSY_SHARE of the cores."""
     lines = [(r, line) for r in results for line in r.windows if line.window in r.outside]
-    quiet: dict[str, float] = {}
+    quiet: dict[str, float] = {BASELINE: looked[1]} if looked else {}
     for r, line in lines:
         if line.window in r.waits and r.outside[line.window] < metrics.OUTSIDE_LOAD_WARN_CORES:
             quiet[line.arm] = min(quiet.get(line.arm, math.inf), r.waits[line.window])
     for r, line in lines:
         k, other = line.window, r.outside[line.window]
         if k in r.waits:
-            hit = other >= metrics.OUTSIDE_LOAD_WARN_CORES and r.waits[k] - quiet.get(line.arm, 0.0) >= metrics.DISTURBED_WAIT
+            hit = metrics.took_a_core(other, r.waits[k] - quiet.get(line.arm, 0.0))
         else:
             hit = other >= max(metrics.OUTSIDE_LOAD_WARN_CORES, BUSY_SHARE * cpu_count)
         if hit:
@@ -61,6 +65,7 @@ def disturbed(results: list[RoundResult], cpu_count: int) -> None:
         else:
             r.busy.pop(k, None)
     quiet_steps = [_mean_step(r, line.window) for r, line in lines if line.arm == BASELINE and line.window not in r.busy]
+    quiet_steps += [looked[0]] if looked else []
     quiet_base = float(np.median([x for x in quiet_steps if x is not None] or [math.nan]))
     for r in results:
         _pair_the_disturbed(r, quiet_base)
@@ -143,6 +148,11 @@ class ArmsSession:
     _shown: tuple[int, int] | None = None  # (round, window) the progress line names
     _started: float | None = None
     cpu_count: int | None = None  # the machine's cores: a window's neighbour load is judged against them
+    _look: look.Look | None = None  # the measured window measured again, a neighbour having disturbed it
+    _diagnosed: tuple[list[Finding], Profile] | None = None  # the measured window's findings, meanwhile
+    window_again_s: float | None = None  # seconds the look took: the arms' budget grew by them
+    _given_back: float | None = None  # the look's seconds, once it ended, for the runner's budget (returned once)
+    _quiet_window: tuple[float, float] | None = None  # the findings' window, where quiet: a baseline window (look.quiet_window)
 
     @property
     def findings(self) -> list[Finding]:
@@ -157,10 +167,11 @@ class ArmsSession:
         return self.rounds.recommended if self.rounds else None
 
     # the child asks ------------------------------------------------------------------------
-    def on_window_done(self, round_no: int, suffixes: list[str] | None = None, lines: RankLines | None = None) -> None:
+    def on_window_done(self, round_no: int, suffixes: list[str] | None = None, lines: RankLines | None = None) -> float | None:
         """Write the plan for round `round_no`: round 0 after the window, N + 1 once round N ended
         (`lines`: the judged rank's lines so far, the runner's; `suffixes`: the ranks that run it,
-        the one whose steps are judged first: a job's rank 0)."""
+        the one whose steps are judged first: a job's rank 0). Returns the seconds the arms' budget
+        grows by: the measured window's time measured again, once that ends (:mod:`.look`)."""
         if suffixes:
             self.rank_suffix, self.plan_suffixes = suffixes[0], list(suffixes)
         if self._started is None:  # the runner's budget counts from the same line
@@ -185,16 +196,52 @@ class ArmsSession:
             write_plan(self.out / f"plan{suffix}.json", plan)
         if self.publish is not None:
             self.publish(plan)
+        given, self._given_back = self._given_back, None
+        return given
 
     def _plan(self, round_no: int, lines: RankLines | None) -> list[Window]:
         if round_no == 0:
             findings, profile = self.diagnose()
-            self.rounds = Rounds(self.out, self.safe_only, self.max_experiments, self.window_steps, self.io_like(profile),
-                                 notes=self.notes)
-            return self.rounds.start(findings, profile, self.time_left())
+            if (seen := look.disturbed(profile) if self.cpu_count else None) is not None:
+                warmup = WindowSizing.of(self.window_steps, profile).warmup({})
+                started = look.Look(self.out, self.rank_suffix, profile.steps, seen, warmup)
+                if windows := started.window(self.time_left()):
+                    self._look, self._diagnosed = started, (findings, profile)
+                    self._say("the measured window was disturbed by a neighbour: measuring it again")
+                    return windows
+            return self._start(findings, profile, round_no)
+        if self._look is not None and self.rounds is None:
+            return self._look_again(self._look, round_no, lines)
         if self.rounds is None or not self.rounds.running or lines is None:
             return []
         return self.rounds.advance(self._read(lines), self.time_left())
+
+    def _start(self, findings: list[Finding], profile: Profile, round_no: int) -> list[Window]:
+        """The rounds, from the findings of `profile`, as plan `round_no` (after any windows measured again)."""
+        self.rounds = Rounds(self.out, self.safe_only, self.max_experiments, self.window_steps, self.io_like(profile),
+                             notes=self.notes, round=round_no - 1)
+        self._quiet_window = look.quiet_window(profile) if self.cpu_count else None
+        return self.rounds.start(findings, profile, self.time_left())
+
+    def _look_again(self, looking: look.Look, round_no: int, lines: RankLines | None) -> list[Window]:
+        """The window measured again in plan `round_no - 1`: quiet, the rules run again on it; else
+        another, while the cap and the budget allow; else the measured window's findings."""
+        result = RoundResult.read(lines, round_no - 1) if lines is not None else None
+        quiet = result is not None and bool(self.cpu_count) and looking.read(
+            result, read_samples(self.out, self.rank_suffix), self.cpu_count or 1)
+        if not quiet and (windows := looking.window(self.time_left())):
+            return windows
+        self._given_back = self.window_again_s = looking.spent_s
+        self.time_budget_s += looking.spent_s
+        if quiet:
+            return self._start(*self.diagnose(), round_no)  # the Profile reads steps-quiet.csv now
+        self.notes.append(looking.note())
+        assert self._diagnosed is not None
+        return self._start(*self._diagnosed, round_no)
+
+    def _say(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.phase(text)
 
     def _read(self, lines: RankLines) -> RoundResult:
         """The round just measured, each window's neighbour load and run-queue wait read from the
@@ -214,7 +261,7 @@ class ArmsSession:
                 wait = metrics.window_wait(samples, frame)
                 if wait is not None:
                     result.waits[line.window] = wait
-            disturbed([*self.rounds.results.values(), result], self.cpu_count)
+            disturbed([*self.rounds.results.values(), result], self.cpu_count, self._quiet_window)
         return result
 
     @property

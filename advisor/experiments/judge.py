@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -72,6 +73,7 @@ class ExperimentResults:
     screened: list[Finding] = field(default_factory=list)  # screened fixes left out: not verified faster
     budget_s: float | None = None  # the arms' time budget, as given or as set automatically
     budget_given: bool = False  # --time-budget (else the automatic one)
+    window_again_s: float | None = None  # of the budget: the disturbed measured window measured again (.look)
     arms: list[dict] = field(default_factory=list)  # where the arms' time went (Rounds.costs)
     left_out: list[dict] = field(default_factory=list)  # fixes not started: their predicted cost and command
 
@@ -88,7 +90,7 @@ class ExperimentResults:
                      "recompiles": f.experiment.recompiles if f.experiment else None} for f in self.screened]
         return {"runs": self.runs, "n_runs": len(self.runs), "child_wall_s": sum(r["wall_s"] for r in self.runs),
                 "screened": screened, "budget_s": self.budget_s, "budget_given": self.budget_given,
-                "arms": self.arms, "left_out": self.left_out}
+                "window_again_s": self.window_again_s, "arms": self.arms, "left_out": self.left_out}
 
 
 def by_samples(steps: pd.DataFrame) -> bool:
@@ -117,9 +119,11 @@ def loss_check(baseline: list[pd.DataFrame], candidate: pd.DataFrame) -> dict:
 
 
 def compare(base_runs: list[Measurement], cand_runs: list[Measurement] | Measurement, *, by_samples: bool,
-            check_loss: bool, measured_by: str = "fresh-run", loads_in_process: bool = False) -> Experiment:
+            check_loss: bool, measured_by: str = "fresh-run", loads_in_process: bool = False,
+            bound_with: Sequence[pd.DataFrame] = ()) -> Experiment:
     """Judge candidate run(s) against the baseline runs measured around them (`loads_in_process`: the
-    script's DataLoader has no workers, see :func:`amdahl_bound`)."""
+    script's DataLoader has no workers; `bound_with`: more of the baseline's steps its bound is read
+    on; see :func:`amdahl_bound`)."""
     cand_runs = [cand_runs] if isinstance(cand_runs, Measurement) else cand_runs
     ok_base = [m.steps for m in base_runs if m.ok]
     ok_cand = [m for m in cand_runs if m.ok]
@@ -141,7 +145,7 @@ def compare(base_runs: list[Measurement], cand_runs: list[Measurement] | Measure
     if check_loss:
         result.loss_check = loss_check(ok_base, pd.concat([m.steps for m in ok_cand], ignore_index=True))
         loss_ok = result.loss_check["passed"] is not False
-    bound = amdahl_bound(cand_runs[0].overrides, ok_base, loads_in_process)
+    bound = amdahl_bound(cand_runs[0].overrides, [*ok_base, *bound_with], loads_in_process)
     if result.not_applied:  # the child says the fix never took effect: whatever was measured is noise
         result.verdict = Verdict.NOT_APPLIED
     elif bound is not None and ratio > bound[0] * AMDAHL_SLACK and lo > 1.0:
@@ -174,7 +178,9 @@ def amdahl_bound(overrides: dict, baseline: list[pd.DataFrame], loads_in_process
     The share is the largest of the baseline windows' own: a neighbour that takes a core stretches
     the compute and shrinks the wait's share in the windows it overlaps (a 4-worker I/O loader
     beside a burner: 34% pooled, 90% quiet), and a bound from those called its verified 1.83x (by
-    hand beside the same burner, 1.67x) "more than removing the wait could give"."""
+    hand beside the same burner, 1.67x) "more than removing the wait could give". Where the baseline
+    windows beside a fix were all disturbed, the run's quiet ones and its measured window are read
+    too (`baseline` holds them): the same script, the same loader."""
     columns = vocabulary.parts(overrides or {})
     if not columns or not baseline or (loads_in_process and steptime.DATA_WAIT in columns):
         return None
@@ -191,13 +197,14 @@ def amdahl_bound(overrides: dict, baseline: list[pd.DataFrame], loads_in_process
 
 
 def pool(passes: list[tuple[list[Measurement], list[Measurement]]], *, by_samples: bool, check_loss: bool,
-         measured_by: str = "fresh-run", loads_in_process: bool = False) -> Experiment:
+         measured_by: str = "fresh-run", loads_in_process: bool = False,
+         bound_with: Sequence[pd.DataFrame] = ()) -> Experiment:
     """A fix over its passes, for both schedulers (each pass: its candidate's windows or runs and the
     baselines around them): every baseline against every candidate, pooled, kept verified only where
     the passes agree (:func:`confirm`)."""
     def versus(base: list[Measurement], cand: list[Measurement]) -> Experiment:
         return compare(base, cand, by_samples=by_samples, check_loss=check_loss, measured_by=measured_by,
-                       loads_in_process=loads_in_process)
+                       loads_in_process=loads_in_process, bound_with=bound_with)
     bases = distinct([m for around, _ in passes for m in around])
     pooled = versus(bases, [m for _, cands in passes for m in cands])
     return confirm(pooled, [versus(around, cands) for around, cands in passes])

@@ -4,16 +4,19 @@ head to head against the values it leads."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+import pandas as pd
+
 from .. import overrides as vocabulary
+from ..analysis import steptime
 from ..model import Experiment, Verdict
 from ..run_dir.protocol import ArmLine
 from . import judge, recompiles
 from .arms import Arm, Outcome, RoundResult, Unmeasured
-from .plan import Candidate
+from .plan import BASELINE, Candidate
 
 
 @dataclass
@@ -26,6 +29,7 @@ class Reading:
     by_samples: bool
     loads_in_process: bool  # the script loads its batches in its own process (no loader workers)
     why_not_started: Callable[[str], str | None]
+    window: pd.DataFrame = field(default_factory=pd.DataFrame)  # the measured window's steps (or the quiet one's: .look)
 
     def outcome(self, results: list[RoundResult], arm: str) -> Outcome:
         """`arm`'s result over its windows in `results` (each pass between its own baselines, pooled
@@ -42,7 +46,8 @@ class Reading:
         if not passes:
             return Unmeasured(self.why_not_started(arm) or "the run ended before its windows")
         pooled = judge.pool(passes, by_samples=self.by_samples, check_loss=self.arms[arm].candidate.changes_numerics,
-                            measured_by="in-process", loads_in_process=self.loads_in_process)
+                            measured_by="in-process", loads_in_process=self.loads_in_process,
+                            bound_with=self._quiet_baselines())
         if busy:
             pooled.verified = False
             pooled.verdict = Verdict.NOT_CONFIRMED if pooled.verdict is Verdict.FASTER else pooled.verdict
@@ -53,6 +58,14 @@ class Reading:
         pooled.payoff_steps = judge.payoff_steps(pooled)
         pooled.recompiles = recompiles.summary(every)
         return pooled
+
+    def _quiet_baselines(self) -> list[pd.DataFrame]:
+        """The baseline's steps no neighbour disturbed: its quiet windows over every round, and the
+        measured window (a fix's bound is read on these too, :func:`judge.amdahl_bound`)."""
+        frames = [r.steps[line.window] for r in self.results.values() for line in r.windows
+                  if line.arm == BASELINE and line.window in r.steps and line.window not in r.busy
+                  and line.window not in r.shared] + [self.window]
+        return [f for f in frames if not f.empty and not steptime.loader_started(f).any()]  # an epoch's start: its own
 
     def sweep_winner(self, results: list[RoundResult], tried: list[tuple[str, Candidate, Experiment]],
                       budget: float | None) -> tuple[Experiment, str | None]:

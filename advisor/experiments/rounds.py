@@ -146,7 +146,7 @@ class Rounds:
         self.by_samples = judge.by_samples(profile.steps)
         self._sizing = WindowSizing.of(self.window_steps, profile)
         self._reading = Reading(self.run_dir, self.arms, self.results, self.by_samples, self.sizing.workers == 0,
-                                lambda arm: self.spend.left_out_why(arm))
+                                lambda arm: self.spend.left_out_why(arm), steptime.timed_steps(profile.steps)[0])
         self._spend = Spend(self.arms, self.findings, self.results, self._steps, self.sizing.warmup,
                             steptime.median_step(profile.steps), str(profile.env.device or "cpu"))
         self._verdicts = Verdicts(self.arms, self.findings, self.fresh, self.notes, self._reading, self._spend)
@@ -405,11 +405,11 @@ class Rounds:
         """The undecided fixes over round 0 and every CONFIRM round, the promoted screens over the
         CONFIRM rounds (their round-0 window was a short screen). Not `final`: what is still
         undecided stays for another CONFIRM pass (a wide interval is a question of windows)."""
-        verdicts, confirms = self.verdicts, self._measured(RoundKind.CONFIRM)
+        verdicts, confirms, first = self.verdicts, self._measured(RoundKind.CONFIRM), self._measured(RoundKind.FIXES)
         if not confirms:  # the budget ended before the first: settled on round 0 alone
-            verdicts.fixes([self.results[0]], verdicts.again + verdicts.beaten, out_of_time=True)
+            verdicts.fixes(first, verdicts.again + verdicts.beaten, out_of_time=True)
             return
-        again = verdicts.fixes([self.results[0], *confirms], verdicts.again + verdicts.beaten,
+        again = verdicts.fixes([*first, *confirms], verdicts.again + verdicts.beaten,
                                out_of_time=self.out_of_time, final=final,
                                confirming=True)
         # a promoted screen the passes so far never reached stays promoted: a later pass measures it,

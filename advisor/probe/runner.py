@@ -73,7 +73,7 @@ def _kill_group(pgid: int, sig: int) -> None:
 
 
 def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopRequest | None = None,
-              on_window_done: Callable[[int, list[str], RankLines], None] | None = None,
+              on_window_done: Callable[[int, list[str], RankLines], float | None] | None = None,
               on_arm_step: Callable[[ArmStepLine], None] | None = None, link: JobLink | None = None) -> ProbeRun:
     """Run the script under the probe until its window ends, it exits, time runs out, or `stop` is set.
 
@@ -82,7 +82,8 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     (it writes the next plan), and the rank suffixes that run it (the first is the one whose steps
     are judged: rank 0's in a job); from the "window-done" line on, ``config.arms_budget_s`` is the
     arms' time: at its end the child is asked to stop at its next step boundary (its stop file), and
-    the run ends ok. ``config.timeout_s`` bounds the script until its window is done. In a job, round
+    the run ends ok. What `on_window_done` returns, seconds, lengthens that budget (the measured
+    window measured again: :mod:`advisor.experiments.look`). ``config.timeout_s`` bounds the script until its window is done. In a job, round
     N + 1 waits until every rank ended round N.
 
     `link`: this rank's tie to the other ranks of a job a launcher started (torchrun, srun): their
@@ -99,7 +100,7 @@ class ProbeSession:
     lines read as they arrive, the arms' rounds, and its stops (:mod:`.stops`)."""
 
     def __init__(self, config: ProbeConfig, progress: Progress | None, stop: StopRequest | None,
-                 on_window_done: Callable[[int, list[str], RankLines], None] | None,
+                 on_window_done: Callable[[int, list[str], RankLines], float | None] | None,
                  on_arm_step: Callable[[ArmStepLine], None] | None, link: JobLink | None) -> None:
         self.config, self.progress, self.stop, self.link = config, progress, stop, link
         self.on_window_done, self.on_arm_step = on_window_done, on_arm_step
@@ -239,7 +240,8 @@ class ProbeSession:
                 and (link is None or link.ended(self.next_round - 1))):  # (next_round: set only with on_window_done)
             if self.next_round > 0:  # the round's samples, for its windows' load (a burst of another process's)
                 self.sampler.write_csv(out / names.samples_csv)
-            self.on_window_done(self.next_round, job.suffixes, self.lines)
+            if more_s := self.on_window_done(self.next_round, job.suffixes, self.lines):
+                self.stops.lengthen_budget(more_s)
             self.next_round = None
         if job.failed and (job.others or link) and self.stops.sent_at is None:
             # one rank's arm raised (out of memory, say): the others would wait for it in a collective

@@ -43,6 +43,11 @@ class Stops:
         """From the window's end on, the arms' budget bounds the run, not --timeout."""
         self.budget_at, self.deadline = ends_at, float("inf")
 
+    def lengthen_budget(self, seconds: float) -> None:
+        """The arms' budget ends `seconds` later."""
+        if self.budget_at is not None:
+            self.budget_at += seconds
+
     def politely(self, now: float) -> None:
         """SIGINT: the script stops as Ctrl-C would stop it."""
         self.sent_at = now

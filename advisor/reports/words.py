@@ -328,7 +328,7 @@ def no_findings(report: Report) -> str:
     if not report.ok:
         return "none: the rules need a finished measured window"
     steps = report.steps
-    if steps and not any(s.profiled for s in steps):
+    if steps and not any(s.profiled for s in steps) and report.steps_window != "quiet":
         return f"none: {NOT_PROFILED}"
     return f"none: {NO_BOTTLENECK}"
 
@@ -703,7 +703,9 @@ def time_spent(block: Experiments | None) -> str | None:
     if block is None or (not block.arms and not block.left_out):
         return None
     spent = sum(a.seconds or 0.0 for a in block.arms)
-    budget = (f" of a {block.budget_s:.0f} s budget ({'--time-budget' if block.budget_given else 'automatic'})"
+    again = (f", {block.window_again_s:.0f} s of it added to measure the disturbed profiled window again"
+             if block.window_again_s else "")
+    budget = (f" of a {block.budget_s:.0f} s budget ({'--time-budget' if block.budget_given else 'automatic'}{again})"
               if block.budget_s else "")
     parts = [f"{'the baseline' if a.arm == 'baseline' else a.arm} {units.time_s(a.seconds)}"
              + (f" ({units.time_s(a.switch_s)} switching)" if (a.switch_s or 0) >= 1 else "")

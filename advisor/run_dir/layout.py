@@ -38,6 +38,7 @@ class RunFiles:
     sources: str = "sources.json"  # the user's lines behind syncs, matmuls, copies and fetches (probe/sources.py)
     summary: str = "summary.json"  # the rank's own reduction, which rank 0 merges into the job's report (advisor.job.rank_summary)
     compile_cache: str = COMPILE_CACHE  # the compile arms' Inductor cache (module_call): scratch, see end_exchange
+    quiet_steps_csv: str = "steps-quiet.csv"  # a quiet window's steps, where a neighbour disturbed the measured one (experiments/look.py)
 
 
 def names(rank_suffix: str = "") -> RunFiles:
@@ -57,6 +58,7 @@ def names(rank_suffix: str = "") -> RunFiles:
         sources=f"sources{r}.json",
         summary=f"summary{r}.json",
         compile_cache=f"{COMPILE_CACHE}{r}",
+        quiet_steps_csv=f"steps-quiet{r}.csv",
     )
 
 
@@ -177,7 +179,7 @@ EXPERIMENTS = "experiments"  # the experiments' run dirs, one subfolder per chil
 def own_files(rank_suffix: str = "") -> list[str]:
     """The names an advise run writes for this rank, report first (see :func:`clear_previous`)."""
     f = names(rank_suffix)
-    listed = [f.report_json, f.report_html, f.trace, f.steps_csv, f.samples_csv, f.probe_json, f.log, f.steps_jsonl,
+    listed = [f.report_json, f.report_html, f.trace, f.steps_csv, f.quiet_steps_csv, f.samples_csv, f.probe_json, f.log, f.steps_jsonl,
               f.sources, f.summary, f".probe-config{rank_suffix}.json"]
     return listed + ([COMPARE_JSON] if not rank_suffix else [])  # compare.json has no per-rank name
 
