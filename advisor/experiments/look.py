@@ -71,7 +71,7 @@ class Look:
     measured: pd.DataFrame  # the measured window's steps (their columns are steps-quiet.csv's)
     seen: tuple[float, float]  # the measured window's (outside cores, wait cores): :func:`disturbed`
     warmup: int  # untimed steps before each: the arms' baseline's, so the prefetch a neighbour let pile up drains first
-    windows: list[tuple[float, float]] = field(default_factory=list)  # each window measured again: (outside, wait)
+    windows: int = 0  # measured again so far
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -84,21 +84,20 @@ class Look:
         """The next window to measure again ([]: the cap, LOOK_MAX_S spent, or no time left for one)."""
         span = metrics.measured_window(self.measured)
         length_s = max((span[1] - span[0]) if span else 0.0, LOOK_MIN_WINDOW_S)
-        if len(self.windows) >= LOOK_CAP or self.measured.empty or self.spent_s >= LOOK_MAX_S or length_s >= time_left_s:
+        if self.windows >= LOOK_CAP or self.measured.empty or self.spent_s >= LOOK_MAX_S or length_s >= time_left_s:
             return []
-        steps = len(self.measured)
+        steps = len(self.measured)  # at least; `seconds` closes it (the steps cap only a window gone astray)
         return [Window(arm=BASELINE, warmup=self.warmup, steps=steps * 100, seconds=length_s, min_steps=steps)]
 
     def read(self, result: RoundResult, samples: pd.DataFrame, cpu_count: int) -> bool:
         """The window just measured again: True where no neighbour disturbed it (then written as
         steps-quiet.csv)."""
+        self.windows += 1
         frame = next(iter(result.steps.values()), pd.DataFrame())
         if frame.empty or not steptime.has_spans(frame):
-            self.windows.append((float("nan"), float("nan")))
             return False
         other = metrics.outside_cores(metrics.window_samples(samples, frame), cpu_count)
         wait = metrics.window_wait(samples, frame)
-        self.windows.append((other if other is not None else float("nan"), wait if wait is not None else float("nan")))
         # (the wait is unknown where the sampler's last tick came before the window's end: a window
         # no other process took a core in is quiet whatever it waited)
         if other is None or metrics.took_a_core(other, float("inf") if wait is None else wait):
@@ -116,7 +115,7 @@ class Look:
         """None of the windows measured again was quiet, in one line (a quiet one is said by the
         Profile that reads it: :data:`advisor.profile.QUIET_STEPS_NOTE`)."""
         other, wait = self.seen
-        n = len(self.windows)
+        n = self.windows
         return (f"the measured window was disturbed (processes outside the script used {other:.1f} cores and its threads "
                 f"waited for a core {wait:.2f} of the time), and so {'were' if n != 1 else 'was'} the {n} "
                 f"window{'s' if n != 1 else ''} of the same script measured after it: the findings read the measured window")
