@@ -173,7 +173,7 @@ class ArmsSession:
         """Write the plan for round `round_no`: round 0 after the window, N + 1 once round N ended
         (`lines`: the judged rank's lines so far, the runner's; `suffixes`: the ranks that run it,
         the one whose steps are judged first: a job's rank 0). Returns the seconds the arms' budget
-        grows by: the measured window's time measured again, once that ends (:mod:`.look`)."""
+        grew by since the last call (:meth:`added_s`): the runner's stop moves with them."""
         if suffixes:
             self.rank_suffix, self.plan_suffixes = suffixes[0], list(suffixes)
         if self._started is None:  # the runner's budget counts from the same line
