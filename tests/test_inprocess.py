@@ -1034,33 +1034,3 @@ def test_a_fix_that_leans_faster_unverified_is_stacked_and_the_stack_decides(tmp
     assert near.recommended.overrides == {"dataloader": {"num_workers": 2}}
     said = [n for n in near.notes if n.startswith("the stacked configuration measured ")]
     assert len(said) == 1 and "not verified alone" in said[0], near.notes
-
-
-def test_the_windows_a_neighbour_disturbed_are_given_back_to_an_automatic_budget_only(tmp_path):
-    """A neighbour on 1.2 cores through every window of round 0, the script's threads waiting 0.4 of
-    a core for one: every window is set aside, and their seconds are given back to an automatic
-    budget, at most half of it (the runner's stop moves by what on_window_done returns); a budget
-    the user gave stays as given."""
-    from advisor.experiments.inprocess import GIVEN_BACK_SHARE
-
-    def grown(give_back: bool) -> tuple[ArmsSession, float | None]:
-        out = tmp_path / f"give-back-{give_back}"
-        out.mkdir()
-        session = ArmsSession(out, "", diagnose=lambda: ([_dl001()], _profile()), time_budget_s=10.0, give_back=give_back)
-        session.cpu_count = 2
-        assert not session.on_window_done(0, [""])
-        child = Child(out)
-        child.run(0, read_plan(out / "plan.json").windows, lambda w: 0.05 if w.overrides else 0.10)
-        t = np.arange(99.0, child.t + 1.0, 0.1)
-        pd.DataFrame({"t": t, "cpu_percent": 100.0, "sys_cpu_percent": (1.0 + 1.2) / 2 * 100,
-                      "runq_wait_s": 0.4 * (t - 99.0)}).to_csv(out / "samples.csv", index=False)
-        return session, session.on_window_done(1, [""], child.lines)
-
-    session, added = grown(True)
-    first = session.rounds.results[0] if session.rounds else None
-    assert first is not None and session.rounds.set_aside() == len(first.windows) == 3
-    windows = sum(float(f["duration_s"].sum()) for f in first.steps.values())
-    assert added == pytest.approx(min(GIVEN_BACK_SHARE * 10.0, windows), rel=0.01) and added > 0
-    assert session.disturbed_s() == pytest.approx(added)
-    mine, added = grown(False)
-    assert mine.rounds is not None and mine.rounds.set_aside() == 3 and not added and mine.disturbed_s() == 0.0
