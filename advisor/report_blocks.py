@@ -263,8 +263,6 @@ class Experiments(Block):
     budget_given: Annotated[Optional[bool], Meta(description="true: --time-budget; false: the automatic budget")] = None
     window_again_s: Annotated[Num, Meta(description="seconds added to the budget for measuring the profiled window "
                                                     "again until a quiet window (a neighbour disturbed it)")] = None
-    disturbed_s: Annotated[Num, Meta(description="seconds added to an automatic budget for the arms' windows a neighbour "
-                                                 "disturbed (at most half the budget)")] = None
     arms: Annotated[list[ArmCost], Meta(description="where the in-process arms' time went, the costliest first")] = []
     left_out: Annotated[list[LeftOut], Meta(description="fixes the time budget left without a verdict: not started "
                                                         "(predicted to outlast the budget left), or cut while "

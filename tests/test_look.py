@@ -5,7 +5,6 @@ leaves when the window ends; the second reads a recorded run beside a CPU burner
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -63,9 +62,7 @@ def test_a_window_a_neighbour_disturbed_is_measured_again_and_the_findings_read_
     assert finding["evidence"]["data_wait_frac"] > 0.5
     spent = report["experiments"]
     assert spent["window_again_s"] > 0 and spent["budget_s"] == pytest.approx(8.0 + spent["window_again_s"])
-    assert spent.get("disturbed_s") is None  # a budget the user gave: the arms' disturbed windows are theirs
-    said = " ".join((proc.stdout + proc.stderr).split())
-    assert re.search(r"budget \(--time-budget; added: \d+ s to measure the disturbed profiled window again", said), said
+    assert "added to measure the disturbed profiled window again" in " ".join((proc.stdout + proc.stderr).split())
     assert report["steps_window"] == "quiet" and not any("no step ran under the profiler" in w for w in report["warnings"])
 
 

@@ -83,7 +83,7 @@ def arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_setti
 
     session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
                           max_experiments=experiments.max_experiments, window_steps=max(5, config.steps // 2),
-                          budget_from=lambda: config.arms_budget_s, give_back=experiments.time_budget_s is None,
+                          budget_from=lambda: config.arms_budget_s,
                           io_like=io_like, publish=link.publish_plan if link is not None else None)
     return session
 
@@ -203,8 +203,8 @@ def _account(results: ExperimentResults, session: ArmsSession, config: ProbeConf
     """Where the arms' time went, and each fix the budget left without a verdict (not started, or cut
     while it leaned faster) with the one command that measures it: its rule alone, with the time
     its fixes here are predicted to need, twice over for both passes."""
-    results.budget_s, results.budget_given = session.time_budget_s + session.added_s(), experiments.time_budget_s is not None
-    results.window_again_s, results.disturbed_s = session.window_again_s, session.disturbed_s() or None
+    results.budget_s, results.budget_given = session.time_budget_s, experiments.time_budget_s is not None
+    results.window_again_s = session.window_again_s
     if session.rounds is None:
         return
     results.arms = session.rounds.spend.costs()

@@ -35,7 +35,6 @@ from .sizing import WindowSizing
 from .spend import PLAN_MARGIN_S
 
 BUSY_SHARE = 0.25   # without the kernel's wait clock: other processes on this share of the cores in a window set it aside
-GIVEN_BACK_SHARE = 0.5  # the disturbed windows' time given back to an automatic budget, at most this share of it
 PAIR_MAX_SLOWDOWN = 2.0  # a disturbed baseline window slower than this many times the quiet ones pairs with no fix window
 
 
@@ -151,9 +150,8 @@ class ArmsSession:
     cpu_count: int | None = None  # the machine's cores: a window's neighbour load is judged against them
     _look: look.Look | None = None  # the measured window measured again, a neighbour having disturbed it
     _diagnosed: tuple[list[Finding], Profile] | None = None  # the measured window's findings, meanwhile
-    give_back: bool = False  # the automatic budget: the disturbed windows' time is given back (:meth:`disturbed_s`)
     window_again_s: float | None = None  # seconds the look took: the arms' budget grew by them
-    _added_s: float = 0.0  # seconds the runner's budget has grown by so far (:meth:`added_s`)
+    _given_back: float | None = None  # the look's seconds, once it ended, for the runner's budget (returned once)
     _quiet_window: tuple[float, float] | None = None  # the findings' window, where quiet: a baseline window (look.quiet_window)
 
     @property
@@ -198,8 +196,8 @@ class ArmsSession:
             write_plan(self.out / f"plan{suffix}.json", plan)
         if self.publish is not None:
             self.publish(plan)
-        grown, self._added_s = self.added_s() - self._added_s, self.added_s()
-        return grown
+        given, self._given_back = self._given_back, None
+        return given
 
     def _plan(self, round_no: int, lines: RankLines | None) -> list[Window]:
         if round_no == 0:
@@ -233,7 +231,8 @@ class ArmsSession:
             result, read_samples(self.out, self.rank_suffix), self.cpu_count or 1)
         if not quiet and (windows := looking.window(self.time_left())):
             return windows
-        self.window_again_s = looking.spent_s
+        self._given_back = self.window_again_s = looking.spent_s
+        self.time_budget_s += looking.spent_s
         if quiet:
             return self._start(*self.diagnose(), round_no)  # the Profile reads steps-quiet.csv now
         self.notes.append(looking.note())
@@ -294,27 +293,9 @@ class ArmsSession:
             text += f"; measured only in disturbed windows, not verified: {names}"
         return text
 
-    def added_s(self) -> float:
-        """Seconds the arms' budget grew by: the profiled window measured again (:mod:`.look`), and
-        the windows a neighbour disturbed (:meth:`disturbed_s`)."""
-        return (self.window_again_s or 0.0) + self.disturbed_s()
-
-    def disturbed_s(self) -> float:
-        """The seconds of the arms' windows a neighbour disturbed (set aside, or kept in a pair),
-        given back to an automatic budget up to GIVEN_BACK_SHARE of it: the neighbour took them, not
-        the fixes. Beside a burner a 4-worker loader's 8 workers read 1.91x (0.89-4.10x) and 1.50x
-        (0.98-2.28x) in one pass each, 1.77x by hand beside it, the pass that decides them cut by the
-        budget. On a quiet machine no window is disturbed: no change; a budget the user gave is theirs,
-        and a job's other ranks keep their own stop."""
-        if self.rounds is None or not self.give_back or self.publish is not None or len(self.plan_suffixes) > 1:
-            return 0.0
-        hit = sum(float(steptime.spans(frame).sum()) for r in self.rounds.results.values()
-                  for k, frame in r.steps.items() if (k in r.busy or k in r.shared) and steptime.has_spans(frame))
-        return min(GIVEN_BACK_SHARE * self.time_budget_s, hit)
-
     def time_left(self) -> float:
         """The arms' time budget left, less the margin a plan takes to reach the child."""
-        return max(0.0, self.time_budget_s + self.added_s() - PLAN_MARGIN_S - (time.monotonic() - (self._started or time.monotonic())))
+        return max(0.0, self.time_budget_s - PLAN_MARGIN_S - (time.monotonic() - (self._started or time.monotonic())))
 
     def on_arm_step(self, line: ArmStepLine) -> None:
         """The child ran a step of window k: say which window and arm run, and the time left."""
@@ -325,7 +306,7 @@ class ArmsSession:
         window = self._windows[k]
         arms = len({w.arm for w in self._windows} - {BASELINE})
         what = "the baseline" if window.arm == BASELINE else f"arm {self.rounds.label(window.arm)}"
-        remaining = self.time_budget_s + self.added_s() - (time.monotonic() - (self._started or time.monotonic()))
+        remaining = self.time_budget_s - (time.monotonic() - (self._started or time.monotonic()))
         self.progress.phase(f"window {k + 1} of {len(self._windows)} ({arms} arm{'s' if arms != 1 else ''} interleaved with "
                             f"the baseline): {what}; {max(0.0, remaining):.0f} s of the time budget left")
 
@@ -395,6 +376,12 @@ class ArmsSession:
         """The child ended (`lines`: the judged rank's, all of them: ProbeRun.arms; `out_of_time`:
         the time budget stopped it; `arms_error`: the script raised under the arms, which ended
         them): judge a round it ended inside, on what it measured, and say what ended it."""
+        if self.rounds is None and self._look is not None and self._diagnosed is not None:
+            # it ended while the profiled window was measured again: the measured window's fixes, none measured
+            self.notes.append(f"the run ended while the disturbed profiled window was measured again ({self._look.windows} "
+                              "windows): the findings read the measured window, and no fix was measured")
+            self._start(*self._diagnosed, 0)
+            lines = None  # (its lines are the windows measured again: no round of the fixes ran)
         if self.rounds is not None:
             out_of_time = out_of_time and arms_error is None  # the error ended the arms, not the clock
             self.rounds.end(self._read(lines) if lines is not None and self.rounds.running else None, out_of_time)
@@ -404,5 +391,5 @@ class ArmsSession:
                                   "each fix is judged on the windows before it")
             if note := self.set_aside_note():
                 self.notes.append(note)
-            if note := self.rounds.budget_note(self.time_budget_s + self.added_s()):
+            if note := self.rounds.budget_note(self.time_budget_s):
                 self.notes.append(note)

@@ -74,7 +74,6 @@ class ExperimentResults:
     budget_s: float | None = None  # the arms' time budget, as given or as set automatically
     budget_given: bool = False  # --time-budget (else the automatic one)
     window_again_s: float | None = None  # of the budget: the disturbed measured window measured again (.look)
-    disturbed_s: float | None = None  # of the budget: the arms' windows a neighbour disturbed, given back
     arms: list[dict] = field(default_factory=list)  # where the arms' time went (Rounds.costs)
     left_out: list[dict] = field(default_factory=list)  # fixes not started: their predicted cost and command
 
@@ -91,7 +90,7 @@ class ExperimentResults:
                      "recompiles": f.experiment.recompiles if f.experiment else None} for f in self.screened]
         return {"runs": self.runs, "n_runs": len(self.runs), "child_wall_s": sum(r["wall_s"] for r in self.runs),
                 "screened": screened, "budget_s": self.budget_s, "budget_given": self.budget_given,
-                "window_again_s": self.window_again_s, "disturbed_s": self.disturbed_s, "arms": self.arms, "left_out": self.left_out}
+                "window_again_s": self.window_again_s, "arms": self.arms, "left_out": self.left_out}
 
 
 def by_samples(steps: pd.DataFrame) -> bool:

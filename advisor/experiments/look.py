@@ -33,8 +33,10 @@ from .plan import BASELINE
 LOOK_CAP = 16  # windows measured again at most (a window of a few fast steps is a plan round trip each)
 LOOK_MAX_S = 4.0  # seconds of them at most: a neighbour that comes and goes in seconds leaves within it
 # each lasts at least this long, and as many steps as the measured window: the sampler ticks every 0.1 s,
-# and a window of 3 ticks read the tree's CPU on one the child's last profiler work was in
+# and a window of 3 ticks read the tree's CPU on one the child's last profiler work was in; but no more
+# than LOOK_MAX_STEPS times its steps, so a script of a few hundred fast steps is not spent looking
 LOOK_MIN_WINDOW_S = 0.5
+LOOK_MAX_STEPS = 4
 
 
 def disturbed(profile: Profile) -> tuple[float, float] | None:
@@ -86,8 +88,8 @@ class Look:
         length_s = max((span[1] - span[0]) if span else 0.0, LOOK_MIN_WINDOW_S)
         if self.windows >= LOOK_CAP or self.measured.empty or self.spent_s >= LOOK_MAX_S or length_s >= time_left_s:
             return []
-        steps = len(self.measured)  # at least; `seconds` closes it (the steps cap only a window gone astray)
-        return [Window(arm=BASELINE, warmup=self.warmup, steps=steps * 100, seconds=length_s, min_steps=steps)]
+        steps = len(self.measured)
+        return [Window(arm=BASELINE, warmup=self.warmup, steps=steps * LOOK_MAX_STEPS, seconds=length_s, min_steps=steps)]
 
     def read(self, result: RoundResult, samples: pd.DataFrame, cpu_count: int) -> bool:
         """The window just measured again: True where no neighbour disturbed it (then written as

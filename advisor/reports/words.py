@@ -703,9 +703,8 @@ def time_spent(block: Experiments | None) -> str | None:
     if block is None or (not block.arms and not block.left_out):
         return None
     spent = sum(a.seconds or 0.0 for a in block.arms)
-    added = [f"{seconds:.0f} s {what}" for seconds, what in ((block.window_again_s, "to measure the disturbed profiled window again"),
-                                                              (block.disturbed_s, "for the windows a neighbour disturbed")) if seconds]
-    again = f"; added: {', '.join(added)}" if added else ""
+    again = (f", {block.window_again_s:.0f} s of it added to measure the disturbed profiled window again"
+             if block.window_again_s else "")
     budget = (f" of a {block.budget_s:.0f} s budget ({'--time-budget' if block.budget_given else 'automatic'}{again})"
               if block.budget_s else "")
     parts = [f"{'the baseline' if a.arm == 'baseline' else a.arm} {units.time_s(a.seconds)}"
