@@ -156,7 +156,10 @@ class ArmsSession:
 
     @property
     def findings(self) -> list[Finding]:
-        return self.rounds.findings if self.rounds else []
+        """The rounds' findings; while the profiled window is measured again, the measured window's."""
+        if self.rounds is not None:
+            return self.rounds.findings
+        return self._diagnosed[0] if self._look is not None and self._diagnosed is not None else []
 
     @property
     def fresh(self) -> list:

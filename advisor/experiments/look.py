@@ -9,7 +9,7 @@ this is the same answer for the window the findings come from.
 
 Where the kernel's wait clock says the measured window was disturbed (:func:`metrics.took_a_core`),
 the first plans are baseline windows of the measured window's length, one at a time, at most
-:data:`LOOK_CAP`; the first a neighbour did not disturb is written as ``steps-quiet.csv``, which the
+:data:`LOOK_STEPS` times its steps in all; the first a neighbour did not disturb is written as ``steps-quiet.csv``, which the
 Profile reads in place of the measured steps (the trace stays the measured window's), and the
 rules run again on it. None quiet: the findings stay the measured window's, and that is said.
 """
@@ -30,7 +30,9 @@ from ..run_dir.protocol import Window
 from .arms import RoundResult
 from .plan import BASELINE
 
-LOOK_CAP = 16  # windows measured again at most (a window of a few fast steps is a plan round trip each)
+# steps measured again at most, warm-up included, in the measured window's: a script's steps may be few
+# (a 400-step script of 1 ms steps beside the other test worker spent every one of them looking)
+LOOK_STEPS = 10
 LOOK_MAX_S = 4.0  # seconds of them at most: a neighbour that comes and goes in seconds leaves within it
 # each lasts at least this long, and as many steps as the measured window: the sampler ticks every 0.1 s,
 # and a window of 3 ticks read the tree's CPU on one the child's last profiler work was in; but no more
@@ -74,6 +76,7 @@ class Look:
     seen: tuple[float, float]  # the measured window's (outside cores, wait cores): :func:`disturbed`
     warmup: int  # untimed steps before each: the arms' baseline's, so the prefetch a neighbour let pile up drains first
     windows: int = 0  # measured again so far
+    steps: int = 0  # their steps so far, warm-up included
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -86,16 +89,18 @@ class Look:
         """The next window to measure again ([]: the cap, LOOK_MAX_S spent, or no time left for one)."""
         span = metrics.measured_window(self.measured)
         length_s = max((span[1] - span[0]) if span else 0.0, LOOK_MIN_WINDOW_S)
-        if self.windows >= LOOK_CAP or self.measured.empty or self.spent_s >= LOOK_MAX_S or length_s >= time_left_s:
-            return []
         steps = len(self.measured)
-        return [Window(arm=BASELINE, warmup=self.warmup, steps=steps * LOOK_MAX_STEPS, seconds=length_s, min_steps=steps)]
+        most = min(steps * LOOK_MAX_STEPS, steps * LOOK_STEPS - self.steps - self.warmup)
+        if most < steps or self.spent_s >= LOOK_MAX_S or length_s >= time_left_s:
+            return []
+        return [Window(arm=BASELINE, warmup=self.warmup, steps=most, seconds=length_s, min_steps=steps)]
 
     def read(self, result: RoundResult, samples: pd.DataFrame, cpu_count: int) -> bool:
         """The window just measured again: True where no neighbour disturbed it (then written as
         steps-quiet.csv)."""
         self.windows += 1
         frame = next(iter(result.steps.values()), pd.DataFrame())
+        self.steps += len(frame) + self.warmup
         if frame.empty or not steptime.has_spans(frame):
             return False
         other = metrics.outside_cores(metrics.window_samples(samples, frame), cpu_count)
