@@ -201,6 +201,13 @@ def disturbed_steps(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: int |
     return pd.Series(hit, index=steps.index, dtype=bool) & ~steptime.loader_started(steps)
 
 
+def neighbour(samples: pd.DataFrame, steps: pd.DataFrame, cpu_count: int | None) -> tuple[float | None, float | None]:
+    """Over the span of `steps`: the cores other processes used (:func:`outside_cores`) and the
+    script's run-queue wait in cores (:func:`window_wait`), each None where it cannot be told:
+    what :func:`took_a_core` judges a window on."""
+    return outside_cores(window_samples(samples, steps), cpu_count), window_wait(samples, steps)
+
+
 def window_samples(samples: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """The sampler ticks inside :func:`measured_window`: the one definition every mean uses.
 

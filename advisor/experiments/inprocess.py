@@ -174,7 +174,8 @@ class ArmsSession:
         """Write the plan for round `round_no`: round 0 after the window, N + 1 once round N ended
         (`lines`: the judged rank's lines so far, the runner's; `suffixes`: the ranks that run it,
         the one whose steps are judged first: a job's rank 0). Returns the seconds the arms' budget
-        grew by since the last call (:meth:`added_s`): the runner's stop moves with them."""
+        grew by (the profiled window measured again, once that ends: :mod:`.look`): the runner's
+        stop moves with them."""
         if suffixes:
             self.rank_suffix, self.plan_suffixes = suffixes[0], list(suffixes)
         if self._started is None:  # the runner's budget counts from the same line
@@ -230,8 +231,7 @@ class ArmsSession:
         """The window measured again in plan `round_no - 1`: quiet, the rules run again on it; else
         another, while the cap and the budget allow; else the measured window's findings."""
         result = RoundResult.read(lines, round_no - 1) if lines is not None else None
-        quiet = result is not None and bool(self.cpu_count) and looking.read(
-            result, read_samples(self.out, self.rank_suffix), self.cpu_count or 1)
+        quiet = result is not None and looking.read(result, read_samples(self.out, self.rank_suffix), self.cpu_count)
         if not quiet and (windows := looking.window(self.time_left())):
             return windows
         self._given_back = self.window_again_s = looking.spent_s
@@ -258,10 +258,9 @@ class ArmsSession:
                 frame = result.steps.get(line.window)
                 if frame is None or samples.empty or not steptime.has_spans(frame):
                     continue
-                other = metrics.outside_cores(metrics.window_samples(samples, frame), self.cpu_count)
+                other, wait = metrics.neighbour(samples, frame, self.cpu_count)
                 if other is not None:
                     result.outside[line.window] = other
-                wait = metrics.window_wait(samples, frame)
                 if wait is not None:
                     result.waits[line.window] = wait
             disturbed([*self.rounds.results.values(), result], self.cpu_count, self._quiet_window)

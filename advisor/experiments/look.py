@@ -45,11 +45,9 @@ def disturbed(profile: Profile) -> tuple[float, float] | None:
     """(cores other processes used, the script's run-queue wait in cores) over the measured window,
     where a neighbour took a core the script wanted; None where it did not, or where the kernel's
     wait clock or the sampler cannot tell (a job's ranks are outside this process tree)."""
-    steps = profile.steps
-    if steps.empty:
+    if profile.steps.empty:
         return None
-    other = metrics.outside_cores(metrics.window_samples(profile.samples, steps), profile.env.cpu_count)
-    wait = metrics.window_wait(profile.samples, steps)
+    other, wait = metrics.neighbour(profile.samples, profile.steps, profile.env.cpu_count)
     return (other, wait) if other is not None and wait is not None and metrics.took_a_core(other, wait) else None
 
 
@@ -59,11 +57,13 @@ def quiet_window(profile: Profile) -> tuple[float, float] | None:
     judged (:func:`advisor.experiments.inprocess.disturbed`); None where it was disturbed or the
     clock cannot tell."""
     steps, _ = steptime.timed_steps(profile.steps)
-    if steps.empty or not steptime.has_durations(steps) or disturbed(profile) is not None:
+    if steps.empty or not steptime.has_durations(steps):
         return None
-    wait = metrics.window_wait(profile.samples, profile.steps)
+    other, wait = metrics.neighbour(profile.samples, profile.steps, profile.env.cpu_count)
     mean = float(steptime.durations(steps).mean())
-    return (mean, wait) if wait is not None and mean > 0 else None
+    if wait is None or (other is not None and metrics.took_a_core(other, wait)) or mean <= 0:
+        return None
+    return mean, wait
 
 
 @dataclass
@@ -95,7 +95,7 @@ class Look:
             return []
         return [Window(arm=BASELINE, warmup=self.warmup, steps=most, seconds=length_s, min_steps=steps)]
 
-    def read(self, result: RoundResult, samples: pd.DataFrame, cpu_count: int) -> bool:
+    def read(self, result: RoundResult, samples: pd.DataFrame, cpu_count: int | None) -> bool:
         """The window just measured again: True where no neighbour disturbed it (then written as
         steps-quiet.csv)."""
         self.windows += 1
@@ -103,8 +103,7 @@ class Look:
         self.steps += len(frame) + self.warmup
         if frame.empty or not steptime.has_spans(frame):
             return False
-        other = metrics.outside_cores(metrics.window_samples(samples, frame), cpu_count)
-        wait = metrics.window_wait(samples, frame)
+        other, wait = metrics.neighbour(samples, frame, cpu_count)
         # (the wait is unknown where the sampler's last tick came before the window's end: a window
         # no other process took a core in is quiet whatever it waited)
         if other is None or metrics.took_a_core(other, float("inf") if wait is None else wait):
