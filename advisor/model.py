@@ -260,6 +260,7 @@ class SourceLocation:
 
 
 SCREEN = "screen"  # evidence key of a screened finding (see Finding.screen)
+AFTER = "after"  # evidence key of a screen measured only stacked on a winning fix of this override (Finding.after)
 
 
 @dataclass
@@ -309,6 +310,12 @@ class Finding:
         """A fix put in front of the experiments with no rule's pattern behind it (EXP001): it
         belongs in the report only when the experiments verified a gain."""
         return bool(self.evidence.get(SCREEN))
+
+    @property
+    def after(self) -> str | None:
+        """The override a winning fix must set before this screen is measured, and then only stacked
+        on it (EXP001's compute fixes behind a waiting loop: alone they would measure the loader)."""
+        return self.evidence.get(AFTER)
 
     def problem(self) -> str | None:
         """Why this finding breaks the report.json contract, or None when it is well formed."""

@@ -93,8 +93,7 @@ def test_the_rule_docs_show_every_frameworks_form(advise):
     assert "torch.autocast" in r.stdout  # the plain form first
 
 
-@pytest.mark.slow
-@pytest.mark.timing  # alone: a Trainer run's CPU would slow a neighbour's timed run
+@pytest.mark.slow  # not `timing`: no experiments, a lowered bar, and a timing test never runs beside it
 def test_a_hugging_face_trainer_job_is_told_bf16_true_in_its_training_arguments(tmp_path):
     script = FRAMEWORKS / "hf_trainer.py"
     report = _quick(tmp_path, script)
@@ -112,8 +111,7 @@ def test_a_hugging_face_trainer_job_is_told_bf16_true_in_its_training_arguments(
     assert "PR001" not in {f["code"] for f in report["findings"]}  # already on: never proposed
 
 
-@pytest.mark.slow
-@pytest.mark.timing  # alone: as above
+@pytest.mark.slow  # not `timing`: as above
 def test_training_arguments_built_from_flags_are_told_the_flag(tmp_path):
     """run_clm.py's way: HfArgumentParser builds the TrainingArguments, so the fix is `--bf16` on the
     command line, and the line named is the parser's."""
@@ -132,8 +130,7 @@ def test_training_arguments_built_from_flags_are_told_the_flag(tmp_path):
     assert "PR001" not in {f["code"] for f in report["findings"]}
 
 
-@pytest.mark.slow
-@pytest.mark.timing  # alone: as above
+@pytest.mark.slow  # not `timing`: as above
 def test_a_lightning_job_is_told_its_trainers_precision(tmp_path):
     script = FRAMEWORKS / "lit_module.py"
     report = _quick(tmp_path, script)

@@ -20,7 +20,8 @@ from advisor.experiments.inprocess import ArmsSession
 from advisor.experiments.arms import RoundResult
 from advisor.experiments.rounds import RoundKind, Rounds
 from advisor.experiments.plan import BASELINE, interleave, plan_windows
-from advisor.model import Finding, Fix, Verdict
+from advisor.experiments import judge
+from advisor.model import AFTER, SCREEN, Experiment, Finding, Fix, Verdict
 from advisor.run_dir.protocol import ArmLine, ArmStepLine, RankLines, read_plan, write_line
 from conftest import WORKLOADS, advise_cmd
 
@@ -1016,6 +1017,59 @@ def test_a_leaner_is_undecided_only_where_the_budget_cut_the_round_that_would_de
     assert kinds[-1] is RoundKind.STACK and ran.undecided() == []
 
 
+def _loading_then_fused(tmp_path, dl001_speed: float, stacked_speed: float):
+    """DL001 at `dl001_speed`, and EXP001's fused step held for the loading fix (`after`); the
+    stack, where the rounds plan one, at `stacked_speed`. Returns the rounds, every arm's overrides."""
+    fused = Finding("fused", "s", "low", {SCREEN: True, AFTER: "dataloader"},
+                    Fix.safe("fused", {"optimizer": {"fused": True}}), rule="untried-fix", code="EXP001")
+    rounds, child = Rounds(tmp_path), Child(tmp_path)
+    windows = rounds.start([_dl001(), fused], _profile())
+    speed = {"baseline": 0.10, "stacked": stacked_speed}
+    seen, round_no = [], 0
+    while windows:
+        seen += [rounds.arms[w.arm].point.overrides for w in windows if w.arm in rounds.arms]
+        windows = rounds.advance(child.run(round_no, windows, lambda w: speed.get(w.arm, 0.1 / dl001_speed)))
+        round_no += 1
+    rounds.end(None)
+    return rounds, seen
+
+
+def test_a_compute_fix_behind_a_waiting_loop_is_measured_only_stacked_on_the_loading_fix(tmp_path):
+    """loader-starved's case: while the loop waits on loading, the fused step is never measured
+    alone (it would measure the loader's hand-overs); once DL001 wins, it is stacked on it, and
+    the stack is recommended where it beats DL001 alone by more than the bar. Without a loading
+    win it is never measured."""
+    rounds, seen = _loading_then_fused(tmp_path, dl001_speed=2.0, stacked_speed=0.1 / 2.4)
+    assert {"optimizer": {"fused": True}} not in seen, seen  # never alone
+    assert rounds.recommended.verified and rounds.recommended.overrides == {
+        "dataloader": {"num_workers": 2}, "optimizer": {"fused": True}}, rounds.recommended
+    said = [n for n in rounds.notes if n.startswith("untried-fix (fused=True) was measured only stacked on dataloader-starvation")]
+    assert len(said) == 1 and "the stack measured 2.4" in said[0], rounds.notes
+
+    (tmp_path / "near").mkdir()
+    near, _ = _loading_then_fused(tmp_path / "near", dl001_speed=2.0, stacked_speed=0.1 / 2.03)
+    assert near.recommended.overrides == {"dataloader": {"num_workers": 2}}, near.recommended
+
+    (tmp_path / "no-win").mkdir()
+    none, seen = _loading_then_fused(tmp_path / "no-win", dl001_speed=1.0, stacked_speed=0.1 / 2.4)
+    assert none.recommended is None and all("optimizer" not in o for o in seen), seen
+
+
+def test_the_stack_on_a_loading_fix_takes_the_most_loading_of_its_tied_values():
+    """3 workers tied 2 alone (2.02x, 2.01x: the cheaper reported); the stack of the compute's fixes
+    takes 3, as the loader must feed a shorter step; a value far below (1 worker) or unverified never."""
+    def row(n: int, speedup: float, verdict: str = "faster") -> dict:
+        return {"overrides": {"dataloader": {"num_workers": n}}, "speedup": speedup, "verdict": verdict}
+
+    two = Experiment(Verdict.FASTER, verified=True, speedup=2.01, overrides={"dataloader": {"num_workers": 2}},
+                     sweep=[row(1, 1.1), row(2, 2.01), row(3, 2.02), row(8, 2.05, "not-confirmed")])
+    assert judge.with_headroom(two).overrides == {"dataloader": {"num_workers": 3}}
+    assert two.overrides == {"dataloader": {"num_workers": 2}}  # the finding's own figure stays its own
+    alone = Experiment(Verdict.FASTER, verified=True, speedup=2.01, overrides={"dataloader": {"num_workers": 2}},
+                       sweep=[row(1, 1.1), row(2, 2.01), row(3, 1.5)])
+    assert judge.with_headroom(alone) is alone
+
+
 def test_a_fix_that_leans_faster_unverified_is_stacked_and_the_stack_decides(tmp_path):
     """The loader-starved script's case: more workers verify at 2x, a fused optimizer reads 1.05x in
     each pass and never clears the bar alone (by hand, with the workers, it adds 1.3x). It is
@@ -1027,7 +1081,7 @@ def test_a_fix_that_leans_faster_unverified_is_stacked_and_the_stack_decides(tmp
     assert rounds.recommended.verified and rounds.recommended.overrides == {
         "dataloader": {"num_workers": 2}, "optimizer": {"fused": True}}, rounds.recommended.overrides
     assert rounds.recommended.speedup == pytest.approx(2.6, rel=0.05) and len(rounds.recommended.fixes) == 2
-    said = [n for n in rounds.notes if f"without being verified; the stack with it measured {rounds.recommended.speedup:.2f}x" in n]
+    said = [n for n in rounds.notes if f"without being verified; the stack measured {rounds.recommended.speedup:.2f}x" in n]
     assert len(said) == 1 and said[0].startswith("single-tensor-optimizer-cpu leaned faster alone (1.0"), rounds.notes
     (tmp_path / "near").mkdir()
     near, _, _ = _winner_and_leaner(tmp_path / "near", stacked_speed=0.1 / 2.04)  # within 3% of the winner alone

@@ -41,12 +41,13 @@ class Candidate:
         return self.applicability is not Applicability.SAFE
 
 
-def candidates_from(findings: list[Finding], safe_only: bool) -> list[Candidate]:
-    """One candidate per distinct automatic fix; unsafe ones only when allowed."""
+def candidates_from(findings: list[Finding], safe_only: bool, *, after: bool = False) -> list[Candidate]:
+    """One candidate per distinct automatic fix; unsafe ones only when allowed. `after`: instead, the
+    screens measured only stacked on a winning fix (:attr:`Finding.after`)."""
     out, seen = [], set()
     for i, finding in enumerate(findings):
         fix = finding.fix
-        if not fix.automatic or not fix.overrides:
+        if not fix.automatic or not fix.overrides or bool(finding.after) is not after:
             continue
         if safe_only and fix.applicability is not Applicability.SAFE:
             continue

@@ -339,6 +339,8 @@ class Rounds:
                         Role.LADDER if vocabulary.batch_scale(point.overrides) > 1 else Role.FIX)
                 self.arms[arm] = Arm(candidate, point, role)
                 self.sizing.lengths[arm] = expected_speedup(finding)
+        self.verdicts.after = [(c, c.finding(self.findings).after or "")
+                               for c in candidates_from(self.findings, self.safe_only, after=True)]
         expected = [self.sizing.lengths[a] for a, _ in self._of(Role.FIX) + self._of(Role.LADDER)]
         if expected and min(expected) >= LARGE_EFFECT:  # the slow baseline windows need half the steps
             self.sizing.base_steps = max(MIN_WINDOW_STEPS, self.sizing.timed // 2)

@@ -37,13 +37,14 @@ class Verdicts:
     promoted: list[str] = field(default_factory=list)  # screened arms to measure in full
     winners: list[tuple[Candidate, Experiment]] = field(default_factory=list)
     leaners: list[tuple[Candidate, Experiment]] = field(default_factory=list)  # settled faster-leaning, unverified
+    after: list[tuple[Candidate, str]] = field(default_factory=list)  # screens stacked on a winner of that override
     fit_budget: int | None = None  # the run was over this budget: the fastest fix that fits joined the winners
     recommended: Recommendation | None = None
 
     def recommend(self, stacked: Experiment | str | None) -> None:
         """The recommendation from the winners and their stack (`stacked`: its result, or why there is none)."""
         self.recommended = judge.recommend(self.winners, stacked, budget=self.fit_budget, notes=self.notes,
-                                           leaners=self.leaners)
+                                           leaners=self.leaners, after=self.after)
 
     def recommend_unstacked(self, ended: str) -> None:
         """The recommendation from the winners, their stack unmeasured because `ended` first."""
@@ -51,7 +52,7 @@ class Verdicts:
 
     def stack_members(self) -> list[tuple[Candidate, Experiment]]:
         """What the stack measures (:func:`judge.stack_members`)."""
-        return judge.stack_members(self.winners, self.leaners)
+        return judge.stack_members(self.winners, self.leaners, self.after)
 
     def screens(self, result: RoundResult) -> None:
         """Each screened arm's one short window: an arm whose interval's high end reaches the

@@ -10,10 +10,12 @@ than a small batch takes to load: minGPT's adder, 12% data wait with 4 workers o
 
 Screening is cheap, not free (a short window each; compile's compilation, seconds), and where
 the loop waits on data for over half the step the loading comes first: a fix of the compute is
-not screened there (measured now, it would measure the loader's hand-overs, not what it gains
-once the loading is fixed; DL001 measures the loading fix, and a second `advise profile` after
-it screens the compute), nor a larger batch (the loop is input-bound: a larger batch loads no
-more samples a second).
+not screened alone there (it would measure the loader's hand-overs, not what it gains once the
+loading is fixed), nor a larger batch (the loop is input-bound: a larger batch loads no more
+samples a second). bf16 and the fused step, whose gain the profile estimates, are measured
+stacked on the loading fix once one wins (`evidence.after`): a starved loop's fused AdamW, 5% of
+its step, was 1.2x on top of 3 workers by hand. Compile and the threads wait for a second
+`advise profile`.
 
 Each screen carries an estimate where the profile has evidence for one, so the time budget goes
 to the likeliest first (:mod:`advisor.experiments.worth`): bf16 half the share of the step its
@@ -62,7 +64,7 @@ from typing import Iterator
 
 from advisor.overrides.cores import cores_per_rank
 
-from advisor.model import SCREEN
+from advisor.model import AFTER, SCREEN
 from advisor.profile import Profile
 
 from . import helpers as h
@@ -82,14 +84,16 @@ def check(profile: Profile, *, fixes: str = "autocast,compile,optimizer,threads,
         return
     dev = h.device(profile)
     waits = h.data_wait_frac(profile) or 0.0
-    if waits > COMPUTE_MAX_WAIT:  # input-bound: the compute's fixes are screened once the loading is fixed
-        wanted -= {"autocast", "compile", "optimizer", "threads"}
+    after = None
+    if waits > COMPUTE_MAX_WAIT:  # input-bound: the compute's fixes are measured on the loading fix, or not at all
+        wanted -= {"compile", "threads"}
+        after = "dataloader"
     if waits > BATCH_MAX_WAIT:  # loading sets the pace: a larger batch loads as many samples a second
         wanted.discard("batch")
     if "autocast" in wanted and dev.bf16 and _fp32_matmuls(profile):
         yield _screen("bf16 autocast", Fix.unsafe("Run the forward pass under bf16 autocast", {"autocast": "bfloat16"}),
                       f"this {'CPU' if dev.kind == 'cpu' else 'GPU'} computes bf16 natively and the model's matmuls run in FP32",
-                      _times(h.BF16_GEMM_SAVES, h.cpu_fp32_gemm_share(profile)[0] if dev.kind == "cpu" else None))
+                      _times(h.BF16_GEMM_SAVES, h.cpu_fp32_gemm_share(profile)[0] if dev.kind == "cpu" else None), after)
     if "compile" in wanted and not _compiled(profile):
         yield _screen("torch.compile", Fix.unsafe("Compile the model with torch.compile", {"compile": True}),
                       "the model runs eagerly")
@@ -99,7 +103,8 @@ def check(profile: Profile, *, fixes: str = "autocast,compile,optimizer,threads,
         single = dev.kind == "cpu" and not any(o.foreach for o in optimizers)  # a GPU's default is foreach
         yield _screen("fused optimizer step", Fix.safe(f"Build {names} with fused=True", {"optimizer": {"fused": True}}),
                       f"{names} steps one tensor or one group at a time",
-                      _times(h.FUSED_SAVES_OVER_SINGLE if single else h.FUSED_SAVES_OVER_FOREACH, h.optimizer_frac(profile)))
+                      _times(h.FUSED_SAVES_OVER_SINGLE if single else h.FUSED_SAVES_OVER_FOREACH, h.optimizer_frac(profile)),
+                      after)
     loaders = profile.observed.dataloaders
     workers = profile.observed.max_workers
     if "workers" in wanted and workers and waits < WORKERS_MAX_WAIT:
@@ -117,13 +122,14 @@ def check(profile: Profile, *, fixes: str = "autocast,compile,optimizer,threads,
                       f"the script runs {threads} intra-op thread{'s' if threads > 1 else ''} on {cores} cores")
 
 
-def _screen(what: str, fix: Fix, why: str, gain: float | None = None) -> Finding:
-    """A fix to screen; `gain`: the share of the step the profile says it may save (None: no evidence)."""
+def _screen(what: str, fix: Fix, why: str, gain: float | None = None, after: str | None = None) -> Finding:
+    """A fix to screen; `gain`: the share of the step the profile says it may save (None: no
+    evidence); `after`: the override a winning fix must set first, this one then measured stacked on it."""
     return Finding(
         title=f"{what[0].upper()}{what[1:]} was measured: no rule predicted its effect",
         summary=f"No rule's threshold was met, but {why}, so the experiments measured {what} in this run.",
         severity="low",
-        evidence={SCREEN: True, "why": why},
+        evidence={SCREEN: True, "why": why, **({AFTER: after} if after else {})},
         fix=fix,
         estimated_gain_frac=h.r3(gain) if gain is not None else None,
     )
