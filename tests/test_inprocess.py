@@ -256,7 +256,7 @@ def test_screened_fixes_get_one_short_window_and_only_those_that_look_faster_are
     assert {w.arm for w in fourth} == {"baseline", "stacked"} and rounds.kind is RoundKind.STACK
     assert rounds.advance(child.run(3, fourth, lambda w: speed[w.arm])) == []  # the stack gained nothing
     assert rounds.recommended.verified and rounds.recommended.fixes == [rounds.arms["a1"].candidate.label]
-    assert any(n.startswith("the stacked configuration measured ") and "not verified" in n for n in rounds.notes)
+    assert any(n.startswith("the stacked configuration (") and ") measured " in n and "not verified" in n for n in rounds.notes)
     rounds.end(None)
     assert fast.experiment.verified and slow.experiment.verdict.value == "slower"
 
@@ -815,7 +815,7 @@ def test_a_stack_slower_than_a_member_alone_is_not_recommended_and_says_why(tmp_
     rounds, bf16 = _two_winners(tmp_path, stacked_speed=0.1 / 3.0)
     assert rounds.recommended.overrides == {"autocast": "bfloat16"}
     assert rounds.recommended.speedup == pytest.approx(3.9, rel=0.05)
-    said = [n for n in rounds.notes if n.startswith("the stacked configuration measured ")]
+    said = [n for n in rounds.notes if n.startswith("the stacked configuration (") and ") measured " in n]
     assert len(said) == 1 and "no faster than fp32-matmul alone (3.9" in said[0], rounds.notes
     (tmp_path / "faster").mkdir()
     faster, _ = _two_winners(tmp_path / "faster", stacked_speed=0.1 / 6.0)  # faster than either: the stack it is
@@ -1086,5 +1086,5 @@ def test_a_fix_that_leans_faster_unverified_is_stacked_and_the_stack_decides(tmp
     (tmp_path / "near").mkdir()
     near, _, _ = _winner_and_leaner(tmp_path / "near", stacked_speed=0.1 / 2.04)  # within 3% of the winner alone
     assert near.recommended.overrides == {"dataloader": {"num_workers": 2}}
-    said = [n for n in near.notes if n.startswith("the stacked configuration measured ")]
+    said = [n for n in near.notes if n.startswith("the stacked configuration (") and ") measured " in n]
     assert len(said) == 1 and "not verified alone" in said[0], near.notes

@@ -531,7 +531,8 @@ def recommend(winners: list[tuple[Candidate, Experiment]], stacked: Experiment |
                   "alone, so it is recommended" for line in said]
         return recommendation(stacked, [c for c, _ in members], overrides=stacked_candidate(members).overrides,
                               budget=budget)
-    notes.append(f"the stacked configuration {_why_not_stacked(stacked, candidate, best, [c for c, _ in unverified])}; "
+    notes.append(f"the stacked configuration ({' + '.join(c.label for c, _ in members)}) "
+                 f"{_why_not_stacked(stacked, candidate, best, [c for c, _ in unverified])}; "
                  "the best single fix is recommended")
     return recommendation(best, [candidate], budget=budget)
 
