@@ -466,8 +466,8 @@ def stack_members(winners: list[tuple[Candidate, Experiment]], leaners: list[tup
 def with_headroom(exp: Experiment) -> Experiment:
     """A loading fix as the stack of the compute's fixes behind it takes it: of the values its sweep
     verified with a figure near its own (:func:`near`), the one that loads the most, as the loader
-    must then feed a shorter step. loader-starved by hand: 3 workers tie 2 alone (1.91x, 1.83x),
-    and with the fused step and bf16 read 3.02x against 2.14x."""
+    must then feed a shorter step. loader-starved by hand (mean step): 3 workers tie 2 alone (1.80x,
+    1.71x), and with the fused step and bf16 read 2.03x against 1.90x."""
     near_rows = [r for r in exp.sweep or [] if r.get("verdict") == Verdict.FASTER.value and r.get("overrides")
                  and (r.get("speedup") or 0.0) * (1 + TIE_GAP) >= (exp.speedup or 0.0)]
     most = max(near_rows, key=lambda r: vocabulary.cost(r["overrides"]), default=None)
