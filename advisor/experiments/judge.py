@@ -452,9 +452,9 @@ def stack_members(winners: list[tuple[Candidate, Experiment]], leaners: list[tup
     if not winners:
         return []
     won = {key for _, e in winners for key in (e.overrides or {})}
-    waited = {key for _, key in after if key in won}
-    unmeasured = [(c, Experiment(Verdict.NOT_MEASURED, overrides=c.overrides, reason=AFTER_REASON))
-                  for c, key in after if key in won]
+    ready = [(c, key) for c, key in after if key in won]
+    waited = {key for _, key in ready}
+    unmeasured = [(c, Experiment(Verdict.NOT_MEASURED, overrides=c.overrides, reason=AFTER_REASON)) for c, _ in ready]
     members = [(c, with_headroom(e) if waited & set(e.overrides or {}) else e) for c, e in winners]
     for candidate, exp in [*leaners, *unmeasured]:
         taken = {key for _, e in members for key in (e.overrides or {})}
@@ -522,11 +522,14 @@ def recommend(winners: list[tuple[Candidate, Experiment]], stacked: Experiment |
         stacked_on = [c.label for c, e in unverified if e.speedup is None]  # screens of Finding.after
         said = [f"{c.label} leaned faster alone ({e.speedup:.2f}x) without being verified" for c, e in unverified
                 if e.speedup is not None]
-        if stacked_on:
-            moved = [vocabulary.describe(m.overrides or {}) for (_, w), (_, m) in zip(winners, members) if m is not w]
-            at = f" at {moved[0]}, the most loading of its values tied alone" if moved else ""
+        if stacked_on:  # on the winner that sets the override they waited for, not the best single one
+            keys = {key for c, key in after if any(c is m for m, _ in members)}
+            base, won_alone, stacked_as = next((c, w, m) for (c, w), (_, m) in zip(winners, members)
+                                               if keys & set(w.overrides or {}))
+            at = (f" at {vocabulary.describe(stacked_as.overrides or {})}, the most loading of its values tied alone"
+                  if stacked_as is not won_alone else "")
             said.append(f"{' and '.join(stacked_on)} {'was' if len(stacked_on) == 1 else 'were'} measured only stacked "
-                        f"on {candidate.label}{at} ({AFTER_REASON})")
+                        f"on {base.label}{at} ({AFTER_REASON})")
         notes += [f"{line}; the stack measured {stacked.speedup:.2f}x against {best.speedup:.2f}x for {candidate.label} "
                   "alone, so it is recommended" for line in said]
         return recommendation(stacked, [c for c, _ in members], overrides=stacked_candidate(members).overrides,
