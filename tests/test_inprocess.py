@@ -755,7 +755,7 @@ def test_the_precision_ladder_is_one_sweep_and_its_best_verified_step_leads_the_
     assert len(finding.experiment.sweep) == 3 and finding.fix.title == "Run the forward pass under bf16 autocast"
     assert rounds.recommended.overrides == {"autocast": "bfloat16"} and "stacked" not in rounds.arms
     (tie,) = [n for n in rounds.notes if "could not be told apart head to head" in n]
-    assert "the cheapest, autocast=bfloat16, is recommended" in tie, tie
+    assert "alone, the cheapest is taken: autocast=bfloat16" in tie, tie
 
 
 @pytest.mark.parametrize("proposal", [2, 8])

@@ -98,7 +98,7 @@ class Reading:
         cheapest = min([(lead, point, best), *tied], key=lambda t: (vocabulary.cost(t[1].overrides), order.index(t[1])))
         said = ", ".join(f"{_short(p)} {e.speedup:.2f}x" for _, p, e in [(lead, point, best), *tied])
         return cheapest[2], (f"{self.arms[lead].candidate.label}: its best values could not be told apart head to head "
-                             f"({said}); the cheapest, {_short(cheapest[1])}, is recommended")
+                             f"({said}); alone, the cheapest is taken: {_short(cheapest[1])}")
 
 
 def _short(point: Candidate) -> str:
