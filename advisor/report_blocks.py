@@ -264,6 +264,10 @@ class Experiments(Block):
     window_again_s: Annotated[Num, Meta(description="seconds added to the budget for measuring the profiled window "
                                                     "again until a quiet window (a neighbour disturbed it)")] = None
     arms: Annotated[list[ArmCost], Meta(description="where the in-process arms' time went, the costliest first")] = []
+    between_steps_s: Annotated[Num, Meta(description="the in-process arms' seconds between their windows' steps, from the "
+                                               "profiled window's end to the last window's: what the loop ran "
+                                               "between the steps (evaluation, checkpoints, the loader's restart at "
+                                               "an epoch's end) and the plans' way")] = None
     left_out: Annotated[list[LeftOut], Meta(description="fixes the time budget left without a verdict: not started "
                                                         "(predicted to outlast the budget left), or cut while "
                                                         "they leaned faster")] = []

@@ -200,6 +200,13 @@ def ends(steps: pd.DataFrame) -> pd.Series:
     return steps[T_END]
 
 
+def span_end(steps: pd.DataFrame) -> float | None:
+    """The last step's end on the probe's clock (None: no step carries one)."""
+    if not has_spans(steps) or steps[T_END].isna().all():
+        return None
+    return float(steps[T_END].max())
+
+
 def work_spans(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Each spanned step's (starts, ends), in :func:`spanned`'s order, on the probe's monotonic clock
     as its work ran: a device-timed step's as the device ran it (`t_device_end`, less its duration:

@@ -76,6 +76,7 @@ class ExperimentResults:
     budget_given: bool = False  # --time-budget (else the automatic one)
     window_again_s: float | None = None  # of the budget: the disturbed measured window measured again (.look)
     arms: list[dict] = field(default_factory=list)  # where the arms' time went (Rounds.costs)
+    between_steps_s: float | None = None  # the arms' seconds between their windows' steps (Spend.between_steps_s)
     left_out: list[dict] = field(default_factory=list)  # fixes not started: their predicted cost and command
 
     def summary(self) -> dict:
@@ -91,7 +92,8 @@ class ExperimentResults:
                      "recompiles": f.experiment.recompiles if f.experiment else None} for f in self.screened]
         return {"runs": self.runs, "n_runs": len(self.runs), "child_wall_s": sum(r["wall_s"] for r in self.runs),
                 "screened": screened, "budget_s": self.budget_s, "budget_given": self.budget_given,
-                "window_again_s": self.window_again_s, "arms": self.arms, "left_out": self.left_out}
+                "window_again_s": self.window_again_s, "arms": self.arms, "between_steps_s": self.between_steps_s,
+                "left_out": self.left_out}
 
 
 def by_samples(steps: pd.DataFrame) -> bool:
