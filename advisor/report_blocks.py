@@ -267,7 +267,7 @@ class Experiments(Block):
     between_steps_s: Annotated[Num, Meta(description="the in-process arms' seconds between their windows' steps, from the "
                                                "profiled window's end to the last window's: what the loop ran "
                                                "between the steps (evaluation, checkpoints, the loader's restart at "
-                                               "an epoch's end) and the plans' way")] = None
+                                               "an epoch's end) and the steps it ran while each round was planned")] = None
     left_out: Annotated[list[LeftOut], Meta(description="fixes the time budget left without a verdict: not started "
                                                         "(predicted to outlast the budget left), or cut while "
                                                         "they leaned faster")] = []

@@ -62,9 +62,12 @@ def spread_line(case: str, fix: str, claims: list[dict]) -> str:
     return f"{case} {fix}: between runs sd {between:.3f} (log), the intervals' own {said:.3f}, over {len(logs)} runs"
 
 
+# Seeded per run (65 + the run's index; by hand 65): one seed for every run gave each advise run the
+# same on and off times from its start, three runs one disturbance (issue 65's burner runs, sessions
+# nine to eleven).
 BURNER = """
-import random, time
-rng = random.Random(65)
+import random, sys, time
+rng = random.Random(int(sys.argv[1]))
 while True:
     end = time.monotonic() + rng.uniform(1, 4)
     while time.monotonic() < end:
@@ -74,11 +77,11 @@ while True:
 
 
 @contextlib.contextmanager
-def beside(args: argparse.Namespace) -> Iterator[None]:
-    """The neighbour asked for beside what runs inside (a CPU burner on 1-4 s, off 0-3 s; or a second
-    training script, benchmarks/neighbours.py), stopped after it."""
+def beside(args: argparse.Namespace, seed: int = 65) -> Iterator[None]:
+    """The neighbour asked for beside what runs inside (a CPU burner on 1-4 s, off 0-3 s, its times
+    drawn from `seed`; or a second training script, benchmarks/neighbours.py), stopped after it."""
     proc = (start_trainer() if args.trainer else
-            subprocess.Popen([sys.executable, "-c", BURNER]) if args.burner else None)
+            subprocess.Popen([sys.executable, "-c", BURNER, str(seed)]) if args.burner else None)
     try:
         yield
     finally:
@@ -124,7 +127,7 @@ def main() -> None:
         for i in range(args.runs):
             out = work / "repro" / name / f"run-{i}"
             if not args.reuse:
-                with beside(args):
+                with beside(args, seed=65 + i):
                     meta = run_advise(case, base, work, args, out_dir=out)
                 print(f"  run {i}: {meta['wall_s']} s, exit {meta['exit']}", flush=True)
             runs.append(read_advise(case, work, out))

@@ -173,8 +173,8 @@ class Spend:
     def between_steps_s(self) -> float | None:
         """The arms' seconds between their windows' steps: from the profiled window's end to the last
         window's, less the windows' own (:meth:`costs`, the loop's phases left out). What the loop ran
-        between the steps (an evaluation, a checkpoint, the loader's restart at an epoch's end) and the
-        plans' way: vision's reference script spent 8 s of a 16 s budget there, its windows 7.7 s."""
+        there (an evaluation, a checkpoint, the loader's restart at an epoch's end) and the steps it ran
+        while each round was planned: vision's reference script spent 8 s of a 16 s budget there."""
         ends = [end for r in self.results.values() for f in r.steps.values() if (end := steptime.span_end(f)) is not None]
         if self.window_end is None or not ends:
             return None

@@ -717,8 +717,8 @@ def time_spent(block: Experiments | None) -> str | None:
              + (f" in {a.windows} windows" if a.arm == "baseline" else "") for a in block.arms]
     if block.between_steps_s and block.between_steps_s >= max(BETWEEN_SAID_S, BETWEEN_SAID_FRAC * spent):
         spent += block.between_steps_s
-        parts.append(f"between the steps {units.time_s(block.between_steps_s)} (the loop's evaluation, checkpoints "
-                     "and loader restarts; the plans' way)")
+        parts.append(f"between the steps {units.time_s(block.between_steps_s)} (the script running on while each "
+                     "round was planned, and its evaluations, checkpoints and loader restarts)")
     line = f"fixes measured in {units.time_s(spent)}{budget}" + (": " + ", ".join(parts) if parts else "")
     by_command: dict[str | None, list] = {}
     for left in block.left_out:  # one command measures a rule's fixes: said once, after them
