@@ -53,7 +53,7 @@ def test_the_seconds_a_loop_spends_between_its_steps_are_counted_in_the_budget_a
     assert between > 0.4 * windows and between > 1.0, block  # the evaluations: 8x a step every 5 steps
     assert windows + between <= block["budget_s"] + 1.5, block
     (line,) = [ln for ln in proc.stdout.replace("\n      ", " ").splitlines() if ln.startswith("time: ")]
-    said = re.match(r"time: fixes measured in ([\d.]+) (m?s) of a 5 s budget", line)
+    said = re.match(r"time: fixes measured in ([\d.]+) (m?s) of a \d+ s budget", line)
     assert said and float(said[1]) * (1e-3 if said[2] == "ms" else 1) == pytest.approx(windows + between, abs=0.02), line
     assert "between the steps " in line and "and its evaluations, checkpoints and loader restarts)" in line, line
 

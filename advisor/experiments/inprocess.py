@@ -151,6 +151,7 @@ class ArmsSession:
     _look: look.Look | None = None  # the measured window measured again, a neighbour having disturbed it
     _diagnosed: tuple[list[Finding], Profile] | None = None  # the measured window's findings, meanwhile
     window_again_s: float | None = None  # seconds the look took: the arms' budget grew by them
+    _looked_until: float | None = None  # the look's last step's end (the child's clock): the arms' time starts there
     _given_back: float | None = None  # the look's seconds, once it ended, for the runner's budget (returned once)
     _quiet_window: tuple[float, float] | None = None  # the findings' window, where quiet: a baseline window (look.quiet_window)
 
@@ -225,7 +226,10 @@ class ArmsSession:
         self.rounds = Rounds(self.out, self.safe_only, self.max_experiments, self.window_steps, self.io_like(profile),
                              notes=self.notes, round=round_no - 1)
         self._quiet_window = look.quiet_window(profile) if self.cpu_count else None
-        return self.rounds.start(findings, profile, self.time_left())
+        windows = self.rounds.start(findings, profile, self.time_left())
+        if self._looked_until is not None:  # the arms start after the look, whichever window the findings read
+            self.rounds.spend.window_end = max(self.rounds.spend.window_end or 0.0, self._looked_until)
+        return windows
 
     def _look_again(self, looking: look.Look, round_no: int, lines: RankLines | None) -> list[Window]:
         """The window measured again in plan `round_no - 1`: quiet, the rules run again on it; else
@@ -234,6 +238,8 @@ class ArmsSession:
         quiet = result is not None and looking.read(result, read_samples(self.out, self.rank_suffix), self.cpu_count)
         if not quiet and (windows := looking.window(self.time_left())):
             return windows
+        ends = [e for f in (result.steps.values() if result is not None else []) if (e := steptime.span_end(f)) is not None]
+        self._looked_until = max(ends, default=None)
         self._given_back = self.window_again_s = looking.spent_s
         self.time_budget_s += looking.spent_s
         if quiet:

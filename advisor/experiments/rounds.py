@@ -273,10 +273,10 @@ class Rounds:
             self.verdicts.recommend_unstacked(ended)
 
     def _replace_disturbed(self) -> None:
-        """A rule's fix every window of which a neighbour disturbed so far goes again (a CONFIRM
-        pass), added to a pass it was not due only while fewer than REPLACE_CAP such passes ran: a
-        starved loader's 9x win went unsaid beside a package install when one busy machine withheld
-        every verdict."""
+        """A fix every window of which a neighbour disturbed so far goes again (a CONFIRM pass),
+        added to a pass it was not due only while fewer than REPLACE_CAP such passes ran: a starved
+        loader's 9x win went unsaid beside a package install when one busy machine withheld every
+        verdict; a screen's too (tiny-gpt's fused AdamW, its one window disturbed, was never judged)."""
         if self.kind not in (RoundKind.FIXES, RoundKind.CONFIRM):
             return
         verdicts = self.verdicts
@@ -289,12 +289,12 @@ class Rounds:
             self.replaced += 1
 
     def silenced(self) -> list[str]:
-        """The rules' fixes' arms that ran windows none of which can be compared with a baseline: a
-        neighbour disturbed every one of them, or the baseline windows beside them."""
+        """The fixes' arms (a stack's aside) that ran windows none of which can be compared with a
+        baseline: a neighbour disturbed every one of them, or the baseline windows beside them."""
         out = []
         for a, arm in self.arms.items():
             ran = any(line.arm == a for r in self.results.values() for line in r.windows)
-            if arm.role in (Role.FIX, Role.LADDER) and ran and not any(r.paired(a) for r in self.results.values()):
+            if arm.role is not Role.STACK and ran and not any(r.paired(a) for r in self.results.values()):
                 out.append(a)
         return out
 
