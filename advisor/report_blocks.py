@@ -268,6 +268,8 @@ class Experiments(Block):
                                                "profiled window's end to the last window's: what the loop ran "
                                                "between the steps (evaluation, checkpoints, the loader's restart at "
                                                "an epoch's end) and the steps it ran while each round was planned")] = None
+    cut_window_s: Annotated[Num, Meta(description="seconds of a window the run ended inside (the time budget's end): "
+                                                  "its steps ran, none of them is read")] = None
     left_out: Annotated[list[LeftOut], Meta(description="fixes the time budget left without a verdict: not started "
                                                         "(predicted to outlast the budget left), or cut while "
                                                         "they leaned faster")] = []

@@ -249,3 +249,12 @@ def test_the_time_line_names_what_the_budget_left_without_a_verdict_with_one_com
                     "95% CI 0.98–1.45×): advise profile --select PR001 --time-budget 40 adder.py"), line
     bare = Experiments(left_out=[LeftOut(fix="bf16", code="PR001", predicted_s=8.0, command="advise x", speedup=1.2)])
     assert words.time_spent(bare) == "fixes measured in 0 µs; not decided when the budget ended: bf16 (1.20× faster): advise x"
+    # what ran outside the windows' steps is added, so the total is the budget spent; a plan's way alone is not said
+    spent = Experiments(budget_s=5.0, arms=[ArmCost(arm="baseline", windows=2, seconds=1.5)], between_steps_s=1.05,
+                        cut_window_s=0.8)
+    assert words.time_spent(spent) == ("fixes measured in 3.35 s of a 5 s budget (automatic): the baseline 1.50 s in 2 "
+                                       "windows, between the steps 1.05 s (the script running on while each round was "
+                                       "planned, and any evaluation, checkpoint or loader restart), a window the budget "
+                                       "ended inside 800.0 ms (not read)")
+    brief = Experiments(budget_s=5.0, arms=[ArmCost(arm="baseline", windows=2, seconds=4.5)], between_steps_s=0.3)
+    assert words.time_spent(brief) == "fixes measured in 4.50 s of a 5 s budget (automatic): the baseline 4.50 s in 2 windows"

@@ -207,7 +207,8 @@ def _account(results: ExperimentResults, session: ArmsSession, config: ProbeConf
     results.window_again_s = session.window_again_s
     if session.rounds is None:
         return
-    results.arms, results.between_steps_s = session.rounds.spend.costs(), session.rounds.spend.between_steps_s()
+    spend = session.rounds.spend
+    results.arms, results.between_steps_s, results.cut_window_s = spend.costs(), spend.between_steps_s(), spend.cut_window_s()
     target = (["-m", config.script] if config.module else [config.script]) + list(config.args)
     undecided = session.rounds.undecided()
     left = [(f, cost, None) for f, cost in session.rounds.spend.left_out_fixes()] + \

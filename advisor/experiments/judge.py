@@ -77,6 +77,7 @@ class ExperimentResults:
     window_again_s: float | None = None  # of the budget: the disturbed measured window measured again (.look)
     arms: list[dict] = field(default_factory=list)  # where the arms' time went (Rounds.costs)
     between_steps_s: float | None = None  # the arms' seconds between their windows' steps (Spend.between_steps_s)
+    cut_window_s: float | None = None  # a window the run ended inside (Spend.cut_window_s)
     left_out: list[dict] = field(default_factory=list)  # fixes not started: their predicted cost and command
 
     def summary(self) -> dict:
@@ -93,6 +94,7 @@ class ExperimentResults:
         return {"runs": self.runs, "n_runs": len(self.runs), "child_wall_s": sum(r["wall_s"] for r in self.runs),
                 "screened": screened, "budget_s": self.budget_s, "budget_given": self.budget_given,
                 "window_again_s": self.window_again_s, "arms": self.arms, "between_steps_s": self.between_steps_s,
+                "cut_window_s": self.cut_window_s,
                 "left_out": self.left_out}
 
 

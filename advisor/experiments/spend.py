@@ -175,10 +175,24 @@ class Spend:
         window's, less the windows' own (:meth:`costs`, the loop's phases left out). What the loop ran
         there (an evaluation, a checkpoint, the loader's restart at an epoch's end) and the steps it ran
         while each round was planned: vision's reference script spent 8 s of a 16 s budget there."""
-        ends = [end for r in self.results.values() for f in r.steps.values() if (end := steptime.span_end(f)) is not None]
+        ends = self._window_ends(whole=True)
         if self.window_end is None or not ends:
             return None
         return max(0.0, max(ends) - self.window_end - sum(row["seconds"] for row in self.costs()))
+
+    def cut_window_s(self) -> float | None:
+        """The seconds of a window the run ended inside (the budget's end: its steps ran, it was never
+        closed, nothing reads them), after the last whole window's end."""
+        whole, every = self._window_ends(whole=True), self._window_ends(whole=False)
+        if not whole or not every or max(every) <= max(whole):
+            return None
+        return max(every) - max(whole)
+
+    def _window_ends(self, whole: bool) -> list[float]:
+        """Each window's last step's end; `whole`: only the windows closed with their line."""
+        lined = {(k, line.window) for k, r in self.results.items() for line in r.windows}
+        return [end for k, r in self.results.items() for w, f in r.steps.items()
+                if (not whole or (k, w) in lined) and (end := steptime.span_end(f)) is not None]
 
     def costs(self) -> list[dict]:
         """Where the arms' time went: per arm (the baseline one of them), its windows, timed steps,

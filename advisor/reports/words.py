@@ -718,7 +718,10 @@ def time_spent(block: Experiments | None) -> str | None:
     if block.between_steps_s and block.between_steps_s >= max(BETWEEN_SAID_S, BETWEEN_SAID_FRAC * spent):
         spent += block.between_steps_s
         parts.append(f"between the steps {units.time_s(block.between_steps_s)} (the script running on while each "
-                     "round was planned, and its evaluations, checkpoints and loader restarts)")
+                     "round was planned, and any evaluation, checkpoint or loader restart)")
+    if block.cut_window_s and block.cut_window_s >= BETWEEN_SAID_FRAC * spent:
+        spent += block.cut_window_s
+        parts.append(f"a window the budget ended inside {units.time_s(block.cut_window_s)} (not read)")
     line = f"fixes measured in {units.time_s(spent)}{budget}" + (": " + ", ".join(parts) if parts else "")
     by_command: dict[str | None, list] = {}
     for left in block.left_out:  # one command measures a rule's fixes: said once, after them
