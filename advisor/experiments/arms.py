@@ -77,6 +77,13 @@ class RoundResult:
                   for k, rows in steps.items()}
         return cls(windows, frames, warm)
 
+    def ends(self, whole: bool = False) -> list[float]:
+        """Each window's last step's end on the child's clock; `whole`: only the windows closed with
+        their line (not one the run ended inside)."""
+        lined = {line.window for line in self.windows}
+        return [end for k, f in self.steps.items()
+                if (not whole or k in lined) and (end := steptime.span_end(f)) is not None]
+
     def measurement(self, k: int, run_dir: Path) -> Measurement:
         """Window k's measurement, one object per window (a baseline window between two arm windows
         is one baseline in a pooled figure, :func:`judge.distinct`, not two)."""

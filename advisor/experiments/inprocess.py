@@ -238,8 +238,7 @@ class ArmsSession:
         quiet = result is not None and looking.read(result, read_samples(self.out, self.rank_suffix), self.cpu_count)
         if not quiet and (windows := looking.window(self.time_left())):
             return windows
-        ends = [e for f in (result.steps.values() if result is not None else []) if (e := steptime.span_end(f)) is not None]
-        self._looked_until = max(ends, default=None)
+        self._looked_until = max(result.ends(), default=None) if result is not None else None
         self._given_back = self.window_again_s = looking.spent_s
         self.time_budget_s += looking.spent_s
         if quiet:

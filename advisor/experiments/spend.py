@@ -189,10 +189,8 @@ class Spend:
         return max(every) - max(whole)
 
     def _window_ends(self, whole: bool) -> list[float]:
-        """Each window's last step's end; `whole`: only the windows closed with their line."""
-        lined = {(k, line.window) for k, r in self.results.items() for line in r.windows}
-        return [end for k, r in self.results.items() for w, f in r.steps.items()
-                if (not whole or (k, w) in lined) and (end := steptime.span_end(f)) is not None]
+        """Each window's last step's end over the rounds (:meth:`RoundResult.ends`)."""
+        return [end for r in self.results.values() for end in r.ends(whole)]
 
     def costs(self) -> list[dict]:
         """Where the arms' time went: per arm (the baseline one of them), its windows, timed steps,
