@@ -280,6 +280,21 @@ def test_each_torchs_unquoted_field_is_requoted_and_nothing_else_changes(written
     assert _requote(valid) == valid
 
 
+def test_the_exports_check_keeps_every_trace_the_reader_takes_and_no_other(tmp_path):
+    """The child keeps a trace only if it parses: what the reader's tolerant path takes (a NaN
+    literal, invalid UTF-8 in a stack string) is kept as written; a cut-off trace is lost."""
+    from advisor.probe.trace_export import TraceLost, _parsed
+    from advisor.trace.read import read_file
+
+    for i, kept in enumerate([b'{"traceEvents": [{"name": "aten::mm", "ph": "X", "ts": 1, "dur": NaN}]}',
+                              b'{"traceEvents": [{"name": "fn \xff(1)", "ph": "X", "ts": 1, "dur": 2}]}']):
+        assert _parsed(kept, tmp_path) == kept
+        (tmp_path / f"t{i}.json").write_bytes(kept)
+        read_file(str(tmp_path / f"t{i}.json"))  # raises TraceError if the reader refused it
+    with pytest.raises(TraceLost, match="not valid JSON"):
+        _parsed(b'{"traceEvents": [{"name": "aten::mm", "ph": "X", "ts"', tmp_path)
+
+
 def test_a_script_that_clears_its_output_folder_given_as_out_is_exit_2(tmp_path):
     """The script empties its own output folder, which is also --out: the run's files went with it.
     That used to be "advise ok, 0 measured, no bottleneck found" and exit 0."""

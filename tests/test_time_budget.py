@@ -51,7 +51,8 @@ def test_the_seconds_a_loop_spends_between_its_steps_are_counted_in_the_budget_a
     windows = sum(a["seconds"] for a in block["arms"])
     between = block["between_steps_s"]
     assert between > 0.4 * windows and between > 1.0, block  # the evaluations: 8x a step every 5 steps
-    assert windows + between <= block["budget_s"] + 1.5, block
+    # counted from the child's wait for its first plan, as the budget is (not from the window's end: the trace's export)
+    assert windows + between + (block["cut_window_s"] or 0.0) <= block["budget_s"] + 0.3, block
     (line,) = [ln for ln in proc.stdout.replace("\n      ", " ").splitlines() if ln.startswith("time: ")]
     said = re.match(r"time: fixes measured in ([\d.]+) (m?s) of a \d+ s budget", line)
     cut = block["cut_window_s"] if "a window the budget ended inside" in line else 0.0

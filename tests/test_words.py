@@ -253,8 +253,9 @@ def test_the_time_line_names_what_the_budget_left_without_a_verdict_with_one_com
     spent = Experiments(budget_s=5.0, arms=[ArmCost(arm="baseline", windows=2, seconds=1.5)], between_steps_s=1.05,
                         cut_window_s=0.8)
     assert words.time_spent(spent) == ("fixes measured in 3.35 s of a 5 s budget (automatic): the baseline 1.50 s in 2 "
-                                       "windows, between the steps 1.05 s (the script running on while each round was "
-                                       "planned, and any evaluation, checkpoint or loader restart), a window the budget "
+                                       "windows, between the steps 1.05 s (the script waiting while each round was "
+                                       "planned, switching between windows, and any evaluation, checkpoint or loader "
+                                       "restart), a window the budget "
                                        "ended inside 800.0 ms (not read)")
     brief = Experiments(budget_s=5.0, arms=[ArmCost(arm="baseline", windows=2, seconds=4.5)], between_steps_s=0.3)
     assert words.time_spent(brief) == "fixes measured in 4.50 s of a 5 s budget (automatic): the baseline 4.50 s in 2 windows"

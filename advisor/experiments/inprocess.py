@@ -151,7 +151,6 @@ class ArmsSession:
     _look: look.Look | None = None  # the measured window measured again, a neighbour having disturbed it
     _diagnosed: tuple[list[Finding], Profile] | None = None  # the measured window's findings, meanwhile
     window_again_s: float | None = None  # seconds the look took: the arms' budget grew by them
-    _looked_until: float | None = None  # the look's last step's end (the child's clock): the arms' time starts there
     _given_back: float | None = None  # the look's seconds, once it ended, for the runner's budget (returned once)
     _quiet_window: tuple[float, float] | None = None  # the findings' window, where quiet: a baseline window (look.quiet_window)
 
@@ -214,22 +213,21 @@ class ArmsSession:
                     self._look, self._diagnosed = started, (findings, profile)
                     self._say("the measured window was disturbed by a neighbour: measuring it again")
                     return windows
-            return self._start(findings, profile, round_no)
+            return self._start(findings, profile, round_no, lines.waited_from if lines is not None else None)
         if self._look is not None and self.rounds is None:
             return self._look_again(self._look, round_no, lines)
         if self.rounds is None or not self.rounds.running or lines is None:
             return []
         return self.rounds.advance(self._read(lines), self.time_left())
 
-    def _start(self, findings: list[Finding], profile: Profile, round_no: int) -> list[Window]:
-        """The rounds, from the findings of `profile`, as plan `round_no` (after any windows measured again)."""
+    def _start(self, findings: list[Finding], profile: Profile, round_no: int, arms_from: float | None) -> list[Window]:
+        """The rounds, from the findings of `profile`, as plan `round_no` (after any windows measured
+        again), the arms' time counted from `arms_from` on the child's clock: the child's wait for
+        its first plan (the trace's export before it is not the budget's), or the look's end."""
         self.rounds = Rounds(self.out, self.safe_only, self.max_experiments, self.window_steps, self.io_like(profile),
                              notes=self.notes, round=round_no - 1)
         self._quiet_window = look.quiet_window(profile) if self.cpu_count else None
-        windows = self.rounds.start(findings, profile, self.time_left())
-        if self._looked_until is not None:  # the arms start after the look, whichever window the findings read
-            self.rounds.spend.window_end = max(self.rounds.spend.window_end or 0.0, self._looked_until)
-        return windows
+        return self.rounds.start(findings, profile, self.time_left(), arms_from)
 
     def _look_again(self, looking: look.Look, round_no: int, lines: RankLines | None) -> list[Window]:
         """The window measured again in plan `round_no - 1`: quiet, the rules run again on it; else
@@ -238,14 +236,14 @@ class ArmsSession:
         quiet = result is not None and looking.read(result, read_samples(self.out, self.rank_suffix), self.cpu_count)
         if not quiet and (windows := looking.window(self.time_left())):
             return windows
-        self._looked_until = max(result.ends(), default=None) if result is not None else None
+        looked_until = max(result.ends(), default=None) if result is not None else None
         self._given_back = self.window_again_s = looking.spent_s
         self.time_budget_s += looking.spent_s
         if quiet:
-            return self._start(*self.diagnose(), round_no)  # the Profile reads steps-quiet.csv now
+            return self._start(*self.diagnose(), round_no, looked_until)  # the Profile reads steps-quiet.csv now
         self.notes.append(looking.note())
         assert self._diagnosed is not None
-        return self._start(*self._diagnosed, round_no)
+        return self._start(*self._diagnosed, round_no, looked_until)
 
     def _say(self, text: str) -> None:
         if self.progress is not None:
@@ -387,7 +385,7 @@ class ArmsSession:
             # it ended while the profiled window was measured again: the measured window's fixes, none measured
             self.notes.append(f"the run ended while the disturbed profiled window was measured again ({self._look.windows} "
                               "windows): the findings read the measured window, and no fix was measured")
-            self._start(*self._diagnosed, 0)
+            self._start(*self._diagnosed, 0, None)
             lines = None  # (its lines are the windows measured again: no round of the fixes ran)
         if self.rounds is not None:
             out_of_time = out_of_time and arms_error is None  # the error ended the arms, not the clock

@@ -139,9 +139,11 @@ class Rounds:
         return self._spend.left_out if self._spend is not None else {}
 
     # the machine ------------------------------------------------------------------------------------
-    def start(self, findings: list[Finding], profile: Profile, time_left_s: float | None = None) -> list[Window]:
+    def start(self, findings: list[Finding], profile: Profile, time_left_s: float | None = None,
+              arms_from: float | None = None) -> list[Window]:
         """Round 0 (FIXES) for the findings of the profiled window (`profile`: its Profile), as far
-        as it fits `time_left_s`."""
+        as it fits `time_left_s`; the arms' time starts at `arms_from` on the child's clock (default:
+        the window's last step's end)."""
         self.findings = findings
         self.by_samples = judge.by_samples(profile.steps)
         self._sizing = WindowSizing.of(self.window_steps, profile)
@@ -149,7 +151,7 @@ class Rounds:
                                 lambda arm: self.spend.left_out_why(arm), steptime.timed_steps(profile.steps)[0])
         self._spend = Spend(self.arms, self.findings, self.results, self._steps, self.sizing.warmup,
                             steptime.median_step(profile.steps), str(profile.env.device or "cpu"),
-                            window_end=steptime.span_end(profile.steps))
+                            arms_from=steptime.span_end(profile.steps) if arms_from is None else arms_from)
         self._verdicts = Verdicts(self.arms, self.findings, self.fresh, self.notes, self._reading, self._spend)
         windows = self._fixes_round(profile, time_left_s)
         fitted = self.spend.fit(windows, time_left_s)

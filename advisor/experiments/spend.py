@@ -44,7 +44,7 @@ class Spend:
     left_out: dict[str, Worth] = field(default_factory=dict)  # arm -> its predicted cost: not started, it did not fit
     cut: int = 0  # windows planned but not run: the time budget ended first
     predicted: dict[tuple[int, int], float] = field(default_factory=dict)  # (round, window) -> its predicted seconds
-    window_end: float | None = None  # the profiled window's last step's end (the child's clock): the arms start there
+    arms_from: float | None = None  # where the arms' time starts on the child's clock (Rounds.start)
 
     def fit(self, windows: list[Window], time_left_s: float | None) -> list[Window]:
         """The longest run of `windows` from the first that fits `time_left_s` and ends on a baseline
@@ -171,14 +171,14 @@ class Spend:
         return max(spent) if spent else None
 
     def between_steps_s(self) -> float | None:
-        """The arms' seconds between their windows' steps: from the profiled window's end to the last
-        window's, less the windows' own (:meth:`costs`, the loop's phases left out). What the loop ran
+        """The arms' seconds between their windows' steps: from where the arms' time starts to the last
+        window's end, less the windows' own (:meth:`costs`, the loop's phases left out). What the loop ran
         there (an evaluation, a checkpoint, the loader's restart at an epoch's end) and the steps it ran
         while each round was planned: vision's reference script spent 8 s of a 16 s budget there."""
         ends = self._window_ends(whole=True)
-        if self.window_end is None or not ends:
+        if self.arms_from is None or not ends:
             return None
-        return max(0.0, max(ends) - self.window_end - sum(row["seconds"] for row in self.costs()))
+        return max(0.0, max(ends) - self.arms_from - sum(row["seconds"] for row in self.costs()))
 
     def cut_window_s(self) -> float | None:
         """The seconds of a window the run ended inside (the budget's end: its steps ran, it was never

@@ -84,7 +84,7 @@ class Arms:
         """The profiled window ended: report it, then wait for a plan. True: arms run from here."""
         self.started = True
         self.write_probe()
-        write_line(self.sink, WindowDone())
+        write_line(self.sink, WindowDone(t=time.monotonic()))
         return self._next_plan()
 
     def _wait_plan(self) -> Plan | None:

@@ -717,8 +717,8 @@ def time_spent(block: Experiments | None) -> str | None:
              + (f" in {a.windows} windows" if a.arm == "baseline" else "") for a in block.arms]
     if block.between_steps_s and block.between_steps_s >= max(BETWEEN_SAID_S, BETWEEN_SAID_FRAC * spent):
         spent += block.between_steps_s
-        parts.append(f"between the steps {units.time_s(block.between_steps_s)} (the script running on while each "
-                     "round was planned, and any evaluation, checkpoint or loader restart)")
+        parts.append(f"between the steps {units.time_s(block.between_steps_s)} (the script waiting while each round "
+                     "was planned, switching between windows, and any evaluation, checkpoint or loader restart)")
     if block.cut_window_s and block.cut_window_s >= BETWEEN_SAID_FRAC * spent:
         spent += block.cut_window_s
         parts.append(f"a window the budget ended inside {units.time_s(block.cut_window_s)} (not read)")

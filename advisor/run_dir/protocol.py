@@ -103,9 +103,11 @@ class ArmStepLine(StepTimes, kw_only=True):
 
 
 class WindowDone(msgspec.Struct, kw_only=True):
-    """The measured window is over: the child waits for a plan."""
+    """The measured window is over: the child waits for a plan, from `t` on its clock (after the
+    trace's export and probe.json, which the arms' time budget does not count)."""
 
     phase: Phase = Phase.WINDOW_DONE
+    t: Optional[float] = None
 
 
 class PlanDone(msgspec.Struct, kw_only=True):
@@ -248,6 +250,7 @@ class RankLines:
     window: list[StepLine] = field(default_factory=list)  # start-up to the window's end
     arm_steps: list[ArmStepLine] = field(default_factory=list)
     arm_windows: list[ArmLine] = field(default_factory=list)
+    waited_from: float | None = None  # the child's clock as it began to wait for its first plan (WindowDone.t)
     _offsets: list[int] = field(default_factory=lambda: [0, 0])
 
     def read(self) -> list[Line]:
@@ -255,6 +258,7 @@ class RankLines:
         lines, self._offsets[0] = read_lines(self.steps_path, self._offsets[0])
         self.window += [x for x in lines if isinstance(x, StepLine)]
         self.arm_steps += [x for x in lines if isinstance(x, ArmStepLine)]
+        self.waited_from = next((x.t for x in lines if isinstance(x, WindowDone)), self.waited_from)
         windows, self._offsets[1] = read_lines(self.arms_path, self._offsets[1], arms=True)
         self.arm_windows += windows
         return lines
