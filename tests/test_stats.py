@@ -76,3 +76,13 @@ def test_two_single_windows_borrow_a_third_partys_spread():
     bases = [run(0.020 + rng.normal(0, 1e-5, 20)), run(0.023 + rng.normal(0, 1e-5, 20))]
     _, lo, hi = speedup_ci([a], [b], by_samples=False, spread=bases)
     assert lo < 1.0 < hi and hi / lo > hi0 / lo0  # windows of this machine move 15%: 5% is not shown
+
+
+def test_the_t_quantile_is_students():
+    """The intervals' quantile, from scipy.special (its order: degrees of freedom, then the level), is scipy.stats' t."""
+    from scipy import stats as st
+
+    from advisor.analysis.stats import t_quantile
+
+    for p, df in [(0.975, 1.0), (0.975, 7.3), (0.95, 40.0), (0.5 + 0.9 / 2, 3.0)]:
+        assert t_quantile(p, df) == pytest.approx(float(st.t.ppf(p, df)), rel=1e-9)

@@ -40,6 +40,14 @@ def scipy_stats() -> ModuleType:
     return stats
 
 
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile: scipy.special's, 0.07 s to import where scipy.stats takes 0.3-0.8 s, which
+    the arms' first judgement paid inside their time budget while the child waited for its plan."""
+    from scipy.special import stdtrit
+
+    return float(stdtrit(df, p))
+
+
 def _array(values: Values) -> np.ndarray:
     arr = np.asarray(values, dtype=float)
     return arr[np.isfinite(arr)]
@@ -207,7 +215,7 @@ def speedup_ci(baseline: list[pd.DataFrame], candidate: list[pd.DataFrame], *, b
     floor = float(np.nanmean(within)) if np.isfinite(within).any() and not whole else 0.0
     var = max((WINDOW_DF_PRIOR * WINDOW_SD_PRIOR ** 2 + squares) / (WINDOW_DF_PRIOR + df), floor)
     var = var * (1 / n_base + 1 / n_cand) + process_sd ** 2
-    quantile = scipy_stats().t.ppf(1 - (1 - confidence) / 2, WINDOW_DF_PRIOR + df)
+    quantile = t_quantile(1 - (1 - confidence) / 2, WINDOW_DF_PRIOR + df)
     half = float(quantile) * math.sqrt(var)
     return estimate, estimate * math.exp(-half), estimate * math.exp(half)
 
@@ -267,7 +275,5 @@ def ratio_of_means_ci_t(a: Values, b: Values, confidence: float = 0.95) -> Inter
     num = (rel_a + rel_b) ** 2
     den = (rel_a**2 / (len(a) - 1) if rel_a else 0.0) + (rel_b**2 / (len(b) - 1) if rel_b else 0.0)
     df = num / den if den else float(len(a) + len(b) - 2)
-    _st = scipy_stats()
-
-    t = float(_st.t.ppf(0.5 + confidence / 2, df))
+    t = t_quantile(0.5 + confidence / 2, df)
     return Interval(r, r - t * se, r + t * se, confidence)
