@@ -4,7 +4,9 @@ script's own step times, A B A B A B).
 
 Per case and fix: each run's claim (speedup, 95% interval, verified or not), how often a verified
 claim's interval covers the by-hand figure, and how often the recommended value is within 10% of
-the best by-hand value (issue 54: at least 4 of 5 each).
+the best by-hand value (issue 54: at least 4 of 5 each). Where that best compiles and the run named
+the compile with the command that measures it (a one-off cost the default budget cannot hold, issue
+65), the recommendation answers for the best without it, and the row says so.
 
     python benchmarks/reproducibility.py [--cases loader-starved,wlm-lstm,...] [--runs 5] [--skip-hand]
         [--variants bf16,wlm-lstm:compile,...] [--burner | --trainer] [--reuse]
@@ -44,6 +46,20 @@ from run import corpus_args, BY_NAME, cached_hand, default_threads, match, measu
 
 DEFAULT_CASES = "loader-starved,wlm-lstm,nanogpt-char,mingpt-adder"
 NEAR_BEST = 0.90  # the recommended value's by-hand speedup at least this share of the best by-hand value's
+
+
+def best_answered(case, truth: dict[str, float], run: dict) -> tuple[float, str]:
+    """The best by-hand speedup `run`'s recommendation answers for, and a note. The best, unless it
+    compiles and the run measured no compile but named it with the command that measures it: a
+    one-off cost the default budget cannot hold (issue 65), so the best of the variants without it."""
+    best = max([1.0, *truth.values()])
+    compiles = {v.name for v in case.variants if v.overrides.get("compile")}
+    top = max(truth, key=truth.get, default=None)
+    measured = any((c.get("overrides") or {}).get("compile") and c.get("speedup") for c in run.get("claims") or [])
+    named = any((o or {}).get("compile") for o in run.get("named") or [])
+    if top not in compiles or measured or not named:
+        return best, ""
+    return max([1.0, *(t for v, t in truth.items() if v not in compiles)]), f"compile named with its command ({top} {best:.2f})"
 
 
 def hand_speedups(hand: dict) -> dict[str, float]:
@@ -154,7 +170,8 @@ def main() -> None:
                 rec_truth = truth.get(v.name) if v else None
             else:
                 rec_truth = 1.0  # nothing recommended: the script as it is
-            ok = rec_truth is not None and best is not None and rec_truth >= NEAR_BEST * best
+            answered, why = best_answered(case, truth, run)
+            ok = rec_truth is not None and rec_truth >= NEAR_BEST * answered
             near += ok
             covers = bool(exact and rec_truth and rec.get("verified") and rec["ci_low"] <= rec_truth <= rec["ci_high"])
             verified += bool(exact and rec_truth and rec.get("verified"))
@@ -163,8 +180,8 @@ def main() -> None:
                     if rec.get("speedup") and rec.get("ci_low") else "-")
             table.append((name, f"recommended, run {k}", f"{rec_truth:.2f}" if rec_truth else "no by-hand figure",
                           json.dumps(rec.get("overrides")), said, "within 10% of the best" if ok else "",
-                          "covers" if covers else ""))
-        summary.append(f"{name}: best by hand {best and round(best, 2)}; recommended within 10% of it in {near} of {len(runs)};"
+                          "covers" if covers else "", why))
+        summary.append(f"{name}: best by hand {best and round(best, 2)}; recommended within 10% of it (or of the best without a compile it named) in {near} of {len(runs)};"
                        f" a verified recommendation's interval covers its by-hand figure in {held} of {verified}")
     print()
     for row in table:

@@ -177,8 +177,9 @@ def read_advise(case: Case, work: Path, out_dir: Path | None = None) -> dict:
                                "ci_high": row.get("ci_high"), "verified": row.get("verdict") == "faster",
                                "verdict": row.get("verdict"), "measured_by": exp.get("measured_by"), "reason": row.get("reason")})
     rec = report.get("recommended")
+    named = [lo.get("overrides") for lo in (report.get("experiments") or {}).get("left_out") or [] if lo.get("command")]
     mfu, energy = report.get("mfu") or {}, report.get("energy") or {}
-    return {**meta, "status": report.get("status"), "claims": claims,
+    return {**meta, "status": report.get("status"), "claims": claims, "named": named,
             "recommended": rec and {k: rec.get(k) for k in ("fixes", "overrides", "speedup", "ci_low", "ci_high", "verified")},
             "mfu": {k: mfu.get(k) for k in ("mfu", "achieved_tflops", "peak_tflops", "dtype", "precision_basis", "peak_source")},
             "joules_per_sample": energy.get("joules_per_sample"),
