@@ -32,7 +32,7 @@ from .clock import ClosedStep, ProbeDone, loss_value, timed_lines
 from .compile_watch import CompileWatch
 from .hooks import Observed
 from advisor.run_dir.layout import RunFiles
-from advisor.run_dir.protocol import ArmLine, ArmStepLine, Plan, PlanDone, Window, WindowDone, read_plan, write_line
+from advisor.run_dir.protocol import OVERRUN, ArmLine, ArmStepLine, Plan, PlanDone, Window, WindowDone, read_plan, write_line
 from .memory import WindowPeak, persistent_bytes, rss_high_water, tensor_bytes
 from .switches import Switches
 from .timeline import HostTimeline, Timeline
@@ -214,13 +214,14 @@ class Arms:
         return True
 
     def _close_in_time(self, window: Window) -> None:
-        """The window's timed steps took its `seconds` (and `min_steps` ran): this step is its last."""
+        """The window's timed steps took its `seconds` and `min_steps` of them ran, or took OVERRUN
+        times its `seconds` whatever ran: this step is its last."""
         if self._closes is None:
             return
         if self.i == self.warmup and not window.align:  # the timed steps start now
             self._timed_from = time.monotonic()
-        elif self.i > self.warmup and self.i - self.warmup >= window.min_steps and \
-                time.monotonic() - self._timed_from >= self._closes:
+        elif self.i > self.warmup and (took := time.monotonic() - self._timed_from) >= self._closes and \
+                (self.i - self.warmup >= window.min_steps or took >= OVERRUN * self._closes):
             self.total = self.i
 
     def _stop(self) -> None:

@@ -160,12 +160,18 @@ class ArmLine(msgspec.Struct, kw_only=True):
     compile: Optional[CompileCounts] = None  # what torch.compile did in the window (None: nothing)
 
 
+OVERRUN = 2.0  # a window whose timed steps took this many times its `seconds` closes whatever its floor
+
+
 class Window(msgspec.Struct, kw_only=True):
     """One window of a plan: `warmup` untimed then `steps` timed steps with `overrides` switched on.
 
     `seconds`: the child closes the window at a step boundary once its timed steps took that long and
     `min_steps` of them ran, whatever `steps` says (0: at `steps`), so an arm slower than the plan
-    predicted cannot take the budget; a job's ranks close by `steps` alone (they switch together).
+    predicted cannot take the budget; and at OVERRUN times `seconds` whatever its floor: a neighbour
+    that takes a core from a 2-thread step of 3.5 ms makes it 200-680 ms, and five of those took 3.4 s
+    of a 5 s budget (the window is then set aside, and its replacement needs the time). A job's ranks
+    close by `steps` alone (they switch together).
 
     `align`: the timed steps start with an epoch's first step (the script's loader started anew):
     the warm-up ends there, `warmup` steps at most, so every window of whole epochs meets the same
