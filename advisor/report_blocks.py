@@ -263,11 +263,14 @@ class Experiments(Block):
     budget_given: Annotated[Optional[bool], Meta(description="true: --time-budget; false: the automatic budget")] = None
     window_again_s: Annotated[Num, Meta(description="seconds added to the budget for measuring the profiled window "
                                                     "again until a quiet window (a neighbour disturbed it)")] = None
+    disturbed_s: Annotated[Num, Meta(description="seconds added to the budget for the arms' windows a neighbour "
+                                                 "disturbed and that were set aside (at most the budget again)")] = None
     arms: Annotated[list[ArmCost], Meta(description="where the in-process arms' time went, the costliest first")] = []
     between_steps_s: Annotated[Num, Meta(description="the in-process arms' seconds between their windows' steps, from the "
-                                               "profiled window's end to the last window's: what the loop ran "
-                                               "between the steps (evaluation, checkpoints, the loader's restart at "
-                                               "an epoch's end) and the steps it ran while each round was planned")] = None
+                                               "child's wait for its first plan (where the budget starts) to the "
+                                               "last window's end: what the loop ran between the steps (evaluation, "
+                                               "checkpoints, the loader's restart at an epoch's end), the switches "
+                                               "between windows and the child's wait while each round was planned")] = None
     cut_window_s: Annotated[Num, Meta(description="seconds of a window the run ended inside (the time budget's end): "
                                                   "its steps ran, none of them is read")] = None
     left_out: Annotated[list[LeftOut], Meta(description="fixes the time budget left without a verdict: not started "

@@ -69,7 +69,8 @@ def _burn(until: float) -> None:
 def test_no_claim_is_verified_while_a_burner_takes_the_cpu(tmp_path):
     """Two busy loops start once the profiled window is done (its steps.csv is written) and run to
     the end: every window of the arms is measured beside them, so none of the fixes reads verified
-    (their windows are left out, or the run's load withholds them), and the report says why."""
+    (their windows are left out, or the run's load withholds them), and the report says why. The
+    windows set aside lengthen the budget, by its own size at most, and the time line says by how much."""
     out = tmp_path / "run"
     proc = subprocess.Popen(advise_cmd("profile", "--time-budget", "12", "--out", "run", str(WORKLOADS / "train_basic.py"),
                                        "--epochs", "1000"), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -96,3 +97,7 @@ def test_no_claim_is_verified_while_a_burner_takes_the_cpu(tmp_path):
     assert not any(c.get("verdict") == "faster" for c in claims), claims
     said = " ".join(report["warnings"])
     assert "other processes used the CPU" in said or "the machine was busy" in said, report["warnings"]
+    block = report["experiments"]
+    assert 0 < block["disturbed_s"] <= 12.0 + 1e-6, block
+    assert block["budget_s"] == pytest.approx(12.0 + block["disturbed_s"] + (block["window_again_s"] or 0.0)), block
+    assert "s of it added for the windows a neighbour disturbed" in stdout.replace("\n      ", " "), stdout[-3000:]

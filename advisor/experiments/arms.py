@@ -77,6 +77,16 @@ class RoundResult:
                   for k, rows in steps.items()}
         return cls(windows, frames, warm)
 
+    def window_s(self, line: ArmLine) -> float:
+        """A window's seconds in all: its timed and untimed steps and its switching."""
+        frame = self.steps.get(line.window)
+        timed = float(steptime.durations(frame).sum()) if frame is not None and len(frame) else 0.0
+        return timed + self.warm_s.get(line.window, 0.0) + line.switch_s
+
+    def set_aside_s(self) -> float:
+        """The seconds of the windows a neighbour disturbed that were set aside (:attr:`busy`)."""
+        return sum(self.window_s(line) for line in self.windows if line.window in self.busy)
+
     def ends(self, whole: bool = False) -> list[float]:
         """Each window's last step's end on the child's clock; `whole`: only the windows closed with
         their line (not one the run ended inside)."""

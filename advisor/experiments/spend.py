@@ -200,7 +200,6 @@ class Spend:
         for round_, result in self.results.items():
             for line in result.windows:
                 frame = result.steps.get(line.window)
-                timed = float(steptime.durations(frame).sum()) if frame is not None and len(frame) else 0.0
                 label = self.arms[line.arm].point.label if line.arm in self.arms else line.arm
                 row = out.setdefault(line.arm, {"arm": label, "windows": 0, "steps": 0, "seconds": 0.0, "switch_s": 0.0,
                                                 "predicted_s": 0.0})
@@ -208,7 +207,7 @@ class Spend:
                 row["predicted_s"] += self.predicted.get((round_, line.window), 0.0)
                 row["steps"] += len(frame) if frame is not None else 0
                 row["switch_s"] += line.switch_s
-                row["seconds"] += timed + result.warm_s.get(line.window, 0.0) + line.switch_s
+                row["seconds"] += result.window_s(line)
         return sorted(out.values(), key=lambda r: -r["seconds"])
 
     def left_out_fixes(self) -> list[tuple[Finding, Worth]]:

@@ -710,6 +710,8 @@ def time_spent(block: Experiments | None) -> str | None:
     spent = sum(a.seconds or 0.0 for a in block.arms)
     again = (f", {block.window_again_s:.0f} s of it added to measure the disturbed profiled window again"
              if block.window_again_s else "")
+    again += (f", {block.disturbed_s:.0f} s of it added for the windows a neighbour disturbed"
+              if block.disturbed_s and block.disturbed_s >= 0.5 else "")
     budget = (f" of a {block.budget_s:.0f} s budget ({'--time-budget' if block.budget_given else 'automatic'}{again})"
               if block.budget_s else "")
     parts = [f"{'the baseline' if a.arm == 'baseline' else a.arm} {units.time_s(a.seconds)}"
