@@ -713,6 +713,20 @@ def test_a_first_round_is_planned_as_far_as_it_fits_and_ends_on_a_baseline(tmp_p
     assert Rounds(tmp_path / "none").start([_dl001()], _profile(), time_left_s=0.01) == []
 
 
+def test_a_group_that_does_not_fit_whole_runs_the_arms_that_fit_with_its_baseline(tmp_path):
+    """Four workers' sweep on 8 cores (B 2w 4w B 8w B) with time for the baselines and the first arm
+    only: that arm runs between its baselines (a whole-prefix fit ran nothing, minGPT's adder's
+    batch x2 and 0 workers went undecided 5 runs of 5 for 0.05 s); what does not fit is cut."""
+    everything = Rounds(tmp_path / "all")
+    windows = everything.start([_dl001()], _profile(cores=8))
+    assert [w.arm for w in windows] == ["baseline", "a1", "a2", "baseline", "a3", "baseline"]
+    spend = everything.spend
+    cost = [spend.window_s(w, spend.median_steps(), None) for w in windows]
+    fitted = spend.fit(windows, time_left_s=cost[0] + cost[1] + cost[3] + 0.05)
+    assert [w.arm for w in fitted] == ["baseline", "a1", "baseline"] and spend.cut == 3
+    assert spend.fit(windows, time_left_s=sum(cost)) == windows and spend.fit(windows, cost[0] + cost[3]) == []
+
+
 @pytest.mark.slow
 def test_the_end_of_the_time_budget_is_a_normal_end(tmp_path):
     """A script that never ends, its loader in 2 worker processes (each batch 32 ms of loading or
