@@ -209,15 +209,17 @@ def test_a_quiet_fix_window_between_disturbed_baselines_is_measured_again_not_fa
     assert finding.experiment.speedup == pytest.approx(2.5, rel=0.1)
 
 
-def test_every_window_disturbed_reaches_the_cap_and_no_figure_is_verified(tmp_path):
+@pytest.mark.parametrize("fix_step", [0.04, 0.30], ids=["reads-faster", "reads-slower"])
+def test_every_window_disturbed_reaches_the_cap_and_no_figure_is_verified(tmp_path, fix_step):
     """A neighbour beside every window: the fix is measured again REPLACE_CAP times at most, then
-    the rounds end; it is judged on disturbed windows only, so not verified."""
+    the rounds end; it is judged on disturbed windows only, so not verified, and its verdict is
+    neither faster nor slower: not confirmed, with why."""
     from advisor.experiments.rounds import REPLACE_CAP
 
     finding, child = _dl001(), Child(tmp_path)
     rounds = Rounds(tmp_path)
     windows, round_no = rounds.start([finding], _profile(cores=2)), 0
-    speed = lambda w: 0.10 if w.arm == BASELINE else 0.04  # noqa: E731
+    speed = lambda w: 0.10 if w.arm == BASELINE else fix_step  # noqa: E731
     while windows and round_no < 3 * REPLACE_CAP:
         everything = {w.arm for w in windows} - {BASELINE}
         windows = rounds.advance(_disturb(child.run(round_no, windows, speed), everything))
@@ -225,6 +227,7 @@ def test_every_window_disturbed_reaches_the_cap_and_no_figure_is_verified(tmp_pa
     rounds.end(None)
     assert REPLACE_CAP <= rounds.replaced <= REPLACE_CAP + 2 and rounds.replace_cap_reached and rounds.silenced()
     assert not finding.experiment.verified and finding.experiment.speedup is not None
+    assert finding.experiment.verdict is Verdict.NOT_CONFIRMED and "quiet machine" in finding.experiment.reason
 
 
 def test_screened_fixes_get_one_short_window_and_only_those_that_look_faster_are_measured_in_full(tmp_path):
