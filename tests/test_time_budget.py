@@ -24,10 +24,12 @@ def test_a_fix_predicted_to_outlast_the_budget_is_named_with_the_command_that_me
                                      "--epochs", "50"), cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     block = json.loads((tmp_path / "run" / "report.json").read_text())["experiments"]
-    # (the other test worker's load may disturb the profiled window: it is measured again, its time added)
-    assert block["budget_s"] == pytest.approx(6 + (block.get("window_again_s") or 0)) and block["budget_given"] is True
+    # (the other test worker's load may disturb the profiled window, measured again, or the arms' windows,
+    # set aside: their time is added)
+    added = (block.get("window_again_s") or 0) + (block.get("disturbed_s") or 0)
+    assert block["budget_s"] == pytest.approx(6 + added) and block["budget_given"] is True
     assert block["arms"] and {a["arm"] for a in block["arms"]} >= {"baseline"}
-    assert sum(a["seconds"] for a in block["arms"]) < 6 + 2
+    assert sum(a["seconds"] for a in block["arms"]) < 6 + added + 2
     (compiled,) = [x for x in block["left_out"] if x["compile_s"]]
     assert compiled["code"] == "EXP001" and compiled["predicted_s"] > 6 and compiled["compile_s"] == 40
     assert compiled["command"].startswith("advise profile --select EXP001 --time-budget ")
