@@ -190,8 +190,9 @@ class Spend:
     def between_steps_s(self) -> float | None:
         """The arms' seconds between their windows' steps: from where the arms' time starts to the last
         window's end, less the windows' own (:meth:`costs`, the loop's phases left out). What the loop ran
-        there (an evaluation, a checkpoint, the loader's restart at an epoch's end) and the steps it ran
-        while each round was planned: vision's reference script spent 8 s of a 16 s budget there."""
+        there (an evaluation, a checkpoint, the loader's restart at an epoch's end), the switches between
+        windows and the child's wait while each round was planned: vision's reference script spent 8 s
+        of a 16 s budget there."""
         ends = self._window_ends(whole=True)
         if self.arms_from is None or not ends:
             return None
