@@ -94,8 +94,8 @@ class ExperimentResults:
                      "recompiles": f.experiment.recompiles if f.experiment else None} for f in self.screened]
         return {"runs": self.runs, "n_runs": len(self.runs), "child_wall_s": sum(r["wall_s"] for r in self.runs),
                 "screened": screened, "budget_s": self.budget_s, "budget_given": self.budget_given,
-                "window_again_s": self.window_again_s, "disturbed_s": self.disturbed_s, "arms": self.arms, "between_steps_s": self.between_steps_s,
-                "cut_window_s": self.cut_window_s, "left_out": self.left_out}
+                "window_again_s": self.window_again_s, "disturbed_s": self.disturbed_s, "arms": self.arms,
+                "between_steps_s": self.between_steps_s, "cut_window_s": self.cut_window_s, "left_out": self.left_out}
 
 
 def by_samples(steps: pd.DataFrame) -> bool:
