@@ -67,6 +67,9 @@ def test_a_window_a_neighbour_disturbed_is_measured_again_and_the_findings_read_
     assert sum(a["seconds"] for a in spent["arms"]) + (spent["between_steps_s"] or 0) <= 8.0 + added + 1.5, spent
     assert "added to measure the disturbed profiled window again" in " ".join((proc.stdout + proc.stderr).split())
     assert report["steps_window"] == "quiet" and not any("no step ran under the profiler" in w for w in report["warnings"])
+    # the page says which window its steps are, not "0 under the profiler"
+    page = " ".join((out / "report.html").read_text().split())
+    assert f"{len(quiet)} measured steps of a quiet window measured after the profiled one" in page
 
 
 def test_the_recorded_look_reads_the_loader_wait_a_quiet_run_reads(tmp_path):

@@ -150,6 +150,9 @@ def steps_summary(report: Report) -> str:
         return (f"the first {MAX_STEP_ROWS} of {len(steps)} measured steps ({prof} under the profiler); "
                 "steps.csv in the run dir has them all")
     basis = throughput_basis(report.throughput) or "over all of them"
+    if report.steps_window == "quiet":  # none of them ran under the profiler: the look's steps (experiments/look.py)
+        return (f"{plural(len(steps), 'measured step')} of a quiet window measured after the profiled one, which a "
+                f"neighbour disturbed; throughput is {basis}")
     return f"{plural(len(steps), 'measured step')} ({prof} under the profiler, whose overhead inflates them; throughput is {basis})"
 
 
