@@ -48,6 +48,17 @@ def test_larger_batches_run_last_smallest_first_so_an_oom_costs_only_larger_valu
     assert plan_windows([], [], lambda o: 2, 10) == []
 
 
+def test_a_round_of_screens_opens_on_a_baseline_as_short_as_those_that_close_them():
+    """Screens run in half windows, two between baselines of the same length: the baseline that opens
+    them is no longer (minGPT's adder spent 0.3 s of its 5.6 s budget on a full-length one, and its
+    best fix, batch x2, went unconfirmed for want of 0.2 s)."""
+    windows = plan_windows([], [], lambda o: 2, 40, screens=[("s1", {"x": 1}), ("s2", {"y": 1}), ("s3", {"z": 1})])
+    assert [(w.arm, w.steps) for w in windows] == [("baseline", 20), ("s1", 20), ("s2", 20), ("baseline", 20),
+                                                   ("s3", 20), ("baseline", 20)]
+    growing = plan_windows([], [("b2", {"batch_size_scale": 2})], lambda o: 2, 40, screens=[("s1", {"x": 1})])
+    assert [(w.arm, w.steps) for w in growing][:2] == [("baseline", 40), ("b2", 40)]
+
+
 class Child:
     """A recorded child: runs each plan's windows as the probe's child would write them (an
     ArmStepLine per timed step, an ArmLine per window, in steps.jsonl and arms.jsonl across rounds),

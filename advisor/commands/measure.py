@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..framework import words as framework_words
-from ..analysis import metrics, steptime
+from ..analysis import metrics, stats, steptime
 from ..apply import Files, command_for, patch_for
 from ..apply.script_steps import read as read_script_steps
 from ..experiments.fresh import confirm_recommendation, run_experiments
@@ -81,6 +81,7 @@ def arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_setti
     def io_like(profile: Profile) -> bool:  # the Profile diagnose() loaded: the trace is parsed once
         return bool(metrics.io_bound(profile.samples, profile.steps, profile.env.cpu_count or 1))
 
+    stats.preload()  # the arms' first judgement needs it, and the script is starting up
     session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
                           max_experiments=experiments.max_experiments, window_steps=max(5, config.steps // 2),
                           budget_from=lambda: config.arms_budget_s,

@@ -141,14 +141,14 @@ def plan_windows(arms: list[tuple[str, dict]], growing: list[tuple[str, dict]], 
     arms, so it may only cost the values larger than the one that ran out and the screens: the
     rules' fixes and every smaller value have been measured by then."""
     length = steps if callable(steps) else (lambda arm: steps)
+    short = max(MIN_WINDOW_STEPS, length(BASELINE) // 2)
     windows = interleave(arms, warmup, length, passes=passes) if arms else []
-    if (growing or screens) and not windows:
-        windows = [Window(arm=BASELINE, overrides={}, warmup=warmup({}), steps=length(BASELINE))]
+    if (growing or screens) and not windows:  # the baseline that opens them, as long as the one that closes them
+        windows = [Window(arm=BASELINE, overrides={}, warmup=warmup({}), steps=length(BASELINE) if growing else short)]
     for arm, overrides in sorted(growing, key=lambda a: vocabulary.batch_scale(a[1])):
         for _ in range(max(1, passes)):
             windows += [Window(arm=arm, overrides=overrides, warmup=warmup(overrides), steps=length(arm)),
                         Window(arm=BASELINE, overrides={}, warmup=warmup({}), steps=length(BASELINE))]
-    short = max(MIN_WINDOW_STEPS, length(BASELINE) // 2)
     for group in _groups(list(screens), ARMS_PER_BASELINE):
         windows += [Window(arm=arm, overrides=overrides, warmup=warmup(overrides), steps=max(short, length(arm) // 2)) for arm, overrides in group]
         windows.append(Window(arm=BASELINE, overrides={}, warmup=warmup({}), steps=short))
