@@ -265,6 +265,9 @@ class Experiments(Block):
                                                     "again until a quiet window (a neighbour disturbed it)")] = None
     disturbed_s: Annotated[Num, Meta(description="seconds added to the budget for the arms' windows a neighbour "
                                                  "disturbed and that were set aside (at most the budget again)")] = None
+    held_s: Annotated[Num, Meta(description="seconds added to the budget while the arms' windows waited to start "
+                                            "for a neighbour to leave the cores the script's steps use (at most the "
+                                            "budget again)")] = None
     arms: Annotated[list[ArmCost], Meta(description="where the in-process arms' time went, the costliest first")] = []
     between_steps_s: Annotated[Num, Meta(description="the in-process arms' seconds between their windows' steps, from the "
                                                "child's wait for its first plan (where the budget starts) to the "

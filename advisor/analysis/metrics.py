@@ -37,14 +37,24 @@ def took_a_core(other: float, wait: float) -> bool:
     return other >= OUTSIDE_LOAD_WARN_CORES and wait >= DISTURBED_WAIT
 
 
+ADVISE_CPU = "advise_cpu_percent"  # the sampler's column: advise's own process (its sampler, its planning)
+
+
+def outside_per_tick(samples: pd.DataFrame, cpu_count: int) -> pd.Series:
+    """Per sampler tick, the cores processes other than the script's tree and advise's own used
+    (the system's CPU less both); advise's is 0 in runs recorded before it was sampled."""
+    own = samples[ADVISE_CPU].fillna(0.0) if ADVISE_CPU in samples else 0.0
+    return (samples["sys_cpu_percent"] / 100 * cpu_count - samples["cpu_percent"] / 100 - own / 100).clip(lower=0)
+
+
 def outside_cores(samples: pd.DataFrame, cpu_count: int | None) -> float | None:
-    """Mean CPU, in cores, that processes outside the script's tree used over `samples` (the
-    system's CPU less the tree's), or None where the sampler could not tell."""
+    """Mean CPU, in cores, that other processes used over `samples` (:func:`outside_per_tick`), or
+    None where the sampler could not tell."""
     if not cpu_count or samples.empty or not {"sys_cpu_percent", "cpu_percent"} <= set(samples.columns):
         return None
     if not samples["sys_cpu_percent"].notna().any():
         return None
-    return float((samples["sys_cpu_percent"] / 100 * cpu_count - samples["cpu_percent"] / 100).clip(lower=0).mean())
+    return float(outside_per_tick(samples, cpu_count).mean())
 
 
 IO_BOUND_CPU_SHARE = 0.5  # the script's tree used under this share of the cores: its work waits (disk, network, sleep)
@@ -188,10 +198,10 @@ def disturbed_steps(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: int |
         return none
     waited = np.interp(end, clock["t"], clock["runq_wait_s"]) - np.interp(start, clock["t"], clock["runq_wait_s"])
     share = pd.Series(np.where(inside, waited / np.maximum(end - start, 1e-9), np.nan), index=steps.index)
-    load = samples[["t", "sys_cpu_percent", "cpu_percent"]].dropna()
+    load = samples.dropna(subset=["t", "sys_cpu_percent", "cpu_percent"])
     if load.empty:
         return none
-    outside = (load["sys_cpu_percent"] / 100 * cpu_count - load["cpu_percent"] / 100).clip(lower=0).to_numpy(float)
+    outside = outside_per_tick(load, cpu_count).to_numpy(float)
     # the sampler's ticks are 0.1 s apart: a step's neighbour is read on the ticks that bracket it
     t = load["t"].to_numpy(float)
     lo, hi = np.searchsorted(t, start, "left") - 1, np.searchsorted(t, end, "right")

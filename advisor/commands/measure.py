@@ -205,7 +205,7 @@ def _account(results: ExperimentResults, session: ArmsSession, config: ProbeConf
     while it leaned faster) with the one command that measures it: its rule alone, with the time
     its fixes here are predicted to need, twice over for both passes."""
     results.budget_s, results.budget_given = session.time_budget_s, experiments.time_budget_s is not None
-    results.window_again_s, results.disturbed_s = session.window_again_s, session.disturbed_s
+    results.window_again_s, results.disturbed_s, results.held_s = session.window_again_s, session.disturbed_s, session.held_s
     if session.rounds is None:
         return
     spend = session.rounds.spend

@@ -157,6 +157,7 @@ class ArmsSession:
     _diagnosed: tuple[list[Finding], Profile] | None = None  # the measured window's findings, meanwhile
     window_again_s: float | None = None  # seconds the look took: the arms' budget grew by them
     disturbed_s: float | None = None  # seconds the budget grew by for the windows set aside (DISTURBED_GRANT)
+    held_s: float | None = None  # seconds the budget grew by while the child held windows for a neighbour (probe/turns.py)
     _given_back: float | None = None  # seconds the budget grew by since the last plan, for the runner's (returned once)
     _budget_s: float | None = None  # the budget the arms started with
     _quiet_window: tuple[float, float] | None = None  # the findings' window, where quiet: a baseline window (look.quiet_window)
@@ -212,6 +213,9 @@ class ArmsSession:
         return given
 
     def _plan(self, round_no: int, lines: RankLines | None) -> list[Window]:
+        if lines is not None and lines.held_s > (self.held_s or 0.0):  # the runner's clock stopped as long
+            self.time_budget_s += lines.held_s - (self.held_s or 0.0)
+            self.held_s = lines.held_s
         if round_no == 0:
             findings, profile = self.diagnose()
             if (seen := look.disturbed(profile) if self.cpu_count else None) is not None:
@@ -253,6 +257,7 @@ class ArmsSession:
         """The window measured again in plan `round_no - 1`: quiet, the rules run again on it; else
         another, while the cap and the budget allow; else the measured window's findings."""
         result = RoundResult.read(lines, round_no - 1) if lines is not None else None
+        looking.held_s = self.held_s or 0.0  # (the look is the arms' first: every hold so far is its)
         quiet = result is not None and looking.read(result, read_samples(self.out, self.rank_suffix), self.cpu_count)
         if not quiet and (windows := looking.window(self.time_left())):
             return windows

@@ -76,6 +76,7 @@ class ExperimentResults:
     budget_given: bool = False  # --time-budget (else the automatic one)
     window_again_s: float | None = None  # of the budget: the disturbed measured window measured again (.look)
     disturbed_s: float | None = None  # of the budget: added for the windows a neighbour disturbed (ArmsSession._grant)
+    held_s: float | None = None  # of the budget: added while windows waited for a neighbour to leave (probe/turns.py)
     arms: list[dict] = field(default_factory=list)  # where the arms' time went (Rounds.costs)
     between_steps_s: float | None = None  # the arms' seconds between their windows' steps (Spend.between_steps_s)
     cut_window_s: float | None = None  # a window the run ended inside (Spend.cut_window_s)
@@ -94,7 +95,8 @@ class ExperimentResults:
                      "recompiles": f.experiment.recompiles if f.experiment else None} for f in self.screened]
         return {"runs": self.runs, "n_runs": len(self.runs), "child_wall_s": sum(r["wall_s"] for r in self.runs),
                 "screened": screened, "budget_s": self.budget_s, "budget_given": self.budget_given,
-                "window_again_s": self.window_again_s, "disturbed_s": self.disturbed_s, "arms": self.arms,
+                "window_again_s": self.window_again_s, "disturbed_s": self.disturbed_s, "held_s": self.held_s,
+                "arms": self.arms,
                 "between_steps_s": self.between_steps_s, "cut_window_s": self.cut_window_s, "left_out": self.left_out}
 
 

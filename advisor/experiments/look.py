@@ -78,12 +78,13 @@ class Look:
     windows: int = 0  # measured again so far
     steps: int = 0  # their steps so far, warm-up included
     started: float = field(default_factory=time.monotonic)
+    held_s: float = 0.0  # of the time since, the windows' starts held for a neighbour (the budget gets them apart)
 
     @property
     def spent_s(self) -> float:
-        """Seconds since the first window measured again was planned: the arms' budget gets them
-        back, as these windows stand in for the measured one."""
-        return time.monotonic() - self.started
+        """Seconds since the first window measured again was planned, less those held: the arms'
+        budget gets them back, as these windows stand in for the measured one."""
+        return time.monotonic() - self.started - self.held_s
 
     def window(self, time_left_s: float) -> list[Window]:
         """The next window to measure again ([]: the cap, LOOK_MAX_S spent, or no time left for one)."""

@@ -192,11 +192,12 @@ class Spend:
         window's end, less the windows' own (:meth:`costs`, the loop's phases left out). What the loop ran
         there (an evaluation, a checkpoint, the loader's restart at an epoch's end), the switches between
         windows and the child's wait while each round was planned: vision's reference script spent 8 s
-        of a 16 s budget there."""
+        of a 16 s budget there. The windows' starts held for a neighbour (ArmLine.held_s) are not."""
         ends = self._window_ends(whole=True)
         if self.arms_from is None or not ends:
             return None
-        return max(0.0, max(ends) - self.arms_from - sum(row["seconds"] for row in self.costs()))
+        held = sum(line.held_s for r in self.results.values() for line in r.windows)
+        return max(0.0, max(ends) - self.arms_from - held - sum(row["seconds"] for row in self.costs()))
 
     def cut_window_s(self) -> float | None:
         """The seconds of a window the run ended inside (the budget's end: its steps ran, it was never

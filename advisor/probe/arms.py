@@ -32,12 +32,15 @@ from .clock import ClosedStep, ProbeDone, loss_value, timed_lines
 from .compile_watch import CompileWatch
 from .hooks import Observed
 from advisor.run_dir.layout import RunFiles
-from advisor.run_dir.protocol import OVERRUN, ArmLine, ArmStepLine, Plan, PlanDone, Window, WindowDone, read_plan, write_line
+from advisor.run_dir.protocol import OVERRUN, ArmLine, ArmStepLine, Held, Plan, PlanDone, Window, WindowDone, read_plan, write_line
 from .memory import WindowPeak, persistent_bytes, rss_high_water, tensor_bytes
 from .switches import Switches
 from .timeline import HostTimeline, Timeline
 
 POLL_S = 0.02
+# a hold file the parent left (it died, say) holds a window no longer than this: the parent's own
+# caps end each hold sooner (advisor.probe.turns)
+HOLD_SAFETY_S = 30.0
 
 
 # --- the driver --------------------------------------------------------------------------------------
@@ -120,12 +123,28 @@ class Arms:
             if self.k >= len(self.windows):
                 write_line(self.sink, PlanDone(round=self.round))
                 return self._next_plan()
-            if self._begin(self.windows[self.k]):
+            held = self._hold()
+            if self._begin(self.windows[self.k], held):
                 return True
 
-    def _begin(self, window: Window) -> bool:
+    def _hold(self) -> float:
+        """While the parent's hold file exists (a neighbour takes the cores the script's steps want:
+        advisor.probe.turns), the next window does not start: the seconds it waited, each end said in
+        a Held line (the parent stops the arms' clock meanwhile). A job's ranks switch together: never held."""
+        hold, stop = self.out / self.names.hold, self.out / self.names.stop
+        if self.in_job or not hold.exists():
+            return 0.0
+        start = time.monotonic()
+        write_line(self.sink, Held(start=start))
+        while hold.exists() and not stop.exists() and time.monotonic() - start < HOLD_SAFETY_S:
+            time.sleep(POLL_S)
+        end = time.monotonic()
+        write_line(self.sink, Held(start=start, end=end))
+        return end - start
+
+    def _begin(self, window: Window, held_s: float = 0.0) -> bool:
         overrides = dict(window.overrides)
-        self.record = ArmLine(round=self.round, window=self.k, arm=window.arm, overrides=overrides)
+        self.record = ArmLine(round=self.round, window=self.k, arm=window.arm, overrides=overrides, held_s=held_s)
         self.i = 0
         self.total = window.warmup + window.steps
         self.warmup = window.warmup

@@ -26,13 +26,14 @@ from advisor.run_dir.atomic import open_nofollow
 from advisor.run_dir.interrupt import StopRequest, describe
 from advisor.job.rank import rank_suffix
 from advisor.job.link import JobLink
-from advisor.run_dir.protocol import (ArmStepLine, ChildAccount, ChildConfig, Line, Phase, PlanDone, RankLines,
+from advisor.run_dir.protocol import (ArmStepLine, ChildAccount, ChildConfig, Held, Line, Phase, PlanDone, RankLines,
                                       StepLine, WindowDone, read_account, write_config)
 from .config import ProbeConfig, auto_arms_budget
 from .job_shapes import job_shape, lines_of, write_steps_csv
 from .sampler import Sampler
 from .stops import BUDGET_GRACE_S, GRACE_S, Stops
 from .tree import ProcessTree
+from .turns import RECENT_TICKS, Turns
 
 ATEXIT_S = 5.0  # how long the script's atexit handlers may run once it was stopped (inside GRACE_S)
 HELPERS_GRACE_S = 5.0  # processes that escaped the script's group: SIGTERM, then SIGKILL after this
@@ -114,6 +115,7 @@ class ProbeSession:
         self.lines = lines_of(self.out, self.shape.names)  # the watched rank's, as they arrive
         self.job = _JobArms(self.shape.suffix, self.shape.arm_ranks())
         self.next_round: int | None = None
+        self.turns: Turns | None = None  # the hold file's keeper, once the arms start (.turns)
 
     def run(self) -> ProbeRun:
         self._prepare()
@@ -130,7 +132,7 @@ class ProbeSession:
     def _prepare(self) -> None:
         for files in self.shape.stale():
             for name in (files.trace, files.steps_jsonl, files.steps_csv, files.samples_csv, files.probe_json, files.log,
-                         files.plan, files.stop, files.arms_jsonl, files.sources):
+                         files.plan, files.stop, files.hold, files.arms_jsonl, files.sources):
                 (self.out / name).unlink(missing_ok=True)
         config = self.config
         write_config(self.cfg_path, ChildConfig(
@@ -184,6 +186,8 @@ class ProbeSession:
                 if rc is not None:
                     break
                 self.tree.poll()
+                if self.turns is not None:
+                    self.turns.poll(self.sampler.last(RECENT_TICKS), time.monotonic())
                 self.stops.enforce(time.monotonic())
                 time.sleep(0.05)
             except KeyboardInterrupt:
@@ -201,6 +205,8 @@ class ProbeSession:
     def _line(self, line: Line) -> None:
         if isinstance(line, ArmStepLine) and self.on_arm_step is not None:
             self.on_arm_step(line)
+        if isinstance(line, Held):
+            self._held(line)
         if isinstance(line, PlanDone) and line.error:
             self.job.failed = self.job.failed or f"rank {self.link.job.rank if self.link else 0}: {line.error}"
         if not isinstance(line, (WindowDone, PlanDone)):
@@ -227,6 +233,32 @@ class ProbeSession:
         self.sampler.write_csv(self.out / names.samples_csv)
         if (others := self.shape.window_done()) is not None:
             self.job = _JobArms(self.shape.suffix, others)
+        self.turns = self._turns(probe_now)
+
+    def _turns(self, account: ChildAccount | None) -> Turns | None:
+        """The hold file's keeper (:mod:`.turns`) for a single process's arms, where the machine's cores
+        and the script's use of them in its measured window are known; None otherwise (a job's ranks
+        switch together)."""
+        measured = self.lines.measured
+        cpu_count = account.env.cpu_count if account is not None else None
+        if self.on_window_done is None or self.link is not None or self.job.others or not measured or not cpu_count:
+            return None
+        start, end = measured[0].t_start, measured[-1].t_end
+        used = [s["cpu_percent"] for s in self.sampler.samples if start <= s["t"] <= end and s["cpu_percent"] == s["cpu_percent"]]
+        if not used or self.config.arms_budget_s is None:
+            return None
+        return Turns(self.out / self.shape.names.hold, cpu_count, sum(used) / len(used) / 100, self.config.arms_budget_s)
+
+    def _held(self, line: Held) -> None:
+        """The child holds a window's start (its end None), or held it for `line.seconds`."""
+        if line.end is None:
+            self.stops.hold(time.monotonic())
+            if self.turns is not None:
+                self.turns.child_waits(time.monotonic())
+            return
+        self.stops.release(line.seconds)
+        if self.turns is not None:
+            self.turns.child_held(line.seconds)
 
     def _arms(self) -> None:
         """The arms' rounds across the job's ranks: the next plan once every rank ended the last

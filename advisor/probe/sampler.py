@@ -51,7 +51,7 @@ __all__ = ["Sampler", "COLUMNS"]
 NAN = float("nan")
 
 COLUMNS: list[str] = ["t", "cpu_percent", "rss_bytes", "pss_bytes", "uss_bytes", "n_procs", "sys_cpu_percent",
-                      "main_cpu_percent", *GPU_COLUMNS, *WAIT_COLUMNS]
+                      "main_cpu_percent", "advise_cpu_percent", *GPU_COLUMNS, *WAIT_COLUMNS]
 
 # Reading smaps_rollup walks the page tables: ~10 ms for a 400 MB process on a busy 2-core box.
 FULL_MEMORY_BUDGET = 0.03   # at most this share of the wall time goes to PSS/USS readings ...
@@ -138,6 +138,7 @@ class Sampler:
 
         self.unique = UniqueMemory(self._note, self.interval_s)
         self.waits = WaitClock()
+        self._own = psutil.Process()  # advise's own process
 
     # ------------------------------------------------------------------ API
     @property
@@ -145,6 +146,11 @@ class Sampler:
         """Copy of the samples so far (safe to read while sampling runs)."""
         with self._lock:
             return list(self._samples)
+
+    def last(self, n: int) -> list[dict]:
+        """The last `n` samples (safe to read while sampling runs)."""
+        with self._lock:
+            return self._samples[-n:]
 
     @property
     def notes(self) -> list[str]:
@@ -271,6 +277,7 @@ class Sampler:
             "n_procs": n,
             "sys_cpu_percent": psutil.cpu_percent(None),
             "main_cpu_percent": main_cpu,
+            "advise_cpu_percent": self._own_cpu(),  # not another process's load (analysis.metrics.outside_per_tick)
         }
         sample.update(self.gpu.sample(alive.keys()) if self.gpu.ok else dict.fromkeys(GPU_COLUMNS, NAN))
         sample["gpu_energy_mj"] = energy
@@ -278,6 +285,13 @@ class Sampler:
         with self._lock:
             self._samples.append(sample)
         return True
+
+    def _own_cpu(self) -> float:
+        """advise's own CPU since the last tick, in percent of a core (its first reading is 0)."""
+        try:
+            return float(self._own.cpu_percent(None))
+        except psutil.Error:
+            return NAN
 
     def _alive(self, root: psutil.Process, children: list[int]) -> dict[int, psutil.Process]:
         """The tree's processes now, each psutil object reused (it caches the process's identity, its last

@@ -28,6 +28,7 @@ class Stops:
         self.budget_at: float | None = None  # the arms' time budget ends then (set at the window's end)
         self.budget_ended_at: float | None = None  # ... and did: the child was asked to stop
         self.sent_at: float | None = None  # the polite stop (SIGINT) was sent then
+        self.held_from: float | None = None  # the child holds a window's start since then: the budget's clock stops
 
     @property
     def stopped(self) -> bool:
@@ -47,6 +48,15 @@ class Stops:
         """The arms' budget ends `seconds` later."""
         if self.budget_at is not None:
             self.budget_at += seconds
+
+    def hold(self, now: float) -> None:
+        """The child waits for a neighbour to leave the cores (advisor.probe.turns): the budget's clock stops."""
+        self.held_from = now
+
+    def release(self, seconds: float) -> None:
+        """... and waited `seconds`: the budget ends as much later."""
+        self.held_from = None
+        self.lengthen_budget(seconds)
 
     def politely(self, now: float) -> None:
         """SIGINT: the script stops as Ctrl-C would stop it."""
@@ -73,7 +83,7 @@ class Stops:
         elif self.sent_at is None and now >= self.deadline:
             self.timed_out = True
             self.politely(now)
-        elif self.sent_at is None and self.budget_at is not None and now >= self.budget_at:
+        elif self.sent_at is None and self.budget_at is not None and self.held_from is None and now >= self.budget_at:
             self._end_budget(now)
         elif self.sent_at is not None and now - self.sent_at > GRACE_S:
             self.send(signal.SIGKILL)

@@ -712,6 +712,8 @@ def time_spent(block: Experiments | None) -> str | None:
              if block.window_again_s else "")
     again += (f", {block.disturbed_s:.0f} s of it added for the windows a neighbour disturbed"
               if block.disturbed_s and block.disturbed_s >= 0.5 else "")
+    again += (f", {block.held_s:.0f} s of it added while the windows waited for a neighbour to leave the cores"
+              if block.held_s and block.held_s >= 0.5 else "")
     budget = (f" of a {block.budget_s:.0f} s budget ({'--time-budget' if block.budget_given else 'automatic'}{again})"
               if block.budget_s else "")
     parts = [f"{'the baseline' if a.arm == 'baseline' else a.arm} {units.time_s(a.seconds)}"

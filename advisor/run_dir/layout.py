@@ -34,6 +34,7 @@ class RunFiles:
     report_html: str
     plan: str = "plan.json"  # one run, many arms: the parent's next plan for the child
     stop: str = "stop"  # the parent asks the arms child to finish
+    hold: str = "hold"  # while it exists, the arms child starts no window: a neighbour takes the cores (probe/turns.py)
     arms_jsonl: str = "arms.jsonl"  # one line per arm window the child ran
     sources: str = "sources.json"  # the user's lines behind syncs, matmuls, copies and fetches (probe/sources.py)
     summary: str = "summary.json"  # the rank's own reduction, which rank 0 merges into the job's report (advisor.job.rank_summary)
@@ -54,6 +55,7 @@ def names(rank_suffix: str = "") -> RunFiles:
         report_html=f"report{r}.html",
         plan=f"plan{r}.json",
         stop=f"stop{r}",
+        hold=f"hold{r}",
         arms_jsonl=f"arms{r}.jsonl",
         sources=f"sources{r}.json",
         summary=f"summary{r}.json",
@@ -257,7 +259,7 @@ def end_exchange(out: Path, files: RunFiles) -> None:
     """Once the child has ended: remove what it and its parent exchanged while it ran (its step and
     arm lines, the plans, the stop file) and the Inductor cache its compile arms filled (150 MB on a
     CPU, kept in the run dir so that nothing is written outside it, and not kept after)."""
-    for name in (files.steps_jsonl, files.arms_jsonl, files.plan, files.stop):
+    for name in (files.steps_jsonl, files.arms_jsonl, files.plan, files.stop, files.hold):
         (out / name).unlink(missing_ok=True)
     _remove_folder(out / files.compile_cache)
 

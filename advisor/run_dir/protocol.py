@@ -9,7 +9,9 @@ whole lines only, from where it stopped (:class:`RankLines`). The phases:
 - ``window-done``: the measured window is over and the child waits for a plan (``plan{r}.json``,
   :class:`Plan`);
 - ``arm``: a step of an arm window (its round, window and arm);
-- ``plan-done``: a plan's last window ended (with ``error`` when an arm failed).
+- ``plan-done``: a plan's last window ended (with ``error`` when an arm failed);
+- ``held``: the child held a window's start while the parent said a neighbour took the cores
+  (``hold{r}``, :mod:`advisor.probe.turns`): once as it starts waiting, once with its end.
 
 Before all of them, the parent writes the child's config (:class:`ChildConfig`,
 ``.probe-config{suffix}.json``): :func:`write_config` is its one writer, :func:`read_config` its
@@ -40,6 +42,7 @@ class Phase(str, Enum):
     WINDOW_DONE = "window-done"
     ARM = "arm"
     PLAN_DONE = "plan-done"
+    HELD = "held"
 
     def __str__(self) -> str:
         return self.value
@@ -118,7 +121,20 @@ class PlanDone(msgspec.Struct, kw_only=True):
     error: Optional[str] = None
 
 
-Line = Union[StepLine, ArmStepLine, WindowDone, PlanDone]  # a line of steps{r}.jsonl
+class Held(msgspec.Struct, kw_only=True):
+    """The child waits at a window's start for the parent's hold file to go (`end` None), or waited
+    from `start` to `end` (its clock): the parent stops the arms' clock meanwhile."""
+
+    phase: Phase = Phase.HELD
+    start: float
+    end: Optional[float] = None
+
+    @property
+    def seconds(self) -> float:
+        return 0.0 if self.end is None else max(0.0, self.end - self.start)
+
+
+Line = Union[StepLine, ArmStepLine, WindowDone, PlanDone, Held]  # a line of steps{r}.jsonl
 
 # steps.csv's timing columns: a measured StepLine's, as Profile.steps and report.Step read them
 STEP_COLUMNS = ("index", *StepTimes.__struct_fields__, "profiled", "source")
@@ -158,6 +174,7 @@ class ArmLine(msgspec.Struct, kw_only=True):
     memory_basis: Optional[str] = None
     peak_rss_hwm_bytes: Optional[int] = None
     compile: Optional[CompileCounts] = None  # what torch.compile did in the window (None: nothing)
+    held_s: float = 0.0  # its start waited this long for a neighbour to leave the cores (Held)
 
 
 OVERRUN = 2.0  # a window whose timed steps took this many times its `seconds` closes whatever its floor
@@ -209,7 +226,7 @@ def read_plan(path: Path) -> Plan:
 _encoder = msgspec.json.Encoder()
 _head = msgspec.json.Decoder(type=WindowDone)  # any line: its phase alone (the other fields are skipped)
 _decoders: dict[Phase, msgspec.json.Decoder] = {Phase.ARM: msgspec.json.Decoder(ArmStepLine), Phase.WINDOW_DONE: msgspec.json.Decoder(WindowDone),
-             Phase.PLAN_DONE: msgspec.json.Decoder(PlanDone)}
+             Phase.PLAN_DONE: msgspec.json.Decoder(PlanDone), Phase.HELD: msgspec.json.Decoder(Held)}
 _step_decoder = msgspec.json.Decoder(StepLine)
 _arm_decoder = msgspec.json.Decoder(ArmLine)
 
@@ -257,6 +274,7 @@ class RankLines:
     arm_steps: list[ArmStepLine] = field(default_factory=list)
     arm_windows: list[ArmLine] = field(default_factory=list)
     waited_from: float | None = None  # the child's clock as it began to wait for its first plan (WindowDone.t)
+    held_s: float = 0.0  # the seconds its windows' starts were held for a neighbour (Held), so far
     _offsets: list[int] = field(default_factory=lambda: [0, 0])
 
     def read(self) -> list[Line]:
@@ -265,6 +283,7 @@ class RankLines:
         self.window += [x for x in lines if isinstance(x, StepLine)]
         self.arm_steps += [x for x in lines if isinstance(x, ArmStepLine)]
         self.waited_from = next((x.t for x in lines if isinstance(x, WindowDone)), self.waited_from)
+        self.held_s += sum(x.seconds for x in lines if isinstance(x, Held))
         windows, self._offsets[1] = read_lines(self.arms_path, self._offsets[1], arms=True)
         self.arm_windows += windows
         return lines

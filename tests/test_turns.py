@@ -1,0 +1,99 @@
+"""Taking turns with a neighbour (advisor/probe/turns.py): the arms' windows start while no other
+process takes the cores the script's steps want. The first tests decide on sampler ticks written
+here; the last runs a real script beside real busy loops that leave a second after its window."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import time
+
+import pytest
+
+from advisor.probe.turns import HOLD_MAX_S, State, Turns, crowded
+
+from conftest import WORKLOADS, advise_cmd
+
+
+def tick(t: float, machine_cores: float, tree_cores: float, advise_cores: float = 0.0, cpu_count: int = 2) -> dict:
+    """A sampler tick: the machine's CPU (percent of all its cores), the script's tree's and advise's (of one core)."""
+    return {"t": t, "sys_cpu_percent": 100 * machine_cores / cpu_count, "cpu_percent": 100 * tree_cores,
+            "advise_cpu_percent": 100 * advise_cores}
+
+
+def test_a_neighbour_is_crowding_only_where_it_leaves_the_script_fewer_cores_than_it_used():
+    burner = [tick(0.0, 2.0, 1.0), tick(0.1, 2.0, 1.0)]  # a busy loop beside the script, on 2 cores
+    assert crowded(burner, cpu_count=2, need_cores=1.9)
+    assert not crowded(burner, cpu_count=2, need_cores=0.9)  # a 1-thread script: the other core was free
+    wide = [tick(0.0, 3.0, 2.0, cpu_count=16), tick(0.1, 3.0, 2.0, cpu_count=16)]
+    assert not crowded(wide, cpu_count=16, need_cores=2.0)  # 16 cores: the neighbour took none of the script's
+    planning = [tick(0.0, 1.0, 0.0, advise_cores=1.0), tick(0.1, 1.0, 0.0, advise_cores=1.0)]
+    assert not crowded(planning, cpu_count=2, need_cores=1.9)  # advise planning the next round is no neighbour
+    quiet = [tick(0.0, 1.9, 1.85), tick(0.1, 1.9, 1.85)]
+    assert not crowded(quiet, cpu_count=2, need_cores=1.9)
+    assert not crowded([], cpu_count=2, need_cores=1.9)
+
+
+def test_the_hold_file_follows_the_neighbour_and_each_hold_ends_at_its_cap(tmp_path):
+    hold = tmp_path / "hold"
+    turns = Turns(hold, cpu_count=2, need_cores=1.9, budget_s=10.0)
+    busy = lambda t: [tick(t - 0.1, 2.0, 0.0), tick(t, 2.0, 0.0)]  # noqa: E731  (the child waits: its tree idles)
+    quiet = lambda t: [tick(t - 0.1, 0.1, 0.0), tick(t, 0.1, 0.0)]  # noqa: E731
+    turns.poll(busy(1.0), now=1.0)
+    assert hold.exists() and turns.state is State.HELD
+    turns.poll(busy(1.0), now=1.05)  # the same tick: decided once
+    turns.child_waits(now=1.1)
+    turns.poll(quiet(1.2), now=1.2)
+    assert not hold.exists() and turns.state is State.OPEN  # the neighbour left: the window starts
+    turns.child_held(0.1)
+    # a neighbour that stays: the child's hold ends at HOLD_MAX_S, and none starts until its window has
+    turns.poll(busy(2.0), now=2.0)
+    turns.child_waits(now=2.0)
+    turns.poll(busy(2.1 + HOLD_MAX_S), now=2.1 + HOLD_MAX_S)
+    assert not hold.exists() and turns.state is State.RELEASED
+    turns.poll(busy(2.2 + HOLD_MAX_S), now=2.2 + HOLD_MAX_S)
+    assert not hold.exists()
+    turns.child_held(HOLD_MAX_S + 0.1)
+    assert turns.state is State.OPEN and turns.held_s == pytest.approx(HOLD_MAX_S + 0.2)
+    # the holds add up to the budget at most: then none
+    turns.held_s = 10.0
+    turns.poll(busy(20.0), now=20.0)
+    assert not hold.exists() and turns.state is State.OPEN
+    turns.end()
+    assert not hold.exists()
+
+
+def _burn(until: float) -> None:
+    while time.time() < until:
+        pass
+
+
+@pytest.mark.slow
+def test_the_windows_wait_for_a_neighbour_that_leaves_and_the_budget_waits_with_them(tmp_path):
+    """As many busy loops as the machine has cores start when the profiled window ends (its steps.csv
+    appears) and leave 1.5 s later: the arms' first window waits for them, the budget grows by the
+    wait, and the time line says so."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(advise_cmd("profile", "--time-budget", "4", "--out", "run", str(WORKLOADS / "train_basic.py"),
+                                       "--epochs", "1000"), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 120
+    while not (out / "steps.csv").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    assert (out / "steps.csv").exists(), "the profiled window never ended"
+    burners = [multiprocessing.Process(target=_burn, args=(time.time() + 1.5,)) for _ in range(os.cpu_count() or 2)]
+    for b in burners:
+        b.start()
+    try:
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        for b in burners:
+            b.terminate()
+    assert proc.returncode == 0, stderr[-2000:]
+    block = json.loads((out / "report.json").read_text())["experiments"]
+    assert 0.5 <= block["held_s"] <= HOLD_MAX_S + 1.0, block
+    added = block["held_s"] + (block["disturbed_s"] or 0.0) + (block["window_again_s"] or 0.0)
+    assert block["budget_s"] == pytest.approx(4.0 + added), block
+    assert "s of it added while the windows waited for a neighbour to leave the cores" in " ".join(stdout.split()), stdout[-3000:]
