@@ -260,5 +260,9 @@ def test_the_time_line_names_what_the_budget_left_without_a_verdict_with_one_com
     grown = Experiments(budget_s=8.0, disturbed_s=3.2, arms=[ArmCost(arm="baseline", windows=2, seconds=4.5)])
     assert words.time_spent(grown) == ("fixes measured in 4.50 s of a 8 s budget (automatic, 3 s of it added for the "
                                        "windows a neighbour disturbed): the baseline 4.50 s in 2 windows")
+    held = Experiments(budget_s=9.0, disturbed_s=1.0, held_s=3.4, arms=[ArmCost(arm="baseline", windows=2, seconds=4.5)])
+    assert words.time_spent(held) == ("fixes measured in 4.50 s of a 9 s budget (automatic, 1 s of it added for the "
+                                      "windows a neighbour disturbed, 3 s of it added while the windows waited for a "
+                                      "neighbour to leave the cores): the baseline 4.50 s in 2 windows")
     brief = Experiments(budget_s=5.0, arms=[ArmCost(arm="baseline", windows=2, seconds=4.5)], between_steps_s=0.3)
     assert words.time_spent(brief) == "fixes measured in 4.50 s of a 5 s budget (automatic): the baseline 4.50 s in 2 windows"
