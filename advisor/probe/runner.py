@@ -34,6 +34,7 @@ from .sampler import Sampler
 from .stops import BUDGET_GRACE_S, GRACE_S, Stops
 from .tree import ProcessTree
 from .turns import RECENT_TICKS, Turns
+from advisor.analysis.metrics import MIN_TICKS
 
 ATEXIT_S = 5.0  # how long the script's atexit handlers may run once it was stopped (inside GRACE_S)
 HELPERS_GRACE_S = 5.0  # processes that escaped the script's group: SIGTERM, then SIGKILL after this
@@ -244,7 +245,9 @@ class ProbeSession:
         if self.on_window_done is None or self.link is not None or self.job.others or not measured or not cpu_count:
             return None
         start, end = measured[0].t_start, measured[-1].t_end
-        used = [s["cpu_percent"] for s in self.sampler.samples if start <= s["t"] <= end and s["cpu_percent"] == s["cpu_percent"]]
+        ticks = [(s["t"], s["cpu_percent"]) for s in self.sampler.samples if s["t"] <= end and s["cpu_percent"] == s["cpu_percent"]]
+        inside = [cpu for t, cpu in ticks if t >= start]
+        used = inside if len(inside) >= MIN_TICKS else [cpu for _, cpu in ticks[-MIN_TICKS:]]  # a short window: the ticks nearest its end
         if not used or self.config.arms_budget_s is None:
             return None
         return Turns(self.out / self.shape.names.hold, cpu_count, sum(used) / len(used) / 100, self.config.arms_budget_s)
