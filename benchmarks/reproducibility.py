@@ -48,18 +48,23 @@ DEFAULT_CASES = "loader-starved,wlm-lstm,nanogpt-char,mingpt-adder"
 NEAR_BEST = 0.90  # the recommended value's by-hand speedup at least this share of the best by-hand value's
 
 
+def best_of(truth: dict[str, float]) -> float:
+    """The best by-hand speedup: doing nothing is 1.0x, a case every fix slows has it for its best."""
+    return max([1.0, *truth.values()])
+
+
 def best_answered(case, truth: dict[str, float], run: dict) -> tuple[float, str]:
     """The best by-hand speedup `run`'s recommendation answers for, and a note. The best, unless it
     compiles and the run measured no compile but named it with the command that measures it: a
     one-off cost the default budget cannot hold (issue 65), so the best of the variants without it."""
-    best = max([1.0, *truth.values()])
+    best = best_of(truth)
     compiles = {v.name for v in case.variants if v.overrides.get("compile")}
     top = max(truth, key=truth.get, default=None)
     measured = any((c.get("overrides") or {}).get("compile") and c.get("speedup") for c in run.get("claims") or [])
     named = any((o or {}).get("compile") for o in run.get("named") or [])
     if top not in compiles or measured or not named:
         return best, ""
-    return max([1.0, *(t for v, t in truth.items() if v not in compiles)]), f"compile named with its command ({top} {best:.2f})"
+    return best_of({v: t for v, t in truth.items() if v not in compiles}), f"compile named with its command ({top} {best:.2f})"
 
 
 def hand_speedups(hand: dict) -> dict[str, float]:
@@ -138,7 +143,7 @@ def main() -> None:
             with beside(args):
                 hand = measure_case(case, base, work, args, threads)
         truth = hand_speedups(hand)
-        best = max([1.0, *truth.values()])  # doing nothing is 1.0x: a case every fix slows has it for its best
+        best = best_of(truth)
         runs = []
         for i in range(args.runs):
             out = work / "repro" / name / f"run-{i}"
