@@ -17,10 +17,12 @@ from advisor.probe.turns import HOLD_MAX_S, State, Turns, crowded
 from conftest import WORKLOADS, advise_cmd
 
 
-def tick(t: float, machine_cores: float, tree_cores: float, advise_cores: float = 0.0, cpu_count: int = 2) -> dict:
-    """A sampler tick: the machine's CPU (percent of all its cores), the script's tree's and advise's (of one core)."""
+def tick(t: float, machine_cores: float, tree_cores: float, advise_cores: float = 0.0, cpu_count: int = 2,
+         waited_s: float = 0.0) -> dict:
+    """A sampler tick: the machine's CPU (percent of all its cores), the script's tree's and advise's (of one core),
+    and the tree's run-queue wait so far."""
     return {"t": t, "sys_cpu_percent": 100 * machine_cores / cpu_count, "cpu_percent": 100 * tree_cores,
-            "advise_cpu_percent": 100 * advise_cores}
+            "advise_cpu_percent": 100 * advise_cores, "runq_wait_s": waited_s}
 
 
 def test_a_neighbour_is_crowding_only_where_it_leaves_the_script_fewer_cores_than_it_used():
@@ -33,6 +35,10 @@ def test_a_neighbour_is_crowding_only_where_it_leaves_the_script_fewer_cores_tha
     assert not crowded(planning, cpu_count=2, need_cores=1.9)  # advise planning the next round is no neighbour
     quiet = [tick(0.0, 1.9, 1.85), tick(0.1, 1.9, 1.85)]
     assert not crowded(quiet, cpu_count=2, need_cores=1.9)
+    # an I/O loader's bursty 2-thread steps use half a core on average, but wait for one beside the burner
+    bursts = [tick(0.0, 1.5, 0.5, waited_s=1.0), tick(0.1, 1.5, 0.5, waited_s=1.02)]
+    assert crowded(bursts, cpu_count=2, need_cores=0.5)
+    assert not crowded([tick(0.0, 1.5, 0.5), tick(0.1, 1.5, 0.5)], cpu_count=2, need_cores=0.5)
     assert not crowded([], cpu_count=2, need_cores=1.9)
 
 
@@ -45,6 +51,8 @@ def test_the_hold_file_follows_the_neighbour_and_each_hold_ends_at_its_cap(tmp_p
     assert hold.exists() and turns.state is State.HELD
     turns.poll(busy(1.0), now=1.05)  # the same tick: decided once
     turns.child_waits(now=1.1)
+    turns.poll([tick(1.05, 1.0, 0.0), tick(1.15, 1.0, 0.0)], now=1.15)
+    assert hold.exists()  # held while the neighbour stays, though the held script waits for nothing
     turns.poll(quiet(1.2), now=1.2)
     assert not hold.exists() and turns.state is State.OPEN  # the neighbour left: the window starts
     turns.child_held(0.1)

@@ -9,10 +9,11 @@ tiny-gpt's 3.5 ms step ran 200-1,300 ms while it burned: its fused AdamW windows
 the fix, which gains 1.20x by hand beside the same burner).
 
 So the parent reads its sampler's last ticks: the cores other processes used
-(:func:`advisor.analysis.metrics.outside_per_tick`). While they are OUTSIDE_LOAD_WARN_CORES or more
-and leave fewer cores than the script's tree used in its measured window, the parent keeps the
-hold file (:attr:`RunFiles.hold`), and the child starts no window while it exists
-(:meth:`advisor.probe.arms.Arms._hold`); the arms' clock stops meanwhile. A neighbour that never
+(:func:`advisor.analysis.metrics.outside_per_tick`) and the script's run-queue wait (the kernel's
+clock, :mod:`advisor.waits`). Where they take cores the script wants (:func:`crowded`), the parent
+writes the hold file (:attr:`RunFiles.hold`) and keeps it until they use under
+OUTSIDE_LOAD_WARN_CORES; the child starts no window while it exists
+(:meth:`advisor.probe.arms.Arms._hold`), and the arms' clock stops meanwhile. A neighbour that never
 leaves (a long build) must not stop the arms: each hold ends after HOLD_MAX_S, and no hold starts
 once they add up to HOLD_GRANT times the budget; its windows are then set aside as before.
 """
@@ -24,25 +25,38 @@ from pathlib import Path
 
 import pandas as pd
 
-from advisor.analysis.metrics import OUTSIDE_LOAD_WARN_CORES, outside_per_tick
+from advisor.analysis.metrics import OUTSIDE_LOAD_WARN_CORES, outside_per_tick, took_a_core
 
 HOLD_MAX_S = 4.0  # one hold at most: the burner's longest burst; a neighbour still there after it stays
 HOLD_GRANT = 1.0  # all holds at most this many times the arms' budget (as the windows set aside: DISTURBED_GRANT)
 RECENT_TICKS = 2  # the sampler's ticks (0.1 s each) a hold is decided on
 
 
-def crowded(recent: list[dict], cpu_count: int, need_cores: float) -> bool:
-    """Over the `recent` sampler ticks, other processes used OUTSIDE_LOAD_WARN_CORES or more and
-    left fewer of the `cpu_count` cores than `need_cores`, what the script's tree used in its
-    measured window. A neighbour on a core the script does not want holds nothing."""
+def load(recent: list[dict], cpu_count: int) -> tuple[float | None, float | None]:
+    """Over the `recent` sampler ticks: the cores other processes used, and the script's tree's
+    run-queue wait in cores (each None where the ticks do not say)."""
     frame = pd.DataFrame(recent)
     if frame.empty or not {"sys_cpu_percent", "cpu_percent"} <= set(frame.columns):
+        return None, None
+    used = frame.dropna(subset=["sys_cpu_percent", "cpu_percent"])
+    other = float(outside_per_tick(used, cpu_count).mean()) if len(used) else None
+    clock = frame.dropna(subset=["t", "runq_wait_s"]) if {"t", "runq_wait_s"} <= set(frame.columns) else frame.iloc[:0]
+    span = float(clock["t"].iloc[-1] - clock["t"].iloc[0]) if len(clock) >= 2 else 0.0
+    wait = float(clock["runq_wait_s"].iloc[-1] - clock["runq_wait_s"].iloc[0]) / span if span > 0 else None
+    return other, wait
+
+
+def crowded(recent: list[dict], cpu_count: int, need_cores: float) -> bool:
+    """Over the `recent` sampler ticks, other processes take cores the script wants: they used
+    OUTSIDE_LOAD_WARN_CORES or more, and the script's threads waited for a core
+    (:func:`took_a_core`: a 4-worker I/O loader's 2-thread steps come in bursts its mean CPU, half a
+    core, does not show), or they left fewer of the `cpu_count` cores than `need_cores`, what the
+    script's tree used in its measured window (it may be idle, waiting on the hold itself). A
+    neighbour on a core the script does not want holds nothing."""
+    other, wait = load(recent, cpu_count)
+    if other is None:
         return False
-    frame = frame.dropna(subset=["sys_cpu_percent", "cpu_percent"])
-    if frame.empty:
-        return False
-    other = float(outside_per_tick(frame, cpu_count).mean())
-    return other >= OUTSIDE_LOAD_WARN_CORES and cpu_count - other < need_cores
+    return took_a_core(other, wait or 0.0) or (other >= OUTSIDE_LOAD_WARN_CORES and cpu_count - other < need_cores)
 
 
 class State(str, Enum):
@@ -74,12 +88,11 @@ class Turns:
         if tick is None or tick == self._tick or self.state is State.RELEASED:
             return
         self._tick = tick
-        busy = crowded(recent, self.cpu_count, self.need_cores)
-        if busy and self.state is State.OPEN and self.held_s < self.cap_s:
+        if self.state is State.OPEN and self.held_s < self.cap_s and crowded(recent, self.cpu_count, self.need_cores):
             self.hold.touch()
             self.state = State.HELD
-        elif not busy and self.state is State.HELD:
-            self._release(State.OPEN)
+        elif self.state is State.HELD and (load(recent, self.cpu_count)[0] or 0.0) < OUTSIDE_LOAD_WARN_CORES:
+            self._release(State.OPEN)  # the neighbour left (the script, held, waits for nothing: its clock says nothing)
 
     def child_waits(self, now: float) -> None:
         """The child found the hold file at a window's start and waits (a Held line without an end)."""
