@@ -7,7 +7,7 @@ rules and the experiments so that each number has exactly one definition.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, overload
 
 import numpy as np
 import pandas as pd
@@ -40,11 +40,22 @@ def took_a_core(other: float, wait: float) -> bool:
 ADVISE_CPU = "advise_cpu_percent"  # the sampler's column: advise's own process (its sampler, its planning)
 
 
+@overload
+def outside(sys_percent: float, tree_percent: float, advise_percent: float, cpu_count: int) -> float: ...
+@overload
+def outside(sys_percent: pd.Series, tree_percent: pd.Series, advise_percent: pd.Series | float, cpu_count: int) -> pd.Series: ...
+def outside(sys_percent: float | pd.Series, tree_percent: float | pd.Series, advise_percent: float | pd.Series,
+            cpu_count: int) -> float | pd.Series:
+    """The cores processes other than the script's tree and advise's own used: the system's CPU
+    (percent of all its cores) less both (percent of one core); a tick's floats or a frame's columns
+    alike (clip below 0 either way)."""
+    return sys_percent / 100 * cpu_count - tree_percent / 100 - advise_percent / 100
+
+
 def outside_per_tick(samples: pd.DataFrame, cpu_count: int) -> pd.Series:
-    """Per sampler tick, the cores processes other than the script's tree and advise's own used
-    (the system's CPU less both); advise's is 0 in runs recorded before it was sampled."""
+    """Per sampler tick, :func:`outside`; advise's own is 0 in runs recorded before it was sampled."""
     own = samples[ADVISE_CPU].fillna(0.0) if ADVISE_CPU in samples else 0.0
-    return (samples["sys_cpu_percent"] / 100 * cpu_count - samples["cpu_percent"] / 100 - own / 100).clip(lower=0)
+    return outside(samples["sys_cpu_percent"], samples["cpu_percent"], own, cpu_count).clip(lower=0)
 
 
 def outside_cores(samples: pd.DataFrame, cpu_count: int | None) -> float | None:
