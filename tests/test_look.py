@@ -61,7 +61,7 @@ def test_a_window_a_neighbour_disturbed_is_measured_again_and_the_findings_read_
     finding = next(f for f in report["findings"] if f["code"] == "DL001")
     assert finding["evidence"]["data_wait_frac"] > 0.5
     spent = report["experiments"]
-    # the arms' windows the neighbour disturbed too, set aside, and any it held (probe/turns.py)
+    # the arms' windows the neighbour disturbed too, set aside, and any it held (probe/holds.py)
     added = (spent["disturbed_s"] or 0.0) + (spent["held_s"] or 0.0)
     assert spent["window_again_s"] > 0 and spent["budget_s"] == pytest.approx(8.0 + spent["window_again_s"] + added)
     # the arms' seconds start after the look: their windows and what ran between them fit the 8 s

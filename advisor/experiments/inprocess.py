@@ -157,7 +157,7 @@ class ArmsSession:
     _diagnosed: tuple[list[Finding], Profile] | None = None  # the measured window's findings, meanwhile
     window_again_s: float | None = None  # seconds the look took: the arms' budget grew by them
     disturbed_s: float | None = None  # seconds the budget grew by for the windows set aside (DISTURBED_GRANT)
-    held_s: float | None = None  # seconds the budget grew by while the child held windows for a neighbour (probe/turns.py)
+    held_s: float | None = None  # seconds the budget grew by while the child held windows for a neighbour (probe/holds.py)
     _given_back: float | None = None  # seconds the budget grew by since the last plan, for the runner's (returned once)
     _budget_s: float | None = None  # the budget the arms started with
     _quiet_window: tuple[float, float] | None = None  # the findings' window, where quiet: a baseline window (look.quiet_window)

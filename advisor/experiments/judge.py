@@ -76,7 +76,7 @@ class ExperimentResults:
     budget_given: bool = False  # --time-budget (else the automatic one)
     window_again_s: float | None = None  # of the budget: the disturbed measured window measured again (.look)
     disturbed_s: float | None = None  # of the budget: added for the windows a neighbour disturbed (ArmsSession._grant)
-    held_s: float | None = None  # of the budget: added while windows waited for a neighbour to leave (probe/turns.py)
+    held_s: float | None = None  # of the budget: added while windows waited for a neighbour to leave (probe/holds.py)
     arms: list[dict] = field(default_factory=list)  # where the arms' time went (Rounds.costs)
     between_steps_s: float | None = None  # the arms' seconds between their windows' steps (Spend.between_steps_s)
     cut_window_s: float | None = None  # a window the run ended inside (Spend.cut_window_s)

@@ -168,7 +168,7 @@ class Duet:
         budget = 4 * self.window_s * self.windows + 60.0
         sessions: dict[str, ProbeSession] = {}
         for side, config in self.configs.items():
-            config.arms, config.arms_budget_s = True, budget
+            config.arms, config.arms_budget_s, config.hold_for_neighbours = True, budget, False
             config.plan_timeout_s = max(config.plan_timeout_s, 10 * self.window_s + 30.0)
             sessions[side] = ProbeSession(config, None, self.stop, self._ready(turns, side, sessions), None, None)
         runs: dict[str, ProbeRun] = {}

@@ -39,7 +39,7 @@ from .timeline import HostTimeline, Timeline
 
 POLL_S = 0.02
 # a hold file the parent left (it died, say) holds a window no longer than this: the parent's own
-# caps end each hold sooner (advisor.probe.turns)
+# caps end each hold sooner (advisor.probe.holds)
 HOLD_SAFETY_S = 30.0
 
 
@@ -129,7 +129,7 @@ class Arms:
 
     def _hold(self) -> float:
         """While the parent's hold file exists (a neighbour takes the cores the script's steps want:
-        advisor.probe.turns), the next window does not start: the seconds it waited, each end said in
+        advisor.probe.holds), the next window does not start: the seconds it waited, each end said in
         a Held line (the parent stops the arms' clock meanwhile). A job's ranks switch together: never held."""
         hold, stop = self.out / self.names.hold, self.out / self.names.stop
         if self.in_job or not hold.exists():

@@ -43,6 +43,9 @@ class ProbeConfig:
     sample_interval_s: float = 0.1
     overrides: dict = field(default_factory=dict)
     arms: bool = False  # after the window the child waits for plan files and measures arms itself
+    # hold the arms' windows while a neighbour takes the script's cores (probe/holds.py); the gate's
+    # duet takes its own turns between its two sides, each the other's neighbour
+    hold_for_neighbours: bool = True
     plan_timeout_s: float = 600.0  # how long the child waits for a plan before it finishes
     # the arms' time, from the "window-done" line: its end stops them, not a timeout. None: auto
     # (auto_arms_budget), set here by the runner at the window's end, where the session reads it

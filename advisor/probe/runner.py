@@ -33,7 +33,7 @@ from .job_shapes import job_shape, lines_of, write_steps_csv
 from .sampler import Sampler
 from .stops import BUDGET_GRACE_S, GRACE_S, Stops
 from .tree import ProcessTree
-from .turns import RECENT_TICKS, Turns
+from .holds import RECENT_TICKS, Holds
 from advisor.analysis.metrics import MIN_TICKS
 
 ATEXIT_S = 5.0  # how long the script's atexit handlers may run once it was stopped (inside GRACE_S)
@@ -116,7 +116,7 @@ class ProbeSession:
         self.lines = lines_of(self.out, self.shape.names)  # the watched rank's, as they arrive
         self.job = _JobArms(self.shape.suffix, self.shape.arm_ranks())
         self.next_round: int | None = None
-        self.turns: Turns | None = None  # the hold file's keeper, once the arms start (.turns)
+        self.holds: Holds | None = None  # the hold file's keeper, once the arms start (.holds)
 
     def run(self) -> ProbeRun:
         self._prepare()
@@ -187,8 +187,8 @@ class ProbeSession:
                 if rc is not None:
                     break
                 self.tree.poll()
-                if self.turns is not None:
-                    self.turns.poll(self.sampler.last(RECENT_TICKS), time.monotonic())
+                if self.holds is not None:
+                    self.holds.poll(self.sampler.last(RECENT_TICKS), time.monotonic())
                 self.stops.enforce(time.monotonic())
                 time.sleep(0.05)
             except KeyboardInterrupt:
@@ -234,15 +234,16 @@ class ProbeSession:
         self.sampler.write_csv(self.out / names.samples_csv)
         if (others := self.shape.window_done()) is not None:
             self.job = _JobArms(self.shape.suffix, others)
-        self.turns = self._turns(probe_now)
+        self.holds = self._holds(probe_now)
 
-    def _turns(self, account: ChildAccount | None) -> Turns | None:
-        """The hold file's keeper (:mod:`.turns`) for a single process's arms, where the machine's cores
+    def _holds(self, account: ChildAccount | None) -> Holds | None:
+        """The hold file's keeper (:mod:`.holds`) for a single process's arms, where the machine's cores
         and the script's use of them in its measured window are known; None otherwise (a job's ranks
         switch together)."""
         measured = self.lines.measured
         cpu_count = account.env.cpu_count if account is not None else None
-        if self.on_window_done is None or self.link is not None or self.job.others or not measured or not cpu_count:
+        if not self.config.hold_for_neighbours or self.on_window_done is None or self.link is not None or self.job.others \
+                or not measured or not cpu_count:
             return None
         start, end = measured[0].t_start, measured[-1].t_end
         ticks = [(s["t"], s["cpu_percent"]) for s in self.sampler.samples if s["t"] <= end and s["cpu_percent"] == s["cpu_percent"]]
@@ -250,18 +251,18 @@ class ProbeSession:
         used = inside if len(inside) >= MIN_TICKS else [cpu for _, cpu in ticks[-MIN_TICKS:]]  # a short window: the ticks nearest its end
         if not used or self.config.arms_budget_s is None:
             return None
-        return Turns(self.out / self.shape.names.hold, cpu_count, sum(used) / len(used) / 100, self.config.arms_budget_s)
+        return Holds(self.out / self.shape.names.hold, cpu_count, sum(used) / len(used) / 100, self.config.arms_budget_s)
 
     def _held(self, line: Held) -> None:
         """The child holds a window's start (its end None), or held it for `line.seconds`."""
         if line.end is None:
             self.stops.hold(time.monotonic())
-            if self.turns is not None:
-                self.turns.child_waits(time.monotonic())
+            if self.holds is not None:
+                self.holds.child_waits(time.monotonic())
             return
         self.stops.release(line.seconds)
-        if self.turns is not None:
-            self.turns.child_held(line.seconds)
+        if self.holds is not None:
+            self.holds.child_held(line.seconds)
 
     def _arms(self) -> None:
         """The arms' rounds across the job's ranks: the next plan once every rank ended the last

@@ -50,7 +50,7 @@ class Stops:
             self.budget_at += seconds
 
     def hold(self, now: float) -> None:
-        """The child waits for a neighbour to leave the cores (advisor.probe.turns): the budget's clock stops."""
+        """The child waits for a neighbour to leave the cores (advisor.probe.holds): the budget's clock stops."""
         self.held_from = now
 
     def release(self, seconds: float) -> None:

@@ -34,7 +34,7 @@ class RunFiles:
     report_html: str
     plan: str = "plan.json"  # one run, many arms: the parent's next plan for the child
     stop: str = "stop"  # the parent asks the arms child to finish
-    hold: str = "hold"  # while it exists, the arms child starts no window: a neighbour takes the cores (probe/turns.py)
+    hold: str = "hold"  # while it exists, the arms child starts no window: a neighbour takes the cores (probe/holds.py)
     arms_jsonl: str = "arms.jsonl"  # one line per arm window the child ran
     sources: str = "sources.json"  # the user's lines behind syncs, matmuls, copies and fetches (probe/sources.py)
     summary: str = "summary.json"  # the rank's own reduction, which rank 0 merges into the job's report (advisor.job.rank_summary)

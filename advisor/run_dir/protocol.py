@@ -11,7 +11,7 @@ whole lines only, from where it stopped (:class:`RankLines`). The phases:
 - ``arm``: a step of an arm window (its round, window and arm);
 - ``plan-done``: a plan's last window ended (with ``error`` when an arm failed);
 - ``held``: the child held a window's start while the parent said a neighbour took the cores
-  (``hold{r}``, :mod:`advisor.probe.turns`): once as it starts waiting, once with its end.
+  (``hold{r}``, :mod:`advisor.probe.holds`): once as it starts waiting, once with its end.
 
 Before all of them, the parent writes the child's config (:class:`ChildConfig`,
 ``.probe-config{suffix}.json``): :func:`write_config` is its one writer, :func:`read_config` its

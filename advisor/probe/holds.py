@@ -66,7 +66,7 @@ class State(str, Enum):
     RELEASED = "released"  # the child's hold reached a cap: none until it has started its window
 
 
-class Turns:
+class Holds:
     """The hold file of one run's arms (`hold`), decided on the sampler's ticks; `budget_s` the
     arms' time budget as it started (the holds' total is capped at HOLD_GRANT times it)."""
 

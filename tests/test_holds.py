@@ -1,4 +1,4 @@
-"""Taking turns with a neighbour (advisor/probe/turns.py): the arms' windows start while no other
+"""Taking turns with a neighbour (advisor/probe/holds.py): the arms' windows start while no other
 process takes the cores the script's steps want. The first tests decide on sampler ticks written
 here; the last runs a real script beside real busy loops that leave a second after its window."""
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from advisor.probe.turns import HOLD_MAX_S, State, Turns, crowded
+from advisor.probe.holds import HOLD_MAX_S, State, Holds, crowded
 
 from conftest import WORKLOADS, advise_cmd
 
@@ -44,32 +44,32 @@ def test_a_neighbour_is_crowding_only_where_it_leaves_the_script_fewer_cores_tha
 
 def test_the_hold_file_follows_the_neighbour_and_each_hold_ends_at_its_cap(tmp_path):
     hold = tmp_path / "hold"
-    turns = Turns(hold, cpu_count=2, need_cores=1.9, budget_s=10.0)
+    holds = Holds(hold, cpu_count=2, need_cores=1.9, budget_s=10.0)
     busy = lambda t: [tick(t - 0.1, 2.0, 0.0), tick(t, 2.0, 0.0)]  # noqa: E731  (the child waits: its tree idles)
     quiet = lambda t: [tick(t - 0.1, 0.1, 0.0), tick(t, 0.1, 0.0)]  # noqa: E731
-    turns.poll(busy(1.0), now=1.0)
-    assert hold.exists() and turns.state is State.HELD
-    turns.poll(busy(1.0), now=1.05)  # the same tick: decided once
-    turns.child_waits(now=1.1)
-    turns.poll([tick(1.05, 1.0, 0.0), tick(1.15, 1.0, 0.0)], now=1.15)
+    holds.poll(busy(1.0), now=1.0)
+    assert hold.exists() and holds.state is State.HELD
+    holds.poll(busy(1.0), now=1.05)  # the same tick: decided once
+    holds.child_waits(now=1.1)
+    holds.poll([tick(1.05, 1.0, 0.0), tick(1.15, 1.0, 0.0)], now=1.15)
     assert hold.exists()  # held while the neighbour stays, though the held script waits for nothing
-    turns.poll(quiet(1.2), now=1.2)
-    assert not hold.exists() and turns.state is State.OPEN  # the neighbour left: the window starts
-    turns.child_held(0.1)
+    holds.poll(quiet(1.2), now=1.2)
+    assert not hold.exists() and holds.state is State.OPEN  # the neighbour left: the window starts
+    holds.child_held(0.1)
     # a neighbour that stays: the child's hold ends at HOLD_MAX_S, and none starts until its window has
-    turns.poll(busy(2.0), now=2.0)
-    turns.child_waits(now=2.0)
-    turns.poll(busy(2.1 + HOLD_MAX_S), now=2.1 + HOLD_MAX_S)
-    assert not hold.exists() and turns.state is State.RELEASED
-    turns.poll(busy(2.2 + HOLD_MAX_S), now=2.2 + HOLD_MAX_S)
+    holds.poll(busy(2.0), now=2.0)
+    holds.child_waits(now=2.0)
+    holds.poll(busy(2.1 + HOLD_MAX_S), now=2.1 + HOLD_MAX_S)
+    assert not hold.exists() and holds.state is State.RELEASED
+    holds.poll(busy(2.2 + HOLD_MAX_S), now=2.2 + HOLD_MAX_S)
     assert not hold.exists()
-    turns.child_held(HOLD_MAX_S + 0.1)
-    assert turns.state is State.OPEN and turns.held_s == pytest.approx(HOLD_MAX_S + 0.2)
+    holds.child_held(HOLD_MAX_S + 0.1)
+    assert holds.state is State.OPEN and holds.held_s == pytest.approx(HOLD_MAX_S + 0.2)
     # the holds add up to the budget at most: then none
-    turns.held_s = 10.0
-    turns.poll(busy(20.0), now=20.0)
-    assert not hold.exists() and turns.state is State.OPEN
-    turns.end()
+    holds.held_s = 10.0
+    holds.poll(busy(20.0), now=20.0)
+    assert not hold.exists() and holds.state is State.OPEN
+    holds.end()
     assert not hold.exists()
 
 
@@ -78,11 +78,13 @@ def _burn(until: float) -> None:
         pass
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_the_windows_wait_for_a_neighbour_that_leaves_and_the_budget_waits_with_them(tmp_path):
     """As many busy loops as the machine has cores start when the profiled window ends (its steps.csv
     appears) and leave 1.5 s later: the arms' first window waits for them, the budget grows by the
-    wait, and the time line says so."""
+    wait, and the time line says so. (`timing`: run alone, its busy loops disturb no other test, and
+    no other test is the neighbour it waits for.)"""
     out = tmp_path / "run"
     proc = subprocess.Popen(advise_cmd("profile", "--time-budget", "4", "--out", "run", str(WORKLOADS / "train_basic.py"),
                                        "--epochs", "1000"), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
