@@ -101,6 +101,8 @@ def test_the_windows_wait_for_a_neighbour_that_leaves_and_the_budget_waits_with_
     finally:
         for b in burners:
             b.terminate()
+        for b in burners:
+            b.join()  # reaped: no zombie left under the test's process
     assert proc.returncode == 0, stderr[-2000:]
     block = json.loads((out / "report.json").read_text())["experiments"]
     assert 0.5 <= block["held_s"] <= HOLD_MAX_S + 1.0, block

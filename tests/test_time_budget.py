@@ -91,6 +91,8 @@ def test_no_claim_is_verified_while_a_burner_takes_the_cpu(tmp_path):
     finally:
         for b in burners:
             b.terminate()
+        for b in burners:
+            b.join()  # reaped: no zombie left under the test's process
     assert proc.returncode == 0, stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     claims = [f["experiment"] for f in report["findings"] if f.get("experiment")] + \
