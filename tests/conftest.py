@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import fcntl
 import json
+import multiprocessing
 import os
 import tempfile
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +65,38 @@ class Result:
 
 def advise_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "advisor", *args]
+
+
+def _burn(until: float) -> None:
+    while time.time() < until:
+        pass
+
+
+def profile_beside_busy_loops(tmp_path: Path, budget_s: int, loops: int, seconds: float) -> tuple[subprocess.CompletedProcess, Path]:
+    """`advise profile --time-budget budget_s` of train_basic.py's long run in `tmp_path`, with `loops`
+    busy loops started once its profiled window is done and running `seconds`, reaped after (a zombie
+    left under the test's process reads as a leftover of its own). The window's steps.csv says it is
+    done: the runner writes it when the window ends, and it stays (the plan the child reads it
+    deletes within a few ms, and a poll of it missed both rounds' plans in CI)."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(advise_cmd("profile", "--time-budget", str(budget_s), "--out", "run",
+                                       str(WORKLOADS / "train_basic.py"), "--epochs", "1000"),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out / "steps.csv").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    assert (out / "steps.csv").exists(), "the profiled window never ended"
+    burners = [multiprocessing.Process(target=_burn, args=(time.time() + seconds,)) for _ in range(loops)]
+    for b in burners:
+        b.start()
+    try:
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        for b in burners:
+            b.terminate()
+        for b in burners:
+            b.join()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), out
 
 
 @pytest.fixture

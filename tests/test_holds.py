@@ -5,16 +5,13 @@ here; the last runs a real script beside real busy loops that leave a second aft
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import subprocess
-import time
 
 import pytest
 
 from advisor.probe.holds import HOLD_MAX_S, State, Holds, crowded
 
-from conftest import WORKLOADS, advise_cmd
+from conftest import profile_beside_busy_loops
 
 
 def tick(t: float, machine_cores: float, tree_cores: float, advise_cores: float = 0.0, cpu_count: int = 2,
@@ -73,11 +70,6 @@ def test_the_hold_file_follows_the_neighbour_and_each_hold_ends_at_its_cap(tmp_p
     assert not hold.exists()
 
 
-def _burn(until: float) -> None:
-    while time.time() < until:
-        pass
-
-
 @pytest.mark.timing
 @pytest.mark.slow
 def test_the_windows_wait_for_a_neighbour_that_leaves_and_the_budget_waits_with_them(tmp_path):
@@ -85,24 +77,8 @@ def test_the_windows_wait_for_a_neighbour_that_leaves_and_the_budget_waits_with_
     appears) and leave 1.5 s later: the arms' first window waits for them, the budget grows by the
     wait, and the time line says so. (`timing`: run alone, its busy loops disturb no other test, and
     no other test is the neighbour it waits for.)"""
-    out = tmp_path / "run"
-    proc = subprocess.Popen(advise_cmd("profile", "--time-budget", "4", "--out", "run", str(WORKLOADS / "train_basic.py"),
-                                       "--epochs", "1000"), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    deadline = time.time() + 120
-    while not (out / "steps.csv").exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.01)
-    assert (out / "steps.csv").exists(), "the profiled window never ended"
-    burners = [multiprocessing.Process(target=_burn, args=(time.time() + 1.5,)) for _ in range(os.cpu_count() or 2)]
-    for b in burners:
-        b.start()
-    try:
-        stdout, stderr = proc.communicate(timeout=180)
-    finally:
-        for b in burners:
-            b.terminate()
-        for b in burners:
-            b.join()  # reaped: no zombie left under the test's process
+    proc, out = profile_beside_busy_loops(tmp_path, 4, os.cpu_count() or 2, 1.5)
+    stdout, stderr = proc.stdout, proc.stderr
     assert proc.returncode == 0, stderr[-2000:]
     block = json.loads((out / "report.json").read_text())["experiments"]
     assert 0.5 <= block["held_s"] <= HOLD_MAX_S + 1.0, block

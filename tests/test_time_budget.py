@@ -5,14 +5,12 @@ Real runs of real scripts through the CLI (the planning itself: tests/test_inpro
 from __future__ import annotations
 
 import json
-import multiprocessing
 import re
 import subprocess
-import time
 
 import pytest
 
-from conftest import WORKLOADS, advise_cmd
+from conftest import WORKLOADS, advise_cmd, profile_beside_busy_loops
 
 
 @pytest.mark.slow
@@ -62,37 +60,14 @@ def test_the_seconds_a_loop_spends_between_its_steps_are_counted_in_the_budget_a
     assert "between the steps " in line and "and any evaluation, checkpoint or loader restart)" in line, line
 
 
-def _burn(until: float) -> None:
-    while time.time() < until:
-        pass
-
-
 @pytest.mark.slow
 def test_no_claim_is_verified_while_a_burner_takes_the_cpu(tmp_path):
     """Two busy loops start once the profiled window is done (its steps.csv is written) and run to
     the end: every window of the arms is measured beside them, so none of the fixes reads verified
     (their windows are left out, or the run's load withholds them), and the report says why. The
     windows set aside lengthen the budget, by its own size at most, and the time line says by how much."""
-    out = tmp_path / "run"
-    proc = subprocess.Popen(advise_cmd("profile", "--time-budget", "12", "--out", "run", str(WORKLOADS / "train_basic.py"),
-                                       "--epochs", "1000"), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    deadline = time.time() + 120
-    # the window's steps.csv (the runner writes it when the window ends, and it stays): the plan the
-    # child reads it deletes within a few ms, and a poll of it missed both rounds' plans in CI
-    while not (out / "steps.csv").exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.01)
-    assert (out / "steps.csv").exists(), "the profiled window never ended"
-    burners = [multiprocessing.Process(target=_burn, args=(time.time() + 60,)) for _ in range(2)]
-    for b in burners:
-        b.start()
-    try:
-        stdout, stderr = proc.communicate(timeout=180)
-    finally:
-        for b in burners:
-            b.terminate()
-        for b in burners:
-            b.join()  # reaped: no zombie left under the test's process
+    proc, out = profile_beside_busy_loops(tmp_path, 12, 2, 60)
+    stdout, stderr = proc.stdout, proc.stderr
     assert proc.returncode == 0, stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     claims = [f["experiment"] for f in report["findings"] if f.get("experiment")] + \

@@ -311,6 +311,8 @@ class ProbeSession:
     def _end(self) -> None:
         """The child ended (or advise gives up on it): nothing of the script outlives the run."""
         child, stop, out = self.child, self.stop, self.out
+        if self.holds is not None:
+            self.holds.end()
         if child.poll() is None:
             self._signal(signal.SIGKILL)
         child.wait()
