@@ -62,6 +62,12 @@ def test_the_hold_file_follows_the_neighbour_and_each_hold_ends_at_its_cap(tmp_p
     assert not hold.exists()
     holds.child_held(HOLD_MAX_S + 0.1)
     assert holds.state is State.OPEN and holds.held_s == pytest.approx(HOLD_MAX_S + 0.2)
+    holds.poll(busy(2.3 + HOLD_MAX_S), now=2.3 + HOLD_MAX_S)
+    assert not hold.exists()  # a neighbour that outstayed a hold holds nothing until it has left
+    holds.poll(quiet(2.4 + HOLD_MAX_S), now=2.4 + HOLD_MAX_S)
+    holds.poll(busy(2.5 + HOLD_MAX_S), now=2.5 + HOLD_MAX_S)
+    assert hold.exists()  # it left and came back: a hold again
+    holds.poll(quiet(2.6 + HOLD_MAX_S), now=2.6 + HOLD_MAX_S)
     # the holds add up to the budget at most: then none
     holds.held_s = 10.0
     holds.poll(busy(20.0), now=20.0)
