@@ -67,6 +67,23 @@ def advise_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "advisor", *args]
 
 
+def alive_with(marker: str, cwd: Path | None = None) -> list[str]:
+    """Live processes (zombies left out) whose command line names `marker`, and, given `cwd`, that run
+    in it: a test's own folder, so that the other xdist worker's runs of the same script are not
+    taken for this test's leftovers."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline", "status", "cwd"]):
+        try:
+            if (p.info["status"] != psutil.STATUS_ZOMBIE and any(marker in part for part in p.info["cmdline"] or [])
+                    and (cwd is None or p.info["cwd"] == str(cwd))):
+                found.append(f"{p.info['pid']}: {' '.join(p.info['cmdline'])}")
+        except psutil.Error:
+            pass
+    return found
+
+
 def _burn(until: float) -> None:
     while time.time() < until:
         pass

@@ -30,7 +30,7 @@ import pytest
 
 from advisor.run_dir import layout
 from advisor.run_dir.protocol import ArmStepLine, read_lines
-from conftest import WORKLOADS, advise_cmd
+from conftest import WORKLOADS, advise_cmd, alive_with
 
 SCRIPT = str(WORKLOADS / "lifecycle.py")
 LOCK = layout.lock_name()
@@ -110,18 +110,6 @@ def helpers_in(run: Path) -> list[psutil.Process]:
                     found.append(psutil.Process(int(line.split("=")[1])))
                 except psutil.NoSuchProcess:
                     pass
-    return found
-
-
-def alive_with(marker: str) -> list[str]:
-    """Live processes whose command line names `marker` (the test's folder)."""
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline", "status"]):
-        try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and any(marker in part for part in p.info["cmdline"] or []):
-                found.append(f"{p.info['pid']}: {' '.join(p.info['cmdline'])}")
-        except psutil.Error:
-            pass
     return found
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from advisor.job.rank import detect
-from conftest import WORKLOADS, advise_cmd
+from conftest import WORKLOADS, advise_cmd, alive_with
 
 SCRIPT = str(WORKLOADS / "ddp_gloo.py")
 OPTIONS = ["--steps", "6", "--warmup", "2", "--profile-steps", "4", "--no-experiments"]
@@ -418,7 +418,6 @@ def test_under_torchrun_the_rank_that_failed_first_is_named(tmp_path):
     """Rank 1's script raises: its advise reports it and exits 1, torchrun stops rank 0 (SIGTERM), and
     rank 0's report says which rank failed first, with its error, not that rank 0 was interrupted
     or that its collective lost a peer."""
-    import psutil
 
     (code, stdout, stderr), = _finish([_start([*TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "advisor",
                                               "profile", *OPTIONS, "--timeout", "90", "--out", "run", SCRIPT,
@@ -431,4 +430,4 @@ def test_under_torchrun_the_rank_that_failed_first_is_named(tmp_path):
     assert [r["rank"] for r in report["ranks"]] == [0, 1] and report["ranks"][1]["status"] == "failed"
     assert report["ranks"][0]["status"] == "interrupted" or "Connection closed by peer" in report["ranks"][0]["error"]
     assert "planted failure on rank 1" in report["traceback"]
-    assert not [p for p in psutil.process_iter(["cmdline"]) if "--crash-rank" in (p.info["cmdline"] or [])]
+    assert not alive_with("--crash-rank", cwd=tmp_path)

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 
-import psutil
 import pytest
 
 from advisor.analysis.memory import breakdown, parse_size, sharding_estimate
-from conftest import WORKLOADS, in_ci
+from conftest import WORKLOADS, alive_with, in_ci
 
 DEEP = str(WORKLOADS / "deep_residual.py")
 SHORT = ["--steps", "6", "--warmup", "2", "--profile-steps", "2"]
@@ -124,7 +123,7 @@ def test_an_out_of_memory_batch_ends_the_ladder_and_keeps_every_other_arm(advise
     html = (tmp_path / "run" / "report.html").read_text()
     assert said in html and "out of memory" in html
     # nothing left behind: the child and its loader are gone, the run dir holds the run's files only
-    assert not [p for p in psutil.process_iter(["cmdline"]) if "deep_residual.py" in " ".join(p.info["cmdline"] or [])]
+    assert not alive_with("deep_residual.py", cwd=tmp_path)
     assert not [p.name for p in (tmp_path / "run").iterdir() if p.name.startswith(("plan", "stop", ".probe-config"))]
 
 

@@ -11,12 +11,11 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 import torch
 
 from advisor.run_dir import layout
-from conftest import FAST, WORKLOADS, advise_cmd
+from conftest import FAST, WORKLOADS, advise_cmd, alive_with
 
 pytestmark = pytest.mark.slow
 
@@ -152,7 +151,7 @@ def test_hang_without_steps_times_out_and_kills_the_group(advise):
     assert rep["status"] == "timeout"
     assert "timed out after 3 s" in rep["error"] and "advisor.step()" in rep["error"]
     assert elapsed < 3 + 20
-    assert not _alive_with(str(r.out))
+    assert not alive_with(str(r.out))
 
 
 def test_manual_sgd_without_torch_optim_uses_backward_steps(advise):
@@ -187,7 +186,7 @@ def test_dataloader_workers_are_reaped(advise):
     assert r.returncode == 0, r.stderr
     rep = r.report
     assert rep["observed"]["dataloaders"][0]["num_workers"] == 2
-    assert not _alive_with(str(r.out))
+    assert not alive_with(str(r.out))
 
 
 def test_script_that_finishes_early_reports_what_it_measured(advise):
@@ -219,7 +218,7 @@ def test_ctrl_c_stops_the_child_and_keeps_what_was_measured(tmp_path):
     assert proc.returncode == 130, err
     rep = json.loads((tmp_path / "run" / "report.json").read_text())
     assert rep["status"] == "interrupted" and len(rep["steps"]) >= 3
-    assert not _alive_with(str(tmp_path / "run"))
+    assert not alive_with(str(tmp_path / "run"))
 
 
 @pytest.mark.parametrize(
@@ -241,18 +240,6 @@ def test_json_flag_prints_the_report(advise):
     r = advise("profile", *FAST, "--out", "run", "--json", str(WORKLOADS / "train_basic.py"))
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == r.report
-
-
-def _alive_with(marker: str) -> list[int]:
-    """Processes (the probe child or its workers) whose command line names this run dir."""
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if any(marker in part for part in (p.info["cmdline"] or [])):
-                found.append(p.info["pid"])
-        except psutil.Error:
-            pass
-    return found
 
 
 def test_torchrun_gives_each_rank_its_own_files_and_the_job_one_report(tmp_path):

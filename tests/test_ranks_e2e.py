@@ -8,10 +8,9 @@ import signal
 import subprocess
 from pathlib import Path
 
-import psutil
 import pytest
 
-from conftest import WORKLOADS, advise_cmd, in_ci
+from conftest import WORKLOADS, advise_cmd, alive_with, in_ci
 
 pytestmark = pytest.mark.slow
 JOB = ["--nproc-per-node", "2", "--steps", "6", "--warmup", "2", "--profile-steps", "2", "--no-experiments"]
@@ -58,8 +57,7 @@ def test_the_rank_that_failed_first_is_named_and_no_rank_outlives_the_job(tmp_pa
     assert report["status"] == "failed"
     assert report["error"].startswith("rank 1 failed first: RuntimeError: planted failure on rank 1 at step 4"), report["error"]
     assert "planted failure on rank 1" in proc.stdout + proc.stderr  # its traceback, as python prints it
-    assert not [p for p in psutil.process_iter(["cmdline"]) if "ddp_gloo.py" in " ".join(p.info["cmdline"] or [])
-                and "--crash-rank" in (p.info["cmdline"] or [])]
+    assert not alive_with("--crash-rank", cwd=tmp_path)
 
 
 RANKS_OPTIONS = ["--steps", "10", "--warmup", "3", "--profile-steps", "3", "--out", "run"]
@@ -114,8 +112,7 @@ def test_a_rank_that_fails_during_the_arms_stops_the_job_and_the_window_stands(t
                for n in report["notes"]), report["notes"]
     exp = next(f for f in report["findings"] if f["code"] == "DL001")["experiment"]
     assert exp["estimate"] and exp["verdict"] == "not-measured", exp
-    assert not [p for p in psutil.process_iter(["cmdline"]) if "ddp_gloo.py" in " ".join(p.info["cmdline"] or [])
-                and "--crash-at" in (p.info["cmdline"] or [])]
+    assert not alive_with("--crash-at", cwd=tmp_path)
 
 
 def test_nproc_under_an_existing_launcher_is_one_line(tmp_path):
