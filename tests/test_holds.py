@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from advisor.probe.holds import HOLD_MAX_S, State, Holds, crowded
+from advisor.probe.holds import HOLD_MAX_S, LOOKBACK_TICKS, State, Holds, crowded
 
 from conftest import profile_beside_busy_loops
 
@@ -39,38 +39,41 @@ def test_a_neighbour_is_crowding_only_where_it_leaves_the_script_fewer_cores_tha
     assert not crowded([], cpu_count=2, need_cores=1.9)
 
 
-def test_the_hold_file_follows_the_neighbour_and_each_hold_ends_at_its_cap(tmp_path):
+def test_the_hold_file_follows_a_neighbour_that_came_and_each_hold_ends_at_its_cap(tmp_path):
     hold = tmp_path / "hold"
     holds = Holds(hold, cpu_count=2, need_cores=1.9, budget_s=10.0)
-    busy = lambda t: [tick(t - 0.1, 2.0, 0.0), tick(t, 2.0, 0.0)]  # noqa: E731  (the child waits: its tree idles)
+    # the sampler's last LOOKBACK_TICKS ticks (the child waits on a hold: its tree idles)
+    stayed = lambda t: [tick(t - 0.1 * i, 2.0, 0.0) for i in reversed(range(LOOKBACK_TICKS))]  # noqa: E731
+    came = lambda t: [tick(t - 0.3, 0.1, 0.0), tick(t - 0.2, 0.1, 0.0), tick(t - 0.1, 2.0, 0.0), tick(t, 2.0, 0.0)]  # noqa: E731
     quiet = lambda t: [tick(t - 0.1, 0.1, 0.0), tick(t, 0.1, 0.0)]  # noqa: E731
-    holds.poll(busy(1.0), now=1.0)
+    holds.poll(stayed(1.0), now=1.0)
+    assert not hold.exists()  # there all along: it has outstayed a hold already
+    holds.poll(came(1.1), now=1.1)
     assert hold.exists() and holds.state is State.HELD
-    holds.poll(busy(1.0), now=1.05)  # the same tick: decided once
-    holds.child_waits(now=1.1)
-    holds.poll([tick(1.05, 1.0, 0.0), tick(1.15, 1.0, 0.0)], now=1.15)
+    holds.poll(came(1.1), now=1.12)  # the same tick: decided once
+    holds.child_waits(now=1.15)
+    holds.poll([*came(1.1), tick(1.2, 1.0, 0.0)], now=1.2)
     assert hold.exists()  # held while the neighbour stays, though the held script waits for nothing
-    holds.poll(quiet(1.2), now=1.2)
+    holds.poll(quiet(1.3), now=1.3)
     assert not hold.exists() and holds.state is State.OPEN  # the neighbour left: the window starts
-    holds.child_held(0.1)
+    holds.child_held(0.15)
     # a neighbour that stays: the child's hold ends at HOLD_MAX_S, and none starts until its window has
-    holds.poll(busy(2.0), now=2.0)
+    holds.poll(came(2.0), now=2.0)
     holds.child_waits(now=2.0)
-    holds.poll(busy(2.1 + HOLD_MAX_S), now=2.1 + HOLD_MAX_S)
+    holds.poll(stayed(2.1 + HOLD_MAX_S), now=2.1 + HOLD_MAX_S)
     assert not hold.exists() and holds.state is State.RELEASED
-    holds.poll(busy(2.2 + HOLD_MAX_S), now=2.2 + HOLD_MAX_S)
+    holds.poll(came(2.2 + HOLD_MAX_S), now=2.2 + HOLD_MAX_S)
     assert not hold.exists()
     holds.child_held(HOLD_MAX_S + 0.1)
-    assert holds.state is State.OPEN and holds.held_s == pytest.approx(HOLD_MAX_S + 0.2)
-    holds.poll(busy(2.3 + HOLD_MAX_S), now=2.3 + HOLD_MAX_S)
+    assert holds.state is State.OPEN and holds.held_s == pytest.approx(HOLD_MAX_S + 0.25)
+    holds.poll(stayed(2.3 + HOLD_MAX_S), now=2.3 + HOLD_MAX_S)
     assert not hold.exists()  # a neighbour that outstayed a hold holds nothing until it has left
-    holds.poll(quiet(2.4 + HOLD_MAX_S), now=2.4 + HOLD_MAX_S)
-    holds.poll(busy(2.5 + HOLD_MAX_S), now=2.5 + HOLD_MAX_S)
+    holds.poll(came(2.5 + HOLD_MAX_S), now=2.5 + HOLD_MAX_S)
     assert hold.exists()  # it left and came back: a hold again
     holds.poll(quiet(2.6 + HOLD_MAX_S), now=2.6 + HOLD_MAX_S)
     # the holds add up to the budget at most: then none
     holds.held_s = 10.0
-    holds.poll(busy(20.0), now=20.0)
+    holds.poll(came(20.0), now=20.0)
     assert not hold.exists() and holds.state is State.OPEN
     holds.end()
     assert not hold.exists()

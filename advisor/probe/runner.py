@@ -33,7 +33,7 @@ from .job_shapes import job_shape, lines_of, write_steps_csv
 from .sampler import Sampler
 from .stops import BUDGET_GRACE_S, GRACE_S, Stops
 from .tree import ProcessTree
-from .holds import RECENT_TICKS, Holds
+from .holds import LOOKBACK_TICKS, Holds
 from advisor.analysis.metrics import MIN_TICKS
 
 ATEXIT_S = 5.0  # how long the script's atexit handlers may run once it was stopped (inside GRACE_S)
@@ -188,7 +188,7 @@ class ProbeSession:
                     break
                 self.tree.poll()
                 if self.holds is not None:
-                    self.holds.poll(self.sampler.last(RECENT_TICKS), time.monotonic())
+                    self.holds.poll(self.sampler.last(LOOKBACK_TICKS), time.monotonic())
                 self.stops.enforce(time.monotonic())
                 time.sleep(0.05)
             except KeyboardInterrupt:
