@@ -169,7 +169,7 @@ def test_a_baseline_after_bf16_runs_on_the_state_the_script_carried_over(tmp_pat
     bf16 window it is bf16, and oneDNN's fp32 LSTM raised on it in the baseline window that
     followed, ending every arm after bf16's first. The switch casts it back at the model's entrance."""
     plan = [window("base", {}), window("bf16", {"autocast": "bfloat16"}), window("base", {}), window("bf16", {"autocast": "bfloat16"})]
-    got = drive(tmp_path, "word_lm/main.py", [plan, None], args=["--vocab", "2000", "--tokens", "20000", "--epochs", "1"])
+    got = drive(tmp_path, "word_lm/main.py", [plan, []], args=["--vocab", "2000", "--tokens", "20000", "--epochs", "1"])
     run = got["run"]
     assert run.status == "ok" and run.probe.arms_error is None, (run.probe.arms_error, got["log"][-2000:])
     assert [a["arm"] for a in got["arms"]] == ["base", "bf16", "base", "bf16"]

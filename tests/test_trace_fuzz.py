@@ -76,7 +76,9 @@ print("kinds", sorted(kinds.items()))
 
 @pytest.mark.skipif(not hasattr(os, "fork") or len(os.sched_getaffinity(0)) < 2, reason="the read-ahead needs fork and two cores")
 @pytest.mark.parametrize("rel, seed", [("hta/trace_filter/sampled_rank-0.json.gz", 1),
-                                       ("kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz", 2)])
+                                       # 15 s: the whole suite's, not the inner loop's
+                                       pytest.param("kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz", 2,
+                                                    marks=pytest.mark.slow)])
 def test_mutated_traces_read_the_same_ahead_and_in_process_and_fail_in_one_line(tmp_path, rel, seed):
     out = subprocess.run([sys.executable, "-c", _FUZZ, str(trace_path(rel)), str(seed), "24", str(tmp_path / "t.json")],
                          capture_output=True, text=True, timeout=300)
