@@ -25,7 +25,7 @@ def _profile(advise, *script_args: str):
     return r, r.report, rows
 
 
-def _no_contention(r) -> None:
+def _phases_are_no_stalls(r) -> None:
     """No step with an evaluation or a checkpoint read as a stall. The other xdist worker may stall
     a training step (the kernel's wait clock then says why): that is the machine, not a phase."""
     report, frame = r.report, pd.read_csv(r.out / "steps.csv")
@@ -48,7 +48,7 @@ def test_an_evaluation_on_its_own_loader_and_a_checkpoint_are_phases_not_stalls(
     saves = [float(row["checkpoint_s"]) for row in rows if int(row["checkpoints"])]
     assert 3 <= len(evals) <= 5 and all(e > 0.07 for e in evals), rows
     assert 3 <= len(saves) <= 5 and all(s > 0 for s in saves), rows
-    _no_contention(r)
+    _phases_are_no_stalls(r)
     phases = {p["name"]: p for p in report["phases"]}
     assert set(phases) == {"evaluation", "checkpoint"}
     assert phases["evaluation"]["every_steps"] == pytest.approx(5, abs=1.5) and phases["evaluation"]["share"] > 0.3
@@ -69,7 +69,7 @@ def test_an_evaluation_between_model_eval_and_model_train_is_a_phase(advise):
     assert {int(row["samples"]) for row in rows} == {16}
     assert [p["name"] for p in report["phases"]] == ["evaluation"]
     assert report["phases"][0]["count"] >= 4 and report["phases"][0]["every_steps"] == pytest.approx(4, abs=1)
-    _no_contention(r)
+    _phases_are_no_stalls(r)
 
 
 def test_an_eval_mode_forward_in_every_step_stays_the_steps_work(advise):
@@ -98,7 +98,7 @@ def test_an_epochs_start_is_the_loaders_cost_its_end_a_phase_and_two_saves_are_o
     assert len(starts) >= 2, rows  # 20 steps: an epoch starts every 6
     others = [float(row["data_wait_s"]) for row in rows if not int(row["loader_starts"])]
     assert min(float(row["data_wait_s"]) for row in starts) > 3 * sorted(others)[len(others) // 2], rows
-    _no_contention(r)
+    _phases_are_no_stalls(r)
     (checkpoint,) = [p for p in report["phases"] if p["name"] == "checkpoint"]
     assert checkpoint["count"] == 2 * checkpoint["steps"] and checkpoint["every_steps"] == pytest.approx(5, abs=1.5)
     assert "every 5 steps" in r.stdout or "every 4 steps" in r.stdout or "every 6 steps" in r.stdout
