@@ -16,6 +16,7 @@ from advisor.experiments.plan import BASELINE
 from advisor.experiments.sizing import MAX_STEPS_SCALE, MIN_WINDOW_S, WindowSizing, warmup_steps, window_steps
 from advisor.model import Finding, Fix
 from advisor.analysis.stats import baseline_drift, speedup_ci
+from advisor.analysis import steptime
 from advisor.probe.runner import ProbeConfig, run_probe
 from advisor.profile import Profile
 from advisor.run_dir.seen import Env
@@ -68,8 +69,8 @@ def test_step_noise_is_not_drift():
 
 def test_a_window_of_short_steps_is_lengthened_to_half_a_second():
     """Ten 4.5 ms steps are a 45 ms window one hiccup moves by 13%: the window grows to MIN_WINDOW_S
-    (at the median step), never past 10 times the steps asked for, and long steps keep the count."""
-    assert window_steps(20, frame([0.0045] * 9 + [0.2])) == 112  # the median, not the mean
+    (at the pace, stalls left out), never past 10 times the steps asked for, and long steps keep the count."""
+    assert window_steps(20, frame([0.0045] * 9 + [0.2])) == 112  # the stall left out of the pace
     assert window_steps(10, frame([0.0001] * 10)) == 100
     assert window_steps(20, frame([0.1] * 10)) == 20
     assert window_steps(20, pd.DataFrame()) == 20  # nothing timed: as asked
@@ -188,11 +189,11 @@ def test_a_fix_that_does_nothing_is_not_verified(tmp_path):
     assert exp.verified is False and exp.verdict != "faster"
     assert results.recommended is None
     # 10 steps asked for, of about 10 ms: each fresh run timed what half a second takes at the profiled
-    # median step (or 100 steps). Checked against the rule, not the fresh runs' own speed: a fresh run
+    # window's pace (or 100 steps). Checked against the rule, not the fresh runs' own speed: a fresh run
     # steps up to a quarter faster than the probed one, so its 37 steps took 0.39 s, not 0.5.
     profiled = Profile.from_run_dir(tmp_path / "run").steps
     want = window_steps(10, profiled)
-    assert want > 10 and (want * profiled["duration_s"].median() >= MIN_WINDOW_S or want == 10 * MAX_STEPS_SCALE)
+    assert want > 10 and (want * steptime.pace(profiled) >= MIN_WINDOW_S or want == 10 * MAX_STEPS_SCALE)
     for run in results.runs:
         steps = Profile.from_run_dir(run["run_dir"]).steps
         assert len(steps) >= want, (run, len(steps), want)

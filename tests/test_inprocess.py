@@ -735,7 +735,7 @@ def test_a_group_that_does_not_fit_whole_runs_the_arms_that_fit_with_its_baselin
     windows = everything.start([_dl001()], _profile(cores=8))
     assert [w.arm for w in windows] == ["baseline", "a1", "a2", "baseline", "a3", "baseline"]
     spend = everything.spend
-    cost = [spend.window_s(w, spend.median_steps(), None) for w in windows]
+    cost = [spend.window_s(w, spend.paces(), None) for w in windows]
     fitted = spend.fit(windows, time_left_s=cost[0] + cost[1] + cost[3] + 0.05)
     assert [w.arm for w in fitted] == ["baseline", "a1", "baseline"] and spend.cut == 3
     assert spend.fit(windows, time_left_s=sum(cost)) == windows and spend.fit(windows, cost[0] + cost[3]) == []

@@ -78,7 +78,7 @@ class Runner:
                  stop: StopRequest | None = None, workers: int = 0, profiled: pd.DataFrame | None = None,
                  pacing: int | None = None) -> None:
         self.asked = base.steps  # the steps the user asked for
-        # Each run times at least half a second at the profiled run's median step (sizing.window_steps).
+        # Each run times at least half a second at the profiled run's pace (sizing.window_steps).
         self.base = base if profiled is None else replace(base, steps=window_steps(base.steps, profiled))
         self.workers = workers  # the script's own loader workers
         self.pacing = workers if pacing is None else pacing  # those whose bursts pace its steps (sizing.pacing_workers)

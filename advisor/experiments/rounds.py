@@ -150,7 +150,7 @@ class Rounds:
         self._reading = Reading(self.run_dir, self.arms, self.results, self.by_samples, self.sizing.workers == 0,
                                 lambda arm: self.spend.left_out_why(arm), steptime.timed_steps(profile.steps)[0])
         self._spend = Spend(self.arms, self.findings, self.results, self._steps, self.sizing.warmup,
-                            steptime.median_step(profile.steps), str(profile.env.device or "cpu"),
+                            steptime.pace(profile.steps), str(profile.env.device or "cpu"),
                             arms_from=steptime.span_end(profile.steps) if arms_from is None else arms_from)
         self._verdicts = Verdicts(self.arms, self.findings, self.fresh, self.notes, self._reading, self._spend)
         windows = self._fixes_round(profile, time_left_s)

@@ -33,12 +33,12 @@ IDLE_LOADER_CORES = 0.1
 
 
 def window_steps(asked: int, steps: pd.DataFrame) -> int:
-    """Timed steps for a window: `asked`, or as many as MIN_WINDOW_S takes at the median step time
-    of `steps` (the profiled window), whichever is more."""
-    median = steptime.median_step(steps)
-    if median is None:
+    """Timed steps for a window: `asked`, or as many as MIN_WINDOW_S takes at the pace of `steps`
+    (the profiled window: :func:`steptime.pace`), whichever is more."""
+    pace = steptime.pace(steps)
+    if pace is None:
         return asked
-    return min(asked * MAX_STEPS_SCALE, max(asked, math.ceil(MIN_WINDOW_S / median)))
+    return min(asked * MAX_STEPS_SCALE, max(asked, math.ceil(MIN_WINDOW_S / pace)))
 
 
 def batch_window(timed: int, asked: int, overrides: dict) -> int:

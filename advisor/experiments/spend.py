@@ -39,7 +39,7 @@ class Spend:
     results: dict[int, RoundResult]
     steps: Callable[[str], int]
     warmup: Callable[[dict], int]
-    step_s: float | None = None  # the profiled window's median step: a window's time before its arm ran
+    step_s: float | None = None  # the profiled window's pace (steptime.pace): a window's time before its arm ran
     device: str = "cpu"
     left_out: dict[str, Worth] = field(default_factory=dict)  # arm -> its predicted cost: not started, it did not fit
     cut: int = 0  # windows planned but not run: the time budget ended first
@@ -55,8 +55,8 @@ class Spend:
         baseline (0.79 s): a whole-prefix fit ran neither, and both went undecided in 5 runs of 5."""
         if time_left_s is None or not windows:
             return windows
-        step_s, compile_s = self.median_steps(), self.compile_s()
-        cost = [self.window_s(w, step_s, compile_s) for w in windows]  # at each arm's median so far, else predicted
+        paces, compile_s = self.paces(), self.compile_s()
+        cost = [self.window_s(w, paces, compile_s) for w in windows]  # at each arm's pace so far, else predicted
         out: list[Window] = []
         used, group = 0.0, list[int]()
         for k, window in enumerate(windows):
@@ -79,48 +79,48 @@ class Spend:
         self.cut += len(windows) - len(out)
         return out
 
-    def window_s(self, window: Window, medians: dict[str, float | None], compile_s: float | None) -> float:
-        """A window's predicted seconds: its steps at its step time (:meth:`step_of`: its arm's median
+    def window_s(self, window: Window, paces: dict[str, float | None], compile_s: float | None) -> float:
+        """A window's predicted seconds: its steps at its step time (:meth:`step_of`: its arm's pace
         so far, else the one its rule expects), an arm not yet run paying its compilation too
         (`compile_s`: the run's measured one, :meth:`compile_s`), and WINDOW_OVERHEAD_S for its way
         around the steps."""
-        unmeasured = window.arm in self.arms and medians.get(window.arm) is None
+        unmeasured = window.arm in self.arms and paces.get(window.arm) is None
         compiling = compile_seconds(window.overrides, self.device, compile_s) if unmeasured else 0.0
-        return (window.warmup + window.steps) * self.step_of(window, medians) + compiling + WINDOW_OVERHEAD_S
+        return (window.warmup + window.steps) * self.step_of(window, paces) + compiling + WINDOW_OVERHEAD_S
 
     def timed(self, windows: list[Window], floor: Callable[[dict], int], round_: int, align: bool = False) -> list[Window]:
         """`windows` (round `round_`'s), each closed in time: at WINDOW_SLACK times its timed steps'
         predicted seconds (at least MIN_WINDOW_S) once `floor(overrides)` of them ran (a loader's
         bursts); each window's prediction is kept for :meth:`costs`."""
-        medians, compile_s = self.median_steps(), self.compile_s()
+        paces, compile_s = self.paces(), self.compile_s()
         out = []
         for k, window in enumerate(windows):
             if align:  # whole epochs (`floor`'s unit), a screen's short window too
                 unit = floor(window.overrides)
                 window = msgspec.structs.replace(window, steps=unit * math.ceil(window.steps / unit))
-            self.predicted[(round_, k)] = self.window_s(window, medians, compile_s)
-            step = self.step_of(window, medians)
+            self.predicted[(round_, k)] = self.window_s(window, paces, compile_s)
+            step = self.step_of(window, paces)
             seconds = max(MIN_WINDOW_S, WINDOW_SLACK * window.steps * step) if step else 0.0
             out.append(msgspec.structs.replace(window, seconds=round(seconds, 3), align=align,
                                                min_steps=min(window.steps, floor(window.overrides))))
         return out
 
-    def step_of(self, window: Window, medians: dict[str, float | None]) -> float:
-        """A window's step time: its arm's median so far, else the one its rule expects (:mod:`.worth`)."""
-        base = medians.get(BASELINE) or self.step_s or 0.0
+    def step_of(self, window: Window, paces: dict[str, float | None]) -> float:
+        """A window's step time: its arm's pace so far, else the one its rule expects (:mod:`.worth`)."""
+        base = paces.get(BASELINE) or self.step_s or 0.0
         arm = self.arms.get(window.arm)
-        if (step := medians.get(window.arm)) is not None or arm is None or arm.candidate.finding_index is None:
+        if (step := paces.get(window.arm)) is not None or arm is None or arm.candidate.finding_index is None:
             return step or base
         return arm_step_s(arm.candidate.finding(self.findings), window.overrides, base)
 
-    def median_steps(self) -> dict[str, float | None]:
-        """Each arm's median timed step over the rounds measured so far."""
+    def paces(self) -> dict[str, float | None]:
+        """Each arm's pace over the rounds measured so far (:func:`steptime.pace`)."""
         frames: dict[str, list[pd.DataFrame]] = {}
         for r in self.results.values():
             for line in r.windows:
                 if line.window in r.steps and len(r.steps[line.window]):
                     frames.setdefault(line.arm, []).append(r.steps[line.window])
-        return {arm: steptime.median_step(pd.concat(parts)) for arm, parts in frames.items()}
+        return {arm: steptime.pace(pd.concat(parts)) for arm, parts in frames.items()}
 
     def worth_of(self, arm: str) -> Worth:
         """What `arm` is expected to gain, and to cost in seconds (:mod:`.worth`)."""
@@ -178,7 +178,7 @@ class Spend:
         return sum(again) + baselines * base_s + (len(again) + baselines) * WINDOW_OVERHEAD_S + PLAN_MARGIN_S
 
     def baseline_s(self) -> float:
-        """A baseline window's predicted seconds (its steps at the profiled window's median step)."""
+        """A baseline window's predicted seconds (its steps at the profiled window's pace)."""
         return (self.steps(BASELINE) + self.warmup({})) * (self.step_s or 0.0)
 
     def compile_s(self) -> float | None:
