@@ -102,6 +102,7 @@ def test_the_figures_read_through_the_accessors(steps):
     tp = steptime.throughput(steps)
     assert tp["samples_per_s"] is None and tp["steps_per_s"] == pytest.approx(3 / 0.33)
     assert steptime.median_step(steps) == pytest.approx(0.12)
+    assert steptime.pace(steps) == pytest.approx(0.11)  # the profiled steps (0.30, 0.31 s) left out
     assert steptime.share(timed, steptime.DATA_WAIT) == pytest.approx(0.02 / 0.33)
     assert steptime.seconds_per_sample(timed) is None  # step 2's batch unknown
     assert steptime.seconds_per_sample(timed.iloc[:2]).tolist() == pytest.approx([0.10 / 8, 0.12 / 8])

@@ -411,12 +411,14 @@ def loop_phases(steps: pd.DataFrame) -> list[dict]:
 
 
 def pace(steps: pd.DataFrame) -> float | None:
-    """The seconds a step takes on average, stalls left out (:func:`stalled`): what a window of n
-    steps costs. Not the median: a DataLoader's workers hand over batches in bursts, and a 4-worker
-    I/O loader's median step was 3.8 ms where its steps took 17 ms each, so windows planned at the
-    median took 4x their prediction and a confirming pass sized on them never fitted the budget.
+    """The seconds a step takes on average, stalls left out (:func:`stalled`) and the profiler's
+    steps too where enough others ran (:func:`timed_steps`): what a window of n steps costs. Not the
+    median: a DataLoader's workers hand over batches in bursts, and a 4-worker I/O loader's median
+    step was 3.8 ms where its steps took 17 ms each, so windows planned at the median took 4x their
+    prediction and a confirming pass sized on them never fitted the budget. Not the profiled steps:
+    tiny-gpt's 4.5 ms steps ran 2-3x under the profiler, and windows sized on them lasted 0.3 s.
     None without a positive one."""
-    dur, _ = per_step(steps, by_samples=False)
+    dur, _ = per_step(timed_steps(steps)[0], by_samples=False)
     dur = dur[np.isfinite(dur)]
     mean = float(dur.mean()) if len(dur) else 0.0
     return mean if mean > 0 else None
