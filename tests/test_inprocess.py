@@ -317,6 +317,24 @@ def test_a_fix_left_undecided_with_nothing_verified_to_stack_with_gets_a_third_p
     assert small.experiment.speedup == pytest.approx(1.08, rel=0.03)
 
 
+def test_a_pass_a_neighbour_disturbed_is_measured_again(tmp_path):
+    """The same 1.08x fix, its second pass's window set aside (a neighbour disturbed it): that pass is
+    measured again, a fourth, and said as measured again; a quiet machine's run stops at PASSES."""
+    small = _small_bf16()
+    rounds, child = Rounds(tmp_path), Child(tmp_path)
+    speed = {"baseline": 0.10, "a1": 0.0926}
+    first = rounds.start([small], _profile())
+    second = rounds.advance(child.run(0, first, lambda w: speed[w.arm]))
+    disturbed = child.run(1, second, lambda w: speed[w.arm])
+    disturbed.busy[next(line.window for line in disturbed.windows if line.arm == "a1")] = 1.0
+    third = rounds.advance(disturbed)
+    fourth = rounds.advance(child.run(2, third, lambda w: speed[w.arm]))
+    assert small.experiment is None and [w.arm for w in fourth if w.arm != "baseline"] == ["a1"]
+    assert rounds.kind is RoundKind.CONFIRM and rounds.replaced == 1
+    rounds.advance(child.run(3, fourth, lambda w: speed[w.arm]))
+    assert small.experiment is not None and len(small.experiment.runs) == 3  # the set-aside window in none
+
+
 def test_an_arm_the_child_could_not_switch_goes_to_a_fresh_run(tmp_path):
     finding = Finding("fp32", "s", "high", {}, Fix.unsafe("fp16", {"autocast": "float16"}), rule="fp32-matmul", code="PR001")
     rounds, child = Rounds(tmp_path), Child(tmp_path)

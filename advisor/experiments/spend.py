@@ -84,7 +84,8 @@ class Spend:
         so far, else the one its rule expects), an arm not yet run paying its compilation too
         (`compile_s`: the run's measured one, :meth:`compile_s`), and WINDOW_OVERHEAD_S for its way
         around the steps."""
-        unmeasured = window.arm in self.arms and paces.get(window.arm) is None
+        unmeasured = window.arm in self.arms and not any(line.arm == window.arm for r in self.results.values()
+                                                          for line in r.windows)
         compiling = compile_seconds(window.overrides, self.device, compile_s) if unmeasured else 0.0
         return (window.warmup + window.steps) * self.step_of(window, paces) + compiling + WINDOW_OVERHEAD_S
 
@@ -114,11 +115,15 @@ class Spend:
         return arm_step_s(arm.candidate.finding(self.findings), window.overrides, base)
 
     def paces(self) -> dict[str, float | None]:
-        """Each arm's pace over the rounds measured so far (:func:`steptime.pace`)."""
+        """Each arm's pace over the rounds measured so far (:func:`steptime.pace`), on the windows no
+        neighbour disturbed: tiny-gpt's fused AdamW ran its one screen window at about 100 ms a step beside a
+        burner (4.5 ms quiet), and its confirming pass, priced at that, did not fit the 4 s left. An arm
+        with none is priced as one not yet run (its rule's expected step)."""
         frames: dict[str, list[pd.DataFrame]] = {}
         for r in self.results.values():
             for line in r.windows:
-                if line.window in r.steps and len(r.steps[line.window]):
+                if line.window in r.steps and len(r.steps[line.window]) and line.window not in r.busy \
+                        and line.window not in r.shared:
                     frames.setdefault(line.arm, []).append(r.steps[line.window])
         return {arm: steptime.pace(pd.concat(parts)) for arm, parts in frames.items()}
 
