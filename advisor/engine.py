@@ -29,7 +29,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10
     import tomli as tomllib
 
-from advisor.model import Finding, rank
+from advisor.model import AFTER, Finding, rank
 from advisor.rules.registry import Catalogue, Rule, load_rules
 
 if TYPE_CHECKING:
@@ -225,8 +225,15 @@ def run_rules(profile: Profile, settings: Settings | None = None,
 
 def _owned_screens_dropped(findings: list[Finding]) -> list[Finding]:
     """A screen is for a fix no rule is about: one whose overrides a rule's fix already measures
-    (PR001's precision ladder owns bf16 autocast) is left out, so one finding tells that story."""
+    (PR001's precision ladder owns bf16 autocast) is left out, so one finding tells that story.
+    The rule's fix then waits where the screen did (:attr:`Finding.after`): the loading comes first
+    whoever proposes a compute fix. Beside a CPU burner loader-starved's single-thread AdamW step
+    read over CPU002's 10% of the step (5.5% quiet), the fused step was measured alone on the
+    starved loop, read no gain, and was left out of the loading fix's stack in 2 runs of 3."""
     owned = [p for f in findings if not f.screen for p in f.fix.points()]
+    for screen in (f for f in findings if f.screen and f.after and f.fix.overrides in owned):
+        for owner in (f for f in findings if not f.screen and not f.after and f.fix.overrides == screen.fix.overrides):
+            owner.evidence[AFTER] = screen.after
     return [f for f in findings if not (f.screen and f.fix.overrides in owned)]
 
 

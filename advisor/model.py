@@ -260,7 +260,7 @@ class SourceLocation:
 
 
 SCREEN = "screen"  # evidence key of a screened finding (see Finding.screen)
-AFTER = "after"  # evidence key of a screen measured only stacked on a winning fix of this override (Finding.after)
+AFTER = "after"  # evidence key of a fix measured only stacked on a winning fix of this override (Finding.after)
 
 
 @dataclass
@@ -313,8 +313,9 @@ class Finding:
 
     @property
     def after(self) -> str | None:
-        """The override a winning fix must set before this screen is measured, and then only stacked
-        on it (EXP001's compute fixes behind a waiting loop: alone they would measure the loader)."""
+        """The override a winning fix must set before this fix is measured, and then only stacked on
+        it (EXP001's compute fixes behind a waiting loop, and a rule's fix that owns one of them: alone
+        they would measure the loader)."""
         return self.evidence.get(AFTER)
 
     def problem(self) -> str | None:

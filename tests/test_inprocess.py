@@ -1067,11 +1067,13 @@ def test_a_leaner_is_undecided_only_where_the_budget_cut_the_round_that_would_de
     assert kinds[-1] is RoundKind.STACK and ran.undecided() == []
 
 
-def _loading_then_fused(tmp_path, dl001_speed: float, stacked_speed: float):
-    """DL001 at `dl001_speed`, and EXP001's fused step held for the loading fix (`after`); the
-    stack, where the rounds plan one, at `stacked_speed`. Returns the rounds, every arm's overrides."""
-    fused = Finding("fused", "s", "low", {SCREEN: True, AFTER: "dataloader"},
-                    Fix.safe("fused", {"optimizer": {"fused": True}}), rule="untried-fix", code="EXP001")
+def _loading_then_fused(tmp_path, dl001_speed: float, stacked_speed: float, screen: bool = True):
+    """DL001 at `dl001_speed`, and EXP001's fused step held for the loading fix (`after`; `screen`
+    False: CPU002's, which took the screen's wait over); the stack, where the rounds plan one, at
+    `stacked_speed`. Returns the rounds, every arm's overrides."""
+    fused = Finding("fused", "s", "low", {SCREEN: True, AFTER: "dataloader"} if screen else {AFTER: "dataloader"},
+                    Fix.safe("fused", {"optimizer": {"fused": True}}),
+                    **({"rule": "untried-fix", "code": "EXP001"} if screen else {"rule": "single-tensor-optimizer-cpu", "code": "CPU002"}))
     rounds, child = Rounds(tmp_path), Child(tmp_path)
     windows = rounds.start([_dl001(), fused], _profile())
     speed = {"baseline": 0.10, "stacked": stacked_speed}
@@ -1103,6 +1105,13 @@ def test_a_compute_fix_behind_a_waiting_loop_is_measured_only_stacked_on_the_loa
     (tmp_path / "no-win").mkdir()
     none, seen = _loading_then_fused(tmp_path / "no-win", dl001_speed=1.0, stacked_speed=0.1 / 2.4)
     assert none.recommended is None and all("optimizer" not in o for o in seen), seen
+
+    for name, speed, said in (("rule", 2.0, "as recommended"), ("rule-no-win", 1.0, "no such stack was recommended")):
+        (tmp_path / name).mkdir()  # a rule's fused step (CPU002 over its bar) waits the same, and says so
+        rule, seen = _loading_then_fused(tmp_path / name, dl001_speed=speed, stacked_speed=0.1 / 2.4, screen=False)
+        owner = next(f for f in rule.findings if f.code == "CPU002")
+        assert {"optimizer": {"fused": True}} not in seen and owner.experiment.verdict is Verdict.NOT_MEASURED
+        assert said in owner.experiment.reason and "measured only stacked" in owner.experiment.reason, owner.experiment
 
 
 def test_the_stack_on_a_loading_fix_takes_the_most_loading_of_its_tied_values():

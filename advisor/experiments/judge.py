@@ -451,7 +451,7 @@ def settle(finding: Finding, candidate: Candidate, exp: Experiment, budget: floa
 def stack_members(winners: list[tuple[Candidate, Experiment]], leaners: list[tuple[Candidate, Experiment]],
                   after: Sequence[tuple[Candidate, str]] = ()) -> list[tuple[Candidate, Experiment]]:
     """What the stack measures: the winners, then each fix that leaned faster alone without being
-    verified (:func:`worth_another` when its passes ran out), then each screen of `after` (with
+    verified (:func:`worth_another` when its passes ran out), then each fix of `after` (with
     the override a winner must set first) whose winner won; each only where it sets nothing a member sets. A
     small gain one process's windows cannot verify alone (a fused optimizer's 1.1x) can be what
     separates the best configuration from the second: the stack's own windows decide it."""
@@ -525,7 +525,7 @@ def recommend(winners: list[tuple[Candidate, Experiment]], stacked: Experiment |
     unverified = [(c, e) for c, e in members if not e.verified]
     bar = (best.speedup or 0.0) * (1 + MIN_EFFECT if unverified else 1)
     if isinstance(stacked, Experiment) and stacked.verified and (stacked.speedup or 0.0) > bar:
-        stacked_on = [c.label for c, e in unverified if e.speedup is None]  # screens of Finding.after
+        stacked_on = [c.label for c, e in unverified if e.speedup is None]  # fixes of Finding.after
         said = [f"{c.label} leaned faster alone ({e.speedup:.2f}x) without being verified" for c, e in unverified
                 if e.speedup is not None]
         if stacked_on:  # on the winner that sets the override they waited for, not the best single one

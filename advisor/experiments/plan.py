@@ -43,7 +43,7 @@ class Candidate:
 
 def candidates_from(findings: list[Finding], safe_only: bool, *, after: bool = False) -> list[Candidate]:
     """One candidate per distinct automatic fix; unsafe ones only when allowed. `after`: instead, the
-    screens measured only stacked on a winning fix (:attr:`Finding.after`)."""
+    fixes measured only stacked on a winning fix (:attr:`Finding.after`)."""
     out, seen = [], set()
     for i, finding in enumerate(findings):
         fix = finding.fix

@@ -58,7 +58,9 @@ if TYPE_CHECKING:
 LARGE_EFFECT = 3     # every rule's fix expected at least this much faster: windows of half the steps
                     # (a 3x effect is resolved by 5 slow steps; the fast arm windows scale with it)
 STACKED = "stacked"
-PASSES = 3  # a fix's passes (round 0 and the CONFIRM rounds), with a pass a neighbour disturbed replaced: one still undecided is settled on them
+# A fix's passes (round 0 and the CONFIRM rounds), a pass a neighbour disturbed measured again: one
+# still undecided is settled on them.
+PASSES = 3
 # Passes a run gives again for a neighbour (:func:`advisor.experiments.inprocess.disturbed`): a fix every
 # window of which it disturbed so far, added to a pass it was not due, and a pass past PASSES for one
 # that had windows set aside. Past it, what is left is said, not chased.

@@ -37,7 +37,7 @@ class Verdicts:
     promoted: list[str] = field(default_factory=list)  # screened arms to measure in full
     winners: list[tuple[Candidate, Experiment]] = field(default_factory=list)
     leaners: list[tuple[Candidate, Experiment]] = field(default_factory=list)  # settled faster-leaning, unverified
-    after: list[tuple[Candidate, str]] = field(default_factory=list)  # screens stacked on a winner of that override
+    after: list[tuple[Candidate, str]] = field(default_factory=list)  # fixes stacked on a winner of that override
     fit_budget: int | None = None  # the run was over this budget: the fastest fix that fits joined the winners
     recommended: Recommendation | None = None
 
@@ -93,6 +93,14 @@ class Verdicts:
                 left_out = self.spend.left_out
                 why = self.spend.left_out_why(arms[0]) if arms and all(a in left_out for a in arms) else None
                 finding.experiment = Experiment.not_measured(why or f"{ended} before this fix was measured")
+        stacked = self.recommended.fixes if self.recommended else []
+        for candidate, _ in self.after:  # a rule's fix that waited on the loading fix (a screen's is left out unmeasured)
+            finding = candidate.finding(self.findings)
+            if finding.experiment is None and not finding.screen:
+                finding.experiment = Experiment.not_measured(
+                    f"measured only stacked on the loading fix, as recommended ({judge.AFTER_REASON})"
+                    if candidate.label in stacked else
+                    f"to be measured only stacked on a winning loading fix ({judge.AFTER_REASON}); no such stack was recommended")
 
     def candidates(self) -> list[Candidate]:
         """The fixes the arms measure, one per finding."""

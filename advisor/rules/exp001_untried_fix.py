@@ -14,8 +14,9 @@ not screened alone there (it would measure the loader's hand-overs, not what it 
 loading is fixed), nor a larger batch (the loop is input-bound: a larger batch loads no more
 samples a second). bf16 and the fused step, whose gain the profile estimates, are measured
 stacked on the loading fix once one wins (`evidence.after`): on a starved loop whose AdamW step
-is 5% of its step, both took 3 workers from 1.80x to 2.03x by hand. Compile and the threads wait
-for a second `advise profile`.
+is 5% of its step, both took 3 workers from 1.80x to 2.03x by hand. A rule that proposes one of
+them (CPU002's fused step) takes over the screen and its wait. Compile and the threads wait for a
+second `advise profile`.
 
 Each screen carries an estimate where the profile has evidence for one, so the time budget goes
 to the likeliest first (:mod:`advisor.experiments.worth`): bf16 half the share of the step its

@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 
+from advisor.engine import Settings, run_rules
 from advisor.experiments.worth import expected_gain
 from advisor.profile import Profile
 from advisor.rules import helpers as h
@@ -21,7 +22,8 @@ from conftest import WORKLOADS, advise_cmd
 
 def test_screens_follow_what_the_step_is_waiting_on(tmp_path):
     """A loop that waits on data for over half its step gets no screen of a compute fix alone (the
-    loading comes first: the fused step only stacked on its fix) and no larger batch; a compute-bound loop gets them, each with the gain its
+    loading comes first: the fused step only stacked on its fix, and so a rule's fused step too) and no
+    larger batch; a compute-bound loop gets them, each with the gain its
     profile supports: bf16 none where every GEMM is far under 100 MFLOP (the casts cost what a
     tiny matmul saves: last in the budget's order, behind a screen with no evidence either way), the
     fused step 65% of the optimizer's share; compile no estimate."""
@@ -47,6 +49,13 @@ def test_screens_follow_what_the_step_is_waiting_on(tmp_path):
     # stacked on the loading fix once one wins: the fused step (its SGD), bf16 where this CPU computes it
     assert set(after) == {"dataloader"}, after
     assert "optimizer" in after["dataloader"] and after["dataloader"] <= {"optimizer", "autocast"}, after
+    # a rule that owns the fused step (CPU002, its bar lowered to this SGD) waits for the loading fix too
+    lowered = Settings(options={"single-tensor-optimizer-cpu": {"min_optimizer_frac": 0.0, "min_elements": 0,
+                                                                "min_sgd_tensors": 0}})
+    findings, _ = run_rules(starved, lowered)
+    owner = next(f for f in findings if f.code == "CPU002")
+    assert owner.after == "dataloader" and owner.fix.overrides == {"optimizer": {"fused": True}}
+    assert not [f for f in findings if f.screen and "optimizer" in f.fix.overrides]
     busy, wait = screened("tensor_pairs.py")
     assert wait < 0.5 and {"compile", "optimizer"} <= keys(busy), (wait, keys(busy))
     native = dataclasses.replace(busy, env={**busy.env.record(), "bf16_supported": True}, memo={})  # as on AMX, whatever CI has
