@@ -1106,12 +1106,13 @@ def test_a_compute_fix_behind_a_waiting_loop_is_measured_only_stacked_on_the_loa
     none, seen = _loading_then_fused(tmp_path / "no-win", dl001_speed=1.0, stacked_speed=0.1 / 2.4)
     assert none.recommended is None and all("optimizer" not in o for o in seen), seen
 
-    for name, speed, said in (("rule", 2.0, "as recommended"), ("rule-no-win", 1.0, "no such stack was recommended")):
+    for name, speed, said in (("rule", 2.0, "the recommended stack on the loading fix measured it"),
+                              ("rule-no-win", 1.0, "no stack on a loading fix was recommended")):
         (tmp_path / name).mkdir()  # a rule's fused step (CPU002 over its bar) waits the same, and says so
         rule, seen = _loading_then_fused(tmp_path / name, dl001_speed=speed, stacked_speed=0.1 / 2.4, screen=False)
         owner = next(f for f in rule.findings if f.code == "CPU002")
         assert {"optimizer": {"fused": True}} not in seen and owner.experiment.verdict is Verdict.NOT_MEASURED
-        assert said in owner.experiment.reason and "measured only stacked" in owner.experiment.reason, owner.experiment
+        assert owner.experiment.reason == f"{judge.AFTER_REASON}; {said}", owner.experiment
 
 
 def test_the_stack_on_a_loading_fix_takes_the_most_loading_of_its_tied_values():

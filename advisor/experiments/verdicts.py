@@ -98,9 +98,8 @@ class Verdicts:
             finding = candidate.finding(self.findings)
             if finding.experiment is None and not finding.screen:
                 finding.experiment = Experiment.not_measured(
-                    f"measured only stacked on the loading fix, as recommended ({judge.AFTER_REASON})"
-                    if candidate.label in stacked else
-                    f"to be measured only stacked on a winning loading fix ({judge.AFTER_REASON}); no such stack was recommended")
+                    f"{judge.AFTER_REASON}; " + ("the recommended stack on the loading fix measured it" if candidate.label in stacked
+                                                 else "no stack on a loading fix was recommended"))
 
     def candidates(self) -> list[Candidate]:
         """The fixes the arms measure, one per finding."""
