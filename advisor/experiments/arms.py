@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Union
+from typing import Iterable, Union
 
 import msgspec
 import pandas as pd
@@ -163,3 +163,8 @@ class RoundResult:
         quiet = (last.arm == BASELINE and last.window in self.steps and last.window not in self.busy
                  and last.window not in self.shared)
         return len(self.windows) - 1 if quiet else None
+
+
+def ran(results: Iterable[RoundResult], arm: str) -> bool:
+    """Whether `arm` measured a window in any of these rounds."""
+    return any(line.arm == arm for result in results for line in result.windows)

@@ -44,7 +44,7 @@ from ..analysis import steptime
 from ..model import Experiment, Finding, Recommendation, Verdict
 from ..run_dir.protocol import Window
 from . import judge
-from .arms import Arm, Outcome, Role, RoundResult
+from .arms import Arm, Outcome, Role, RoundResult, ran
 from .plan import BASELINE, Candidate, candidates_from, expected_speedup, interleave, plan_windows, sweep_points
 from .sizing import MIN_WINDOW_STEPS, WindowSizing
 from .reading import Reading
@@ -297,8 +297,7 @@ class Rounds:
         baseline: a neighbour disturbed every one of them, or the baseline windows beside them."""
         out = []
         for a, arm in self.arms.items():
-            ran = any(line.arm == a for r in self.results.values() for line in r.windows)
-            if arm.role is not Role.STACK and ran and not any(r.paired(a) for r in self.results.values()):
+            if arm.role is not Role.STACK and ran(self.results.values(), a) and not any(r.paired(a) for r in self.results.values()):
                 out.append(a)
         return out
 
@@ -434,7 +433,7 @@ class Rounds:
                                confirming=True)
         # a promoted screen the passes so far never reached stays promoted: a later pass measures it,
         # or the run's end reports its screen, not "not measured"
-        reached = [a for a in verdicts.promoted if any(line.arm == a for r in confirms for line in r.windows)]
+        reached = [a for a in verdicts.promoted if ran(confirms, a)]
         verdicts.promoted = verdicts.fixes(confirms, reached, out_of_time=self.out_of_time, final=final,
                                            confirming=True) + [a for a in verdicts.promoted if a not in reached]
         verdicts.again = again

@@ -15,7 +15,7 @@ from .. import overrides as vocabulary
 from ..analysis import steptime
 from ..model import Finding
 from ..run_dir.protocol import Window
-from .arms import Arm, Role, RoundResult
+from .arms import Arm, Role, RoundResult, ran
 from .plan import ARMS_PER_BASELINE, BASELINE
 from .sizing import MIN_WINDOW_S
 from .worth import Worth, arm_step_s, compile_seconds, worth
@@ -84,8 +84,7 @@ class Spend:
         so far, else the one its rule expects), an arm not yet run paying its compilation too
         (`compile_s`: the run's measured one, :meth:`compile_s`), and WINDOW_OVERHEAD_S for its way
         around the steps."""
-        unmeasured = window.arm in self.arms and not any(line.arm == window.arm for r in self.results.values()
-                                                          for line in r.windows)
+        unmeasured = window.arm in self.arms and not ran(self.results.values(), window.arm)
         compiling = compile_seconds(window.overrides, self.device, compile_s) if unmeasured else 0.0
         return (window.warmup + window.steps) * self.step_of(window, paces) + compiling + WINDOW_OVERHEAD_S
 
