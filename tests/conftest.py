@@ -17,6 +17,7 @@ import fcntl
 import json
 import multiprocessing
 import os
+import signal
 import tempfile
 import subprocess
 import sys
@@ -169,6 +170,11 @@ def known_traces() -> list[str]:
 
 
 def pytest_configure(config):
+    # A suite started as a background job of a non-interactive shell inherits SIGINT ignored, and so
+    # would every advise the tests start (advise keeps a signal ignored since start, as python does):
+    # the Ctrl-C tests would hang to their timeouts. The tests' children get the terminal's default.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # Every test checks the reports it leaves against the published schema (_reports_match_the_schema):
     # without jsonschema each one would error at its teardown, so the session does not start.
     try:
@@ -220,8 +226,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Tests marked `timing` judge real speed-ups: a neighbour test hogging the CPU in the other
-    xdist worker could make a no-op look 4x faster. They take an exclusive lock, every other test
+    """Tests marked `timing` judge what a run measured: a neighbour test hogging the CPU in the other
+    xdist worker could make a no-op look 4x faster, and advise, seeing it, waits for it, sets windows
+    aside and measures them again (such a test took 3-5x its time alone beside the other worker,
+    2026-12-01), or leaves a fix unmeasured. They take an exclusive lock, every other test
     a shared one, so a timing test runs while no other test does (one lock per test run). The lock
     wraps the whole protocol, so a module- or session-scoped fixture that profiles a script (set up
     with the first test that uses it) holds it too."""

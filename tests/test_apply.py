@@ -539,6 +539,7 @@ def test_a_yaml_config_key_is_changed_in_the_file_and_written_only_with_write(tm
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_training_arguments_get_the_setting_and_a_parsers_flags_are_told(tmp_path):
     root = checkout(tmp_path / "project", [FRAMEWORKS / "hf_trainer.py"])
     run = recommend(profile(root, "hf_trainer.py", *FAST), {"autocast": "bfloat16", "optimizer": {"fused": True}},

@@ -164,6 +164,7 @@ def test_a_crash_inside_an_arm_ends_cleanly(tmp_path):
     assert len(arm_steps(got["lines"], 0)) == 3
 
 
+@pytest.mark.timing
 def test_a_baseline_after_bf16_runs_on_the_state_the_script_carried_over(tmp_path):
     """word_language_model carries its LSTM's hidden state from one batch into the next; after a
     bf16 window it is bf16, and oneDNN's fp32 LSTM raised on it in the baseline window that

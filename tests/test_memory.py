@@ -47,6 +47,7 @@ def test_sharding_is_an_estimate_from_the_breakdown():
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_checkpointing_the_deep_stack_cuts_its_measured_peak_by_30_percent(advise, tmp_path):
     """A budget below the stack's peak: the checkpointing fix is injected (no edit to the script),
     measured in the profiled run for memory and speed."""

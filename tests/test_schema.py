@@ -137,8 +137,8 @@ def _traces(tmp_path, advise) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("make", [_ok_and_gated, _failed, _stopped, _two_ranks, _traces],
-                         ids=["ok-and-gated", "failed", "interrupted", "two-ranks", "traces"])
+@pytest.mark.parametrize("make", [pytest.param(_ok_and_gated, marks=pytest.mark.timing), _failed, _stopped, _two_ranks,
+                                  _traces], ids=["ok-and-gated", "failed", "interrupted", "two-ranks", "traces"])
 def test_every_kind_of_run_writes_a_report_the_schema_describes(tmp_path, advise, make):
     """ok (with experiments, then gated against itself: compare.json), failed, interrupted, two
     ranks, one trace and a job's traces: each report and compare.json validates, strictly."""

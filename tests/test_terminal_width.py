@@ -73,6 +73,7 @@ def test_analyze_at_80_columns_wraps_between_values_and_names_only_its_own_optio
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_profile_at_80_columns_never_splits_a_value(tmp_path):
     proc = run80("profile", "--steps", "8", "--warmup", "2", "--profile-steps", "2", "--max-experiments", "2",
                  *NO_SCREENS, "--out", "run", str(EXAMPLE), "--epochs", "1", cwd=tmp_path)

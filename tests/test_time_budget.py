@@ -14,6 +14,7 @@ from conftest import WORKLOADS, advise_cmd, profile_beside_busy_loops
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_a_fix_predicted_to_outlast_the_budget_is_named_with_the_command_that_measures_it(tmp_path):
     """--time-budget 6 on a small MLP: the compile screen (40 s of compiling predicted on a CPU) is
     not started; report.json's experiments say where the time went and name the screen with its
@@ -38,6 +39,7 @@ def test_a_fix_predicted_to_outlast_the_budget_is_named_with_the_command_that_me
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_the_seconds_a_loop_spends_between_its_steps_are_counted_in_the_budget_and_said(tmp_path):
     """A loop that evaluates every 5 steps (8 batches of 10 ms against a 10 ms step): the arms' windows
     time the steps without the evaluations, yet the evaluations run inside the budget. report.json

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..analysis.stats import scipy_stats
+from ..analysis.stats import scipy_stats, t_quantile
 from .compare import IMPROVEMENT, INCONCLUSIVE, NOT_SIGNIFICANT, OK, REGRESSION, REPORTED
 
 Z95 = 1.6448536269514722  # one-sided 95%
@@ -136,9 +136,7 @@ class Paired:
         mean, se, df = self._yuen()
         if self.n < 2 or not se > 0:
             return mean
-        _st = scipy_stats()
-
-        return mean + float(_st.t.ppf(q, df)) * se
+        return mean + t_quantile(q, df) * se
 
     def interval(self, confidence: float = 0.95) -> tuple[float, float]:
         """Two-sided interval of the trimmed mean log slowdown."""
@@ -155,8 +153,7 @@ class Paired:
         if self.n < 2:
             return None
         _, se, df = self._yuen()
-        _st = scipy_stats()
-        return float(_st.t.ppf(0.975, df) + _st.t.ppf(POWER, df)) * se
+        return (t_quantile(0.975, df) + t_quantile(POWER, df)) * se
 
     def rounds_needed(self, threshold: float, most: int = MOST_ROUNDS) -> int | None:
         """How many paired rounds would bring the upper bound below `threshold` (a fraction) if the
@@ -167,12 +164,11 @@ class Paired:
         mean, spread = self._trimmed()
         if not spread > 0 or mean >= math.log1p(threshold):
             return None
-        _st = scipy_stats()
         for n in range(self.n + 1, most + 1):
             per_sd, df = _yuen_scale(n)
             se = spread * per_sd
-            seen = float(_st.t.ppf(0.975, df) + _st.t.ppf(POWER, df)) * se < math.log1p(threshold)
-            if mean + float(_st.t.ppf(0.95, df)) * se < math.log1p(threshold) and seen:
+            seen = (t_quantile(0.975, df) + t_quantile(POWER, df)) * se < math.log1p(threshold)
+            if mean + t_quantile(0.95, df) * se < math.log1p(threshold) and seen:
                 return n
         return None
 

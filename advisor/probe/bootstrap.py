@@ -33,7 +33,7 @@ from advisor.job.rank import rank_suffix
 from advisor.run_dir import layout
 from advisor.run_dir.atomic import open_nofollow
 from .arms import Arms
-from . import timeline
+from . import profiler_start, timeline
 from .clock import ProbeDone, StepClock
 from .env import collect_env, memory_stats
 from .heap import settle
@@ -74,17 +74,8 @@ class ProfilerWindow:
         self._recorded = 0
 
     def start(self) -> None:
-        # Kineto prints status lines (USDT profiler_start, STAGE ...) into the script's stderr at its
-        # default level; it reads the level once, when the first profiler starts. The user's own
-        # setting wins, and the variable is gone again before the script's next line.
-        quiet = "KINETO_LOG_LEVEL" not in os.environ
-        if quiet:
-            os.environ["KINETO_LOG_LEVEL"] = "6"
-        try:
+        with profiler_start.starting():
             self._start()
-        finally:
-            if quiet:
-                os.environ.pop("KINETO_LOG_LEVEL", None)
 
     def _start(self) -> None:
         """Start the profiler; one that refuses (a container without CUPTI) never fails the script.

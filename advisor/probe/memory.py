@@ -29,6 +29,8 @@ import psutil
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from . import profiler_start
+
 _HWM = re.compile(r"VmHWM:\s+(\d+)\s+kB")
 _RSS = re.compile(r"VmRSS:\s+(\d+)\s+kB")
 
@@ -100,17 +102,13 @@ class WindowPeak:
         if self._cuda():
             return
         self.persistent = persistent_bytes
-        quiet = "KINETO_LOG_LEVEL" not in os.environ  # Kineto's status lines stay out of the script's log
-        if quiet:
-            os.environ["KINETO_LOG_LEVEL"] = "6"
         try:
-            self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
-            self._prof.start()
+            with profiler_start.starting():
+                self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                                    profile_memory=True)
+                self._prof.start()
         except Exception:  # noqa: BLE001 - another profiler is on: the RSS figure stands
             self._prof = None
-        finally:
-            if quiet:
-                os.environ.pop("KINETO_LOG_LEVEL", None)
 
     def end_step(self) -> None:
         prof, self._prof = self._prof, None
