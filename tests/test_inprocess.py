@@ -382,6 +382,7 @@ def test_a_starved_loader_is_measured_inside_the_profiled_run(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_a_loader_that_has_workers_is_swept_from_the_proposal_and_its_figure_is_its_own(tmp_path):
     """A 4-worker loader waiting 6 ms a sample on I/O (issue 65: 2 ms, which a neighbour test's load hides): the rule's proposal (more workers)
     is measured first, no arm runs the script's own 4 (the baseline is that), nothing below it (its
