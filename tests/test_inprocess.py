@@ -997,6 +997,11 @@ def test_an_arm_predicted_to_outlast_the_budget_is_not_started_and_said(tmp_path
     ((finding, cost),) = rounds.spend.left_out_fixes()
     assert finding is screen and cost.seconds == left.seconds
     assert rounds.spend.costs()[0]["windows"] >= 1 and {c["arm"] for c in rounds.spend.costs()} >= {"baseline"}
+    assert "once the fixes expected to gain more per second" in screen.experiment.reason
+    alone = Rounds(tmp_path / "alone")  # nothing else planned: the reason names no fixes before it
+    alone.start([_compile_screen()], _profile(), time_left_s=15.0)
+    (arm,) = alone.left_out
+    assert alone.spend.left_out_why(arm).endswith("more than the time budget had left for measuring fixes")
 
 
 def test_a_compile_measured_once_predicts_the_next(tmp_path):

@@ -245,11 +245,16 @@ class Spend:
                 for i, arms in by_finding.items() if i not in started]
 
     def left_out_why(self, arm: str) -> str | None:
-        """Why `arm` was never started: its predicted cost did not fit the time budget left."""
+        """Why `arm` was never started: its predicted cost did not fit the time budget left, after the
+        arms planned before it where there were any."""
         if arm not in self.left_out:
             return None
         cost = self.left_out[arm]
         compiling = f", {cost.compile_s:.0f} s of it compiling" if cost.compile_s else ""
+        planned = [a for a, one in self.arms.items() if a not in self.left_out and one.role is not Role.STACK]
+        if not planned:  # nothing went before it: the budget itself was short (less the first baseline window)
+            return (f"not started: predicted to take {cost.seconds:.0f} s{compiling}, more than the time budget "
+                    f"had left for measuring fixes")
         reserved = " and a second pass of the rules' fixes" if self.arms[arm].role is Role.SCREEN else ""
         return (f"not started: predicted to take {cost.seconds:.0f} s{compiling}, more than the time budget "
                 f"had left once the fixes expected to gain more per second{reserved} were planned")
