@@ -34,6 +34,8 @@ def _ours_left() -> list[psutil.Process]:
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # two rounds decide it only while their ratios agree: beside the other worker's test (7 of 16
+# windows disturbed) they read 4.9x and 3.4x, p = 0.04 over 2 rounds, and both runs were inconclusive (CI, 2026-12-02)
 def test_a_larger_matmul_fails_a_duet_and_each_side_ran_once_a_restart(tmp_path):
     code = (WORKLOADS / "ab_matmul.py").read_text()
     checkouts(tmp_path, code, code.replace("HIDDEN = 128\n", "HIDDEN = 1024\n"))
