@@ -170,12 +170,14 @@ def test_the_recommendation_reads_in_the_trainers_words(advise):
 
 @pytest.mark.slow
 @pytest.mark.timing
+@pytest.mark.flaky(reruns=2)  # 8-step windows: in CI of 807eb00 both tries left bf16 unrecommended
 def test_a_lightning_jobs_bf16_arm_is_the_trainers_own_precision(advise):
     """The arm measures what the user will type: Lightning's precision plugin switched to "bf16-mixed"
     between steps (autocast around the whole training_step, cast cache off), not an autocast wrapper
     at the model's call (on Lightning's basics/transformer.py that form read 1.94x where the user's
-    precision="bf16-mixed" gave 1.50x), and back to "32-true" after."""
-    r = advise("profile", "--steps", "8", "--warmup", "3", "--profile-steps", "2", "--select", "PR001", "--time-budget", "60",
+    precision="bf16-mixed" gave 1.50x), and back to "32-true" after. 20-step windows, as the
+    Trainer's test: 8-step ones drift more than bf16 gains on some CPUs."""
+    r = advise("profile", "--steps", "20", "--warmup", "3", "--profile-steps", "2", "--select", "PR001", "--time-budget", "60",
                "--out", "run", str(FRAMEWORKS / "lit_module.py"), "--say-precision", timeout=600)  # passes to verify it
     assert r.returncode == 0, r.stderr[-3000:]
     pr001 = _pr001(r.report)
@@ -184,4 +186,5 @@ def test_a_lightning_jobs_bf16_arm_is_the_trainers_own_precision(advise):
     switched = [i for i, p in enumerate(said) if p == "bf16-mixed"]
     assert switched and said[0] == "32-true" and said[switched[-1] + 1:] and set(said[switched[-1] + 1:]) == {"32-true"}, said
     rec = r.report["recommended"]
-    assert rec is not None and rec["snippets"][0]["snippet"].endswith('L.Trainer(..., precision="bf16-mixed")'), rec
+    assert rec is not None, (pr001["experiment"], r.stdout[-2000:])
+    assert rec["snippets"][0]["snippet"].endswith('L.Trainer(..., precision="bf16-mixed")'), rec

@@ -67,7 +67,8 @@ def test_no_claim_is_verified_while_a_burner_takes_the_cpu(tmp_path):
     """Two busy loops start once the profiled window is done (its steps.csv is written) and run to
     the end: every window of the arms is measured beside them, so none of the fixes reads verified
     (their windows are left out, or the run's load withholds them), and the report says why. The
-    windows set aside lengthen the budget, by its own size at most, and the time line says by how much."""
+    windows set aside lengthen the budget, by its own size at most, and the time line says by how much.
+    Whether a window's start was held is test_holds.py's (it hangs on what ran in the 4 s before the loops)."""
     proc, out = profile_beside_busy_loops(tmp_path, 12, 2, 60)
     stdout, stderr = proc.stdout, proc.stderr
     assert proc.returncode == 0, stderr[-2000:]
@@ -80,7 +81,9 @@ def test_no_claim_is_verified_while_a_burner_takes_the_cpu(tmp_path):
     assert "other processes used the CPU" in said or "the machine was busy" in said, report["warnings"]
     block = report["experiments"]
     assert 0 < block["disturbed_s"] <= 12.0 + 1e-6, block
-    # the windows waited for the neighbour too, each hold at most HOLD_MAX_S, all of them the budget at most
-    assert 0 < block["held_s"] <= 12.0 + 0.5, block
-    assert block["budget_s"] == pytest.approx(12.0 + block["disturbed_s"] + block["held_s"] + (block["window_again_s"] or 0.0)), block
+    # the windows may have waited for the neighbour too, all holds the budget at most; none where the
+    # cores were busy before the loops started (the suite's other worker): that neighbour came to stay
+    held = block["held_s"] or 0.0
+    assert 0 <= held <= 12.0 + 0.5, block
+    assert block["budget_s"] == pytest.approx(12.0 + block["disturbed_s"] + held + (block["window_again_s"] or 0.0)), block
     assert "s of it added for the windows a neighbour disturbed" in stdout.replace("\n      ", " "), stdout[-3000:]
