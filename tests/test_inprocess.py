@@ -70,7 +70,7 @@ class Child:
         self.t, self.rng = 100.0, np.random.default_rng(0)
 
     def run(self, round_no: int, windows: list, speed, not_switchable: dict | None = None, stop_after: int | None = None,
-            no_effect: dict | None = None):
+            no_effect: dict | None = None, batch=lambda w: 32):
         with open(self.lines.steps_path, "a") as steps, open(self.lines.arms_path, "a") as arms:
             for k, w in enumerate(windows[:stop_after]):
                 refused = (not_switchable or {}).get(w.arm, {})
@@ -78,7 +78,7 @@ class Child:
                     d = speed(w) * (1 + self.rng.normal(0, 0.02))
                     write_line(steps, ArmStepLine(round=round_no, window=k, arm=w.arm, index=i, t_start=self.t,
                                                   t_end=self.t + d, duration_s=d, host_s=d, cpu_s=d, clock="host",
-                                                  data_wait_s=max(0.0, d - 0.03), samples=32, loss=1.0,
+                                                  data_wait_s=max(0.0, d - 0.03), samples=batch(w), loss=1.0,
                                                   loss_finite=True))
                     self.t += d
                 workers = (w.overrides.get("dataloader") or {}).get("num_workers", 0)
@@ -203,6 +203,34 @@ def test_a_pair_the_neighbour_slowed_many_times_over_is_set_aside_not_compared(t
     assert set(result.busy) == {line.window for line in result.windows} - {result.windows[-1].window}
     again = rounds.advance(result)
     assert rounds.silenced() == [arm] and arm in {w.arm for w in again}
+
+
+@pytest.mark.parametrize("batch", [32, 64], ids=["same-batch", "twice-the-batch"])
+def test_a_fix_window_the_neighbour_slowed_many_times_over_is_in_no_pair(tmp_path, batch):
+    """The neighbour came and went through the fix's window and the baselines beside it, the baselines
+    30% slower, the fix's window 10 times (mingpt-adder's batch x2 beside a burner read 0.21x
+    "slower" this way, 1.43x by hand beside it): the fix's window is not compared with them but set
+    aside, and the fix goes again. Each side is held to its quiet pace per sample: a fix of twice the
+    batch, its steps twice as long and each 30% slower, stays in its pair."""
+    from advisor.experiments.inprocess import PAIR_MAX_SLOWDOWN, disturbed
+
+    finding, child, rounds, first, arm, speed = _one_fix(tmp_path)
+    assert first[-1].arm == BASELINE
+    fix_slowed = 10.0 if batch == 32 else 1.3
+    slowed = {id(w): fix_slowed if w.arm == arm else 1.3 for w in first[:-1]}
+    scale = lambda w: (batch / 32 if w.arm == arm else 1.0)  # noqa: E731  a step of twice the batch takes twice as long
+    result = child.run(0, first, lambda w: slowed.get(id(w), 1.0) * scale(w) * speed(w), batch=lambda w: batch if w.arm == arm else 32)
+    _disturb(result, {arm, BASELINE})
+    result.outside[result.windows[-1].window], result.waits[result.windows[-1].window] = 0.1, 0.02  # it left
+    disturbed([result], cpu_count=2)
+    fix_windows = {line.window for line in result.windows if line.arm == arm}
+    if batch == 64:
+        assert fix_windows <= result.shared and result.busy == {}
+        return
+    assert PAIR_MAX_SLOWDOWN < fix_slowed and not (fix_windows & result.shared) and fix_windows <= set(result.busy)
+    again = rounds.advance(result)
+    assert rounds.silenced() == [arm] and arm in {w.arm for w in again}
+    assert finding.experiment is None or finding.experiment.verdict is not Verdict.SLOWER
 
 
 def test_a_quiet_fix_window_between_disturbed_baselines_is_measured_again_not_failed(tmp_path):

@@ -424,6 +424,16 @@ def pace(steps: pd.DataFrame) -> float | None:
     return mean if mean > 0 else None
 
 
+def time_per_work(steps: pd.DataFrame) -> float | None:
+    """The steps' seconds per sample where every step counts its samples, else per step (None: no
+    positive one): a window of a larger batch compares with the baseline's per sample."""
+    if steps.empty or not has_durations(steps):
+        return None
+    total = float(durations(steps).sum())
+    work = float(batch_sizes(steps).sum()) if knows_batch(steps) else float(len(steps))
+    return total / work if total > 0 and work > 0 else None
+
+
 def median_step(steps: pd.DataFrame) -> float | None:
     """The typical step's time (the median `duration_s`), None without a positive one."""
     known = durations(steps).dropna()

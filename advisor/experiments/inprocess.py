@@ -40,12 +40,12 @@ from .spend import PLAN_MARGIN_S
 # its fused AdamW (1.20x by hand beside the same burner) went unjudged in 3 runs of 3.
 DISTURBED_GRANT = 1.0
 BUSY_SHARE = 0.25   # without the kernel's wait clock: other processes on this share of the cores in a window set it aside
-PAIR_MAX_SLOWDOWN = 2.0  # a disturbed baseline window slower than this many times the quiet ones pairs with no fix window
+PAIR_MAX_SLOWDOWN = 2.0  # a disturbed window slower than this many times its side's quiet ones is in no pair
 
 
 def disturbed(results: list[RoundResult], cpu_count: int, looked: tuple[float, float] | None = None) -> None:
     """Mark, in each of `results` (every round read so far), the windows a neighbour disturbed
-    (`looked`: the mean step and wait of the window the findings read, where quiet: a quiet
+    (`looked`: the time per sample (or step) and wait of the window the findings read, where quiet: a quiet
     baseline window too, :func:`.look.quiet_window`).
 
     With the kernel's wait clock (:mod:`advisor.waits`): other processes used half a core or more
@@ -69,23 +69,24 @@ def disturbed(results: list[RoundResult], cpu_count: int, looked: tuple[float, f
             r.busy[k] = other
         else:
             r.busy.pop(k, None)
-    quiet_steps = [_mean_step(r, line.window) for r, line in lines if line.arm == BASELINE and line.window not in r.busy]
-    quiet_steps += [looked[0]] if looked else []
-    quiet_base = float(np.median([x for x in quiet_steps if x is not None] or [math.nan]))
+    paces: dict[str, list[float]] = {}
+    for r, line in lines:
+        if line.window not in r.busy and (pace := _pace(r, line.window)) is not None:
+            paces.setdefault(line.arm, []).append(pace)
+    if looked:
+        paces.setdefault(BASELINE, []).append(looked[0])
+    quiet_pace = {arm: float(np.median(xs)) for arm, xs in paces.items()}
     for r in results:
-        _pair_the_disturbed(r, quiet_base)
+        _pair_the_disturbed(r, quiet_pace)
 
 
-def _mean_step(result: RoundResult, window: int) -> float | None:
-    """A window's mean training step, seconds (None: no timed step)."""
+def _pace(result: RoundResult, window: int) -> float | None:
+    """A window's :func:`steptime.time_per_work` (None: no timed step)."""
     frame = result.steps.get(window)
-    if frame is None or not steptime.has_durations(frame) or frame.empty:
-        return None
-    mean = float(steptime.durations(frame).mean())
-    return mean if mean > 0 else None
+    return steptime.time_per_work(frame) if frame is not None else None
 
 
-def _pair_the_disturbed(result: RoundResult, quiet_base: float) -> None:
+def _pair_the_disturbed(result: RoundResult, quiet_pace: dict[str, float]) -> None:
     """Keep, in pairs, the disturbed arm windows whose nearest baseline window (either side) a
     neighbour disturbed too: interference that hits both sides of a comparison largely cancels in
     their ratio (duet benchmarking, Bulej et al. 2020), where one side disturbed alone biases it.
@@ -93,25 +94,33 @@ def _pair_the_disturbed(result: RoundResult, quiet_base: float) -> None:
     every one aside left a 2x loader fix unverified in 3 of 3 runs. Only where the neighbour came and
     went (a baseline window was quiet): one that never leaves makes every pair a comparison on
     another machine than the quiet one the script will train on (a contended 2-core machine read
-    bf16 on nanoGPT 2.05x, 0.90x by hand on the quiet one). `quiet_base`: the quiet baseline windows'
-    median mean step (NaN: none, the neighbour never left).
+    bf16 on nanoGPT 2.05x, 0.90x by hand on the quiet one). `quiet_pace`: each arm's quiet windows'
+    median :func:`_pace` (no baseline's: the neighbour never left).
 
-    Only where the neighbour slowed the baseline window at most PAIR_MAX_SLOWDOWN times its quiet
-    windows: a neighbour that takes a share of the cores slows both sides alike, but one that holds a
-    thread of a parallel step until its next time slice slows each step by what the slices happened
-    to be (tiny-gpt's 3 ms step ran 8-470 ms a window beside the burner, conv-mnist's 28 ms 231), and
-    such pairs read fused AdamW at 0.28x and 137x where by hand beside the same burner it is 1.13x."""
+    Only where the neighbour slowed each side at most PAIR_MAX_SLOWDOWN times its quiet windows: a
+    neighbour that takes a share of the cores slows both sides alike, but one that holds a thread of
+    a parallel step until its next time slice slows each step by what the slices happened to be
+    (tiny-gpt's 3 ms step ran 8-470 ms a window beside the burner, conv-mnist's 28 ms 231), and such
+    pairs read fused AdamW at 0.28x and 137x where by hand beside the same burner it is 1.13x. A fix
+    with no quiet window is held to the baseline's pace: bounding the baseline alone let mingpt-adder's
+    batch x2 read 0.21x "slower" beside the burner (1.43x by hand beside it), its window hit harder
+    than its pair's; a fix truly more than PAIR_MAX_SLOWDOWN times slower is then set aside, not failed."""
     result.shared = set()
-    if not math.isfinite(quiet_base):
+    base = quiet_pace.get(BASELINE)
+    if base is None:
         return
     windows = result.windows
+
+    def calm(j: int) -> bool:  # the neighbour slowed this window at most PAIR_MAX_SLOWDOWN times its side's quiet pace
+        pace = _pace(result, windows[j].window)
+        return pace is not None and pace <= PAIR_MAX_SLOWDOWN * quiet_pace.get(windows[j].arm, base)
+
     for k, line in enumerate(windows):
-        if line.arm == BASELINE or line.window not in result.busy:
+        if line.arm == BASELINE or line.window not in result.busy or not calm(k):
             continue
         sides = (range(k - 1, -1, -1), range(k + 1, len(windows)))
         near = [next((j for j in side if windows[j].arm == BASELINE), None) for side in sides]
-        hit = [windows[j].window for j in near if j is not None and windows[j].window in result.busy
-               and (_mean_step(result, windows[j].window) or math.inf) <= PAIR_MAX_SLOWDOWN * quiet_base]
+        hit = [windows[j].window for j in near if j is not None and windows[j].window in result.busy and calm(j)]
         if hit:
             result.shared.update([line.window, *hit])
     for k in result.shared:

@@ -52,18 +52,18 @@ def disturbed(profile: Profile) -> tuple[float, float] | None:
 
 
 def quiet_window(profile: Profile) -> tuple[float, float] | None:
-    """(mean step, run-queue wait in cores) of the window the findings read, where no neighbour
-    disturbed it: a quiet window of the baseline, beside which the experiments' disturbed ones are
-    judged (:func:`advisor.experiments.inprocess.disturbed`); None where it was disturbed or the
+    """(time per sample or step, :func:`steptime.time_per_work`; run-queue wait in cores) of the
+    window the findings read, where no neighbour disturbed it: a quiet window of the baseline, beside
+    which the experiments' disturbed ones are judged (:func:`advisor.experiments.inprocess.disturbed`); None where it was disturbed or the
     clock cannot tell."""
     steps, _ = steptime.timed_steps(profile.steps)
     if steps.empty or not steptime.has_durations(steps):
         return None
     other, wait = metrics.neighbour(profile.samples, profile.steps, profile.env.cpu_count)
-    mean = float(steptime.durations(steps).mean())
-    if wait is None or (other is not None and metrics.took_a_core(other, wait)) or mean <= 0:
+    pace = steptime.time_per_work(steps)
+    if wait is None or (other is not None and metrics.took_a_core(other, wait)) or pace is None:
         return None
-    return mean, wait
+    return pace, wait
 
 
 @dataclass
