@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from advisor.analysis import metrics
 from advisor.analysis.steptime import timed_steps
@@ -77,3 +78,20 @@ def test_only_the_steps_the_neighbour_overlapped_are_disturbed():
 def test_without_the_kernels_wait_clock_no_step_is_called_disturbed():
     samples = _clock([(1.0, 1.0, 1.0)]).drop(columns=["runq_wait_s"])
     assert not metrics.disturbed_steps(_steps(9, 0.1), samples, 2).any()
+
+
+def test_a_window_disturbed_in_part_is_read_on_the_steps_a_tick_away_from_the_neighbour():
+    """A burst through the middle third of a window: the steps it overlapped and those within half a
+    tick of them are left out, the rest kept with their own (quiet) load and wait. Past half the
+    window disturbed, or with no clock, the window is not read in part."""
+    samples = _clock([(1.0, 0.02, 0.0), (1.0, 1.0, 1.0), (1.0, 0.02, 0.0)])
+    steps = _steps(29, 0.1)
+    keep, other, wait = metrics.quiet_part(steps, samples, 2)
+    hit = metrics.disturbed_steps(steps, samples, 2)
+    assert not (keep & hit).any() and keep.sum() >= len(steps) / 2
+    assert not keep[int(hit.idxmax()) - 1] and not keep[int(hit[::-1].idxmax()) + 1]  # half a tick's margin each side
+    assert keep[:7].all() and keep[23:].all()
+    assert other < metrics.OUTSIDE_LOAD_WARN_CORES and wait == pytest.approx(0.02, abs=0.01)
+    assert metrics.quiet_part(steps, _clock([(0.5, 0.02, 0.0), (2.0, 1.0, 1.0), (0.5, 0.02, 0.0)]), 2) is None
+    assert metrics.quiet_part(steps, _clock([(3.0, 0.02, 0.0)]), 2) is None  # nothing disturbed
+    assert metrics.quiet_part(steps, samples.drop(columns=["runq_wait_s"]), 2) is None

@@ -70,12 +70,12 @@ class Child:
         self.t, self.rng = 100.0, np.random.default_rng(0)
 
     def run(self, round_no: int, windows: list, speed, not_switchable: dict | None = None, stop_after: int | None = None,
-            no_effect: dict | None = None, batch=lambda w: 32):
+            no_effect: dict | None = None, batch=lambda w: 32, stretch=lambda w, i: 1.0):
         with open(self.lines.steps_path, "a") as steps, open(self.lines.arms_path, "a") as arms:
             for k, w in enumerate(windows[:stop_after]):
                 refused = (not_switchable or {}).get(w.arm, {})
                 for i in range(10):
-                    d = speed(w) * (1 + self.rng.normal(0, 0.02))
+                    d = speed(w) * stretch(w, i) * (1 + self.rng.normal(0, 0.02))
                     write_line(steps, ArmStepLine(round=round_no, window=k, arm=w.arm, index=i, t_start=self.t,
                                                   t_end=self.t + d, duration_s=d, host_s=d, cpu_s=d, clock="host",
                                                   data_wait_s=max(0.0, d - 0.03), samples=batch(w), loss=1.0,
@@ -231,6 +231,34 @@ def test_a_fix_window_the_neighbour_slowed_many_times_over_is_in_no_pair(tmp_pat
     again = rounds.advance(result)
     assert rounds.silenced() == [arm] and arm in {w.arm for w in again}
     assert finding.experiment is None or finding.experiment.verdict is not Verdict.SLOWER
+
+
+def test_a_window_a_neighbour_disturbed_in_part_is_read_on_its_quiet_steps(tmp_path):
+    """A burst through two steps of the first baseline window, each ten times its length (a 2-thread
+    step beside a burner on one of two cores), the sampler's clock saying so: the window is read on
+    the steps half a tick away from the burst, not set aside, nothing is measured again, and the fix is
+    verified at its quiet ratio (the whole window would have read the baseline 2.8 times slower)."""
+    from advisor.experiments.inprocess import read_neighbours
+
+    finding, child, rounds, first, arm, speed = _one_fix(tmp_path)
+    assert first[0].arm == BASELINE
+    burst = {5, 6}
+    result = child.run(0, first, speed, stretch=lambda w, i: 10.0 if w is first[0] and i in burst else 1.0)
+    frame = result.steps[0]
+    lo, hi = float(frame["t_start"].iloc[min(burst)]), float(frame["t_end"].iloc[max(burst)])
+    end = max(float(f["t_end"].max()) for f in result.steps.values())
+    ticks, t, wait = [], 99.0, 0.0
+    while t <= end + 0.2:
+        on = lo <= t <= hi
+        ticks.append({"t": t, "runq_wait_s": wait, "sys_cpu_percent": 100.0, "cpu_percent": 100.0 if on else 200.0})
+        t, wait = t + 0.1, wait + (1.0 if on else 0.02) * 0.1
+    read_neighbours(result, [], pd.DataFrame(ticks), cpu_count=2)
+    assert 0 in result.quiet and result.busy == {} and not result.shared
+    assert len(result.quiet[0]) == 5 and result.quiet[0]["duration_s"].max() < 0.2
+    assert result.set_aside_s() == pytest.approx(float(frame["duration_s"].sum() - result.quiet[0]["duration_s"].sum()))
+    rounds.advance(result)
+    assert rounds.replaced == 0 and rounds.set_aside() == 0
+    assert finding.experiment.verified and finding.experiment.speedup == pytest.approx(2.5, rel=0.1)
 
 
 def test_a_quiet_fix_window_between_disturbed_baselines_is_measured_again_not_failed(tmp_path):

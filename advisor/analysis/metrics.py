@@ -196,30 +196,65 @@ def disturbed_steps(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: int |
     2-thread step can run 15 times slower (conv-mnist: 448 ms against 30 ms), and their median is
     then no step of the script's. An epoch's start (:func:`steptime.loader_started`) is not one: the
     workers it forks are the script's, though the sampler may see them first as another process's."""
-    none = pd.Series(False, index=steps.index)
+    clock = _step_clock(steps, samples, cpu_count)
+    if clock is None:
+        return pd.Series(False, index=steps.index)
+    near, share = clock
+    floor = float(share.quantile(0.1)) if share.notna().any() else 0.0
+    hit = [took_a_core(n, w) for n, w in zip(near, (share - floor).fillna(-1.0))]
+    return pd.Series(hit, index=steps.index, dtype=bool) & ~steptime.loader_started(steps)
+
+
+def _step_clock(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: int | None) -> tuple[np.ndarray, pd.Series] | None:
+    """Per step: the most cores other processes used on the sampler's ticks that bracket it, and the
+    script's run-queue wait over it, in cores (NaN where the clock does not cover it); None where the
+    kernel gave no clock or the sampler no load."""
     if steps.empty or samples.empty or not cpu_count or not {"t", "runq_wait_s", "sys_cpu_percent",
                                                                "cpu_percent"} <= set(samples.columns):
-        return none
+        return None
     clock = samples[["t", "runq_wait_s"]].dropna()
     if len(clock) < 2 or not steptime.has_spans(steps):
-        return none
+        return None
     start, end = steptime.starts(steps).to_numpy(float), steptime.ends(steps).to_numpy(float)
     inside = (start >= clock["t"].iloc[0]) & (end <= clock["t"].iloc[-1]) & (end > start)
     if not inside.any():
-        return none
+        return None
     waited = np.interp(end, clock["t"], clock["runq_wait_s"]) - np.interp(start, clock["t"], clock["runq_wait_s"])
     share = pd.Series(np.where(inside, waited / np.maximum(end - start, 1e-9), np.nan), index=steps.index)
     load = samples.dropna(subset=["t", "sys_cpu_percent", "cpu_percent"])
     if load.empty:
-        return none
+        return None
     outside = outside_per_tick(load, cpu_count).to_numpy(float)
     # the sampler's ticks are 0.1 s apart: a step's neighbour is read on the ticks that bracket it
     t = load["t"].to_numpy(float)
     lo, hi = np.searchsorted(t, start, "left") - 1, np.searchsorted(t, end, "right")
-    near = [outside[max(0, a):min(len(t), b + 1)].max(initial=0.0) for a, b in zip(lo, hi)]
-    floor = float(share.quantile(0.1)) if share.notna().any() else 0.0
-    hit = [took_a_core(n, w) for n, w in zip(near, (share - floor).fillna(-1.0))]
-    return pd.Series(hit, index=steps.index, dtype=bool) & ~steptime.loader_started(steps)
+    near = np.array([outside[max(0, a):min(len(t), b + 1)].max(initial=0.0) for a, b in zip(lo, hi)])
+    return near, share
+
+
+def quiet_part(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: int | None) -> tuple[pd.Series, float, float] | None:
+    """A window a neighbour disturbed in part, read on the rest: (which steps to keep, the cores
+    other processes used around them, the script's run-queue wait over them in cores). A step is
+    kept half a sampler's tick away from any :func:`disturbed_steps` at least (the clock spreads a
+    tick's wait over the steps in it), and only where at least half the window's steps and
+    MIN_QUIET_STEPS are: beside a burner on one of two cores, mingpt-adder's 35 ms baseline steps
+    ran 35-45 ms between its bursts and 80-1,545 ms in them, and the whole window read 178 ms a step.
+    None: nothing disturbed, too little left, or no clock."""
+    hit = disturbed_steps(steps, samples, cpu_count)
+    clock = _step_clock(steps, samples, cpu_count)
+    if not hit.any() or clock is None:
+        return None
+    near, share = clock
+    start, end = steptime.starts(steps).to_numpy(float), steptime.ends(steps).to_numpy(float)
+    tick = float(np.median(np.diff(samples["t"].dropna().to_numpy(float)))) / 2
+    h0, h1 = start[hit.to_numpy()], end[hit.to_numpy()]
+    close = np.array([bool(np.any((h0 < b + tick) & (h1 > a - tick))) for a, b in zip(start, end)])
+    keep = pd.Series(~close, index=steps.index)
+    kept = int(keep.sum())
+    if kept < MIN_QUIET_STEPS or 2 * kept < len(steps) or share[keep].isna().any():
+        return None
+    dur = (end - start)[keep.to_numpy()]
+    return keep, float(near[keep.to_numpy()].mean()), float((share[keep] * dur).sum() / dur.sum())
 
 
 def neighbour(samples: pd.DataFrame, steps: pd.DataFrame, cpu_count: int | None) -> tuple[float | None, float | None]:

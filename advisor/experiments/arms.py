@@ -57,6 +57,9 @@ class RoundResult:
     shared: set[int] = field(default_factory=set)
     outside: dict[int, float] = field(default_factory=dict)  # window index -> cores other processes used in it
     waits: dict[int, float] = field(default_factory=dict)  # window index -> the script's run-queue wait, in cores
+    # Windows a neighbour disturbed in part, read on the steps it did not (metrics.quiet_part): window
+    # index -> those steps. Their figures, load and wait are these steps'; the window's time is all of its.
+    quiet: dict[int, pd.DataFrame] = field(default_factory=dict)
     # The round before's closing baseline window, where this round opens on an arm (:meth:`pairs` reads
     # it as the baseline before that arm): a round need not open on a baseline the last one just measured.
     opened_by: "RoundResult | None" = None
@@ -83,9 +86,16 @@ class RoundResult:
         timed = float(steptime.durations(frame).sum()) if frame is not None and len(frame) else 0.0
         return timed + self.warm_s.get(line.window, 0.0) + line.switch_s
 
+    def judged(self, window: int) -> pd.DataFrame | None:
+        """The steps a window's figures read: its quiet ones (:attr:`quiet`), else all it timed."""
+        return self.quiet.get(window, self.steps.get(window))
+
     def set_aside_s(self) -> float:
-        """The seconds of the windows a neighbour disturbed that were set aside (:attr:`busy`)."""
-        return sum(self.window_s(line) for line in self.windows if line.window in self.busy)
+        """The seconds of the windows a neighbour disturbed that were set aside (:attr:`busy`), and of
+        the steps left out of the windows read on their quiet ones (:attr:`quiet`)."""
+        whole = sum(self.window_s(line) for line in self.windows if line.window in self.busy)
+        return whole + sum(float(steptime.durations(self.steps[k]).sum() - steptime.durations(q).sum())
+                           for k, q in self.quiet.items() if k not in self.busy and k in self.steps)
 
     def ends(self, whole: bool = False) -> list[float]:
         """Each window's last step's end on the child's clock; `whole`: only the windows closed with
@@ -103,7 +113,8 @@ class RoundResult:
 
     def _measurement(self, k: int, run_dir: Path) -> Measurement:
         line = self.windows[k]
-        frame = self.steps.get(line.window, pd.DataFrame())
+        frame = self.judged(line.window)
+        frame = pd.DataFrame() if frame is None else frame
         status = "failed" if line.error or frame.empty else "ok"
         wall = float(steptime.durations(frame).sum()) if len(frame) else 0.0
         return Measurement(line.arm, line.overrides, status, run_dir, frame, wall, line.error, line.applied,

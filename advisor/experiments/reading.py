@@ -63,8 +63,8 @@ class Reading:
     def _quiet_baselines(self) -> list[pd.DataFrame]:
         """The baseline's steps no neighbour disturbed: its quiet windows over every round, and the
         measured window (a fix's bound is read on these too, :func:`judge.amdahl_bound`)."""
-        frames = [r.steps[line.window] for r in self.results.values() for line in r.windows
-                  if line.arm == BASELINE and line.window in r.steps and line.window not in r.busy
+        frames = [f for r in self.results.values() for line in r.windows
+                  if line.arm == BASELINE and (f := r.judged(line.window)) is not None and line.window not in r.busy
                   and line.window not in r.shared] + [self.window]
         return [f for f in frames if not f.empty and not steptime.loader_started(f).any()]  # an epoch's start: its own
 

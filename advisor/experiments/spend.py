@@ -121,9 +121,9 @@ class Spend:
         frames: dict[str, list[pd.DataFrame]] = {}
         for r in self.results.values():
             for line in r.windows:
-                if line.window in r.steps and len(r.steps[line.window]) and line.window not in r.busy \
-                        and line.window not in r.shared:
-                    frames.setdefault(line.arm, []).append(r.steps[line.window])
+                frame = r.judged(line.window)
+                if frame is not None and len(frame) and line.window not in r.busy and line.window not in r.shared:
+                    frames.setdefault(line.arm, []).append(frame)
         return {arm: steptime.pace(pd.concat(parts)) for arm, parts in frames.items()}
 
     def worth_of(self, arm: str) -> Worth:
