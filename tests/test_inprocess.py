@@ -332,6 +332,22 @@ def test_screened_fixes_get_one_short_window_and_only_those_that_look_faster_are
     assert fast.experiment.verified and slow.experiment.verdict.value == "slower"
 
 
+def test_a_screen_read_only_in_windows_a_neighbour_disturbed_is_not_called_slower(tmp_path):
+    """A screen's one window ran beside a neighbour that stretched it tenfold (mingpt-adder's batch x2
+    read 0.10x "slower" so beside a burner, 1.29x by hand beside it): not confirmed, never slower."""
+    from advisor.model import SCREEN
+
+    screen = Finding("screened", "s", "low", {SCREEN: True}, Fix.unsafe("f", {"optimizer": {"fused": True}}),
+                     rule="untried-fix", code="EXP001")
+    rounds, child = Rounds(tmp_path), Child(tmp_path)
+    first = rounds.start([_dl001(), screen], _profile())
+    arm = next(w.arm for w in first if w.arm != BASELINE and "optimizer" in w.overrides)
+    speed = {BASELINE: 0.10, arm: 1.0}
+    rounds.end(_disturb(child.run(0, first, lambda w: speed.get(w.arm, 0.04)), {arm}), out_of_time=True)  # and the budget
+    assert screen.experiment is not None and screen.experiment.speedup < 0.2
+    assert screen.experiment.verdict is Verdict.NOT_CONFIRMED and not screen.experiment.verified
+
+
 def _small_bf16() -> Finding:
     return Finding("fp32 matmuls", "s", "medium", {}, Fix.unsafe("bf16", {"autocast": "bfloat16"}),
                    rule="fp32-matmul", code="PR001")

@@ -71,7 +71,8 @@ class Verdicts:
                 self.promoted.append(arm)
                 continue
             exp.verified = False
-            if exp.verdict is not Verdict.LOSS_CHANGED:  # a loss that changed is the screen's answer
+            # a loss that changed is the screen's answer; a window beside a neighbour alone answers nothing
+            if exp.verdict not in (Verdict.LOSS_CHANGED, Verdict.NOT_CONFIRMED):
                 exp.verdict = Verdict.SLOWER if exp.ci_high is not None and exp.ci_high < 1 else Verdict.NO_CHANGE
             self.arms[arm].candidate.finding(self.findings).experiment = exp
         self.promoted.sort(key=lambda a: -(self.screened[a].speedup or 0.0))
