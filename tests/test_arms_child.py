@@ -169,6 +169,10 @@ def test_a_baseline_after_bf16_runs_on_the_state_the_script_carried_over(tmp_pat
     """word_language_model carries its LSTM's hidden state from one batch into the next; after a
     bf16 window it is bf16, and oneDNN's fp32 LSTM raised on it in the baseline window that
     followed, ending every arm after bf16's first. The switch casts it back at the model's entrance."""
+    from advisor.probe.env import _cpu_has_fast_bf16
+
+    # without native bf16, oneDNN has no bf16 LSTM: the bf16 window itself raises (an AMD EPYC without AVX512)
+    assert _cpu_has_fast_bf16(), "this CPU has no native bf16: oneDNN's bf16 LSTM this test switches to does not exist here"
     plan = [window("base", {}), window("bf16", {"autocast": "bfloat16"}), window("base", {}), window("bf16", {"autocast": "bfloat16"})]
     got = drive(tmp_path, "word_lm/main.py", [plan, []], args=["--vocab", "2000", "--tokens", "20000", "--epochs", "1"])
     run = got["run"]

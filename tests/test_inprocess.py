@@ -646,6 +646,30 @@ def test_a_script_that_raised_in_a_baseline_window_is_said_not_the_time_budget(t
     assert finding.experiment is not None and finding.experiment.speedup == pytest.approx(2.0, rel=0.05)
 
 
+def test_the_budget_grows_as_soon_as_a_window_a_neighbour_disturbed_ends(tmp_path):
+    """The round's first window ran beside a neighbour that took a core from start to end: set aside,
+    its seconds are added to the budget when it ends, not when the round does (which the budget
+    it took may never reach), and once only."""
+    finding = _dl001()
+    session = ArmsSession(tmp_path, "", diagnose=lambda: ([finding], _profile()), cpu_count=2, time_budget_s=10.0)
+    session.on_window_done(0, [""])
+    budget, windows = session.time_budget_s, read_plan(tmp_path / "plan.json").windows
+    assert windows[0].arm == BASELINE
+    child = Child(tmp_path)
+    child.run(0, windows, lambda w: 0.3, stop_after=1)
+    end = max(s.t_end for s in child.lines.arm_steps)
+    t = np.arange(99.0, end + 0.3, 0.1)
+    on = (t >= 100.0) & (t <= end)
+    pd.DataFrame({"t": t, "runq_wait_s": np.cumsum(np.where(on, 0.1, 0.002)), "sys_cpu_percent": 100.0,
+                  "cpu_percent": np.where(on, 100.0, 200.0)}).to_csv(tmp_path / "samples.csv", index=False)
+    given = session.on_arm_window(child.lines)
+    assert given == pytest.approx(sum(s.duration_s for s in child.lines.arm_steps) + child.lines.arm_windows[0].switch_s)
+    assert session.time_budget_s == pytest.approx(budget + given) and session.disturbed_s == pytest.approx(given)
+    assert not session.on_arm_window(child.lines)
+    session.finish(child.lines, out_of_time=True)
+    assert session.disturbed_s == pytest.approx(given)
+
+
 def test_a_busy_machine_leaves_no_in_process_claim_verified(tmp_path):
     """Other processes on a quarter of the cores while the arms ran: the figures stay, not confirmed,
     and the note says how busy; on a quiet machine the verdicts stand. The session runs as against a

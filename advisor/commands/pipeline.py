@@ -267,7 +267,8 @@ def _run_and_measure(config: ProbeConfig, experiments: ExperimentOptions, rule_s
         if session is not None:
             session.progress = progress
         run = run_probe(config, progress, stop, on_window_done=session.on_window_done if session else None,
-                        on_arm_step=session.on_arm_step if session else None, link=link)
+                        on_arm_step=session.on_arm_step if session else None, link=link,
+                        on_arm_window=session.on_arm_window if session else None)
         if link is not None:  # the job's report, whoever launched it
             run.files = replace(run.files, report_json="report.json", report_html="report.html")
         _check_run_dir_after(run, out, lock)

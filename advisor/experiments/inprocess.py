@@ -274,6 +274,20 @@ class ArmsSession:
         self._grant([*self.rounds.results.values(), result])
         return self.rounds.advance(result, self.time_left())
 
+    def on_arm_window(self, lines: RankLines) -> float | None:
+        """A window of the round in progress ended (`lines`: the runner's): the seconds the budget
+        grows by now for the windows a neighbour disturbed so far (:meth:`_grant`), not at the round's
+        end, which a budget they took may never reach (mingpt-adder beside a burner: a 6 s baseline
+        window set aside, then the budget ended inside the next window, 15 s of 15 spent)."""
+        if self.rounds is None or not self.rounds.running or not self.cpu_count:
+            return None
+        earlier = list(self.rounds.results.values())
+        partial = RoundResult.read(lines, self.rounds.round)
+        read_neighbours(partial, earlier, read_samples(self.out, self.rank_suffix), self.cpu_count, self._quiet_window)
+        self._grant([*earlier, partial])
+        given, self._given_back = self._given_back, None
+        return given
+
     def _grant(self, results: list[RoundResult]) -> None:
         """The budget grows by the seconds of the windows set aside in `results` (every round so far)
         not granted yet, up to DISTURBED_GRANT of the budget the arms started with."""

@@ -76,7 +76,8 @@ def _kill_group(pgid: int, sig: int) -> None:
 
 def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopRequest | None = None,
               on_window_done: Callable[[int, list[str], RankLines], float | None] | None = None,
-              on_arm_step: Callable[[ArmStepLine], None] | None = None, link: JobLink | None = None) -> ProbeRun:
+              on_arm_step: Callable[[ArmStepLine], None] | None = None, link: JobLink | None = None,
+              on_arm_window: Callable[[RankLines], float | None] | None = None) -> ProbeRun:
     """Run the script under the probe until its window ends, it exits, time runs out, or `stop` is set.
 
     With ``config.arms`` the child waits after the window for plan files: `on_window_done` is
@@ -85,8 +86,9 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     are judged: rank 0's in a job); from the "window-done" line on, ``config.arms_budget_s`` is the
     arms' time: at its end the child is asked to stop at its next step boundary (its stop file), and
     the run ends ok. What `on_window_done` returns, seconds, lengthens that budget (the measured
-    window measured again: :mod:`advisor.experiments.look`). ``config.timeout_s`` bounds the script until its window is done. In a job, round
-    N + 1 waits until every rank ended round N.
+    window measured again: :mod:`advisor.experiments.look`), and so do those `on_arm_window` returns
+    as each arm window of a single process ends (a neighbour's windows set aside). ``config.timeout_s``
+    bounds the script until its window is done. In a job, round N + 1 waits until every rank ended round N.
 
     `link`: this rank's tie to the other ranks of a job a launcher started (torchrun, srun): their
     plans come from rank 0 over the job's channel, and rank 0 waits for every rank's round end.
@@ -94,7 +96,7 @@ def run_probe(config: ProbeConfig, progress: Progress | None = None, stop: StopR
     `stop` (the command's recorded signals) is polled: the first signal stops the script
     politely, a second kills it. Without one, Ctrl-C's KeyboardInterrupt does the same.
     """
-    return ProbeSession(config, progress, stop, on_window_done, on_arm_step, link).run()
+    return ProbeSession(config, progress, stop, on_window_done, on_arm_step, link, on_arm_window).run()
 
 
 class ProbeSession:
@@ -103,9 +105,10 @@ class ProbeSession:
 
     def __init__(self, config: ProbeConfig, progress: Progress | None, stop: StopRequest | None,
                  on_window_done: Callable[[int, list[str], RankLines], float | None] | None,
-                 on_arm_step: Callable[[ArmStepLine], None] | None, link: JobLink | None) -> None:
+                 on_arm_step: Callable[[ArmStepLine], None] | None, link: JobLink | None,
+                 on_arm_window: Callable[[RankLines], float | None] | None = None) -> None:
         self.config, self.progress, self.stop, self.link = config, progress, stop, link
-        self.on_window_done, self.on_arm_step = on_window_done, on_arm_step
+        self.on_window_done, self.on_arm_step, self.on_arm_window = on_window_done, on_arm_step, on_arm_window
         self.out = Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.shape = job_shape(config, self.out)
@@ -198,10 +201,22 @@ class ProbeSession:
         """The new step lines of the watched rank, each acted on."""
         if self.shape.poll():
             self.lines = lines_of(self.out, self.shape.names)
+        windows = len(self.lines.arm_windows)
         lines = self.lines.read()
         for line in lines:
             self._line(line)
+        if len(self.lines.arm_windows) > windows:
+            self._arm_window()
         return lines
+
+    def _arm_window(self) -> None:
+        """An arm window of a single process ended: the budget grows by what `on_arm_window` says (the
+        parent reads the round so far on the sampler's ticks written now)."""
+        if self.on_arm_window is None or self.link is not None or self.job.others:
+            return
+        self.sampler.write_csv(self.out / self.shape.names.samples_csv)
+        if more_s := self.on_arm_window(self.lines):
+            self.stops.lengthen_budget(more_s)
 
     def _line(self, line: Line) -> None:
         if isinstance(line, ArmStepLine) and self.on_arm_step is not None:
