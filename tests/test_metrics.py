@@ -222,3 +222,17 @@ def test_a_parts_share_of_the_steps_is_summed_so_a_bursty_loader_is_not_hidden()
     assert steptime.share(steps, "optimizer_s") is None and steptime.share(steps, "backward_s") is None
     assert steptime.share(steps.iloc[:0], "data_wait_s") is None
     assert metrics.breakdown(steps)["data_wait_frac"] == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize("tree, main, workers, waits", [
+    (90.0, 60.0, 0, True),     # the tree under half of the 2 cores
+    (100.0, 70.0, 4, True),    # 4 workers sleeping on I/O: 0.3 cores of the 1.3 the main process leaves them
+    (100.0, 70.0, 0, False),   # the same load with no workers: the main process loads, and computes
+    (190.0, 60.0, 4, False),   # 4 workers decoding on the CPU: 1.3 cores of the 1.4 left
+])
+def test_loading_waits_where_the_workers_leave_the_cores_the_main_process_does_not_use(tree, main, workers, waits):
+    """loader-io-workers' 4 workers sleep 2 ms a sample: the tree at 0.9-1.0 of 2 cores read it
+    CPU-bound 1 run in 3 on the tree alone; its workers used 0.3 of the 1.3 cores left."""
+    steps = pd.DataFrame({"t_start": [0.0, 0.5], "t_end": [0.5, 1.0]})
+    samples = pd.DataFrame({"t": [0.1 * i for i in range(11)], "cpu_percent": tree, "main_cpu_percent": main})
+    assert metrics.io_bound(samples, steps, 2, workers) is waits

@@ -79,7 +79,7 @@ def arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_setti
         return findings, profile
 
     def io_like(profile: Profile) -> bool:  # the Profile diagnose() loaded: the trace is parsed once
-        return bool(metrics.io_bound(profile.samples, profile.steps, profile.env.cpu_count or 1))
+        return bool(metrics.io_bound(profile.samples, profile.steps, profile.env.cpu_count or 1, script_workers(profile.observed)))
 
     stats.preload()  # the arms' first judgement needs it, and the script is starting up
     session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
@@ -127,7 +127,8 @@ def measure_fixes(session: ArmsSession | None, run: ProbeRun, profile: Profile, 
         try:
             fresh_results = run_experiments(
                 findings, config, profile.steps, root=layout.make_subdir(out, layout.EXPERIMENTS), env=profile.env,
-                io_like=bool(metrics.io_bound(profile.samples, profile.steps, profile.env.cpu_count or 1)),
+                io_like=bool(metrics.io_bound(profile.samples, profile.steps, profile.env.cpu_count or 1,
+                                              script_workers(profile.observed))),
                 safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
                 time_budget_s=_fresh_time(session, experiments),
                 progress=progress, stop=stop,

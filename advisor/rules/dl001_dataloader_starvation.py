@@ -120,7 +120,7 @@ def check(profile: Profile, *, min_wait_frac: float = 0.10, min_wait_ms: float =
     compute_s = max(step_s - mean_wait_s, 1e-6)
     device = profile.device
     cores = cores_per_rank(profile.env) if profile.env.cpu_count else None  # the node's, shared by its ranks
-    io_bound = metrics.io_bound(profile.samples, profile.steps, cores)
+    io_bound = metrics.io_bound(profile.samples, profile.steps, cores, workers or 0)
     fix, gain = _fix(loader, device, cores, profile.env.torch_threads, mean_wait_s, compute_s, step_s, io_bound)
     if not fix.automatic and h.workers_forked_each_epoch(profile):
         fix, gain = _kept_across_epochs(loader, cores, h.frac(float(exposed[starts].sum()), dur.sum()))
