@@ -92,7 +92,9 @@ def test_a_loader_fix_is_measured_inside_the_job_on_every_rank(tmp_path, job):
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     exp = next(f for f in report["findings"] if f["code"] == "DL001")["experiment"]
-    assert exp["measured_by"] == "in-process" and exp["verified"] and exp["speedup"] > 2, exp
+    # over 1.5x: a fix switched on one rank alone reads ~1x (DDP waits for the starved rank); 1.92x on an
+    # AMD EPYC of 2 cores, over 2x on the Intel runners
+    assert exp["measured_by"] == "in-process" and exp["verified"] and exp["speedup"] > 1.5, exp
     assert report["recommended"]["measured_by"] == "in-process"
     switched = [r.get("arm_windows_switched") for r in report["ranks"]]
     assert switched[0] and switched == [switched[0]] * 2, report["ranks"]  # the same windows on both ranks
