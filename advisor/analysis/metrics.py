@@ -205,7 +205,11 @@ def disturbed_steps(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: int |
     2-thread step can run 15 times slower (conv-mnist: 448 ms against 30 ms), and their median is
     then no step of the script's. An epoch's start (:func:`steptime.loader_started`) is not one: the
     workers it forks are the script's, though the sampler may see them first as another process's."""
-    clock = _step_clock(steps, samples, cpu_count)
+    return _disturbed(steps, _step_clock(steps, samples, cpu_count))
+
+
+def _disturbed(steps: pd.DataFrame, clock: tuple[np.ndarray, pd.Series] | None) -> pd.Series:
+    """:func:`disturbed_steps` on the steps' :func:`_step_clock` (None: no step disturbed)."""
     if clock is None:
         return pd.Series(False, index=steps.index)
     near, share = clock
@@ -249,15 +253,15 @@ def quiet_part(steps: pd.DataFrame, samples: pd.DataFrame, cpu_count: int | None
     MIN_QUIET_STEPS are: beside a burner on one of two cores, mingpt-adder's 35 ms baseline steps
     ran 35-45 ms between its bursts and 80-1,545 ms in them, and the whole window read 178 ms a step.
     None: nothing disturbed, too little left, or no clock."""
-    hit = disturbed_steps(steps, samples, cpu_count)
     clock = _step_clock(steps, samples, cpu_count)
-    if not hit.any() or clock is None:
+    hit = _disturbed(steps, clock)
+    if clock is None or not hit.any():
         return None
     near, share = clock
     start, end = steptime.starts(steps).to_numpy(float), steptime.ends(steps).to_numpy(float)
-    tick = float(np.median(np.diff(samples["t"].dropna().to_numpy(float)))) / 2
+    margin = float(np.median(np.diff(samples["t"].dropna().to_numpy(float)))) / 2  # half a tick
     h0, h1 = start[hit.to_numpy()], end[hit.to_numpy()]
-    close = np.array([bool(np.any((h0 < b + tick) & (h1 > a - tick))) for a, b in zip(start, end)])
+    close = np.array([bool(np.any((h0 < b + margin) & (h1 > a - margin))) for a, b in zip(start, end)])
     keep = pd.Series(~close, index=steps.index)
     kept = int(keep.sum())
     if kept < MIN_QUIET_STEPS or 2 * kept < len(steps) or share[keep].isna().any():

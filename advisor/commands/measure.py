@@ -54,6 +54,13 @@ class ExperimentOptions:
         return self.time_budget_s if self.time_budget_s is not None else 900.0
 
 
+def _io_like(profile: Profile) -> bool:
+    """The profiled window's loading waits rather than computes (:func:`metrics.io_bound`, with the
+    script's loader workers): the worker ladder may go past the cores. On the Profile diagnose()
+    loaded: the trace is parsed once."""
+    return bool(metrics.io_bound(profile.samples, profile.steps, profile.env.cpu_count or 1, script_workers(profile.observed)))
+
+
 def arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_settings: Settings | None, link: JobLink | None = None,
                   stop: StopRequest | None = None) -> ArmsSession:
     """The parent's side of the in-process experiments: the rules run on the live window's Profile.
@@ -78,14 +85,11 @@ def arms_session(config: ProbeConfig, experiments: ExperimentOptions, rule_setti
             session.cpu_count = profile.env.cpu_count
         return findings, profile
 
-    def io_like(profile: Profile) -> bool:  # the Profile diagnose() loaded: the trace is parsed once
-        return bool(metrics.io_bound(profile.samples, profile.steps, profile.env.cpu_count or 1, script_workers(profile.observed)))
-
     stats.preload()  # the arms' first judgement needs it, and the script is starting up
     session = ArmsSession(out, suffix, diagnose, safe_only=experiments.safe_only,
                           max_experiments=experiments.max_experiments, window_steps=max(5, config.steps // 2),
                           budget_from=lambda: config.arms_budget_s,
-                          io_like=io_like, publish=link.publish_plan if link is not None else None)
+                          io_like=_io_like, publish=link.publish_plan if link is not None else None)
     return session
 
 
@@ -127,8 +131,7 @@ def measure_fixes(session: ArmsSession | None, run: ProbeRun, profile: Profile, 
         try:
             fresh_results = run_experiments(
                 findings, config, profile.steps, root=layout.make_subdir(out, layout.EXPERIMENTS), env=profile.env,
-                io_like=bool(metrics.io_bound(profile.samples, profile.steps, profile.env.cpu_count or 1,
-                                              script_workers(profile.observed))),
+                io_like=_io_like(profile),
                 safe_only=experiments.safe_only, max_experiments=experiments.max_experiments,
                 time_budget_s=_fresh_time(session, experiments),
                 progress=progress, stop=stop,

@@ -89,7 +89,6 @@ def read_neighbours(result: RoundResult, earlier: list[RoundResult], samples: pd
     enough (:func:`metrics.quiet_part`), and judged again on them: beside a burner on one of two
     cores a window is rarely quiet from end to end, and setting each aside whole cut mingpt-adder's
     batch x2 in 3 runs of 3."""
-    parts = {}
     for line in result.windows:
         frame = result.steps.get(line.window)
         if frame is None or samples.empty or not steptime.has_spans(frame):
@@ -99,15 +98,14 @@ def read_neighbours(result: RoundResult, earlier: list[RoundResult], samples: pd
             result.outside[line.window] = other
         if wait is not None:
             result.waits[line.window] = wait
-        if (part := metrics.quiet_part(frame, samples, cpu_count)) is not None:
-            parts[line.window] = part
     every = [*earlier, result]
     disturbed(every, cpu_count, looked)
-    hit = {k: parts[k] for k in [*result.busy, *result.shared] if k in parts}
-    for k, (keep, other, wait) in hit.items():
+    parts = {k: part for k in [*result.busy, *result.shared]
+             if (part := metrics.quiet_part(result.steps[k], samples, cpu_count)) is not None}
+    for k, (keep, other, wait) in parts.items():
         result.quiet[k] = result.steps[k][keep]
         result.outside[k], result.waits[k] = other, wait
-    if hit:
+    if parts:
         disturbed(every, cpu_count, looked)
 
 

@@ -54,8 +54,8 @@ def disturbed(profile: Profile) -> tuple[float, float] | None:
 def quiet_window(profile: Profile) -> tuple[float, float] | None:
     """(time per sample or step, :func:`steptime.time_per_work`; run-queue wait in cores) of the
     window the findings read, where no neighbour disturbed it: a quiet window of the baseline, beside
-    which the experiments' disturbed ones are judged (:func:`advisor.experiments.inprocess.disturbed`); None where it was disturbed or the
-    clock cannot tell."""
+    which the experiments' disturbed ones are judged (:func:`advisor.experiments.inprocess.disturbed`);
+    None where it was disturbed or the clock cannot tell."""
     steps, _ = steptime.timed_steps(profile.steps)
     if steps.empty or not steptime.has_durations(steps):
         return None
