@@ -1,15 +1,39 @@
 """CPU001 op-overhead-bound: CPU training steps that are mostly framework overhead.
 
 Fixtures: the copy of nanoGPT in tests/workloads/nanogpt (its README's CPU settings), profiled
-for real. The zoo's planted script (tests/test_rules_zoo.py) runs it end to end where it fires.
+for real; the zoo's planted script and that nanoGPT recorded on a slower CPU (tests/data/runs). The
+zoo (tests/test_rules_zoo.py) runs the planted script end to end on this machine.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from advisor.profile import Profile
+from advisor.rules import cpu001_op_overhead_bound as cpu001
 from conftest import WORKLOADS
 from rule_inputs import codes, profile_script
+
+RUNS = Path(__file__).parent.parent / "data" / "runs"
+
+
+def test_composite_ops_are_charged_for_the_ops_they_dispatch():
+    # Recorded on an AMD EPYC without AVX-512: 48 LayerNorm/Linear/GELU blocks on 8x16 tensors,
+    # 726 top-level ops a step and 4,443 with those they dispatch, in an 18.7 ms step of almost no
+    # arithmetic. Charged per top-level op only, it read 19% overhead and the plant went unseen there.
+    plant = Profile.from_run_dir(RUNS / "cpu_many_small_ops_on_an_epyc")
+    [finding] = cpu001.check(plant)
+    ev = finding.evidence
+    assert ev["ops_per_step"] == 726 and ev["dispatched_ops_per_step"] > 4000
+    assert 0.3 <= ev["overhead_frac"] < 0.6, ev
+    assert ev["overhead_frac"] * ev["fastest_step_us"] < 1.0 * ev["dispatched_ops_per_step"] + 5 * ev["ops_per_step"]
+    assert not list(cpu001.check(plant, nested_op_cost_us=0.0))  # the top-level charge alone misses it
+
+    # The same machine's nanoGPT (README CPU settings): as many top-level ops, but matmuls carry the step.
+    [nanogpt] = cpu001.check(Profile.from_run_dir(RUNS / "nanogpt_on_an_epyc"), min_overhead_frac=0.0)
+    assert nanogpt.evidence["ops_per_step"] > 600 and nanogpt.evidence["overhead_frac"] < 0.1
 
 
 @pytest.mark.slow
