@@ -481,7 +481,10 @@ LOADER_CPU_WORKERS = Case(
     "loader-cpu-workers", *local("loader_cpu_workers.py"), paths=("loader_cpu_workers.py",), cwd=".",
     script="loader_cpu_workers.py", argv=(), timing=ITER_TIMING, warmup=30, samples=150, per_run="mean",
     variants=(workers(1), workers(3), workers(4),
-              patched("fused", FUSED, "loader_cpu_workers.py", "lr=1e-3)", "lr=1e-3, fused=True)")),
+              patched("fused", FUSED, "loader_cpu_workers.py", "lr=1e-3)", "lr=1e-3, fused=True)"),
+              # DL003's fix where 2 workers and 2 intra-op threads share 2 cores
+              Variant("workers-1-threads-1", {"torch_threads": 1, "dataloader": {"num_workers": 1}},
+                      threads("loader_cpu_workers.py", 1).patches, args=("--workers=1",))),
     not_applicable={"bf16, compile, batch-x2": "the loader's workers are the question here"},
     notes="a DataLoader with 2 workers, 0.5 ms of CPU decoding per sample, batch 32, an FP32 MLP with AdamW")
 TINY_GPT = Case(
