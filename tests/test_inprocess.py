@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -179,6 +180,17 @@ def test_a_fix_window_and_the_baseline_beside_it_both_disturbed_are_kept_as_a_pa
     rounds.advance(result)
     assert rounds.replaced == 0 and rounds.silenced() == [] and rounds.set_aside() == 0
     assert finding.experiment.verified and finding.experiment.speedup == pytest.approx(2.5, rel=0.1)
+
+    # The report's note counts each disturbed window once: a paired window also read on its quiet steps
+    # is among the paired and among those read in part, not a window more.
+    from advisor.experiments.inprocess import ArmsSession
+
+    paired = sorted(result.shared)
+    result.quiet[paired[0]] = result.steps[paired[0]].iloc[2:]
+    note = ArmsSession.set_aside_note(SimpleNamespace(rounds=rounds, clocked=True))
+    assert note.startswith(f"{len(paired)} of {len(result.windows)} windows disturbed"), note
+    assert "; 1 read on the steps the neighbour left alone (2 steps it waited through left out)" in note, note
+    assert f"; {len(paired)} kept in pairs" in note, note
 
     alone = _disturb(child.run(1, first, speed), {arm})
     assert alone.shared == set() and set(alone.busy) == {line.window for line in alone.windows if line.arm == arm}

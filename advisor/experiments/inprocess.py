@@ -350,17 +350,20 @@ class ArmsSession:
         if rounds is None:
             return None
         aside, paired = rounds.set_aside(), sum(len(r.shared) for r in rounds.results.values())
-        partial = [(len(r.steps[k]) - len(q)) for r in rounds.results.values() for k, q in r.quiet.items()
-                   if k not in r.busy and k not in r.shared and k in r.steps]
+        # A window read on its quiet steps counts once among the disturbed, and among the paired too where its
+        # quiet steps were still disturbed beside a disturbed baseline; one set aside is read on none of them.
+        partial = {(n, k): len(r.steps[k]) - len(q) for n, r in rounds.results.items() for k, q in r.quiet.items()
+                   if k not in r.busy and k in r.steps}
+        partial_only = sum(1 for n, k in partial if k not in rounds.results[n].shared)
         if not aside and not paired and not partial:
             return None
         total = sum(len(r.windows) for r in rounds.results.values())
         by = ("other processes used the CPU and the script's threads waited for a core more than in the same arm's "
               "quiet windows (the kernel's run-queue wait)" if self.clocked else
               "other processes used the CPU (this kernel gives no run-queue wait: judged on the sampler's load)")
-        text = f"{aside + paired + len(partial)} of {total} windows disturbed: {by}"
+        text = f"{aside + paired + partial_only} of {total} windows disturbed: {by}"
         if partial:
-            text += (f"; {len(partial)} read on the steps the neighbour left alone ({sum(partial)} steps it "
+            text += (f"; {len(partial)} read on the steps the neighbour left alone ({sum(partial.values())} steps it "
                      "waited through left out)")
         if paired:
             text += f"; {paired} kept in pairs, a fix's window beside a baseline window disturbed as well, compared only with each other"
