@@ -54,8 +54,8 @@ left of the gain.
   measured time where that is less; an operator shorter than it is charged its own time.
 - `nested-op-cost-us` (default 1.0): fixed cost of an operator another one dispatches from C++
   (the dispatcher and an output allocation, no Python), in microseconds. Without it a stack of
-  composite layers read as arithmetic: on a slower CPU (an AMD EPYC without AVX-512) 744 top-level
-  operators a step of 48 LayerNorm/Linear/GELU blocks on 8x16 tensors ran 4,481 operators in all,
+  composite layers read as arithmetic: on a slower CPU (an AMD EPYC without AVX-512) 726 top-level
+  operators a step of 48 LayerNorm/Linear/GELU blocks on 8x16 tensors ran 4,443 operators in all,
   about 4 us each, and the top-level charge alone came to 19-24% of a step that is nearly all dispatch.
 """
 
@@ -134,8 +134,8 @@ def _per_step(profile: Profile) -> list[tuple[np.ndarray, np.ndarray]]:
                                top["ts_us"].to_numpy(), top["tid"].to_numpy())
         top = top[inside < 0]
     starts = np.sort(mine.loc[mine["depth"] > 0, "ts_us"].to_numpy())
-    nested = (np.searchsorted(starts, top["end_us"].to_numpy(), side="right")
-              - np.searchsorted(starts, top["ts_us"].to_numpy(), side="left"))
+    nested = (np.searchsorted(starts, top["end_us"].to_numpy(), side="left")  # the next op's first child
+              - np.searchsorted(starts, top["ts_us"].to_numpy(), side="left"))  # may start where this one ends
     return [(g["dur_us"].to_numpy(dtype=float), nested[top["step"].to_numpy() == k].astype(float))
             for k, g in top.groupby("step")]
 
