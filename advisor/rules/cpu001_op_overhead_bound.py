@@ -136,8 +136,8 @@ def _per_step(profile: Profile) -> list[tuple[np.ndarray, np.ndarray]]:
     starts = np.sort(mine.loc[mine["depth"] > 0, "ts_us"].to_numpy())
     nested = (np.searchsorted(starts, top["end_us"].to_numpy(), side="left")  # the next op's first child
               - np.searchsorted(starts, top["ts_us"].to_numpy(), side="left"))  # may start where this one ends
-    return [(g["dur_us"].to_numpy(dtype=float), nested[top["step"].to_numpy() == k].astype(float))
-            for k, g in top.groupby("step")]
+    return [(g["dur_us"].to_numpy(dtype=float), g["nested"].to_numpy(dtype=float))
+            for _, g in top.assign(nested=nested).groupby("step")]
 
 
 def _clean_step_us(profile: Profile) -> float | None:
