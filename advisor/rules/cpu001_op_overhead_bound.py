@@ -9,7 +9,7 @@ never more than the median operator takes whole on this machine) for its Python 
 `nested-op-cost-us` for every operator it dispatches in turn (`linear` runs `t` and `addmm`,
 `AddmmBackward0` two `mm`s and a `sum`), never more than the operator's own time. The sum is set
 against the fastest step outside the profiler (the one least slowed by other processes on the
-machine), less its DataLoader wait.
+machine), less its DataLoader wait; per sample where steps differ in their batch (episodes).
 
 ## Why is this bad?
 Eager PyTorch pays a fixed cost for every operator: a Python call, argument parsing, dispatch
@@ -81,7 +81,7 @@ def check(profile: Profile, *, min_ops_per_step: int = 300, min_overhead_frac: f
     if profile.has_gpu or not h.is_training(profile):
         return
     per_step = _per_step(profile)
-    clean_us = _clean_step_us(profile)
+    clean_us, per_sample = _clean_step_us(profile, len(per_step))
     if not per_step or not clean_us:
         return
     ops = float(np.median([len(d) for d, _ in per_step]))
@@ -90,8 +90,12 @@ def check(profile: Profile, *, min_ops_per_step: int = 300, min_overhead_frac: f
     # The fixed cost is no more than the median op takes whole on this machine (an assumed 5 us read
     # 2x what the ops of a reinforcement-learning script took, 2.5 us, and claimed 100% of its step).
     cost_us = min(op_cost_us, median_op_us)
-    charged = [np.minimum(d, cost_us + nested_op_cost_us * n).sum() for d, n in per_step]
-    overhead_us = min(float(np.median(charged)), clean_us)
+    charged = np.array([np.minimum(d, cost_us + nested_op_cost_us * n).sum() for d, n in per_step])
+    if per_sample is not None:  # steps of unequal work (episodes): each step's charge per sample, at the median batch
+        overhead_us = float(np.median(charged / per_sample) * np.median(per_sample))
+    else:
+        overhead_us = float(np.median(charged))
+    overhead_us = min(overhead_us, clean_us)
     frac = h.frac(overhead_us, clean_us)
     if ops < min_ops_per_step or frac < min_overhead_frac:
         return
@@ -111,6 +115,7 @@ def check(profile: Profile, *, min_ops_per_step: int = 300, min_overhead_frac: f
             "overhead_us_per_step": h.r3(overhead_us),
             "fastest_step_us": h.r3(clean_us),
             "overhead_frac": h.r3(frac),
+            **({"per_sample_at_batch": h.r3(float(np.median(per_sample)))} if per_sample is not None else {}),
         },
         # compile removes most of the dispatch cost but not Python around the model, nor the optimizer's ops
         estimated_gain_frac=h.r3(0.5 * frac),
@@ -140,9 +145,22 @@ def _per_step(profile: Profile) -> list[tuple[np.ndarray, np.ndarray]]:
             for _, g in top.assign(nested=nested).groupby("step")]
 
 
-def _clean_step_us(profile: Profile) -> float | None:
-    """The fastest unprofiled step, less its DataLoader wait (microseconds)."""
+def _clean_step_us(profile: Profile, profiled: int) -> tuple[float | None, np.ndarray | None]:
+    """The fastest unprofiled step, less its DataLoader wait (microseconds), and the profiled steps'
+    batches where steps differ in theirs (None where they do not, or some batch is unknown).
+
+    Steps of unequal work (a reinforcement-learning script's episodes of 12 to 91 samples) are set
+    against each other per sample, at the profiled steps' median batch: the fastest step alone is a
+    short episode, and it read a long profiled one's overhead as 100% of a step."""
     steps = h.timed_steps(profile)
-    if not steptime.unprofiled(steps).any():
-        return None
-    return float((steptime.durations(steps) - steptime.data_wait(steps)).min()) * 1e6
+    clean = steptime.unprofiled(steps)
+    if not clean.any():
+        return None, None
+    us = (steptime.durations(steps) - steptime.data_wait(steps)) * 1e6
+    probe = profile.steps
+    batches = steptime.batch_sizes(probe[steptime.profiled(probe)]).to_numpy()
+    clean_batches = steptime.batch_sizes(steps)[clean]
+    known = len(batches) == profiled and bool((batches > 0).all()) and bool((clean_batches > 0).all())
+    if not known or (np.unique(batches).size == 1 and (clean_batches == batches[0]).all()):
+        return float(us[clean].min()), None
+    return float((us[clean] / clean_batches).min() * np.median(batches)), batches

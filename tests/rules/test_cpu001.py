@@ -7,8 +7,10 @@ zoo (tests/test_rules_zoo.py) runs the planted script end to end on this machine
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from advisor.profile import Profile
@@ -34,6 +36,25 @@ def test_composite_ops_are_charged_for_the_ops_they_dispatch():
     # The same machine's nanoGPT (README CPU settings): as many top-level ops, but matmuls carry the step.
     [nanogpt] = cpu001.check(Profile.from_run_dir(RUNS / "nanogpt_on_an_epyc"), min_overhead_frac=0.0)
     assert nanogpt.evidence["ops_per_step"] > 600 and nanogpt.evidence["overhead_frac"] < 0.1
+
+
+def test_steps_of_unequal_batches_are_compared_per_sample(tmp_path):
+    # Episodes of unequal length (a reinforcement-learning script's 12 to 91 samples a step): the same
+    # recorded plant with its unprofiled steps made episodes of a quarter of the samples and a quarter
+    # of the time. Set against the fastest step whole, the profiled steps' overhead read 4x its share
+    # (capped at 100%: pytorch/examples' REINFORCE read so); per sample it reads what the plant reads.
+    run = shutil.copytree(RUNS / "cpu_many_small_ops_on_an_epyc", tmp_path / "episodes")
+    steps = pd.read_csv(run / "steps.csv")
+    short = ~steps["profiled"]
+    assert short.sum() >= 2 and (steps["samples"] == 8).all()
+    for column in ("duration_s", "host_s", "cpu_s", "data_wait_s"):
+        steps.loc[short, column] /= 4
+    steps.loc[short, "samples"] = 2
+    steps.to_csv(run / "steps.csv", index=False)
+    [plant] = cpu001.check(Profile.from_run_dir(RUNS / "cpu_many_small_ops_on_an_epyc"))
+    [episodes] = cpu001.check(Profile.from_run_dir(run))
+    assert episodes.evidence["overhead_frac"] == pytest.approx(plant.evidence["overhead_frac"], rel=0.01)
+    assert episodes.evidence["per_sample_at_batch"] == 8 and "per_sample_at_batch" not in plant.evidence
 
 
 @pytest.mark.slow
