@@ -54,9 +54,9 @@ def disturbed(results: list[RoundResult], cpu_count: int, looked: tuple[float, f
     oversubscribes the cores waits on its own workers in its quiet windows too: that is its cost,
     not a neighbour's, and a neighbour that took no core the script wanted costs nothing. A window
     some steps of which the per-step clock says a neighbour held (`hit_steps`, against the window's own
-    quietest steps) is disturbed too: such a tree's wait over a whole window barely moves beside a
+    quietest steps) is disturbed too: such a tree's wait over a whole window need not rise beside a
     neighbour while its steps stall (loader-cpu-workers, 2 workers and 2 threads on 2 cores, beside a
-    burner: 1.52 cores of wait in a window of 26 ms steps and in one of 81 ms). Without the clock, the
+    burner: 1.25-1.34 cores of wait in baseline windows of 89-129 ms steps, 1.68 in one of 28 ms). Without the
     sampler's load alone: other processes on BUSY_SHARE of the cores."""
     lines = [(r, line) for r in results for line in r.windows if line.window in r.outside]
     quiet: dict[str, float] = {BASELINE: looked[1]} if looked else {}

@@ -81,8 +81,10 @@ def check(profile: Profile, *, min_ops_per_step: int = 300, min_overhead_frac: f
     if profile.has_gpu or not h.is_training(profile):
         return
     per_step = _per_step(profile)
-    clean_us, per_sample = _clean_step_us(profile, len(per_step))
-    if not per_step or not clean_us:
+    if not per_step:
+        return
+    clean_us, batches = _clean_step_us(profile, len(per_step))
+    if not clean_us:
         return
     ops = float(np.median([len(d) for d, _ in per_step]))
     dispatched = float(np.median([len(d) + n.sum() for d, n in per_step]))
@@ -91,8 +93,8 @@ def check(profile: Profile, *, min_ops_per_step: int = 300, min_overhead_frac: f
     # 2x what the ops of a reinforcement-learning script took, 2.5 us, and claimed 100% of its step).
     cost_us = min(op_cost_us, median_op_us)
     charged = np.array([np.minimum(d, cost_us + nested_op_cost_us * n).sum() for d, n in per_step])
-    if per_sample is not None:  # steps of unequal work (episodes): each step's charge per sample, at the median batch
-        overhead_us = float(np.median(charged / per_sample) * np.median(per_sample))
+    if batches is not None:  # steps of unequal work (episodes): each step's charge per sample, at the median batch
+        overhead_us = float(np.median(charged / batches) * np.median(batches))
     else:
         overhead_us = float(np.median(charged))
     overhead_us = min(overhead_us, clean_us)
@@ -104,7 +106,8 @@ def check(profile: Profile, *, min_ops_per_step: int = 300, min_overhead_frac: f
         summary=(f"Each step runs {ops:.0f} operators (median {median_op_us:.1f} us under the profiler), "
                  f"{dispatched:.0f} with the ones they dispatch; at about {cost_us:.1f} us of dispatch each (at most "
                  f"the median op's time) and {nested_op_cost_us:.1f} us for each one dispatched from C++, that is "
-                 f"{units.time_us(overhead_us)} of a {units.time_us(clean_us)} step ({frac:.0%}). "
+                 f"{units.time_us(overhead_us)} of a {units.time_us(clean_us)} step ({frac:.0%})"
+                 f"{f', per sample at the median batch of {np.median(batches):.0f}' if batches is not None else ''}. "
                  f"torch.compile runs the model as a few fused loops instead."),
         severity="high" if frac >= 0.6 else "medium",
         evidence={
@@ -115,7 +118,7 @@ def check(profile: Profile, *, min_ops_per_step: int = 300, min_overhead_frac: f
             "overhead_us_per_step": h.r3(overhead_us),
             "fastest_step_us": h.r3(clean_us),
             "overhead_frac": h.r3(frac),
-            **({"per_sample_at_batch": h.r3(float(np.median(per_sample)))} if per_sample is not None else {}),
+            **({"per_sample_at_batch": h.r3(float(np.median(batches)))} if batches is not None else {}),
         },
         # compile removes most of the dispatch cost but not Python around the model, nor the optimizer's ops
         estimated_gain_frac=h.r3(0.5 * frac),
@@ -160,7 +163,7 @@ def _clean_step_us(profile: Profile, profiled: int) -> tuple[float | None, np.nd
     probe = profile.steps
     batches = steptime.batch_sizes(probe[steptime.profiled(probe)]).to_numpy()
     clean_batches = steptime.batch_sizes(steps)[clean]
-    known = len(batches) == profiled and bool((batches > 0).all()) and bool((clean_batches > 0).all())
+    known = len(batches) == profiled > 0 and bool((batches > 0).all()) and bool((clean_batches > 0).all())
     if not known or (np.unique(batches).size == 1 and (clean_batches == batches[0]).all()):
         return float(us[clean].min()), None
     return float((us[clean] / clean_batches).min() * np.median(batches)), batches
