@@ -138,7 +138,7 @@ def test_an_oversubscribed_trees_stalled_steps_set_its_windows_aside_though_thei
             held = bool(metrics.disturbed_steps(result.steps[line.window], samples, 2).any())
             assert (line.window in result.busy or line.window in result.quiet) == held, line
     # on the windows' wait alone (the steps' clock left out), the stalled baselines were kept
-    first.hit_steps.clear()
-    second.hit_steps.clear()
+    first.held.clear()
+    second.held.clear()
     disturbed([first, second], cpu_count=2)
     assert not set(stalled) & set(first.busy)

@@ -57,8 +57,8 @@ class RoundResult:
     shared: set[int] = field(default_factory=set)
     outside: dict[int, float] = field(default_factory=dict)  # window index -> cores other processes used in it
     waits: dict[int, float] = field(default_factory=dict)  # window index -> the script's run-queue wait, in cores
-    # window index -> its steps the per-step clock says a neighbour disturbed (metrics.disturbed_steps)
-    hit_steps: dict[int, int] = field(default_factory=dict)
+    # windows a step of which the per-step clock says a neighbour held (metrics.disturbed_steps)
+    held: set[int] = field(default_factory=set)
     # Windows a neighbour disturbed in part, read on the steps it did not (metrics.quiet_part): window
     # index -> those steps. Their figures, load and wait are these steps'; the window's time is all of its.
     quiet: dict[int, pd.DataFrame] = field(default_factory=dict)

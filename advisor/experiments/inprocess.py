@@ -53,20 +53,20 @@ def disturbed(results: list[RoundResult], cpu_count: int, looked: tuple[float, f
     the lowest of the same arm's windows that had no such neighbour (none: above 0). An arm that
     oversubscribes the cores waits on its own workers in its quiet windows too: that is its cost,
     not a neighbour's, and a neighbour that took no core the script wanted costs nothing. A window
-    some steps of which the per-step clock says a neighbour held (`hit_steps`, against the window's own
+    some steps of which the per-step clock says a neighbour held (`held`, against the window's own
     quietest steps) is disturbed too: such a tree's wait over a whole window need not rise beside a
     neighbour while its steps stall (loader-cpu-workers, 2 workers and 2 threads on 2 cores, beside a
     burner: 1.25-1.34 cores of wait in baseline windows of 89-129 ms steps, 1.68 in one of 28 ms). Without the
-    sampler's load alone: other processes on BUSY_SHARE of the cores."""
+    clock, the sampler's load alone: other processes on BUSY_SHARE of the cores."""
     lines = [(r, line) for r in results for line in r.windows if line.window in r.outside]
     quiet: dict[str, float] = {BASELINE: looked[1]} if looked else {}
     for r, line in lines:
         if line.window in r.waits and r.outside[line.window] < metrics.OUTSIDE_LOAD_WARN_CORES \
-                and not r.hit_steps.get(line.window):
+                and line.window not in r.held:
             quiet[line.arm] = min(quiet.get(line.arm, math.inf), r.waits[line.window])
     for r, line in lines:
         k, other = line.window, r.outside[line.window]
-        if r.hit_steps.get(k):  # steps the neighbour held, told from the window's own quiet ones
+        if k in r.held:  # steps the neighbour held, told from the window's own quiet ones
             hit = True
         elif k in r.waits:
             hit = metrics.took_a_core(other, r.waits[k] - quiet.get(line.arm, 0.0))
@@ -105,14 +105,16 @@ def read_neighbours(result: RoundResult, earlier: list[RoundResult], samples: pd
             result.outside[line.window] = other
         if wait is not None:
             result.waits[line.window] = wait
-        result.hit_steps[line.window] = int(metrics.disturbed_steps(frame, samples, cpu_count).sum())
+        if metrics.disturbed_steps(frame, samples, cpu_count).any():
+            result.held.add(line.window)
     every = [*earlier, result]
     disturbed(every, cpu_count, looked)
     parts = {k: part for k in [*result.busy, *result.shared]
              if (part := metrics.quiet_part(result.steps[k], samples, cpu_count)) is not None}
     for k, (keep, other, wait) in parts.items():
         result.quiet[k] = result.steps[k][keep]
-        result.outside[k], result.waits[k], result.hit_steps[k] = other, wait, 0
+        result.outside[k], result.waits[k] = other, wait
+        result.held.discard(k)  # its quiet steps: none held
     if parts:
         disturbed(every, cpu_count, looked)
 

@@ -93,10 +93,12 @@ def check(profile: Profile, *, min_ops_per_step: int = 300, min_overhead_frac: f
     # 2x what the ops of a reinforcement-learning script took, 2.5 us, and claimed 100% of its step).
     cost_us = min(op_cost_us, median_op_us)
     charged = np.array([np.minimum(d, cost_us + nested_op_cost_us * n).sum() for d, n in per_step])
-    if batches is not None:  # steps of unequal work (episodes): each step's charge per sample, at the median batch
-        overhead_us = float(np.median(charged / batches) * np.median(batches))
-    else:
+    at_batch: float | None = None
+    if batches is None:
         overhead_us = float(np.median(charged))
+    else:  # steps of unequal work (episodes): each step's charge per sample, at the median batch
+        at_batch = float(np.median(batches))
+        overhead_us = float(np.median(charged / batches)) * at_batch
     overhead_us = min(overhead_us, clean_us)
     frac = h.frac(overhead_us, clean_us)
     if ops < min_ops_per_step or frac < min_overhead_frac:
@@ -107,7 +109,7 @@ def check(profile: Profile, *, min_ops_per_step: int = 300, min_overhead_frac: f
                  f"{dispatched:.0f} with the ones they dispatch; at about {cost_us:.1f} us of dispatch each (at most "
                  f"the median op's time) and {nested_op_cost_us:.1f} us for each one dispatched from C++, that is "
                  f"{units.time_us(overhead_us)} of a {units.time_us(clean_us)} step ({frac:.0%})"
-                 f"{f', per sample at the median batch of {np.median(batches):.0f}' if batches is not None else ''}. "
+                 f"{f', per sample at the median batch of {at_batch:.0f}' if at_batch is not None else ''}. "
                  f"torch.compile runs the model as a few fused loops instead."),
         severity="high" if frac >= 0.6 else "medium",
         evidence={
@@ -118,7 +120,7 @@ def check(profile: Profile, *, min_ops_per_step: int = 300, min_overhead_frac: f
             "overhead_us_per_step": h.r3(overhead_us),
             "fastest_step_us": h.r3(clean_us),
             "overhead_frac": h.r3(frac),
-            **({"per_sample_at_batch": h.r3(float(np.median(batches)))} if batches is not None else {}),
+            **({"per_sample_at_batch": h.r3(at_batch)} if at_batch is not None else {}),
         },
         # compile removes most of the dispatch cost but not Python around the model, nor the optimizer's ops
         estimated_gain_frac=h.r3(0.5 * frac),
