@@ -20,7 +20,8 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-WAIT_COLUMNS = ["runq_wait_s", "cpu_pressure_s", "steal_s"]  # the sampler's columns, cumulative seconds
+# the sampler's columns, cumulative seconds: the tree's wait, its main process's part of it, the machine's
+WAIT_COLUMNS = ["runq_wait_s", "main_runq_wait_s", "cpu_pressure_s", "steal_s"]
 NAN = math.nan
 
 
@@ -32,22 +33,26 @@ class WaitClock:
         self.proc = Path(proc)
         self._seen: dict[tuple[int, int], int] = {}  # (pid, tid) -> its run-queue wait at the last read, ns
         self._total_ns = 0
+        self._main_ns = 0  # the part of _total_ns that the main process's threads waited
         self._read_any = False
         try:
             self._tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
         except (ValueError, OSError, AttributeError):
             self._tick_s = 0.01
 
-    def read(self, pids: Iterable[int]) -> dict[str, float]:
-        """The three counters now, in seconds (NaN where the kernel gives none)."""
-        tree = self.tree_wait_s(pids)
+    def read(self, pids: Iterable[int], main: int | None = None) -> dict[str, float]:
+        """The counters now, in seconds (NaN where the kernel gives none); `main`: the script's own
+        process, whose threads' part of the tree's wait is kept apart (the rest is its workers')."""
+        tree = self.tree_wait_s(pids, main)
         return {"runq_wait_s": NAN if tree is None else tree,
+                "main_runq_wait_s": NAN if tree is None or main is None else self._main_ns / 1e9,
                 "cpu_pressure_s": _or_nan(self.pressure_s()),
                 "steal_s": _or_nan(self.steal_s())}
 
-    def tree_wait_s(self, pids: Iterable[int]) -> float | None:
+    def tree_wait_s(self, pids: Iterable[int], main: int | None = None) -> float | None:
         """The run-queue wait of every thread of `pids` since each was first seen (the first read
-        starts the clock: what came before it is not counted); None where no schedstat is readable."""
+        starts the clock: what came before it is not counted); None where no schedstat is readable.
+        The part of it that process `main`'s threads waited is counted apart as well."""
         now: dict[tuple[int, int], int] = {}
         for pid in pids:
             tasks = self.proc / str(pid) / "task"
@@ -67,9 +72,12 @@ class WaitClock:
         for key, waited in now.items():
             before = self._seen.get(key)
             if before is not None:
-                self._total_ns += max(0, waited - before)
-            elif not first:  # a thread born since the last read: all its wait is since then
-                self._total_ns += waited
+                rise = max(0, waited - before)
+            else:  # a thread born since the last read: all its wait is since then
+                rise = 0 if first else waited
+            self._total_ns += rise
+            if key[0] == main:
+                self._main_ns += rise
         self._seen = now
         self._read_any = True
         return self._total_ns / 1e9

@@ -44,7 +44,9 @@ def test_the_tree_wait_counts_each_thread_from_its_first_reading_and_keeps_what_
     assert first["cpu_pressure_s"] == 5.0 and first["steal_s"] == pytest.approx(300 / os.sysconf("SC_CLK_TCK"))
     # thread 11 waits 0.5 s more, then exits; a worker (pid 20) is born and waits 0.25 s
     fake_proc(tmp_path, {10: {10: 5_100_000_000, 11: 1_500_000_000}, 20: {20: 250_000_000}})
-    assert clock.read([10, 20])["runq_wait_s"] == pytest.approx(0.1 + 0.5 + 0.25)
+    second = clock.read([10, 20], main=10)
+    assert second["runq_wait_s"] == pytest.approx(0.1 + 0.5 + 0.25)
+    assert second["main_runq_wait_s"] == pytest.approx(0.1 + 0.5)  # the main process's part; the worker's is the rest
     fake_proc(tmp_path, {10: {10: 5_200_000_000}, 20: {20: 250_000_000}})
     assert clock.tree_wait_s([10, 20]) == pytest.approx(0.95)  # 11's wait stays counted
     assert clock.missing(10) == []

@@ -104,6 +104,25 @@ def workers_busy(samples: pd.DataFrame, steps: pd.DataFrame) -> float | None:
     return float(rest.clip(lower=0).mean()) / 100.0 if len(rest) else None
 
 
+def workers_wanted(samples: pd.DataFrame, steps: pd.DataFrame, cpu_count: int | None) -> float | None:
+    """Cores the DataLoader workers wanted over the measured window: what they used
+    (:func:`workers_busy`), and, where other processes used OUTSIDE_LOAD_WARN_CORES or more, the time
+    their threads waited runnable for a core (the kernel's wait clock, the tree's less its main
+    process's: :mod:`advisor.waits`). A neighbour starves the workers of the cores they ask for:
+    loader-cpu-workers' 2 workers used 0.48-0.50 cores quiet and 0.12-0.15 beside a burner on one of
+    2 cores, so a count by use read them idle and DL003 was not found. On a quiet machine what they
+    used is the count the rule was set on: minGPT's adder's 4 near-idle workers used 0.14 cores and
+    waited 0.10 more behind the trainer's threads, a hair under counting as one."""
+    busy = workers_busy(samples, steps)
+    if busy is None or not {"runq_wait_s", "main_runq_wait_s"} <= set(samples.columns):
+        return busy
+    outside = outside_cores(window_samples(samples, steps), cpu_count)
+    if outside is None or outside < OUTSIDE_LOAD_WARN_CORES:
+        return busy
+    waited = _rate(samples["t"], samples["runq_wait_s"] - samples["main_runq_wait_s"], measured_window(steps))
+    return busy if waited is None else busy + waited
+
+
 def gpu_neighbours(samples: pd.DataFrame) -> int | None:
     """The most processes outside the script's tree NVML saw at once on its GPU over `samples`
     (None where it was not sampled: a CPU run, no NVML)."""
@@ -186,13 +205,19 @@ def window_wait(samples: pd.DataFrame, steps: pd.DataFrame) -> float | None:
     0.3 is three tenths of a core's time spent runnable but not running), from the sampler's
     cumulative `runq_wait_s` (:mod:`advisor.waits`) interpolated at the span's ends; None where the
     kernel gave no such clock or the span is not sampled."""
-    window = measured_window(steps)
-    if window is None or samples.empty or "runq_wait_s" not in samples or window[1] <= window[0]:
+    if samples.empty or "runq_wait_s" not in samples:
         return None
-    clock = samples[["t", "runq_wait_s"]].dropna()
-    if len(clock) < 2 or clock["t"].iloc[0] > window[0] or clock["t"].iloc[-1] < window[1]:
+    return _rate(samples["t"], samples["runq_wait_s"], measured_window(steps))
+
+
+def _rate(t: pd.Series, clock: pd.Series, window: tuple[float, float] | None) -> float | None:
+    """A cumulative `clock` (seconds, sampled at `t`)'s rise per second over `window`, interpolated at
+    its ends; None where the window is not sampled from end to end."""
+    read = pd.DataFrame({"t": t, "c": clock}).dropna()
+    if window is None or window[1] <= window[0] or len(read) < 2 or read["t"].iloc[0] > window[0] \
+            or read["t"].iloc[-1] < window[1]:
         return None
-    start, end = np.interp(window, clock["t"], clock["runq_wait_s"])
+    start, end = np.interp(window, read["t"], read["c"])
     return max(0.0, float(end - start)) / (window[1] - window[0])
 
 

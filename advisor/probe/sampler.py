@@ -281,7 +281,7 @@ class Sampler:
         }
         sample.update(self.gpu.sample(alive.keys()) if self.gpu.ok else dict.fromkeys(GPU_COLUMNS, NAN))
         sample["gpu_energy_mj"] = energy
-        sample.update(self.waits.read(alive.keys()))  # the kernel's wait clock (advisor.waits)
+        sample.update(self.waits.read(alive.keys(), self.pid))  # the kernel's wait clock (advisor.waits)
         with self._lock:
             self._samples.append(sample)
         return True

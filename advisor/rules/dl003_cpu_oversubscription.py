@@ -5,7 +5,9 @@ On a CPU-trained model, that is the intra-op threads of the training process
 (`torch.get_num_threads()`) plus the DataLoader workers that are busy; on a GPU-trained model,
 busy workers that leave no core to the main process. Workers count by the CPU they used in the
 measured window (the script's process tree less its main process, sampled): workers that have
-prefetched their batches and wait compete with nothing. It reports only when the measured
+prefetched their batches and sleep compete with nothing. Beside another process that takes a core,
+the time they waited, runnable, for one (the kernel's run-queue wait) counts too: workers a
+neighbour starves still ask for their cores. It reports only when the measured
 window actually saturated the CPU (the script's process tree, or the whole machine, at or near
 full use of every core).
 
@@ -110,6 +112,7 @@ def check(profile: Profile, *, min_cpu_busy_frac: float = 0.85) -> Iterator[Find
             "device": profile.device,
             "data_wait_frac": h.r3(h.data_wait_frac(profile)),
             "workers_busy_cores": over.workers_busy_cores,
+            "workers_wanted_cores": over.workers_wanted_cores,
         },
         fix=Fix.safe(title, overrides, ladder or None),
     )

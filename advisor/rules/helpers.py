@@ -374,6 +374,7 @@ class Oversubscription:
     threads_demanded: int
     cpu_busy_frac: float
     workers_busy_cores: float | None  # sampled; None in an older run dir
+    workers_wanted_cores: float | None = None  # used, and waited for beside a neighbour (the kernel's wait clock)
 
 
 def oversubscription(profile: Profile, min_cpu_busy_frac: float = 0.85) -> Oversubscription | None:
@@ -387,7 +388,8 @@ def oversubscription(profile: Profile, min_cpu_busy_frac: float = 0.85) -> Overs
     if not cores or not threads or workers == 0:
         return None
     busy_workers = metrics.workers_busy(profile.samples, profile.steps)
-    working = workers if busy_workers is None else min(workers, math.ceil(busy_workers - 0.25))
+    wanted = metrics.workers_wanted(profile.samples, profile.steps, cores)  # a neighbour starves them of what they ask
+    working = workers if wanted is None else min(workers, math.ceil(wanted - 0.25))
     demand = threads + working if profile.device == "cpu" else working + 1
     if demand <= cores_per_rank(profile.env):  # each rank's share of the node
         return None
@@ -395,7 +397,8 @@ def oversubscription(profile: Profile, min_cpu_busy_frac: float = 0.85) -> Overs
     if busy is None or busy < min_cpu_busy_frac:
         return None
     return Oversubscription(cores, threads, workers, demand, busy,
-                            None if busy_workers is None else round(busy_workers, 3))
+                            None if busy_workers is None else round(busy_workers, 3),
+                            None if wanted is None else round(wanted, 3))
 
 
 def workers_forked_each_epoch(profile: Profile) -> dict:

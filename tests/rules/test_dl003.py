@@ -6,9 +6,12 @@ planted script (tests/test_rules_zoo.py) runs it end to end.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from advisor.engine import Settings
+from advisor.profile import Profile
 from rule_inputs import CATALOGUE, probe_profile, run_rules_json
 
 
@@ -32,3 +35,21 @@ def test_a_wait_caused_by_oversubscription_is_reported_once_as_oversubscription(
     assert [f["code"] for f in found] == ["DL003"] and found[0]["evidence"]["data_wait_frac"] == pytest.approx(0.6)
     fitting = probe_profile(workers=1, threads=1, wait=0.03)
     assert [f["code"] for f in run_rules_json(fitting, Settings(select=["DL001", "DL003"]), CATALOGUE)[0]] == ["DL001"]
+
+
+RUNS = Path(__file__).parent.parent / "data" / "runs"
+
+
+def test_workers_a_neighbour_starves_still_ask_for_their_cores():
+    """loader-cpu-workers (2 workers, 2 intra-op threads on 2 cores) beside a CPU burner: its workers
+    used 0.12 cores (0.48-0.50 quiet), read by use alone as idle, and DL003 was not found; with the
+    time they waited runnable for a core (the kernel's wait clock, the tree's less the main
+    process's) they ask for a core, and it is."""
+    profile = Profile.from_run_dir(RUNS / "loader_cpu_workers_starved_workers_beside_a_burner")
+    [found] = [f for f in run_rules_json(profile, Settings(select=["DL003"]), CATALOGUE)[0] if f["code"] == "DL003"]
+    evidence = found["evidence"]
+    assert evidence["workers_busy_cores"] < 0.25 < evidence["workers_wanted_cores"] and evidence["threads_demanded"] == 3
+    assert found["fix"]["overrides"] == {"torch_threads": 1, "dataloader": {"num_workers": 1}}
+    # the same run without the main process's wait (a run dir from before it was sampled): counted by use, idle
+    profile.samples = profile.samples.drop(columns=["main_runq_wait_s"])
+    assert run_rules_json(profile, Settings(select=["DL003"]), CATALOGUE)[0] == []
