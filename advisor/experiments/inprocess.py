@@ -324,9 +324,9 @@ class ArmsSession:
         if not quiet and (windows := looking.window(self.time_left())):
             return windows
         looked_until = max(result.ends(), default=None) if result is not None else None
-        self.window_again_s = looking.spent_s
-        self._given_back = (self._given_back or 0.0) + looking.spent_s
-        self.time_budget_s += looking.spent_s
+        self.window_again_s = spent = looking.spent_s  # read once: a clock, and the report adds it up
+        self._given_back = (self._given_back or 0.0) + spent
+        self.time_budget_s += spent
         if quiet:
             return self._start(*self.diagnose(), round_no, looked_until)  # the Profile reads steps-quiet.csv now
         self.notes.append(looking.note())
