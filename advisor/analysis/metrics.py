@@ -104,23 +104,21 @@ def workers_busy(samples: pd.DataFrame, steps: pd.DataFrame) -> float | None:
     return float(rest.clip(lower=0).mean()) / 100.0 if len(rest) else None
 
 
-def workers_wanted(samples: pd.DataFrame, steps: pd.DataFrame, cpu_count: int | None) -> float | None:
-    """Cores the DataLoader workers wanted over the measured window: what they used
-    (:func:`workers_busy`), and, where other processes used OUTSIDE_LOAD_WARN_CORES or more, the time
-    their threads waited runnable for a core (the kernel's wait clock, the tree's less its main
-    process's: :mod:`advisor.waits`). A neighbour starves the workers of the cores they ask for:
-    loader-cpu-workers' 2 workers used 0.48-0.50 cores quiet and 0.12-0.15 beside a burner on one of
-    2 cores, so a count by use read them idle and DL003 was not found. On a quiet machine what they
-    used is the count the rule was set on: minGPT's adder's 4 near-idle workers used 0.14 cores and
-    waited 0.10 more behind the trainer's threads, a hair under counting as one."""
-    busy = workers_busy(samples, steps)
-    if busy is None or not {"runq_wait_s", "main_runq_wait_s"} <= set(samples.columns):
-        return busy
+def workers_starved(samples: pd.DataFrame, steps: pd.DataFrame, cpu_count: int | None) -> float:
+    """Cores the DataLoader workers waited runnable for over the measured window, where other
+    processes used OUTSIDE_LOAD_WARN_CORES or more (the kernel's wait clock, the tree's less its main
+    process's: :mod:`advisor.waits`); 0 on a quiet window or without the clock. What they used
+    (:func:`workers_busy`) and this are what they wanted. A neighbour starves the workers of the cores
+    they ask for: loader-cpu-workers' 2 workers used 0.48-0.50 cores quiet and 0.12-0.15 beside a
+    burner on one of 2 cores, so a count by use read them idle and DL003 was not found. On a quiet
+    machine what they used is the count the rule was set on: minGPT's adder's 4 near-idle workers used
+    0.14 cores and waited 0.10 more behind the trainer's threads, a hair under counting as one."""
+    if samples.empty or not {"runq_wait_s", "main_runq_wait_s"} <= set(samples.columns):
+        return 0.0
     outside = outside_cores(window_samples(samples, steps), cpu_count)
     if outside is None or outside < OUTSIDE_LOAD_WARN_CORES:
-        return busy
-    waited = _rate(samples["t"], samples["runq_wait_s"] - samples["main_runq_wait_s"], measured_window(steps))
-    return busy if waited is None else busy + waited
+        return 0.0
+    return _rate(samples["t"], samples["runq_wait_s"] - samples["main_runq_wait_s"], measured_window(steps)) or 0.0
 
 
 def gpu_neighbours(samples: pd.DataFrame) -> int | None:

@@ -388,7 +388,8 @@ def oversubscription(profile: Profile, min_cpu_busy_frac: float = 0.85) -> Overs
     if not cores or not threads or workers == 0:
         return None
     busy_workers = metrics.workers_busy(profile.samples, profile.steps)
-    wanted = metrics.workers_wanted(profile.samples, profile.steps, cores)  # a neighbour starves them of what they ask
+    # and what a neighbour starved them of: they still ask for it
+    wanted = None if busy_workers is None else busy_workers + metrics.workers_starved(profile.samples, profile.steps, cores)
     working = workers if wanted is None else min(workers, math.ceil(wanted - 0.25))
     demand = threads + working if profile.device == "cpu" else working + 1
     if demand <= cores_per_rank(profile.env):  # each rank's share of the node
