@@ -7,7 +7,9 @@ busy workers that leave no core to the main process. Workers count by the CPU th
 measured window (the script's process tree less its main process, sampled): workers that have
 prefetched their batches and sleep compete with nothing. Beside another process that takes a core,
 the time they waited, runnable, for one (the kernel's run-queue wait) counts too: workers a
-neighbour starves still ask for their cores. It reports only when the measured
+neighbour starves still ask for their cores. It counts for the share of the steps the main process
+computed: while it waits on its loader its threads are idle, and workers that wait for a core then
+wait behind the neighbour alone (an I/O loader, `dataloader-starvation`'s). It reports only when the measured
 window actually saturated the CPU (the script's process tree, or the whole machine, at or near
 full use of every core).
 

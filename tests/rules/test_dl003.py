@@ -53,3 +53,18 @@ def test_workers_a_neighbour_starves_still_ask_for_their_cores():
     # the same run without the main process's wait (a run dir from before it was sampled): counted by use, idle
     profile.samples = profile.samples.drop(columns=["main_runq_wait_s"])
     assert run_rules_json(profile, Settings(select=["DL003"]), CATALOGUE)[0] == []
+
+
+def test_io_workers_that_wait_behind_a_neighbour_while_the_trainer_waits_on_them_are_dl001s():
+    """forever_workers.py (2 workers sleeping 4 ms a sample, 2 intra-op threads on 2 cores) beside a
+    test suite: its workers used 0.06 cores and waited 0.24 more for one while the main process
+    waited on them 57% of its steps. Its threads idle then, so that wait is the neighbour's: the
+    workers do not ask for a core, and the wait is DL001's, its fix more workers."""
+    profile = Profile.from_run_dir(RUNS / "forever_workers_io_loader_beside_a_test_suite")
+    found, _ = run_rules_json(profile, Settings(select=["DL001", "DL003"]), CATALOGUE)
+    assert [f["code"] for f in found] == ["DL001"] and found[0]["evidence"]["data_wait_frac"] > 0.5
+    assert found[0]["fix"]["overrides"]["dataloader"]["num_workers"] > 2
+    # counted whole, as when the trainer computed all the while, the wait asked for a core
+    profile.steps = profile.steps.assign(data_wait_s=0.0)
+    [over] = run_rules_json(profile, Settings(select=["DL003"]), CATALOGUE)[0]
+    assert over["evidence"]["workers_busy_cores"] < 0.25 < over["evidence"]["workers_wanted_cores"]
