@@ -335,7 +335,9 @@ def test_a_window_closes_at_its_seconds_whatever_its_steps(tmp_path):
     assert 6 <= len(slow) < 1000 and 0.35 <= took < 1.0, (len(slow), took)
     floor = timed[2]
     took = floor[-1]["t_end"] - floor[0]["t_start"]
-    assert 2 <= len(floor) < 100 and 2 * 0.03 <= took < 0.6, (len(floor), took)  # held past its 0.03 s, ended at 2x
+    # held past its 0.03 s, ended at 2x by the child's clock; the step lines' span leaves out the
+    # boundaries' own work (58.4 ms against the child's 60 once, beside the suite's other worker)
+    assert 2 <= len(floor) < 100 and 1.5 * 0.03 <= took < 0.6, (len(floor), took)
 
 
 def test_a_loader_fix_replaces_workers_forked_each_epoch_and_keeps_its_own(tmp_path):
