@@ -388,8 +388,12 @@ def oversubscription(profile: Profile, min_cpu_busy_frac: float = 0.85) -> Overs
     if not cores or not threads or workers == 0:
         return None
     busy_workers = metrics.workers_busy(profile.samples, profile.steps)
-    # and what a neighbour starved them of while the trainer computed: they still ask for it
-    starved = metrics.workers_starved(profile.samples, profile.steps, cores) * _computing_share(profile)
+    # and what a neighbour starved them of while the trainer computed: they still ask for it. While the
+    # main process waits on its loader its threads are idle, so workers that wait for a core then wait
+    # behind the neighbour (an I/O loader's 2 workers beside a test suite on 2 cores waited 0.22-0.24
+    # cores while the main process waited on them 57-69% of its steps: counted whole, DL003 took DL001's finding)
+    computing = 1.0 - min(1.0, data_wait_frac(profile) or 0.0)
+    starved = metrics.workers_starved(profile.samples, profile.steps, cores) * computing
     wanted = None if busy_workers is None else busy_workers + starved
     working = workers if wanted is None else min(workers, math.ceil(wanted - 0.25))
     demand = threads + working if profile.device == "cpu" else working + 1
@@ -401,20 +405,6 @@ def oversubscription(profile: Profile, min_cpu_busy_frac: float = 0.85) -> Overs
     return Oversubscription(cores, threads, workers, demand, busy,
                             None if busy_workers is None else round(busy_workers, 3),
                             None if wanted is None else round(wanted, 3))
-
-
-def _computing_share(profile: Profile) -> float:
-    """The share of the timed steps the main process did not wait on its loader (1.0 unmeasured).
-
-    While it waits, its threads are idle: workers that wait for a core then wait behind a neighbour,
-    not behind the trainer. An I/O loader's 2 workers (forever_workers.py) beside a test suite on
-    2 cores waited 0.22-0.24 cores runnable while the main process waited on them 57-69% of its
-    steps; counted whole, they asked for a core (0.25-0.30) and DL003 took DL001's finding 2 runs in 3."""
-    steps = timed_steps(profile)
-    if steps.empty or not steptime.has_data_wait(steps):
-        return 1.0
-    dur = steptime.durations(steps)
-    return 1.0 - frac(float(np.minimum(steptime.data_wait(steps), dur).sum()), float(dur.sum()))
 
 
 def workers_forked_each_epoch(profile: Profile) -> dict:
